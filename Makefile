@@ -1,0 +1,61 @@
+# snapflip — the two commands a newcomer needs are `make demo` and `make test`.
+SHELL := /bin/bash
+GO ?= go
+
+TEST_PG_PORT ?= 55432
+DEMO_PG_PORT ?= 55433
+DEMO_EMULATOR_PORT ?= 8086
+DEMO_API_ADDR ?= 127.0.0.1:8080
+
+TEST_PG_DSN := postgres://postgres@127.0.0.1:$(TEST_PG_PORT)/postgres?sslmode=disable
+GOTEST_FLAGS ?= -race -count=1 -timeout 20m
+
+.PHONY: all build test test-go demo bench lint fmt vet emulator pg-start pg-stop clean
+
+all: build
+
+## build: compile both binaries and the emulator into bin/
+build:
+	$(GO) build -o bin/ ./cmd/syncer ./cmd/metadata-api
+	$(GO) build -o bin/bigtable-emulator cloud.google.com/go/bigtable/cmd/emulator
+
+## test: start a throwaway Postgres, run every test with -race, stop Postgres
+test:
+	@deploy/local/postgres.sh start $(TEST_PG_PORT)
+	@status=0; SNAPFLIP_TEST_POSTGRES_DSN='$(TEST_PG_DSN)' $(GO) test $(GOTEST_FLAGS) ./... || status=$$?; \
+	  deploy/local/postgres.sh stop $(TEST_PG_PORT); exit $$status
+
+## demo: Postgres with the example schema, the Bigtable emulator, the syncer on a schedule
+## and the metadata API; prints example requests. Ctrl-C stops everything.
+demo: build
+	@deploy/local/demo.sh
+
+## bench: the benchmarks (needs the same throwaway Postgres)
+bench:
+	@deploy/local/postgres.sh start $(TEST_PG_PORT)
+	@status=0; SNAPFLIP_TEST_POSTGRES_DSN='$(TEST_PG_DSN)' $(GO) test -run '^$$' -bench . -benchmem ./... || status=$$?; \
+	  deploy/local/postgres.sh stop $(TEST_PG_PORT); exit $$status
+
+## emulator: run the Bigtable emulator in the foreground on DEMO_EMULATOR_PORT
+emulator:
+	$(GO) run cloud.google.com/go/bigtable/cmd/emulator -host 127.0.0.1 -port $(DEMO_EMULATOR_PORT)
+
+lint: vet
+	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { gofmt -l $$(git ls-files '*.go'); exit 1; }
+	$(GO) run honnef.co/go/tools/cmd/staticcheck@latest ./...
+
+vet:
+	$(GO) vet ./...
+
+fmt:
+	gofmt -w $$(git ls-files '*.go')
+
+pg-start:
+	deploy/local/postgres.sh start $(TEST_PG_PORT)
+	@echo "SNAPFLIP_TEST_POSTGRES_DSN='$(TEST_PG_DSN)'"
+
+pg-stop:
+	deploy/local/postgres.sh stop $(TEST_PG_PORT)
+
+clean:
+	rm -rf bin

@@ -1,0 +1,72 @@
+package api
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"log/slog"
+	"net/http"
+
+	"github.com/snapflip/snapflip/snapshot"
+)
+
+// Problem is an RFC 9457 problem document. Type is a stable identifier clients may
+// switch on.
+type Problem struct {
+	Type   string `json:"type"`
+	Title  string `json:"title"`
+	Status int    `json:"status"`
+	Detail string `json:"detail,omitempty"`
+}
+
+// Problem types.
+const (
+	typeNotFound    = "https://snapflip.dev/problems/not-found"
+	typeNoVersion   = "https://snapflip.dev/problems/no-version"
+	typeBadRequest  = "https://snapflip.dev/problems/bad-request"
+	typeUnavailable = "https://snapflip.dev/problems/unavailable"
+	typeInternal    = "https://snapflip.dev/problems/internal"
+)
+
+func writeProblem(w http.ResponseWriter, p Problem) {
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.Header().Set("Cache-Control", "no-store")
+	w.WriteHeader(p.Status)
+	_ = json.NewEncoder(w).Encode(p)
+}
+
+// writeError maps an error to a problem document. Internals are logged, not shown.
+func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) {
+	var p Problem
+	switch {
+	case errors.Is(err, snapshot.ErrInvalid):
+		p = Problem{Type: typeBadRequest, Title: "Bad request", Status: http.StatusBadRequest, Detail: err.Error()}
+	case errors.Is(err, snapshot.ErrNotFound):
+		p = Problem{Type: typeNotFound, Title: "Not found", Status: http.StatusNotFound, Detail: err.Error()}
+	case errors.Is(err, snapshot.ErrNoVersion):
+		p = Problem{Type: typeNoVersion, Title: "No version published yet", Status: http.StatusServiceUnavailable,
+			Detail: "the syncer has not published a version of this dataset yet"}
+	case errors.Is(err, context.Canceled) && r.Context().Err() != nil:
+		return // the client went away
+	default:
+		s.log.ErrorContext(r.Context(), "request failed", "method", r.Method, "path", r.URL.EscapedPath(), "err", err)
+		if errors.Is(err, context.DeadlineExceeded) {
+			p = Problem{Type: typeUnavailable, Title: "Storage unavailable", Status: http.StatusServiceUnavailable,
+				Detail: "storage did not answer in time; retry"}
+		} else {
+			p = Problem{Type: typeInternal, Title: "Internal error", Status: http.StatusInternalServerError,
+				Detail: "the request failed; the server log has the cause"}
+		}
+	}
+	if p.Status == http.StatusServiceUnavailable {
+		w.Header().Set("Retry-After", "1")
+	}
+	writeProblem(w, p)
+}
+
+func logger(l *slog.Logger) *slog.Logger {
+	if l == nil {
+		return slog.Default()
+	}
+	return l
+}

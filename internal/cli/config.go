@@ -1,0 +1,159 @@
+package cli
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"time"
+
+	"github.com/robfig/cron/v3"
+	"gopkg.in/yaml.v3"
+
+	"github.com/snapflip/snapflip/pgsource"
+	"github.com/snapflip/snapflip/store"
+)
+
+// Environment variables the binaries read.
+const (
+	EnvConfig       = "SNAPFLIP_CONFIG"
+	EnvPostgresDSN  = "SNAPFLIP_POSTGRES_DSN"
+	EnvEmulatorHost = "BIGTABLE_EMULATOR_HOST"
+	EnvDataset      = "SNAPFLIP_DATASET"
+	EnvProject      = "SNAPFLIP_BIGTABLE_PROJECT"
+	EnvInstance     = "SNAPFLIP_BIGTABLE_INSTANCE"
+	EnvTable        = "SNAPFLIP_BIGTABLE_TABLE"
+	EnvAppProfile   = "SNAPFLIP_BIGTABLE_APP_PROFILE"
+	EnvAddr         = "SNAPFLIP_ADDR"
+	EnvRefresh      = "SNAPFLIP_POINTER_REFRESH"
+	EnvLogFormat    = "SNAPFLIP_LOG_FORMAT"
+)
+
+// BigtableConfig is the bigtable section of the syncer's config.
+type BigtableConfig struct {
+	// Project, default "local".
+	Project string `yaml:"project"`
+	// Instance, default "local".
+	Instance string `yaml:"instance"`
+	// Table, default "snapflip".
+	Table string `yaml:"table"`
+	// AppProfile must use single-cluster routing (conditional writes need it).
+	AppProfile string `yaml:"app_profile"`
+	// BatchRows bounds the rows of one ApplyBulk; default 500.
+	BatchRows int `yaml:"batch_rows"`
+	// BatchBytes bounds the bytes of one ApplyBulk; default 4 MiB.
+	BatchBytes int `yaml:"batch_bytes"`
+	// Writers is how many ApplyBulk calls run at once; default 4.
+	Writers int `yaml:"writers"`
+}
+
+// PostgresConfig is the postgres section of the syncer's config.
+type PostgresConfig struct {
+	// DSN is the connection string; SNAPFLIP_POSTGRES_DSN overrides it. Never logged.
+	DSN string `yaml:"dsn"`
+}
+
+// SyncerConfig is the syncer's YAML config file.
+type SyncerConfig struct {
+	// Dataset names what this deployment publishes; default "default".
+	Dataset string `yaml:"dataset"`
+	// Schedule is a cron spec (5 fields) or a descriptor ("@every 5m", "@hourly");
+	// default "@every 5m".
+	Schedule string `yaml:"schedule"`
+	// TTL is how long a version's documents live in Bigtable; default 168h.
+	TTL time.Duration `yaml:"ttl"`
+	// MaxDocumentBytes bounds one document; default 8 MiB.
+	MaxDocumentBytes int            `yaml:"max_document_bytes"`
+	Postgres         PostgresConfig `yaml:"postgres"`
+	Bigtable         BigtableConfig `yaml:"bigtable"`
+	// Collections are what is copied; at least one is required.
+	Collections []pgsource.Collection `yaml:"collections"`
+
+	emulatorHost string
+}
+
+// DefaultSyncerConfig returns the defaults of every field but Collections.
+func DefaultSyncerConfig() SyncerConfig {
+	sc := store.DefaultConfig()
+	return SyncerConfig{
+		Dataset:          "default",
+		Schedule:         "@every 5m",
+		TTL:              sc.TTL,
+		MaxDocumentBytes: 8 << 20,
+		Bigtable: BigtableConfig{
+			Project: sc.Project, Instance: sc.Instance, Table: sc.Table,
+			BatchRows: sc.BatchRows, BatchBytes: sc.BatchBytes, Writers: sc.Writers,
+		},
+	}
+}
+
+// cronParser accepts 5-field specs and descriptors such as "@every 5m".
+var cronParser = cron.NewParser(cron.Minute | cron.Hour | cron.Dom | cron.Month | cron.Dow | cron.Descriptor)
+
+// LoadSyncerConfig reads the YAML file at path over the defaults, applies the
+// environment, and validates. Unknown fields are errors; every error names the field.
+func LoadSyncerConfig(path string, getenv func(string) string) (SyncerConfig, error) {
+	if path == "" {
+		return SyncerConfig{}, fmt.Errorf("no config file: pass --config or set %s", EnvConfig)
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		return SyncerConfig{}, fmt.Errorf("config: %w", err)
+	}
+	defer f.Close()
+	cfg, err := ParseSyncerConfig(f, getenv)
+	if err != nil {
+		return SyncerConfig{}, fmt.Errorf("config %s: %w", path, err)
+	}
+	return cfg, nil
+}
+
+// ParseSyncerConfig is LoadSyncerConfig on a reader.
+func ParseSyncerConfig(r io.Reader, getenv func(string) string) (SyncerConfig, error) {
+	cfg := DefaultSyncerConfig()
+	data, err := io.ReadAll(r)
+	if err != nil {
+		return SyncerConfig{}, err
+	}
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	dec.KnownFields(true)
+	if err := dec.Decode(&cfg); err != nil && !errors.Is(err, io.EOF) {
+		return SyncerConfig{}, err
+	}
+	if dsn := getenv(EnvPostgresDSN); dsn != "" {
+		cfg.Postgres.DSN = dsn
+	}
+	cfg.emulatorHost = getenv(EnvEmulatorHost)
+	return cfg, cfg.Validate()
+}
+
+// Validate reports the first unusable field, by name.
+func (c SyncerConfig) Validate() error {
+	if c.Dataset == "" || len(c.Dataset) > 128 {
+		return fmt.Errorf("dataset %q: must be 1..128 bytes", c.Dataset)
+	}
+	if _, err := cronParser.Parse(c.Schedule); err != nil {
+		return fmt.Errorf("schedule %q: %v", c.Schedule, err)
+	}
+	if c.MaxDocumentBytes < 1 || c.MaxDocumentBytes > 100<<20 {
+		return fmt.Errorf("max_document_bytes %d: must be 1..104857600 (Bigtable's cell limit is 100 MiB)", c.MaxDocumentBytes)
+	}
+	if c.Postgres.DSN == "" {
+		return fmt.Errorf("postgres.dsn: required: set it or %s", EnvPostgresDSN)
+	}
+	if err := pgsource.ValidateCollections(c.Collections); err != nil {
+		return err
+	}
+	return c.StoreConfig().Validate()
+}
+
+// StoreConfig returns the store settings the config implies.
+func (c SyncerConfig) StoreConfig() store.Config {
+	sc := store.DefaultConfig()
+	sc.Project, sc.Instance, sc.Table, sc.AppProfile = c.Bigtable.Project, c.Bigtable.Instance, c.Bigtable.Table, c.Bigtable.AppProfile
+	sc.EmulatorHost = c.emulatorHost
+	sc.TTL = c.TTL
+	sc.BatchRows, sc.BatchBytes, sc.Writers = c.Bigtable.BatchRows, c.Bigtable.BatchBytes, c.Bigtable.Writers
+	return sc
+}

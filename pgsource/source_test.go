@@ -1,0 +1,213 @@
+package pgsource_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/snapflip/snapflip/internal/testenv"
+	"github.com/snapflip/snapflip/pgsource"
+	"github.com/snapflip/snapflip/snapshot"
+)
+
+const typesSchema = `CREATE TABLE things (
+	id text PRIMARY KEY,
+	n numeric, i bigint, f double precision, b boolean,
+	ts timestamptz, d date, arr int[], tags text[], j jsonb, raw bytea, note text
+)`
+
+func scanAll(tb testing.TB, src *pgsource.Source, collection string) ([]snapshot.Document, snapshot.Position, error) {
+	tb.Helper()
+	ctx := context.Background()
+	snap, err := src.Open(ctx)
+	if err != nil {
+		return nil, snapshot.Position{}, err
+	}
+	defer snap.Close(ctx)
+	var docs []snapshot.Document
+	err = snap.Scan(ctx, collection, func(d snapshot.Document) error { docs = append(docs, d); return nil })
+	return docs, snap.Position(), err
+}
+
+func TestScanMapsTypesLikeToJSONB(t *testing.T) {
+	dsn := testenv.Postgres(t)
+	testenv.Exec(t, dsn, typesSchema, `INSERT INTO things VALUES
+		('a/b#1', 12345678901234567890.000000001, 9007199254740993, 0.1, true,
+		 '2024-02-29 23:59:59.123456+05', '2024-02-29', '{1,NULL,3}', '{"x y","ü"}',
+		 '{"nested": {"k": [1, 2.50, null]}}', '\xdeadbeef', NULL)`)
+	src, err := pgsource.New(dsn, []pgsource.Collection{{Name: "things", Table: "public.things", Key: "id"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	docs, pos, err := scanAll(t, src, "things")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []snapshot.Document{{ID: "a/b#1", Body: []byte(`{"b": true, "d": "2024-02-29", "f": 0.1, "i": 9007199254740993, "j": {"nested": {"k": [1, 2.50, null]}}, "n": 12345678901234567890.000000001, "id": "a/b#1", "ts": "2024-02-29T18:59:59.123456+00:00", "arr": [1, null, 3], "raw": "\\xdeadbeef", "note": null, "tags": ["x y", "ü"]}`)}}
+	if diff := cmp.Diff(want, docs, cmp.Comparer(func(a, b []byte) bool { return string(a) == string(b) })); diff != "" {
+		t.Errorf("documents (-want +got):\n%s", diff)
+	}
+	if pos.LSN == 0 || pos.Snapshot == "" || pos.Config == "" {
+		t.Errorf("position = %+v; want an LSN, a snapshot and a config fingerprint", pos)
+	}
+}
+
+func TestScanIsOneSnapshot(t *testing.T) {
+	dsn := testenv.Postgres(t)
+	testenv.Exec(t, dsn, `CREATE TABLE a (id int PRIMARY KEY)`, `CREATE TABLE b (id int PRIMARY KEY)`,
+		`INSERT INTO a VALUES (1)`, `INSERT INTO b VALUES (1)`)
+	src, err := pgsource.New(dsn, []pgsource.Collection{{Name: "a", Table: "a", Key: "id"}, {Name: "b", Table: "b", Key: "id"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	snap, err := src.Open(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer snap.Close(ctx)
+	count := func(coll string) int {
+		n := 0
+		if err := snap.Scan(ctx, coll, func(snapshot.Document) error { n++; return nil }); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	if got := count("a"); got != 1 {
+		t.Fatalf("a has %d rows; want 1", got)
+	}
+	// Writes committed after the snapshot began are invisible to it.
+	testenv.Exec(t, dsn, `INSERT INTO b VALUES (2), (3)`)
+	if got := count("b"); got != 1 {
+		t.Errorf("b seen with %d rows inside the snapshot; want 1 (the snapshot's)", got)
+	}
+	// And a later snapshot sees them, at a later source position.
+	_, pos2, err := scanAll(t, src, "b")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if pos2.LSN <= snap.Position().LSN {
+		t.Errorf("later snapshot LSN %s not after %s", pos2, snap.Position())
+	}
+}
+
+func TestScanFailures(t *testing.T) {
+	dsn := testenv.Postgres(t)
+	testenv.Exec(t, dsn,
+		`CREATE TABLE dup (k text, v int)`, `INSERT INTO dup VALUES ('x', 1), ('y', 2), ('x', 3)`,
+		`CREATE TABLE nul (k text, v int)`, `INSERT INTO nul VALUES ('x', 1), (NULL, 2)`,
+		`CREATE TABLE empty_key (k text)`, `INSERT INTO empty_key VALUES ('')`,
+		`CREATE TABLE long_key (k text)`, `INSERT INTO long_key VALUES (repeat('k', 1025))`,
+	)
+	tests := []struct {
+		name string
+		coll pgsource.Collection
+		want []string // substrings of the error
+		is   error
+	}{
+		{"duplicate key", pgsource.Collection{Table: "dup", Key: "k"}, []string{`duplicate key "x"`, "column k"}, snapshot.ErrSource},
+		{"null key", pgsource.Collection{Table: "nul", Key: "k"}, []string{"NULL key", "column k"}, snapshot.ErrSource},
+		{"empty key", pgsource.Collection{Table: "empty_key", Key: "k"}, []string{"empty key"}, snapshot.ErrSource},
+		{"oversized key", pgsource.Collection{Table: "long_key", Key: "k"}, []string{"1025 bytes"}, snapshot.ErrSource},
+		{"unknown table", pgsource.Collection{Table: "public.nope", Key: "k"}, []string{"nope", "does not exist"}, nil},
+		{"unknown key column", pgsource.Collection{Table: "dup", Key: "nokey"}, []string{"nokey", "does not exist"}, nil},
+		{"bad query", pgsource.Collection{Query: "SELEC 1", Key: "k"}, []string{"syntax error"}, nil},
+		{"duplicate from a query", pgsource.Collection{Query: "SELECT 'same' AS k UNION ALL SELECT 'same'", Key: "k"}, []string{`duplicate key "same"`}, snapshot.ErrSource},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			tt.coll.Name = "c"
+			src, err := pgsource.New(dsn, []pgsource.Collection{tt.coll})
+			if err != nil {
+				t.Fatal(err)
+			}
+			_, _, err = scanAll(t, src, "c")
+			if err == nil {
+				t.Fatal("Scan succeeded; want an error")
+			}
+			for _, w := range tt.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("error %q does not say %q", err, w)
+				}
+			}
+			if tt.is != nil && !errors.Is(err, tt.is) {
+				t.Errorf("error %v is not %v", err, tt.is)
+			}
+		})
+	}
+}
+
+func TestScanLostConnection(t *testing.T) {
+	dsn := testenv.Postgres(t)
+	testenv.Exec(t, dsn, `CREATE TABLE big AS SELECT g AS id, repeat('x', 200) AS pad FROM generate_series(1, 200000) g`)
+	src, err := pgsource.New(dsn+"&application_name=victim", []pgsource.Collection{{Name: "big", Table: "big", Key: "id"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	snap, err := src.Open(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer snap.Close(ctx)
+	n := 0
+	err = snap.Scan(ctx, "big", func(snapshot.Document) error {
+		n++
+		if n == 10 {
+			testenv.Exec(t, dsn, `SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = 'victim'`)
+		}
+		return nil
+	})
+	if err == nil {
+		t.Fatalf("Scan survived its connection being killed (read %d rows); want an error", n)
+	}
+	if n >= 200000 {
+		t.Errorf("read all %d rows despite the kill", n)
+	}
+}
+
+func TestValidateCollections(t *testing.T) {
+	tests := []struct {
+		name string
+		cs   []pgsource.Collection
+		want string
+	}{
+		{"none", nil, "collections"},
+		{"no name", []pgsource.Collection{{Table: "t", Key: "k"}}, "collections[0].name"},
+		{"bad name", []pgsource.Collection{{Name: "a/b", Table: "t", Key: "k"}}, "collections[0].name"},
+		{"no source", []pgsource.Collection{{Name: "a", Key: "k"}}, "set table or query"},
+		{"both", []pgsource.Collection{{Name: "a", Table: "t", Query: "SELECT 1", Key: "k"}}, "not both"},
+		{"no key", []pgsource.Collection{{Name: "a", Table: "t"}}, "collections[0].key"},
+		{"dup", []pgsource.Collection{{Name: "a", Table: "t", Key: "k"}, {Name: "a", Table: "u", Key: "k"}}, "collections[1].name"},
+		{"bad table", []pgsource.Collection{{Name: "a", Table: "a.b.c", Key: "k"}}, "collections[0].table"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			err := pgsource.ValidateCollections(tt.cs)
+			if err == nil || !strings.Contains(err.Error(), tt.want) {
+				t.Errorf("ValidateCollections = %v; want an error naming %q", err, tt.want)
+			}
+		})
+	}
+}
+
+func TestNewHidesTheDSN(t *testing.T) {
+	_, err := pgsource.New("postgres://u:s3cret@host:notaport/db", []pgsource.Collection{{Name: "a", Table: "t", Key: "k"}})
+	if err == nil || strings.Contains(err.Error(), "s3cret") {
+		t.Errorf("New(bad dsn) = %v; want an error that does not show the password", err)
+	}
+}
+
+func TestUnreachablePostgres(t *testing.T) {
+	src, err := pgsource.New("postgres://postgres@127.0.0.1:1/db?connect_timeout=2", []pgsource.Collection{{Name: "a", Table: "t", Key: "k"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = src.Ping(context.Background())
+	if err == nil || !strings.Contains(err.Error(), "127.0.0.1:1") {
+		t.Errorf("Ping(unreachable) = %v; want an error naming the address", err)
+	}
+}

@@ -1,0 +1,27 @@
+package snapshot
+
+import "errors"
+
+// Sentinel errors. Adapters translate backend errors into these and wrap them with
+// context, so callers test with errors.Is.
+var (
+	// ErrNotFound reports a missing document, manifest, collection or version.
+	ErrNotFound = errors.New("not found")
+	// ErrNoVersion reports that the dataset has no published version yet.
+	ErrNoVersion = errors.New("no version published yet")
+	// ErrConflict reports that a conditional write found state other than expected
+	// (a manifest not in the expected state, a pointer that moved since it was read).
+	ErrConflict = errors.New("conflict")
+	// ErrFenced reports a pointer flip rejected because the stored fence is at least
+	// the caller's fencing token: a newer holder has flipped since.
+	ErrFenced = errors.New("fenced: a newer fencing token has flipped the pointer")
+	// ErrPinned reports a scheduled flip rejected because the dataset is pinned.
+	ErrPinned = errors.New("dataset is pinned")
+	// ErrSourceBehind reports a flip rejected because the new version was read from an
+	// older source snapshot than the current version.
+	ErrSourceBehind = errors.New("source position would go backwards")
+	// ErrInvalid reports bad input: a malformed version, id or configuration.
+	ErrInvalid = errors.New("invalid")
+	// ErrSource reports bad source data: a NULL, duplicate or oversized key or document.
+	ErrSource = errors.New("bad source data")
+)

@@ -1,0 +1,105 @@
+package snapshot
+
+import (
+	"fmt"
+	"slices"
+	"time"
+)
+
+// State is where a version is in its life. A manifest moves
+// writing → sealed → published → retired, or to failed or rolled_back, and only by a
+// conditional write on its current state.
+type State string
+
+// The states of a version.
+const (
+	// StateWriting: documents are being written; the version is not readable.
+	StateWriting State = "writing"
+	// StateSealed: every document is written and the counts match the source; the
+	// version may be flipped to.
+	StateSealed State = "sealed"
+	// StatePublished: the pointer names (or named) this version.
+	StatePublished State = "published"
+	// StateRetired: a newer version replaced this one by a scheduled flip.
+	StateRetired State = "retired"
+	// StateFailed: the sync that wrote it failed or lost; never served.
+	StateFailed State = "failed"
+	// StateRolledBack: an operator rolled back away from this version.
+	StateRolledBack State = "rolled_back"
+)
+
+// transitions lists the states each state may move to.
+var transitions = map[State][]State{
+	StateWriting:    {StateSealed, StateFailed},
+	StateSealed:     {StatePublished, StateFailed},
+	StatePublished:  {StateRetired, StateRolledBack},
+	StateRetired:    {StatePublished},
+	StateRolledBack: {StatePublished},
+	StateFailed:     {},
+}
+
+// CanTransition reports whether a manifest may move from one state to another.
+func CanTransition(from, to State) bool { return slices.Contains(transitions[from], to) }
+
+// Servable reports whether a version in state s may be read: it is complete.
+func (s State) Servable() bool {
+	switch s {
+	case StateSealed, StatePublished, StateRetired, StateRolledBack:
+		return true
+	}
+	return false
+}
+
+// Valid reports whether s is one of the known states.
+func (s State) Valid() bool { _, ok := transitions[s]; return ok }
+
+// CollectionStats is what a version holds of one collection.
+type CollectionStats struct {
+	// Rows is the number of documents read from the source.
+	Rows int64 `json:"rows"`
+	// Written is the number of documents written to storage; equal to Rows when sealed.
+	Written int64 `json:"written"`
+	// Bytes is the total size of the documents, in bytes.
+	Bytes int64 `json:"bytes"`
+	// Digest is an order-independent hash of every (id, document) pair, hex.
+	Digest string `json:"digest"`
+}
+
+// Manifest is a version's record.
+type Manifest struct {
+	Dataset     string                     `json:"dataset"`
+	Version     Version                    `json:"version"`
+	State       State                      `json:"state"`
+	Collections map[string]CollectionStats `json:"collections"`
+	Source      Position                   `json:"source"`
+	// Writer names the process that wrote the version (host, pid, client id).
+	Writer      string    `json:"writer"`
+	StartedAt   time.Time `json:"started_at"`
+	SealedAt    time.Time `json:"sealed_at,omitzero"`
+	PublishedAt time.Time `json:"published_at,omitzero"`
+	// Token is the fencing token the version was flipped with; 0 until published.
+	Token uint64 `json:"token,omitempty"`
+	// Reason says why the version failed or was rolled back.
+	Reason string `json:"reason,omitempty"`
+}
+
+// CheckComplete returns an error unless every collection's written count equals the
+// count read from the source: the condition for sealing and for flipping.
+func (m *Manifest) CheckComplete() error {
+	for name, c := range m.Collections {
+		if c.Written != c.Rows {
+			return fmt.Errorf("version %s collection %s: wrote %d of %d documents", m.Version, name, c.Written, c.Rows)
+		}
+	}
+	return nil
+}
+
+// CollectionNames returns the manifest's collections in name order.
+func (m *Manifest) CollectionNames() []string {
+	names := make([]string, 0, len(m.Collections))
+	for n := range m.Collections {
+		names = append(names, n)
+	}
+	slices.Sort(names)
+	return names
+}

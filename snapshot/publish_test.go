@@ -1,0 +1,251 @@
+package snapshot_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"testing"
+
+	"github.com/google/uuid"
+
+	"github.com/snapflip/snapflip/internal/testenv"
+	"github.com/snapflip/snapflip/pgsource"
+	"github.com/snapflip/snapflip/snapshot"
+	"github.com/snapflip/snapflip/store"
+)
+
+// rig is a publisher on a real Postgres database and an in-process Bigtable.
+type rig struct {
+	dsn   string
+	store *store.Store
+	pub   *snapshot.Publisher
+}
+
+func newRig(tb testing.TB, collections []pgsource.Collection, schema ...string) *rig {
+	tb.Helper()
+	dsn := testenv.Postgres(tb)
+	testenv.Exec(tb, dsn, schema...)
+	st := testenv.Store(tb, testenv.StoreConfig(testenv.Bigtable(tb)))
+	src, err := pgsource.New(dsn, collections)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return &rig{dsn: dsn, store: st, pub: &snapshot.Publisher{
+		Dataset: "ds", Store: st, Source: src,
+		Versions: snapshot.NewVersionGen(uuid.New(), nil), Writer: "test",
+		MaxDocumentBytes: 1 << 20, Log: slog.New(slog.DiscardHandler),
+	}}
+}
+
+func (r *rig) pointer(tb testing.TB) snapshot.Pointer {
+	tb.Helper()
+	p, err := r.store.ReadPointer(context.Background(), "ds")
+	if err != nil {
+		tb.Fatalf("read pointer: %v", err)
+	}
+	return p
+}
+
+// lastManifest returns the newest manifest of the dataset.
+func (r *rig) lastManifest(tb testing.TB) snapshot.Manifest {
+	tb.Helper()
+	ms, err := r.store.ListManifests(context.Background(), "ds")
+	if err != nil || len(ms) == 0 {
+		tb.Fatalf("list manifests: %v, %d", err, len(ms))
+	}
+	return ms[len(ms)-1]
+}
+
+var twoCollections = []pgsource.Collection{
+	{Name: "users", Table: "users", Key: "id"},
+	{Name: "orders", Table: "orders", Key: "id"},
+}
+
+var twoTables = []string{
+	`CREATE TABLE users (id text PRIMARY KEY, name text)`,
+	`CREATE TABLE orders (id int, user_id text)`,
+	`INSERT INTO users SELECT 'u' || g, 'name ' || g FROM generate_series(1, 50) g`,
+	`INSERT INTO orders SELECT g, 'u' || (g % 50 + 1) FROM generate_series(1, 120) g`,
+}
+
+func TestPublishFlipsToACompleteVersion(t *testing.T) {
+	r := newRig(t, twoCollections, twoTables...)
+	ctx := context.Background()
+	res, err := r.pub.Publish(ctx, snapshot.PublishOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := res.Manifest
+	if m.State != snapshot.StatePublished || m.Collections["users"].Rows != 50 || m.Collections["orders"].Rows != 120 {
+		t.Errorf("manifest = %+v; want published with 50 users and 120 orders", m)
+	}
+	stored, err := r.store.ReadManifest(ctx, "ds", m.Version)
+	if err != nil || stored.State != snapshot.StatePublished || stored.Token != 1 {
+		t.Errorf("stored manifest = %+v, %v; want published with token 1", stored, err)
+	}
+	if p := r.pointer(t); p.Version != m.Version || p.Fence != 1 || p.Source != m.Source {
+		t.Errorf("pointer = %+v; want version %s, fence 1, source %+v", p, m.Version, m.Source)
+	}
+
+	// Unchanged source: nothing written.
+	res2, err := r.pub.Publish(ctx, snapshot.PublishOptions{})
+	if err != nil || !res2.NoOp {
+		t.Fatalf("second publish = %+v, %v; want a no-op", res2, err)
+	}
+
+	// Changed source: a new version; the old one is retired but still readable.
+	testenv.Exec(t, r.dsn, `UPDATE users SET name = 'renamed' WHERE id = 'u1'`)
+	res3, err := r.pub.Publish(ctx, snapshot.PublishOptions{})
+	if err != nil || res3.NoOp {
+		t.Fatalf("third publish = %+v, %v", res3, err)
+	}
+	if res3.Previous != m.Version || r.pointer(t).Version != res3.Manifest.Version {
+		t.Errorf("previous = %s, pointer = %s; want %s then %s", res3.Previous, r.pointer(t).Version, m.Version, res3.Manifest.Version)
+	}
+	old, _ := r.store.ReadManifest(ctx, "ds", m.Version)
+	if old.State != snapshot.StateRetired {
+		t.Errorf("replaced version is %s; want retired", old.State)
+	}
+	oldDoc, err := r.store.GetDocument(ctx, "ds", m.Version, "users", "u1")
+	if err != nil || !strings.Contains(string(oldDoc), `"name 1"`) {
+		t.Errorf("old version's u1 = %s, %v; want the old name", oldDoc, err)
+	}
+	newDoc, err := r.store.GetDocument(ctx, "ds", res3.Manifest.Version, "users", "u1")
+	if err != nil || !strings.Contains(string(newDoc), `"renamed"`) {
+		t.Errorf("new version's u1 = %s, %v; want the new name", newDoc, err)
+	}
+	if res3.Manifest.Collections["orders"].Digest != m.Collections["orders"].Digest {
+		t.Error("unchanged collection's digest changed")
+	}
+	if res3.Manifest.Collections["users"].Digest == m.Collections["users"].Digest {
+		t.Error("changed collection's digest did not change")
+	}
+}
+
+// TestFailedSyncChangesNothingVisible: every way a sync can fail leaves the pointer.
+func TestFailedSyncChangesNothingVisible(t *testing.T) {
+	tests := []struct {
+		name   string
+		break_ string // SQL that makes the next sync fail
+		opts   func(*rig) snapshot.PublishOptions
+		ctx    func() (context.Context, context.CancelFunc)
+		want   string
+	}{
+		{name: "duplicate key in the second collection", break_: `INSERT INTO orders VALUES (7, 'u1')`, want: `duplicate key "7"`},
+		{name: "NULL key", break_: `INSERT INTO orders VALUES (NULL, 'u1')`, want: "NULL key"},
+		{name: "oversized document", break_: `INSERT INTO users VALUES ('big', repeat('x', 2000000))`, want: "over the limit"},
+		{name: "table dropped", break_: `DROP TABLE orders`, want: "orders"},
+		{name: "stale fencing token", break_: `UPDATE users SET name = 'x'`,
+			opts: func(r *rig) snapshot.PublishOptions { return snapshot.PublishOptions{Token: r.pointer(t).Fence} }, want: "fenced"},
+		{name: "cancelled", break_: `UPDATE users SET name = 'y'`,
+			ctx: func() (context.Context, context.CancelFunc) {
+				ctx, cancel := context.WithCancel(context.Background())
+				cancel()
+				return ctx, cancel
+			}, want: "canceled"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			r := newRig(t, twoCollections, twoTables...)
+			good, err := r.pub.Publish(context.Background(), snapshot.PublishOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			testenv.Exec(t, r.dsn, tt.break_)
+			ctx := context.Background()
+			if tt.ctx != nil {
+				var cancel context.CancelFunc
+				ctx, cancel = tt.ctx()
+				defer cancel()
+			}
+			var opts snapshot.PublishOptions
+			if tt.opts != nil {
+				opts = tt.opts(r)
+			}
+			_, err = r.pub.Publish(ctx, opts)
+			if err == nil || !strings.Contains(err.Error(), tt.want) {
+				t.Fatalf("Publish = %v; want an error saying %q", err, tt.want)
+			}
+			if p := r.pointer(t); p.Version != good.Manifest.Version || p.Fence != 1 {
+				t.Errorf("pointer moved to %s (fence %d) after a failed sync; want %s", p.Version, p.Fence, good.Manifest.Version)
+			}
+			if last := r.lastManifest(t); last.Version != good.Manifest.Version && last.State != snapshot.StateFailed {
+				t.Errorf("failed sync's version %s is %s; want failed", last.Version, last.State)
+			}
+		})
+	}
+}
+
+func TestPublishRefusesToGoBackInSource(t *testing.T) {
+	r := newRig(t, twoCollections, twoTables...)
+	ctx := context.Background()
+	// Open a snapshot first, then publish a newer one through another publisher; the
+	// older snapshot must then not be flipped to.
+	first, err := r.pub.Publish(ctx, snapshot.PublishOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	slow := &slowSource{Source: r.pub.Source, opened: make(chan struct{}), release: make(chan struct{})}
+	slowPub := *r.pub
+	slowPub.Source = slow
+	slowPub.Versions = snapshot.NewVersionGen(uuid.New(), nil)
+	testenv.Exec(t, r.dsn, `UPDATE users SET name = 'a'`)
+	errc := make(chan error, 1)
+	go func() {
+		_, err := slowPub.Publish(ctx, snapshot.PublishOptions{Token: 100})
+		errc <- err
+	}()
+	<-slow.opened
+	testenv.Exec(t, r.dsn, `UPDATE users SET name = 'b'`)
+	newer, err := r.pub.Publish(ctx, snapshot.PublishOptions{Token: 50})
+	if err != nil {
+		t.Fatal(err)
+	}
+	close(slow.release)
+	err = <-errc
+	if !errors.Is(err, snapshot.ErrSourceBehind) && !errors.Is(err, snapshot.ErrConflict) {
+		t.Fatalf("publishing an older snapshot = %v; want ErrSourceBehind or ErrConflict", err)
+	}
+	if p := r.pointer(t); p.Version != newer.Manifest.Version {
+		t.Errorf("pointer = %s; want the newer %s (first was %s)", p.Version, newer.Manifest.Version, first.Manifest.Version)
+	}
+}
+
+// slowSource holds its snapshot open until released, so a newer one can overtake it.
+type slowSource struct {
+	snapshot.Source
+	opened, release chan struct{}
+}
+
+func (s *slowSource) Open(ctx context.Context) (snapshot.SourceSnapshot, error) {
+	snap, err := s.Source.Open(ctx)
+	if err != nil {
+		return nil, err
+	}
+	// Read one collection inside the snapshot so it is taken now.
+	close(s.opened)
+	<-s.release
+	return snap, nil
+}
+
+func TestPublishManyCollectionsAndRows(t *testing.T) {
+	var cols []pgsource.Collection
+	var schema []string
+	for i := range 5 {
+		name := fmt.Sprintf("c%d", i)
+		cols = append(cols, pgsource.Collection{Name: name, Query: fmt.Sprintf("SELECT g AS id, md5(g::text) AS h FROM generate_series(1, %d) g", 1000*(i+1)), Key: "id"})
+	}
+	r := newRig(t, cols, schema...)
+	res, err := r.pub.Publish(context.Background(), snapshot.PublishOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 5 {
+		c := res.Manifest.Collections[fmt.Sprintf("c%d", i)]
+		if c.Rows != int64(1000*(i+1)) || c.Written != c.Rows {
+			t.Errorf("c%d = %+v; want %d rows read and written", i, c, 1000*(i+1))
+		}
+	}
+}

@@ -1,0 +1,49 @@
+package snapshot
+
+import (
+	"context"
+	"fmt"
+)
+
+// Position says where in the source's history a version was read. For Postgres it is
+// the WAL position (LSN) taken inside the snapshot, plus the snapshot's description.
+// Positions order by LSN: a version read later never has a smaller LSN.
+type Position struct {
+	// LSN is the source's write-ahead-log position when the snapshot was taken.
+	LSN uint64 `json:"lsn"`
+	// Snapshot is the source's own description of the snapshot (pg_current_snapshot()).
+	Snapshot string `json:"snapshot,omitempty"`
+	// Config fingerprints the collection definitions the version was read with, so a
+	// changed definition is never mistaken for an unchanged source.
+	Config string `json:"config,omitempty"`
+}
+
+// String formats the LSN the way Postgres does, "16/B374D848".
+func (p Position) String() string { return fmt.Sprintf("%X/%X", p.LSN>>32, uint32(p.LSN)) }
+
+// Document is one row of a collection: its id and its JSON object.
+type Document struct {
+	ID   string
+	Body []byte
+}
+
+// Source reads the configured collections of a dataset from one consistent snapshot.
+type Source interface {
+	// Collections returns the names of the collections the source reads, in order.
+	Collections() []string
+	// Open begins one consistent read of every collection. The caller must Close it.
+	Open(ctx context.Context) (SourceSnapshot, error)
+}
+
+// SourceSnapshot is one consistent read of the source.
+type SourceSnapshot interface {
+	// Position returns where the snapshot was taken.
+	Position() Position
+	// Scan streams the collection's documents in key order to fn, which owns each
+	// document's bytes from then on. It stops at the
+	// first error fn returns, returning it. A NULL, duplicate or malformed key fails
+	// with an error wrapping ErrSource that names the collection and the key.
+	Scan(ctx context.Context, collection string, fn func(Document) error) error
+	// Close ends the read. It is safe to call more than once.
+	Close(ctx context.Context) error
+}

@@ -1,0 +1,49 @@
+package store
+
+import (
+	"context"
+	"fmt"
+
+	"cloud.google.com/go/bigtable"
+
+	"github.com/snapflip/snapflip/snapshot"
+)
+
+// colDoc is the column d:v holding a document's JSON.
+const colDoc = "v"
+
+// GetDocument returns one document of a version, or ErrNotFound.
+func (s *Store) GetDocument(ctx context.Context, dataset string, v snapshot.Version, collection, id string) ([]byte, error) {
+	row, err := s.tbl.ReadRow(ctx, docKey(dataset, v, collection, id), bigtable.RowFilter(column(famDocs, colDoc)))
+	if err != nil {
+		return nil, s.wrap(err, "read %s/%q at %s", collection, id, v)
+	}
+	cells := row[famDocs]
+	if len(cells) == 0 {
+		return nil, fmt.Errorf("collection %s id %q at %s: %w", collection, id, v, snapshot.ErrNotFound)
+	}
+	return cells[0].Value, nil
+}
+
+// ScanDocuments calls fn with every document of one collection of a version, in id
+// order, until fn returns false.
+func (s *Store) ScanDocuments(ctx context.Context, dataset string, v snapshot.Version, collection string, fn func(snapshot.Document) bool) error {
+	prefix := docPrefix(dataset, v, collection)
+	var derr error
+	err := s.tbl.ReadRows(ctx, bigtable.PrefixRange(prefix), func(r bigtable.Row) bool {
+		id, err := idFromDocKey(prefix, r.Key())
+		if err != nil {
+			derr = err
+			return false
+		}
+		cells := r[famDocs]
+		if len(cells) == 0 {
+			return true
+		}
+		return fn(snapshot.Document{ID: id, Body: cells[0].Value})
+	}, bigtable.RowFilter(column(famDocs, colDoc)))
+	if err != nil {
+		return s.wrap(err, "scan %s at %s", collection, v)
+	}
+	return derr
+}

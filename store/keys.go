@@ -1,0 +1,111 @@
+package store
+
+import (
+	"fmt"
+	"strings"
+
+	"github.com/snapflip/snapflip/snapshot"
+)
+
+// Row keys are components joined by '#'. Each component is escaped so that it never
+// holds a '#', which makes keys collision-free, and so that the byte order of escaped
+// keys is the byte order of the unescaped components, which makes a collection's ids
+// scan in id order. A byte b <= '$' (0x24) is written as '$' followed by b+0x40; every
+// other byte stands for itself. The separator '#' (0x23) sorts below '$' and below every
+// unescaped byte, so a component sorts before any longer component it is a prefix of.
+
+const (
+	sep       = '#'
+	escape    = '$'
+	escOffset = 0x40
+)
+
+// escapeComponent returns s escaped for use inside a row key.
+func escapeComponent(s string) string {
+	n := 0
+	for i := 0; i < len(s); i++ {
+		if s[i] <= escape {
+			n++
+		}
+	}
+	if n == 0 {
+		return s
+	}
+	var b strings.Builder
+	b.Grow(len(s) + n)
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if c <= escape {
+			b.WriteByte(escape)
+			b.WriteByte(c + escOffset)
+		} else {
+			b.WriteByte(c)
+		}
+	}
+	return b.String()
+}
+
+// unescapeComponent reverses escapeComponent.
+func unescapeComponent(s string) (string, error) {
+	if strings.IndexByte(s, escape) < 0 {
+		return s, nil
+	}
+	var b strings.Builder
+	b.Grow(len(s))
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if c != escape {
+			b.WriteByte(c)
+			continue
+		}
+		if i+1 >= len(s) || s[i+1] < escOffset || s[i+1] > escOffset+escape {
+			return "", fmt.Errorf("%w row key component %q: bad escape at byte %d", snapshot.ErrInvalid, s, i)
+		}
+		b.WriteByte(s[i+1] - escOffset)
+		i++
+	}
+	return b.String(), nil
+}
+
+// docPrefix is the prefix of every document of one collection of one version.
+func docPrefix(dataset string, v snapshot.Version, collection string) string {
+	return "d#" + escapeComponent(dataset) + "#" + escapeComponent(string(v)) + "#" + escapeComponent(collection) + "#"
+}
+
+// docKey is the row key of one document.
+func docKey(dataset string, v snapshot.Version, collection, id string) string {
+	return docPrefix(dataset, v, collection) + escapeComponent(id)
+}
+
+// versionDocPrefix is the prefix of every document of one version.
+func versionDocPrefix(dataset string, v snapshot.Version) string {
+	return "d#" + escapeComponent(dataset) + "#" + escapeComponent(string(v)) + "#"
+}
+
+// manifestPrefix is the prefix of every manifest of a dataset.
+func manifestPrefix(dataset string) string { return "m#" + escapeComponent(dataset) + "#" }
+
+// manifestKey is "m#<dataset>#<millis, 13 digits>#<uuid>": listing the prefix gives
+// versions in time order.
+func manifestKey(dataset string, v snapshot.Version) string {
+	return fmt.Sprintf("%s%013d#%s", manifestPrefix(dataset), v.Millis(), v.ClientID())
+}
+
+// pointerKey is the row key of a dataset's pointer.
+func pointerKey(dataset string) string { return "p#" + escapeComponent(dataset) }
+
+// leaseKey is the row key of a lease.
+func leaseKey(name string) string { return "l#" + escapeComponent(name) }
+
+// slotKey is the row key of a slot claim.
+func slotKey(dataset string, slot int64) string {
+	return fmt.Sprintf("s#%s#%020d", escapeComponent(dataset), slot)
+}
+
+// idFromDocKey returns the id of a document row key under prefix.
+func idFromDocKey(prefix, key string) (string, error) {
+	if !strings.HasPrefix(key, prefix) {
+		return "", fmt.Errorf("%w row key %q is not under %q", snapshot.ErrInvalid, key, prefix)
+	}
+	return unescapeComponent(key[len(prefix):])
+}

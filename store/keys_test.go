@@ -1,0 +1,69 @@
+package store
+
+import (
+	"bytes"
+	"strings"
+	"testing"
+)
+
+var awkwardIDs = []string{
+	"", "a", "a#b", "a/b", "100%", "%2F", "with space", "tab\tx", "nul\x00x", "$", "$$", "#", "##",
+	"ünïcødé", "日本語", "emoji 🎉", "a$b", "\x01", "\x24", "\x25", "~", "\xff", "a\x00", "a!", "a#", "a$",
+}
+
+func TestEscapeRoundTrip(t *testing.T) {
+	for _, id := range awkwardIDs {
+		esc := escapeComponent(id)
+		if strings.IndexByte(esc, sep) >= 0 {
+			t.Errorf("escapeComponent(%q) = %q holds the separator", id, esc)
+		}
+		got, err := unescapeComponent(esc)
+		if err != nil || got != id {
+			t.Errorf("unescapeComponent(escapeComponent(%q)) = %q, %v; want the input back", id, got, err)
+		}
+	}
+}
+
+func TestEscapeOrderPreserving(t *testing.T) {
+	for _, a := range awkwardIDs {
+		for _, b := range awkwardIDs {
+			want := strings.Compare(a, b)
+			got := strings.Compare(docKey("ds", "v", "c", a), docKey("ds", "v", "c", b))
+			if got != want {
+				t.Errorf("order of keys for %q, %q = %d; want %d (the ids' own order)", a, b, got, want)
+			}
+			// A component compared inside a longer key must keep its order too.
+			got = strings.Compare(docPrefix("ds", "v", a), docPrefix("ds", "v", b))
+			if got != want {
+				t.Errorf("order of prefixes for collections %q, %q = %d; want %d", a, b, got, want)
+			}
+		}
+	}
+}
+
+func TestUnescapeRejectsMalformed(t *testing.T) {
+	for _, s := range []string{"$", "a$", "$\x00", "$z"} {
+		if _, err := unescapeComponent(s); err == nil {
+			t.Errorf("unescapeComponent(%q) = nil error; want an error", s)
+		}
+	}
+}
+
+func FuzzEscape(f *testing.F) {
+	for _, id := range awkwardIDs {
+		f.Add(id, "x")
+	}
+	f.Fuzz(func(t *testing.T, a, b string) {
+		ea, eb := escapeComponent(a), escapeComponent(b)
+		got, err := unescapeComponent(ea)
+		if err != nil || got != a {
+			t.Fatalf("round trip of %q = %q, %v", a, got, err)
+		}
+		if bytes.IndexByte([]byte(ea), sep) >= 0 {
+			t.Fatalf("escaped %q holds the separator", a)
+		}
+		if c1, c2 := strings.Compare(a, b), strings.Compare(ea+"#", eb+"#"); c1 != c2 {
+			t.Fatalf("order of %q, %q: ids %d, keys %d", a, b, c1, c2)
+		}
+	})
+}

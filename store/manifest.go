@@ -1,0 +1,126 @@
+package store
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+
+	"cloud.google.com/go/bigtable"
+
+	"github.com/snapflip/snapflip/snapshot"
+)
+
+// A manifest row m#<dataset>#<millis>#<uuid> holds m:state, the state alone (compared by
+// conditional writes), and m:manifest, the whole manifest as JSON.
+const (
+	colState    = "state"
+	colManifest = "manifest"
+)
+
+func manifestMutation(m snapshot.Manifest) (*bigtable.Mutation, error) {
+	body, err := json.Marshal(m)
+	if err != nil {
+		return nil, fmt.Errorf("encode manifest %s: %w", m.Version, err)
+	}
+	ts := bigtable.Now()
+	mut := bigtable.NewMutation()
+	mut.DeleteCellsInColumn(famManifest, colState)
+	mut.Set(famManifest, colState, ts, []byte(m.State))
+	mut.DeleteCellsInColumn(famManifest, colManifest)
+	mut.Set(famManifest, colManifest, ts, body)
+	return mut, nil
+}
+
+// CreateManifest stores a new manifest, or returns ErrConflict if one exists.
+func (s *Store) CreateManifest(ctx context.Context, m snapshot.Manifest) error {
+	mut, err := manifestMutation(m)
+	if err != nil {
+		return err
+	}
+	var exists bool
+	cond := bigtable.NewCondMutation(column(famManifest, colState), nil, mut)
+	if err := s.tbl.Apply(ctx, manifestKey(m.Dataset, m.Version), cond, bigtable.GetCondMutationResult(&exists)); err != nil {
+		got, rerr := s.ReadManifest(context.WithoutCancel(ctx), m.Dataset, m.Version)
+		if rerr == nil && got.State == m.State && got.Writer == m.Writer && got.StartedAt.Equal(m.StartedAt) {
+			return nil
+		}
+		return s.wrap(err, "create manifest %s", m.Version)
+	}
+	if exists {
+		return fmt.Errorf("create manifest %s: %w: it exists", m.Version, snapshot.ErrConflict)
+	}
+	return nil
+}
+
+// UpdateManifest writes m if the stored state is from, else returns ErrConflict (or
+// ErrNotFound when there is no such manifest).
+func (s *Store) UpdateManifest(ctx context.Context, m snapshot.Manifest, from snapshot.State) error {
+	if !snapshot.CanTransition(from, m.State) && from != m.State {
+		return fmt.Errorf("%w manifest transition %s → %s", snapshot.ErrInvalid, from, m.State)
+	}
+	mut, err := manifestMutation(m)
+	if err != nil {
+		return err
+	}
+	var matched bool
+	cond := bigtable.NewCondMutation(valueEquals(famManifest, colState, []byte(from)), mut, nil)
+	if err := s.tbl.Apply(ctx, manifestKey(m.Dataset, m.Version), cond, bigtable.GetCondMutationResult(&matched)); err != nil {
+		got, rerr := s.ReadManifest(context.WithoutCancel(ctx), m.Dataset, m.Version)
+		if rerr == nil && got.State == m.State {
+			return nil
+		}
+		return s.wrap(err, "update manifest %s to %s", m.Version, m.State)
+	}
+	if matched {
+		return nil
+	}
+	got, err := s.ReadManifest(ctx, m.Dataset, m.Version)
+	if err != nil {
+		return fmt.Errorf("update manifest %s %s → %s: %w", m.Version, from, m.State, err)
+	}
+	return fmt.Errorf("update manifest %s %s → %s: it is %s: %w", m.Version, from, m.State, got.State, snapshot.ErrConflict)
+}
+
+// ReadManifest returns a manifest, or ErrNotFound.
+func (s *Store) ReadManifest(ctx context.Context, dataset string, v snapshot.Version) (snapshot.Manifest, error) {
+	row, err := s.tbl.ReadRow(ctx, manifestKey(dataset, v), bigtable.RowFilter(column(famManifest, colManifest)))
+	if err != nil {
+		return snapshot.Manifest{}, s.wrap(err, "read manifest %s", v)
+	}
+	cells := row[famManifest]
+	if len(cells) == 0 {
+		return snapshot.Manifest{}, fmt.Errorf("manifest %s: %w", v, snapshot.ErrNotFound)
+	}
+	return decodeManifest(cells[0].Value)
+}
+
+func decodeManifest(b []byte) (snapshot.Manifest, error) {
+	var m snapshot.Manifest
+	if err := json.Unmarshal(b, &m); err != nil {
+		return snapshot.Manifest{}, fmt.Errorf("decode manifest: %w", err)
+	}
+	return m, nil
+}
+
+// ListManifests returns the dataset's manifests, oldest first.
+func (s *Store) ListManifests(ctx context.Context, dataset string) ([]snapshot.Manifest, error) {
+	var out []snapshot.Manifest
+	var derr error
+	err := s.tbl.ReadRows(ctx, bigtable.PrefixRange(manifestPrefix(dataset)), func(r bigtable.Row) bool {
+		cells := r[famManifest]
+		if len(cells) == 0 {
+			return true
+		}
+		m, err := decodeManifest(cells[0].Value)
+		if err != nil {
+			derr = fmt.Errorf("row %s: %w", r.Key(), err)
+			return false
+		}
+		out = append(out, m)
+		return true
+	}, bigtable.RowFilter(column(famManifest, colManifest)))
+	if err != nil {
+		return nil, s.wrap(err, "list manifests of dataset %s", dataset)
+	}
+	return out, derr
+}

@@ -1,0 +1,159 @@
+package store
+
+import (
+	"context"
+	"encoding/binary"
+	"encoding/json"
+	"fmt"
+
+	"cloud.google.com/go/bigtable"
+
+	"github.com/snapflip/snapflip/snapshot"
+)
+
+// The pointer row p#<dataset> holds, in family c, the whole pointer as JSON and, beside
+// it, the cells that Bigtable's conditional write compares: the version, the fence and
+// the source LSN as 8-byte big-endian numbers (so byte order is numeric order), and the
+// pinned flag. All of them change together in one CheckAndMutateRow.
+const (
+	colPointer = "pointer"
+	colVersion = "version"
+	colFence   = "fence"
+	colSource  = "source"
+	colPinned  = "pinned"
+)
+
+func be64(n uint64) []byte {
+	var b [8]byte
+	binary.BigEndian.PutUint64(b[:], n)
+	return b[:]
+}
+
+// column returns a filter for the newest cell of one column.
+func column(fam, col string) bigtable.Filter {
+	return bigtable.ChainFilters(bigtable.ColumnRangeFilter(fam, col, col+"\x00"), bigtable.LatestNFilter(1))
+}
+
+// valueAtLeast matches the column's value when it is >= v (bytewise).
+func valueAtLeast(fam, col string, v []byte) bigtable.Filter {
+	return bigtable.ChainFilters(column(fam, col), bigtable.ValueRangeFilter(v, nil))
+}
+
+// valueEquals matches the column's value when it is exactly v.
+func valueEquals(fam, col string, v []byte) bigtable.Filter {
+	return bigtable.ChainFilters(column(fam, col), bigtable.ValueRangeFilter(v, append(append([]byte{}, v...), 0)))
+}
+
+// valueNotEquals matches the column's value when it exists and is not v.
+func valueNotEquals(fam, col string, v []byte) bigtable.Filter {
+	return bigtable.ChainFilters(column(fam, col), bigtable.InterleaveFilters(
+		bigtable.ValueRangeFilter([]byte{}, v),
+		bigtable.ValueRangeFilter(append(append([]byte{}, v...), 0), nil),
+	))
+}
+
+// ReadPointer returns the dataset's pointer, or ErrNoVersion.
+func (s *Store) ReadPointer(ctx context.Context, dataset string) (snapshot.Pointer, error) {
+	row, err := s.tbl.ReadRow(ctx, pointerKey(dataset), bigtable.RowFilter(column(famControl, colPointer)))
+	if err != nil {
+		return snapshot.Pointer{}, s.wrap(err, "read pointer of dataset %s", dataset)
+	}
+	cells := row[famControl]
+	if len(cells) == 0 {
+		return snapshot.Pointer{}, fmt.Errorf("dataset %s: %w", dataset, snapshot.ErrNoVersion)
+	}
+	var p snapshot.Pointer
+	if err := json.Unmarshal(cells[0].Value, &p); err != nil {
+		return snapshot.Pointer{}, fmt.Errorf("decode pointer of dataset %s: %w", dataset, err)
+	}
+	return p, nil
+}
+
+// FlipPointer moves the pointer in one CheckAndMutateRow. The predicate matches, and
+// so rejects the flip, when the stored fence is >= the token, when the dataset is
+// pinned (unless rolling back), when the stored source LSN is greater than the new one
+// (unless rolling back), or when the stored version is not the expected one.
+func (s *Store) FlipPointer(ctx context.Context, dataset string, f snapshot.Flip) (snapshot.Pointer, error) {
+	if f.Token == 0 {
+		return snapshot.Pointer{}, fmt.Errorf("%w flip: fencing token 0", snapshot.ErrInvalid)
+	}
+	p := snapshot.Pointer{
+		Version:   f.Version,
+		Previous:  f.Expected,
+		Fence:     f.Token,
+		Source:    f.Source,
+		Pinned:    f.Pin,
+		FlippedAt: f.At,
+		By:        f.By,
+		Reason:    f.Reason,
+	}
+	body, err := json.Marshal(p)
+	if err != nil {
+		return snapshot.Pointer{}, err
+	}
+	reject := []bigtable.Filter{valueAtLeast(famControl, colFence, be64(f.Token))}
+	if !f.Rollback {
+		reject = append(reject, valueEquals(famControl, colPinned, []byte("1")))
+		if f.Source.LSN < ^uint64(0) {
+			reject = append(reject, valueAtLeast(famControl, colSource, be64(f.Source.LSN+1)))
+		}
+	}
+	if f.Expected == "" {
+		reject = append(reject, column(famControl, colVersion))
+	} else {
+		reject = append(reject, valueNotEquals(famControl, colVersion, []byte(f.Expected)))
+	}
+	pinned := []byte("0")
+	if f.Pin {
+		pinned = []byte("1")
+	}
+	ts := bigtable.Time(f.At)
+	mut := bigtable.NewMutation()
+	for col, val := range map[string][]byte{
+		colPointer: body,
+		colVersion: []byte(f.Version),
+		colFence:   be64(f.Token),
+		colSource:  be64(f.Source.LSN),
+		colPinned:  pinned,
+	} {
+		mut.DeleteCellsInColumn(famControl, col)
+		mut.Set(famControl, col, ts, val)
+	}
+	var rejected bool
+	cond := bigtable.NewCondMutation(bigtable.InterleaveFilters(reject...), nil, mut)
+	err = s.tbl.Apply(ctx, pointerKey(dataset), cond, bigtable.GetCondMutationResult(&rejected))
+	if err != nil {
+		// The write may or may not have applied: re-read and decide.
+		got, rerr := s.ReadPointer(context.WithoutCancel(ctx), dataset)
+		if rerr == nil && got.Version == f.Version && got.Fence == f.Token {
+			return got, nil
+		}
+		return snapshot.Pointer{}, s.wrap(err, "flip pointer of dataset %s (re-read shows it did not apply)", dataset)
+	}
+	if !rejected {
+		return p, nil
+	}
+	return snapshot.Pointer{}, s.whyRejected(ctx, dataset, f)
+}
+
+// whyRejected re-reads the pointer after a rejected flip and names the reason.
+func (s *Store) whyRejected(ctx context.Context, dataset string, f snapshot.Flip) error {
+	cur, err := s.ReadPointer(ctx, dataset)
+	if err != nil {
+		return fmt.Errorf("flip of dataset %s rejected; re-read failed: %w", dataset, err)
+	}
+	switch {
+	case cur.Fence >= f.Token:
+		return fmt.Errorf("flip of dataset %s to %s with token %d: stored fence is %d: %w",
+			dataset, f.Version, f.Token, cur.Fence, snapshot.ErrFenced)
+	case cur.Pinned && !f.Rollback:
+		return fmt.Errorf("flip of dataset %s to %s: pinned at %s (%s): %w",
+			dataset, f.Version, cur.Version, cur.Reason, snapshot.ErrPinned)
+	case !f.Rollback && cur.Source.LSN > f.Source.LSN:
+		return fmt.Errorf("flip of dataset %s to %s: its source %s is older than the current %s: %w",
+			dataset, f.Version, f.Source, cur.Source, snapshot.ErrSourceBehind)
+	default:
+		return fmt.Errorf("flip of dataset %s to %s: expected current version %q, found %q: %w",
+			dataset, f.Version, f.Expected, cur.Version, snapshot.ErrConflict)
+	}
+}

@@ -1,0 +1,58 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"cloud.google.com/go/bigtable"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+)
+
+// policies returns the GC rule of each column family for the configured TTL.
+func (s *Store) policies() map[string]bigtable.GCPolicy {
+	return map[string]bigtable.GCPolicy{
+		famDocs:     bigtable.UnionPolicy(bigtable.MaxAgePolicy(s.cfg.TTL), bigtable.MaxVersionsPolicy(1)),
+		famManifest: bigtable.MaxAgePolicy(s.cfg.TTL + s.cfg.ManifestGrace),
+		famControl:  bigtable.MaxVersionsPolicy(1),
+		famSlots:    bigtable.MaxAgePolicy(s.cfg.SlotRetention),
+	}
+}
+
+// EnsureSchema creates the table and its column families if they are missing, and sets
+// every family's GC rule to the configured one (so a changed TTL takes effect).
+func (s *Store) EnsureSchema(ctx context.Context) error {
+	info, err := s.admin.TableInfo(ctx, s.cfg.Table)
+	if status.Code(err) == codes.NotFound {
+		err = s.admin.CreateTable(ctx, s.cfg.Table)
+		if err != nil && status.Code(err) != codes.AlreadyExists {
+			return s.wrap(err, "create table %s", s.cfg.Table)
+		}
+		info, err = s.admin.TableInfo(ctx, s.cfg.Table)
+	}
+	if err != nil {
+		return s.wrap(err, "read table %s", s.cfg.Table)
+	}
+	have := map[string]bool{}
+	for _, f := range info.FamilyInfos {
+		have[f.Name] = true
+	}
+	var errs []error
+	for fam, policy := range s.policies() {
+		if !have[fam] {
+			err := s.admin.CreateColumnFamily(ctx, s.cfg.Table, fam)
+			if err != nil && status.Code(err) != codes.AlreadyExists {
+				errs = append(errs, s.wrap(err, "create column family %s", fam))
+				continue
+			}
+		}
+		if err := s.admin.SetGCPolicy(ctx, s.cfg.Table, fam, policy); err != nil {
+			errs = append(errs, s.wrap(err, "set GC policy of family %s", fam))
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("ensure schema of table %s: %w", s.cfg.Table, err)
+	}
+	return nil
+}

@@ -1,0 +1,200 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"cloud.google.com/go/bigtable"
+	"google.golang.org/api/option"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
+
+	"github.com/snapflip/snapflip/snapshot"
+)
+
+// Column families.
+const (
+	famDocs     = "d" // documents: MaxAge(ttl) or MaxVersions(1)
+	famManifest = "m" // manifests: MaxAge(ttl + grace)
+	famControl  = "c" // pointer, leases: MaxVersions(1), never age
+	famSlots    = "s" // slot claims: MaxAge(SlotRetention)
+)
+
+// Config says which Bigtable table to use and how to write to it.
+type Config struct {
+	// Project and Instance name the Bigtable instance; default "local", "local".
+	Project, Instance string
+	// Table is the table name; default "snapflip".
+	Table string
+	// AppProfile is the app profile for data operations; it must use single-cluster
+	// routing on a replicated instance, which conditional writes need. Default: the
+	// instance's default profile.
+	AppProfile string
+	// EmulatorHost, when set, connects to a Bigtable emulator at host:port without
+	// credentials (BIGTABLE_EMULATOR_HOST).
+	EmulatorHost string
+	// TTL is how long document cells live (family d MaxAge); default 168h.
+	TTL time.Duration
+	// ManifestGrace is how much longer manifests live than documents; default 24h.
+	ManifestGrace time.Duration
+	// SlotRetention is how long slot claims live; default 72h.
+	SlotRetention time.Duration
+	// BatchRows bounds the rows of one ApplyBulk; default 500.
+	BatchRows int
+	// BatchBytes bounds the bytes of one ApplyBulk; default 4 MiB.
+	BatchBytes int
+	// Writers is how many ApplyBulk calls run at once; default 4.
+	Writers int
+	// RowRetries is how often a row that failed inside an ApplyBulk is retried;
+	// default 5.
+	RowRetries int
+}
+
+// DefaultConfig returns the defaults.
+func DefaultConfig() Config {
+	return Config{
+		Project:       "local",
+		Instance:      "local",
+		Table:         "snapflip",
+		TTL:           168 * time.Hour,
+		ManifestGrace: 24 * time.Hour,
+		SlotRetention: 72 * time.Hour,
+		BatchRows:     500,
+		BatchBytes:    4 << 20,
+		Writers:       4,
+		RowRetries:    5,
+	}
+}
+
+// Validate reports the first field that is not usable, by name.
+func (c Config) Validate() error {
+	switch {
+	case c.Project == "":
+		return errors.New("bigtable.project is required")
+	case c.Instance == "":
+		return errors.New("bigtable.instance is required")
+	case c.Table == "":
+		return errors.New("bigtable.table is required")
+	case c.TTL < time.Second:
+		return fmt.Errorf("ttl %s: must be at least 1s", c.TTL)
+	case c.ManifestGrace < 0:
+		return fmt.Errorf("manifest grace %s: must not be negative", c.ManifestGrace)
+	case c.BatchRows < 1 || c.BatchRows > 100_000:
+		return fmt.Errorf("bigtable.batch_rows %d: must be 1..100000", c.BatchRows)
+	case c.BatchBytes < 1<<10:
+		return fmt.Errorf("bigtable.batch_bytes %d: must be at least 1024", c.BatchBytes)
+	case c.Writers < 1 || c.Writers > 256:
+		return fmt.Errorf("bigtable.writers %d: must be 1..256", c.Writers)
+	case c.RowRetries < 0:
+		return fmt.Errorf("bigtable.row_retries %d: must not be negative", c.RowRetries)
+	}
+	if c.Project == "local" && c.EmulatorHost == "" {
+		return errors.New("bigtable.project is \"local\" but BIGTABLE_EMULATOR_HOST is unset: " +
+			"start the emulator (make emulator, or go run cloud.google.com/go/bigtable/cmd/emulator -port 8086) " +
+			"and export BIGTABLE_EMULATOR_HOST=localhost:8086, or set bigtable.project and bigtable.instance to a real instance")
+	}
+	return nil
+}
+
+// maxMessageBytes is the gRPC message size the clients accept, matching the emulator.
+const maxMessageBytes = 256 << 20
+
+// Store is snapflip's storage on one Bigtable table.
+type Store struct {
+	cfg    Config
+	client *bigtable.Client
+	admin  *bigtable.AdminClient
+	tbl    *bigtable.Table
+	conn   *grpc.ClientConn // the emulator connection, when there is one
+}
+
+var (
+	_ snapshot.PublishStore = (*Store)(nil)
+	_ snapshot.ReadStore    = (*Store)(nil)
+)
+
+// Open connects to Bigtable. It does not touch the table; call EnsureSchema (writers)
+// or Ping (readers) to find out whether it is there.
+func Open(ctx context.Context, cfg Config, opts ...option.ClientOption) (*Store, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	s := &Store{cfg: cfg}
+	if cfg.EmulatorHost != "" && len(opts) == 0 {
+		conn, err := grpc.NewClient(cfg.EmulatorHost,
+			grpc.WithTransportCredentials(insecure.NewCredentials()),
+			grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(maxMessageBytes), grpc.MaxCallSendMsgSize(maxMessageBytes)))
+		if err != nil {
+			return nil, fmt.Errorf("bigtable emulator %s: %w", cfg.EmulatorHost, err)
+		}
+		s.conn = conn
+		opts = []option.ClientOption{option.WithGRPCConn(conn)}
+	}
+	ccfg := bigtable.ClientConfig{AppProfile: cfg.AppProfile}
+	if cfg.EmulatorHost != "" || len(opts) > 0 {
+		ccfg.MetricsProvider = bigtable.NoopMetricsProvider{}
+		ccfg.DisableSession = true
+	}
+	client, err := bigtable.NewClientWithConfig(ctx, cfg.Project, cfg.Instance, ccfg, opts...)
+	if err != nil {
+		s.Close()
+		return nil, fmt.Errorf("bigtable client: %w", err)
+	}
+	s.client = client
+	admin, err := bigtable.NewAdminClient(ctx, cfg.Project, cfg.Instance, opts...)
+	if err != nil {
+		s.Close()
+		return nil, fmt.Errorf("bigtable admin client: %w", err)
+	}
+	s.admin = admin
+	s.tbl = client.Open(cfg.Table)
+	return s, nil
+}
+
+// Close releases the connections.
+func (s *Store) Close() error {
+	var errs []error
+	if s.client != nil {
+		errs = append(errs, s.client.Close())
+	}
+	if s.admin != nil {
+		errs = append(errs, s.admin.Close())
+	}
+	if s.conn != nil {
+		errs = append(errs, s.conn.Close())
+	}
+	return errors.Join(errs...)
+}
+
+// Config returns the store's configuration.
+func (s *Store) Config() Config { return s.cfg }
+
+// Ping reads one row to prove that Bigtable and the table are reachable.
+func (s *Store) Ping(ctx context.Context) error {
+	_, err := s.tbl.ReadRow(ctx, pointerKey("\x00ping"))
+	if err != nil {
+		return s.wrap(err, "ping bigtable table %s", s.cfg.Table)
+	}
+	return nil
+}
+
+// wrap adds context to a Bigtable error and says what to do about the common ones.
+func (s *Store) wrap(err error, format string, args ...any) error {
+	msg := fmt.Sprintf(format, args...)
+	switch status.Code(err) {
+	case codes.NotFound:
+		return fmt.Errorf("%s: table %q or instance %s/%s not found (run the syncer once to create the table): %w",
+			msg, s.cfg.Table, s.cfg.Project, s.cfg.Instance, err)
+	case codes.Unavailable, codes.DeadlineExceeded:
+		where := s.cfg.Project + "/" + s.cfg.Instance
+		if s.cfg.EmulatorHost != "" {
+			where = "the emulator at " + s.cfg.EmulatorHost
+		}
+		return fmt.Errorf("%s: bigtable (%s) unreachable: %w", msg, where, err)
+	}
+	return fmt.Errorf("%s: %w", msg, err)
+}

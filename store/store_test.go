@@ -1,0 +1,283 @@
+package store_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/google/uuid"
+
+	"github.com/snapflip/snapflip/internal/testenv"
+	"github.com/snapflip/snapflip/snapshot"
+	"github.com/snapflip/snapflip/store"
+)
+
+func newStore(tb testing.TB) *store.Store {
+	tb.Helper()
+	return testenv.Store(tb, testenv.StoreConfig(testenv.Bigtable(tb)))
+}
+
+func TestEnsureSchemaIsIdempotent(t *testing.T) {
+	addr := testenv.Bigtable(t)
+	st := testenv.Store(t, testenv.StoreConfig(addr))
+	if err := st.EnsureSchema(context.Background()); err != nil {
+		t.Fatalf("second EnsureSchema: %v", err)
+	}
+	if err := st.Ping(context.Background()); err != nil {
+		t.Fatalf("Ping: %v", err)
+	}
+}
+
+func TestConfigValidateNamesTheField(t *testing.T) {
+	tests := []struct {
+		name   string
+		mutate func(*store.Config)
+		want   string
+	}{
+		{"no emulator for local", func(c *store.Config) { c.EmulatorHost = "" }, "BIGTABLE_EMULATOR_HOST"},
+		{"ttl", func(c *store.Config) { c.TTL = 0 }, "ttl"},
+		{"writers", func(c *store.Config) { c.Writers = 0 }, "bigtable.writers"},
+		{"table", func(c *store.Config) { c.Table = "" }, "bigtable.table"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			cfg := testenv.StoreConfig("127.0.0.1:1")
+			tt.mutate(&cfg)
+			err := cfg.Validate()
+			if err == nil || !strings.Contains(err.Error(), tt.want) {
+				t.Errorf("Validate() = %v; want an error naming %q", err, tt.want)
+			}
+		})
+	}
+}
+
+func version(tb testing.TB) snapshot.Version {
+	tb.Helper()
+	return snapshot.NewVersionGen(uuid.New(), nil).Next()
+}
+
+func TestWriterRoundTripsAwkwardIDs(t *testing.T) {
+	st := newStore(t)
+	ctx := context.Background()
+	v := version(t)
+	ids := []string{"a", "a#b", "a/b", "100%", "%2F", "with space", "ünïcødé", "日本語", "emoji 🎉", "$", "#", "a$b", "..", "x\x00y"}
+	w := st.NewWriter(ctx, "ds", v)
+	for i, id := range ids {
+		if err := w.Write(ctx, "c", snapshot.Document{ID: id, Body: fmt.Appendf(nil, `{"n":%d}`, i)}); err != nil {
+			t.Fatalf("Write(%q): %v", id, err)
+		}
+	}
+	counts, err := w.Close(ctx)
+	if err != nil {
+		t.Fatalf("Close: %v", err)
+	}
+	if got, want := counts["c"], int64(len(ids)); got != want {
+		t.Errorf("written count = %d; want %d", got, want)
+	}
+	for i, id := range ids {
+		got, err := st.GetDocument(ctx, "ds", v, "c", id)
+		if err != nil {
+			t.Fatalf("GetDocument(%q): %v", id, err)
+		}
+		if want := fmt.Sprintf(`{"n":%d}`, i); string(got) != want {
+			t.Errorf("GetDocument(%q) = %s; want %s", id, got, want)
+		}
+	}
+	if _, err := st.GetDocument(ctx, "ds", v, "c", "missing"); !errors.Is(err, snapshot.ErrNotFound) {
+		t.Errorf("GetDocument(missing) error = %v; want ErrNotFound", err)
+	}
+	// Scanning returns ids in byte order: the key encoding preserves it.
+	var scanned []string
+	if err := st.ScanDocuments(ctx, "ds", v, "c", func(d snapshot.Document) bool { scanned = append(scanned, d.ID); return true }); err != nil {
+		t.Fatal(err)
+	}
+	for i := 1; i < len(scanned); i++ {
+		if scanned[i-1] >= scanned[i] {
+			t.Errorf("scan order: %q before %q", scanned[i-1], scanned[i])
+		}
+	}
+	if len(scanned) != len(ids) {
+		t.Errorf("scanned %d ids; want %d", len(scanned), len(ids))
+	}
+}
+
+func TestWriterManyBatchesInParallel(t *testing.T) {
+	cfg := testenv.StoreConfig(testenv.Bigtable(t))
+	cfg.BatchRows, cfg.Writers = 7, 3
+	st := testenv.Store(t, cfg)
+	ctx := context.Background()
+	v := version(t)
+	w := st.NewWriter(ctx, "ds", v)
+	const n = 1000
+	for i := range n {
+		coll := []string{"a", "b"}[i%2]
+		if err := w.Write(ctx, coll, snapshot.Document{ID: fmt.Sprint(i), Body: []byte(`{}`)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	counts, err := w.Close(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(map[string]int64{"a": n / 2, "b": n / 2}, counts); diff != "" {
+		t.Errorf("counts (-want +got):\n%s", diff)
+	}
+}
+
+func TestWriterStopsWhenContextEnds(t *testing.T) {
+	st := newStore(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	w := st.NewWriter(ctx, "ds", version(t))
+	cancel()
+	var err error
+	for i := 0; i < 10_000 && err == nil; i++ {
+		err = w.Write(ctx, "c", snapshot.Document{ID: fmt.Sprint(i), Body: []byte(`{}`)})
+	}
+	if _, cerr := w.Close(ctx); err == nil && cerr == nil {
+		t.Fatal("Write and Close after cancel returned no error")
+	}
+}
+
+func TestManifestTransitions(t *testing.T) {
+	st := newStore(t)
+	ctx := context.Background()
+	v := version(t)
+	m := snapshot.Manifest{Dataset: "ds", Version: v, State: snapshot.StateWriting, StartedAt: time.Now().UTC().Truncate(time.Millisecond), Writer: "w"}
+	if err := st.CreateManifest(ctx, m); err != nil {
+		t.Fatal(err)
+	}
+	if err := st.CreateManifest(ctx, m); !errors.Is(err, snapshot.ErrConflict) {
+		t.Errorf("second CreateManifest = %v; want ErrConflict", err)
+	}
+	sealed := m
+	sealed.State = snapshot.StateSealed
+	// Wrong expected state: nothing changes.
+	if err := st.UpdateManifest(ctx, sealed, snapshot.StateSealed); !errors.Is(err, snapshot.ErrConflict) {
+		t.Errorf("UpdateManifest from the wrong state = %v; want ErrConflict", err)
+	}
+	if err := st.UpdateManifest(ctx, sealed, snapshot.StateWriting); err != nil {
+		t.Fatalf("seal: %v", err)
+	}
+	got, err := st.ReadManifest(ctx, "ds", v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(sealed, got); diff != "" {
+		t.Errorf("manifest (-want +got):\n%s", diff)
+	}
+	// A sealed version cannot go back to writing, nor jump to retired.
+	back := sealed
+	back.State = snapshot.StateRetired
+	if err := st.UpdateManifest(ctx, back, snapshot.StateSealed); !errors.Is(err, snapshot.ErrInvalid) {
+		t.Errorf("sealed → retired = %v; want ErrInvalid", err)
+	}
+	if _, err := st.ReadManifest(ctx, "ds", version(t)); !errors.Is(err, snapshot.ErrNotFound) {
+		t.Errorf("ReadManifest(unknown) = %v; want ErrNotFound", err)
+	}
+	list, err := st.ListManifests(ctx, "ds")
+	if err != nil || len(list) != 1 || list[0].Version != v {
+		t.Errorf("ListManifests = %v, %v; want the one manifest", list, err)
+	}
+}
+
+func TestFlipPointerConditions(t *testing.T) {
+	st := newStore(t)
+	ctx := context.Background()
+	gen := snapshot.NewVersionGen(uuid.New(), nil)
+	v1, v2, v3 := gen.Next(), gen.Next(), gen.Next()
+	at := time.Now().UTC().Truncate(time.Millisecond)
+
+	if _, err := st.ReadPointer(ctx, "ds"); !errors.Is(err, snapshot.ErrNoVersion) {
+		t.Fatalf("ReadPointer before any flip = %v; want ErrNoVersion", err)
+	}
+	p, err := st.FlipPointer(ctx, "ds", snapshot.Flip{Version: v1, Token: 5, Source: snapshot.Position{LSN: 100}, At: at})
+	if err != nil {
+		t.Fatalf("first flip: %v", err)
+	}
+	if p.Version != v1 || p.Fence != 5 {
+		t.Errorf("first flip = %+v", p)
+	}
+
+	tests := []struct {
+		name string
+		flip snapshot.Flip
+		want error
+	}{
+		{"expected none but one exists", snapshot.Flip{Version: v2, Token: 9, Source: snapshot.Position{LSN: 200}}, snapshot.ErrConflict},
+		{"stale token", snapshot.Flip{Version: v2, Expected: v1, Token: 5, Source: snapshot.Position{LSN: 200}}, snapshot.ErrFenced},
+		{"older token", snapshot.Flip{Version: v2, Expected: v1, Token: 4, Source: snapshot.Position{LSN: 200}}, snapshot.ErrFenced},
+		{"source goes backwards", snapshot.Flip{Version: v2, Expected: v1, Token: 6, Source: snapshot.Position{LSN: 99}}, snapshot.ErrSourceBehind},
+		{"wrong expected version", snapshot.Flip{Version: v2, Expected: v3, Token: 6, Source: snapshot.Position{LSN: 200}}, snapshot.ErrConflict},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			tt.flip.At = at
+			_, err := st.FlipPointer(ctx, "ds", tt.flip)
+			if !errors.Is(err, tt.want) {
+				t.Errorf("FlipPointer = %v; want %v", err, tt.want)
+			}
+			got, err := st.ReadPointer(ctx, "ds")
+			if err != nil || got.Version != v1 || got.Fence != 5 {
+				t.Errorf("pointer after a rejected flip = %+v, %v; want v1 with fence 5", got, err)
+			}
+		})
+	}
+
+	// A flip with the same source position is allowed (a republish).
+	if _, err := st.FlipPointer(ctx, "ds", snapshot.Flip{Version: v2, Expected: v1, Token: 6, Source: snapshot.Position{LSN: 100}, At: at}); err != nil {
+		t.Fatalf("flip at equal source: %v", err)
+	}
+	// A rollback pins; a scheduled flip is then refused; a rollback may go back in source.
+	if _, err := st.FlipPointer(ctx, "ds", snapshot.Flip{Version: v1, Expected: v2, Token: 7, Source: snapshot.Position{LSN: 100}, Rollback: true, Pin: true, At: at}); err != nil {
+		t.Fatalf("rollback: %v", err)
+	}
+	if _, err := st.FlipPointer(ctx, "ds", snapshot.Flip{Version: v3, Expected: v1, Token: 8, Source: snapshot.Position{LSN: 300}, At: at}); !errors.Is(err, snapshot.ErrPinned) {
+		t.Errorf("flip while pinned = %v; want ErrPinned", err)
+	}
+	got, err := st.ReadPointer(ctx, "ds")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := snapshot.Pointer{Version: v1, Previous: v2, Fence: 7, Source: snapshot.Position{LSN: 100}, Pinned: true, FlippedAt: at}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("pointer (-want +got):\n%s", diff)
+	}
+}
+
+// TestFlipPointerRace: many flips race from one pointer state; exactly one applies.
+func TestFlipPointerRace(t *testing.T) {
+	st := newStore(t)
+	ctx := context.Background()
+	gen := snapshot.NewVersionGen(uuid.New(), nil)
+	base := gen.Next()
+	if _, err := st.FlipPointer(ctx, "ds", snapshot.Flip{Version: base, Token: 1, At: time.Now()}); err != nil {
+		t.Fatal(err)
+	}
+	const n = 32
+	errs := make(chan error, n)
+	for i := range n {
+		v := gen.Next()
+		go func() {
+			_, err := st.FlipPointer(ctx, "ds", snapshot.Flip{Version: v, Expected: base, Token: uint64(2 + i), At: time.Now()})
+			errs <- err
+		}()
+	}
+	applied := 0
+	for range n {
+		err := <-errs
+		switch {
+		case err == nil:
+			applied++
+		case errors.Is(err, snapshot.ErrConflict), errors.Is(err, snapshot.ErrFenced):
+		default:
+			t.Errorf("unexpected error: %v", err)
+		}
+	}
+	if applied != 1 {
+		t.Errorf("%d flips applied from the same expected version; want exactly 1", applied)
+	}
+}

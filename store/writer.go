@@ -1,0 +1,235 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"time"
+
+	"cloud.google.com/go/bigtable"
+
+	"github.com/snapflip/snapflip/snapshot"
+)
+
+// batch is the rows of one ApplyBulk call.
+type batch struct {
+	keys        []string
+	muts        []*bigtable.Mutation
+	collections []string
+	bytes       int
+}
+
+// Writer writes one version's documents with ApplyBulk: rows are gathered into
+// batches bounded by rows and bytes, Config.Writers batches are in flight at once, and
+// rows that fail inside a batch are retried on their own with backoff. Every cell of
+// a version carries the same timestamp, so a retried write is idempotent.
+type Writer struct {
+	s       *Store
+	dataset string
+	version snapshot.Version
+	ts      bigtable.Timestamp
+	ctx     context.Context
+	cancel  context.CancelCauseFunc
+
+	cur     *batch
+	batches chan *batch
+	wg      sync.WaitGroup
+
+	mu      sync.Mutex
+	written map[string]int64
+	err     error
+	closed  bool
+}
+
+var _ snapshot.DocumentWriter = (*Writer)(nil)
+
+// NewWriter returns a writer for the documents of version v. Its workers stop when ctx
+// ends.
+func (s *Store) NewWriter(ctx context.Context, dataset string, v snapshot.Version) snapshot.DocumentWriter {
+	wctx, cancel := context.WithCancelCause(ctx)
+	w := &Writer{
+		s: s, dataset: dataset, version: v,
+		ts:      bigtable.Time(time.Now()),
+		ctx:     wctx,
+		cancel:  cancel,
+		batches: make(chan *batch, s.cfg.Writers),
+		written: map[string]int64{},
+	}
+	for range s.cfg.Writers {
+		w.wg.Add(1)
+		go w.work()
+	}
+	return w
+}
+
+// Write queues a document; it blocks while every worker is busy and the queue is full.
+func (w *Writer) Write(ctx context.Context, collection string, doc snapshot.Document) error {
+	if err := w.failed(); err != nil {
+		return err
+	}
+	if w.cur == nil {
+		w.cur = &batch{}
+	}
+	mut := bigtable.NewMutation()
+	mut.Set(famDocs, colDoc, w.ts, doc.Body)
+	b := w.cur
+	b.keys = append(b.keys, docKey(w.dataset, w.version, collection, doc.ID))
+	b.muts = append(b.muts, mut)
+	b.collections = append(b.collections, collection)
+	b.bytes += len(doc.Body) + len(b.keys[len(b.keys)-1])
+	if len(b.keys) >= w.s.cfg.BatchRows || b.bytes >= w.s.cfg.BatchBytes {
+		return w.send(ctx)
+	}
+	return nil
+}
+
+// send hands the current batch to the workers.
+func (w *Writer) send(ctx context.Context) error {
+	b := w.cur
+	w.cur = nil
+	if b == nil || len(b.keys) == 0 {
+		return nil
+	}
+	select {
+	case w.batches <- b:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-w.ctx.Done():
+		return w.failed()
+	}
+}
+
+// Close flushes, waits for the workers, and returns the counts written per collection.
+func (w *Writer) Close(ctx context.Context) (map[string]int64, error) {
+	w.mu.Lock()
+	if w.closed {
+		err := w.err
+		w.mu.Unlock()
+		return w.counts(), err
+	}
+	w.closed = true
+	w.mu.Unlock()
+	err := w.send(ctx)
+	close(w.batches)
+	w.wg.Wait()
+	if ferr := w.failed(); ferr != nil {
+		err = ferr
+	}
+	if err != nil {
+		w.fail(err)
+	}
+	w.cancel(nil)
+	return w.counts(), err
+}
+
+func (w *Writer) counts() map[string]int64 {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	out := make(map[string]int64, len(w.written))
+	for k, v := range w.written {
+		out[k] = v
+	}
+	return out
+}
+
+// failed returns the first error a worker met, or the context's error.
+func (w *Writer) failed() error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.err != nil {
+		return w.err
+	}
+	if err := context.Cause(w.ctx); err != nil {
+		return err
+	}
+	return nil
+}
+
+func (w *Writer) fail(err error) {
+	w.mu.Lock()
+	if w.err == nil {
+		w.err = err
+	}
+	w.mu.Unlock()
+	w.cancel(err)
+}
+
+func (w *Writer) work() {
+	defer w.wg.Done()
+	for b := range w.batches {
+		if w.ctx.Err() != nil {
+			continue // drain so that senders never block
+		}
+		if err := w.apply(b); err != nil {
+			w.fail(err)
+			continue
+		}
+		w.mu.Lock()
+		for _, c := range b.collections {
+			w.written[c]++
+		}
+		w.mu.Unlock()
+	}
+}
+
+// apply writes one batch, retrying the rows that failed, up to RowRetries times.
+func (w *Writer) apply(b *batch) error {
+	keys, muts := b.keys, b.muts
+	for attempt := 0; ; attempt++ {
+		errs, err := w.s.tbl.ApplyBulk(w.ctx, keys, muts)
+		if err == nil && errs == nil {
+			return nil
+		}
+		if attempt >= w.s.cfg.RowRetries || w.ctx.Err() != nil {
+			if err == nil {
+				err = firstRowError(keys, errs)
+			}
+			return w.s.wrap(err, "write %d documents of %s after %d attempts", len(keys), w.version, attempt+1)
+		}
+		if err == nil {
+			// Keep only the rows that failed.
+			var k2 []string
+			var m2 []*bigtable.Mutation
+			for i, e := range errs {
+				if e != nil {
+					k2, m2 = append(k2, keys[i]), append(m2, muts[i])
+				}
+			}
+			keys, muts = k2, m2
+		}
+		if !sleep(w.ctx, backoff(attempt)) {
+			return fmt.Errorf("write documents of %s: %w", w.version, context.Cause(w.ctx))
+		}
+	}
+}
+
+func firstRowError(keys []string, errs []error) error {
+	for i, e := range errs {
+		if e != nil {
+			return fmt.Errorf("row %q: %w", keys[i], e)
+		}
+	}
+	return errors.New("ApplyBulk reported failures without a row error")
+}
+
+// backoff returns a full-jitter delay for the attempt: uniform in [0, min(2s, 50ms·2^n)].
+func backoff(attempt int) time.Duration {
+	ceil := 50 * time.Millisecond << min(attempt, 6)
+	ceil = min(ceil, 2*time.Second)
+	return time.Duration(rand.Int64N(int64(ceil) + 1))
+}
+
+// sleep waits d or until ctx ends; it reports whether the full wait happened.
+func sleep(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
