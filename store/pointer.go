@@ -7,6 +7,8 @@ import (
 	"fmt"
 
 	"cloud.google.com/go/bigtable"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"github.com/snapflip/snapflip/snapshot"
 )
@@ -55,6 +57,10 @@ func valueNotEquals(fam, col string, v []byte) bigtable.Filter {
 // ReadPointer returns the dataset's pointer, or ErrNoVersion.
 func (s *Store) ReadPointer(ctx context.Context, dataset string) (snapshot.Pointer, error) {
 	row, err := s.tbl.ReadRow(ctx, pointerKey(dataset), bigtable.RowFilter(column(famControl, colPointer)))
+	if status.Code(err) == codes.NotFound {
+		// No table yet: the syncer creates it on its first run.
+		return snapshot.Pointer{}, fmt.Errorf("dataset %s: table %s not found: %w", dataset, s.cfg.Table, snapshot.ErrNoVersion)
+	}
 	if err != nil {
 		return snapshot.Pointer{}, s.wrap(err, "read pointer of dataset %s", dataset)
 	}

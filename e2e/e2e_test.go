@@ -1,0 +1,415 @@
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/snapflip/snapflip/internal/cli"
+	"github.com/snapflip/snapflip/internal/testenv"
+	"github.com/snapflip/snapflip/snapshot"
+)
+
+// env is a running deployment: a Postgres database, a Bigtable server and a metadata API.
+type env struct {
+	dsn, btAddr, base, configPath string
+	stopAPI                       func()
+}
+
+const config = `dataset: e2e
+schedule: "@every 1h"
+ttl: 1h
+collections:
+  - name: things
+    table: public.things
+    key: id
+  - name: flags
+    query: "SELECT key, value, gen FROM flags WHERE enabled"
+    key: key
+`
+
+const schema = `CREATE TABLE things (
+	id text PRIMARY KEY,
+	n numeric, i bigint, f double precision, b boolean, ts timestamptz, d date,
+	arr int[], tags text[], j jsonb, raw bytea, note text, gen int NOT NULL DEFAULT 0
+);
+CREATE TABLE flags (key text, value text, enabled boolean, gen int NOT NULL DEFAULT 0);`
+
+// awkwardIDs need escaping in URLs and row keys.
+var awkwardIDs = []string{"plain", "a/b", "a#b", "100%", "%2F", "with space", "ünïcødé", "日本語", "emoji 🎉",
+	"$dollar", "..", ".", "a?b=c&d", "semi;colon", "quote\"d", "back\\slash", "plus+sign", "~tilde", strings.Repeat("L", 1024)}
+
+func start(tb testing.TB) *env {
+	tb.Helper()
+	e := &env{dsn: testenv.Postgres(tb), btAddr: testenv.Bigtable(tb)}
+	testenv.Exec(tb, e.dsn, schema)
+	for i, id := range awkwardIDs {
+		testenv.Exec(tb, e.dsn, fmt.Sprintf(`INSERT INTO things (id, n, i, f, b, ts, d, arr, tags, j, raw, note)
+			VALUES (%s, %d.5, %d, 0.25, %t, '2024-01-02 03:04:05.678+02', '2024-01-02', '{1,NULL,%d}', '{"t","ü"}',
+			        '{"k": [1, "two", null], "deep": {"x": 1.50}}', '\x00ff', %s)`,
+			quote(id), i, int64(1)<<53+int64(i), i%2 == 0, i, nullIf(i%3 == 0, "note")))
+	}
+	testenv.Exec(tb, e.dsn, `INSERT INTO flags VALUES ('on', 'yes', true), ('off', 'no', false), ('a/b', 'slash', true)`)
+	e.configPath = filepath.Join(tb.TempDir(), "snapflip.yaml")
+	if err := os.WriteFile(e.configPath, []byte(config), 0o600); err != nil {
+		tb.Fatal(err)
+	}
+	e.startAPI(tb)
+	return e
+}
+
+func quote(s string) string { return "'" + strings.ReplaceAll(s, "'", "''") + "'" }
+
+func nullIf(null bool, s string) string {
+	if null {
+		return "NULL"
+	}
+	return quote(s)
+}
+
+func (e *env) getenv(k string) string {
+	switch k {
+	case cli.EnvEmulatorHost:
+		return e.btAddr
+	case cli.EnvPostgresDSN:
+		return e.dsn
+	case cli.EnvConfig:
+		return e.configPath
+	case cli.EnvDataset:
+		return "e2e"
+	case cli.EnvRefresh:
+		return "20ms"
+	}
+	return ""
+}
+
+func (e *env) startAPI(tb testing.TB) {
+	tb.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	addrc := make(chan string, 1)
+	done := make(chan error, 1)
+	m := &cli.MetadataAPI{Getenv: e.getenv, Stderr: io.Discard, Listening: func(a string) { addrc <- a }}
+	go func() { done <- m.Run(ctx, []string{"--addr", "127.0.0.1:0"}) }()
+	select {
+	case a := <-addrc:
+		e.base = "http://" + a
+	case err := <-done:
+		tb.Fatalf("metadata API did not start: %v", err)
+	}
+	e.stopAPI = func() {
+		cancel()
+		if err := <-done; err != nil {
+			tb.Errorf("metadata API: %v", err)
+		}
+	}
+	tb.Cleanup(e.stopAPI)
+}
+
+// sync runs `syncer once` in-process and returns its output and error.
+func (e *env) sync(tb testing.TB, args ...string) (string, error) {
+	tb.Helper()
+	var out bytes.Buffer
+	s := &cli.Syncer{Getenv: e.getenv, Stdout: &out, Stderr: io.Discard}
+	err := s.Run(context.Background(), append(args, "once"))
+	return out.String(), err
+}
+
+type response struct {
+	status  int
+	version string
+	ctype   string
+	body    []byte
+}
+
+func (e *env) get(tb testing.TB, path string) response {
+	tb.Helper()
+	resp, err := http.Get(e.base + path)
+	if err != nil {
+		tb.Fatalf("GET %s: %v", path, err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		tb.Fatalf("GET %s: read body: %v", path, err)
+	}
+	return response{resp.StatusCode, resp.Header.Get("Snapshot-Version"), resp.Header.Get("Content-Type"), body}
+}
+
+func docPath(collection, id string) string {
+	return "/v1/data/" + url.PathEscape(collection) + "/" + url.PathEscape(id)
+}
+
+// sourceDocs returns what Postgres itself makes of each row: id → to_jsonb text.
+func sourceDocs(tb testing.TB, dsn, query string) map[string]string {
+	tb.Helper()
+	ctx := context.Background()
+	conn, err := pgx.Connect(ctx, dsn)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	if _, err := conn.Exec(ctx, "SET timezone = 'UTC'"); err != nil {
+		tb.Fatal(err)
+	}
+	rows, err := conn.Query(ctx, query)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	out := map[string]string{}
+	for rows.Next() {
+		var id, doc string
+		if err := rows.Scan(&id, &doc); err != nil {
+			tb.Fatal(err)
+		}
+		out[id] = doc
+	}
+	if err := rows.Err(); err != nil {
+		tb.Fatal(err)
+	}
+	return out
+}
+
+// awaitVersion polls until the API answers 200 from version v, or from any version
+// when v is "" (the pointer refresh is 20ms), failing after 10s.
+func (e *env) awaitVersion(tb testing.TB, path, v string) response {
+	tb.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		r := e.get(tb, path)
+		if (v == "" || r.version == v) && r.status == http.StatusOK {
+			return r
+		}
+		if time.Now().After(deadline) {
+			tb.Fatalf("GET %s still answers from %q (status %d); want %s", path, r.version, r.status, v)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func publishedVersion(tb testing.TB, out string) string {
+	tb.Helper()
+	f := strings.Fields(out)
+	if len(f) < 2 || f[0] != "published" {
+		tb.Fatalf("syncer said %q; want it to publish", out)
+	}
+	return f[1]
+}
+
+func TestEndToEnd(t *testing.T) {
+	e := start(t)
+
+	// Before anything is published: 503 and not ready, but alive.
+	if r := e.get(t, docPath("things", "plain")); r.status != http.StatusServiceUnavailable || r.ctype != "application/problem+json" {
+		t.Errorf("before any sync: status %d %s; want 503 problem+json", r.status, r.ctype)
+	}
+	if r := e.get(t, "/readyz"); r.status != http.StatusServiceUnavailable {
+		t.Errorf("readyz before any sync = %d; want 503", r.status)
+	}
+	if r := e.get(t, "/healthz"); r.status != http.StatusOK {
+		t.Errorf("healthz = %d; want 200", r.status)
+	}
+
+	out, err := e.sync(t)
+	if err != nil {
+		t.Fatalf("syncer once: %v", err)
+	}
+	v1 := publishedVersion(t, out)
+	if _, err := snapshot.ParseVersion(v1); err != nil {
+		t.Fatalf("published version: %v", err)
+	}
+	e.awaitVersion(t, "/readyz", "")
+
+	// Every document over HTTP is byte-for-byte what Postgres makes of the row.
+	want := sourceDocs(t, e.dsn, `SELECT id, to_jsonb(t)::text FROM things t`)
+	if len(want) != len(awkwardIDs) {
+		t.Fatalf("source has %d things; want %d", len(want), len(awkwardIDs))
+	}
+	for id, doc := range want {
+		r := e.awaitVersion(t, docPath("things", id), v1)
+		if string(r.body) != doc {
+			t.Errorf("things/%q = %s; want %s", id, r.body, doc)
+		}
+		if r.ctype != "application/json" {
+			t.Errorf("things/%q content type %q", id, r.ctype)
+		}
+	}
+	flags := sourceDocs(t, e.dsn, `SELECT key, to_jsonb(t)::text FROM (SELECT key, value, gen FROM flags WHERE enabled) t`)
+	for id, doc := range flags {
+		if r := e.get(t, docPath("flags", id)); r.status != 200 || string(r.body) != doc {
+			t.Errorf("flags/%q = %d %s; want %s", id, r.status, r.body, doc)
+		}
+	}
+	for _, tc := range []struct{ path, what string }{
+		{docPath("flags", "off"), "a row the query filters out"},
+		{docPath("things", "nope"), "an unknown id"},
+		{docPath("nope", "plain"), "an unknown collection"},
+	} {
+		if r := e.get(t, tc.path); r.status != http.StatusNotFound || r.ctype != "application/problem+json" || r.version != v1 {
+			t.Errorf("%s: %d %q version %q; want 404 problem+json from %s", tc.what, r.status, r.ctype, r.version, v1)
+		}
+	}
+
+	// Unchanged source: exit 0, nothing new.
+	out, err = e.sync(t)
+	if err != nil || !strings.HasPrefix(out, "unchanged") {
+		t.Errorf("second sync = %q, %v; want unchanged", out, err)
+	}
+
+	// Change the source: the new version is served; the old one stays readable by its
+	// version prefix in storage.
+	testenv.Exec(t, e.dsn, `UPDATE things SET note = 'changed', gen = 1 WHERE id = 'plain'`, `DELETE FROM things WHERE id = 'a#b'`)
+	out, err = e.sync(t)
+	if err != nil {
+		t.Fatalf("third sync: %v", err)
+	}
+	v2 := publishedVersion(t, out)
+	r := e.awaitVersion(t, docPath("things", "plain"), v2)
+	if !strings.Contains(string(r.body), `"note": "changed"`) {
+		t.Errorf("after the change, plain = %s", r.body)
+	}
+	if r := e.get(t, docPath("things", "a#b")); r.status != http.StatusNotFound {
+		t.Errorf("deleted row answers %d; want 404", r.status)
+	}
+	st := testenv.Store(t, testenv.StoreConfig(e.btAddr))
+	old, err := st.GetDocument(context.Background(), "e2e", snapshot.Version(v1), "things", "a#b")
+	if err != nil || string(old) != want["a#b"] {
+		t.Errorf("old version's a#b = %s, %v; want it still stored", old, err)
+	}
+
+	// A sync that fails midway (a duplicate key in the second collection) changes
+	// nothing visible.
+	testenv.Exec(t, e.dsn, `UPDATE things SET gen = 2`, `INSERT INTO flags VALUES ('on', 'again', true)`)
+	_, err = e.sync(t)
+	if err == nil || !strings.Contains(err.Error(), `duplicate key "on"`) || !strings.Contains(err.Error(), "flags") {
+		t.Fatalf("sync with a duplicate key = %v; want an error naming the collection and key", err)
+	}
+	ptr, err := st.ReadPointer(context.Background(), "e2e")
+	if err != nil || string(ptr.Version) != v2 {
+		t.Errorf("pointer after the failed sync = %s, %v; want %s", ptr.Version, err, v2)
+	}
+	if r := e.get(t, docPath("things", "plain")); r.version != v2 || !strings.Contains(string(r.body), `"gen": 1`) {
+		t.Errorf("after the failed sync the API answers %s from %s; want gen 1 from %s", r.body, r.version, v2)
+	}
+}
+
+func TestSyncerConfigErrors(t *testing.T) {
+	e := &env{dsn: "postgres://nobody@127.0.0.1:1/x", btAddr: "127.0.0.1:1"}
+	tests := []struct{ name, yaml, want string }{
+		{"unknown field", "dataset: x\ncolections: []\n", "colections"},
+		{"bad schedule", "schedule: \"every day\"\ncollections: [{name: a, table: t, key: k}]\n", "schedule"},
+		{"bad ttl", "ttl: forever\ncollections: [{name: a, table: t, key: k}]\n", "forever"},
+		{"no collections", "dataset: x\n", "collections"},
+		{"collection without key", "collections: [{name: a, table: t}]\n", "collections[0].key"},
+		{"not yaml", "collections: [\n", "yaml"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			e.configPath = filepath.Join(t.TempDir(), "c.yaml")
+			if err := os.WriteFile(e.configPath, []byte(tt.yaml), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			_, err := e.sync(t)
+			if err == nil || !strings.Contains(err.Error(), tt.want) {
+				t.Errorf("syncer with %s = %v; want an error naming %q", tt.name, err, tt.want)
+			}
+		})
+	}
+	t.Run("no emulator for the local project", func(t *testing.T) {
+		cfg, err := cli.ParseSyncerConfig(strings.NewReader("collections: [{name: a, table: t, key: k}]\npostgres: {dsn: 'postgres://x@y/z'}\n"),
+			func(string) string { return "" })
+		if err == nil || !strings.Contains(err.Error(), "BIGTABLE_EMULATOR_HOST") {
+			t.Errorf("config without an emulator = %+v, %v; want the hint to start the emulator", cfg, err)
+		}
+	})
+	t.Run("unreachable postgres", func(t *testing.T) {
+		e2 := start(t)
+		e2.dsn = "postgres://postgres@127.0.0.1:1/nope?connect_timeout=2"
+		_, err := e2.sync(t)
+		if err == nil || !strings.Contains(err.Error(), "127.0.0.1:1") {
+			t.Errorf("sync with Postgres unreachable = %v; want an error naming it", err)
+		}
+	})
+}
+
+// TestNoTornReads: readers hammer the API while syncs flip the pointer; every response
+// is a complete document from exactly one version.
+func TestNoTornReads(t *testing.T) {
+	e := start(t)
+	if _, err := e.sync(t); err != nil {
+		t.Fatal(err)
+	}
+	ids := []string{"plain", "a/b", "ünïcødé", "100%"}
+	e.awaitVersion(t, docPath("things", ids[0]), "")
+
+	var (
+		mu        sync.Mutex
+		genOf     = map[string]int{} // version → the generation all its documents carry
+		responses atomic.Int64
+		stop      = make(chan struct{})
+		wg        sync.WaitGroup
+	)
+	for w := range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; ; i++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				id := ids[(w+i)%len(ids)]
+				r := e.get(t, docPath("things", id))
+				if r.status != http.StatusOK {
+					t.Errorf("GET things/%q = %d %s", id, r.status, r.body)
+					return
+				}
+				var doc struct {
+					ID  string `json:"id"`
+					Gen *int   `json:"gen"`
+				}
+				if err := json.Unmarshal(r.body, &doc); err != nil || doc.ID != id || doc.Gen == nil {
+					t.Errorf("GET things/%q: incomplete document %s (%v)", id, r.body, err)
+					return
+				}
+				mu.Lock()
+				if g, ok := genOf[r.version]; ok && g != *doc.Gen {
+					t.Errorf("version %s answered gen %d and gen %d: a torn read", r.version, g, *doc.Gen)
+				}
+				genOf[r.version] = *doc.Gen
+				mu.Unlock()
+				responses.Add(1)
+			}
+		}()
+	}
+	const flips = 5
+	for g := 1; g <= flips; g++ {
+		testenv.Exec(t, e.dsn, fmt.Sprintf(`UPDATE things SET gen = %d`, g))
+		out, err := e.sync(t)
+		if err != nil {
+			t.Fatalf("sync %d: %v", g, err)
+		}
+		e.awaitVersion(t, docPath("things", "plain"), publishedVersion(t, out))
+	}
+	close(stop)
+	wg.Wait()
+	mu.Lock()
+	defer mu.Unlock()
+	if len(genOf) != flips+1 {
+		t.Errorf("readers saw %d versions; want all %d", len(genOf), flips+1)
+	}
+	t.Logf("%d responses across %d versions, none torn", responses.Load(), len(genOf))
+}
