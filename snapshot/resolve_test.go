@@ -1,0 +1,139 @@
+package snapshot
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+// countingStore is a pure-logic ReadStore that counts pointer reads and can block
+// them, to test the resolver's refresh rules. Real storage is tested in store/ and e2e/.
+type countingStore struct {
+	reads   atomic.Int64
+	gate    chan struct{} // when non-nil, each pointer read waits on it
+	mu      sync.Mutex
+	ptr     Pointer
+	ptrErr  error
+	states  map[Version]State
+	getDocs atomic.Int64
+}
+
+func (s *countingStore) ReadPointer(ctx context.Context, _ string) (Pointer, error) {
+	s.reads.Add(1)
+	if s.gate != nil {
+		<-s.gate
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.ptr, s.ptrErr
+}
+
+func (s *countingStore) ReadManifest(_ context.Context, _ string, v Version) (Manifest, error) {
+	st, ok := s.states[v]
+	if !ok {
+		return Manifest{}, ErrNotFound
+	}
+	return Manifest{Version: v, State: st, Collections: map[string]CollectionStats{"c": {}}}, nil
+}
+
+func (s *countingStore) GetDocument(context.Context, string, Version, string, string) ([]byte, error) {
+	s.getDocs.Add(1)
+	return []byte(`{}`), nil
+}
+
+func TestResolverReadsThePointerAtMostOncePerRefresh(t *testing.T) {
+	st := &countingStore{ptr: Pointer{Version: "v1"}, states: map[Version]State{"v1": StatePublished}}
+	now := time.Unix(1000, 0)
+	var mu sync.Mutex
+	clock := func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
+	r := NewResolver("ds", st, ResolverConfig{Refresh: time.Second}, clock)
+	ctx := context.Background()
+	for range 100 {
+		if _, err := r.Current(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := st.reads.Load(); got != 1 {
+		t.Errorf("100 reads within one refresh interval read the pointer %d times; want 1", got)
+	}
+	mu.Lock()
+	now = now.Add(time.Second)
+	mu.Unlock()
+	if _, err := r.Current(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := st.reads.Load(); got != 2 {
+		t.Errorf("after the interval the pointer was read %d times; want 2", got)
+	}
+}
+
+func TestResolverOneRefreshInFlight(t *testing.T) {
+	st := &countingStore{ptr: Pointer{Version: "v1"}, states: map[Version]State{"v1": StatePublished}, gate: make(chan struct{})}
+	r := NewResolver("ds", st, ResolverConfig{Refresh: time.Second}, nil)
+	var wg sync.WaitGroup
+	for range 50 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if _, err := r.Current(context.Background()); err != nil {
+				t.Error(err)
+			}
+		}()
+	}
+	// Wait until the one refresh is in flight, then let it finish.
+	for st.reads.Load() == 0 {
+		time.Sleep(time.Millisecond)
+	}
+	close(st.gate)
+	wg.Wait()
+	if got := st.reads.Load(); got != 1 {
+		t.Errorf("50 concurrent requests made %d pointer reads; want 1", got)
+	}
+}
+
+func TestResolverServesLastGoodPointerWhileStorageFails(t *testing.T) {
+	st := &countingStore{ptr: Pointer{Version: "v1"}, states: map[Version]State{"v1": StatePublished}}
+	now := time.Unix(1000, 0)
+	r := NewResolver("ds", st, ResolverConfig{Refresh: time.Second, MaxStale: 10 * time.Second}, func() time.Time { return now })
+	ctx := context.Background()
+	if _, err := r.Current(ctx); err != nil {
+		t.Fatal(err)
+	}
+	st.mu.Lock()
+	st.ptrErr = errors.New("bigtable down")
+	st.mu.Unlock()
+	now = now.Add(5 * time.Second)
+	if v, err := r.Current(ctx); err != nil || v.Version != "v1" {
+		t.Errorf("within MaxStale: %v, %v; want the last good v1", v.Version, err)
+	}
+	now = now.Add(10 * time.Second)
+	if _, err := r.Current(ctx); err == nil {
+		t.Error("past MaxStale: no error; want the storage error")
+	}
+	if err := r.Ready(ctx); err == nil {
+		t.Error("Ready past MaxStale = nil; want an error")
+	}
+}
+
+func TestResolverRefusesIncompleteVersions(t *testing.T) {
+	st := &countingStore{ptr: Pointer{Version: "v1"}, states: map[Version]State{"v1": StatePublished, "w": StateWriting, "f": StateFailed}}
+	r := NewResolver("ds", st, ResolverConfig{}, nil)
+	for _, v := range []Version{"w", "f", "nope"} {
+		if _, err := r.View(context.Background(), v); !errors.Is(err, ErrNotFound) {
+			t.Errorf("View(%s) = %v; want ErrNotFound", v, err)
+		}
+	}
+	view, err := r.View(context.Background(), "v1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.Get(context.Background(), view, "other", "x"); !errors.Is(err, ErrNotFound) {
+		t.Errorf("Get(unknown collection) = %v; want ErrNotFound", err)
+	}
+	if st.getDocs.Load() != 0 {
+		t.Error("an unknown collection reached storage")
+	}
+}
