@@ -103,6 +103,14 @@ func (r *Resolver) Pointer(ctx context.Context) (Pointer, error) {
 		return r.staleOK(ptr, err)
 	}
 	ch := r.flight.DoChan("pointer", func() (any, error) {
+		// A caller that saw a stale pointer may start its flight just after another
+		// flight ended: re-check, so that one interval still means one read.
+		r.mu.Lock()
+		fresh := !r.triedAt.IsZero() && r.now().Sub(r.triedAt) < r.cfg.Refresh
+		r.mu.Unlock()
+		if fresh {
+			return nil, nil
+		}
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.cfg.Timeout)
 		defer cancel()
 		p, err := r.store.ReadPointer(rctx, r.dataset)

@@ -77,11 +77,6 @@ func docKey(dataset string, v snapshot.Version, collection, id string) string {
 	return docPrefix(dataset, v, collection) + escapeComponent(id)
 }
 
-// versionDocPrefix is the prefix of every document of one version.
-func versionDocPrefix(dataset string, v snapshot.Version) string {
-	return "d#" + escapeComponent(dataset) + "#" + escapeComponent(string(v)) + "#"
-}
-
 // manifestPrefix is the prefix of every manifest of a dataset.
 func manifestPrefix(dataset string) string { return "m#" + escapeComponent(dataset) + "#" }
 
@@ -93,14 +88,6 @@ func manifestKey(dataset string, v snapshot.Version) string {
 
 // pointerKey is the row key of a dataset's pointer.
 func pointerKey(dataset string) string { return "p#" + escapeComponent(dataset) }
-
-// leaseKey is the row key of a lease.
-func leaseKey(name string) string { return "l#" + escapeComponent(name) }
-
-// slotKey is the row key of a slot claim.
-func slotKey(dataset string, slot int64) string {
-	return fmt.Sprintf("s#%s#%020d", escapeComponent(dataset), slot)
-}
 
 // idFromDocKey returns the id of a document row key under prefix.
 func idFromDocKey(prefix, key string) (string, error) {
