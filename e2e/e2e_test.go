@@ -413,3 +413,57 @@ func TestNoTornReads(t *testing.T) {
 	}
 	t.Logf("%d responses across %d versions, none torn", responses.Load(), len(genOf))
 }
+
+// TestSyncerRunOnSchedule: `syncer run` publishes at once when nothing is published,
+// then on every tick that finds a change, and stops cleanly when its context ends.
+func TestSyncerRunOnSchedule(t *testing.T) {
+	e := start(t)
+	cfg := strings.Replace(config, `schedule: "@every 1h"`, `schedule: "@every 1s"`, 1)
+	if err := os.WriteFile(e.configPath, []byte(cfg), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	ticks := make(chan snapshot.PublishResult, 100)
+	s := &cli.Syncer{Getenv: e.getenv, Stdout: io.Discard, Stderr: io.Discard, OnTick: func(r snapshot.PublishResult, err error) {
+		if err != nil {
+			t.Errorf("scheduled sync: %v", err)
+		}
+		ticks <- r
+	}}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- s.Run(ctx, []string{"run"}) }()
+
+	awaitPublish := func(what string) snapshot.Version {
+		t.Helper()
+		timeout := time.After(20 * time.Second)
+		for {
+			select {
+			case r := <-ticks:
+				if !r.NoOp {
+					return r.Manifest.Version
+				}
+			case <-timeout:
+				t.Fatalf("no publish %s", what)
+			}
+		}
+	}
+	first := awaitPublish("at start")
+	testenv.Exec(t, e.dsn, `UPDATE things SET gen = 7 WHERE id = 'plain'`)
+	second := awaitPublish("after the change")
+	if second == first {
+		t.Fatalf("same version %s published twice", first)
+	}
+	r := e.awaitVersion(t, docPath("things", "plain"), string(second))
+	if !strings.Contains(string(r.body), `"gen": 7`) {
+		t.Errorf("scheduled version serves %s", r.body)
+	}
+	cancel()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Errorf("syncer run after cancel = %v; want nil", err)
+		}
+	case <-time.After(15 * time.Second):
+		t.Fatal("syncer run did not stop within 15s of cancel")
+	}
+}
