@@ -21,8 +21,9 @@ build:
 
 ## test: start a throwaway Postgres, run every test with -race, stop Postgres
 test:
+	@$(GO) build -o bin/bigtable-emulator cloud.google.com/go/bigtable/cmd/emulator
 	@deploy/local/postgres.sh start $(TEST_PG_PORT)
-	@status=0; SNAPFLIP_TEST_POSTGRES_DSN='$(TEST_PG_DSN)' $(GO) test $(GOTEST_FLAGS) ./... || status=$$?; \
+	@status=0; SNAPFLIP_TEST_POSTGRES_DSN='$(TEST_PG_DSN)' SNAPFLIP_TEST_EMULATOR=$(CURDIR)/bin/bigtable-emulator $(GO) test $(GOTEST_FLAGS) ./... || status=$$?; \
 	  deploy/local/postgres.sh stop $(TEST_PG_PORT); exit $$status
 
 ## demo: Postgres with the example schema, the Bigtable emulator, the syncer on a schedule
@@ -32,8 +33,9 @@ demo: build
 
 ## bench: the benchmarks (needs the same throwaway Postgres)
 bench:
+	@$(GO) build -o bin/bigtable-emulator cloud.google.com/go/bigtable/cmd/emulator
 	@deploy/local/postgres.sh start $(TEST_PG_PORT)
-	@status=0; SNAPFLIP_TEST_POSTGRES_DSN='$(TEST_PG_DSN)' $(GO) test -run '^$$' -bench . -benchmem ./... || status=$$?; \
+	@status=0; SNAPFLIP_TEST_POSTGRES_DSN='$(TEST_PG_DSN)' SNAPFLIP_TEST_EMULATOR=$(CURDIR)/bin/bigtable-emulator $(GO) test -run '^$$' -bench . -benchmem ./... || status=$$?; \
 	  deploy/local/postgres.sh stop $(TEST_PG_PORT); exit $$status
 
 ## emulator: run the Bigtable emulator in the foreground on DEMO_EMULATOR_PORT

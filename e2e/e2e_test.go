@@ -422,8 +422,8 @@ func TestSyncerRunOnSchedule(t *testing.T) {
 	if err := os.WriteFile(e.configPath, []byte(cfg), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	ticks := make(chan snapshot.PublishResult, 100)
-	s := &cli.Syncer{Getenv: e.getenv, Stdout: io.Discard, Stderr: io.Discard, OnTick: func(r snapshot.PublishResult, err error) {
+	ticks := make(chan snapshot.TickResult, 100)
+	s := &cli.Syncer{Getenv: e.getenv, Stdout: io.Discard, Stderr: io.Discard, OnTick: func(r snapshot.TickResult, err error) {
 		if err != nil {
 			t.Errorf("scheduled sync: %v", err)
 		}
@@ -433,24 +433,25 @@ func TestSyncerRunOnSchedule(t *testing.T) {
 	done := make(chan error, 1)
 	go func() { done <- s.Run(ctx, []string{"run"}) }()
 
-	awaitPublish := func(what string) snapshot.Version {
-		t.Helper()
-		timeout := time.After(20 * time.Second)
-		for {
-			select {
-			case r := <-ticks:
-				if !r.NoOp {
-					return r.Manifest.Version
-				}
-			case <-timeout:
-				t.Fatalf("no publish %s", what)
+	// Nothing is published yet, so the syncer publishes at once.
+	first := e.awaitVersion(t, docPath("things", "plain"), "").version
+	testenv.Exec(t, e.dsn, `UPDATE things SET gen = 7 WHERE id = 'plain'`)
+	var second snapshot.Version
+	timeout := time.After(20 * time.Second)
+	for second == "" {
+		select {
+		case r := <-ticks:
+			if !r.Claimed || r.Token == 0 {
+				t.Errorf("a lone replica's tick = %+v; want it claimed and published under a lease token", r)
 			}
+			if !r.Publish.NoOp {
+				second = r.Publish.Manifest.Version
+			}
+		case <-timeout:
+			t.Fatal("no scheduled publish after the change")
 		}
 	}
-	first := awaitPublish("at start")
-	testenv.Exec(t, e.dsn, `UPDATE things SET gen = 7 WHERE id = 'plain'`)
-	second := awaitPublish("after the change")
-	if second == first {
+	if string(second) == first {
 		t.Fatalf("same version %s published twice", first)
 	}
 	r := e.awaitVersion(t, docPath("things", "plain"), string(second))

@@ -12,9 +12,14 @@ var (
 	// ErrConflict reports that a conditional write found state other than expected
 	// (a manifest not in the expected state, a pointer that moved since it was read).
 	ErrConflict = errors.New("conflict")
-	// ErrFenced reports a pointer flip rejected because the stored fence is at least
-	// the caller's fencing token: a newer holder has flipped since.
-	ErrFenced = errors.New("fenced: a newer fencing token has flipped the pointer")
+	// ErrFenced reports a pointer flip rejected because the stored fence is greater
+	// than the caller's fencing token: a newer lease holder exists.
+	ErrFenced = errors.New("fenced: a newer fencing token exists")
+	// ErrHeld reports that a lease is held by someone else.
+	ErrHeld = errors.New("lease held by another holder")
+	// ErrLeaseLost reports that a holder lost its lease (renewal failed or its
+	// deadline passed).
+	ErrLeaseLost = errors.New("lease lost")
 	// ErrPinned reports a scheduled flip rejected because the dataset is pinned.
 	ErrPinned = errors.New("dataset is pinned")
 	// ErrSourceBehind reports a flip rejected because the new version was read from an

@@ -77,8 +77,11 @@ type Manifest struct {
 	StartedAt   time.Time `json:"started_at"`
 	SealedAt    time.Time `json:"sealed_at,omitzero"`
 	PublishedAt time.Time `json:"published_at,omitzero"`
-	// Token is the fencing token the version was flipped with; 0 until published.
+	// Token is the fencing token (lease token) the version was written and flipped
+	// under; 0 for a publish without a lease.
 	Token uint64 `json:"token,omitempty"`
+	// Slot is the scheduled tick the version was written for; 0 when run by hand.
+	Slot int64 `json:"slot,omitempty"`
 	// Reason says why the version failed or was rolled back.
 	Reason string `json:"reason,omitempty"`
 }

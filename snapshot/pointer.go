@@ -11,7 +11,8 @@ type Pointer struct {
 	Version Version `json:"version"`
 	// Previous is the version the last flip replaced ("" for the first).
 	Previous Version `json:"previous,omitempty"`
-	// Fence is the fencing token of the last flip; a flip needs a larger one.
+	// Fence is the newest fencing token that acted on the pointer (flipped it, or
+	// advanced the fence on taking the lease); a flip with a smaller token is refused.
 	Fence uint64 `json:"fence"`
 	// Source is where Version was read from the source.
 	Source Position `json:"source"`
@@ -32,8 +33,8 @@ type Flip struct {
 	// Expected is the version the caller read as current ("" when none): the flip
 	// fails with ErrConflict when the pointer has moved since.
 	Expected Version
-	// Token is the caller's fencing token; the flip fails with ErrFenced unless it is
-	// greater than the stored fence.
+	// Token is the caller's fencing token; the flip fails with ErrFenced when the
+	// stored fence is greater.
 	Token uint64
 	// Source is where Version was read; the flip fails with ErrSourceBehind when it
 	// is older than the current version's, unless Rollback is set.

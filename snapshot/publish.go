@@ -17,6 +17,8 @@ type ManifestStore interface {
 	UpdateManifest(ctx context.Context, m Manifest, from State) error
 	// ReadManifest returns a manifest, or ErrNotFound.
 	ReadManifest(ctx context.Context, dataset string, v Version) (Manifest, error)
+	// ListManifests returns every manifest of the dataset, oldest first.
+	ListManifests(ctx context.Context, dataset string) ([]Manifest, error)
 }
 
 // DocumentWriter writes one version's documents, batched and in parallel.
@@ -59,6 +61,8 @@ type PublishOptions struct {
 	Token uint64
 	// Force publishes even when the source has not changed.
 	Force bool
+	// Slot is the scheduled tick this publish is for, recorded in the manifest.
+	Slot int64
 }
 
 // PublishResult says what a publish did.
@@ -109,6 +113,8 @@ func (p *Publisher) Publish(ctx context.Context, opts PublishOptions) (PublishRe
 		Source:      pos,
 		Writer:      p.Writer,
 		StartedAt:   now,
+		Token:       opts.Token,
+		Slot:        opts.Slot,
 	}
 	if err := p.Store.CreateManifest(ctx, m); err != nil {
 		return PublishResult{}, fmt.Errorf("create manifest %s: %w", m.Version, err)
@@ -177,6 +183,31 @@ func (p *Publisher) Publish(ctx context.Context, opts PublishOptions) (PublishRe
 	log.InfoContext(ctx, "published", "previous", cur.Version, "token", flip.Token,
 		"rows", totalRows(published), "duration", p.now().Sub(now).String())
 	return PublishResult{Manifest: published, Previous: cur.Version}, nil
+}
+
+// FailAbandoned marks failed every version still writing under a fencing token older
+// than token: its writer no longer holds the lease, so it can never be sealed. Only the
+// current lease holder should call it. It returns how many it marked.
+func (p *Publisher) FailAbandoned(ctx context.Context, token uint64) (int, error) {
+	ms, err := p.Store.ListManifests(ctx, p.Dataset)
+	if err != nil {
+		return 0, err
+	}
+	n := 0
+	for _, m := range ms {
+		if m.State != StateWriting || m.Token >= token {
+			continue
+		}
+		failed := m
+		failed.State = StateFailed
+		failed.Reason = fmt.Sprintf("abandoned: its writer (token %d) lost the lease to token %d", m.Token, token)
+		if err := p.Store.UpdateManifest(ctx, failed, StateWriting); err != nil && !errors.Is(err, ErrConflict) {
+			return n, err
+		}
+		n++
+		p.log().InfoContext(ctx, "marked abandoned version failed", "dataset", p.Dataset, "version", m.Version, "writer", m.Writer)
+	}
+	return n, nil
 }
 
 // write streams every collection from the snapshot into storage, filling m's stats.

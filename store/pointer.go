@@ -56,7 +56,8 @@ func valueNotEquals(fam, col string, v []byte) bigtable.Filter {
 
 // ReadPointer returns the dataset's pointer, or ErrNoVersion.
 func (s *Store) ReadPointer(ctx context.Context, dataset string) (snapshot.Pointer, error) {
-	row, err := s.tbl.ReadRow(ctx, pointerKey(dataset), bigtable.RowFilter(column(famControl, colPointer)))
+	row, err := s.tbl.ReadRow(ctx, pointerKey(dataset), bigtable.RowFilter(bigtable.InterleaveFilters(
+		column(famControl, colPointer), column(famControl, colFence))))
 	if status.Code(err) == codes.NotFound {
 		// No table yet: the syncer creates it on its first run.
 		return snapshot.Pointer{}, fmt.Errorf("dataset %s: table %s not found: %w", dataset, s.cfg.Table, snapshot.ErrNoVersion)
@@ -64,19 +65,31 @@ func (s *Store) ReadPointer(ctx context.Context, dataset string) (snapshot.Point
 	if err != nil {
 		return snapshot.Pointer{}, s.wrap(err, "read pointer of dataset %s", dataset)
 	}
-	cells := row[famControl]
-	if len(cells) == 0 {
+	var p snapshot.Pointer
+	var body, fence []byte
+	for _, c := range row[famControl] {
+		switch c.Column {
+		case famControl + ":" + colPointer:
+			body = c.Value
+		case famControl + ":" + colFence:
+			fence = c.Value
+		}
+	}
+	if body == nil {
 		return snapshot.Pointer{}, fmt.Errorf("dataset %s: %w", dataset, snapshot.ErrNoVersion)
 	}
-	var p snapshot.Pointer
-	if err := json.Unmarshal(cells[0].Value, &p); err != nil {
+	if err := json.Unmarshal(body, &p); err != nil {
 		return snapshot.Pointer{}, fmt.Errorf("decode pointer of dataset %s: %w", dataset, err)
+	}
+	// The fence cell is authoritative: AdvanceFence moves it without a flip.
+	if len(fence) == 8 {
+		p.Fence = binary.BigEndian.Uint64(fence)
 	}
 	return p, nil
 }
 
 // FlipPointer moves the pointer in one CheckAndMutateRow. The predicate matches, and
-// so rejects the flip, when the stored fence is >= the token, when the dataset is
+// so rejects the flip, when the stored fence is greater than the token, when the dataset is
 // pinned (unless rolling back), when the stored source LSN is greater than the new one
 // (unless rolling back), or when the stored version is not the expected one.
 func (s *Store) FlipPointer(ctx context.Context, dataset string, f snapshot.Flip) (snapshot.Pointer, error) {
@@ -97,7 +110,7 @@ func (s *Store) FlipPointer(ctx context.Context, dataset string, f snapshot.Flip
 	if err != nil {
 		return snapshot.Pointer{}, err
 	}
-	reject := []bigtable.Filter{valueAtLeast(famControl, colFence, be64(f.Token))}
+	reject := []bigtable.Filter{valueAtLeast(famControl, colFence, be64(f.Token+1))}
 	if !f.Rollback {
 		reject = append(reject, valueEquals(famControl, colPinned, []byte("1")))
 		if f.Source.LSN < ^uint64(0) {
@@ -149,7 +162,7 @@ func (s *Store) whyRejected(ctx context.Context, dataset string, f snapshot.Flip
 		return fmt.Errorf("flip of dataset %s rejected; re-read failed: %w", dataset, err)
 	}
 	switch {
-	case cur.Fence >= f.Token:
+	case cur.Fence > f.Token:
 		return fmt.Errorf("flip of dataset %s to %s with token %d: stored fence is %d: %w",
 			dataset, f.Version, f.Token, cur.Fence, snapshot.ErrFenced)
 	case cur.Pinned && !f.Rollback:
@@ -162,4 +175,18 @@ func (s *Store) whyRejected(ctx context.Context, dataset string, f snapshot.Flip
 		return fmt.Errorf("flip of dataset %s to %s: expected current version %q, found %q: %w",
 			dataset, f.Version, f.Expected, cur.Version, snapshot.ErrConflict)
 	}
+}
+
+// AdvanceFence raises the pointer's fence to token, without moving the pointer, so that
+// every holder of an older token is refused from now on. It never lowers the fence,
+// and applying it twice is harmless, so a lost reply needs no re-read.
+func (s *Store) AdvanceFence(ctx context.Context, dataset string, token uint64) error {
+	mut := bigtable.NewMutation()
+	mut.DeleteCellsInColumn(famControl, colFence)
+	mut.Set(famControl, colFence, bigtable.Now(), be64(token))
+	cond := bigtable.NewCondMutation(valueAtLeast(famControl, colFence, be64(token)), nil, mut)
+	if err := s.tbl.Apply(ctx, pointerKey(dataset), cond); err != nil {
+		return s.wrap(err, "advance fence of dataset %s to %d", dataset, token)
+	}
+	return nil
 }

@@ -208,7 +208,6 @@ func TestFlipPointerConditions(t *testing.T) {
 		want error
 	}{
 		{"expected none but one exists", snapshot.Flip{Version: v2, Token: 9, Source: snapshot.Position{LSN: 200}}, snapshot.ErrConflict},
-		{"stale token", snapshot.Flip{Version: v2, Expected: v1, Token: 5, Source: snapshot.Position{LSN: 200}}, snapshot.ErrFenced},
 		{"older token", snapshot.Flip{Version: v2, Expected: v1, Token: 4, Source: snapshot.Position{LSN: 200}}, snapshot.ErrFenced},
 		{"source goes backwards", snapshot.Flip{Version: v2, Expected: v1, Token: 6, Source: snapshot.Position{LSN: 99}}, snapshot.ErrSourceBehind},
 		{"wrong expected version", snapshot.Flip{Version: v2, Expected: v3, Token: 6, Source: snapshot.Position{LSN: 200}}, snapshot.ErrConflict},

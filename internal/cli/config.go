@@ -28,6 +28,7 @@ const (
 	EnvAddr         = "SNAPFLIP_ADDR"
 	EnvRefresh      = "SNAPFLIP_POINTER_REFRESH"
 	EnvLogFormat    = "SNAPFLIP_LOG_FORMAT"
+	EnvMetricsAddr  = "SNAPFLIP_METRICS_ADDR"
 )
 
 // BigtableConfig is the bigtable section of the syncer's config.
@@ -48,6 +49,15 @@ type BigtableConfig struct {
 	Writers int `yaml:"writers"`
 }
 
+// LeaseConfig is the lease section of the syncer's config.
+type LeaseConfig struct {
+	// Duration is how long a holder's lease survives without renewal before another
+	// replica takes it over; default 15s. Renewals run every Duration/3.
+	Duration time.Duration `yaml:"duration"`
+	// AcquireTimeout bounds how long a tick waits for the lease; default 1m.
+	AcquireTimeout time.Duration `yaml:"acquire_timeout"`
+}
+
 // PostgresConfig is the postgres section of the syncer's config.
 type PostgresConfig struct {
 	// DSN is the connection string; SNAPFLIP_POSTGRES_DSN overrides it. Never logged.
@@ -64,9 +74,11 @@ type SyncerConfig struct {
 	// TTL is how long a version's documents live in Bigtable; default 168h.
 	TTL time.Duration `yaml:"ttl"`
 	// MaxDocumentBytes bounds one document; default 8 MiB.
-	MaxDocumentBytes int            `yaml:"max_document_bytes"`
-	Postgres         PostgresConfig `yaml:"postgres"`
-	Bigtable         BigtableConfig `yaml:"bigtable"`
+	MaxDocumentBytes int `yaml:"max_document_bytes"`
+	// Lease tunes the publish lease every replica contends for.
+	Lease    LeaseConfig    `yaml:"lease"`
+	Postgres PostgresConfig `yaml:"postgres"`
+	Bigtable BigtableConfig `yaml:"bigtable"`
 	// Collections are what is copied; at least one is required.
 	Collections []pgsource.Collection `yaml:"collections"`
 
@@ -81,6 +93,7 @@ func DefaultSyncerConfig() SyncerConfig {
 		Schedule:         "@every 5m",
 		TTL:              sc.TTL,
 		MaxDocumentBytes: 8 << 20,
+		Lease:            LeaseConfig{Duration: 15 * time.Second, AcquireTimeout: time.Minute},
 		Bigtable: BigtableConfig{
 			Project: sc.Project, Instance: sc.Instance, Table: sc.Table,
 			BatchRows: sc.BatchRows, BatchBytes: sc.BatchBytes, Writers: sc.Writers,
@@ -133,8 +146,14 @@ func (c SyncerConfig) Validate() error {
 	if c.Dataset == "" || len(c.Dataset) > 128 {
 		return fmt.Errorf("dataset %q: must be 1..128 bytes", c.Dataset)
 	}
-	if _, err := cronParser.Parse(c.Schedule); err != nil {
-		return fmt.Errorf("schedule %q: %v", c.Schedule, err)
+	if _, err := parseSchedule(c.Schedule); err != nil {
+		return err
+	}
+	if c.Lease.Duration < 100*time.Millisecond {
+		return fmt.Errorf("lease.duration %s: must be at least 100ms", c.Lease.Duration)
+	}
+	if c.Lease.AcquireTimeout <= 0 {
+		return fmt.Errorf("lease.acquire_timeout %s: must be positive", c.Lease.AcquireTimeout)
 	}
 	if c.MaxDocumentBytes < 1 || c.MaxDocumentBytes > 100<<20 {
 		return fmt.Errorf("max_document_bytes %d: must be 1..104857600 (Bigtable's cell limit is 100 MiB)", c.MaxDocumentBytes)

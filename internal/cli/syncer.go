@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/google/uuid"
-	"github.com/robfig/cron/v3"
 
 	"github.com/snapflip/snapflip/pgsource"
 	"github.com/snapflip/snapflip/snapshot"
@@ -23,8 +22,11 @@ type Syncer struct {
 	Stdout, Stderr io.Writer
 	// Getenv reads the environment; default os.Getenv.
 	Getenv func(string) string
-	// OnTick, when set, is called after every scheduled cycle with its outcome (tests).
-	OnTick func(snapshot.PublishResult, error)
+	// Ticks, when set, replaces the schedule's clock (tests): each value is one
+	// scheduled tick time.
+	Ticks <-chan time.Time
+	// OnTick, when set, is called after every scheduled tick with its outcome (tests).
+	OnTick func(snapshot.TickResult, error)
 }
 
 const syncerUsage = `usage: syncer [flags] <command>
@@ -38,6 +40,19 @@ flags:
 
 // startupTimeout bounds connecting to Bigtable and Postgres at start.
 const startupTimeout = 30 * time.Second
+
+// leaseName is the name of a dataset's publish lease.
+func leaseName(dataset string) string { return "publish/" + dataset }
+
+// syncer is a wired syncer.
+type syncer struct {
+	cfg     SyncerConfig
+	store   *store.Store
+	ticker  *snapshot.Ticker
+	sched   schedule
+	metrics *syncerMetrics
+	log     *slog.Logger
+}
 
 // Run parses args (without the program name) and runs the command.
 func (m *Syncer) Run(ctx context.Context, args []string) error {
@@ -56,6 +71,7 @@ func (m *Syncer) Run(ctx context.Context, args []string) error {
 	configPath := fs.String("config", m.Getenv(EnvConfig), "path of the YAML config (env "+EnvConfig+")")
 	logFormat := fs.String("log-format", envOr(m.Getenv, EnvLogFormat, "text"), "log format: text or json (env "+EnvLogFormat+")")
 	logLevel := fs.String("log-level", "info", "log level: debug, info, warn, error")
+	metricsAddr := fs.String("metrics-addr", m.Getenv(EnvMetricsAddr), "serve Prometheus /metrics here, e.g. :9090 (env "+EnvMetricsAddr+"); empty: off")
 	force := fs.Bool("force", false, "once: publish even if the source has not changed")
 	if err := fs.Parse(args); err != nil {
 		return fmt.Errorf("%w: %v", ErrUsage, err)
@@ -72,61 +88,92 @@ func (m *Syncer) Run(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	pub, closeFn, err := m.wire(ctx, cfg, log)
+	s, err := wireSyncer(ctx, cfg, log)
 	if err != nil {
 		return err
 	}
-	defer closeFn()
+	defer s.store.Close()
+	stopMetrics, err := serveMetrics(ctx, *metricsAddr, s.metrics.reg, log)
+	if err != nil {
+		return err
+	}
+	defer stopMetrics()
 	if fs.Arg(0) == "once" {
-		res, err := pub.Publish(ctx, snapshot.PublishOptions{Force: *force})
+		start := time.Now()
+		res, token, err := s.ticker.PublishLeased(ctx, snapshot.PublishOptions{Force: *force})
+		s.metrics.observe(res, err, time.Since(start))
 		if err != nil {
 			return fmt.Errorf("sync: %w", err)
 		}
-		m.report(res)
+		m.report(res, token)
 		return nil
 	}
-	return m.runSchedule(ctx, cfg, pub, log)
+	return m.runSchedule(ctx, s)
 }
 
-// wire connects the adapters and builds the publisher.
-func (m *Syncer) wire(ctx context.Context, cfg SyncerConfig, log *slog.Logger) (*snapshot.Publisher, func(), error) {
+// wireSyncer connects the adapters and builds the ticker.
+func wireSyncer(ctx context.Context, cfg SyncerConfig, log *slog.Logger) (*syncer, error) {
+	sched, err := parseSchedule(cfg.Schedule)
+	if err != nil {
+		return nil, err
+	}
 	src, err := pgsource.New(cfg.Postgres.DSN, cfg.Collections)
 	if err != nil {
-		return nil, nil, err
+		return nil, err
 	}
 	sctx, cancel := context.WithTimeout(ctx, startupTimeout)
 	defer cancel()
 	st, err := store.Open(sctx, cfg.StoreConfig())
 	if err != nil {
-		return nil, nil, err
+		return nil, err
 	}
+	fail := func(err error) (*syncer, error) { st.Close(); return nil, err }
 	if err := st.EnsureSchema(sctx); err != nil {
-		st.Close()
-		return nil, nil, err
+		return fail(err)
 	}
 	if err := src.Ping(sctx); err != nil {
-		st.Close()
-		return nil, nil, err
+		return fail(err)
 	}
 	client := uuid.New()
+	holder := writerID(client.String())
+	metrics := newSyncerMetrics(cfg.Dataset)
+	lease, err := st.NewLease(leaseName(cfg.Dataset), store.LeaseConfig{
+		Holder:   holder,
+		Duration: cfg.Lease.Duration,
+		// Raise the pointer's fence before taking the lease: from then on no older
+		// holder can flip, however long it was paused.
+		BeforeAcquire: func(ctx context.Context, token uint64) error { return st.AdvanceFence(ctx, cfg.Dataset, token) },
+		OnEvent:       metrics.leaseEvent(log),
+	})
+	if err != nil {
+		return fail(err)
+	}
 	pub := &snapshot.Publisher{
 		Dataset:          cfg.Dataset,
 		Store:            st,
 		Source:           src,
 		Versions:         snapshot.NewVersionGen(client, nil),
-		Writer:           writerID(client.String()),
+		Writer:           holder,
 		MaxDocumentBytes: cfg.MaxDocumentBytes,
 		Log:              log,
 	}
-	return pub, func() { st.Close() }, nil
+	return &syncer{
+		cfg:   cfg,
+		store: st,
+		ticker: &snapshot.Ticker{Publisher: pub, Lease: lease, Slots: st, Holder: holder,
+			AcquireTimeout: cfg.Lease.AcquireTimeout, Log: log},
+		sched:   sched,
+		metrics: metrics,
+		log:     log.With("holder", holder),
+	}, nil
 }
 
-func (m *Syncer) report(res snapshot.PublishResult) {
+func (m *Syncer) report(res snapshot.PublishResult, token uint64) {
 	if res.NoOp {
 		fmt.Fprintf(m.Stdout, "unchanged: source has not changed since %s\n", res.Previous)
 		return
 	}
-	fmt.Fprintf(m.Stdout, "published %s (previous %s)\n", res.Manifest.Version, orNone(res.Previous))
+	fmt.Fprintf(m.Stdout, "published %s (previous %s, token %d)\n", res.Manifest.Version, orNone(res.Previous), token)
 	for _, name := range res.Manifest.CollectionNames() {
 		fmt.Fprintf(m.Stdout, "  %-24s %d documents\n", name, res.Manifest.Collections[name].Rows)
 	}
@@ -139,36 +186,71 @@ func orNone(v snapshot.Version) string {
 	return string(v)
 }
 
-// runSchedule syncs on the schedule until ctx ends. A cycle still running when the next
-// tick comes makes that tick skip. At start, if nothing is published yet, it syncs at
-// once. On shutdown it stops scheduling, lets the in-flight cycle end (its context is
-// cancelled, so it abandons cleanly and leaves the pointer alone), and returns nil.
-func (m *Syncer) runSchedule(ctx context.Context, cfg SyncerConfig, pub *snapshot.Publisher, log *slog.Logger) error {
-	cycle := func() {
-		res, err := pub.Publish(ctx, snapshot.PublishOptions{})
+// runSchedule runs one cycle per scheduled tick until ctx ends. Every replica runs the
+// schedule; the replica that claims a tick's slot publishes it. A tick that comes
+// while a cycle runs is skipped (the next one is computed when the cycle ends). If
+// nothing is published yet, it syncs at once, outside the schedule. On shutdown it
+// stops at the next tick boundary; a running cycle is cancelled, which leaves the
+// pointer alone and releases the lease.
+func (m *Syncer) runSchedule(ctx context.Context, s *syncer) error {
+	log := s.log.With("dataset", s.cfg.Dataset)
+	if _, err := s.store.ReadPointer(ctx, s.cfg.Dataset); errors.Is(err, snapshot.ErrNoVersion) {
+		log.Info("nothing published yet: syncing now")
+		start := time.Now()
+		res, _, err := s.ticker.PublishLeased(ctx, snapshot.PublishOptions{})
+		s.metrics.observe(res, err, time.Since(start))
+		if err != nil && !errors.Is(err, snapshot.ErrFenced) && !errors.Is(err, snapshot.ErrConflict) {
+			log.Error("first sync failed", "err", err)
+		}
+	}
+	log.Info("syncer running", "schedule", s.cfg.Schedule)
+	for {
+		tick, ok := m.nextTick(ctx, s.sched)
+		if !ok {
+			log.Info("stopped")
+			return nil
+		}
+		slot := s.sched.Slot(tick)
+		start := time.Now()
+		res, err := s.ticker.Tick(ctx, slot, snapshot.PublishOptions{})
+		tlog := log.With("slot", slot, "tick", tick.UTC().Format(time.RFC3339))
 		switch {
 		case err != nil && ctx.Err() != nil:
-			log.Info("sync abandoned for shutdown", "dataset", cfg.Dataset, "err", err)
+			tlog.Info("sync abandoned for shutdown", "err", err)
 		case err != nil:
-			log.Error("sync failed", "dataset", cfg.Dataset, "err", err)
+			tlog.Error("sync failed", "err", err)
+		case !res.Claimed:
+			tlog.Debug("slot claimed by another replica", "owner", res.Owner)
+		}
+		if res.Claimed {
+			s.metrics.slots.WithLabelValues("claimed").Inc()
+			s.metrics.observe(res.Publish, err, time.Since(start))
+		} else if err == nil {
+			s.metrics.slots.WithLabelValues("other").Inc()
 		}
 		if m.OnTick != nil {
 			m.OnTick(res, err)
 		}
 	}
-	c := cron.New(cron.WithParser(cronParser), cron.WithChain(cron.SkipIfStillRunning(cron.DiscardLogger)))
-	if _, err := c.AddFunc(cfg.Schedule, cycle); err != nil {
-		return fmt.Errorf("schedule %q: %w", cfg.Schedule, err)
+}
+
+// nextTick waits for the next scheduled tick, or takes it from m.Ticks.
+func (m *Syncer) nextTick(ctx context.Context, sched schedule) (time.Time, bool) {
+	if m.Ticks != nil {
+		select {
+		case t, ok := <-m.Ticks:
+			return t, ok && ctx.Err() == nil
+		case <-ctx.Done():
+			return time.Time{}, false
+		}
 	}
-	if _, err := pub.Store.ReadPointer(ctx, cfg.Dataset); errors.Is(err, snapshot.ErrNoVersion) {
-		log.Info("nothing published yet: syncing now", "dataset", cfg.Dataset)
-		cycle()
+	next := sched.Next(time.Now())
+	timer := time.NewTimer(time.Until(next))
+	defer timer.Stop()
+	select {
+	case <-timer.C:
+		return next, true
+	case <-ctx.Done():
+		return time.Time{}, false
 	}
-	c.Start()
-	log.Info("syncer running", "dataset", cfg.Dataset, "schedule", cfg.Schedule)
-	<-ctx.Done()
-	log.Info("shutting down: waiting for the running cycle")
-	<-c.Stop().Done()
-	log.Info("stopped")
-	return nil
 }

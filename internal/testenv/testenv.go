@@ -1,21 +1,24 @@
 // Package testenv gives tests real components: a fresh database on the throwaway
-// Postgres server that `make test` starts, and an in-process Bigtable server (bttest)
+// Postgres server that `make test` starts, and a fresh Bigtable emulator process
 // reached through the real client.
 package testenv
 
 import (
+	"bufio"
 	"context"
 	"fmt"
+	"io"
 	"net/url"
 	"os"
+	"os/exec"
+	"path/filepath"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
-	"cloud.google.com/go/bigtable/bttest"
 	"github.com/jackc/pgx/v5"
-	"google.golang.org/grpc"
 
 	"github.com/snapflip/snapflip/store"
 )
@@ -83,15 +86,74 @@ func Exec(tb testing.TB, dsn string, sql ...string) {
 	}
 }
 
-// Bigtable starts an in-process Bigtable server for the test and returns its address.
+// EnvEmulator names the variable holding the path of a built Bigtable emulator
+// (cloud.google.com/go/bigtable/cmd/emulator). `make test` sets it; without it, the
+// first test that needs one builds it.
+const EnvEmulator = "SNAPFLIP_TEST_EMULATOR"
+
+var (
+	buildOnce   sync.Once
+	emulatorBin string
+	buildErr    error
+)
+
+// emulatorPath returns the emulator binary, building it once per test process if
+// EnvEmulator is not set.
+func emulatorPath(tb testing.TB) string {
+	tb.Helper()
+	if p := os.Getenv(EnvEmulator); p != "" {
+		return p
+	}
+	buildOnce.Do(func() {
+		dir, err := os.MkdirTemp("", "snapflip-emulator")
+		if err != nil {
+			buildErr = err
+			return
+		}
+		emulatorBin = filepath.Join(dir, "bigtable-emulator")
+		out, err := exec.Command("go", "build", "-o", emulatorBin, "cloud.google.com/go/bigtable/cmd/emulator").CombinedOutput()
+		if err != nil {
+			buildErr = fmt.Errorf("build the emulator: %v\n%s", err, out)
+		}
+	})
+	if buildErr != nil {
+		tb.Fatal(buildErr)
+	}
+	return emulatorBin
+}
+
+// Bigtable starts a fresh Bigtable emulator process for the test, stops it when the
+// test ends, and returns its address. The emulator runs as its own process (not
+// bttest in-process) so the race detector watches our code, not the emulator's.
 func Bigtable(tb testing.TB) string {
 	tb.Helper()
-	srv, err := bttest.NewServer("127.0.0.1:0", grpc.MaxRecvMsgSize(256<<20), grpc.MaxSendMsgSize(256<<20))
+	addr, _ := StartEmulator(tb)
+	return addr
+}
+
+// StartEmulator is Bigtable, also returning the process so a test can stop it.
+func StartEmulator(tb testing.TB) (string, *exec.Cmd) {
+	tb.Helper()
+	cmd := exec.Command(emulatorPath(tb), "-host", "127.0.0.1", "-port", "0")
+	stdout, err := cmd.StdoutPipe()
 	if err != nil {
-		tb.Fatalf("start bttest: %v", err)
+		tb.Fatal(err)
 	}
-	tb.Cleanup(srv.Close)
-	return srv.Addr
+	cmd.Stderr = io.Discard
+	if err := cmd.Start(); err != nil {
+		tb.Fatalf("start the emulator: %v", err)
+	}
+	tb.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+	})
+	line, err := bufio.NewReader(stdout).ReadString('\n')
+	const prefix = "Cloud Bigtable emulator running on "
+	if err != nil || !strings.HasPrefix(line, prefix) {
+		tb.Fatalf("emulator said %q, %v; want %q", line, err, prefix+"<addr>")
+	}
+	go func() { _, _ = io.Copy(io.Discard, stdout) }()
+	return strings.TrimSpace(strings.TrimPrefix(line, prefix)), cmd
 }
 
 // StoreConfig returns a store config for the emulator at addr with test-friendly batch

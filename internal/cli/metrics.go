@@ -1,0 +1,114 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/snapflip/snapflip/snapshot"
+	"github.com/snapflip/snapflip/store"
+)
+
+// syncerMetrics are the syncer's Prometheus metrics.
+type syncerMetrics struct {
+	reg         *prometheus.Registry
+	leaseEvents *prometheus.CounterVec
+	leaseHeld   prometheus.Gauge
+	leaseToken  prometheus.Gauge
+	slots       *prometheus.CounterVec
+	syncs       *prometheus.CounterVec
+	lastSuccess prometheus.Gauge
+	duration    prometheus.Histogram
+}
+
+func newSyncerMetrics(dataset string) *syncerMetrics {
+	labels := prometheus.Labels{"dataset": dataset}
+	m := &syncerMetrics{
+		reg: prometheus.NewRegistry(),
+		leaseEvents: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "snapflip_lease_events_total",
+			Help: "Lease events of this replica: acquired, takeover, released, lost.", ConstLabels: labels}, []string{"kind"}),
+		leaseHeld: prometheus.NewGauge(prometheus.GaugeOpts{Name: "snapflip_lease_held",
+			Help: "1 while this replica holds the publish lease.", ConstLabels: labels}),
+		leaseToken: prometheus.NewGauge(prometheus.GaugeOpts{Name: "snapflip_lease_token",
+			Help: "The fencing token of this replica's latest hold.", ConstLabels: labels}),
+		slots: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "snapflip_slots_total",
+			Help: "Scheduled ticks, by whether this replica claimed them.", ConstLabels: labels}, []string{"result"}),
+		syncs: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "snapflip_syncs_total",
+			Help: "Syncs run by this replica, by result: published, unchanged, failed.", ConstLabels: labels}, []string{"result"}),
+		lastSuccess: prometheus.NewGauge(prometheus.GaugeOpts{Name: "snapflip_last_success_timestamp_seconds",
+			Help: "When this replica last finished a sync that published or found nothing to do.", ConstLabels: labels}),
+		duration: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "snapflip_sync_duration_seconds",
+			Help: "Duration of syncs that ran.", ConstLabels: labels, Buckets: prometheus.ExponentialBuckets(0.1, 2, 14)}),
+	}
+	m.reg.MustRegister(m.leaseEvents, m.leaseHeld, m.leaseToken, m.slots, m.syncs, m.lastSuccess, m.duration,
+		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	return m
+}
+
+// leaseEvent logs a lease event and counts it.
+func (m *syncerMetrics) leaseEvent(log *slog.Logger) func(store.LeaseEvent) {
+	return func(e store.LeaseEvent) {
+		m.leaseEvents.WithLabelValues(e.Kind).Inc()
+		attrs := []any{"lease", e.Name, "holder", e.Holder, "token", e.Token}
+		switch e.Kind {
+		case "acquired", "takeover":
+			m.leaseHeld.Set(1)
+			m.leaseToken.Set(float64(e.Token))
+			log.Info("lease "+e.Kind, attrs...)
+		case "released":
+			m.leaseHeld.Set(0)
+			log.Debug("lease released", attrs...)
+		case "lost":
+			m.leaseHeld.Set(0)
+			log.Warn("lease lost", append(attrs, "err", e.Err)...)
+		}
+	}
+}
+
+// observe records the outcome of one sync.
+func (m *syncerMetrics) observe(res snapshot.PublishResult, err error, took time.Duration) {
+	switch {
+	case err != nil:
+		m.syncs.WithLabelValues("failed").Inc()
+	case res.NoOp:
+		m.syncs.WithLabelValues("unchanged").Inc()
+		m.lastSuccess.SetToCurrentTime()
+	default:
+		m.syncs.WithLabelValues("published").Inc()
+		m.lastSuccess.SetToCurrentTime()
+	}
+	m.duration.Observe(took.Seconds())
+}
+
+// serveMetrics serves /metrics on addr until ctx ends; "" serves nothing.
+func serveMetrics(ctx context.Context, addr string, reg *prometheus.Registry, log *slog.Logger) (func(), error) {
+	if addr == "" {
+		return func() {}, nil
+	}
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("--metrics-addr %s: %w", addr, err)
+	}
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	go func() {
+		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			log.Error("metrics server", "err", err)
+		}
+	}()
+	log.Info("metrics listening", "addr", ln.Addr().String())
+	return func() {
+		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		_ = srv.Shutdown(sctx)
+	}, nil
+}

@@ -1,0 +1,114 @@
+package snapshot
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+)
+
+// SlotStore records which replica claimed each scheduled tick.
+type SlotStore interface {
+	// ClaimSlot claims the slot for holder if nobody has; it reports whether holder
+	// won and who owns the slot.
+	ClaimSlot(ctx context.Context, dataset string, slot int64, holder string) (won bool, owner string, err error)
+}
+
+// Ticker runs scheduled cycles on one replica. Every replica runs the schedule; for
+// each tick, the replica that claims the tick's slot takes the lease and publishes.
+// The slot is computed from the tick's scheduled time, never from the clock, so every
+// replica names the same slot for the same tick.
+type Ticker struct {
+	Publisher *Publisher
+	Lease     Lease
+	Slots     SlotStore
+	// Holder identifies this replica in slot claims.
+	Holder string
+	// AcquireTimeout bounds the wait for the lease; default 1 minute.
+	AcquireTimeout time.Duration
+	Log            *slog.Logger
+}
+
+// TickResult says what one tick did.
+type TickResult struct {
+	Slot int64
+	// Claimed is set when this replica won the slot; Owner names who did.
+	Claimed bool
+	Owner   string
+	// Token is the lease token the publish ran under.
+	Token   uint64
+	Publish PublishResult
+}
+
+// Tick runs the cycle for one scheduled tick: claim the slot, take the lease, mark
+// versions abandoned by earlier holders failed, publish under the lease's token, and
+// release the lease. The publish is cancelled if the lease is lost.
+func (t *Ticker) Tick(ctx context.Context, slot int64, opts PublishOptions) (TickResult, error) {
+	res := TickResult{Slot: slot}
+	won, owner, err := t.Slots.ClaimSlot(ctx, t.Publisher.Dataset, slot, t.Holder)
+	if err != nil {
+		return res, fmt.Errorf("claim slot %d: %w", slot, err)
+	}
+	res.Owner = owner
+	if !won {
+		return res, nil
+	}
+	res.Claimed = true
+	opts.Slot = slot
+	pub, token, err := t.publishLeased(ctx, opts)
+	res.Publish, res.Token = pub, token
+	return res, err
+}
+
+// PublishLeased takes the lease and publishes once under its token (syncer once).
+func (t *Ticker) PublishLeased(ctx context.Context, opts PublishOptions) (PublishResult, uint64, error) {
+	return t.publishLeased(ctx, opts)
+}
+
+func (t *Ticker) publishLeased(ctx context.Context, opts PublishOptions) (PublishResult, uint64, error) {
+	timeout := t.AcquireTimeout
+	if timeout <= 0 {
+		timeout = time.Minute
+	}
+	actx, cancel := context.WithTimeout(ctx, timeout)
+	hold, err := t.Lease.Acquire(actx)
+	cancel()
+	if err != nil {
+		return PublishResult{}, 0, fmt.Errorf("acquire lease: %w", err)
+	}
+	defer func() {
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
+		defer cancel()
+		if err := hold.Release(rctx); err != nil && !errors.Is(err, ErrLeaseLost) {
+			t.log().WarnContext(ctx, "release lease", "token", hold.Token(), "err", err)
+		}
+	}()
+	pctx, cancelPub := context.WithCancelCause(ctx)
+	defer cancelPub(nil)
+	stop := context.AfterFunc(hold.Context(), func() {
+		select {
+		case <-hold.Lost():
+			cancelPub(ErrLeaseLost)
+		default:
+		}
+	})
+	defer stop()
+
+	if _, err := t.Publisher.FailAbandoned(pctx, hold.Token()); err != nil {
+		t.log().WarnContext(ctx, "mark abandoned versions", "err", err)
+	}
+	opts.Token = hold.Token()
+	res, err := t.Publisher.Publish(pctx, opts)
+	if err != nil && context.Cause(pctx) == ErrLeaseLost {
+		err = fmt.Errorf("%w (token %d): %v", ErrLeaseLost, hold.Token(), err)
+	}
+	return res, hold.Token(), err
+}
+
+func (t *Ticker) log() *slog.Logger {
+	if t.Log != nil {
+		return t.Log
+	}
+	return slog.Default()
+}

@@ -1,0 +1,360 @@
+package store
+
+import (
+	"bytes"
+	"context"
+	"encoding/binary"
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"time"
+
+	"cloud.google.com/go/bigtable"
+
+	"github.com/snapflip/snapflip/snapshot"
+)
+
+// A lease is the row l#<name> with one cell c:state = token | seq | holder: token and
+// seq are 8-byte big-endian numbers, holder the holder's id ("" once released). The
+// token grows by exactly one with every acquire and never restarts; seq grows with every
+// write, so a renewal changes the state even though the holder does not.
+//
+// Every write is a CheckAndMutateRow whose predicate is the exact state the writer
+// last read. A contender takes a held lease over only after it has watched the state
+// stay the same for the lease duration on its own monotonic clock; no machine's clock is
+// compared with another's.
+const colLeaseState = "state"
+
+// leaseState is the decoded c:state cell.
+type leaseState struct {
+	token, seq uint64
+	holder     string
+}
+
+func (s leaseState) encode() []byte {
+	b := make([]byte, 16+len(s.holder))
+	binary.BigEndian.PutUint64(b, s.token)
+	binary.BigEndian.PutUint64(b[8:], s.seq)
+	copy(b[16:], s.holder)
+	return b
+}
+
+func decodeLeaseState(b []byte) (leaseState, error) {
+	if len(b) < 16 {
+		return leaseState{}, fmt.Errorf("lease state of %d bytes", len(b))
+	}
+	return leaseState{binary.BigEndian.Uint64(b), binary.BigEndian.Uint64(b[8:]), string(b[16:])}, nil
+}
+
+// LeaseEvent reports what happened to a lease, for logs and metrics.
+type LeaseEvent struct {
+	Name   string
+	Holder string
+	Token  uint64
+	// Kind is "acquired", "takeover" (acquired from a holder that stopped renewing),
+	// "released" or "lost".
+	Kind string
+	Err  error
+}
+
+// LeaseConfig tunes a lease.
+type LeaseConfig struct {
+	// Holder identifies this contender; it must be unique per process. Required.
+	Holder string
+	// Duration is how long a holder's state must stay unchanged before a contender
+	// takes over; default 15s.
+	Duration time.Duration
+	// RenewEvery is how often a holder renews; default Duration/3.
+	RenewEvery time.Duration
+	// RetryMax caps Acquire's full-jitter backoff; default 1s.
+	RetryMax time.Duration
+	// BeforeAcquire, if set, runs before the write that would give this contender
+	// the lease with the given token. The syncer advances the pointer's fence here,
+	// so that a deposed holder is refused before the new one holds the lease.
+	BeforeAcquire func(ctx context.Context, token uint64) error
+	// OnEvent, if set, is told of acquires, takeovers, releases and losses.
+	OnEvent func(LeaseEvent)
+}
+
+// Lease is a lock on Bigtable with fencing tokens.
+type Lease struct {
+	s    *Store
+	name string
+	key  string
+	cfg  LeaseConfig
+
+	mu       sync.Mutex
+	seen     []byte    // the held state last read
+	seenAt   time.Time // when it was first read unchanged (monotonic)
+	seenNext time.Time // when it may be taken over
+}
+
+var _ snapshot.Lease = (*Lease)(nil)
+
+// NewLease returns the lease named name.
+func (s *Store) NewLease(name string, cfg LeaseConfig) (*Lease, error) {
+	if cfg.Holder == "" {
+		return nil, fmt.Errorf("%w lease %s: holder id required", snapshot.ErrInvalid, name)
+	}
+	if cfg.Duration <= 0 {
+		cfg.Duration = 15 * time.Second
+	}
+	if cfg.RenewEvery <= 0 || cfg.RenewEvery >= cfg.Duration {
+		cfg.RenewEvery = cfg.Duration / 3
+	}
+	if cfg.RetryMax <= 0 {
+		cfg.RetryMax = time.Second
+	}
+	return &Lease{s: s, name: name, key: "l#" + escapeComponent(name), cfg: cfg}, nil
+}
+
+// readState returns the raw state cell, nil when the lease was never taken.
+func (l *Lease) readState(ctx context.Context) ([]byte, error) {
+	row, err := l.s.tbl.ReadRow(ctx, l.key, bigtable.RowFilter(column(famControl, colLeaseState)))
+	if err != nil {
+		return nil, l.s.wrap(err, "read lease %s", l.name)
+	}
+	if cells := row[famControl]; len(cells) > 0 {
+		return cells[0].Value, nil
+	}
+	return nil, nil
+}
+
+// casState writes next if the stored state is exactly prev (absent when prev is nil).
+// After an RPC error it re-reads: the write applied if the state is now next.
+func (l *Lease) casState(ctx context.Context, prev []byte, next leaseState) (bool, error) {
+	mut := bigtable.NewMutation()
+	mut.DeleteCellsInColumn(famControl, colLeaseState)
+	mut.Set(famControl, colLeaseState, bigtable.Now(), next.encode())
+	var cond *bigtable.Mutation
+	var matched bool
+	if prev == nil {
+		cond = bigtable.NewCondMutation(column(famControl, colLeaseState), nil, mut)
+	} else {
+		cond = bigtable.NewCondMutation(valueEquals(famControl, colLeaseState, prev), mut, nil)
+	}
+	err := l.s.tbl.Apply(ctx, l.key, cond, bigtable.GetCondMutationResult(&matched))
+	if err != nil {
+		now, rerr := l.readState(context.WithoutCancel(ctx))
+		if rerr != nil {
+			return false, fmt.Errorf("lease %s: write outcome unknown (%v) and re-read failed: %w", l.name, err, rerr)
+		}
+		return bytes.Equal(now, next.encode()), nil
+	}
+	if prev == nil {
+		return !matched, nil
+	}
+	return matched, nil
+}
+
+// TryAcquire takes the lease if it is free, released, or held by a holder whose state
+// this contender has watched unchanged for Duration. Otherwise it returns ErrHeld.
+func (l *Lease) TryAcquire(ctx context.Context) (snapshot.Hold, error) {
+	raw, err := l.readState(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var cur leaseState
+	if raw != nil {
+		if cur, err = decodeLeaseState(raw); err != nil {
+			return nil, fmt.Errorf("lease %s: %w", l.name, err)
+		}
+	}
+	kind := "acquired"
+	if raw != nil && cur.holder != "" {
+		if !l.expired(raw) {
+			return nil, fmt.Errorf("lease %s held by %s (token %d): %w", l.name, cur.holder, cur.token, snapshot.ErrHeld)
+		}
+		kind = "takeover"
+	}
+	next := leaseState{token: cur.token + 1, seq: cur.seq + 1, holder: l.cfg.Holder}
+	if l.cfg.BeforeAcquire != nil {
+		if err := l.cfg.BeforeAcquire(ctx, next.token); err != nil {
+			return nil, fmt.Errorf("lease %s: before acquire: %w", l.name, err)
+		}
+	}
+	sent := time.Now()
+	ok, err := l.casState(ctx, raw, next)
+	if err != nil {
+		return nil, err
+	}
+	if !ok {
+		return nil, fmt.Errorf("lease %s: another contender won: %w", l.name, snapshot.ErrHeld)
+	}
+	l.mu.Lock()
+	l.seen = nil
+	l.mu.Unlock()
+	h := newHold(l, next, sent)
+	l.event(kind, next.token, nil)
+	return h, nil
+}
+
+// expired reports whether the held state raw has been seen unchanged for Duration. The
+// first sighting of a state starts the watch.
+func (l *Lease) expired(raw []byte) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	now := time.Now()
+	if !bytes.Equal(l.seen, raw) {
+		l.seen = append(l.seen[:0], raw...)
+		l.seenAt = now
+		l.seenNext = now.Add(l.cfg.Duration)
+		return false
+	}
+	return now.Sub(l.seenAt) >= l.cfg.Duration
+}
+
+// Acquire retries TryAcquire until it succeeds or ctx ends. While the lease is held it
+// waits a full-jitter backoff, but never past the moment the watched state would count
+// as expired, so a dead holder is replaced within Duration plus one retry.
+func (l *Lease) Acquire(ctx context.Context) (snapshot.Hold, error) {
+	for attempt := 0; ; attempt++ {
+		h, err := l.TryAcquire(ctx)
+		if err == nil {
+			return h, nil
+		}
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		ceil := min(l.cfg.RetryMax, 20*time.Millisecond<<min(attempt, 10))
+		wait := time.Duration(rand.Int64N(int64(ceil) + 1))
+		l.mu.Lock()
+		if l.seen != nil {
+			if until := time.Until(l.seenNext); until >= 0 && until < wait {
+				wait = until
+			}
+		}
+		l.mu.Unlock()
+		if !sleep(ctx, wait) {
+			return nil, ctx.Err()
+		}
+	}
+}
+
+func (l *Lease) event(kind string, token uint64, err error) {
+	if l.cfg.OnEvent != nil {
+		l.cfg.OnEvent(LeaseEvent{Name: l.name, Holder: l.cfg.Holder, Token: token, Kind: kind, Err: err})
+	}
+}
+
+// hold is a held lease, renewed in the background.
+type hold struct {
+	l      *Lease
+	token  uint64
+	ctx    context.Context
+	cancel context.CancelCauseFunc
+	lost   chan struct{}
+	done   chan struct{}
+
+	mu       sync.Mutex
+	state    leaseState
+	deadline time.Time // monotonic: when this holder must consider the lease gone
+	ended    bool
+	wasLost  bool
+}
+
+func newHold(l *Lease, st leaseState, sent time.Time) *hold {
+	ctx, cancel := context.WithCancelCause(context.Background())
+	h := &hold{l: l, token: st.token, ctx: ctx, cancel: cancel, lost: make(chan struct{}), done: make(chan struct{}),
+		state: st, deadline: sent.Add(l.cfg.Duration)}
+	go h.renew()
+	return h
+}
+
+func (h *hold) Token() uint64               { return h.token }
+func (h *hold) Lost() <-chan struct{}       { return h.lost }
+func (h *hold) Context() context.Context    { return h.ctx }
+func (h *hold) String() string              { return fmt.Sprintf("lease %s token %d", h.l.name, h.token) }
+func (h *hold) deadlineLeft() time.Duration { h.mu.Lock(); defer h.mu.Unlock(); return time.Until(h.deadline) }
+
+// renew writes a new seq every RenewEvery. Its deadline is counted from when each
+// successful renewal was sent: a contender's watch of that state starts later still,
+// so the holder gives up before any contender may take over.
+func (h *hold) renew() {
+	defer close(h.done)
+	t := time.NewTicker(h.l.cfg.RenewEvery)
+	defer t.Stop()
+	for {
+		left := h.deadlineLeft()
+		if left <= 0 {
+			h.markLost(fmt.Errorf("%w: no successful renewal within %s", snapshot.ErrLeaseLost, h.l.cfg.Duration))
+			return
+		}
+		deadline := time.NewTimer(left)
+		select {
+		case <-h.ctx.Done():
+			deadline.Stop()
+			return
+		case <-deadline.C:
+			continue
+		case <-t.C:
+			deadline.Stop()
+		}
+		h.mu.Lock()
+		prev, next := h.state, h.state
+		h.mu.Unlock()
+		next.seq++
+		sent := time.Now()
+		rctx, cancel := context.WithTimeout(h.ctx, h.l.cfg.RenewEvery)
+		ok, err := h.l.casState(rctx, prev.encode(), next)
+		cancel()
+		if err == nil && ok {
+			h.mu.Lock()
+			h.state = next
+			h.deadline = sent.Add(h.l.cfg.Duration)
+			h.mu.Unlock()
+		}
+		switch {
+		case h.ctx.Err() != nil:
+			return
+		case err != nil:
+			continue // try again next tick; the deadline decides
+		case !ok:
+			h.markLost(fmt.Errorf("%w: taken over", snapshot.ErrLeaseLost))
+			return
+		}
+	}
+}
+
+func (h *hold) markLost(err error) {
+	h.mu.Lock()
+	if h.ended {
+		h.mu.Unlock()
+		return
+	}
+	h.ended, h.wasLost = true, true
+	h.mu.Unlock()
+	close(h.lost)
+	h.cancel(err)
+	h.l.event("lost", h.token, err)
+}
+
+// Release stops renewing and frees the lease, keeping its token.
+func (h *hold) Release(ctx context.Context) error {
+	h.mu.Lock()
+	if h.ended {
+		lost := h.wasLost
+		h.mu.Unlock()
+		if lost {
+			return fmt.Errorf("lease %s token %d: %w", h.l.name, h.token, snapshot.ErrLeaseLost)
+		}
+		return nil
+	}
+	h.ended = true
+	h.mu.Unlock()
+	h.cancel(fmt.Errorf("lease %s released", h.l.name))
+	<-h.done
+	h.mu.Lock()
+	cur := h.state
+	h.mu.Unlock()
+	next := leaseState{token: cur.token, seq: cur.seq + 1}
+	ok, err := h.l.casState(ctx, cur.encode(), next)
+	if err != nil {
+		return err
+	}
+	if !ok {
+		return fmt.Errorf("lease %s token %d: already taken over: %w", h.l.name, h.token, snapshot.ErrLeaseLost)
+	}
+	h.l.event("released", h.token, nil)
+	return nil
+}

@@ -1,0 +1,49 @@
+package store
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+
+	"cloud.google.com/go/bigtable"
+)
+
+// colClaim is the cell s:claim of a slot row, holding the claimer's id.
+const colClaim = "claim"
+
+// slotKey is s#<dataset>#<slot, 20 digits>, so claims list in slot order.
+func slotKey(dataset string, slot int64) string {
+	return fmt.Sprintf("s#%s#%020d", escapeComponent(dataset), slot)
+}
+
+// ClaimSlot claims one scheduled tick of a dataset for holder. Exactly one claimer
+// wins: the claim is written only if the row is absent (a CheckAndMutateRow whose
+// predicate passes any cell, the write in its false branch). It reports whether holder
+// won, and which holder owns the slot. After an RPC error it re-reads to decide.
+func (s *Store) ClaimSlot(ctx context.Context, dataset string, slot int64, holder string) (won bool, owner string, err error) {
+	key := slotKey(dataset, slot)
+	mut := bigtable.NewMutation()
+	mut.Set(famSlots, colClaim, bigtable.Now(), []byte(holder))
+	var exists bool
+	cond := bigtable.NewCondMutation(bigtable.PassAllFilter(), nil, mut)
+	applyErr := s.tbl.Apply(ctx, key, cond, bigtable.GetCondMutationResult(&exists))
+	if applyErr == nil && !exists {
+		return true, holder, nil
+	}
+	row, err := s.tbl.ReadRow(context.WithoutCancel(ctx), key, bigtable.RowFilter(column(famSlots, colClaim)))
+	if err != nil {
+		if applyErr != nil {
+			return false, "", s.wrap(applyErr, "claim slot %d of %s (re-read failed: %v)", slot, dataset, err)
+		}
+		return false, "", s.wrap(err, "read slot %d of %s", slot, dataset)
+	}
+	cells := row[famSlots]
+	if len(cells) == 0 {
+		if applyErr != nil {
+			return false, "", s.wrap(applyErr, "claim slot %d of %s", slot, dataset)
+		}
+		return false, "", fmt.Errorf("slot %d of %s: claimed, but the claim is gone", slot, dataset)
+	}
+	owner = string(cells[0].Value)
+	return bytes.Equal(cells[0].Value, []byte(holder)), owner, nil
+}
