@@ -261,11 +261,15 @@ func newHold(l *Lease, st leaseState, sent time.Time) *hold {
 	return h
 }
 
-func (h *hold) Token() uint64               { return h.token }
-func (h *hold) Lost() <-chan struct{}       { return h.lost }
-func (h *hold) Context() context.Context    { return h.ctx }
-func (h *hold) String() string              { return fmt.Sprintf("lease %s token %d", h.l.name, h.token) }
-func (h *hold) deadlineLeft() time.Duration { h.mu.Lock(); defer h.mu.Unlock(); return time.Until(h.deadline) }
+func (h *hold) Token() uint64            { return h.token }
+func (h *hold) Lost() <-chan struct{}    { return h.lost }
+func (h *hold) Context() context.Context { return h.ctx }
+func (h *hold) String() string           { return fmt.Sprintf("lease %s token %d", h.l.name, h.token) }
+func (h *hold) deadlineLeft() time.Duration {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return time.Until(h.deadline)
+}
 
 // renew writes a new seq every RenewEvery. Its deadline is counted from when each
 // successful renewal was sent: a contender's watch of that state starts later still,

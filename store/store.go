@@ -52,6 +52,8 @@ type Config struct {
 	// RowRetries is how often a row that failed inside an ApplyBulk is retried;
 	// default 5.
 	RowRetries int
+	// DialOptions are added to the emulator connection (tests inject faults here).
+	DialOptions []grpc.DialOption
 }
 
 // DefaultConfig returns the defaults.
@@ -125,9 +127,11 @@ func Open(ctx context.Context, cfg Config, opts ...option.ClientOption) (*Store,
 	}
 	s := &Store{cfg: cfg}
 	if cfg.EmulatorHost != "" && len(opts) == 0 {
-		conn, err := grpc.NewClient(cfg.EmulatorHost,
+		dial := append([]grpc.DialOption{
 			grpc.WithTransportCredentials(insecure.NewCredentials()),
-			grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(maxMessageBytes), grpc.MaxCallSendMsgSize(maxMessageBytes)))
+			grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(maxMessageBytes), grpc.MaxCallSendMsgSize(maxMessageBytes)),
+		}, cfg.DialOptions...)
+		conn, err := grpc.NewClient(cfg.EmulatorHost, dial...)
 		if err != nil {
 			return nil, fmt.Errorf("bigtable emulator %s: %w", cfg.EmulatorHost, err)
 		}

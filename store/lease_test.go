@@ -1,0 +1,327 @@
+package store_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/snapflip/snapflip/internal/testenv"
+	"github.com/snapflip/snapflip/snapshot"
+	"github.com/snapflip/snapflip/store"
+)
+
+func newLease(tb testing.TB, st *store.Store, holder string, d time.Duration) *store.Lease {
+	tb.Helper()
+	l, err := st.NewLease("publish/ds", store.LeaseConfig{Holder: holder, Duration: d, RetryMax: 20 * time.Millisecond})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return l
+}
+
+func TestLeaseAcquireReleaseKeepsTokens(t *testing.T) {
+	st := newStore(t)
+	ctx := context.Background()
+	a, b := newLease(t, st, "a", 5*time.Second), newLease(t, st, "b", 5*time.Second)
+	ha, err := a.TryAcquire(ctx)
+	if err != nil || ha.Token() != 1 {
+		t.Fatalf("first TryAcquire = %v, %v; want token 1", ha, err)
+	}
+	if _, err := b.TryAcquire(ctx); !errors.Is(err, snapshot.ErrHeld) {
+		t.Errorf("TryAcquire while held = %v; want ErrHeld", err)
+	}
+	if err := ha.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-ha.Lost():
+		t.Error("a released hold reports lost")
+	default:
+	}
+	hb, err := b.TryAcquire(ctx)
+	if err != nil || hb.Token() != 2 {
+		t.Fatalf("TryAcquire after release = %v, %v; want token 2", hb, err)
+	}
+	if err := hb.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	ha2, err := a.TryAcquire(ctx)
+	if err != nil || ha2.Token() != 3 {
+		t.Fatalf("third acquire = %v, %v; want token 3 (tokens never restart)", ha2, err)
+	}
+	_ = ha2.Release(ctx)
+}
+
+// TestLeaseContention: 32 goroutines, each its own contender, 10 rounds each. An
+// independent counter (not the lease) checks that no two ever hold at once; tokens
+// are strictly increasing and gap-free; every contender finishes all its rounds.
+func TestLeaseContention(t *testing.T) {
+	st := newStore(t)
+	const contenders, rounds = 32, 10
+	var inside atomic.Int32
+	var mu sync.Mutex
+	var tokens []uint64
+	var wg sync.WaitGroup
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	for c := range contenders {
+		l := newLease(t, st, fmt.Sprintf("c%d", c), 10*time.Second)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for range rounds {
+				h, err := l.Acquire(ctx)
+				if err != nil {
+					t.Errorf("contender %d: Acquire: %v", c, err)
+					return
+				}
+				if n := inside.Add(1); n != 1 {
+					t.Errorf("%d holders at once", n)
+				}
+				mu.Lock()
+				tokens = append(tokens, h.Token())
+				mu.Unlock()
+				inside.Add(-1)
+				if err := h.Release(ctx); err != nil {
+					t.Errorf("contender %d: Release: %v", c, err)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if len(tokens) != contenders*rounds {
+		t.Fatalf("%d acquires; want %d", len(tokens), contenders*rounds)
+	}
+	for i, tok := range tokens {
+		if tok != uint64(i+1) {
+			t.Fatalf("token #%d = %d; want %d (strictly increasing, gap-free)", i, tok, i+1)
+		}
+	}
+}
+
+// TestPausedHolderIsFenced: a holder that stops renewing (paused) loses the lease to a
+// contender that watched it stay unchanged for the lease duration; when it resumes and
+// flips with its old token, Bigtable refuses, and the pointer is unchanged.
+func TestPausedHolderIsFenced(t *testing.T) {
+	addr := testenv.Bigtable(t)
+	st := testenv.Store(t, testenv.StoreConfig(addr))
+	// The paused holder talks through its own connection, whose calls hang while
+	// paused: to everyone else it looks exactly like a stopped process.
+	var paused atomic.Bool
+	pcfg := testenv.StoreConfig(addr)
+	pcfg.DialOptions = []grpc.DialOption{grpc.WithUnaryInterceptor(func(ctx context.Context, method string, req, reply any,
+		cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+		for paused.Load() {
+			select {
+			case <-ctx.Done():
+				return ctx.Err()
+			case <-time.After(5 * time.Millisecond):
+			}
+		}
+		return invoker(ctx, method, req, reply, cc, opts...)
+	})}
+	pst := testenv.Store(t, pcfg)
+	ctx := context.Background()
+	const d = 300 * time.Millisecond
+	mk := func(st *store.Store, holder string) *store.Lease {
+		l, err := st.NewLease("publish/ds", store.LeaseConfig{Holder: holder, Duration: d, RetryMax: 20 * time.Millisecond,
+			BeforeAcquire: func(ctx context.Context, token uint64) error { return st.AdvanceFence(ctx, "ds", token) }})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return l
+	}
+	old, err := mk(pst, "paused").TryAcquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	paused.Store(true)
+	start := time.Now()
+	winner, err := mk(st, "winner").Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if took := time.Since(start); took < d {
+		t.Errorf("takeover after %s; want no sooner than the lease duration %s", took, d)
+	}
+	if winner.Token() != old.Token()+1 {
+		t.Errorf("winner token %d; want %d", winner.Token(), old.Token()+1)
+	}
+	gen := snapshot.NewVersionGen([16]byte{1}, nil)
+	v1, v2 := gen.Next(), gen.Next()
+	if _, err := st.FlipPointer(ctx, "ds", snapshot.Flip{Version: v1, Token: winner.Token(), At: time.Now()}); err != nil {
+		t.Fatalf("winner's flip: %v", err)
+	}
+	// The paused holder learns, on its own clock, that its lease is gone.
+	select {
+	case <-old.Lost():
+	case <-time.After(5 * time.Second):
+		t.Error("the paused holder never learned it lost the lease")
+	}
+	// It resumes and flips anyway, with its old token: Bigtable refuses.
+	paused.Store(false)
+	_, err = pst.FlipPointer(ctx, "ds", snapshot.Flip{Version: v2, Expected: v1, Token: old.Token(), At: time.Now()})
+	if !errors.Is(err, snapshot.ErrFenced) {
+		t.Errorf("paused holder's flip = %v; want ErrFenced", err)
+	}
+	if p, _ := st.ReadPointer(ctx, "ds"); p.Version != v1 {
+		t.Errorf("pointer = %s; want the winner's %s", p.Version, v1)
+	}
+	if err := old.Release(ctx); !errors.Is(err, snapshot.ErrLeaseLost) {
+		t.Errorf("Release of a lost hold = %v; want ErrLeaseLost", err)
+	}
+	_ = winner.Release(ctx)
+}
+
+func TestFenceRaisedBeforeTakeoverRefusesOldHolder(t *testing.T) {
+	st := newStore(t)
+	ctx := context.Background()
+	gen := snapshot.NewVersionGen([16]byte{2}, nil)
+	v1, v2 := gen.Next(), gen.Next()
+	if _, err := st.FlipPointer(ctx, "ds", snapshot.Flip{Version: v1, Token: 3, At: time.Now()}); err != nil {
+		t.Fatal(err)
+	}
+	if err := st.AdvanceFence(ctx, "ds", 4); err != nil {
+		t.Fatal(err)
+	}
+	if err := st.AdvanceFence(ctx, "ds", 2); err != nil {
+		t.Fatal(err) // never lowers, never fails
+	}
+	if p, _ := st.ReadPointer(ctx, "ds"); p.Fence != 4 || p.Version != v1 {
+		t.Errorf("pointer = %+v; want v1 with fence 4", p)
+	}
+	if _, err := st.FlipPointer(ctx, "ds", snapshot.Flip{Version: v2, Expected: v1, Token: 3, At: time.Now()}); !errors.Is(err, snapshot.ErrFenced) {
+		t.Errorf("flip with token 3 after the fence reached 4 = %v; want ErrFenced", err)
+	}
+	if _, err := st.FlipPointer(ctx, "ds", snapshot.Flip{Version: v2, Expected: v1, Token: 4, At: time.Now()}); err != nil {
+		t.Errorf("flip by the fence's own token: %v", err)
+	}
+}
+
+// dropper injects lost replies and lost requests into CheckAndMutateRow calls.
+type dropper struct {
+	mode atomic.Int32 // 0 pass, 1 drop the reply (the write applies), 2 drop the request
+}
+
+func (d *dropper) intercept(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+	if method != "/google.bigtable.v2.Bigtable/CheckAndMutateRow" {
+		return invoker(ctx, method, req, reply, cc, opts...)
+	}
+	switch d.mode.Swap(0) {
+	case 1:
+		if err := invoker(ctx, method, req, reply, cc, opts...); err != nil {
+			return err
+		}
+		return status.Error(codes.Unavailable, "injected: reply lost")
+	case 2:
+		return status.Error(codes.Unavailable, "injected: request lost")
+	}
+	return invoker(ctx, method, req, reply, cc, opts...)
+}
+
+func TestLostRepliesAreResolvedByRereading(t *testing.T) {
+	d := &dropper{}
+	cfg := testenv.StoreConfig(testenv.Bigtable(t))
+	cfg.DialOptions = []grpc.DialOption{grpc.WithUnaryInterceptor(d.intercept)}
+	st := testenv.Store(t, cfg)
+	ctx := context.Background()
+	l := newLease(t, st, "me", 5*time.Second)
+
+	// Acquire whose reply is lost: it did apply, and re-reading says so.
+	d.mode.Store(1)
+	h, err := l.TryAcquire(ctx)
+	if err != nil || h.Token() != 1 {
+		t.Fatalf("TryAcquire with a lost reply = %v, %v; want the lease with token 1", h, err)
+	}
+	// Release whose request is lost: it did not apply, and the hold reports the error.
+	d.mode.Store(2)
+	if err := h.Release(ctx); err == nil {
+		t.Error("Release with a lost request = nil; want an error (the lease is still held)")
+	}
+	other := newLease(t, st, "other", 5*time.Second)
+	if _, err := other.TryAcquire(ctx); !errors.Is(err, snapshot.ErrHeld) {
+		t.Errorf("after a lost release request the lease is free (%v); want still held", err)
+	}
+
+	// Flip whose reply is lost: applied, reported as applied.
+	gen := snapshot.NewVersionGen([16]byte{3}, nil)
+	v1, v2 := gen.Next(), gen.Next()
+	d.mode.Store(1)
+	if _, err := st.FlipPointer(ctx, "ds", snapshot.Flip{Version: v1, Token: 1, At: time.Now()}); err != nil {
+		t.Errorf("flip with a lost reply = %v; want success", err)
+	}
+	// Flip whose request is lost: not applied, reported as an error.
+	d.mode.Store(2)
+	if _, err := st.FlipPointer(ctx, "ds", snapshot.Flip{Version: v2, Expected: v1, Token: 1, At: time.Now()}); err == nil {
+		t.Error("flip with a lost request = nil; want an error")
+	}
+	if p, _ := st.ReadPointer(ctx, "ds"); p.Version != v1 {
+		t.Errorf("pointer = %s; want %s", p.Version, v1)
+	}
+
+	// Slot claim whose reply is lost: won, and re-reading says so.
+	d.mode.Store(1)
+	won, owner, err := st.ClaimSlot(ctx, "ds", 42, "me")
+	if err != nil || !won || owner != "me" {
+		t.Errorf("ClaimSlot with a lost reply = %v, %q, %v; want won by me", won, owner, err)
+	}
+	// Manifest transition whose reply is lost: applied, reported as applied.
+	m := snapshot.Manifest{Dataset: "ds", Version: v2, State: snapshot.StateWriting, StartedAt: time.Now()}
+	if err := st.CreateManifest(ctx, m); err != nil {
+		t.Fatal(err)
+	}
+	m.State = snapshot.StateSealed
+	d.mode.Store(1)
+	if err := st.UpdateManifest(ctx, m, snapshot.StateWriting); err != nil {
+		t.Errorf("UpdateManifest with a lost reply = %v; want success", err)
+	}
+}
+
+func TestSlotClaimedOnce(t *testing.T) {
+	st := newStore(t)
+	const n = 16
+	var wg sync.WaitGroup
+	var winners atomic.Int32
+	owners := make(chan string, n)
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			won, owner, err := st.ClaimSlot(context.Background(), "ds", 7, fmt.Sprintf("r%d", i))
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			if won {
+				winners.Add(1)
+			}
+			owners <- owner
+		}()
+	}
+	wg.Wait()
+	close(owners)
+	if winners.Load() != 1 {
+		t.Errorf("%d replicas won slot 7; want exactly 1", winners.Load())
+	}
+	first := ""
+	for o := range owners {
+		if first == "" {
+			first = o
+		}
+		if o != first {
+			t.Errorf("replicas disagree on the owner: %q vs %q", o, first)
+		}
+	}
+	if won, _, _ := st.ClaimSlot(context.Background(), "ds", 8, "late"); !won {
+		t.Error("a fresh slot could not be claimed")
+	}
+}
