@@ -1,0 +1,378 @@
+package e2e
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/snapflip/snapflip/internal/cli"
+	"github.com/snapflip/snapflip/internal/testenv"
+	"github.com/snapflip/snapflip/snapshot"
+	"github.com/snapflip/snapflip/store"
+)
+
+// helper starts this test binary as a helper process.
+func helper(tb testing.TB, kind, btAddr string, env ...string) *exec.Cmd {
+	tb.Helper()
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), append([]string{"SNAPFLIP_HELPER=" + kind, "HELPER_BIGTABLE=" + btAddr}, env...)...)
+	cmd.Stderr = os.Stderr
+	return cmd
+}
+
+// TestLeaseContentionAcrossProcesses: 4 processes × 8 goroutines × 10 rounds on one
+// emulator. The shared O_APPEND history, not the lease, shows that holds never overlap;
+// tokens are strictly increasing and gap-free; every contender finishes.
+func TestLeaseContentionAcrossProcesses(t *testing.T) {
+	addr := testenv.Bigtable(t)
+	testenv.Store(t, testenv.StoreConfig(addr)) // create the table
+	logPath := filepath.Join(t.TempDir(), "history")
+	const procs, goroutines, rounds = 4, 8, 10
+	var cmds []*exec.Cmd
+	for range procs {
+		cmd := helper(t, "lease-rounds", addr, "HELPER_LOG="+logPath,
+			fmt.Sprintf("HELPER_GOROUTINES=%d", goroutines), fmt.Sprintf("HELPER_ROUNDS=%d", rounds))
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		cmds = append(cmds, cmd)
+	}
+	for i, cmd := range cmds {
+		if err := cmd.Wait(); err != nil {
+			t.Fatalf("process %d: %v", i, err)
+		}
+	}
+	data, err := os.ReadFile(logPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(strings.TrimSpace(string(data)), "\n")
+	if got, want := len(lines), 2*procs*goroutines*rounds; got != want {
+		t.Fatalf("history has %d lines; want %d", got, want)
+	}
+	var last uint64
+	for i := 0; i < len(lines); i += 2 {
+		var t1, t2 uint64
+		var h1, h2 string
+		if _, err := fmt.Sscanf(lines[i], "enter %d %s", &t1, &h1); err != nil {
+			t.Fatalf("line %d %q: want an enter (two holders at once?)", i, lines[i])
+		}
+		if _, err := fmt.Sscanf(lines[i+1], "exit %d %s", &t2, &h2); err != nil || t1 != t2 || h1 != h2 {
+			t.Fatalf("lines %d-%d %q, %q: another holder entered before %s left", i, i+1, lines[i], lines[i+1], h1)
+		}
+		if t1 != last+1 {
+			t.Fatalf("token %d after %d: want strictly increasing and gap-free", t1, last)
+		}
+		last = t1
+	}
+	t.Logf("%d holds across %d processes, no overlap, tokens 1..%d", len(lines)/2, procs, last)
+}
+
+// holder is a helper process holding the lease.
+type holder struct {
+	cmd   *exec.Cmd
+	in    io.WriteCloser
+	out   *bufio.Scanner
+	token uint64
+}
+
+func startHolder(tb testing.TB, addr string, lease time.Duration) *holder {
+	tb.Helper()
+	cmd := helper(tb, "lease-hold", addr, "HELPER_LEASE="+lease.String())
+	in, err := cmd.StdinPipe()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	outPipe, err := cmd.StdoutPipe()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	h := &holder{cmd: cmd, in: in, out: bufio.NewScanner(outPipe)}
+	if !h.out.Scan() {
+		tb.Fatalf("holder said nothing: %v", h.out.Err())
+	}
+	if _, err := fmt.Sscanf(h.out.Text(), "held %d", &h.token); err != nil {
+		tb.Fatalf("holder said %q", h.out.Text())
+	}
+	return h
+}
+
+func contender(tb testing.TB, st *store.Store, retry time.Duration, lease time.Duration) *store.Lease {
+	tb.Helper()
+	l, err := st.NewLease("publish/ds", store.LeaseConfig{Holder: "contender", Duration: lease, RetryMax: retry,
+		BeforeAcquire: func(ctx context.Context, token uint64) error { return st.AdvanceFence(ctx, "ds", token) }})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return l
+}
+
+// TestKilledHolderIsReplaced: SIGKILL the holder; a contender takes over within the
+// lease duration plus one retry period.
+func TestKilledHolderIsReplaced(t *testing.T) {
+	addr := testenv.Bigtable(t)
+	st := testenv.Store(t, testenv.StoreConfig(addr))
+	const lease, retry = time.Second, 100 * time.Millisecond
+	h := startHolder(t, addr, lease)
+	l := contender(t, st, retry, lease)
+	if _, err := l.TryAcquire(context.Background()); !errors.Is(err, snapshot.ErrHeld) {
+		t.Fatalf("TryAcquire while the holder lives = %v; want ErrHeld", err)
+	}
+	killed := time.Now()
+	if err := h.cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	hold, err := l.Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	took := time.Since(killed)
+	// One retry period, plus a little for the RPCs themselves.
+	if limit := lease + retry + 50*time.Millisecond; took > limit {
+		t.Errorf("takeover %s after SIGKILL; want within %s", took, limit)
+	}
+	if hold.Token() != h.token+1 {
+		t.Errorf("token %d; want %d", hold.Token(), h.token+1)
+	}
+	t.Logf("takeover %s after SIGKILL (lease %s, retry %s)", took.Round(time.Millisecond), lease, retry)
+	_ = hold.Release(context.Background())
+}
+
+// TestStoppedHolderCannotFlip: SIGSTOP the holder past its lease; a contender takes the
+// lease and flips; SIGCONT the holder, which flips with its old token: Bigtable refuses
+// and the pointer is unchanged.
+func TestStoppedHolderCannotFlip(t *testing.T) {
+	addr := testenv.Bigtable(t)
+	st := testenv.Store(t, testenv.StoreConfig(addr))
+	const lease = 500 * time.Millisecond
+	h := startHolder(t, addr, lease)
+	if err := h.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	hold, err := contender(t, st, 50*time.Millisecond, lease).Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	gen := snapshot.NewVersionGen([16]byte{9}, nil)
+	v1, v2 := gen.Next(), gen.Next()
+	if _, err := st.FlipPointer(ctx, "ds", snapshot.Flip{Version: v1, Token: hold.Token(), At: time.Now()}); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.cmd.Process.Signal(syscall.SIGCONT); err != nil {
+		t.Fatal(err)
+	}
+	fmt.Fprintf(h.in, "flip %s %s\n", v2, v1)
+	if !h.out.Scan() {
+		t.Fatal("holder did not answer")
+	}
+	if got := h.out.Text(); !strings.Contains(got, "fenced") {
+		t.Errorf("resumed holder's flip: %q; want it fenced", got)
+	}
+	if p, _ := st.ReadPointer(ctx, "ds"); p.Version != v1 || p.Fence != hold.Token() {
+		t.Errorf("pointer = %s fence %d; want %s fence %d", p.Version, p.Fence, v1, hold.Token())
+	}
+	_ = hold.Release(ctx)
+}
+
+// TestReplicasPublishEachSlotOnce: 4 syncer replicas receive the same 100 scheduled
+// ticks while the source changes before each; every slot is claimed once and
+// published at most once, the pointer's source position never goes backwards, and
+// every published version is complete.
+func TestReplicasPublishEachSlotOnce(t *testing.T) {
+	e := start(t)
+	cfg := strings.Replace(config, `schedule: "@every 1h"`, `schedule: "@every 1m"`, 1)
+	if err := os.WriteFile(e.configPath, []byte(cfg), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.sync(t); err != nil {
+		t.Fatal(err)
+	}
+	const replicas, ticks = 4, 100
+	type outcome struct {
+		replica int
+		res     snapshot.TickResult
+		err     error
+	}
+	results := make(chan outcome, replicas*ticks)
+	var tickChans []chan time.Time
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	for r := range replicas {
+		ch := make(chan time.Time)
+		tickChans = append(tickChans, ch)
+		s := &cli.Syncer{Getenv: e.getenv, Stdout: io.Discard, Stderr: io.Discard, Ticks: ch,
+			OnTick: func(res snapshot.TickResult, err error) { results <- outcome{r, res, err} }}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := s.Run(ctx, []string{"run"}); err != nil {
+				t.Errorf("replica %d: %v", r, err)
+			}
+		}()
+	}
+	st := testenv.Store(t, testenv.StoreConfig(e.btAddr))
+	base := time.Date(2026, 11, 21, 0, 0, 0, 0, time.UTC)
+	var lastLSN uint64
+	claimedBy := map[int64]int{}
+	for k := range ticks {
+		if k%3 != 2 { // leave some ticks with nothing to publish
+			testenv.Exec(t, e.dsn, fmt.Sprintf(`UPDATE things SET gen = %d WHERE id = 'plain'`, k+1))
+		}
+		tick := base.Add(time.Duration(k) * time.Minute)
+		for _, ch := range tickChans {
+			ch <- tick
+		}
+		for range replicas {
+			o := <-results
+			if o.err != nil {
+				t.Errorf("tick %d replica %d: %v", k, o.replica, o.err)
+			}
+			if o.res.Claimed {
+				claimedBy[o.res.Slot]++
+			}
+		}
+		p, err := st.ReadPointer(context.Background(), "e2e")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if p.Source.LSN < lastLSN {
+			t.Errorf("tick %d: pointer source went back from %d to %d", k, lastLSN, p.Source.LSN)
+		}
+		lastLSN = p.Source.LSN
+	}
+	cancel()
+	wg.Wait()
+
+	if len(claimedBy) != ticks {
+		t.Errorf("%d slots claimed; want %d", len(claimedBy), ticks)
+	}
+	for slot, n := range claimedBy {
+		if n != 1 {
+			t.Errorf("slot %d claimed by %d replicas", slot, n)
+		}
+	}
+	publishedPerSlot, published := checkPublished(t, st, "e2e")
+	if want := ticks * 2 / 3; len(publishedPerSlot) < want {
+		t.Errorf("%d slots published; want at least %d (the ticks after a change)", len(publishedPerSlot), want)
+	}
+	t.Logf("%d ticks × %d replicas: %d slots claimed once each, %d published, %d versions in all",
+		ticks, replicas, len(claimedBy), len(publishedPerSlot), published)
+}
+
+// checkPublished checks that no slot was published twice and that every published
+// version is complete, manifest and stored documents alike. It returns the number of
+// publishes per slot and of published versions.
+func checkPublished(tb testing.TB, st *store.Store, dataset string) (map[int64]int, int) {
+	tb.Helper()
+	ms, err := st.ListManifests(context.Background(), dataset)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	publishedPerSlot := map[int64]int{}
+	published := 0
+	for _, m := range ms {
+		if m.State != snapshot.StatePublished && m.State != snapshot.StateRetired {
+			continue
+		}
+		published++
+		if m.Slot != 0 {
+			publishedPerSlot[m.Slot]++
+		}
+		if err := m.CheckComplete(); err != nil {
+			tb.Errorf("published version incomplete: %v", err)
+		}
+		for name, c := range m.Collections {
+			n := int64(0)
+			if err := st.ScanDocuments(context.Background(), dataset, m.Version, name, func(snapshot.Document) bool { n++; return true }); err != nil {
+				tb.Fatal(err)
+			}
+			if n != c.Rows {
+				tb.Errorf("version %s %s: %d documents stored; manifest says %d", m.Version, name, n, c.Rows)
+			}
+		}
+	}
+	for slot, n := range publishedPerSlot {
+		if n > 1 {
+			tb.Errorf("slot %d published %d times", slot, n)
+		}
+	}
+	return publishedPerSlot, published
+}
+
+// TestSyncerProcesses: 4 real syncer processes on a 1s schedule while the source
+// changes; SIGTERM stops each cleanly; no slot was published twice, every published
+// version is complete, and the pointer's source position only moved forward.
+func TestSyncerProcesses(t *testing.T) {
+	e := start(t)
+	cfg := strings.Replace(config, `schedule: "@every 1h"`, `schedule: "@every 1s"`, 1)
+	if err := os.WriteFile(e.configPath, []byte(cfg), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	bin := filepath.Join(t.TempDir(), "syncer")
+	if out, err := exec.Command("go", "build", "-o", bin, "github.com/snapflip/snapflip/cmd/syncer").CombinedOutput(); err != nil {
+		t.Fatalf("build syncer: %v\n%s", err, out)
+	}
+	var procs []*exec.Cmd
+	var logs []*strings.Builder
+	for range 4 {
+		cmd := exec.Command(bin, "run")
+		cmd.Env = append(os.Environ(), cli.EnvConfig+"="+e.configPath, cli.EnvPostgresDSN+"="+e.dsn, cli.EnvEmulatorHost+"="+e.btAddr)
+		var log strings.Builder
+		cmd.Stderr = &log
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		procs, logs = append(procs, cmd), append(logs, &log)
+	}
+	st := testenv.Store(t, testenv.StoreConfig(e.btAddr))
+	var lastLSN uint64
+	deadline := time.Now().Add(6 * time.Second)
+	for g := 1; time.Now().Before(deadline); g++ {
+		testenv.Exec(t, e.dsn, fmt.Sprintf(`UPDATE things SET gen = %d WHERE id = 'plain'`, g))
+		if p, err := st.ReadPointer(context.Background(), "e2e"); err == nil {
+			if p.Source.LSN < lastLSN {
+				t.Errorf("pointer source went back from %d to %d", lastLSN, p.Source.LSN)
+			}
+			lastLSN = p.Source.LSN
+		}
+		time.Sleep(300 * time.Millisecond) // pacing the source's changes, not awaiting anything
+	}
+	for _, cmd := range procs {
+		_ = cmd.Process.Signal(syscall.SIGTERM)
+	}
+	for i, cmd := range procs {
+		done := make(chan error, 1)
+		go func() { done <- cmd.Wait() }()
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Errorf("syncer %d exited with %v after SIGTERM; log:\n%s", i, err, logs[i])
+			}
+		case <-time.After(15 * time.Second):
+			_ = cmd.Process.Kill()
+			t.Errorf("syncer %d did not stop within 15s of SIGTERM", i)
+		}
+	}
+	perSlot, published := checkPublished(t, st, "e2e")
+	if len(perSlot) < 3 {
+		t.Errorf("only %d scheduled publishes in 6s of 1s ticks", len(perSlot))
+	}
+	t.Logf("4 syncer processes: %d scheduled publishes, %d versions published in all, none twice per slot", len(perSlot), published)
+}
