@@ -255,3 +255,37 @@ func TestPublishManyCollectionsAndRows(t *testing.T) {
 		}
 	}
 }
+
+// TestTickerFailsAbandonedVersions: a version left writing under an older lease token
+// is marked failed by the next holder's tick, which then publishes under its own token.
+func TestTickerFailsAbandonedVersions(t *testing.T) {
+	r := newRig(t, twoCollections, twoTables...)
+	ctx := context.Background()
+	abandoned := snapshot.Manifest{Dataset: "ds", Version: r.pub.Versions.Next(), State: snapshot.StateWriting, Token: 0, Writer: "dead"}
+	if err := r.store.CreateManifest(ctx, abandoned); err != nil {
+		t.Fatal(err)
+	}
+	lease, err := r.store.NewLease("publish/ds", store.LeaseConfig{Holder: "me"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tk := &snapshot.Ticker{Publisher: r.pub, Lease: lease, Slots: r.store, Holder: "me", Log: slog.New(slog.DiscardHandler)}
+	res, err := tk.Tick(ctx, 12345, snapshot.PublishOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !res.Claimed || res.Token != 1 || res.Publish.Manifest.Slot != 12345 || res.Publish.Manifest.Token != 1 {
+		t.Errorf("tick = %+v; want slot 12345 claimed and published under token 1", res)
+	}
+	got, err := r.store.ReadManifest(ctx, "ds", abandoned.Version)
+	if err != nil || got.State != snapshot.StateFailed || !strings.Contains(got.Reason, "abandoned") {
+		t.Errorf("abandoned version = %s %q, %v; want failed as abandoned", got.State, got.Reason, err)
+	}
+	// A second replica's tick for the same slot does nothing.
+	other, _ := r.store.NewLease("publish/ds", store.LeaseConfig{Holder: "other"})
+	tk2 := &snapshot.Ticker{Publisher: r.pub, Lease: other, Slots: r.store, Holder: "other"}
+	res2, err := tk2.Tick(ctx, 12345, snapshot.PublishOptions{})
+	if err != nil || res2.Claimed || res2.Owner != "me" {
+		t.Errorf("second tick of the slot = %+v, %v; want not claimed, owner me", res2, err)
+	}
+}
