@@ -189,7 +189,11 @@ func (s *Store) Ping(ctx context.Context) error {
 // wrap adds context to a Bigtable error and says what to do about the common ones.
 func (s *Store) wrap(err error, format string, args ...any) error {
 	msg := fmt.Sprintf(format, args...)
-	switch status.Code(err) {
+	code := status.Code(err)
+	if errors.Is(err, context.DeadlineExceeded) {
+		code = codes.DeadlineExceeded
+	}
+	switch code {
 	case codes.NotFound:
 		return fmt.Errorf("%s: table %q or instance %s/%s not found (run the syncer once to create the table): %w",
 			msg, s.cfg.Table, s.cfg.Project, s.cfg.Instance, err)

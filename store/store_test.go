@@ -280,3 +280,18 @@ func TestFlipPointerRace(t *testing.T) {
 		t.Errorf("%d flips applied from the same expected version; want exactly 1", applied)
 	}
 }
+
+func TestUnreachableBigtableSaysSo(t *testing.T) {
+	st, err := store.Open(context.Background(), testenv.StoreConfig("127.0.0.1:1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	for name, err := range map[string]error{"Ping": st.Ping(ctx), "EnsureSchema": st.EnsureSchema(ctx)} {
+		if err == nil || !strings.Contains(err.Error(), "unreachable") || !strings.Contains(err.Error(), "127.0.0.1:1") {
+			t.Errorf("%s against nothing = %v; want an error saying the emulator at 127.0.0.1:1 is unreachable", name, err)
+		}
+	}
+}
