@@ -35,7 +35,7 @@ demo: build
 bench:
 	@$(GO) build -o bin/bigtable-emulator cloud.google.com/go/bigtable/cmd/emulator
 	@deploy/local/postgres.sh start $(TEST_PG_PORT)
-	@status=0; SNAPFLIP_TEST_POSTGRES_DSN='$(TEST_PG_DSN)' SNAPFLIP_TEST_EMULATOR=$(CURDIR)/bin/bigtable-emulator $(GO) test -run '^$$' -bench . -benchmem ./... || status=$$?; \
+	@status=0; SNAPFLIP_TEST_POSTGRES_DSN='$(TEST_PG_DSN)' SNAPFLIP_TEST_EMULATOR=$(CURDIR)/bin/bigtable-emulator $(GO) test -run '^$$' -bench . -benchtime 1x -timeout 60m ./... || status=$$?; \
 	  deploy/local/postgres.sh stop $(TEST_PG_PORT); exit $$status
 
 ## emulator: run the Bigtable emulator in the foreground on DEMO_EMULATOR_PORT

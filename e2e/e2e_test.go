@@ -152,7 +152,7 @@ func docPath(collection, id string) string {
 	return "/v1/data/" + url.PathEscape(collection) + "/" + url.PathEscape(id)
 }
 
-// sourceDocs returns what Postgres itself makes of each row: id → to_jsonb text.
+// sourceDocs returns what Postgres itself makes of each row: id → to_json text.
 func sourceDocs(tb testing.TB, dsn, query string) map[string]string {
 	tb.Helper()
 	ctx := context.Background()
@@ -233,7 +233,7 @@ func TestEndToEnd(t *testing.T) {
 	e.awaitVersion(t, "/readyz", "")
 
 	// Every document over HTTP is byte-for-byte what Postgres makes of the row.
-	want := sourceDocs(t, e.dsn, `SELECT id, to_jsonb(t)::text FROM things t`)
+	want := sourceDocs(t, e.dsn, `SELECT id, to_json(t)::text FROM things t`)
 	if len(want) != len(awkwardIDs) {
 		t.Fatalf("source has %d things; want %d", len(want), len(awkwardIDs))
 	}
@@ -246,7 +246,7 @@ func TestEndToEnd(t *testing.T) {
 			t.Errorf("things/%q content type %q", id, r.ctype)
 		}
 	}
-	flags := sourceDocs(t, e.dsn, `SELECT key, to_jsonb(t)::text FROM (SELECT key, value, gen FROM flags WHERE enabled) t`)
+	flags := sourceDocs(t, e.dsn, `SELECT key, to_json(t)::text FROM (SELECT key, value, gen FROM flags WHERE enabled) t`)
 	for id, doc := range flags {
 		if r := e.get(t, docPath("flags", id)); r.status != 200 || string(r.body) != doc {
 			t.Errorf("flags/%q = %d %s; want %s", id, r.status, r.body, doc)
@@ -277,7 +277,7 @@ func TestEndToEnd(t *testing.T) {
 	}
 	v2 := publishedVersion(t, out)
 	r := e.awaitVersion(t, docPath("things", "plain"), v2)
-	if !strings.Contains(string(r.body), `"note": "changed"`) {
+	if !strings.Contains(string(r.body), `"note":"changed"`) {
 		t.Errorf("after the change, plain = %s", r.body)
 	}
 	if r := e.get(t, docPath("things", "a#b")); r.status != http.StatusNotFound {
@@ -300,7 +300,7 @@ func TestEndToEnd(t *testing.T) {
 	if err != nil || string(ptr.Version) != v2 {
 		t.Errorf("pointer after the failed sync = %s, %v; want %s", ptr.Version, err, v2)
 	}
-	if r := e.get(t, docPath("things", "plain")); r.version != v2 || !strings.Contains(string(r.body), `"gen": 1`) {
+	if r := e.get(t, docPath("things", "plain")); r.version != v2 || !strings.Contains(string(r.body), `"gen":1`) {
 		t.Errorf("after the failed sync the API answers %s from %s; want gen 1 from %s", r.body, r.version, v2)
 	}
 }
@@ -455,7 +455,7 @@ func TestSyncerRunOnSchedule(t *testing.T) {
 		t.Fatalf("same version %s published twice", first)
 	}
 	r := e.awaitVersion(t, docPath("things", "plain"), string(second))
-	if !strings.Contains(string(r.body), `"gen": 7`) {
+	if !strings.Contains(string(r.body), `"gen":7`) {
 		t.Errorf("scheduled version serves %s", r.body)
 	}
 	cancel()

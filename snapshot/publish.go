@@ -99,7 +99,7 @@ func (p *Publisher) Publish(ctx context.Context, opts PublishOptions) (PublishRe
 	defer snap.Close(context.WithoutCancel(ctx))
 	pos := snap.Position()
 
-	if hasCurrent && !opts.Force && cur.Source.LSN == pos.LSN && cur.Source.Config == pos.Config {
+	if hasCurrent && !opts.Force && cur.Source.SameContents(pos, p.Source.Collections()) {
 		p.log().InfoContext(ctx, "source unchanged; nothing to publish",
 			"dataset", p.Dataset, "version", cur.Version, "source_lsn", pos.String())
 		return PublishResult{Previous: cur.Version, NoOp: true}, nil

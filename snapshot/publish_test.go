@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/google/go-cmp/cmp"
 	"github.com/google/uuid"
 
 	"github.com/snapflip/snapflip/internal/testenv"
@@ -85,7 +86,7 @@ func TestPublishFlipsToACompleteVersion(t *testing.T) {
 	if err != nil || stored.State != snapshot.StatePublished || stored.Token != 1 {
 		t.Errorf("stored manifest = %+v, %v; want published with token 1", stored, err)
 	}
-	if p := r.pointer(t); p.Version != m.Version || p.Fence != 1 || p.Source != m.Source {
+	if p := r.pointer(t); p.Version != m.Version || p.Fence != 1 || !cmp.Equal(p.Source, m.Source) {
 		t.Errorf("pointer = %+v; want version %s, fence 1, source %+v", p, m.Version, m.Source)
 	}
 

@@ -16,6 +16,29 @@ type Position struct {
 	// Config fingerprints the collection definitions the version was read with, so a
 	// changed definition is never mistaken for an unchanged source.
 	Config string `json:"config,omitempty"`
+	// Fingerprints holds, per collection the source can fingerprint cheaply, a value
+	// that changes whenever the collection's contents change. A collection missing
+	// here can only be compared by reading it.
+	Fingerprints map[string]string `json:"fingerprints,omitempty"`
+}
+
+// SameContents reports whether p and o certainly describe the same contents: the same
+// definitions, and either the same LSN or the same fingerprint for every collection.
+func (p Position) SameContents(o Position, collections []string) bool {
+	if p.Config != o.Config {
+		return false
+	}
+	if p.LSN == o.LSN {
+		return true
+	}
+	for _, c := range collections {
+		a, ok1 := p.Fingerprints[c]
+		b, ok2 := o.Fingerprints[c]
+		if !ok1 || !ok2 || a != b {
+			return false
+		}
+	}
+	return len(collections) > 0
 }
 
 // String formats the LSN the way Postgres does, "16/B374D848".

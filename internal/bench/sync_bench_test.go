@@ -1,0 +1,159 @@
+package bench
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/snapflip/snapflip/internal/testenv"
+)
+
+// loadItems fills table name with n rows of about 345 bytes of JSON each, of several
+// column types.
+func loadItems(tb testing.TB, dsn, name string, n int) {
+	tb.Helper()
+	testenv.Exec(tb, dsn, fmt.Sprintf(`CREATE TABLE %s (
+		id bigint PRIMARY KEY, sku text NOT NULL, title text NOT NULL, price numeric(12,2) NOT NULL,
+		qty integer NOT NULL, active boolean NOT NULL, tags text[] NOT NULL, attrs jsonb NOT NULL,
+		created_at timestamptz NOT NULL, updated_at timestamptz)`, name),
+		fmt.Sprintf(`INSERT INTO %s SELECT g, 'SKU-' || lpad(g::text, 8, '0'), 'Item ' || g || ' ' || md5(g::text) || md5((g+1)::text),
+		(g %% 100000) / 100.0, g %% 1000, g %% 7 <> 0, ARRAY['t' || (g %% 10), 'c' || (g %% 33)],
+		jsonb_build_object('color', 'c' || (g %% 17), 'size', g %% 5, 'note', md5((g*3)::text)),
+		timestamptz '2025-01-01' + make_interval(secs => g),
+		CASE WHEN g %% 3 = 0 THEN NULL ELSE timestamptz '2026-01-01' + make_interval(secs => g) END
+		FROM generate_series(1, %d) g`, name, n),
+		"VACUUM ANALYZE "+name)
+}
+
+// build compiles a package into dir and returns the binary's path.
+func build(tb testing.TB, dir, pkg string) string {
+	tb.Helper()
+	out := filepath.Join(dir, filepath.Base(pkg))
+	if b, err := exec.Command("go", "build", "-o", out, pkg).CombinedOutput(); err != nil {
+		tb.Fatalf("build %s: %v\n%s", pkg, err, b)
+	}
+	return out
+}
+
+// measured is one process run: wall time and peak RSS.
+type measured struct {
+	took   time.Duration
+	rssMiB float64
+	out    string
+}
+
+// runProc runs a program to completion and measures it.
+func runProc(tb testing.TB, env []string, name string, args ...string) measured {
+	tb.Helper()
+	cmd := exec.Command(name, args...)
+	cmd.Env = append(os.Environ(), env...)
+	start := time.Now()
+	out, err := cmd.CombinedOutput()
+	took := time.Since(start)
+	if err != nil {
+		tb.Fatalf("%s %v: %v\n%s", filepath.Base(name), args, err, out)
+	}
+	ru := cmd.ProcessState.SysUsage().(*syscall.Rusage)
+	return measured{took: took, rssMiB: float64(ru.Maxrss) / 1024, out: string(out)}
+}
+
+// freshEmulator starts an emulator process with the snapflip schema and returns its
+// address and a function that stops it.
+func freshEmulator(tb testing.TB) (string, func()) {
+	tb.Helper()
+	addr, cmd := testenv.StartEmulator(tb)
+	testenv.Store(tb, testenv.StoreConfig(addr))
+	return addr, func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }
+}
+
+// BenchmarkSync measures, on 1,000,000 rows: the syncer against a minimal pipelined
+// copy (each with a fresh emulator), reading alone, writing alone, the syncer's peak RSS
+// at 1,000,000 and 100,000 rows, a no-op cycle, and a naive loop on 20,000 rows.
+// Run it with -benchtime 1x: one iteration is the whole suite.
+func BenchmarkSync(b *testing.B) {
+	dsn := testenv.Postgres(b)
+	const big, small, naiveRows = 1_000_000, 100_000, 20_000
+	loadItems(b, dsn, "items", big)
+	loadItems(b, dsn, "items_small", small)
+	dir := b.TempDir()
+	syncer := build(b, dir, "github.com/snapflip/snapflip/cmd/syncer")
+	mincopy := build(b, dir, "github.com/snapflip/snapflip/internal/bench/mincopy")
+	config := func(table string) string {
+		p := filepath.Join(dir, table+".yaml")
+		y := fmt.Sprintf("dataset: bench\ncollections:\n  - name: items\n    table: %s\n    key: id\n", table)
+		if err := os.WriteFile(p, []byte(y), 0o600); err != nil {
+			b.Fatal(err)
+		}
+		return p
+	}
+	env := func(addr string) []string {
+		return []string{"SNAPFLIP_POSTGRES_DSN=" + dsn, "BIGTABLE_EMULATOR_HOST=" + addr}
+	}
+	syncOnce := func(table string) (measured, measured) {
+		addr, stop := freshEmulator(b)
+		defer stop()
+		full := runProc(b, env(addr), syncer, "--config", config(table), "--log-level", "warn", "once")
+		if !strings.Contains(full.out, "published") {
+			b.Fatalf("syncer did not publish: %s", full.out)
+		}
+		noop := runProc(b, env(addr), syncer, "--config", config(table), "--log-level", "warn", "once")
+		if !strings.Contains(noop.out, "unchanged") {
+			b.Fatalf("second sync was not a no-op: %s", noop.out)
+		}
+		return full, noop
+	}
+	minimal := func(mode string, rows int) measured {
+		addr, stop := freshEmulator(b)
+		defer stop()
+		return runProc(b, env(addr), mincopy, "-mode", mode, "-dsn", dsn, "-emulator", addr, "-table", "items", "-rows", fmt.Sprint(rows))
+	}
+
+	for range b.N {
+		// Interleave the two runs that are compared, twice, and keep each one's best.
+		var syncBest, minBest measured
+		var noop measured
+		for i := range 2 {
+			m := minimal("copy", 0)
+			s, n := syncOnce("items")
+			if i == 0 || m.took < minBest.took {
+				minBest = m
+			}
+			if i == 0 || s.took < syncBest.took {
+				syncBest, noop = s, n
+			}
+		}
+		smallSync, _ := syncOnce("items_small")
+		read := minimal("read", 0)
+		write := minimal("write", big)
+		naive := minimal("naive", naiveRows)
+
+		rowsPerSec := float64(big) / syncBest.took.Seconds()
+		naivePerSec := float64(naiveRows) / naive.took.Seconds()
+		b.ReportMetric(syncBest.took.Seconds(), "sync_s")
+		b.ReportMetric(minBest.took.Seconds(), "mincopy_s")
+		b.ReportMetric(syncBest.took.Seconds()/minBest.took.Seconds(), "sync/mincopy")
+		b.ReportMetric(rowsPerSec, "rows/s")
+		b.ReportMetric(rowsPerSec/naivePerSec, "x_naive")
+		b.ReportMetric(syncBest.rssMiB, "rss_1M_MiB")
+		b.ReportMetric(syncBest.rssMiB/smallSync.rssMiB, "rss_1M/100k")
+		b.ReportMetric(noop.took.Seconds()/syncBest.took.Seconds(), "noop/sync")
+		fmt.Printf(`
+full sync of %d rows (fresh emulator process each)
+  syncer once             %8.2fs  %9.0f rows/s  peak RSS %6.1f MiB
+  minimal pipelined copy  %8.2fs  (syncer/minimal = %.3f; target <= 1.15)
+  read alone (pgx)        %8.2fs
+  write alone (ApplyBulk) %8.2fs
+  no-op cycle             %8.2fs  (%.1f%% of a full sync; target < 5%%)
+  naive loop, %d rows  %8.2fs  %9.0f rows/s  (syncer is %.1fx; target >= 20x)
+  syncer, %d rows       %8.2fs  peak RSS %6.1f MiB (1M/100k = %.2f; target <= 1.5, and < 200 MB)
+`, big, syncBest.took.Seconds(), rowsPerSec, syncBest.rssMiB, minBest.took.Seconds(), syncBest.took.Seconds()/minBest.took.Seconds(),
+			read.took.Seconds(), write.took.Seconds(), noop.took.Seconds(), 100*noop.took.Seconds()/syncBest.took.Seconds(),
+			naiveRows, naive.took.Seconds(), naivePerSec, rowsPerSec/naivePerSec,
+			small, smallSync.took.Seconds(), smallSync.rssMiB, syncBest.rssMiB/smallSync.rssMiB)
+	}
+}
