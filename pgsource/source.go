@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"sync"
 	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5"
@@ -20,6 +21,13 @@ const MaxIDBytes = 1024
 
 // Source reads collections from the Postgres database at a DSN.
 type Source struct {
+	// Readers is how many connections read one large table at once, each a hash
+	// partition of its keys, all in the same exported snapshot; default 1.
+	Readers int
+	// PartitionMinRows is the row count from which a table is read in parallel;
+	// default 200,000.
+	PartitionMinRows int64
+
 	cfg         *pgx.ConnConfig
 	collections []Collection
 	byName      map[string]Collection
@@ -49,7 +57,8 @@ func New(dsn string, collections []Collection) (*Source, error) {
 	}
 	// Timestamps must come out the same whatever the server's default zone.
 	cfg.RuntimeParams["timezone"] = "UTC"
-	s := &Source{cfg: cfg, collections: collections, byName: map[string]Collection{}, fingerprint: fingerprint(collections)}
+	s := &Source{Readers: 1, PartitionMinRows: 200_000,
+		cfg: cfg, collections: collections, byName: map[string]Collection{}, fingerprint: fingerprint(collections)}
 	for _, c := range collections {
 		s.byName[c.Name] = c
 	}
@@ -103,17 +112,29 @@ func (s *Source) Open(ctx context.Context) (snapshot.SourceSnapshot, error) {
 		return nil, err
 	}
 	pos := snapshot.Position{LSN: lsn, Snapshot: snapText, Config: s.fingerprint, Fingerprints: map[string]string{}}
+	sn := &snap{src: s, conn: conn, tx: tx, pos: pos, rows: map[string]int64{}, parts: map[string]int{}, extra: map[int]*pgx.Conn{}}
 	for _, c := range s.collections {
-		fp, err := tableFingerprint(ctx, tx, c)
+		fp, rows, err := tableFingerprint(ctx, tx, c)
 		if err != nil {
-			conn.Close(context.WithoutCancel(ctx))
+			sn.Close(context.WithoutCancel(ctx))
 			return nil, fmt.Errorf("collection %s: fingerprint: %w", c.Name, err)
 		}
+		sn.parts[c.Name] = 1
 		if fp != "" {
 			pos.Fingerprints[c.Name] = fp
+			sn.rows[c.Name] = rows
+			if s.Readers > 1 && rows >= s.PartitionMinRows {
+				sn.parts[c.Name] = s.Readers
+			}
 		}
 	}
-	return &snap{src: s, conn: conn, tx: tx, pos: pos}, nil
+	if s.Readers > 1 {
+		if err := tx.QueryRow(ctx, "SELECT pg_export_snapshot()").Scan(&sn.exported); err != nil {
+			sn.Close(context.WithoutCancel(ctx))
+			return nil, fmt.Errorf("export snapshot: %w", err)
+		}
+	}
+	return sn, nil
 }
 
 // tableFingerprint returns a fingerprint of a table collection's contents as the
@@ -124,31 +145,31 @@ func (s *Source) Open(ctx context.Context) (snapshot.SourceSnapshot, error) {
 // for a query collection or a relation that is not a table (a view), which can only be
 // compared by reading it. Known gap: a change that rewrites no row (an enum label
 // renamed) is not seen; a forced or TTL republish picks it up.
-func tableFingerprint(ctx context.Context, tx pgx.Tx, c Collection) (string, error) {
+func tableFingerprint(ctx context.Context, tx pgx.Tx, c Collection) (fp string, rows int64, err error) {
 	if c.Table == "" {
-		return "", nil
+		return "", 0, nil
 	}
 	name := pgx.Identifier(strings.Split(c.Table, ".")).Sanitize()
 	var kind string
-	err := tx.QueryRow(ctx, `SELECT coalesce((SELECT relkind::text FROM pg_class WHERE oid = to_regclass($1)), '')`, name).Scan(&kind)
+	err = tx.QueryRow(ctx, `SELECT coalesce((SELECT relkind::text FROM pg_class WHERE oid = to_regclass($1)), '')`, name).Scan(&kind)
 	if err != nil {
-		return "", err
+		return "", 0, err
 	}
 	if kind != "r" && kind != "p" {
-		return "", nil
+		return "", 0, nil
 	}
-	var rows, cols string
-	err = tx.QueryRow(ctx, `SELECT count(*)::text || ':' || coalesce(sum(hashint8extended(xmin::text::bigint, 0)::numeric), 0)::text FROM `+name).Scan(&rows)
+	var xsum, cols string
+	err = tx.QueryRow(ctx, `SELECT count(*), coalesce(sum(hashint8extended(xmin::text::bigint, 0)::numeric), 0)::text FROM `+name).Scan(&rows, &xsum)
 	if err != nil {
-		return "", err
+		return "", 0, err
 	}
 	err = tx.QueryRow(ctx, `SELECT coalesce(string_agg(attname || ' ' || format_type(atttypid, atttypmod) || ' ' || coalesce(attmissingval::text, ''), ',' ORDER BY attnum), '')
 		FROM pg_attribute WHERE attrelid = to_regclass($1) AND attnum > 0 AND NOT attisdropped`, name).Scan(&cols)
 	if err != nil {
-		return "", err
+		return "", 0, err
 	}
-	sum := sha256.Sum256([]byte(rows + "\n" + cols))
-	return hex.EncodeToString(sum[:12]), nil
+	sum := sha256.Sum256(fmt.Appendf(nil, "%d:%s\n%s", rows, xsum, cols))
+	return hex.EncodeToString(sum[:12]), rows, nil
 }
 
 // ParseLSN parses a Postgres LSN, "16/B374D848".
@@ -162,35 +183,106 @@ func ParseLSN(s string) (uint64, error) {
 	return h<<32 | l, nil
 }
 
-// snap is one open snapshot transaction.
+// snap is one open snapshot transaction, plus the connections of parallel readers
+// that imported it.
 type snap struct {
-	src  *Source
-	conn *pgx.Conn
-	tx   pgx.Tx
-	pos  snapshot.Position
+	src      *Source
+	conn     *pgx.Conn
+	tx       pgx.Tx
+	pos      snapshot.Position
+	rows     map[string]int64 // exact row counts of table collections
+	parts    map[string]int
+	exported string
+
+	mu    sync.Mutex
+	extra map[int]*pgx.Conn // partition → its connection, in the exported snapshot
 }
+
+var _ snapshot.PartitionedSnapshot = (*snap)(nil)
 
 func (r *snap) Position() snapshot.Position { return r.pos }
 
-// selectSQL returns the statement that streams a collection: each row's key as text
-// and the row as JSON, in key order (so a duplicate key is next to its twin).
-func selectSQL(c Collection) string {
+// Rows returns the collection's row count when it was counted cheaply (tables).
+func (r *snap) Rows(collection string) (int64, bool) {
+	n, ok := r.rows[collection]
+	return n, ok
+}
+
+// Partitions returns how many parts the collection is read in.
+func (r *snap) Partitions(collection string) int {
+	if n := r.parts[collection]; n > 0 {
+		return n
+	}
+	return 1
+}
+
+// partitionConn returns a connection for partition part > 0: a new connection whose
+// REPEATABLE READ transaction imports the exported snapshot, so every part reads the
+// same snapshot as the main transaction.
+func (r *snap) partitionConn(ctx context.Context, part int) (*pgx.Conn, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if c, ok := r.extra[part]; ok {
+		return c, nil
+	}
+	c, err := pgx.ConnectConfig(ctx, r.src.cfg)
+	if err != nil {
+		return nil, r.src.connectError(err)
+	}
+	if _, err := c.Exec(ctx, "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY"); err != nil {
+		c.Close(context.WithoutCancel(ctx))
+		return nil, err
+	}
+	if _, err := c.Exec(ctx, "SET TRANSACTION SNAPSHOT "+quoteLiteral(r.exported)); err != nil {
+		c.Close(context.WithoutCancel(ctx))
+		return nil, fmt.Errorf("import snapshot: %w", err)
+	}
+	r.extra[part] = c
+	return c, nil
+}
+
+func quoteLiteral(s string) string { return "'" + strings.ReplaceAll(s, "'", "''") + "'" }
+
+// selectSQL returns the statement that streams a collection (or one hash partition of
+// it): each row's key as text and the row as JSON, in key order, so a duplicate key is
+// next to its twin (twins hash alike, so they share a partition).
+func selectSQL(c Collection, part, parts int) string {
 	from := c.Query
 	if c.Table != "" {
 		from = "SELECT * FROM " + pgx.Identifier(strings.Split(c.Table, ".")).Sanitize()
 	}
 	key := "t." + pgx.Identifier{c.Key}.Sanitize()
-	return "SELECT (" + key + ")::text, to_json(t)::text FROM (" + from + "\n) AS t ORDER BY " + key
+	q := "SELECT (" + key + ")::text, to_json(t)::text FROM (" + from + "\n) AS t"
+	if parts > 1 {
+		q += fmt.Sprintf(" WHERE (hashtext((%s)::text) & 2147483647) %% %d = %d", key, parts, part)
+	}
+	return q + " ORDER BY " + key
 }
 
-// Scan streams one collection, failing on a NULL, empty, oversized, non-UTF-8 or
-// duplicate key.
+// Scan streams a whole collection.
 func (r *snap) Scan(ctx context.Context, collection string, fn func(snapshot.Document) error) error {
+	return r.ScanPartition(ctx, collection, 0, 1, fn)
+}
+
+// ScanPartition streams one of parts hash partitions of a collection, failing on a
+// NULL, empty, oversized, non-UTF-8 or duplicate key. Partition 0 reads on the main
+// transaction; the others on connections that imported its snapshot.
+func (r *snap) ScanPartition(ctx context.Context, collection string, part, parts int, fn func(snapshot.Document) error) error {
 	c, ok := r.src.byName[collection]
 	if !ok {
 		return fmt.Errorf("collection %q: %w", collection, snapshot.ErrNotFound)
 	}
-	rows, err := r.tx.Query(ctx, selectSQL(c))
+	var rows pgx.Rows
+	var err error
+	if part == 0 {
+		rows, err = r.tx.Query(ctx, selectSQL(c, part, parts))
+	} else {
+		var conn *pgx.Conn
+		if conn, err = r.partitionConn(ctx, part); err != nil {
+			return err
+		}
+		rows, err = conn.Query(ctx, selectSQL(c, part, parts))
+	}
 	if err != nil {
 		return fmt.Errorf("query %s: %w", describe(c), err)
 	}
@@ -233,8 +325,14 @@ func describe(c Collection) string {
 	return "query"
 }
 
-// Close ends the transaction and the connection.
+// Close ends the transactions and the connections.
 func (r *snap) Close(ctx context.Context) error {
+	r.mu.Lock()
+	for part, c := range r.extra {
+		_ = c.Close(ctx)
+		delete(r.extra, part)
+	}
+	r.mu.Unlock()
 	if r.conn == nil {
 		return nil
 	}

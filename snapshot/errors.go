@@ -27,6 +27,8 @@ var (
 	ErrSourceBehind = errors.New("source position would go backwards")
 	// ErrInvalid reports bad input: a malformed version, id or configuration.
 	ErrInvalid = errors.New("invalid")
+	// ErrRefused reports a version that failed a validation gate and was not flipped to.
+	ErrRefused = errors.New("refused by a validation gate")
 	// ErrSource reports bad source data: a NULL, duplicate or oversized key or document.
 	ErrSource = errors.New("bad source data")
 )

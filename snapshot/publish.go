@@ -50,8 +50,14 @@ type Publisher struct {
 	Writer string
 	// MaxDocumentBytes bounds one document; a larger one fails the sync naming it.
 	MaxDocumentBytes int
-	Now              func() time.Time
-	Log              *slog.Logger
+	// ProgressEvery is how often a long copy logs its progress; default 10s.
+	ProgressEvery time.Duration
+	// Gates are checked per collection before the flip; a collection without an entry
+	// gets DefaultGate unless DefaultGate is set here.
+	Gates       map[string]Gate
+	DefaultGate *Gate
+	Now           func() time.Time
+	Log           *slog.Logger
 }
 
 // PublishOptions tune one publish.
@@ -59,7 +65,8 @@ type PublishOptions struct {
 	// Token is the fencing token to flip with, from a lease. Zero means optimistic:
 	// the stored fence plus one, so that of two concurrent flips only one applies.
 	Token uint64
-	// Force publishes even when the source has not changed.
+	// Force publishes even when the source has not changed, and skips the
+	// validation gates.
 	Force bool
 	// Slot is the scheduled tick this publish is for, recorded in the manifest.
 	Slot int64
@@ -91,6 +98,18 @@ func (p *Publisher) Publish(ctx context.Context, opts PublishOptions) (PublishRe
 		return PublishResult{}, fmt.Errorf("read pointer: %w", err)
 	}
 	hasCurrent := err == nil
+	if hasCurrent && cur.Pinned {
+		return PublishResult{Previous: cur.Version}, fmt.Errorf("dataset %s is pinned to %s (%s): unpin it to publish: %w",
+			p.Dataset, cur.Version, cur.Reason, ErrPinned)
+	}
+	var curManifest *Manifest
+	if hasCurrent {
+		cm, err := p.Store.ReadManifest(ctx, p.Dataset, cur.Version)
+		if err != nil {
+			return PublishResult{}, fmt.Errorf("read current manifest: %w", err)
+		}
+		curManifest = &cm
+	}
 
 	snap, err := p.Source.Open(ctx)
 	if err != nil {
@@ -99,7 +118,7 @@ func (p *Publisher) Publish(ctx context.Context, opts PublishOptions) (PublishRe
 	defer snap.Close(context.WithoutCancel(ctx))
 	pos := snap.Position()
 
-	if hasCurrent && !opts.Force && cur.Source.SameContents(pos, p.Source.Collections()) {
+	if hasCurrent && !opts.Force && curManifest.Source.SameContents(pos, p.Source.Collections()) {
 		p.log().InfoContext(ctx, "source unchanged; nothing to publish",
 			"dataset", p.Dataset, "version", cur.Version, "source_lsn", pos.String())
 		return PublishResult{Previous: cur.Version, NoOp: true}, nil
@@ -120,9 +139,15 @@ func (p *Publisher) Publish(ctx context.Context, opts PublishOptions) (PublishRe
 		return PublishResult{}, fmt.Errorf("create manifest %s: %w", m.Version, err)
 	}
 	log := p.log().With("dataset", p.Dataset, "version", m.Version)
-	log.InfoContext(ctx, "sync started", "source_lsn", pos.String())
+	log.InfoContext(ctx, "sync started", "source_lsn", pos.String(), "forced", opts.Force)
 
-	if err := p.write(ctx, snap, &m); err != nil {
+	expected := map[string]int64{}
+	if curManifest != nil {
+		for name, c := range curManifest.Collections {
+			expected[name] = c.Rows
+		}
+	}
+	if err := p.write(ctx, snap, &m, expected); err != nil {
 		p.fail(ctx, m, StateWriting, err)
 		return PublishResult{}, err
 	}
@@ -133,11 +158,16 @@ func (p *Publisher) Publish(ctx context.Context, opts PublishOptions) (PublishRe
 	// The snapshot is no longer needed; end the transaction before the flip.
 	_ = snap.Close(ctx)
 
-	if hasCurrent && !opts.Force {
-		if same, err := p.sameAsCurrent(ctx, cur, m); err == nil && same {
-			log.InfoContext(ctx, "source unchanged (same digests); not flipping", "current", cur.Version)
-			p.fail(ctx, m, StateWriting, fmt.Errorf("unchanged: identical to %s", cur.Version))
-			return PublishResult{Previous: cur.Version, NoOp: true}, nil
+	if curManifest != nil && !opts.Force && sameCollections(*curManifest, m) {
+		log.InfoContext(ctx, "source unchanged (same digests); not flipping", "current", cur.Version)
+		p.fail(ctx, m, StateWriting, fmt.Errorf("unchanged: identical to %s", cur.Version))
+		return PublishResult{Previous: cur.Version, NoOp: true}, nil
+	}
+	if !opts.Force {
+		if err := p.checkGates(curManifest, m); err != nil {
+			log.WarnContext(ctx, "publish refused", "err", err)
+			p.fail(ctx, m, StateWriting, err)
+			return PublishResult{Previous: cur.Version}, err
 		}
 	}
 
@@ -210,60 +240,42 @@ func (p *Publisher) FailAbandoned(ctx context.Context, token uint64) (int, error
 	return n, nil
 }
 
-// write streams every collection from the snapshot into storage, filling m's stats.
-func (p *Publisher) write(ctx context.Context, snap SourceSnapshot, m *Manifest) error {
-	w := p.Store.NewWriter(ctx, p.Dataset, m.Version)
-	for _, name := range p.Source.Collections() {
-		var st CollectionStats
-		var d Digest
-		err := snap.Scan(ctx, name, func(doc Document) error {
-			if p.MaxDocumentBytes > 0 && len(doc.Body) > p.MaxDocumentBytes {
-				return fmt.Errorf("%w: collection %s key %q: document is %d bytes, over the limit of %d",
-					ErrSource, name, truncate(doc.ID, 200), len(doc.Body), p.MaxDocumentBytes)
-			}
-			st.Rows++
-			st.Bytes += int64(len(doc.Body))
-			d.AddDocument(doc.ID, doc.Body)
-			return w.Write(ctx, name, doc)
-		})
-		if err != nil {
-			_, _ = w.Close(ctx)
-			return fmt.Errorf("collection %s: %w", name, err)
-		}
-		st.Digest = d.String()
-		m.Collections[name] = st
-	}
-	written, err := w.Close(ctx)
-	if err != nil {
-		return fmt.Errorf("write documents: %w", err)
-	}
-	for name, st := range m.Collections {
-		st.Written = written[name]
-		m.Collections[name] = st
-	}
-	return nil
-}
-
-// sameAsCurrent reports whether m holds exactly what the current version holds: the
-// same collection definitions and, per collection, the same count and digest.
-func (p *Publisher) sameAsCurrent(ctx context.Context, cur Pointer, m Manifest) (bool, error) {
-	if cur.Source.Config != m.Source.Config {
-		return false, nil
-	}
-	cm, err := p.Store.ReadManifest(ctx, p.Dataset, cur.Version)
-	if err != nil {
-		return false, err
-	}
-	if len(cm.Collections) != len(m.Collections) {
-		return false, nil
+// sameCollections reports whether m holds exactly what cur holds: the same collection
+// definitions and, per collection, the same count and digest.
+func sameCollections(cur, m Manifest) bool {
+	if cur.Source.Config != m.Source.Config || len(cur.Collections) != len(m.Collections) {
+		return false
 	}
 	for name, c := range m.Collections {
-		o, ok := cm.Collections[name]
+		o, ok := cur.Collections[name]
 		if !ok || o.Rows != c.Rows || o.Digest != c.Digest {
-			return false, nil
+			return false
 		}
 	}
-	return true, nil
+	return true
+}
+
+// checkGates checks every collection of m against its gate and the current version.
+func (p *Publisher) checkGates(cur *Manifest, m Manifest) error {
+	for _, name := range m.CollectionNames() {
+		g, ok := p.Gates[name]
+		if !ok {
+			g = DefaultGate()
+			if p.DefaultGate != nil {
+				g = *p.DefaultGate
+			}
+		}
+		before := int64(-1)
+		if cur != nil {
+			if c, ok := cur.Collections[name]; ok {
+				before = c.Rows
+			}
+		}
+		if err := g.Check(name, before, m.Collections[name].Rows); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // fail marks the version failed, from the state it is in. It runs on a context that

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/uuid"
@@ -288,5 +289,92 @@ func TestTickerFailsAbandonedVersions(t *testing.T) {
 	res2, err := tk2.Tick(ctx, 12345, snapshot.PublishOptions{})
 	if err != nil || res2.Claimed || res2.Owner != "me" {
 		t.Errorf("second tick of the slot = %+v, %v; want not claimed, owner me", res2, err)
+	}
+}
+
+func TestValidationGatesRefuseAndLeaveThePointer(t *testing.T) {
+	tests := []struct {
+		name   string
+		gates  map[string]snapshot.Gate
+		break_ string
+		want   string
+	}{
+		{"shrink over half", nil, `DELETE FROM users WHERE id <> 'u1'`, "shrank from 50 to 1"},
+		{"emptied", map[string]snapshot.Gate{"orders": {}}, `DELETE FROM orders`, "orders is empty"},
+		{"under minimum", map[string]snapshot.Gate{"users": {MinRows: 60}}, `INSERT INTO users VALUES ('u51', 'x')`, "under its minimum of 60"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			r := newRig(t, twoCollections, twoTables...)
+			ctx := context.Background()
+			good, err := r.pub.Publish(ctx, snapshot.PublishOptions{Force: true})
+			if err != nil {
+				t.Fatal(err)
+			}
+			r.pub.Gates = tt.gates
+			testenv.Exec(t, r.dsn, tt.break_)
+			_, err = r.pub.Publish(ctx, snapshot.PublishOptions{})
+			if !errors.Is(err, snapshot.ErrRefused) || !strings.Contains(err.Error(), tt.want) {
+				t.Fatalf("Publish = %v; want ErrRefused saying %q", err, tt.want)
+			}
+			if p := r.pointer(t); p.Version != good.Manifest.Version {
+				t.Errorf("pointer moved to %s after a refusal", p.Version)
+			}
+			last := r.lastManifest(t)
+			if last.State != snapshot.StateFailed || !strings.Contains(last.Reason, "refused") {
+				t.Errorf("refused version is %s (%q); want failed, refused", last.State, last.Reason)
+			}
+			// --force overrides the gate for one run.
+			forced, err := r.pub.Publish(ctx, snapshot.PublishOptions{Force: true})
+			if err != nil || r.pointer(t).Version != forced.Manifest.Version {
+				t.Errorf("forced publish = %v; want it to publish", err)
+			}
+		})
+	}
+}
+
+func TestPublishWhilePinnedIsRefusedEarly(t *testing.T) {
+	r := newRig(t, twoCollections, twoTables...)
+	ctx := context.Background()
+	good, err := r.pub.Publish(ctx, snapshot.PublishOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := r.pointer(t)
+	if _, err := r.store.FlipPointer(ctx, "ds", snapshot.Flip{Version: p.Version, Expected: p.Version, Token: p.Fence + 1,
+		Source: p.Source, Rollback: true, Pin: true, Reason: "test pin", At: time.Now()}); err != nil {
+		t.Fatal(err)
+	}
+	before, _ := r.store.ListManifests(ctx, "ds")
+	testenv.Exec(t, r.dsn, `UPDATE users SET name = 'z'`)
+	_, err = r.pub.Publish(ctx, snapshot.PublishOptions{})
+	if !errors.Is(err, snapshot.ErrPinned) || !strings.Contains(err.Error(), "test pin") {
+		t.Errorf("Publish while pinned = %v; want ErrPinned with the reason", err)
+	}
+	after, _ := r.store.ListManifests(ctx, "ds")
+	if len(after) != len(before) || r.pointer(t).Version != good.Manifest.Version {
+		t.Errorf("a pinned publish wrote %d manifests or moved the pointer", len(after)-len(before))
+	}
+}
+
+func TestPublishPartitioned(t *testing.T) {
+	r := newRig(t, []pgsource.Collection{{Name: "big", Table: "big", Key: "id"}},
+		`CREATE TABLE big AS SELECT g AS id, md5(g::text) AS h FROM generate_series(1, 20000) g`)
+	src := r.pub.Source.(*pgsource.Source)
+	src.Readers, src.PartitionMinRows = 3, 1000
+	res, err := r.pub.Publish(context.Background(), snapshot.PublishOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	src.Readers = 1
+	whole := *r.pub
+	whole.Versions = snapshot.NewVersionGen(uuid.New(), nil)
+	res2, err := whole.Publish(context.Background(), snapshot.PublishOptions{Force: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, b := res.Manifest.Collections["big"], res2.Manifest.Collections["big"]
+	if a.Rows != 20000 || a.Digest != b.Digest || a.Bytes != b.Bytes {
+		t.Errorf("partitioned read %+v; whole read %+v; want the same rows and digest", a, b)
 	}
 }

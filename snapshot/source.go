@@ -70,3 +70,16 @@ type SourceSnapshot interface {
 	// Close ends the read. It is safe to call more than once.
 	Close(ctx context.Context) error
 }
+
+// PartitionedSnapshot is a SourceSnapshot that can read a collection in parts, in
+// parallel, all from the same snapshot.
+type PartitionedSnapshot interface {
+	SourceSnapshot
+	// Partitions returns how many parts the collection should be read in (1: whole).
+	Partitions(collection string) int
+	// ScanPartition is Scan for one part, 0 <= part < parts; fn is called from one
+	// goroutine per part.
+	ScanPartition(ctx context.Context, collection string, part, parts int, fn func(Document) error) error
+	// Rows returns the collection's row count when the source counted it cheaply.
+	Rows(collection string) (int64, bool)
+}

@@ -33,6 +33,7 @@ type Writer struct {
 	ctx     context.Context
 	cancel  context.CancelCauseFunc
 
+	bmu     sync.Mutex // guards cur; held while a full batch is handed over
 	cur     *batch
 	batches chan *batch
 	wg      sync.WaitGroup
@@ -65,10 +66,13 @@ func (s *Store) NewWriter(ctx context.Context, dataset string, v snapshot.Versio
 }
 
 // Write queues a document; it blocks while every worker is busy and the queue is full.
+// It is safe to call from several goroutines.
 func (w *Writer) Write(ctx context.Context, collection string, doc snapshot.Document) error {
 	if err := w.failed(); err != nil {
 		return err
 	}
+	w.bmu.Lock()
+	defer w.bmu.Unlock()
 	if w.cur == nil {
 		w.cur = &batch{}
 	}
@@ -85,7 +89,7 @@ func (w *Writer) Write(ctx context.Context, collection string, doc snapshot.Docu
 	return nil
 }
 
-// send hands the current batch to the workers.
+// send hands the current batch to the workers; the caller holds bmu.
 func (w *Writer) send(ctx context.Context) error {
 	b := w.cur
 	w.cur = nil
@@ -112,7 +116,9 @@ func (w *Writer) Close(ctx context.Context) (map[string]int64, error) {
 	}
 	w.closed = true
 	w.mu.Unlock()
+	w.bmu.Lock()
 	err := w.send(ctx)
+	w.bmu.Unlock()
 	close(w.batches)
 	w.wg.Wait()
 	if ferr := w.failed(); ferr != nil {

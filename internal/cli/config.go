@@ -41,11 +41,11 @@ type BigtableConfig struct {
 	Table string `yaml:"table"`
 	// AppProfile must use single-cluster routing (conditional writes need it).
 	AppProfile string `yaml:"app_profile"`
-	// BatchRows bounds the rows of one ApplyBulk; default 500.
+	// BatchRows bounds the rows of one ApplyBulk; default 1000 (measured: see README).
 	BatchRows int `yaml:"batch_rows"`
 	// BatchBytes bounds the bytes of one ApplyBulk; default 4 MiB.
 	BatchBytes int `yaml:"batch_bytes"`
-	// Writers is how many ApplyBulk calls run at once; default 4.
+	// Writers is how many ApplyBulk calls run at once; default 8 (measured).
 	Writers int `yaml:"writers"`
 }
 
