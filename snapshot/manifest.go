@@ -77,6 +77,9 @@ type Manifest struct {
 	StartedAt   time.Time `json:"started_at"`
 	SealedAt    time.Time `json:"sealed_at,omitzero"`
 	PublishedAt time.Time `json:"published_at,omitzero"`
+	// RefreshedAt is when the version's cells were last rewritten with fresh
+	// timestamps to keep them from expiring (a pinned version).
+	RefreshedAt time.Time `json:"refreshed_at,omitzero"`
 	// Token is the fencing token (lease token) the version was written and flipped
 	// under; 0 for a publish without a lease.
 	Token uint64 `json:"token,omitempty"`
@@ -95,6 +98,15 @@ func (m *Manifest) CheckComplete() error {
 		}
 	}
 	return nil
+}
+
+// DataTime returns the timestamp of the version's oldest document cells: when they
+// were last refreshed, or else when the version began. Its TTL counts from here.
+func (m *Manifest) DataTime() time.Time {
+	if !m.RefreshedAt.IsZero() {
+		return m.RefreshedAt
+	}
+	return m.StartedAt
 }
 
 // CollectionNames returns the manifest's collections in name order.

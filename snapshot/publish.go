@@ -38,6 +38,10 @@ type PublishStore interface {
 	// NewWriter returns a writer for the documents of one version; it stops when ctx
 	// ends.
 	NewWriter(ctx context.Context, dataset string, v Version) DocumentWriter
+	// RefreshVersion rewrites every document cell of the version's collections with
+	// a fresh timestamp, so TTL GC does not collect a version still served. It returns
+	// the number of documents rewritten.
+	RefreshVersion(ctx context.Context, dataset string, v Version, collections []string) (int64, error)
 }
 
 // Publisher copies the source into storage under a fresh version and flips the pointer.
@@ -50,6 +54,10 @@ type Publisher struct {
 	Writer string
 	// MaxDocumentBytes bounds one document; a larger one fails the sync naming it.
 	MaxDocumentBytes int
+	// TTL is the documents' time to live in storage (family d MaxAge). The current
+	// version is republished, or refreshed in place when pinned, once its data is
+	// older than half of it. Zero turns the keep-alive off.
+	TTL time.Duration
 	// ProgressEvery is how often a long copy logs its progress; default 10s.
 	ProgressEvery time.Duration
 	// Gates are checked per collection before the flip; a collection without an entry
@@ -66,10 +74,15 @@ type PublishOptions struct {
 	// the stored fence plus one, so that of two concurrent flips only one applies.
 	Token uint64
 	// Force publishes even when the source has not changed, and skips the
-	// validation gates.
+	// validation gates (syncer once --force).
 	Force bool
+	// Republish publishes even when the source has not changed, gates still applied
+	// (the TTL keep-alive).
+	Republish bool
 	// Slot is the scheduled tick this publish is for, recorded in the manifest.
 	Slot int64
+
+	reason string // why a republish runs, for the result
 }
 
 // PublishResult says what a publish did.
@@ -78,10 +91,18 @@ type PublishResult struct {
 	Manifest Manifest
 	// Previous is the version the pointer named before.
 	Previous Version
-	// NoOp is set when the source had not changed: either its position was the
-	// current version's (nothing was read), or every collection's digest was (the
-	// version written is discarded: marked failed, reason "unchanged", left to expire).
+	// NoOp is set when nothing was published: the source had not changed (its
+	// position or fingerprints were the current version's and nothing was read, or
+	// every collection's digest was, and the copy written is discarded: marked failed,
+	// reason "unchanged", left to expire), or the dataset is pinned.
 	NoOp bool
+	// Pinned is set when the dataset is pinned, so nothing was published.
+	Pinned bool
+	// Refreshed counts the documents of the pinned version rewritten to keep them
+	// from expiring.
+	Refreshed int64
+	// Reason says why a publish that was not scheduled by a change ran ("ttl").
+	Reason string
 }
 
 // cleanupTimeout bounds the bookkeeping done after a failure.
@@ -118,7 +139,7 @@ func (p *Publisher) Publish(ctx context.Context, opts PublishOptions) (PublishRe
 	defer snap.Close(context.WithoutCancel(ctx))
 	pos := snap.Position()
 
-	if hasCurrent && !opts.Force && curManifest.Source.SameContents(pos, p.Source.Collections()) {
+	if hasCurrent && !opts.Force && !opts.Republish && curManifest.Source.SameContents(pos, p.Source.Collections()) {
 		p.log().InfoContext(ctx, "source unchanged; nothing to publish",
 			"dataset", p.Dataset, "version", cur.Version, "source_lsn", pos.String())
 		return PublishResult{Previous: cur.Version, NoOp: true}, nil
@@ -158,7 +179,7 @@ func (p *Publisher) Publish(ctx context.Context, opts PublishOptions) (PublishRe
 	// The snapshot is no longer needed; end the transaction before the flip.
 	_ = snap.Close(ctx)
 
-	if curManifest != nil && !opts.Force && sameCollections(*curManifest, m) {
+	if curManifest != nil && !opts.Force && !opts.Republish && sameCollections(*curManifest, m) {
 		log.InfoContext(ctx, "source unchanged (same digests); not flipping", "current", cur.Version)
 		p.fail(ctx, m, StateWriting, fmt.Errorf("unchanged: identical to %s", cur.Version))
 		return PublishResult{Previous: cur.Version, NoOp: true}, nil
@@ -212,7 +233,7 @@ func (p *Publisher) Publish(ctx context.Context, opts PublishOptions) (PublishRe
 	}
 	log.InfoContext(ctx, "published", "previous", cur.Version, "token", flip.Token,
 		"rows", totalRows(published), "duration", p.now().Sub(now).String())
-	return PublishResult{Manifest: published, Previous: cur.Version}, nil
+	return PublishResult{Manifest: published, Previous: cur.Version, Reason: opts.reason}, nil
 }
 
 // FailAbandoned marks failed every version still writing under a fencing token older

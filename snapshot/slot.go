@@ -98,6 +98,10 @@ func (t *Ticker) publishLeased(ctx context.Context, opts PublishOptions) (Publis
 	if _, err := t.Publisher.FailAbandoned(pctx, hold.Token()); err != nil {
 		t.log().WarnContext(ctx, "mark abandoned versions", "err", err)
 	}
+	opts, kept, done, err := t.Publisher.KeepAlive(pctx, opts)
+	if err != nil || done {
+		return kept, hold.Token(), err
+	}
 	opts.Token = hold.Token()
 	res, err := t.Publisher.Publish(pctx, opts)
 	if err != nil && context.Cause(pctx) == ErrLeaseLost {

@@ -47,3 +47,31 @@ func (s *Store) ScanDocuments(ctx context.Context, dataset string, v snapshot.Ve
 	}
 	return derr
 }
+
+// RefreshVersion rewrites every document of the version's collections with a fresh
+// cell timestamp, through the same batched writer as a sync, so that TTL GC does not
+// collect a version that is still served (a pinned one). Reads see the same bytes
+// throughout: each row's new cell replaces its old one in one mutation.
+func (s *Store) RefreshVersion(ctx context.Context, dataset string, v snapshot.Version, collections []string) (int64, error) {
+	w := s.NewWriter(ctx, dataset, v)
+	var werr error
+	for _, c := range collections {
+		err := s.ScanDocuments(ctx, dataset, v, c, func(d snapshot.Document) bool {
+			werr = w.Write(ctx, c, d)
+			return werr == nil
+		})
+		if err == nil {
+			err = werr
+		}
+		if err != nil {
+			_, _ = w.Close(ctx)
+			return 0, err
+		}
+	}
+	counts, err := w.Close(ctx)
+	var n int64
+	for _, c := range counts {
+		n += c
+	}
+	return n, err
+}

@@ -12,6 +12,7 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/snapflip/snapflip/pgsource"
+	"github.com/snapflip/snapflip/snapshot"
 	"github.com/snapflip/snapflip/store"
 )
 
@@ -49,6 +50,48 @@ type BigtableConfig struct {
 	Writers int `yaml:"writers"`
 }
 
+// GateConfig is a validation gate (snapshot.Gate) in YAML.
+type GateConfig struct {
+	// MaxShrink refuses losing more than this fraction of a collection's rows against
+	// the current version; default 0.5. 0 or 1 turns it off.
+	MaxShrink *float64 `yaml:"max_shrink"`
+	// MinRows refuses a collection with fewer rows; default 0 (off).
+	MinRows int64 `yaml:"min_rows"`
+	// AllowEmpty lets a collection that had rows become empty; default false.
+	AllowEmpty bool `yaml:"allow_empty"`
+}
+
+// gate returns the gate, taking unset fields from def.
+func (g GateConfig) gate(def snapshot.Gate) snapshot.Gate {
+	out := def
+	if g.MaxShrink != nil {
+		out.MaxShrink = *g.MaxShrink
+	}
+	if g.MinRows != 0 {
+		out.MinRows = g.MinRows
+	}
+	if g.AllowEmpty {
+		out.AllowEmpty = true
+	}
+	return out
+}
+
+func (g GateConfig) validate(field string) error {
+	if g.MaxShrink != nil && (*g.MaxShrink < 0 || *g.MaxShrink > 1) {
+		return fmt.Errorf("%s.max_shrink %v: must be between 0 and 1", field, *g.MaxShrink)
+	}
+	if g.MinRows < 0 {
+		return fmt.Errorf("%s.min_rows %d: must not be negative", field, g.MinRows)
+	}
+	return nil
+}
+
+// CollectionConfig is one collection of the config: its source and its gate.
+type CollectionConfig struct {
+	pgsource.Collection `yaml:",inline"`
+	GateConfig          `yaml:",inline"`
+}
+
 // LeaseConfig is the lease section of the syncer's config.
 type LeaseConfig struct {
 	// Duration is how long a holder's lease survives without renewal before another
@@ -62,6 +105,12 @@ type LeaseConfig struct {
 type PostgresConfig struct {
 	// DSN is the connection string; SNAPFLIP_POSTGRES_DSN overrides it. Never logged.
 	DSN string `yaml:"dsn"`
+	// Readers is how many connections read one large table at once, each a hash
+	// partition of its keys, in one exported snapshot; default 2 (measured).
+	Readers int `yaml:"readers"`
+	// PartitionMinRows is the row count from which a table is read in parallel;
+	// default 200000.
+	PartitionMinRows int64 `yaml:"partition_min_rows"`
 }
 
 // SyncerConfig is the syncer's YAML config file.
@@ -79,8 +128,13 @@ type SyncerConfig struct {
 	Lease    LeaseConfig    `yaml:"lease"`
 	Postgres PostgresConfig `yaml:"postgres"`
 	Bigtable BigtableConfig `yaml:"bigtable"`
+	// Validation is the gate every collection must pass before a flip, unless the
+	// collection sets its own.
+	Validation GateConfig `yaml:"validation"`
+	// ProgressInterval is how often a long sync logs its progress; default 10s.
+	ProgressInterval time.Duration `yaml:"progress_interval"`
 	// Collections are what is copied; at least one is required.
-	Collections []pgsource.Collection `yaml:"collections"`
+	Collections []CollectionConfig `yaml:"collections"`
 
 	emulatorHost string
 }
@@ -93,6 +147,8 @@ func DefaultSyncerConfig() SyncerConfig {
 		Schedule:         "@every 5m",
 		TTL:              sc.TTL,
 		MaxDocumentBytes: 8 << 20,
+		ProgressInterval: 10 * time.Second,
+		Postgres:         PostgresConfig{Readers: 2, PartitionMinRows: 200_000},
 		Lease:            LeaseConfig{Duration: 15 * time.Second, AcquireTimeout: time.Minute},
 		Bigtable: BigtableConfig{
 			Project: sc.Project, Instance: sc.Instance, Table: sc.Table,
@@ -161,10 +217,43 @@ func (c SyncerConfig) Validate() error {
 	if c.Postgres.DSN == "" {
 		return fmt.Errorf("postgres.dsn: required: set it or %s", EnvPostgresDSN)
 	}
-	if err := pgsource.ValidateCollections(c.Collections); err != nil {
+	if c.Postgres.Readers < 1 || c.Postgres.Readers > 64 {
+		return fmt.Errorf("postgres.readers %d: must be 1..64", c.Postgres.Readers)
+	}
+	if c.ProgressInterval <= 0 {
+		return fmt.Errorf("progress_interval %s: must be positive", c.ProgressInterval)
+	}
+	if err := c.Validation.validate("validation"); err != nil {
+		return err
+	}
+	for i, cc := range c.Collections {
+		if err := cc.GateConfig.validate(fmt.Sprintf("collections[%d]", i)); err != nil {
+			return err
+		}
+	}
+	if err := pgsource.ValidateCollections(c.sources()); err != nil {
 		return err
 	}
 	return c.StoreConfig().Validate()
+}
+
+// sources returns the collections' source definitions.
+func (c SyncerConfig) sources() []pgsource.Collection {
+	out := make([]pgsource.Collection, len(c.Collections))
+	for i, cc := range c.Collections {
+		out[i] = cc.Collection
+	}
+	return out
+}
+
+// gates returns each collection's validation gate.
+func (c SyncerConfig) gates() (snapshot.Gate, map[string]snapshot.Gate) {
+	def := c.Validation.gate(snapshot.DefaultGate())
+	out := map[string]snapshot.Gate{}
+	for _, cc := range c.Collections {
+		out[cc.Name] = cc.GateConfig.gate(def)
+	}
+	return def, out
 }
 
 // StoreConfig returns the store settings the config implies.

@@ -27,6 +27,12 @@ type syncerMetrics struct {
 	syncs       *prometheus.CounterVec
 	lastSuccess prometheus.Gauge
 	duration    prometheus.Histogram
+	rows        *prometheus.CounterVec
+	bytes       *prometheus.CounterVec
+	age         prometheus.Gauge
+	ttl         prometheus.Gauge
+	pinned      prometheus.Gauge
+	refreshed   prometheus.Counter
 }
 
 func newSyncerMetrics(dataset string) *syncerMetrics {
@@ -42,13 +48,26 @@ func newSyncerMetrics(dataset string) *syncerMetrics {
 		slots: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "snapflip_slots_total",
 			Help: "Scheduled ticks, by whether this replica claimed them.", ConstLabels: labels}, []string{"result"}),
 		syncs: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "snapflip_syncs_total",
-			Help: "Syncs run by this replica, by result: published, unchanged, failed.", ConstLabels: labels}, []string{"result"}),
+			Help: "Syncs run by this replica, by result: published, unchanged, refused, pinned, failed.", ConstLabels: labels}, []string{"result"}),
+		rows: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "snapflip_rows_copied_total",
+			Help: "Documents copied into published versions, by collection.", ConstLabels: labels}, []string{"collection"}),
+		bytes: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "snapflip_bytes_copied_total",
+			Help: "Document bytes copied into published versions, by collection.", ConstLabels: labels}, []string{"collection"}),
+		age: prometheus.NewGauge(prometheus.GaugeOpts{Name: "snapflip_current_version_age_seconds",
+			Help: "Age of the current version's data (its cells' timestamp); it must stay under the TTL.", ConstLabels: labels}),
+		ttl: prometheus.NewGauge(prometheus.GaugeOpts{Name: "snapflip_ttl_seconds",
+			Help: "The configured document TTL.", ConstLabels: labels}),
+		pinned: prometheus.NewGauge(prometheus.GaugeOpts{Name: "snapflip_pinned",
+			Help: "1 while the dataset is pinned (scheduled publishing paused).", ConstLabels: labels}),
+		refreshed: prometheus.NewCounter(prometheus.CounterOpts{Name: "snapflip_pinned_refreshed_rows_total",
+			Help: "Documents of a pinned version rewritten to keep them from expiring.", ConstLabels: labels}),
 		lastSuccess: prometheus.NewGauge(prometheus.GaugeOpts{Name: "snapflip_last_success_timestamp_seconds",
 			Help: "When this replica last finished a sync that published or found nothing to do.", ConstLabels: labels}),
 		duration: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "snapflip_sync_duration_seconds",
 			Help: "Duration of syncs that ran.", ConstLabels: labels, Buckets: prometheus.ExponentialBuckets(0.1, 2, 14)}),
 	}
 	m.reg.MustRegister(m.leaseEvents, m.leaseHeld, m.leaseToken, m.slots, m.syncs, m.lastSuccess, m.duration,
+		m.rows, m.bytes, m.age, m.ttl, m.pinned, m.refreshed,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }
@@ -76,16 +95,45 @@ func (m *syncerMetrics) leaseEvent(log *slog.Logger) func(store.LeaseEvent) {
 // observe records the outcome of one sync.
 func (m *syncerMetrics) observe(res snapshot.PublishResult, err error, took time.Duration) {
 	switch {
+	case errors.Is(err, snapshot.ErrRefused):
+		m.syncs.WithLabelValues("refused").Inc()
 	case err != nil:
 		m.syncs.WithLabelValues("failed").Inc()
+	case res.Pinned:
+		m.syncs.WithLabelValues("pinned").Inc()
+		m.refreshed.Add(float64(res.Refreshed))
+		m.lastSuccess.SetToCurrentTime()
 	case res.NoOp:
 		m.syncs.WithLabelValues("unchanged").Inc()
 		m.lastSuccess.SetToCurrentTime()
 	default:
 		m.syncs.WithLabelValues("published").Inc()
 		m.lastSuccess.SetToCurrentTime()
+		for name, c := range res.Manifest.Collections {
+			m.rows.WithLabelValues(name).Add(float64(c.Rows))
+			m.bytes.WithLabelValues(name).Add(float64(c.Bytes))
+		}
 	}
 	m.duration.Observe(took.Seconds())
+}
+
+// currentStore is what observeCurrent reads.
+type currentStore interface {
+	ReadPointer(ctx context.Context, dataset string) (snapshot.Pointer, error)
+	ReadManifest(ctx context.Context, dataset string, v snapshot.Version) (snapshot.Manifest, error)
+}
+
+// observeCurrent sets the current version's age and pinned state.
+func (m *syncerMetrics) observeCurrent(ctx context.Context, st currentStore, dataset string, ttl time.Duration) {
+	m.ttl.Set(ttl.Seconds())
+	p, err := st.ReadPointer(ctx, dataset)
+	if err != nil {
+		return
+	}
+	m.pinned.Set(map[bool]float64{true: 1}[p.Pinned])
+	if mf, err := st.ReadManifest(ctx, dataset, p.Version); err == nil {
+		m.age.Set(time.Since(mf.DataTime()).Seconds())
+	}
 }
 
 // serveMetrics serves /metrics on addr until ctx ends; "" serves nothing.

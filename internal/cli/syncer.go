@@ -102,6 +102,7 @@ func (m *Syncer) Run(ctx context.Context, args []string) error {
 		start := time.Now()
 		res, token, err := s.ticker.PublishLeased(ctx, snapshot.PublishOptions{Force: *force})
 		s.metrics.observe(res, err, time.Since(start))
+		s.metrics.observeCurrent(ctx, s.store, cfg.Dataset, cfg.TTL)
 		if err != nil {
 			return fmt.Errorf("sync: %w", err)
 		}
@@ -117,10 +118,11 @@ func wireSyncer(ctx context.Context, cfg SyncerConfig, log *slog.Logger) (*synce
 	if err != nil {
 		return nil, err
 	}
-	src, err := pgsource.New(cfg.Postgres.DSN, cfg.Collections)
+	src, err := pgsource.New(cfg.Postgres.DSN, cfg.sources())
 	if err != nil {
 		return nil, err
 	}
+	src.Readers, src.PartitionMinRows = cfg.Postgres.Readers, cfg.Postgres.PartitionMinRows
 	sctx, cancel := context.WithTimeout(ctx, startupTimeout)
 	defer cancel()
 	st, err := store.Open(sctx, cfg.StoreConfig())
@@ -148,6 +150,7 @@ func wireSyncer(ctx context.Context, cfg SyncerConfig, log *slog.Logger) (*synce
 	if err != nil {
 		return fail(err)
 	}
+	defGate, gates := cfg.gates()
 	pub := &snapshot.Publisher{
 		Dataset:          cfg.Dataset,
 		Store:            st,
@@ -155,6 +158,10 @@ func wireSyncer(ctx context.Context, cfg SyncerConfig, log *slog.Logger) (*synce
 		Versions:         snapshot.NewVersionGen(client, nil),
 		Writer:           holder,
 		MaxDocumentBytes: cfg.MaxDocumentBytes,
+		TTL:              cfg.TTL,
+		ProgressEvery:    cfg.ProgressInterval,
+		Gates:            gates,
+		DefaultGate:      &defGate,
 		Log:              log,
 	}
 	return &syncer{
@@ -169,6 +176,14 @@ func wireSyncer(ctx context.Context, cfg SyncerConfig, log *slog.Logger) (*synce
 }
 
 func (m *Syncer) report(res snapshot.PublishResult, token uint64) {
+	if res.Pinned {
+		fmt.Fprintf(m.Stdout, "pinned: the dataset is pinned to %s; nothing published", res.Previous)
+		if res.Refreshed > 0 {
+			fmt.Fprintf(m.Stdout, " (refreshed %d documents to keep them from expiring)", res.Refreshed)
+		}
+		fmt.Fprintln(m.Stdout)
+		return
+	}
 	if res.NoOp {
 		fmt.Fprintf(m.Stdout, "unchanged: source has not changed since %s\n", res.Previous)
 		return
@@ -217,6 +232,8 @@ func (m *Syncer) runSchedule(ctx context.Context, s *syncer) error {
 		switch {
 		case err != nil && ctx.Err() != nil:
 			tlog.Info("sync abandoned for shutdown", "err", err)
+		case errors.Is(err, snapshot.ErrRefused):
+			tlog.Warn("publish refused by a validation gate; the pointer is unchanged (syncer once --force overrides)", "err", err)
 		case err != nil:
 			tlog.Error("sync failed", "err", err)
 		case !res.Claimed:
@@ -228,6 +245,7 @@ func (m *Syncer) runSchedule(ctx context.Context, s *syncer) error {
 		} else if err == nil {
 			s.metrics.slots.WithLabelValues("other").Inc()
 		}
+		s.metrics.observeCurrent(ctx, s.store, s.cfg.Dataset, s.cfg.TTL)
 		if m.OnTick != nil {
 			m.OnTick(res, err)
 		}

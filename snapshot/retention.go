@@ -1,0 +1,69 @@
+package snapshot
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+)
+
+// Retention: MaxAge GC counts from each cell's timestamp, so a version that stays
+// current longer than the TTL would be collected while it is served. KeepAlive, run
+// by the lease holder before each scheduled publish, prevents that: once the current
+// version's data is older than half the TTL it asks for a republish (a fresh copy with
+// fresh timestamps), or, when the dataset is pinned and must not move, rewrites the
+// pinned version's cells in place.
+
+// KeepAlive checks the current version's age against the TTL. For an unpinned dataset
+// it returns opts with Republish set when a republish is due. For a pinned dataset it
+// refreshes the pinned version in place when due and returns done = true with what it
+// did: nothing is to be published while pinned.
+func (p *Publisher) KeepAlive(ctx context.Context, opts PublishOptions) (PublishOptions, PublishResult, bool, error) {
+	cur, err := p.Store.ReadPointer(ctx, p.Dataset)
+	if errors.Is(err, ErrNoVersion) {
+		return opts, PublishResult{}, false, nil
+	}
+	if err != nil {
+		return opts, PublishResult{}, false, fmt.Errorf("read pointer: %w", err)
+	}
+	res := PublishResult{Previous: cur.Version, NoOp: true, Pinned: cur.Pinned}
+	if p.TTL <= 0 {
+		return opts, res, cur.Pinned, nil
+	}
+	m, err := p.Store.ReadManifest(ctx, p.Dataset, cur.Version)
+	if err != nil {
+		return opts, PublishResult{}, false, fmt.Errorf("read current manifest: %w", err)
+	}
+	age := p.now().Sub(m.DataTime())
+	due := age >= p.TTL/2
+	log := p.log().With("dataset", p.Dataset, "version", cur.Version, "age", age.Round(time.Millisecond).String(), "ttl", p.TTL.String())
+	switch {
+	case cur.Pinned && due:
+		log.InfoContext(ctx, "pinned version past half its TTL: refreshing its cells in place")
+		n, err := p.refresh(ctx, m)
+		res.Refreshed = n
+		return opts, res, true, err
+	case cur.Pinned:
+		log.DebugContext(ctx, "dataset pinned: not publishing", "reason", cur.Reason)
+		return opts, res, true, nil
+	case due:
+		log.InfoContext(ctx, "current version past half its TTL: republishing")
+		opts.Republish = true
+		opts.reason = "ttl"
+	}
+	return opts, res, false, nil
+}
+
+// refresh rewrites a version's cells with fresh timestamps, then records when.
+func (p *Publisher) refresh(ctx context.Context, m Manifest) (int64, error) {
+	at := p.now()
+	n, err := p.Store.RefreshVersion(ctx, p.Dataset, m.Version, m.CollectionNames())
+	if err != nil {
+		return n, fmt.Errorf("refresh version %s: %w", m.Version, err)
+	}
+	m.RefreshedAt = at
+	if err := p.Store.UpdateManifest(ctx, m, m.State); err != nil {
+		return n, fmt.Errorf("record refresh of %s: %w", m.Version, err)
+	}
+	return n, nil
+}
