@@ -136,3 +136,7 @@ func helperLeaseHold(ctx context.Context) error {
 	}
 	return nil
 }
+
+func storeLeaseConfig(holder string) store.LeaseConfig {
+	return store.LeaseConfig{Holder: holder, Duration: time.Minute}
+}

@@ -1,0 +1,187 @@
+package e2e
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/snapflip/snapflip/internal/cli"
+	"github.com/snapflip/snapflip/internal/testenv"
+	"github.com/snapflip/snapflip/snapshot"
+)
+
+// runSyncer starts `syncer run` in-process with cfg and returns a stop function.
+func (e *env) runSyncer(tb testing.TB, cfg string) func() {
+	tb.Helper()
+	if err := os.WriteFile(e.configPath, []byte(cfg), 0o600); err != nil {
+		tb.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	s := &cli.Syncer{Getenv: e.getenv, Stdout: io.Discard, Stderr: io.Discard}
+	go func() { done <- s.Run(ctx, []string{"run"}) }()
+	return func() {
+		cancel()
+		if err := <-done; err != nil {
+			tb.Errorf("syncer run: %v", err)
+		}
+	}
+}
+
+// readFor reads path through the API every 25ms for d and fails on any answer but
+// 200; it returns the versions seen.
+func (e *env) readFor(tb testing.TB, path string, d time.Duration) map[string]int {
+	tb.Helper()
+	seen := map[string]int{}
+	for end := time.Now().Add(d); time.Now().Before(end); time.Sleep(25 * time.Millisecond) {
+		r := e.get(tb, path)
+		if r.status != http.StatusOK {
+			tb.Fatalf("GET %s = %d %s after %d good reads; the current version expired", path, r.status, r.body, len(seen))
+		}
+		seen[r.version]++
+	}
+	return seen
+}
+
+// TestTTLKeepAlive: with a TTL of 3s, the current version stays readable for 12s
+// (four TTLs) because the syncer republishes it past half the TTL, though the source
+// never changes; the first version, no longer current, really does expire.
+func TestTTLKeepAlive(t *testing.T) {
+	e := start(t)
+	cfg := strings.NewReplacer(`schedule: "@every 1h"`, `schedule: "@every 1s"`, "ttl: 1h", "ttl: 3s").Replace(config)
+	stop := e.runSyncer(t, cfg)
+	defer stop()
+	first := e.awaitVersion(t, docPath("things", "plain"), "").version
+	seen := e.readFor(t, docPath("things", "plain"), 12*time.Second)
+	if len(seen) < 4 {
+		t.Errorf("saw %d versions in 12s with a 3s TTL; want a republish at least every 1.5s: %v", len(seen), seen)
+	}
+	st := testenv.Store(t, testenv.StoreConfig(e.btAddr))
+	if _, err := st.GetDocument(context.Background(), "e2e", snapshot.Version(first), "things", "plain"); !errors.Is(err, snapshot.ErrNotFound) {
+		t.Errorf("the first version's document = %v; want it expired (else this test proves nothing)", err)
+	}
+}
+
+// TestTTLKeepAlivePinned: a pinned version is not replaced but refreshed in place, and
+// stays readable for four TTLs.
+func TestTTLKeepAlivePinned(t *testing.T) {
+	e := start(t)
+	if _, err := e.sync(t); err != nil {
+		t.Fatal(err)
+	}
+	st := testenv.Store(t, testenv.StoreConfig(e.btAddr))
+	ctx := context.Background()
+	p, err := st.ReadPointer(ctx, "e2e")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.FlipPointer(ctx, "e2e", snapshot.Flip{Version: p.Version, Expected: p.Version, Token: p.Fence + 1,
+		Source: p.Source, Rollback: true, Pin: true, Reason: "test", At: time.Now()}); err != nil {
+		t.Fatal(err)
+	}
+	testenv.Exec(t, e.dsn, `UPDATE things SET gen = 99`) // a change that must not be published while pinned
+	cfg := strings.NewReplacer(`schedule: "@every 1h"`, `schedule: "@every 1s"`, "ttl: 1h", "ttl: 3s").Replace(config)
+	stop := e.runSyncer(t, cfg)
+	defer stop()
+	seen := e.readFor(t, docPath("things", "plain"), 12*time.Second)
+	if len(seen) != 1 || seen[string(p.Version)] == 0 {
+		t.Errorf("versions served while pinned: %v; want only %s", seen, p.Version)
+	}
+	m, err := st.ReadManifest(ctx, "e2e", p.Version)
+	if err != nil || time.Since(m.RefreshedAt) > 3*time.Second {
+		t.Errorf("pinned manifest refreshed at %s (%v); want within the last TTL", m.RefreshedAt, err)
+	}
+}
+
+// TestSIGTERMMidSync: SIGTERM while `syncer run` copies a large table: the process
+// exits 0 promptly, the pointer still names the previous version, the half-written
+// version is marked failed, and the lease is free for the next replica.
+func TestSIGTERMMidSync(t *testing.T) {
+	e := start(t)
+	if _, err := e.sync(t); err != nil {
+		t.Fatal(err)
+	}
+	st := testenv.Store(t, testenv.StoreConfig(e.btAddr))
+	before, err := st.ReadPointer(context.Background(), "e2e")
+	if err != nil {
+		t.Fatal(err)
+	}
+	testenv.Exec(t, e.dsn, `INSERT INTO things (id, gen) SELECT 'bulk-' || g, 1 FROM generate_series(1, 400000) g`)
+	cfg := strings.Replace(config, `schedule: "@every 1h"`, `schedule: "@every 1s"`, 1) + "progress_interval: 50ms\n"
+	if err := os.WriteFile(e.configPath, []byte(cfg), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	bin := filepath.Join(t.TempDir(), "syncer")
+	if out, err := exec.Command("go", "build", "-o", bin, "github.com/snapflip/snapflip/cmd/syncer").CombinedOutput(); err != nil {
+		t.Fatalf("build syncer: %v\n%s", err, out)
+	}
+	cmd := exec.Command(bin, "run")
+	cmd.Env = append(os.Environ(), cli.EnvConfig+"="+e.configPath, cli.EnvPostgresDSN+"="+e.dsn, cli.EnvEmulatorHost+"="+e.btAddr)
+	stderr, err := cmd.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer cmd.Process.Kill()
+	copying := make(chan struct{})
+	var log strings.Builder
+	go func() {
+		sc := bufio.NewScanner(stderr)
+		signalled := false
+		for sc.Scan() {
+			fmt.Fprintln(&log, sc.Text())
+			if !signalled && strings.Contains(sc.Text(), "msg=copying") {
+				signalled = true
+				close(copying)
+			}
+		}
+	}()
+	select {
+	case <-copying:
+	case <-time.After(60 * time.Second):
+		t.Fatal("the syncer never reported copying")
+	}
+	_ = cmd.Process.Signal(syscall.SIGTERM)
+	signalled := time.Now()
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Errorf("syncer exited with %v after SIGTERM; want 0", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("syncer still running 10s after SIGTERM")
+	}
+	took := time.Since(signalled)
+	after, err := st.ReadPointer(context.Background(), "e2e")
+	if err != nil || after.Version != before.Version {
+		t.Errorf("pointer after SIGTERM mid-sync = %s, %v; want %s", after.Version, err, before.Version)
+	}
+	ms, _ := st.ListManifests(context.Background(), "e2e")
+	if last := ms[len(ms)-1]; last.Version == before.Version || last.State != snapshot.StateFailed {
+		t.Errorf("the interrupted version %s is %s; want failed", last.Version, last.State)
+	}
+	l, err := st.NewLease("publish/e2e", storeLeaseConfig("next"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if h, err := l.TryAcquire(context.Background()); err != nil {
+		t.Errorf("lease after a clean shutdown: %v; want it released", err)
+	} else {
+		_ = h.Release(context.Background())
+	}
+	t.Logf("exited %s after SIGTERM mid-copy", took.Round(time.Millisecond))
+}
