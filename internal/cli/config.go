@@ -106,7 +106,8 @@ type PostgresConfig struct {
 	// DSN is the connection string; SNAPFLIP_POSTGRES_DSN overrides it. Never logged.
 	DSN string `yaml:"dsn"`
 	// Readers is how many connections read one large table at once, each a hash
-	// partition of its keys, in one exported snapshot; default 2 (measured).
+	// partition of its keys, in one exported snapshot; default 1 (on the 2-core
+	// benchmark machine 2 and 4 readers were no faster: see README).
 	Readers int `yaml:"readers"`
 	// PartitionMinRows is the row count from which a table is read in parallel;
 	// default 200000.
@@ -148,7 +149,7 @@ func DefaultSyncerConfig() SyncerConfig {
 		TTL:              sc.TTL,
 		MaxDocumentBytes: 8 << 20,
 		ProgressInterval: 10 * time.Second,
-		Postgres:         PostgresConfig{Readers: 2, PartitionMinRows: 200_000},
+		Postgres:         PostgresConfig{Readers: 1, PartitionMinRows: 200_000},
 		Lease:            LeaseConfig{Duration: 15 * time.Second, AcquireTimeout: time.Minute},
 		Bigtable: BigtableConfig{
 			Project: sc.Project, Instance: sc.Instance, Table: sc.Table,
