@@ -64,8 +64,8 @@ type Publisher struct {
 	// gets DefaultGate unless DefaultGate is set here.
 	Gates       map[string]Gate
 	DefaultGate *Gate
-	Now           func() time.Time
-	Log           *slog.Logger
+	Now         func() time.Time
+	Log         *slog.Logger
 }
 
 // PublishOptions tune one publish.
