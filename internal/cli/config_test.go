@@ -1,0 +1,65 @@
+package cli
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/snapflip/snapflip/snapshot"
+)
+
+func env(m map[string]string) func(string) string { return func(k string) string { return m[k] } }
+
+var baseEnv = env(map[string]string{EnvPostgresDSN: "postgres://u@h/db", EnvEmulatorHost: "127.0.0.1:1"})
+
+func TestConfigDefaultsAndGates(t *testing.T) {
+	cfg, err := ParseSyncerConfig(strings.NewReader(`
+validation: {max_shrink: 0.2}
+collections:
+  - {name: a, table: t, key: k}
+  - {name: b, query: "SELECT 1 AS k", key: k, min_rows: 5, allow_empty: true}
+  - {name: c, table: u, key: k, max_shrink: 0}
+`), baseEnv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Dataset != "default" || cfg.Schedule != "@every 5m" || cfg.TTL != 168*time.Hour || cfg.Postgres.Readers != 1 ||
+		cfg.Lease.Duration != 15*time.Second || cfg.Bigtable.Table != "snapflip" || cfg.Postgres.DSN != "postgres://u@h/db" {
+		t.Errorf("defaults not applied: %+v", cfg)
+	}
+	def, gates := cfg.gates()
+	want := map[string]snapshot.Gate{
+		"a": {MaxShrink: 0.2},
+		"b": {MaxShrink: 0.2, MinRows: 5, AllowEmpty: true},
+		"c": {MaxShrink: 0},
+	}
+	if diff := cmp.Diff(want, gates); diff != "" {
+		t.Errorf("gates (-want +got):\n%s", diff)
+	}
+	if def.MaxShrink != 0.2 {
+		t.Errorf("default gate %+v", def)
+	}
+}
+
+func TestConfigErrorsNameTheField(t *testing.T) {
+	const coll = "collections: [{name: a, table: t, key: k}]\n"
+	tests := []struct{ yaml, want string }{
+		{"validation: {max_shrink: 2}\n" + coll, "validation.max_shrink"},
+		{"collections: [{name: a, table: t, key: k, min_rows: -1}]\n", "collections[0].min_rows"},
+		{"postgres: {readers: 0}\n" + coll, "postgres.readers"},
+		{"lease: {duration: 1ms}\n" + coll, "lease.duration"},
+		{"progress_interval: 0s\n" + coll, "progress_interval"},
+		{"max_document_bytes: 0\n" + coll, "max_document_bytes"},
+		{"bigtable: {writers: 0}\n" + coll, "bigtable.writers"},
+		{"dataset: ''\n" + coll, "dataset"},
+		{"collections: [{name: a, table: t, key: k, colour: red}]\n", "colour"},
+	}
+	for _, tt := range tests {
+		_, err := ParseSyncerConfig(strings.NewReader(tt.yaml), baseEnv)
+		if err == nil || !strings.Contains(err.Error(), tt.want) {
+			t.Errorf("config %q: error %v; want it to name %q", tt.yaml, err, tt.want)
+		}
+	}
+}
