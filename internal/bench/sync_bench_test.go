@@ -130,7 +130,14 @@ func BenchmarkSync(b *testing.B) {
 		smallSync, _ := syncOnce("items_small")
 		read := minimal("read", 0)
 		write := minimal("write", big)
-		naive := minimal("naive", naiveRows)
+		// The naive loop is one loopback round trip per row, and its rate varies from
+		// run to run; keep its fastest of three, the figure least favourable to us.
+		var naive measured
+		for i := range 3 {
+			if n := minimal("naive", naiveRows); i == 0 || n.took < naive.took {
+				naive = n
+			}
+		}
 
 		rowsPerSec := float64(big) / syncBest.took.Seconds()
 		naivePerSec := float64(naiveRows) / naive.took.Seconds()
@@ -149,7 +156,7 @@ full sync of %d rows (fresh emulator process each)
   read alone (pgx)        %8.2fs
   write alone (ApplyBulk) %8.2fs
   no-op cycle             %8.2fs  (%.1f%% of a full sync; target < 5%%)
-  naive loop, %d rows  %8.2fs  %9.0f rows/s  (syncer is %.1fx; target >= 20x)
+  naive loop, %d rows  %8.2fs  %9.0f rows/s  (fastest of 3; syncer is %.1fx; target >= 20x)
   syncer, %d rows       %8.2fs  peak RSS %6.1f MiB (1M/100k = %.2f; target <= 1.5, and < 200 MB)
 `, big, syncBest.took.Seconds(), rowsPerSec, syncBest.rssMiB, minBest.took.Seconds(), syncBest.took.Seconds()/minBest.took.Seconds(),
 			read.took.Seconds(), write.took.Seconds(), noop.took.Seconds(), 100*noop.took.Seconds()/syncBest.took.Seconds(),
