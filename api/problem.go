@@ -22,8 +22,10 @@ type Problem struct {
 // Problem types.
 const (
 	typeNotFound    = "https://snapflip.dev/problems/not-found"
+	typeGone        = "https://snapflip.dev/problems/version-gone"
 	typeNoVersion   = "https://snapflip.dev/problems/no-version"
 	typeBadRequest  = "https://snapflip.dev/problems/bad-request"
+	typeTooLarge    = "https://snapflip.dev/problems/too-large"
 	typeUnavailable = "https://snapflip.dev/problems/unavailable"
 	typeInternal    = "https://snapflip.dev/problems/internal"
 )
@@ -31,6 +33,7 @@ const (
 func writeProblem(w http.ResponseWriter, p Problem) {
 	w.Header().Set("Content-Type", "application/problem+json")
 	w.Header().Set("Cache-Control", "no-store")
+	w.Header().Del("ETag")
 	w.WriteHeader(p.Status)
 	_ = json.NewEncoder(w).Encode(p)
 }
@@ -38,14 +41,23 @@ func writeProblem(w http.ResponseWriter, p Problem) {
 // writeError maps an error to a problem document. Internals are logged, not shown.
 func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) {
 	var p Problem
+	var tooLarge *http.MaxBytesError
 	switch {
+	case errors.As(err, &tooLarge):
+		p = Problem{Type: typeTooLarge, Title: "Request body too large", Status: http.StatusRequestEntityTooLarge, Detail: err.Error()}
 	case errors.Is(err, snapshot.ErrInvalid):
 		p = Problem{Type: typeBadRequest, Title: "Bad request", Status: http.StatusBadRequest, Detail: err.Error()}
+	case errors.Is(err, snapshot.ErrGone):
+		p = Problem{Type: typeGone, Title: "Version gone", Status: http.StatusGone, Detail: err.Error()}
 	case errors.Is(err, snapshot.ErrNotFound):
 		p = Problem{Type: typeNotFound, Title: "Not found", Status: http.StatusNotFound, Detail: err.Error()}
 	case errors.Is(err, snapshot.ErrNoVersion):
 		p = Problem{Type: typeNoVersion, Title: "No version published yet", Status: http.StatusServiceUnavailable,
 			Detail: "the syncer has not published a version of this dataset yet"}
+	case errors.Is(err, snapshot.ErrCurrentExpired):
+		s.log.ErrorContext(r.Context(), "current version expired", "err", err)
+		p = Problem{Type: typeUnavailable, Title: "Current version expired", Status: http.StatusServiceUnavailable,
+			Detail: "the current version has outlived its TTL: the syncer has not published or refreshed it in time"}
 	case errors.Is(err, context.Canceled) && r.Context().Err() != nil:
 		return // the client went away
 	default:
@@ -63,6 +75,16 @@ func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) {
 	}
 	writeProblem(w, p)
 }
+
+func badRequest(format string, args ...any) error {
+	return &invalidError{msg: sprintf(format, args...)}
+}
+
+// invalidError is a request mistake; it wraps snapshot.ErrInvalid.
+type invalidError struct{ msg string }
+
+func (e *invalidError) Error() string { return e.msg }
+func (e *invalidError) Unwrap() error { return snapshot.ErrInvalid }
 
 func logger(l *slog.Logger) *slog.Logger {
 	if l == nil {

@@ -2,6 +2,7 @@ package api
 
 import (
 	"context"
+	_ "embed"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -9,21 +10,37 @@ import (
 	"net/url"
 	"runtime/debug"
 	"strings"
+	"time"
 	"unicode/utf8"
 
 	"github.com/go-chi/chi/v5"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/snapflip/snapflip/snapshot"
 )
 
-// Reader answers reads through the pointer.
+// Reader answers reads through the pointer; snapshot.Resolver implements it.
 type Reader interface {
 	// Current returns a view of the current version; ErrNoVersion when none is
-	// published.
+	// published, ErrCurrentExpired when it outlived its TTL.
 	Current(ctx context.Context) (snapshot.View, error)
-	// Get returns one document of the view's version; ErrNotFound when the collection
-	// or id is unknown.
-	Get(ctx context.Context, view snapshot.View, collection, id string) ([]byte, error)
+	// View returns a view of one version; ErrGone when it does not exist (any more).
+	View(ctx context.Context, v snapshot.Version) (snapshot.View, error)
+	// Get returns one document; ErrNotFound when the collection or id is unknown.
+	Get(ctx context.Context, view snapshot.View, collection, id string) (snapshot.Doc, error)
+	// GetMany returns the documents found and the ids missing, all from the view.
+	GetMany(ctx context.Context, view snapshot.View, collection string, ids []string) (map[string]snapshot.Doc, []string, error)
+	// Page returns up to limit documents after an id, in id order, and whether more
+	// follow; ErrNotFound for an unknown collection.
+	Page(ctx context.Context, view snapshot.View, collection, after string, limit int) ([]snapshot.Document, bool, error)
+	// Versions returns every version's manifest, newest first.
+	Versions(ctx context.Context) ([]snapshot.Manifest, error)
+	// Manifest returns one version's manifest whatever its state; ErrNotFound when
+	// there is none.
+	Manifest(ctx context.Context, v snapshot.Version) (snapshot.Manifest, error)
+	// Pointer returns the pointer (as of at most one refresh interval ago).
+	Pointer(ctx context.Context) (snapshot.Pointer, error)
 	// Ready returns nil when the pointer resolves.
 	Ready(ctx context.Context) error
 }
@@ -31,31 +48,85 @@ type Reader interface {
 // MaxIDBytes is the longest id a request may name, as in the source.
 const MaxIDBytes = 1024
 
-// HeaderVersion names the version a response was answered from.
+// HeaderVersion names the version a response was answered from; a request may send it
+// to read a given version.
 const HeaderVersion = "Snapshot-Version"
+
+// Config tunes the server.
+type Config struct {
+	// BatchLimit is the most ids one batchGet may ask for; default 1000.
+	BatchLimit int
+	// PageLimit is the largest page; default 1000 (and 100 when a request says none).
+	PageLimit int
+	// MaxBodyBytes bounds a request body; default 2 MiB.
+	MaxBodyBytes int64
+	// Registry, when set, gets the API's metrics and is served at /metrics.
+	Registry *prometheus.Registry
+	// CacheStats, when set, reports document cache hits and misses for /metrics.
+	CacheStats func() (hits, misses int64)
+	// PointerAge, when set, reports how old the cached pointer is, for /metrics.
+	PointerAge func() time.Duration
+	// ServedVersion, when set, reports the version unpinned reads get, for /metrics.
+	ServedVersion func() snapshot.Version
+}
+
+// DefaultConfig returns the defaults.
+func DefaultConfig() Config { return Config{BatchLimit: 1000, PageLimit: 1000, MaxBodyBytes: 2 << 20} }
 
 // Server is the HTTP handler of the metadata API.
 type Server struct {
-	reader Reader
-	log    *slog.Logger
-	mux    *chi.Mux
+	reader  Reader
+	cfg     Config
+	log     *slog.Logger
+	mux     *chi.Mux
+	metrics *metrics
 }
 
+//go:embed openapi.yaml
+var openapiDoc []byte
+
 // NewServer returns the API's handler.
-func NewServer(reader Reader, log *slog.Logger) *Server {
-	s := &Server{reader: reader, log: logger(log)}
+func NewServer(reader Reader, cfg Config, log *slog.Logger) *Server {
+	def := DefaultConfig()
+	if cfg.BatchLimit <= 0 {
+		cfg.BatchLimit = def.BatchLimit
+	}
+	if cfg.PageLimit <= 0 {
+		cfg.PageLimit = def.PageLimit
+	}
+	if cfg.MaxBodyBytes <= 0 {
+		cfg.MaxBodyBytes = def.MaxBodyBytes
+	}
+	s := &Server{reader: reader, cfg: cfg, log: logger(log)}
 	r := chi.NewRouter()
-	r.Use(escapedRouting, s.recoverer)
+	if cfg.Registry != nil {
+		s.metrics = newMetrics(cfg.Registry, cfg)
+		r.Use(s.metrics.middleware)
+	}
+	r.Use(escapedRouting, s.recoverer, s.accessLog, s.strictQuery)
 	r.Get("/healthz", s.healthz)
 	r.Get("/readyz", s.readyz)
+	r.Get("/openapi.yaml", func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "application/yaml")
+		_, _ = w.Write(openapiDoc)
+	})
+	if cfg.Registry != nil {
+		r.Method(http.MethodGet, "/metrics", promhttp.HandlerFor(cfg.Registry, promhttp.HandlerOpts{}))
+	}
 	r.Get("/v1/data/{collection}/{id}", s.getDocument)
+	r.Post("/v1/data/{collection}:batchGet", s.batchGet)
+	r.Get("/v1/data/{collection}", s.listDocuments)
+	r.Get("/v1/collections", s.collections)
+	r.Get("/v1/versions", s.versions)
+	r.Get("/v1/versions/current", s.currentVersion)
+	r.Get("/v1/versions/{version}", s.version)
 	r.NotFound(func(w http.ResponseWriter, r *http.Request) {
 		writeProblem(w, Problem{Type: typeNotFound, Title: "Not found", Status: http.StatusNotFound,
-			Detail: "no route " + r.Method + " " + r.URL.EscapedPath()})
+			Detail: "no route " + r.Method + " " + truncate(r.URL.EscapedPath(), 200)})
 	})
 	r.MethodNotAllowed(func(w http.ResponseWriter, r *http.Request) {
 		writeProblem(w, Problem{Type: typeBadRequest, Title: "Method not allowed", Status: http.StatusMethodNotAllowed,
-			Detail: r.Method + " is not allowed on " + r.URL.EscapedPath()})
+			Detail: r.Method + " is not allowed on " + truncate(r.URL.EscapedPath(), 200)})
 	})
 	s.mux = r
 	return s
@@ -63,6 +134,16 @@ func NewServer(reader Reader, log *slog.Logger) *Server {
 
 // ServeHTTP serves the API.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.mux.ServeHTTP(w, r) }
+
+// Routes returns "METHOD pattern" for every route (for the OpenAPI check).
+func (s *Server) Routes() []string {
+	var out []string
+	_ = chi.Walk(s.mux, func(method, route string, _ http.Handler, _ ...func(http.Handler) http.Handler) error {
+		out = append(out, method+" "+route)
+		return nil
+	})
+	return out
+}
 
 // escapedRouting makes chi route on the escaped path, so that an id holding "%2F" is
 // one path segment, and every URL parameter is decoded exactly once, by pathParam.
@@ -75,23 +156,114 @@ func escapedRouting(next http.Handler) http.Handler {
 	})
 }
 
+// strictQuery refuses a malformed query string, which net/url would silently drop.
+func (s *Server) strictQuery(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if _, err := url.ParseQuery(r.URL.RawQuery); err != nil {
+			s.writeError(w, r, badRequest("query string: %v", err))
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+// recoverer turns a panic into a 500 problem document and logs it with its stack.
+func (s *Server) recoverer(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		defer func() {
+			if v := recover(); v != nil {
+				if v == http.ErrAbortHandler {
+					panic(v)
+				}
+				s.log.ErrorContext(r.Context(), "panic serving request", "path", r.URL.EscapedPath(),
+					"panic", fmt.Sprint(v), "stack", string(debug.Stack()))
+				writeProblem(w, Problem{Type: typeInternal, Title: "Internal error", Status: http.StatusInternalServerError,
+					Detail: "the request failed; the server log has the cause"})
+			}
+		}()
+		next.ServeHTTP(w, r)
+	})
+}
+
+// accessLog logs every request at debug level (run with --log-level debug to see them).
+func (s *Server) accessLog(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if !s.log.Enabled(r.Context(), slog.LevelDebug) {
+			next.ServeHTTP(w, r)
+			return
+		}
+		start := time.Now()
+		sw := &statusWriter{ResponseWriter: w, status: http.StatusOK}
+		next.ServeHTTP(sw, r)
+		s.log.DebugContext(r.Context(), "request", "method", r.Method, "path", truncate(r.URL.EscapedPath(), 200),
+			"status", sw.status, "version", w.Header().Get(HeaderVersion), "duration", time.Since(start).String())
+	})
+}
+
+// statusWriter records the status a handler wrote.
+type statusWriter struct {
+	http.ResponseWriter
+	status int
+}
+
+func (w *statusWriter) WriteHeader(code int) { w.status = code; w.ResponseWriter.WriteHeader(code) }
+
 // pathParam returns the decoded URL parameter, or an ErrInvalid error naming it.
 func pathParam(r *http.Request, name string, maxBytes int) (string, error) {
-	raw := chi.URLParam(r, name)
-	v, err := url.PathUnescape(raw)
-	switch {
-	case err != nil:
-		return "", fmt.Errorf("%w %s: bad percent-encoding", snapshot.ErrInvalid, name)
-	case v == "":
-		return "", fmt.Errorf("%w %s: empty", snapshot.ErrInvalid, name)
-	case len(v) > maxBytes:
-		return "", fmt.Errorf("%w %s: %d bytes, over the limit of %d", snapshot.ErrInvalid, name, len(v), maxBytes)
-	case !utf8.ValidString(v):
-		return "", fmt.Errorf("%w %s: not valid UTF-8", snapshot.ErrInvalid, name)
-	case strings.IndexByte(v, 0) >= 0:
-		return "", fmt.Errorf("%w %s: holds a NUL byte", snapshot.ErrInvalid, name)
+	v, err := url.PathUnescape(chi.URLParam(r, name))
+	if err != nil {
+		return "", badRequest("%s: bad percent-encoding", name)
 	}
-	return v, nil
+	return v, checkID(name, v, maxBytes)
+}
+
+// checkID validates an id (or a collection name) from a request.
+func checkID(name, v string, maxBytes int) error {
+	switch {
+	case v == "":
+		return badRequest("%s: empty", name)
+	case len(v) > maxBytes:
+		return badRequest("%s: %d bytes, over the limit of %d", name, len(v), maxBytes)
+	case !utf8.ValidString(v):
+		return badRequest("%s: not valid UTF-8", name)
+	case strings.IndexByte(v, 0) >= 0:
+		return badRequest("%s: holds a NUL byte", name)
+	}
+	return nil
+}
+
+// view resolves the version a request reads: the one it names (query "version" or the
+// Snapshot-Version header), else the current one. pinned reports whether it named one.
+func (s *Server) view(r *http.Request) (snapshot.View, bool, error) {
+	named := r.URL.Query().Get("version")
+	if h := r.Header.Get(HeaderVersion); h != "" {
+		if named != "" && named != h {
+			return snapshot.View{}, false, badRequest("version: the query says %q and the %s header %q", truncate(named, 80), HeaderVersion, truncate(h, 80))
+		}
+		named = h
+	}
+	if named == "" {
+		v, err := s.reader.Current(r.Context())
+		return v, false, err
+	}
+	v, err := snapshot.ParseVersion(named)
+	if err != nil {
+		return snapshot.View{}, true, err
+	}
+	view, err := s.reader.View(r.Context(), v)
+	return view, true, err
+}
+
+// cacheHeaders says how long a response may be cached: a response from a named
+// version never changes; one from the current version must be revalidated.
+func cacheHeaders(w http.ResponseWriter, v snapshot.Version, pinned bool) {
+	w.Header().Set(HeaderVersion, string(v))
+	if pinned {
+		w.Header().Set("Cache-Control", "public, max-age=31536000, immutable")
+	} else {
+		w.Header().Set("Cache-Control", "no-cache")
+	}
+	w.Header().Add("Vary", HeaderVersion)
 }
 
 func (s *Server) healthz(w http.ResponseWriter, r *http.Request) {
@@ -113,46 +285,11 @@ func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
 	_, _ = w.Write([]byte("ready\n"))
 }
 
-func (s *Server) getDocument(w http.ResponseWriter, r *http.Request) {
-	collection, err := pathParam(r, "collection", 128)
-	if err != nil {
-		s.writeError(w, r, err)
-		return
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
 	}
-	id, err := pathParam(r, "id", MaxIDBytes)
-	if err != nil {
-		s.writeError(w, r, err)
-		return
-	}
-	view, err := s.reader.Current(r.Context())
-	if err != nil {
-		s.writeError(w, r, err)
-		return
-	}
-	w.Header().Set(HeaderVersion, string(view.Version))
-	doc, err := s.reader.Get(r.Context(), view, collection, id)
-	if err != nil {
-		s.writeError(w, r, err)
-		return
-	}
-	w.Header().Set("Content-Type", "application/json")
-	_, _ = w.Write(doc)
+	return s[:n] + "…"
 }
 
-// recoverer turns a panic into a 500 problem document and logs it with its stack.
-func (s *Server) recoverer(next http.Handler) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		defer func() {
-			if v := recover(); v != nil {
-				if v == http.ErrAbortHandler {
-					panic(v)
-				}
-				s.log.ErrorContext(r.Context(), "panic serving request", "path", r.URL.EscapedPath(),
-					"panic", fmt.Sprint(v), "stack", string(debug.Stack()))
-				writeProblem(w, Problem{Type: typeInternal, Title: "Internal error", Status: http.StatusInternalServerError,
-					Detail: "the request failed; the server log has the cause"})
-			}
-		}()
-		next.ServeHTTP(w, r)
-	})
-}
+func sprintf(format string, args ...any) string { return fmt.Sprintf(format, args...) }

@@ -33,20 +33,59 @@ func (f *fakeReader) Current(context.Context) (snapshot.View, error) {
 	return snapshot.View{Version: ver, Manifest: snapshot.Manifest{Collections: map[string]snapshot.CollectionStats{"c": {}}}}, nil
 }
 
-func (f *fakeReader) Get(_ context.Context, v snapshot.View, collection, id string) ([]byte, error) {
+func (f *fakeReader) Get(_ context.Context, v snapshot.View, collection, id string) (snapshot.Doc, error) {
 	f.gotIDs = append(f.gotIDs, id)
 	if id == f.panicOn {
 		panic("boom")
 	}
 	if !v.HasCollection(collection) {
-		return nil, snapshot.ErrNotFound
+		return snapshot.Doc{}, snapshot.ErrNotFound
 	}
 	d, ok := f.docs[collection+"\x00"+id]
 	if !ok {
-		return nil, snapshot.ErrNotFound
+		return snapshot.Doc{}, snapshot.ErrNotFound
 	}
-	return []byte(d), nil
+	return snapshot.Doc{Body: []byte(d), ETag: `"e"`}, nil
 }
+
+func (f *fakeReader) View(ctx context.Context, v snapshot.Version) (snapshot.View, error) {
+	if v == ver {
+		return f.Current(ctx)
+	}
+	return snapshot.View{}, snapshot.ErrGone
+}
+
+func (f *fakeReader) GetMany(ctx context.Context, v snapshot.View, collection string, ids []string) (map[string]snapshot.Doc, []string, error) {
+	out := map[string]snapshot.Doc{}
+	var missing []string
+	for _, id := range ids {
+		if d, err := f.Get(ctx, v, collection, id); err == nil {
+			out[id] = d
+		} else {
+			missing = append(missing, id)
+		}
+	}
+	return out, missing, nil
+}
+
+func (f *fakeReader) Page(context.Context, snapshot.View, string, string, int) ([]snapshot.Document, bool, error) {
+	return nil, false, nil
+}
+
+func (f *fakeReader) Versions(context.Context) ([]snapshot.Manifest, error) { return nil, nil }
+
+func (f *fakeReader) Manifest(context.Context, snapshot.Version) (snapshot.Manifest, error) {
+	return snapshot.Manifest{}, snapshot.ErrNotFound
+}
+
+func (f *fakeReader) Pointer(ctx context.Context) (snapshot.Pointer, error) {
+	if f.noVer {
+		return snapshot.Pointer{}, snapshot.ErrNoVersion
+	}
+	return snapshot.Pointer{Version: ver}, nil
+}
+
+func (e errReader) Ready(context.Context) error { return e.err }
 
 func (f *fakeReader) Ready(ctx context.Context) error {
 	_, err := f.Current(ctx)
@@ -70,7 +109,7 @@ func TestGetDocumentDecodesIDsExactlyOnce(t *testing.T) {
 		"c\x00a#b":  `{"id":"a#b"}`,
 		"c\x00ü x":  `{"id":"ü x"}`,
 	}}
-	h := api.NewServer(f, slog.New(slog.DiscardHandler))
+	h := api.NewServer(f, api.Config{}, slog.New(slog.DiscardHandler))
 	tests := []struct{ path, want string }{
 		{"/v1/data/c/a%2Fb", `{"id":"a/b"}`},
 		{"/v1/data/c/100%25", `{"id":"100%"}`},
@@ -91,7 +130,7 @@ func TestGetDocumentDecodesIDsExactlyOnce(t *testing.T) {
 
 func TestHostileRequestsGet4xx(t *testing.T) {
 	f := &fakeReader{docs: map[string]string{}}
-	h := api.NewServer(f, slog.New(slog.DiscardHandler))
+	h := api.NewServer(f, api.Config{}, slog.New(slog.DiscardHandler))
 	tests := []struct {
 		path string
 		want int
@@ -102,7 +141,6 @@ func TestHostileRequestsGet4xx(t *testing.T) {
 		{"/v1/data/c/%ff%fe", 400},
 		{"/v1/data/c/" + strings.Repeat("x", 10<<10), 400},
 		{"/v1/data/nope/x", 404},
-		{"/v1/data/c", 404},
 		{"/v1/data/c/a/b", 404},
 		{"/nothing", 404},
 	}
@@ -122,7 +160,7 @@ func TestHostileRequestsGet4xx(t *testing.T) {
 }
 
 func TestNoVersionIs503AndNotReady(t *testing.T) {
-	h := api.NewServer(&fakeReader{noVer: true}, slog.New(slog.DiscardHandler))
+	h := api.NewServer(&fakeReader{noVer: true}, api.Config{}, slog.New(slog.DiscardHandler))
 	for _, path := range []string{"/v1/data/c/x", "/readyz"} {
 		res, _ := serve(t, h, path)
 		if res.StatusCode != http.StatusServiceUnavailable {
@@ -135,7 +173,7 @@ func TestNoVersionIs503AndNotReady(t *testing.T) {
 }
 
 func TestPanicBecomesProblem(t *testing.T) {
-	h := api.NewServer(&fakeReader{panicOn: "bad"}, slog.New(slog.DiscardHandler))
+	h := api.NewServer(&fakeReader{panicOn: "bad"}, api.Config{}, slog.New(slog.DiscardHandler))
 	res, body := serve(t, h, "/v1/data/c/bad")
 	if res.StatusCode != 500 || !strings.Contains(string(body), "internal") || strings.Contains(string(body), "boom") {
 		t.Errorf("panic answered %d %s; want a 500 problem that hides the panic", res.StatusCode, body)
@@ -143,27 +181,27 @@ func TestPanicBecomesProblem(t *testing.T) {
 }
 
 func TestStorageErrorsHideInternals(t *testing.T) {
-	h := api.NewServer(errReader{errors.New("rpc error: secret-host:443 exploded")}, slog.New(slog.DiscardHandler))
+	h := api.NewServer(errReader{fakeReader: &fakeReader{}, err: errors.New("rpc error: secret-host:443 exploded")}, api.Config{}, slog.New(slog.DiscardHandler))
 	res, body := serve(t, h, "/v1/data/c/x")
 	if res.StatusCode != 500 || strings.Contains(string(body), "secret-host") {
 		t.Errorf("storage error answered %d %s; want 500 without internals", res.StatusCode, body)
 	}
 }
 
-type errReader struct{ err error }
+type errReader struct {
+	*fakeReader
+	err error
+}
 
 func (e errReader) Current(context.Context) (snapshot.View, error) { return snapshot.View{}, e.err }
-func (e errReader) Get(context.Context, snapshot.View, string, string) ([]byte, error) {
-	return nil, e.err
-}
-func (e errReader) Ready(context.Context) error { return e.err }
 
 func FuzzGetDocumentPath(f *testing.F) {
 	for _, s := range []string{"a", "a%2Fb", "%00", "..", "%ff", "100%25", "%", "a/b"} {
 		f.Add(s)
 	}
-	h := api.NewServer(&fakeReader{docs: map[string]string{"c\x00a": `{}`}}, slog.New(slog.DiscardHandler))
+	h := api.NewServer(&fakeReader{docs: map[string]string{"c\x00a": `{}`}}, api.Config{}, slog.New(slog.DiscardHandler))
 	f.Fuzz(func(t *testing.T, id string) {
+		// (the handler is built above, once)
 		req, err := http.NewRequest(http.MethodGet, "http://x/v1/data/c/"+id, nil)
 		if err != nil {
 			return // not a URL a client could send
@@ -174,4 +212,81 @@ func FuzzGetDocumentPath(f *testing.F) {
 			t.Fatalf("GET /v1/data/c/%q = %d; bad input must never get a 5xx", id, rec.Code)
 		}
 	})
+}
+
+func do(tb testing.TB, h http.Handler, method, target, body string, header ...string) (*http.Response, []byte) {
+	tb.Helper()
+	req := httptest.NewRequest(method, target, strings.NewReader(body))
+	for i := 0; i+1 < len(header); i += 2 {
+		req.Header.Set(header[i], header[i+1])
+	}
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, req)
+	res := rec.Result()
+	b, _ := io.ReadAll(res.Body)
+	return res, b
+}
+
+func TestPinnedReadsAndCaching(t *testing.T) {
+	h := api.NewServer(&fakeReader{docs: map[string]string{"c\x00a": `{"id":"a"}`}}, api.Config{}, slog.New(slog.DiscardHandler))
+	other := "7b1e4c1a-3f7e-4c57-9d0c-0a5d2c1f8e21-1700000000000"
+	tests := []struct {
+		name, target string
+		header       []string
+		want         int
+		cache        string
+	}{
+		{"current", "/v1/data/c/a", nil, 200, "no-cache"},
+		{"pinned by query", "/v1/data/c/a?version=" + string(ver), nil, 200, "public, max-age=31536000, immutable"},
+		{"pinned by header", "/v1/data/c/a", []string{api.HeaderVersion, string(ver)}, 200, "public, max-age=31536000, immutable"},
+		{"gone version", "/v1/data/c/a?version=" + other, nil, 410, "no-store"},
+		{"malformed version", "/v1/data/c/a?version=../../x", nil, 400, "no-store"},
+		{"query and header disagree", "/v1/data/c/a?version=" + string(ver), []string{api.HeaderVersion, other}, 400, "no-store"},
+		{"revalidation", "/v1/data/c/a", []string{"If-None-Match", `"e"`}, 304, "no-cache"},
+	}
+	for _, tt := range tests {
+		res, body := do(t, h, http.MethodGet, tt.target, "", tt.header...)
+		if res.StatusCode != tt.want || res.Header.Get("Cache-Control") != tt.cache {
+			t.Errorf("%s: %d, Cache-Control %q (%s); want %d, %q", tt.name, res.StatusCode, res.Header.Get("Cache-Control"), body, tt.want, tt.cache)
+		}
+	}
+}
+
+func TestBatchGetValidation(t *testing.T) {
+	h := api.NewServer(&fakeReader{docs: map[string]string{"c\x00a": `{"id":"a"}`}}, api.Config{BatchLimit: 3, MaxBodyBytes: 1024}, slog.New(slog.DiscardHandler))
+	tests := []struct {
+		body string
+		want int
+	}{
+		{`{"ids": ["a", "b"]}`, 200},
+		{`{"ids": []}`, 400},
+		{`{"ids": ["a", "b", "c", "d"]}`, 400},
+		{`{"ids": ["a"], "extra": 1}`, 400},
+		{`{"ids": "a"}`, 400},
+		{`not json`, 400},
+		{`{"ids": ["a\u0000b"]}`, 400},
+		{`{"ids": ["` + strings.Repeat("x", 2000) + `"]}`, 413},
+	}
+	for _, tt := range tests {
+		res, body := do(t, h, http.MethodPost, "/v1/data/c:batchGet", tt.body)
+		if res.StatusCode != tt.want {
+			t.Errorf("batchGet %.40s = %d %s; want %d", tt.body, res.StatusCode, body, tt.want)
+		}
+	}
+	_, body := do(t, h, http.MethodPost, "/v1/data/c:batchGet", `{"ids": ["a", "b"]}`)
+	if want := `{"version":"` + string(ver) + `","documents":{"a":{"id":"a"}},"missing":["b"]}` + "\n"; string(body) != want {
+		t.Errorf("batchGet body = %s; want %s", body, want)
+	}
+}
+
+func TestPageTokenValidation(t *testing.T) {
+	h := api.NewServer(&fakeReader{}, api.Config{}, slog.New(slog.DiscardHandler))
+	for _, target := range []string{
+		"/v1/data/c?page_token=%%%", "/v1/data/c?page_token=bm90LWpzb24", "/v1/data/c?limit=0", "/v1/data/c?limit=1001",
+		"/v1/data/c?limit=abc", "/v1/versions?page_token=!!",
+	} {
+		if res, body := do(t, h, http.MethodGet, target, ""); res.StatusCode != 400 {
+			t.Errorf("GET %s = %d %s; want 400", target, res.StatusCode, body)
+		}
+	}
 }

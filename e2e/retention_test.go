@@ -185,3 +185,12 @@ func TestSIGTERMMidSync(t *testing.T) {
 	}
 	t.Logf("exited %s after SIGTERM mid-copy", took.Round(time.Millisecond))
 }
+
+// writeConfig replaces the syncer's config file.
+func writeConfig(tb testing.TB, e *env, cfg string) {
+	tb.Helper()
+	if err := os.WriteFile(e.configPath, []byte(cfg), 0o600); err != nil {
+		tb.Fatal(err)
+	}
+}
+

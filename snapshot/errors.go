@@ -7,6 +7,12 @@ import "errors"
 var (
 	// ErrNotFound reports a missing document, manifest, collection or version.
 	ErrNotFound = errors.New("not found")
+	// ErrGone reports a version that does not exist (any more): never written,
+	// expired by the TTL, or not complete.
+	ErrGone = errors.New("version gone")
+	// ErrCurrentExpired reports that the version the pointer names has outlived its
+	// TTL: the syncer has not published or refreshed it in time.
+	ErrCurrentExpired = errors.New("the current version has expired")
 	// ErrNoVersion reports that the dataset has no published version yet.
 	ErrNoVersion = errors.New("no version published yet")
 	// ErrConflict reports that a conditional write found state other than expected

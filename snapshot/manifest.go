@@ -85,6 +85,9 @@ type Manifest struct {
 	Token uint64 `json:"token,omitempty"`
 	// Slot is the scheduled tick the version was written for; 0 when run by hand.
 	Slot int64 `json:"slot,omitempty"`
+	// TTL is the documents' time to live when the version was written; a version
+	// whose DataTime is older than it is gone.
+	TTL time.Duration `json:"ttl,omitempty"`
 	// Reason says why the version failed or was rolled back.
 	Reason string `json:"reason,omitempty"`
 }
@@ -107,6 +110,11 @@ func (m *Manifest) DataTime() time.Time {
 		return m.RefreshedAt
 	}
 	return m.StartedAt
+}
+
+// Expired reports whether the version's documents have outlived its TTL at now.
+func (m *Manifest) Expired(now time.Time) bool {
+	return m.TTL > 0 && now.Sub(m.DataTime()) >= m.TTL
 }
 
 // CollectionNames returns the manifest's collections in name order.

@@ -155,6 +155,7 @@ func (p *Publisher) Publish(ctx context.Context, opts PublishOptions) (PublishRe
 		StartedAt:   now,
 		Token:       opts.Token,
 		Slot:        opts.Slot,
+		TTL:         p.TTL,
 	}
 	if err := p.Store.CreateManifest(ctx, m); err != nil {
 		return PublishResult{}, fmt.Errorf("create manifest %s: %w", m.Version, err)

@@ -4,9 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
+	"github.com/cespare/xxhash/v2"
+	lru "github.com/hashicorp/golang-lru/v2"
 	"golang.org/x/sync/singleflight"
 )
 
@@ -18,6 +22,14 @@ type ReadStore interface {
 	ReadManifest(ctx context.Context, dataset string, v Version) (Manifest, error)
 	// GetDocument returns one document of a version, or ErrNotFound.
 	GetDocument(ctx context.Context, dataset string, v Version, collection, id string) ([]byte, error)
+	// GetDocuments returns the documents of ids found at a version; missing ids are
+	// absent from the map.
+	GetDocuments(ctx context.Context, dataset string, v Version, collection string, ids []string) (map[string][]byte, error)
+	// ScanPage returns up to limit documents whose ids sort after after, in id order,
+	// and whether more follow.
+	ScanPage(ctx context.Context, dataset string, v Version, collection, after string, limit int) ([]Document, bool, error)
+	// ListManifests returns every manifest of the dataset, oldest first.
+	ListManifests(ctx context.Context, dataset string) ([]Manifest, error)
 }
 
 // View is one version as a reader sees it: every answer made from a View comes from
@@ -42,11 +54,15 @@ type ResolverConfig struct {
 	// MaxStale is how long the last good pointer keeps being served while refreshes
 	// fail; default 1 minute. Past it, reads fail and the API is not ready.
 	MaxStale time.Duration
+	// CacheSize is how many documents (and not-found answers) are cached, keyed by
+	// (version, collection, id), which never go stale; default 100,000. Negative
+	// turns the cache off.
+	CacheSize int
 }
 
 // DefaultResolverConfig returns the defaults.
 func DefaultResolverConfig() ResolverConfig {
-	return ResolverConfig{Refresh: time.Second, Timeout: 5 * time.Second, MaxStale: time.Minute}
+	return ResolverConfig{Refresh: time.Second, Timeout: 5 * time.Second, MaxStale: time.Minute, CacheSize: 100_000}
 }
 
 // Resolver answers reads through the pointer. It reads the pointer at most once per
@@ -66,12 +82,33 @@ type Resolver struct {
 	fetchedAt time.Time // when ptr was last read successfully
 	triedAt   time.Time // when the pointer was last read, successfully or not
 
-	mmu       sync.Mutex
-	manifests map[Version]Manifest // bounded by maxCachedManifests
+	manifests *lru.Cache[Version, Manifest]
+	docs      *lru.Cache[docKey, Doc] // nil when off
+
+	hits, misses atomic.Int64
 }
 
-// maxCachedManifests bounds the manifest cache; past it, an arbitrary half is dropped.
-const maxCachedManifests = 512
+// maxCachedManifests bounds the manifest cache.
+const maxCachedManifests = 1024
+
+// docKey names a cached document.
+type docKey struct {
+	v          Version
+	collection string
+	id         string
+}
+
+// Doc is one document as the read side serves it: its bytes and an ETag, or a
+// not-found answer (Missing), both cacheable forever under their version.
+type Doc struct {
+	Body    []byte
+	ETag    string
+	Missing bool
+}
+
+func newDoc(body []byte) Doc {
+	return Doc{Body: body, ETag: fmt.Sprintf(`"%016x"`, xxhash.Sum64(body))}
+}
 
 // NewResolver returns a Resolver for the dataset. now defaults to time.Now.
 func NewResolver(dataset string, store ReadStore, cfg ResolverConfig, now func() time.Time) *Resolver {
@@ -88,7 +125,15 @@ func NewResolver(dataset string, store ReadStore, cfg ResolverConfig, now func()
 	if cfg.MaxStale <= 0 {
 		cfg.MaxStale = def.MaxStale
 	}
-	return &Resolver{dataset: dataset, store: store, cfg: cfg, now: now, manifests: map[Version]Manifest{}}
+	if cfg.CacheSize == 0 {
+		cfg.CacheSize = def.CacheSize
+	}
+	r := &Resolver{dataset: dataset, store: store, cfg: cfg, now: now}
+	r.manifests, _ = lru.New[Version, Manifest](maxCachedManifests)
+	if cfg.CacheSize > 0 {
+		r.docs, _ = lru.New[docKey, Doc](cfg.CacheSize)
+	}
+	return r
 }
 
 // Pointer returns the pointer as of at most one refresh interval ago. It returns
@@ -158,46 +203,173 @@ func (r *Resolver) Current(ctx context.Context) (View, error) {
 	if err != nil {
 		return View{}, err
 	}
-	return r.View(ctx, p.Version)
+	v, err := r.View(ctx, p.Version)
+	if errors.Is(err, ErrGone) {
+		return View{}, fmt.Errorf("%w: %v", ErrCurrentExpired, err)
+	}
+	return v, err
 }
 
-// View returns a View of the given version, or an error wrapping ErrNotFound when the
-// version does not exist, has expired, or is not complete.
+// View returns a View of the given version, or an error wrapping ErrGone when the
+// version was never written, is not complete, or has outlived its TTL.
 func (r *Resolver) View(ctx context.Context, v Version) (View, error) {
-	r.mmu.Lock()
-	m, ok := r.manifests[v]
-	r.mmu.Unlock()
-	if ok {
-		return View{Version: v, Manifest: m}, nil
+	m, ok := r.manifests.Get(v)
+	if ok && m.Expired(r.now()) {
+		ok = false // it may have been refreshed in place since: read it again
 	}
-	m, err := r.store.ReadManifest(ctx, r.dataset, v)
-	if err != nil {
-		return View{}, fmt.Errorf("version %s: %w", v, err)
-	}
-	if !m.State.Servable() {
-		return View{}, fmt.Errorf("version %s is %s: %w", v, m.State, ErrNotFound)
-	}
-	r.mmu.Lock()
-	if len(r.manifests) >= maxCachedManifests {
-		for k := range r.manifests {
-			if len(r.manifests) < maxCachedManifests/2 {
-				break
-			}
-			delete(r.manifests, k)
+	if !ok {
+		var err error
+		m, err = r.store.ReadManifest(ctx, r.dataset, v)
+		if errors.Is(err, ErrNotFound) {
+			return View{}, fmt.Errorf("version %s does not exist or has expired: %w", v, ErrGone)
 		}
+		if err != nil {
+			return View{}, fmt.Errorf("version %s: %w", v, err)
+		}
+		if !m.State.Servable() {
+			return View{}, fmt.Errorf("version %s is %s, never served: %w", v, m.State, ErrGone)
+		}
+		r.manifests.Add(v, m)
 	}
-	r.manifests[v] = m
-	r.mmu.Unlock()
+	if m.Expired(r.now()) {
+		return View{}, fmt.Errorf("version %s expired at %s: %w", v, m.DataTime().Add(m.TTL).UTC().Format(time.RFC3339), ErrGone)
+	}
 	return View{Version: v, Manifest: m}, nil
 }
 
 // Get returns one document of the view's version, or an error wrapping ErrNotFound
 // when the collection or the id is unknown.
-func (r *Resolver) Get(ctx context.Context, view View, collection, id string) ([]byte, error) {
+func (r *Resolver) Get(ctx context.Context, view View, collection, id string) (Doc, error) {
 	if !view.HasCollection(collection) {
-		return nil, fmt.Errorf("collection %q: %w", collection, ErrNotFound)
+		return Doc{}, fmt.Errorf("collection %q: %w", collection, ErrNotFound)
 	}
-	return r.store.GetDocument(ctx, r.dataset, view.Version, collection, id)
+	key := docKey{view.Version, collection, id}
+	if d, ok := r.cached(key); ok {
+		return r.found(d, collection, id)
+	}
+	body, err := r.store.GetDocument(ctx, r.dataset, view.Version, collection, id)
+	var d Doc
+	switch {
+	case errors.Is(err, ErrNotFound):
+		d = Doc{Missing: true}
+	case err != nil:
+		return Doc{}, err
+	default:
+		d = newDoc(body)
+	}
+	r.cache(key, d)
+	return r.found(d, collection, id)
+}
+
+func (r *Resolver) found(d Doc, collection, id string) (Doc, error) {
+	if d.Missing {
+		return Doc{}, fmt.Errorf("collection %s id %q: %w", collection, truncate(id, 200), ErrNotFound)
+	}
+	return d, nil
+}
+
+func (r *Resolver) cached(k docKey) (Doc, bool) {
+	if r.docs == nil {
+		r.misses.Add(1)
+		return Doc{}, false
+	}
+	d, ok := r.docs.Get(k)
+	if ok {
+		r.hits.Add(1)
+	} else {
+		r.misses.Add(1)
+	}
+	return d, ok
+}
+
+func (r *Resolver) cache(k docKey, d Doc) {
+	if r.docs != nil {
+		r.docs.Add(k, d)
+	}
+}
+
+// CacheStats returns the document cache's hits and misses so far.
+func (r *Resolver) CacheStats() (hits, misses int64) { return r.hits.Load(), r.misses.Load() }
+
+// GetMany returns the documents of ids at the view's version, from the cache where it
+// can and in one storage read for the rest, and the ids that have none, in request
+// order. Every answer comes from the view's version.
+func (r *Resolver) GetMany(ctx context.Context, view View, collection string, ids []string) (map[string]Doc, []string, error) {
+	if !view.HasCollection(collection) {
+		return nil, nil, fmt.Errorf("collection %q: %w", collection, ErrNotFound)
+	}
+	out := make(map[string]Doc, len(ids))
+	var fetch []string
+	for _, id := range ids {
+		if _, dup := out[id]; dup {
+			continue
+		}
+		if d, ok := r.cached(docKey{view.Version, collection, id}); ok {
+			out[id] = d
+		} else {
+			fetch = append(fetch, id)
+		}
+	}
+	if len(fetch) > 0 {
+		got, err := r.store.GetDocuments(ctx, r.dataset, view.Version, collection, fetch)
+		if err != nil {
+			return nil, nil, err
+		}
+		for _, id := range fetch {
+			d := Doc{Missing: true}
+			if body, ok := got[id]; ok {
+				d = newDoc(body)
+			}
+			out[id] = d
+			r.cache(docKey{view.Version, collection, id}, d)
+		}
+	}
+	var missing []string
+	seen := map[string]bool{}
+	for _, id := range ids {
+		if out[id].Missing && !seen[id] {
+			missing = append(missing, id)
+			seen[id] = true
+		}
+		if out[id].Missing {
+			delete(out, id)
+		}
+	}
+	return out, missing, nil
+}
+
+// Page returns up to limit documents of a collection at the view's version whose ids
+// sort after after, in id order, and whether more follow.
+func (r *Resolver) Page(ctx context.Context, view View, collection, after string, limit int) ([]Document, bool, error) {
+	if !view.HasCollection(collection) {
+		return nil, false, fmt.Errorf("collection %q: %w", collection, ErrNotFound)
+	}
+	return r.store.ScanPage(ctx, r.dataset, view.Version, collection, after, limit)
+}
+
+// Versions returns the dataset's versions, newest first.
+func (r *Resolver) Versions(ctx context.Context) ([]Manifest, error) {
+	ms, err := r.store.ListManifests(ctx, r.dataset)
+	if err != nil {
+		return nil, err
+	}
+	slices.Reverse(ms)
+	return ms, nil
+}
+
+// Manifest returns one version's manifest whatever its state, or ErrNotFound.
+func (r *Resolver) Manifest(ctx context.Context, v Version) (Manifest, error) {
+	return r.store.ReadManifest(ctx, r.dataset, v)
+}
+
+// PointerAge returns how long ago the pointer was last read successfully.
+func (r *Resolver) PointerAge() time.Duration {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.fetchedAt.IsZero() {
+		return -1
+	}
+	return r.now().Sub(r.fetchedAt)
 }
 
 // Ready reports whether the pointer resolves now: nil, ErrNoVersion, or the error.

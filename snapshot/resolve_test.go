@@ -44,6 +44,20 @@ func (s *countingStore) GetDocument(context.Context, string, Version, string, st
 	return []byte(`{}`), nil
 }
 
+func (s *countingStore) GetDocuments(_ context.Context, _ string, _ Version, _ string, ids []string) (map[string][]byte, error) {
+	out := map[string][]byte{}
+	for _, id := range ids {
+		out[id] = []byte(`{}`)
+	}
+	return out, nil
+}
+
+func (s *countingStore) ScanPage(context.Context, string, Version, string, string, int) ([]Document, bool, error) {
+	return nil, false, nil
+}
+
+func (s *countingStore) ListManifests(context.Context, string) ([]Manifest, error) { return nil, nil }
+
 func TestResolverReadsThePointerAtMostOncePerRefresh(t *testing.T) {
 	st := &countingStore{ptr: Pointer{Version: "v1"}, states: map[Version]State{"v1": StatePublished}}
 	now := time.Unix(1000, 0)
@@ -122,8 +136,8 @@ func TestResolverRefusesIncompleteVersions(t *testing.T) {
 	st := &countingStore{ptr: Pointer{Version: "v1"}, states: map[Version]State{"v1": StatePublished, "w": StateWriting, "f": StateFailed}}
 	r := NewResolver("ds", st, ResolverConfig{}, nil)
 	for _, v := range []Version{"w", "f", "nope"} {
-		if _, err := r.View(context.Background(), v); !errors.Is(err, ErrNotFound) {
-			t.Errorf("View(%s) = %v; want ErrNotFound", v, err)
+		if _, err := r.View(context.Background(), v); !errors.Is(err, ErrGone) {
+			t.Errorf("View(%s) = %v; want ErrGone", v, err)
 		}
 	}
 	view, err := r.View(context.Background(), "v1")

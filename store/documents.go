@@ -75,3 +75,78 @@ func (s *Store) RefreshVersion(ctx context.Context, dataset string, v snapshot.V
 	}
 	return n, err
 }
+
+// GetDocuments returns the documents of the given ids at a version, in one read; ids
+// that have no document are absent from the map.
+func (s *Store) GetDocuments(ctx context.Context, dataset string, v snapshot.Version, collection string, ids []string) (map[string][]byte, error) {
+	prefix := docPrefix(dataset, v, collection)
+	keys := make(bigtable.RowList, len(ids))
+	for i, id := range ids {
+		keys[i] = prefix + escapeComponent(id)
+	}
+	out := make(map[string][]byte, len(ids))
+	var derr error
+	err := s.tbl.ReadRows(ctx, keys, func(r bigtable.Row) bool {
+		id, err := idFromDocKey(prefix, r.Key())
+		if err != nil {
+			derr = err
+			return false
+		}
+		if cells := r[famDocs]; len(cells) > 0 {
+			out[id] = cells[0].Value
+		}
+		return true
+	}, bigtable.RowFilter(column(famDocs, colDoc)))
+	if err != nil {
+		return nil, s.wrap(err, "read %d documents of %s at %s", len(ids), collection, v)
+	}
+	return out, derr
+}
+
+// ScanPage returns up to limit documents of a collection at a version whose ids sort
+// after after ("" for the first page), in id order, and whether more follow.
+func (s *Store) ScanPage(ctx context.Context, dataset string, v snapshot.Version, collection, after string, limit int) ([]snapshot.Document, bool, error) {
+	prefix := docPrefix(dataset, v, collection)
+	rng := bigtable.PrefixRange(prefix)
+	if after != "" {
+		// The smallest key greater than every key of after: escaped ids never hold
+		// 0x00, so after's key plus 0x00 sorts between it and the next id.
+		rng = bigtable.NewRange(prefix+escapeComponent(after)+"\x00", prefixEnd(prefix))
+	}
+	var docs []snapshot.Document
+	var derr error
+	err := s.tbl.ReadRows(ctx, rng, func(r bigtable.Row) bool {
+		id, err := idFromDocKey(prefix, r.Key())
+		if err != nil {
+			derr = err
+			return false
+		}
+		if cells := r[famDocs]; len(cells) > 0 {
+			docs = append(docs, snapshot.Document{ID: id, Body: cells[0].Value})
+		}
+		return true
+	}, bigtable.RowFilter(column(famDocs, colDoc)), bigtable.LimitRows(int64(limit+1)))
+	if err != nil {
+		return nil, false, s.wrap(err, "scan %s at %s", collection, v)
+	}
+	if derr != nil {
+		return nil, false, derr
+	}
+	more := len(docs) > limit
+	if more {
+		docs = docs[:limit]
+	}
+	return docs, more, nil
+}
+
+// prefixEnd returns the first key after every key with the prefix.
+func prefixEnd(prefix string) string {
+	b := []byte(prefix)
+	for i := len(b) - 1; i >= 0; i-- {
+		if b[i] < 0xff {
+			b[i]++
+			return string(b[:i+1])
+		}
+	}
+	return ""
+}

@@ -6,6 +6,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"strconv"
 	"strings"
 )
 
@@ -40,4 +41,12 @@ func envOr(getenv func(string) string, key, def string) string {
 func writerID(client string) string {
 	host, _ := os.Hostname()
 	return fmt.Sprintf("%s/%d/%s", host, os.Getpid(), client)
+}
+
+// envInt returns getenv(key) as an int, or def when it is empty or not a number.
+func envInt(getenv func(string) string, key string, def int) int {
+	if n, err := strconv.Atoi(getenv(key)); err == nil {
+		return n
+	}
+	return def
 }

@@ -30,6 +30,7 @@ const (
 	EnvRefresh      = "SNAPFLIP_POINTER_REFRESH"
 	EnvLogFormat    = "SNAPFLIP_LOG_FORMAT"
 	EnvMetricsAddr  = "SNAPFLIP_METRICS_ADDR"
+	EnvCacheSize    = "SNAPFLIP_CACHE_SIZE"
 )
 
 // BigtableConfig is the bigtable section of the syncer's config.

@@ -11,6 +11,9 @@ import (
 	"os"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+
 	"github.com/snapflip/snapflip/api"
 	"github.com/snapflip/snapflip/snapshot"
 	"github.com/snapflip/snapflip/store"
@@ -53,6 +56,8 @@ func (m *MetadataAPI) Run(ctx context.Context, args []string) error {
 	}
 	refresh := fs.Duration("pointer-refresh", refreshDefault, "how long a pointer read is reused (env "+EnvRefresh+")")
 	drain := fs.Duration("shutdown-timeout", 25*time.Second, "how long in-flight requests may finish at shutdown")
+	cacheSize := fs.Int("cache-size", envInt(m.Getenv, EnvCacheSize, 100_000), "documents cached by (version, collection, id); negative: off (env "+EnvCacheSize+")")
+	batchLimit := fs.Int("batch-limit", 1000, "the most ids one batchGet may ask for")
 	logFormat := fs.String("log-format", envOr(m.Getenv, EnvLogFormat, "text"), "log format: text or json (env "+EnvLogFormat+")")
 	logLevel := fs.String("log-level", "info", "log level: debug, info, warn, error")
 	if err := fs.Parse(args); err != nil {
@@ -83,9 +88,24 @@ func (m *MetadataAPI) Run(ctx context.Context, args []string) error {
 		// Keep serving: readiness reports the problem until Bigtable answers.
 		log.Warn("bigtable not reachable at start", "err", err)
 	}
-	res := snapshot.NewResolver(*dataset, st, snapshot.ResolverConfig{Refresh: *refresh}, nil)
+	res := snapshot.NewResolver(*dataset, st, snapshot.ResolverConfig{Refresh: *refresh, CacheSize: *cacheSize}, nil)
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	handler := api.NewServer(res, api.Config{
+		BatchLimit: *batchLimit,
+		Registry:   reg,
+		CacheStats: res.CacheStats,
+		PointerAge: res.PointerAge,
+		ServedVersion: func() snapshot.Version {
+			p, err := res.Pointer(context.Background())
+			if err != nil {
+				return ""
+			}
+			return p.Version
+		},
+	}, log)
 	srv := &http.Server{
-		Handler:           api.NewServer(res, log),
+		Handler:           handler,
 		ReadHeaderTimeout: 5 * time.Second,
 		ReadTimeout:       15 * time.Second,
 		WriteTimeout:      30 * time.Second,

@@ -1,0 +1,223 @@
+package api
+
+import (
+	"encoding/base64"
+	"encoding/json"
+	"net/http"
+	"strconv"
+
+	"github.com/snapflip/snapflip/snapshot"
+)
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(v)
+}
+
+// getDocument answers GET /v1/data/{collection}/{id}.
+func (s *Server) getDocument(w http.ResponseWriter, r *http.Request) {
+	collection, err := pathParam(r, "collection", 128)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	id, err := pathParam(r, "id", MaxIDBytes)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	view, pinned, err := s.view(r)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	w.Header().Set(HeaderVersion, string(view.Version))
+	doc, err := s.reader.Get(r.Context(), view, collection, id)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	cacheHeaders(w, view.Version, pinned)
+	w.Header().Set("ETag", doc.ETag)
+	if match := r.Header.Get("If-None-Match"); match != "" && match == doc.ETag {
+		w.WriteHeader(http.StatusNotModified)
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Content-Length", strconv.Itoa(len(doc.Body)))
+	_, _ = w.Write(doc.Body)
+}
+
+// batchGetRequest is the body of POST /v1/data/{collection}:batchGet.
+type batchGetRequest struct {
+	IDs []string `json:"ids"`
+}
+
+// batchGetResponse answers it, all from one version.
+type batchGetResponse struct {
+	Version   snapshot.Version           `json:"version"`
+	Documents map[string]json.RawMessage `json:"documents"`
+	Missing   []string                   `json:"missing"`
+}
+
+// batchGet answers POST /v1/data/{collection}:batchGet.
+func (s *Server) batchGet(w http.ResponseWriter, r *http.Request) {
+	collection, err := pathParam(r, "collection", 128)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	var req batchGetRequest
+	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, s.cfg.MaxBodyBytes))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&req); err != nil {
+		if _, ok := err.(*http.MaxBytesError); ok {
+			s.writeError(w, r, err)
+			return
+		}
+		s.writeError(w, r, badRequest("body: want {\"ids\": [\"...\"]}: %v", err))
+		return
+	}
+	switch {
+	case len(req.IDs) == 0:
+		s.writeError(w, r, badRequest("ids: at least one id is required"))
+		return
+	case len(req.IDs) > s.cfg.BatchLimit:
+		s.writeError(w, r, badRequest("ids: %d ids, over the limit of %d", len(req.IDs), s.cfg.BatchLimit))
+		return
+	}
+	for i, id := range req.IDs {
+		if err := checkID("ids["+strconv.Itoa(i)+"]", id, MaxIDBytes); err != nil {
+			s.writeError(w, r, err)
+			return
+		}
+	}
+	view, pinned, err := s.view(r)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	w.Header().Set(HeaderVersion, string(view.Version))
+	docs, missing, err := s.reader.GetMany(r.Context(), view, collection, req.IDs)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	resp := batchGetResponse{Version: view.Version, Documents: make(map[string]json.RawMessage, len(docs)), Missing: missing}
+	for id, d := range docs {
+		resp.Documents[id] = d.Body
+	}
+	if resp.Missing == nil {
+		resp.Missing = []string{}
+	}
+	cacheHeaders(w, view.Version, pinned)
+	w.Header().Set("Cache-Control", "no-store") // a POST; its answer depends on the body
+	writeJSON(w, http.StatusOK, resp)
+}
+
+// pageToken is where a listing stopped; it carries the version so that every page of
+// a listing comes from the same one, whatever the pointer does meanwhile.
+type pageToken struct {
+	Version    snapshot.Version `json:"v"`
+	Collection string           `json:"c"`
+	After      string           `json:"a"`
+}
+
+func encodeToken(t any) string {
+	b, _ := json.Marshal(t)
+	return base64.RawURLEncoding.EncodeToString(b)
+}
+
+// decodeToken parses a page token into t; any malformed token is a bad request.
+func decodeToken(s string, t any) error {
+	if len(s) > 4096 {
+		return badRequest("page_token: too long")
+	}
+	b, err := base64.RawURLEncoding.DecodeString(s)
+	if err != nil || json.Unmarshal(b, t) != nil {
+		return badRequest("page_token: malformed; pass back the next_page_token of a previous page")
+	}
+	return nil
+}
+
+// pageLimit parses ?limit= (default 100, at most PageLimit).
+func (s *Server) pageLimit(r *http.Request) (int, error) {
+	q := r.URL.Query().Get("limit")
+	if q == "" {
+		return min(100, s.cfg.PageLimit), nil
+	}
+	n, err := strconv.Atoi(q)
+	if err != nil || n < 1 || n > s.cfg.PageLimit {
+		return 0, badRequest("limit %q: want 1..%d", truncate(q, 20), s.cfg.PageLimit)
+	}
+	return n, nil
+}
+
+type listedDocument struct {
+	ID       string          `json:"id"`
+	Document json.RawMessage `json:"document"`
+}
+
+type listResponse struct {
+	Version       snapshot.Version `json:"version"`
+	Documents     []listedDocument `json:"documents"`
+	NextPageToken string           `json:"next_page_token,omitempty"`
+}
+
+// listDocuments answers GET /v1/data/{collection}?limit=&page_token=.
+func (s *Server) listDocuments(w http.ResponseWriter, r *http.Request) {
+	collection, err := pathParam(r, "collection", 128)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	limit, err := s.pageLimit(r)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	var view snapshot.View
+	var after string
+	pinned := true
+	if tok := r.URL.Query().Get("page_token"); tok != "" {
+		var t pageToken
+		if err := decodeToken(tok, &t); err != nil {
+			s.writeError(w, r, err)
+			return
+		}
+		v, err := snapshot.ParseVersion(string(t.Version))
+		if err == nil && t.Collection != collection {
+			err = badRequest("page_token: it belongs to collection %q, not %q", truncate(t.Collection, 128), collection)
+		}
+		if err == nil {
+			err = checkID("page_token", t.After, MaxIDBytes)
+		}
+		if err == nil {
+			view, err = s.reader.View(r.Context(), v)
+		}
+		if err != nil {
+			s.writeError(w, r, err)
+			return
+		}
+		after = t.After
+	} else if view, pinned, err = s.view(r); err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	w.Header().Set(HeaderVersion, string(view.Version))
+	docs, more, err := s.reader.Page(r.Context(), view, collection, after, limit)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	resp := listResponse{Version: view.Version, Documents: make([]listedDocument, len(docs))}
+	for i, d := range docs {
+		resp.Documents[i] = listedDocument{ID: d.ID, Document: d.Body}
+	}
+	if more && len(docs) > 0 {
+		resp.NextPageToken = encodeToken(pageToken{Version: view.Version, Collection: collection, After: docs[len(docs)-1].ID})
+	}
+	cacheHeaders(w, view.Version, pinned)
+	writeJSON(w, http.StatusOK, resp)
+}

@@ -1,0 +1,71 @@
+package api
+
+import (
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/go-chi/chi/v5"
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// metrics are the API's Prometheus metrics.
+type metrics struct {
+	requests *prometheus.CounterVec
+	latency  *prometheus.HistogramVec
+}
+
+func newMetrics(reg *prometheus.Registry, cfg Config) *metrics {
+	m := &metrics{
+		requests: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "snapflip_api_requests_total",
+			Help: "HTTP requests by route, method and status."}, []string{"route", "method", "status"}),
+		latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "snapflip_api_request_duration_seconds",
+			Help:    "HTTP request latency by route.",
+			Buckets: []float64{.0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5}}, []string{"route"}),
+	}
+	reg.MustRegister(m.requests, m.latency)
+	if cfg.CacheStats != nil {
+		reg.MustRegister(
+			prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "snapflip_api_cache_hits_total", Help: "Document cache hits."},
+				func() float64 { h, _ := cfg.CacheStats(); return float64(h) }),
+			prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "snapflip_api_cache_misses_total", Help: "Document cache misses."},
+				func() float64 { _, miss := cfg.CacheStats(); return float64(miss) }))
+	}
+	if cfg.PointerAge != nil {
+		reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "snapflip_api_pointer_age_seconds",
+			Help: "How long ago the pointer was last read successfully (-1: never)."},
+			func() float64 {
+				if a := cfg.PointerAge(); a >= 0 {
+					return a.Seconds()
+				}
+				return -1
+			}))
+	}
+	if cfg.ServedVersion != nil {
+		reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "snapflip_api_served_version_timestamp_seconds",
+			Help: "Creation time of the version unpinned reads are answered from (0: none yet)."},
+			func() float64 {
+				if v := cfg.ServedVersion(); v != "" {
+					return float64(v.Millis()) / 1000
+				}
+				return 0
+			}))
+	}
+	return m
+}
+
+// middleware counts and times every request by its route pattern (not its path, so
+// ids never become label values).
+func (m *metrics) middleware(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		start := time.Now()
+		sw := &statusWriter{ResponseWriter: w, status: http.StatusOK}
+		next.ServeHTTP(sw, r)
+		route := "unmatched"
+		if rctx := chi.RouteContext(r.Context()); rctx != nil && rctx.RoutePattern() != "" {
+			route = rctx.RoutePattern()
+		}
+		m.requests.WithLabelValues(route, r.Method, strconv.Itoa(sw.status)).Inc()
+		m.latency.WithLabelValues(route).Observe(time.Since(start).Seconds())
+	})
+}

@@ -1,0 +1,298 @@
+package e2e
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/url"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/snapflip/snapflip/internal/testenv"
+)
+
+type listPage struct {
+	Version   string `json:"version"`
+	Documents []struct {
+		ID       string          `json:"id"`
+		Document json.RawMessage `json:"document"`
+	} `json:"documents"`
+	NextPageToken string `json:"next_page_token"`
+}
+
+func gen(tb testing.TB, doc []byte) int {
+	tb.Helper()
+	var d struct {
+		Gen *int `json:"gen"`
+	}
+	if err := json.Unmarshal(doc, &d); err != nil || d.Gen == nil {
+		tb.Fatalf("document without gen: %s", doc)
+	}
+	return *d.Gen
+}
+
+// TestPagingUnderFlips: a reader pages through a collection while the pointer flips
+// after every page; every page comes from the version of the first, in id order, and
+// the listing is complete.
+func TestPagingUnderFlips(t *testing.T) {
+	e := start(t)
+	testenv.Exec(t, e.dsn, `INSERT INTO things (id) SELECT 'p-' || lpad(g::text, 4, '0') FROM generate_series(1, 300) g`)
+	if _, err := e.sync(t); err != nil {
+		t.Fatal(err)
+	}
+	first := e.awaitVersion(t, docPath("things", "plain"), "").version
+	var ids []string
+	path := "/v1/data/things?limit=7"
+	for g := 1; ; g++ {
+		r := e.get(t, path)
+		if r.status != 200 {
+			t.Fatalf("GET %s = %d %s", path, r.status, r.body)
+		}
+		var p listPage
+		if err := json.Unmarshal(r.body, &p); err != nil {
+			t.Fatal(err)
+		}
+		if p.Version != first || r.version != first {
+			t.Fatalf("page %d from %s (header %s); want every page from %s", g, p.Version, r.version, first)
+		}
+		for _, d := range p.Documents {
+			if gen(t, d.Document) != 0 {
+				t.Fatalf("page %d holds %s from a later generation", g, d.ID)
+			}
+			ids = append(ids, d.ID)
+		}
+		if p.NextPageToken == "" {
+			break
+		}
+		path = "/v1/data/things?limit=7&page_token=" + url.QueryEscape(p.NextPageToken)
+		// Flip the pointer before the next page.
+		testenv.Exec(t, e.dsn, fmt.Sprintf(`UPDATE things SET gen = %d`, g))
+		if g%10 == 1 {
+			if _, err := e.sync(t); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if want := len(awkwardIDs) + 300; len(ids) != want {
+		t.Errorf("listed %d ids; want %d", len(ids), want)
+	}
+	for i := 1; i < len(ids); i++ {
+		if ids[i-1] >= ids[i] {
+			t.Errorf("ids out of order: %q then %q", ids[i-1], ids[i])
+		}
+	}
+	if cur := e.get(t, docPath("things", "plain")).version; cur == first {
+		t.Error("the pointer never flipped during the listing; the test proves nothing")
+	}
+}
+
+// TestBatchGetUnderFlips: batchGets while syncs flip the pointer; each answer comes
+// from one version.
+func TestBatchGetUnderFlips(t *testing.T) {
+	e := start(t)
+	if _, err := e.sync(t); err != nil {
+		t.Fatal(err)
+	}
+	e.awaitVersion(t, docPath("things", "plain"), "")
+	body, _ := json.Marshal(map[string][]string{"ids": append(append([]string{}, awkwardIDs...), "nope")})
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	genOf := map[string]int{}
+	for range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				resp, err := http.Post(e.base+"/v1/data/things:batchGet", "application/json", bytes.NewReader(body))
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				var out struct {
+					Version   string                     `json:"version"`
+					Documents map[string]json.RawMessage `json:"documents"`
+					Missing   []string                   `json:"missing"`
+				}
+				err = json.NewDecoder(resp.Body).Decode(&out)
+				resp.Body.Close()
+				if err != nil || resp.StatusCode != 200 || len(out.Documents) != len(awkwardIDs) || len(out.Missing) != 1 {
+					t.Errorf("batchGet = %d, %d documents, missing %v, %v", resp.StatusCode, len(out.Documents), out.Missing, err)
+					return
+				}
+				g := -1
+				for id, d := range out.Documents {
+					if dg := gen(t, d); g == -1 {
+						g = dg
+					} else if dg != g {
+						t.Errorf("batchGet from %s mixes generations %d and %d (%s)", out.Version, g, dg, id)
+					}
+				}
+				mu.Lock()
+				if prev, ok := genOf[out.Version]; ok && prev != g {
+					t.Errorf("version %s answered generations %d and %d", out.Version, prev, g)
+				}
+				genOf[out.Version] = g
+				mu.Unlock()
+			}
+		}()
+	}
+	for g := 1; g <= 4; g++ {
+		testenv.Exec(t, e.dsn, fmt.Sprintf(`UPDATE things SET gen = %d`, g))
+		out, err := e.sync(t)
+		if err != nil {
+			t.Fatal(err)
+		}
+		e.awaitVersion(t, docPath("things", "plain"), publishedVersion(t, out))
+	}
+	close(stop)
+	wg.Wait()
+	if len(genOf) < 2 {
+		t.Errorf("batchGets saw %d versions; want the flips to show", len(genOf))
+	}
+}
+
+// TestPinnedReadsAfterFlipsAndGone: a version named by a client keeps answering after
+// newer flips, cacheably; a version that never existed, or expired, answers 410.
+func TestPinnedReadsAfterFlipsAndGone(t *testing.T) {
+	e := start(t)
+	cfg := strings.Replace(config, "ttl: 1h", "ttl: 2s", 1)
+	writeConfig(t, e, cfg)
+	out, err := e.sync(t)
+	if err != nil {
+		t.Fatal(err)
+	}
+	v1 := publishedVersion(t, out)
+	writeConfig(t, e, config) // later versions live an hour
+	for g := 1; g <= 3; g++ {
+		testenv.Exec(t, e.dsn, fmt.Sprintf(`UPDATE things SET gen = %d`, g))
+		if _, err := e.sync(t); err != nil {
+			t.Fatal(err)
+		}
+	}
+	r := e.get(t, docPath("things", "plain")+"?version="+v1)
+	if r.status != 200 || r.version != v1 || gen(t, r.body) != 0 {
+		t.Fatalf("pinned read = %d from %s: %s; want v1's document", r.status, r.version, r.body)
+	}
+	req, _ := http.NewRequest(http.MethodGet, e.base+docPath("things", "plain"), nil)
+	req.Header.Set("Snapshot-Version", v1)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != 200 || !strings.Contains(resp.Header.Get("Cache-Control"), "immutable") {
+		t.Errorf("pinned by header: %d, Cache-Control %q; want 200 and an immutable cache", resp.StatusCode, resp.Header.Get("Cache-Control"))
+	}
+	never := "7b1e4c1a-3f7e-4c57-9d0c-0a5d2c1f8e21-1700000000000"
+	if r := e.get(t, docPath("things", "plain")+"?version="+never); r.status != http.StatusGone {
+		t.Errorf("a version that never existed = %d; want 410", r.status)
+	}
+	// v1 was written with a 2s TTL: it expires, and then answers 410.
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		r := e.get(t, docPath("things", "plain")+"?version="+v1)
+		if r.status == http.StatusGone {
+			break
+		}
+		if r.status != 200 || time.Now().After(deadline) {
+			t.Fatalf("pinned read of an expiring version = %d %s; want 200 until it expires, then 410", r.status, r.body)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// TestVersionsAndCollections: the administrative reads.
+func TestVersionsAndCollections(t *testing.T) {
+	e := start(t)
+	var versions []string
+	for g := 0; g < 3; g++ {
+		testenv.Exec(t, e.dsn, fmt.Sprintf(`UPDATE things SET gen = %d`, g+10))
+		out, err := e.sync(t)
+		if err != nil {
+			t.Fatal(err)
+		}
+		versions = append(versions, publishedVersion(t, out))
+	}
+	cur := versions[2]
+	e.awaitVersion(t, docPath("things", "plain"), cur)
+
+	var cols struct {
+		Version     string `json:"version"`
+		Collections []struct {
+			Name  string `json:"name"`
+			Count int64  `json:"count"`
+		} `json:"collections"`
+	}
+	mustJSON(t, e.get(t, "/v1/collections"), &cols)
+	if cols.Version != cur || len(cols.Collections) != 2 || cols.Collections[0].Name != "flags" || cols.Collections[1].Count != int64(len(awkwardIDs)) {
+		t.Errorf("/v1/collections = %+v", cols)
+	}
+
+	var list struct {
+		Versions []struct {
+			Version string `json:"version"`
+			State   string `json:"state"`
+			Current bool   `json:"current"`
+			Token   uint64 `json:"token"`
+		} `json:"versions"`
+		NextPageToken string `json:"next_page_token"`
+	}
+	mustJSON(t, e.get(t, "/v1/versions?limit=2"), &list)
+	if len(list.Versions) != 2 || list.Versions[0].Version != cur || !list.Versions[0].Current || list.Versions[1].State != "retired" || list.NextPageToken == "" {
+		t.Errorf("/v1/versions?limit=2 = %+v", list)
+	}
+	next := list.NextPageToken
+	list.Versions, list.NextPageToken = nil, ""
+	mustJSON(t, e.get(t, "/v1/versions?limit=2&page_token="+url.QueryEscape(next)), &list)
+	if len(list.Versions) != 1 || list.Versions[0].Version != versions[0] || list.NextPageToken != "" {
+		t.Errorf("second page = %+v", list)
+	}
+
+	var current struct {
+		Version    string  `json:"version"`
+		Fence      uint64  `json:"fence"`
+		Pinned     bool    `json:"pinned"`
+		Previous   string  `json:"previous"`
+		AgeSeconds float64 `json:"age_seconds"`
+		TTLSeconds float64 `json:"ttl_seconds"`
+	}
+	mustJSON(t, e.get(t, "/v1/versions/current"), &current)
+	if current.Version != cur || current.Previous != versions[1] || current.Fence != 3 || current.Pinned || current.TTLSeconds != 3600 {
+		t.Errorf("/v1/versions/current = %+v", current)
+	}
+	if r := e.get(t, "/v1/versions/"+versions[0]); r.status != 200 || !strings.Contains(string(r.body), `"state":"retired"`) {
+		t.Errorf("/v1/versions/{v} = %d %s", r.status, r.body)
+	}
+	if r := e.get(t, "/v1/versions/7b1e4c1a-3f7e-4c57-9d0c-0a5d2c1f8e21-1700000000000"); r.status != 404 {
+		t.Errorf("unknown version = %d; want 404", r.status)
+	}
+	if r := e.get(t, "/v1/versions/garbage"); r.status != 400 {
+		t.Errorf("malformed version = %d; want 400", r.status)
+	}
+	m := e.get(t, "/metrics")
+	for _, want := range []string{`snapflip_api_requests_total{method="GET",route="/v1/versions/current",status="200"} 1`,
+		"snapflip_api_cache_misses_total", "snapflip_api_pointer_age_seconds", "snapflip_api_served_version_timestamp_seconds"} {
+		if !strings.Contains(string(m.body), want) {
+			t.Errorf("/metrics lacks %q", want)
+		}
+	}
+}
+
+func mustJSON(tb testing.TB, r response, v any) {
+	tb.Helper()
+	if r.status != 200 {
+		tb.Fatalf("status %d: %s", r.status, r.body)
+	}
+	if err := json.Unmarshal(r.body, v); err != nil {
+		tb.Fatalf("decode %s: %v", r.body, err)
+	}
+}
