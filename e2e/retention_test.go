@@ -193,4 +193,3 @@ func writeConfig(tb testing.TB, e *env, cfg string) {
 		tb.Fatal(err)
 	}
 }
-
