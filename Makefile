@@ -33,6 +33,7 @@ demo: build
 
 ## bench: the benchmarks (needs the same throwaway Postgres)
 bench:
+	@command -v wrk >/dev/null || { echo "installing wrk (the HTTP load generator) with apt-get"; apt-get update -qq && apt-get install -y -qq wrk; }
 	@$(GO) build -o bin/bigtable-emulator cloud.google.com/go/bigtable/cmd/emulator
 	@deploy/local/postgres.sh start $(TEST_PG_PORT)
 	@status=0; SNAPFLIP_TEST_POSTGRES_DSN='$(TEST_PG_DSN)' SNAPFLIP_TEST_EMULATOR=$(CURDIR)/bin/bigtable-emulator $(GO) test -run '^$$' -bench . -benchtime 1x -timeout 60m ./... || status=$$?; \

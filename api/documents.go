@@ -39,13 +39,14 @@ func (s *Server) getDocument(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	cacheHeaders(w, view.Version, pinned)
-	w.Header().Set("ETag", doc.ETag)
-	if match := r.Header.Get("If-None-Match"); match != "" && match == doc.ETag {
+	h := w.Header()
+	h["Etag"] = []string{doc.ETag}
+	if match := r.Header["If-None-Match"]; len(match) > 0 && match[0] == doc.ETag {
 		w.WriteHeader(http.StatusNotModified)
 		return
 	}
-	w.Header().Set("Content-Type", "application/json")
-	w.Header().Set("Content-Length", strconv.Itoa(len(doc.Body)))
+	h["Content-Type"] = contentJSON
+	h["Content-Length"] = []string{strconv.Itoa(len(doc.Body))}
 	_, _ = w.Write(doc.Body)
 }
 

@@ -58,8 +58,8 @@ func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) {
 		s.log.ErrorContext(r.Context(), "current version expired", "err", err)
 		p = Problem{Type: typeUnavailable, Title: "Current version expired", Status: http.StatusServiceUnavailable,
 			Detail: "the current version has outlived its TTL: the syncer has not published or refreshed it in time"}
-	case errors.Is(err, context.Canceled) && r.Context().Err() != nil:
-		return // the client went away
+	case r.Context().Err() != nil:
+		return // the client went away; nobody is listening
 	default:
 		s.log.ErrorContext(r.Context(), "request failed", "method", r.Method, "path", r.URL.EscapedPath(), "err", err)
 		if errors.Is(err, context.DeadlineExceeded) {

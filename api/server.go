@@ -159,6 +159,10 @@ func escapedRouting(next http.Handler) http.Handler {
 // strictQuery refuses a malformed query string, which net/url would silently drop.
 func (s *Server) strictQuery(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.RawQuery == "" {
+			next.ServeHTTP(w, r)
+			return
+		}
 		if _, err := url.ParseQuery(r.URL.RawQuery); err != nil {
 			s.writeError(w, r, badRequest("query string: %v", err))
 			return
@@ -256,14 +260,24 @@ func (s *Server) view(r *http.Request) (snapshot.View, bool, error) {
 
 // cacheHeaders says how long a response may be cached: a response from a named
 // version never changes; one from the current version must be revalidated.
+// The header values are shared, never modified; keys are written already canonical,
+// which spares net/http canonicalising them on every request.
+var (
+	cacheImmutable  = []string{"public, max-age=31536000, immutable"}
+	cacheRevalidate = []string{"no-cache"}
+	varyVersion     = []string{HeaderVersion}
+	contentJSON     = []string{"application/json"}
+)
+
 func cacheHeaders(w http.ResponseWriter, v snapshot.Version, pinned bool) {
-	w.Header().Set(HeaderVersion, string(v))
+	h := w.Header()
+	h["Snapshot-Version"] = []string{string(v)}
 	if pinned {
-		w.Header().Set("Cache-Control", "public, max-age=31536000, immutable")
+		h["Cache-Control"] = cacheImmutable
 	} else {
-		w.Header().Set("Cache-Control", "no-cache")
+		h["Cache-Control"] = cacheRevalidate
 	}
-	w.Header().Add("Vary", HeaderVersion)
+	h["Vary"] = varyVersion
 }
 
 func (s *Server) healthz(w http.ResponseWriter, r *http.Request) {

@@ -84,6 +84,7 @@ type Resolver struct {
 
 	manifests *lru.Cache[Version, Manifest]
 	docs      *lru.Cache[docKey, Doc] // nil when off
+	fetch     *fetcher
 
 	hits, misses atomic.Int64
 }
@@ -128,7 +129,8 @@ func NewResolver(dataset string, store ReadStore, cfg ResolverConfig, now func()
 	if cfg.CacheSize == 0 {
 		cfg.CacheSize = def.CacheSize
 	}
-	r := &Resolver{dataset: dataset, store: store, cfg: cfg, now: now}
+	r := &Resolver{dataset: dataset, store: store, cfg: cfg, now: now,
+		fetch: &fetcher{store: store, dataset: dataset, timeout: cfg.Timeout}}
 	r.manifests, _ = lru.New[Version, Manifest](maxCachedManifests)
 	if cfg.CacheSize > 0 {
 		r.docs, _ = lru.New[docKey, Doc](cfg.CacheSize)
@@ -247,14 +249,12 @@ func (r *Resolver) Get(ctx context.Context, view View, collection, id string) (D
 	if d, ok := r.cached(key); ok {
 		return r.found(d, collection, id)
 	}
-	body, err := r.store.GetDocument(ctx, r.dataset, view.Version, collection, id)
-	var d Doc
-	switch {
-	case errors.Is(err, ErrNotFound):
-		d = Doc{Missing: true}
-	case err != nil:
+	body, found, err := r.fetch.get(ctx, key)
+	if err != nil {
 		return Doc{}, err
-	default:
+	}
+	d := Doc{Missing: true}
+	if found {
 		d = newDoc(body)
 	}
 	r.cache(key, d)
@@ -377,3 +377,5 @@ func (r *Resolver) Ready(ctx context.Context) error {
 	_, err := r.Pointer(ctx)
 	return err
 }
+
+func isNotFound(err error) bool { return errors.Is(err, ErrNotFound) }

@@ -14,7 +14,9 @@ const colDoc = "v"
 
 // GetDocument returns one document of a version, or ErrNotFound.
 func (s *Store) GetDocument(ctx context.Context, dataset string, v snapshot.Version, collection, id string) ([]byte, error) {
-	row, err := s.tbl.ReadRow(ctx, docKey(dataset, v, collection, id), bigtable.RowFilter(column(famDocs, colDoc)))
+	// A document row holds only d:v, newest cell first: no filter is needed, and
+	// none makes the read cheaper for Bigtable.
+	row, err := s.tbl.ReadRow(ctx, docKey(dataset, v, collection, id))
 	if err != nil {
 		return nil, s.wrap(err, "read %s/%q at %s", collection, id, v)
 	}
@@ -96,7 +98,7 @@ func (s *Store) GetDocuments(ctx context.Context, dataset string, v snapshot.Ver
 			out[id] = cells[0].Value
 		}
 		return true
-	}, bigtable.RowFilter(column(famDocs, colDoc)))
+	})
 	if err != nil {
 		return nil, s.wrap(err, "read %d documents of %s at %s", len(ids), collection, v)
 	}
