@@ -1,9 +1,11 @@
 package e2e
 
 import (
+	"bufio"
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"net"
 	"net/http"
 	"net/url"
 	"strings"
@@ -294,5 +296,59 @@ func mustJSON(tb testing.TB, r response, v any) {
 	}
 	if err := json.Unmarshal(r.body, v); err != nil {
 		tb.Fatalf("decode %s: %v", r.body, err)
+	}
+}
+
+// TestHostileRequests: malformed ids, versions and bodies against the real server get
+// 4xx problem documents, never a 5xx.
+func TestHostileRequests(t *testing.T) {
+	e := start(t)
+	if _, err := e.sync(t); err != nil {
+		t.Fatal(err)
+	}
+	e.awaitVersion(t, docPath("things", "plain"), "")
+	raw := func(method, target, body string) int {
+		t.Helper()
+		// Send the target as written: no client-side cleaning or escaping.
+		conn, err := net.Dial("tcp", strings.TrimPrefix(e.base, "http://"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Close()
+		fmt.Fprintf(conn, "%s %s HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\nConnection: close\r\n\r\n%s", method, target, len(body), body)
+		resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+		if err != nil {
+			t.Fatalf("%s %.60s: %v", method, target, err)
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	for _, tc := range []struct {
+		method, target, body string
+	}{
+		{"GET", "/v1/data/things/../../etc/passwd", ""},
+		{"GET", "/v1/data/things/%00", ""},
+		{"GET", "/v1/data/things/a%00b", ""},
+		{"GET", "/v1/data/things/%ff%fe", ""},
+		{"GET", "/v1/data/things/" + strings.Repeat("x", 10<<10), ""},
+		{"GET", "/v1/data/things/%", ""},
+		{"GET", "/v1/data/%00/x", ""},
+		{"GET", "/v1/data/things/plain?version=%00", ""},
+		{"GET", "/v1/data/things/plain?version=" + strings.Repeat("7", 5000), ""},
+		{"GET", "/v1/data/things?page_token=" + strings.Repeat("A", 10000), ""},
+		{"GET", "/v1/data/things?limit=-1", ""},
+		{"POST", "/v1/data/things:batchGet", `{"ids": [` + strings.Repeat(`"x",`, 1500) + `"x"]}`},
+		{"POST", "/v1/data/things:batchGet", strings.Repeat("[", 1<<20)},
+		{"DELETE", "/v1/data/things/plain", ""},
+	} {
+		if code := raw(tc.method, tc.target, tc.body); code < 400 || code >= 500 {
+			t.Errorf("%s %.70s = %d; want a 4xx", tc.method, tc.target, code)
+		}
+	}
+	// ".." is an id like any other (this dataset has one): decoded once, never a path.
+	for _, target := range []string{"/v1/data/things/..", "/v1/data/things/%2e%2e"} {
+		if r := e.get(t, target); r.status != 200 || !strings.Contains(string(r.body), `"id":".."`) {
+			t.Errorf("GET %s = %d %s; want the document whose id is \"..\"", target, r.status, r.body)
+		}
 	}
 }
