@@ -64,7 +64,9 @@ await "the first version" curl -sf "http://$api_addr/readyz"
 base="http://$api_addr"
 run() {
   echo
-  echo "\$ $*"
+  printf '$'
+  printf ' %q' "$@"
+  echo
   "$@"
   echo
 }
