@@ -35,6 +35,9 @@ var (
 	ErrInvalid = errors.New("invalid")
 	// ErrRefused reports a version that failed a validation gate and was not flipped to.
 	ErrRefused = errors.New("refused by a validation gate")
+	// ErrTargetRefused reports a rollback or unpin refused for its target: unknown,
+	// incomplete, expiring, already current, rolled back from, not pinned.
+	ErrTargetRefused = errors.New("refused")
 	// ErrSource reports bad source data: a NULL, duplicate or oversized key or document.
 	ErrSource = errors.New("bad source data")
 )

@@ -60,6 +60,8 @@ type Publisher struct {
 	TTL time.Duration
 	// ProgressEvery is how often a long copy logs its progress; default 10s.
 	ProgressEvery time.Duration
+	// Audit, when set, records every flip.
+	Audit AuditStore
 	// Gates are checked per collection before the flip; a collection without an entry
 	// gets DefaultGate unless DefaultGate is set here.
 	Gates       map[string]Gate
@@ -231,6 +233,13 @@ func (p *Publisher) Publish(ctx context.Context, opts PublishOptions) (PublishRe
 	}
 	if hasCurrent {
 		p.retire(bg, cur.Version, log)
+	}
+	if p.Audit != nil {
+		e := AuditEntry{Dataset: p.Dataset, At: flip.At, Action: ActionFlip, From: cur.Version, To: m.Version,
+			Token: flip.Token, By: p.Writer, Reason: opts.reason}
+		if err := p.Audit.AppendAudit(bg, e); err != nil {
+			log.WarnContext(ctx, "record flip in the audit trail", "err", err)
+		}
 	}
 	log.InfoContext(ctx, "published", "previous", cur.Version, "token", flip.Token,
 		"rows", totalRows(published), "duration", p.now().Sub(now).String())

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"cloud.google.com/go/bigtable"
 	"google.golang.org/grpc/codes"
@@ -17,6 +18,7 @@ func (s *Store) policies() map[string]bigtable.GCPolicy {
 		famManifest: bigtable.MaxAgePolicy(s.cfg.TTL + s.cfg.ManifestGrace),
 		famControl:  bigtable.MaxVersionsPolicy(1),
 		famSlots:    bigtable.MaxAgePolicy(s.cfg.SlotRetention),
+		famAudit:    bigtable.MaxAgePolicy(max(s.cfg.AuditRetention, time.Hour)),
 	}
 }
 

@@ -22,6 +22,7 @@ const (
 	famManifest = "m" // manifests: MaxAge(ttl + grace)
 	famControl  = "c" // pointer, leases: MaxVersions(1), never age
 	famSlots    = "s" // slot claims: MaxAge(SlotRetention)
+	famAudit    = "h" // audit trail: MaxAge(AuditRetention)
 )
 
 // Config says which Bigtable table to use and how to write to it.
@@ -43,6 +44,8 @@ type Config struct {
 	ManifestGrace time.Duration
 	// SlotRetention is how long slot claims live; default 72h.
 	SlotRetention time.Duration
+	// AuditRetention is how long audit entries live; default 90 days.
+	AuditRetention time.Duration
 	// BatchRows bounds the rows of one ApplyBulk; default 1000 (measured: see README).
 	BatchRows int
 	// BatchBytes bounds the bytes of one ApplyBulk; default 4 MiB.
@@ -59,16 +62,17 @@ type Config struct {
 // DefaultConfig returns the defaults.
 func DefaultConfig() Config {
 	return Config{
-		Project:       "local",
-		Instance:      "local",
-		Table:         "snapflip",
-		TTL:           168 * time.Hour,
-		ManifestGrace: 24 * time.Hour,
-		SlotRetention: 72 * time.Hour,
-		BatchRows:     1000,
-		BatchBytes:    4 << 20,
-		Writers:       8,
-		RowRetries:    5,
+		Project:        "local",
+		Instance:       "local",
+		Table:          "snapflip",
+		TTL:            168 * time.Hour,
+		ManifestGrace:  24 * time.Hour,
+		SlotRetention:  72 * time.Hour,
+		AuditRetention: 90 * 24 * time.Hour,
+		BatchRows:      1000,
+		BatchBytes:     4 << 20,
+		Writers:        8,
+		RowRetries:     5,
 	}
 }
 
