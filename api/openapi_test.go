@@ -1,6 +1,8 @@
 package api_test
 
 import (
+	"context"
+	"fmt"
 	"log/slog"
 	"net/http"
 	"slices"
@@ -12,12 +14,14 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/snapflip/snapflip/api"
+	"github.com/snapflip/snapflip/snapshot"
 )
 
 // TestOpenAPIMatchesRoutes: every route the server has is in the served OpenAPI
 // document, and every operation the document describes is a route.
 func TestOpenAPIMatchesRoutes(t *testing.T) {
-	s := api.NewServer(&fakeReader{}, api.Config{Registry: prometheus.NewRegistry()}, slog.New(slog.DiscardHandler))
+	s := api.NewServer(&fakeReader{}, api.Config{Registry: prometheus.NewRegistry(), AdminToken: "t", Admin: fakeAdmin{}},
+		slog.New(slog.DiscardHandler))
 	res, body := do(t, s, http.MethodGet, "/openapi.yaml", "")
 	if res.StatusCode != 200 {
 		t.Fatalf("GET /openapi.yaml = %d", res.StatusCode)
@@ -46,5 +50,49 @@ func TestOpenAPIMatchesRoutes(t *testing.T) {
 	slices.Sort(routes)
 	if diff := cmp.Diff(documented, routes); diff != "" {
 		t.Errorf("OpenAPI operations (-documented +routes):\n%s", diff)
+	}
+}
+
+type fakeAdmin struct{}
+
+func (fakeAdmin) Rollback(context.Context, snapshot.RollbackRequest) (snapshot.RollbackResult, error) {
+	return snapshot.RollbackResult{Message: "rolled back"}, nil
+}
+
+func (fakeAdmin) Unpin(context.Context, string, string) (snapshot.RollbackResult, error) {
+	return snapshot.RollbackResult{}, fmt.Errorf("%w: not pinned", snapshot.ErrTargetRefused)
+}
+
+// TestAdminEndpointsNeedTheToken: off without a token; with one, 401 without or with a
+// wrong bearer token, and the right one is let through.
+func TestAdminEndpointsNeedTheToken(t *testing.T) {
+	off := api.NewServer(&fakeReader{}, api.Config{Admin: fakeAdmin{}}, slog.New(slog.DiscardHandler))
+	if res, _ := do(t, off, http.MethodPost, "/v1/admin/rollback", `{"previous":true,"reason":"x"}`); res.StatusCode != 404 {
+		t.Errorf("admin endpoint without a configured token = %d; want 404", res.StatusCode)
+	}
+	on := api.NewServer(&fakeReader{}, api.Config{Admin: fakeAdmin{}, AdminToken: "s3cret"}, slog.New(slog.DiscardHandler))
+	body := `{"previous":true,"reason":"x"}`
+	for _, auth := range []string{"", "Bearer wrong", "Bearer s3cre", "s3cret", "Bearer s3cret2", "Basic s3cret"} {
+		res, _ := do(t, on, http.MethodPost, "/v1/admin/rollback", body, "Authorization", auth)
+		if res.StatusCode != 401 || res.Header.Get("WWW-Authenticate") == "" {
+			t.Errorf("Authorization %q = %d; want 401 with a challenge", auth, res.StatusCode)
+		}
+	}
+	if res, b := do(t, on, http.MethodPost, "/v1/admin/rollback", body, "Authorization", "Bearer s3cret"); res.StatusCode != 200 || !strings.Contains(string(b), "rolled back") {
+		t.Errorf("right token = %d %s; want 200", res.StatusCode, b)
+	}
+	if res, _ := do(t, on, http.MethodPost, "/v1/admin/unpin", `{"reason":"x"}`, "Authorization", "Bearer s3cret"); res.StatusCode != 422 {
+		t.Errorf("refused unpin = %d; want 422", res.StatusCode)
+	}
+	if res, _ := do(t, on, http.MethodPost, "/v1/admin/rollback", `{"previous":true,"reason":"x","extra":1}`, "Authorization", "Bearer s3cret"); res.StatusCode != 400 {
+		t.Errorf("unknown field = %d; want 400", res.StatusCode)
+	}
+}
+
+func TestStatusPage(t *testing.T) {
+	s := api.NewServer(&fakeReader{}, api.Config{Dataset: "demo"}, slog.New(slog.DiscardHandler))
+	res, body := do(t, s, http.MethodGet, "/", "")
+	if res.StatusCode != 200 || !strings.Contains(string(body), "dataset <code>demo</code>") || strings.Contains(string(body), "<script") {
+		t.Errorf("status page = %d:\n%.500s", res.StatusCode, body)
 	}
 }

@@ -21,13 +21,16 @@ type Problem struct {
 
 // Problem types.
 const (
-	typeNotFound    = "https://snapflip.dev/problems/not-found"
-	typeGone        = "https://snapflip.dev/problems/version-gone"
-	typeNoVersion   = "https://snapflip.dev/problems/no-version"
-	typeBadRequest  = "https://snapflip.dev/problems/bad-request"
-	typeTooLarge    = "https://snapflip.dev/problems/too-large"
-	typeUnavailable = "https://snapflip.dev/problems/unavailable"
-	typeInternal    = "https://snapflip.dev/problems/internal"
+	typeNotFound     = "https://snapflip.dev/problems/not-found"
+	typeGone         = "https://snapflip.dev/problems/version-gone"
+	typeNoVersion    = "https://snapflip.dev/problems/no-version"
+	typeBadRequest   = "https://snapflip.dev/problems/bad-request"
+	typeTooLarge     = "https://snapflip.dev/problems/too-large"
+	typeUnavailable  = "https://snapflip.dev/problems/unavailable"
+	typeInternal     = "https://snapflip.dev/problems/internal"
+	typeUnauthorized = "https://snapflip.dev/problems/unauthorized"
+	typeRefused      = "https://snapflip.dev/problems/refused"
+	typeConflict     = "https://snapflip.dev/problems/conflict"
 )
 
 func writeProblem(w http.ResponseWriter, p Problem) {
@@ -47,6 +50,10 @@ func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) {
 		p = Problem{Type: typeTooLarge, Title: "Request body too large", Status: http.StatusRequestEntityTooLarge, Detail: err.Error()}
 	case errors.Is(err, snapshot.ErrInvalid):
 		p = Problem{Type: typeBadRequest, Title: "Bad request", Status: http.StatusBadRequest, Detail: err.Error()}
+	case errors.Is(err, snapshot.ErrTargetRefused):
+		p = Problem{Type: typeRefused, Title: "Refused", Status: http.StatusUnprocessableEntity, Detail: err.Error() + "; nothing changed"}
+	case errors.Is(err, snapshot.ErrConflict), errors.Is(err, snapshot.ErrFenced), errors.Is(err, snapshot.ErrPinned):
+		p = Problem{Type: typeConflict, Title: "Conflict", Status: http.StatusConflict, Detail: err.Error() + "; nothing changed"}
 	case errors.Is(err, snapshot.ErrGone):
 		p = Problem{Type: typeGone, Title: "Version gone", Status: http.StatusGone, Detail: err.Error()}
 	case errors.Is(err, snapshot.ErrNotFound):

@@ -54,6 +54,8 @@ const HeaderVersion = "Snapshot-Version"
 
 // Config tunes the server.
 type Config struct {
+	// Dataset names the dataset on the status page.
+	Dataset string
 	// BatchLimit is the most ids one batchGet may ask for; default 1000.
 	BatchLimit int
 	// PageLimit is the largest page; default 1000 (and 100 when a request says none).
@@ -68,6 +70,11 @@ type Config struct {
 	PointerAge func() time.Duration
 	// ServedVersion, when set, reports the version unpinned reads get, for /metrics.
 	ServedVersion func() snapshot.Version
+	// AdminToken turns the admin endpoints on: they need "Authorization: Bearer
+	// <AdminToken>". Empty: they do not exist.
+	AdminToken string
+	// Admin carries out the admin endpoints' rollbacks and unpins.
+	Admin Admin
 }
 
 // DefaultConfig returns the defaults.
@@ -104,6 +111,7 @@ func NewServer(reader Reader, cfg Config, log *slog.Logger) *Server {
 		r.Use(s.metrics.middleware)
 	}
 	r.Use(escapedRouting, s.recoverer, s.accessLog, s.strictQuery)
+	r.Get("/", s.statusPage)
 	r.Get("/healthz", s.healthz)
 	r.Get("/readyz", s.readyz)
 	r.Get("/openapi.yaml", func(w http.ResponseWriter, _ *http.Request) {
@@ -120,6 +128,10 @@ func NewServer(reader Reader, cfg Config, log *slog.Logger) *Server {
 	r.Get("/v1/versions", s.versions)
 	r.Get("/v1/versions/current", s.currentVersion)
 	r.Get("/v1/versions/{version}", s.version)
+	if cfg.AdminToken != "" && cfg.Admin != nil {
+		r.Post("/v1/admin/rollback", s.requireToken(s.adminRollback))
+		r.Post("/v1/admin/unpin", s.requireToken(s.adminUnpin))
+	}
 	r.NotFound(func(w http.ResponseWriter, r *http.Request) {
 		writeProblem(w, Problem{Type: typeNotFound, Title: "Not found", Status: http.StatusNotFound,
 			Detail: "no route " + r.Method + " " + truncate(r.URL.EscapedPath(), 200)})

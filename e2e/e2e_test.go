@@ -109,11 +109,14 @@ func (e *env) startAPI(tb testing.TB) {
 	case err := <-done:
 		tb.Fatalf("metadata API did not start: %v", err)
 	}
+	var once sync.Once
 	e.stopAPI = func() {
-		cancel()
-		if err := <-done; err != nil {
-			tb.Errorf("metadata API: %v", err)
-		}
+		once.Do(func() {
+			cancel()
+			if err := <-done; err != nil {
+				tb.Errorf("metadata API: %v", err)
+			}
+		})
 	}
 	tb.Cleanup(e.stopAPI)
 }

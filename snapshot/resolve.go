@@ -357,6 +357,14 @@ func (r *Resolver) Versions(ctx context.Context) ([]Manifest, error) {
 	return ms, nil
 }
 
+// ListHistory returns the audit trail, newest first, when the store keeps one.
+func (r *Resolver) ListHistory(ctx context.Context, limit int) ([]AuditEntry, error) {
+	if a, ok := r.store.(AuditStore); ok {
+		return a.ListAudit(ctx, r.dataset, limit)
+	}
+	return nil, nil
+}
+
 // Manifest returns one version's manifest whatever its state, or ErrNotFound.
 func (r *Resolver) Manifest(ctx context.Context, v Version) (Manifest, error) {
 	return r.store.ReadManifest(ctx, r.dataset, v)

@@ -31,6 +31,7 @@ const (
 	EnvLogFormat    = "SNAPFLIP_LOG_FORMAT"
 	EnvMetricsAddr  = "SNAPFLIP_METRICS_ADDR"
 	EnvCacheSize    = "SNAPFLIP_CACHE_SIZE"
+	EnvAdminToken   = "SNAPFLIP_ADMIN_TOKEN"
 )
 
 // BigtableConfig is the bigtable section of the syncer's config.

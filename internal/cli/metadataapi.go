@@ -11,6 +11,7 @@ import (
 	"os"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
@@ -91,7 +92,21 @@ func (m *MetadataAPI) Run(ctx context.Context, args []string) error {
 	res := snapshot.NewResolver(*dataset, st, snapshot.ResolverConfig{Refresh: *refresh, CacheSize: *cacheSize}, nil)
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	var admin api.Admin
+	token := m.Getenv(EnvAdminToken)
+	if token != "" {
+		host, _ := os.Hostname()
+		adm, err := newAdmin(st, *dataset, 0, "api/"+host+"/"+uuid.NewString(), log)
+		if err != nil {
+			return err
+		}
+		admin = adm
+		log.Info("admin endpoints on: POST /v1/admin/rollback, /v1/admin/unpin (bearer token)")
+	}
 	handler := api.NewServer(res, api.Config{
+		Dataset:    *dataset,
+		AdminToken: token,
+		Admin:      admin,
 		BatchLimit: *batchLimit,
 		Registry:   reg,
 		CacheStats: res.CacheStats,

@@ -29,11 +29,18 @@ type Syncer struct {
 	OnTick func(snapshot.TickResult, error)
 }
 
-const syncerUsage = `usage: syncer [flags] <command>
+const syncerUsage = `usage: syncer [flags] <command> [command flags]
 
 commands:
-  once    run one sync now; exit 0 when it published or the source had not changed
-  run     sync on the config's schedule until SIGTERM or SIGINT
+  once                      run one sync now; exit 0 when it published or nothing changed
+  run                       sync on the config's schedule until SIGTERM or SIGINT
+  versions [--json]         list versions, newest first
+  inspect VERSION           print a version's manifest in full
+  diff A B [--collection C] count added, removed and changed ids between two versions
+  rollback (--to VERSION | --previous) --reason TEXT [--force]
+                            point back at an earlier version and pin the dataset
+  unpin --reason TEXT       resume scheduled publishing
+  history [--json]          the audit trail: flips, rollbacks, unpins
 
 flags:
 `
@@ -76,9 +83,16 @@ func (m *Syncer) Run(ctx context.Context, args []string) error {
 	if err := fs.Parse(args); err != nil {
 		return fmt.Errorf("%w: %v", ErrUsage, err)
 	}
-	if fs.NArg() != 1 || (fs.Arg(0) != "once" && fs.Arg(0) != "run") {
+	cmd := fs.Arg(0)
+	switch {
+	case cmd == "once" || cmd == "run":
+		if fs.NArg() != 1 {
+			return fmt.Errorf("%w: %s takes no arguments", ErrUsage, cmd)
+		}
+	case adminCommands[cmd] != nil:
+	default:
 		fs.Usage()
-		return fmt.Errorf("%w: want one command, once or run", ErrUsage)
+		return fmt.Errorf("%w: unknown command %q", ErrUsage, cmd)
 	}
 	log, err := newLogger(m.Stderr, *logFormat, *logLevel)
 	if err != nil {
@@ -87,6 +101,9 @@ func (m *Syncer) Run(ctx context.Context, args []string) error {
 	cfg, err := LoadSyncerConfig(*configPath, m.Getenv)
 	if err != nil {
 		return err
+	}
+	if run := adminCommands[cmd]; run != nil {
+		return m.admin(ctx, cfg, log, run, fs.Args()[1:])
 	}
 	s, err := wireSyncer(ctx, cfg, log)
 	if err != nil {
@@ -160,6 +177,7 @@ func wireSyncer(ctx context.Context, cfg SyncerConfig, log *slog.Logger) (*synce
 		MaxDocumentBytes: cfg.MaxDocumentBytes,
 		TTL:              cfg.TTL,
 		ProgressEvery:    cfg.ProgressInterval,
+		Audit:            st,
 		Gates:            gates,
 		DefaultGate:      &defGate,
 		Log:              log,

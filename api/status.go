@@ -1,0 +1,183 @@
+package api
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"html/template"
+	"net/http"
+	"slices"
+	"time"
+
+	"github.com/snapflip/snapflip/snapshot"
+)
+
+// History lists the audit trail; the status page shows it when the reader has it.
+type History interface {
+	ListHistory(ctx context.Context, limit int) ([]snapshot.AuditEntry, error)
+}
+
+// statusData is what the status page shows.
+type statusData struct {
+	Dataset    string
+	Now        time.Time
+	Pointer    snapshot.Pointer
+	HasCurrent bool
+	Current    snapshot.Manifest
+	Age        time.Duration
+	TTL        time.Duration
+	AgePercent float64
+	Versions   []versionInfo
+	History    []snapshot.AuditEntry
+	Chart      template.HTML
+	Err        string
+}
+
+// statusPage answers GET /: a read-only, server-rendered page with an inline SVG chart,
+// no scripts and no external assets.
+func (s *Server) statusPage(w http.ResponseWriter, r *http.Request) {
+	d := statusData{Dataset: s.cfg.Dataset, Now: time.Now().UTC()}
+	ptr, err := s.reader.Pointer(r.Context())
+	switch {
+	case errors.Is(err, snapshot.ErrNoVersion):
+		d.Err = "No version has been published yet."
+	case err != nil:
+		d.Err = "The pointer cannot be read right now."
+	default:
+		d.Pointer, d.HasCurrent = ptr, true
+	}
+	all, err := s.reader.Versions(r.Context())
+	if err != nil && d.Err == "" {
+		d.Err = "The versions cannot be listed right now."
+	}
+	if len(all) > 60 {
+		all = all[:60]
+	}
+	for _, m := range all {
+		d.Versions = append(d.Versions, describeVersion(m, ptr.Version))
+		if m.Version == ptr.Version {
+			d.Current = m
+			d.TTL = m.TTL
+			d.Age = d.Now.Sub(m.DataTime())
+			if m.TTL > 0 {
+				d.AgePercent = min(100, 100*d.Age.Seconds()/m.TTL.Seconds())
+			}
+		}
+	}
+	if h, ok := s.reader.(History); ok {
+		d.History, _ = h.ListHistory(r.Context(), 20)
+	}
+	d.Chart = chart(all, d.History, ptr.Version)
+	w.Header().Set("Content-Type", "text/html; charset=utf-8")
+	w.Header().Set("Cache-Control", "no-cache")
+	w.Header().Set("Content-Security-Policy", "default-src 'none'; style-src 'unsafe-inline'; img-src data:")
+	if err := statusTemplate.Execute(w, d); err != nil {
+		s.log.ErrorContext(r.Context(), "render status page", "err", err)
+	}
+}
+
+// chart draws the version timeline: one dot per version at its time, its height the
+// version's document count, its colour its state; rollbacks and unpins as vertical
+// marks; the current version ringed.
+func chart(ms []snapshot.Manifest, history []snapshot.AuditEntry, current snapshot.Version) template.HTML {
+	const W, H, pad = 900.0, 220.0, 36.0
+	if len(ms) == 0 {
+		return ""
+	}
+	ms = slices.Clone(ms)
+	slices.Reverse(ms) // oldest first
+	t0, t1 := ms[0].StartedAt, ms[len(ms)-1].StartedAt
+	span := max(t1.Sub(t0).Seconds(), 1)
+	var maxRows int64 = 1
+	for _, m := range ms {
+		maxRows = max(maxRows, rows(m))
+	}
+	x := func(t time.Time) float64 { return pad + (W-2*pad)*min(max(t.Sub(t0).Seconds()/span, 0), 1) }
+	y := func(n int64) float64 { return H - pad - (H-2*pad)*float64(n)/float64(maxRows) }
+	colors := map[snapshot.State]string{
+		snapshot.StatePublished: "#1a7f37", snapshot.StateRetired: "#57606a", snapshot.StateSealed: "#0969da",
+		snapshot.StateFailed: "#cf222e", snapshot.StateRolledBack: "#bf8700", snapshot.StateWriting: "#8250df",
+	}
+	svg := fmt.Sprintf(`<svg xmlns="http://www.w3.org/2000/svg" width="%.0f" height="%.0f" viewBox="0 0 %.0f %.0f" role="img" aria-label="version timeline">`, W, H, W, H)
+	svg += fmt.Sprintf(`<line x1="%.0f" y1="%.0f" x2="%.0f" y2="%.0f" stroke="#d0d7de"/>`, pad, H-pad, W-pad, H-pad)
+	svg += fmt.Sprintf(`<text x="%.0f" y="%.0f" font-size="11" fill="#57606a">%s</text>`, pad, H-pad+16, t0.UTC().Format("01-02 15:04:05"))
+	svg += fmt.Sprintf(`<text x="%.0f" y="%.0f" font-size="11" fill="#57606a" text-anchor="end">%s</text>`, W-pad, H-pad+16, t1.UTC().Format("01-02 15:04:05"))
+	svg += fmt.Sprintf(`<text x="4" y="%.0f" font-size="11" fill="#57606a">%d docs</text>`, pad-6, maxRows)
+	for _, e := range history {
+		if e.Action == snapshot.ActionFlip || e.At.Before(t0) {
+			continue
+		}
+		c := "#bf8700"
+		if e.Action == snapshot.ActionUnpin {
+			c = "#0969da"
+		}
+		svg += fmt.Sprintf(`<line x1="%.1f" y1="%.0f" x2="%.1f" y2="%.0f" stroke="%s" stroke-dasharray="4 3"><title>%s %s</title></line>`,
+			x(e.At), pad, x(e.At), H-pad, c, e.Action, template.HTMLEscapeString(e.Reason))
+		svg += fmt.Sprintf(`<text x="%.1f" y="%.0f" font-size="10" fill="%s">%s</text>`, x(e.At)+3, pad-4, c, e.Action)
+	}
+	for _, m := range ms {
+		cx, cy := x(m.StartedAt), y(rows(m))
+		if m.Version == current {
+			svg += fmt.Sprintf(`<circle cx="%.1f" cy="%.1f" r="9" fill="none" stroke="#1a7f37" stroke-width="2"/>`, cx, cy)
+		}
+		svg += fmt.Sprintf(`<circle cx="%.1f" cy="%.1f" r="5" fill="%s"><title>%s %s %d docs</title></circle>`,
+			cx, cy, colors[m.State], m.Version, m.State, rows(m))
+	}
+	return template.HTML(svg + `</svg>`)
+}
+
+func rows(m snapshot.Manifest) int64 {
+	var n int64
+	for _, c := range m.Collections {
+		n += c.Rows
+	}
+	return n
+}
+
+var statusTemplate = template.Must(template.New("status").Funcs(template.FuncMap{
+	"ago": func(now, t time.Time) string {
+		if t.IsZero() {
+			return ""
+		}
+		return now.Sub(t).Round(time.Second).String() + " ago"
+	},
+	"short": func(v snapshot.Version) string {
+		if len(v) > 12 {
+			return string(v[:8]) + "…" + string(v[len(v)-6:])
+		}
+		return string(v)
+	},
+}).Parse(`<!doctype html>
+<html lang="en"><head><meta charset="utf-8"><title>snapflip: {{.Dataset}}</title>
+<style>
+body{font:14px/1.45 system-ui,sans-serif;margin:24px;color:#1f2328;max-width:1000px}
+h1{font-size:20px;margin:0 0 4px} h2{font-size:16px;margin:24px 0 8px}
+.muted{color:#57606a} .card{border:1px solid #d0d7de;border-radius:6px;padding:12px 16px;margin:12px 0}
+table{border-collapse:collapse;width:100%} td,th{text-align:left;padding:4px 8px;border-bottom:1px solid #eaeef2;font-size:13px}
+code{font:12px ui-monospace,monospace} .bar{background:#eaeef2;border-radius:4px;height:10px;width:300px;display:inline-block;vertical-align:middle}
+.fill{background:#1a7f37;height:10px;border-radius:4px} .warn{background:#bf8700} .pin{color:#bf8700;font-weight:600}
+.state-published{color:#1a7f37} .state-failed{color:#cf222e} .state-rolled_back{color:#bf8700}
+</style></head><body>
+<h1>snapflip · dataset <code>{{.Dataset}}</code></h1>
+<div class="muted">read-only status, {{.Now.Format "2006-01-02 15:04:05"}} UTC</div>
+{{if .Err}}<div class="card">{{.Err}}</div>{{end}}
+{{if .HasCurrent}}<div class="card">
+<div>current version <code>{{.Pointer.Version}}</code>{{if .Pointer.Pinned}} <span class="pin">pinned</span> — {{.Pointer.Reason}}{{end}}</div>
+<div class="muted">flipped {{ago .Now .Pointer.FlippedAt}} by {{.Pointer.By}} · fence {{.Pointer.Fence}} · previous <code>{{short .Pointer.Previous}}</code></div>
+<div>age {{.Age.Round 1000000000}}{{if .TTL}} of TTL {{.TTL}}
+<span class="bar"><span class="fill{{if gt .AgePercent 50.0}} warn{{end}}" style="width:{{printf "%.0f" .AgePercent}}%;display:block"></span></span>{{end}}</div>
+</div>{{end}}
+<h2>Timeline</h2>
+<div class="card">{{.Chart}}
+<div class="muted">dots: versions (height: documents; green published, grey retired, amber rolled back, red failed); ring: current; dashed: rollbacks and unpins</div></div>
+<h2>Versions</h2>
+<table><tr><th>version</th><th>state</th><th>started</th><th>documents</th><th>source</th><th>token</th></tr>
+{{range .Versions}}<tr><td><code>{{.Version}}</code>{{if .Current}} ●{{end}}</td><td class="state-{{.State}}">{{.State}}</td><td>{{ago $.Now .StartedAt}}</td>
+<td>{{range $k, $v := .Counts}}{{$k}} {{$v}}<br>{{end}}</td><td><code>{{.Source.LSN}}</code></td><td>{{.Token}}</td></tr>
+{{end}}</table>
+{{if .History}}<h2>History</h2>
+<table><tr><th>when</th><th>action</th><th>from → to</th><th>token</th><th>by</th><th>reason</th></tr>
+{{range .History}}<tr><td>{{ago $.Now .At}}</td><td>{{.Action}}</td><td><code>{{short .From}}</code> → <code>{{short .To}}</code></td><td>{{.Token}}</td><td>{{.By}}</td><td>{{.Reason}}</td></tr>
+{{end}}</table>{{end}}
+</body></html>
+`))
