@@ -10,7 +10,7 @@ DEMO_API_ADDR ?= 127.0.0.1:8080
 TEST_PG_DSN := postgres://postgres@127.0.0.1:$(TEST_PG_PORT)/postgres?sslmode=disable
 GOTEST_FLAGS ?= -race -count=1 -timeout 20m
 
-.PHONY: all build test test-go demo bench lint fmt vet emulator pg-start pg-stop clean
+.PHONY: all build test test-go demo bench lint fmt vet emulator pg-start pg-stop clean screenshot
 
 all: build
 
@@ -38,6 +38,11 @@ bench:
 	@deploy/local/postgres.sh start $(TEST_PG_PORT)
 	@status=0; SNAPFLIP_TEST_POSTGRES_DSN='$(TEST_PG_DSN)' SNAPFLIP_TEST_EMULATOR=$(CURDIR)/bin/bigtable-emulator $(GO) test -run '^$$' -bench . -benchtime 1x -timeout 60m ./... || status=$$?; \
 	  deploy/local/postgres.sh stop $(TEST_PG_PORT); exit $$status
+
+## screenshot: render the status page of a demo in headless Chromium into docs/status.png
+screenshot: build
+	@command -v chromium >/dev/null || { echo "installing chromium with apt-get"; apt-get update -qq && apt-get install -y -qq chromium; }
+	@DEMO_SCREENSHOT=$(CURDIR)/docs/status.png deploy/local/demo.sh
 
 ## emulator: run the Bigtable emulator in the foreground on DEMO_EMULATOR_PORT
 emulator:

@@ -172,7 +172,7 @@ code{font:12px ui-monospace,monospace} .bar{background:#eaeef2;border-radius:4px
 <div class="muted">dots: versions (height: documents; green published, grey retired, amber rolled back, red failed); ring: current; dashed: rollbacks and unpins</div></div>
 <h2>Versions</h2>
 <table><tr><th>version</th><th>state</th><th>started</th><th>documents</th><th>source</th><th>token</th></tr>
-{{range .Versions}}<tr><td><code>{{.Version}}</code>{{if .Current}} ●{{end}}</td><td class="state-{{.State}}">{{.State}}</td><td>{{ago $.Now .StartedAt}}</td>
+{{range .Versions}}<tr><td><code>{{.Version}}</code>{{if .Current}} ●{{end}}</td><td class="state-{{.State}}">{{.State}}{{if .Reason}}<br><span class="muted" style="font-size:11px">{{.Reason}}</span>{{end}}</td><td>{{ago $.Now .StartedAt}}</td>
 <td>{{range $k, $v := .Counts}}{{$k}} {{$v}}<br>{{end}}</td><td><code>{{.Source.LSN}}</code></td><td>{{.Token}}</td></tr>
 {{end}}</table>
 {{if .History}}<h2>History</h2>

@@ -86,6 +86,22 @@ echo "Change the source and watch a new version appear within 30 s:"
 echo "  $psql '$dsn' -c \"UPDATE tenants SET seats = seats + 1 WHERE id = 'tenant-0001'\""
 echo "  curl -si $base/v1/data/tenants/tenant-0001 | grep -i snapshot-version"
 echo
+if [ -n "${DEMO_SCREENSHOT:-}" ]; then
+  # A publish, a rollback and an unpin first, so the page has something to show.
+  syncer() { bin/syncer --config deploy/local/snapflip.yaml --log-level warn "$@" >/dev/null; }
+  "$psql" -q "$dsn" -c "UPDATE tenants SET seats = seats + 1 WHERE id = 'tenant-0001'"
+  syncer once
+  syncer rollback --previous --reason "demo: a bad import"
+  syncer unpin --reason "demo: fixed upstream"
+  "$psql" -q "$dsn" -c "UPDATE tenants SET seats = seats + 2 WHERE id = 'tenant-0002'"
+  syncer once
+  sleep 1.5 # the API reads the pointer at most once a second
+  chromium --headless --no-sandbox --disable-gpu --disable-quic --no-first-run --disable-background-networking \
+    --disable-component-update --disable-sync --user-data-dir="$work/chrome" --hide-scrollbars \
+    --window-size=1040,1100 --screenshot="$DEMO_SCREENSHOT" "$base/" >/dev/null 2>&1
+  echo "status page screenshot: $DEMO_SCREENSHOT"
+  exit 0
+fi
 if [ "${DEMO_EXIT:-0}" = 1 ]; then exit 0; fi
 echo "Press Ctrl-C to stop."
 wait "${pids[@]}"

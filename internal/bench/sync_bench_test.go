@@ -107,6 +107,27 @@ func BenchmarkSync(b *testing.B) {
 		}
 		return full, noop
 	}
+	// rollback publishes two versions of a table on a fresh emulator, then times
+	// `syncer rollback --previous` (the process, and the rollback itself as it reports).
+	rollback := func(table string) string {
+		addr, stop := freshEmulator(b)
+		defer stop()
+		runProc(b, env(addr), syncer, "--config", config(table), "--log-level", "warn", "once")
+		testenv.Exec(b, dsn, "UPDATE "+table+" SET qty = qty + 1 WHERE id = 1")
+		runProc(b, env(addr), syncer, "--config", config(table), "--log-level", "warn", "once")
+		testenv.Exec(b, dsn, "UPDATE "+table+" SET qty = qty - 1 WHERE id = 1")
+		r := runProc(b, env(addr), syncer, "--config", config(table), "--log-level", "warn", "rollback", "--previous", "--reason", "bench")
+		took := ""
+		for _, line := range strings.Split(r.out, "\n") {
+			if f := strings.Fields(line); len(f) == 2 && f[0] == "took" {
+				took = f[1]
+			}
+		}
+		if took == "" {
+			b.Fatalf("rollback said: %s", r.out)
+		}
+		return fmt.Sprintf("%s (process %s)", took, r.took.Round(time.Millisecond))
+	}
 	minimal := func(mode string, rows int) measured {
 		addr, stop := freshEmulator(b)
 		defer stop()
@@ -128,6 +149,8 @@ func BenchmarkSync(b *testing.B) {
 			}
 		}
 		smallSync, _ := syncOnce("items_small")
+		rollSmall := rollback("items_small")
+		rollBig := rollback("items")
 		read := minimal("read", 0)
 		write := minimal("write", big)
 		// The naive loop is one loopback round trip per row, and its rate varies from
@@ -158,9 +181,10 @@ full sync of %d rows (fresh emulator process each)
   no-op cycle             %8.2fs  (%.1f%% of a full sync; target < 5%%)
   naive loop, %d rows  %8.2fs  %9.0f rows/s  (fastest of 3; syncer is %.1fx; target >= 20x)
   syncer, %d rows       %8.2fs  peak RSS %6.1f MiB (1M/100k = %.2f; target <= 1.5, and < 200 MB)
+  rollback --previous: %s at 100,000 rows, %s at 1,000,000 rows (target: well under a second)
 `, big, syncBest.took.Seconds(), rowsPerSec, syncBest.rssMiB, minBest.took.Seconds(), syncBest.took.Seconds()/minBest.took.Seconds(),
 			read.took.Seconds(), write.took.Seconds(), noop.took.Seconds(), 100*noop.took.Seconds()/syncBest.took.Seconds(),
 			naiveRows, naive.took.Seconds(), naivePerSec, rowsPerSec/naivePerSec,
-			small, smallSync.took.Seconds(), smallSync.rssMiB, syncBest.rssMiB/smallSync.rssMiB)
+			small, smallSync.took.Seconds(), smallSync.rssMiB, syncBest.rssMiB/smallSync.rssMiB, rollSmall, rollBig)
 	}
 }
