@@ -10,7 +10,7 @@ DEMO_API_ADDR ?= 127.0.0.1:8080
 TEST_PG_DSN := postgres://postgres@127.0.0.1:$(TEST_PG_PORT)/postgres?sslmode=disable
 GOTEST_FLAGS ?= -race -count=1 -timeout 20m
 
-.PHONY: all build test test-go demo bench lint fmt vet emulator pg-start pg-stop clean screenshot
+.PHONY: all build build-static test test-go demo bench lint fmt vet emulator pg-start pg-stop clean screenshot
 
 all: build
 
@@ -19,11 +19,18 @@ build:
 	$(GO) build -o bin/ ./cmd/syncer ./cmd/metadata-api
 	$(GO) build -o bin/bigtable-emulator cloud.google.com/go/bigtable/cmd/emulator
 
+## build-static: the static binaries the container images hold (the Dockerfile runs
+## the same commands: deploy/deploy_test.go checks)
+build-static:
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags="-s -w" -o bin/static/syncer ./cmd/syncer
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags="-s -w" -o bin/static/metadata-api ./cmd/metadata-api
+
 ## test: start a throwaway Postgres, run every test with -race, stop Postgres
 test:
 	@$(GO) build -o bin/bigtable-emulator cloud.google.com/go/bigtable/cmd/emulator
 	@deploy/local/postgres.sh start $(TEST_PG_PORT)
 	@status=0; SNAPFLIP_TEST_POSTGRES_DSN='$(TEST_PG_DSN)' SNAPFLIP_TEST_EMULATOR=$(CURDIR)/bin/bigtable-emulator $(GO) test $(GOTEST_FLAGS) ./... || status=$$?; \
+	  (cd deploy && $(GO) test $(GOTEST_FLAGS) ./...) || status=$$?; \
 	  deploy/local/postgres.sh stop $(TEST_PG_PORT); exit $$status
 
 ## demo: Postgres with the example schema, the Bigtable emulator, the syncer on a schedule

@@ -1,0 +1,398 @@
+// Package deploy checks snapflip's deployment files: every Kubernetes manifest decodes
+// strictly into the Kubernetes API types (an unknown field is an error) and keeps the
+// invariants that matter; the compose file names the variables the binaries read; the
+// Dockerfile builds the binaries the way the Makefile does. It is its own module, so
+// the Kubernetes dependencies never reach the binaries.
+package deploy
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"gopkg.in/yaml.v3"
+	appsv1 "k8s.io/api/apps/v1"
+	autoscalingv2 "k8s.io/api/autoscaling/v2"
+	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
+	sigsyaml "sigs.k8s.io/yaml"
+)
+
+// kustomization is the part of a kustomization.yaml we use, decoded strictly too.
+type kustomization struct {
+	APIVersion string           `json:"apiVersion"`
+	Kind       string           `json:"kind"`
+	Namespace  string           `json:"namespace,omitempty"`
+	Resources  []string         `json:"resources,omitempty"`
+	Labels     []map[string]any `json:"labels,omitempty"`
+	Images     []struct {
+		Name    string `json:"name"`
+		NewName string `json:"newName"`
+		NewTag  string `json:"newTag"`
+	} `json:"images,omitempty"`
+	Patches []struct {
+		Path string `json:"path"`
+	} `json:"patches,omitempty"`
+}
+
+// objects holds every decoded manifest.
+type objects struct {
+	deployments map[string]*appsv1.Deployment
+	services    map[string]*corev1.Service
+	hpas        map[string]*autoscalingv2.HorizontalPodAutoscaler
+	pdbs        map[string]*policyv1.PodDisruptionBudget
+	configMaps  map[string]*corev1.ConfigMap
+	accounts    map[string]*corev1.ServiceAccount
+	kustomize   map[string]*kustomization
+}
+
+// strict decodes one YAML document into out, refusing unknown fields.
+func strict(doc []byte, out any) error {
+	j, err := sigsyaml.YAMLToJSONStrict(doc)
+	if err != nil {
+		return err
+	}
+	dec := json.NewDecoder(bytes.NewReader(j))
+	dec.DisallowUnknownFields()
+	return dec.Decode(out)
+}
+
+func load(t *testing.T, dir string) objects {
+	t.Helper()
+	o := objects{map[string]*appsv1.Deployment{}, map[string]*corev1.Service{}, map[string]*autoscalingv2.HorizontalPodAutoscaler{},
+		map[string]*policyv1.PodDisruptionBudget{}, map[string]*corev1.ConfigMap{}, map[string]*corev1.ServiceAccount{}, map[string]*kustomization{}}
+	files, _ := filepath.Glob(filepath.Join(dir, "*.yaml"))
+	if len(files) == 0 {
+		t.Fatalf("no manifests in %s", dir)
+	}
+	for _, f := range files {
+		data, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i, doc := range bytes.Split(data, []byte("\n---\n")) {
+			var head struct {
+				APIVersion string `json:"apiVersion"`
+				Kind       string `json:"kind"`
+				Metadata   struct {
+					Name string `json:"name"`
+				} `json:"metadata"`
+			}
+			if err := sigsyaml.Unmarshal(doc, &head); err != nil {
+				t.Fatalf("%s #%d: %v", f, i, err)
+			}
+			name := head.Metadata.Name
+			var err error
+			switch head.APIVersion + " " + head.Kind {
+			case "apps/v1 Deployment":
+				v := &appsv1.Deployment{}
+				err, o.deployments[name] = strict(doc, v), v
+			case "v1 Service":
+				v := &corev1.Service{}
+				err, o.services[name] = strict(doc, v), v
+			case "autoscaling/v2 HorizontalPodAutoscaler":
+				v := &autoscalingv2.HorizontalPodAutoscaler{}
+				err, o.hpas[name] = strict(doc, v), v
+			case "policy/v1 PodDisruptionBudget":
+				v := &policyv1.PodDisruptionBudget{}
+				err, o.pdbs[name] = strict(doc, v), v
+			case "v1 ConfigMap":
+				v := &corev1.ConfigMap{}
+				err, o.configMaps[name] = strict(doc, v), v
+			case "v1 ServiceAccount":
+				v := &corev1.ServiceAccount{}
+				err, o.accounts[name] = strict(doc, v), v
+			case "kustomize.config.k8s.io/v1beta1 Kustomization":
+				v := &kustomization{}
+				err, o.kustomize[filepath.Base(f)] = strict(doc, v), v
+			default:
+				t.Errorf("%s #%d: unexpected %s %s", f, i, head.APIVersion, head.Kind)
+			}
+			if err != nil {
+				t.Errorf("%s #%d (%s %s): %v", f, i, head.Kind, name, err)
+			}
+		}
+	}
+	return o
+}
+
+// binaryEnv returns the environment variables the binaries read, from their source.
+func binaryEnv(t *testing.T) map[string]bool {
+	t.Helper()
+	src, err := os.ReadFile("../internal/cli/config.go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]bool{}
+	for _, m := range regexp.MustCompile(`Env\w+\s*=\s*"([A-Z_]+)"`).FindAllSubmatch(src, -1) {
+		out[string(m[1])] = true
+	}
+	if len(out) < 10 {
+		t.Fatalf("found only %d environment variables in internal/cli/config.go", len(out))
+	}
+	return out
+}
+
+// binaryDefault returns a flag's default from the binaries' source, e.g. the API's
+// listen address.
+func binaryDefault(t *testing.T, file, pattern string) string {
+	t.Helper()
+	src, err := os.ReadFile(filepath.Join("../internal/cli", file))
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := regexp.MustCompile(pattern).FindSubmatch(src)
+	if m == nil {
+		t.Fatalf("%s: no match for %s", file, pattern)
+	}
+	return string(m[1])
+}
+
+func TestKubernetesManifests(t *testing.T) {
+	o := load(t, "k8s/base")
+	env := binaryEnv(t)
+
+	k := o.kustomize["kustomization.yaml"]
+	files, _ := filepath.Glob("k8s/base/*.yaml")
+	for _, f := range files {
+		if b := filepath.Base(f); b != "kustomization.yaml" && !slices.Contains(k.Resources, b) {
+			t.Errorf("k8s/base/%s is not listed in kustomization.yaml", b)
+		}
+	}
+	for _, r := range k.Resources {
+		if _, err := os.Stat(filepath.Join("k8s/base", r)); err != nil {
+			t.Errorf("kustomization resource %s: %v", r, err)
+		}
+	}
+
+	api := o.deployments["snapflip-api"]
+	syncer := o.deployments["snapflip-syncer"]
+	if api == nil || syncer == nil {
+		t.Fatal("want Deployments snapflip-api and snapflip-syncer")
+	}
+	apiPort := binaryDefault(t, "metadataapi.go", `EnvAddr, ":(\d+)"`)
+	c := api.Spec.Template.Spec.Containers[0]
+	if got := fmt.Sprint(c.Ports[0].ContainerPort); got != apiPort {
+		t.Errorf("API container port %s; the binary listens on :%s", got, apiPort)
+	}
+	if p := c.ReadinessProbe; p == nil || p.HTTPGet == nil || p.HTTPGet.Path != "/readyz" || p.HTTPGet.Port.String() != c.Ports[0].Name {
+		t.Errorf("API readiness probe %+v; want GET /readyz on the http port", p)
+	}
+	if p := c.LivenessProbe; p == nil || p.HTTPGet == nil || p.HTTPGet.Path != "/healthz" {
+		t.Errorf("API liveness probe %+v; want GET /healthz", p)
+	}
+	// The grace period must cover the preStop wait and the server's drain.
+	drain := 25 * time.Second
+	for _, a := range c.Args {
+		if v, ok := strings.CutPrefix(a, "--shutdown-timeout="); ok {
+			drain, _ = time.ParseDuration(v)
+		}
+	}
+	var preStop time.Duration
+	if c.Lifecycle != nil && c.Lifecycle.PreStop != nil && c.Lifecycle.PreStop.Sleep != nil {
+		preStop = time.Duration(c.Lifecycle.PreStop.Sleep.Seconds) * time.Second
+	}
+	if grace := time.Duration(*api.Spec.Template.Spec.TerminationGracePeriodSeconds) * time.Second; grace < drain+preStop {
+		t.Errorf("API grace period %s < preStop %s + drain %s", grace, preStop, drain)
+	}
+	if c.Resources.Requests.Cpu().IsZero() || c.Resources.Limits.Memory().IsZero() {
+		t.Error("API container needs CPU requests and a memory limit")
+	}
+
+	hpa := o.hpas["snapflip-api"]
+	if hpa == nil || hpa.Spec.ScaleTargetRef.Kind != "Deployment" || hpa.Spec.ScaleTargetRef.Name != api.Name {
+		t.Errorf("HPA %+v; want one scaling the API Deployment", hpa)
+	}
+	pdb := o.pdbs["snapflip-api"]
+	if pdb == nil || !matches(pdb.Spec.Selector.MatchLabels, api.Spec.Template.Labels) {
+		t.Error("want a PodDisruptionBudget selecting the API's pods")
+	}
+	svc := o.services["snapflip-api"]
+	if svc == nil || !matches(svc.Spec.Selector, api.Spec.Template.Labels) || svc.Spec.Ports[0].TargetPort.String() != c.Ports[0].Name {
+		t.Error("want a Service selecting the API's pods on its http port")
+	}
+
+	if *syncer.Spec.Replicas != 2 {
+		t.Errorf("syncer replicas %d; want 2", *syncer.Spec.Replicas)
+	}
+	sc := syncer.Spec.Template.Spec.Containers[0]
+	metricsAddr := ""
+	for _, e := range sc.Env {
+		if e.Name == "SNAPFLIP_METRICS_ADDR" {
+			metricsAddr = e.Value
+		}
+	}
+	if metricsAddr != fmt.Sprintf(":%d", sc.Ports[0].ContainerPort) || syncer.Spec.Template.Annotations["prometheus.io/port"] != fmt.Sprint(sc.Ports[0].ContainerPort) {
+		t.Errorf("syncer metrics on %q, port %d, scrape annotation %q: want them to agree", metricsAddr, sc.Ports[0].ContainerPort,
+			syncer.Spec.Template.Annotations["prometheus.io/port"])
+	}
+	if api.Spec.Template.Annotations["prometheus.io/port"] != apiPort {
+		t.Error("the API's scrape annotation must name its port")
+	}
+
+	for _, d := range []*appsv1.Deployment{api, syncer} {
+		spec := d.Spec.Template.Spec
+		if spec.SecurityContext == nil || spec.SecurityContext.RunAsNonRoot == nil || !*spec.SecurityContext.RunAsNonRoot ||
+			spec.SecurityContext.RunAsUser == nil || *spec.SecurityContext.RunAsUser == 0 {
+			t.Errorf("%s must run as a non-root user", d.Name)
+		}
+		if o.accounts[spec.ServiceAccountName] == nil || o.accounts[spec.ServiceAccountName].Annotations["iam.gke.io/gcp-service-account"] == "" {
+			t.Errorf("%s: service account %q with a Workload Identity annotation", d.Name, spec.ServiceAccountName)
+		}
+		for _, c := range spec.Containers {
+			for _, e := range c.Env {
+				if !env[e.Name] {
+					t.Errorf("%s sets %s, which no binary reads", d.Name, e.Name)
+				}
+				if e.ValueFrom != nil && e.ValueFrom.SecretKeyRef == nil {
+					t.Errorf("%s: %s comes from something other than a Secret", d.Name, e.Name)
+				}
+			}
+			if c.SecurityContext == nil || c.SecurityContext.ReadOnlyRootFilesystem == nil || !*c.SecurityContext.ReadOnlyRootFilesystem {
+				t.Errorf("%s: read-only root filesystem", d.Name)
+			}
+		}
+	}
+	// The DSN comes from a Secret, never a literal.
+	for _, e := range sc.Env {
+		if e.Name == "SNAPFLIP_POSTGRES_DSN" && (e.Value != "" || e.ValueFrom == nil) {
+			t.Error("the Postgres DSN must come from a Secret")
+		}
+	}
+	// The syncer's config in the ConfigMap is YAML with collections.
+	cm := o.configMaps["snapflip-syncer"]
+	var cfg struct {
+		Collections []map[string]any `yaml:"collections"`
+	}
+	if cm == nil || yaml.Unmarshal([]byte(cm.Data["snapflip.yaml"]), &cfg) != nil || len(cfg.Collections) == 0 {
+		t.Error("the syncer ConfigMap needs a snapflip.yaml with collections")
+	}
+}
+
+func TestOverlayDecodes(t *testing.T) {
+	o := load(t, "k8s/overlays/example")
+	k := o.kustomize["kustomization.yaml"]
+	if k == nil || k.Namespace == "" || len(k.Images) != 2 {
+		t.Fatalf("overlay kustomization %+v", k)
+	}
+	for _, p := range k.Patches {
+		if _, err := os.Stat(filepath.Join("k8s/overlays/example", p.Path)); err != nil {
+			t.Errorf("patch %s: %v", p.Path, err)
+		}
+	}
+}
+
+func matches(selector, labels map[string]string) bool {
+	if len(selector) == 0 {
+		return false
+	}
+	for k, v := range selector {
+		if labels[k] != v {
+			return false
+		}
+	}
+	return true
+}
+
+func TestComposeNamesTheBinariesEnvironment(t *testing.T) {
+	data, err := os.ReadFile("compose.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var c struct {
+		Services map[string]struct {
+			Environment map[string]string `yaml:"environment"`
+			Build       *struct {
+				Context    string `yaml:"context"`
+				Dockerfile string `yaml:"dockerfile"`
+				Target     string `yaml:"target"`
+			} `yaml:"build"`
+			Volumes []string `yaml:"volumes"`
+		} `yaml:"services"`
+	}
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	if err := dec.Decode(&c); err != nil {
+		t.Fatalf("compose.yaml: %v", err)
+	}
+	env := binaryEnv(t)
+	docker, _ := os.ReadFile("docker/Dockerfile")
+	for _, name := range []string{"postgres", "bigtable", "syncer", "metadata-api"} {
+		if _, ok := c.Services[name]; !ok {
+			t.Errorf("compose.yaml lacks service %s", name)
+		}
+	}
+	for name, s := range c.Services {
+		if s.Build == nil {
+			continue
+		}
+		for k := range s.Environment {
+			if !env[k] {
+				t.Errorf("compose service %s sets %s, which no binary reads", name, k)
+			}
+		}
+		if !strings.Contains(string(docker), "AS "+s.Build.Target+"\n") {
+			t.Errorf("compose service %s builds target %q, which the Dockerfile lacks", name, s.Build.Target)
+		}
+		for _, v := range s.Volumes {
+			if src, _, ok := strings.Cut(v, ":"); ok {
+				if _, err := os.Stat(src); err != nil {
+					t.Errorf("compose service %s mounts %s: %v", name, src, err)
+				}
+			}
+		}
+	}
+}
+
+// TestDockerfileBuildsWhatMakeBuilds: the Dockerfile's go build commands are the
+// Makefile's build-static commands, output directory aside.
+func TestDockerfileBuildsWhatMakeBuilds(t *testing.T) {
+	docker, err := os.ReadFile("docker/Dockerfile")
+	if err != nil {
+		t.Fatal(err)
+	}
+	makefile, err := os.ReadFile("../Makefile")
+	if err != nil {
+		t.Fatal(err)
+	}
+	norm := func(line string) string {
+		line = strings.ReplaceAll(line, "$(GO)", "go")
+		line = regexp.MustCompile(`-o \S*/`).ReplaceAllString(line, "-o ")
+		return strings.Join(strings.Fields(line), " ")
+	}
+	var fromDocker, fromMake []string
+	for _, l := range strings.Split(string(docker), "\n") {
+		if cmd, ok := strings.CutPrefix(l, "RUN "); ok && strings.Contains(cmd, "go build") {
+			fromDocker = append(fromDocker, norm(cmd))
+		}
+	}
+	inTarget := false
+	for _, l := range strings.Split(string(makefile), "\n") {
+		switch {
+		case strings.HasPrefix(l, "build-static:"):
+			inTarget = true
+		case inTarget && strings.HasPrefix(l, "\t"):
+			if strings.Contains(l, "go build") || strings.Contains(l, "$(GO) build") {
+				fromMake = append(fromMake, norm(strings.TrimSpace(l)))
+			}
+		case inTarget:
+			inTarget = false
+		}
+	}
+	slices.Sort(fromDocker)
+	slices.Sort(fromMake)
+	if len(fromDocker) != 2 || !slices.Equal(fromDocker, fromMake) {
+		t.Errorf("Dockerfile builds\n  %s\nMakefile build-static builds\n  %s", strings.Join(fromDocker, "\n  "), strings.Join(fromMake, "\n  "))
+	}
+	for _, want := range []string{"USER 65532:65532", "distroless/static", "CGO_ENABLED=0"} {
+		if !strings.Contains(string(docker), want) {
+			t.Errorf("Dockerfile lacks %q", want)
+		}
+	}
+}
