@@ -188,6 +188,22 @@ func TestKubernetesManifests(t *testing.T) {
 	if p := c.LivenessProbe; p == nil || p.HTTPGet == nil || p.HTTPGet.Path != "/healthz" {
 		t.Errorf("API liveness probe %+v; want GET /healthz", p)
 	}
+	// The probed paths are real routes: the API's OpenAPI document (itself checked
+	// against the router by the api package's tests) lists them.
+	var openapi struct {
+		Paths map[string]any `yaml:"paths"`
+	}
+	spec, err := os.ReadFile("../api/openapi.yaml")
+	if err != nil || yaml.Unmarshal(spec, &openapi) != nil {
+		t.Fatalf("read api/openapi.yaml: %v", err)
+	}
+	for _, p := range []*corev1.Probe{c.ReadinessProbe, c.LivenessProbe} {
+		if p != nil && p.HTTPGet != nil {
+			if _, ok := openapi.Paths[p.HTTPGet.Path]; !ok {
+				t.Errorf("probe path %s is not a route of the API", p.HTTPGet.Path)
+			}
+		}
+	}
 	// The grace period must cover the preStop wait and the server's drain.
 	drain := 25 * time.Second
 	for _, a := range c.Args {
