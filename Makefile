@@ -10,7 +10,7 @@ DEMO_API_ADDR ?= 127.0.0.1:8080
 TEST_PG_DSN := postgres://postgres@127.0.0.1:$(TEST_PG_PORT)/postgres?sslmode=disable
 GOTEST_FLAGS ?= -race -count=1 -timeout 20m
 
-.PHONY: all build build-static test test-go demo bench lint fmt vet emulator pg-start pg-stop clean screenshot
+.PHONY: all build build-static chaos test test-go demo bench lint fmt vet emulator pg-start pg-stop clean screenshot
 
 all: build
 
@@ -37,6 +37,14 @@ test:
 ## and the metadata API; prints example requests. Ctrl-C stops everything.
 demo: build
 	@deploy/local/demo.sh
+
+## chaos: the long form of the crash suite: 50 random kills of the syncer mid-sync
+chaos:
+	@$(GO) build -o bin/bigtable-emulator cloud.google.com/go/bigtable/cmd/emulator
+	@deploy/local/postgres.sh start $(TEST_PG_PORT)
+	@status=0; SNAPFLIP_CHAOS_KILLS=50 SNAPFLIP_TEST_POSTGRES_DSN='$(TEST_PG_DSN)' SNAPFLIP_TEST_EMULATOR=$(CURDIR)/bin/bigtable-emulator \
+	  $(GO) test -race -count=1 -timeout 60m -run 'Crash|Fault' -v ./e2e/ ./store/ || status=$$?; \
+	  deploy/local/postgres.sh stop $(TEST_PG_PORT); exit $$status
 
 ## bench: the benchmarks (needs the same throwaway Postgres)
 bench:

@@ -44,6 +44,9 @@ func (p *Publisher) write(ctx context.Context, snap SourceSnapshot, m *Manifest,
 					stats[part].Bytes += int64(len(doc.Body))
 					digests[part].AddDocument(doc.ID, doc.Body)
 					prog.add(gctx, len(doc.Body))
+					if p.Crash != nil {
+						crash(p.Crash, CrashMidWrite, prog.rows.Load())
+					}
 					return w.Write(gctx, name, doc)
 				}
 				if parts == 1 {

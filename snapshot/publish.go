@@ -62,6 +62,8 @@ type Publisher struct {
 	ProgressEvery time.Duration
 	// Audit, when set, records every flip.
 	Audit AuditStore
+	// Crash, when set, is called at each CrashPoint (tests kill the process there).
+	Crash func(at CrashPoint, rows int64)
 	// Gates are checked per collection before the flip; a collection without an entry
 	// gets DefaultGate unless DefaultGate is set here.
 	Gates       map[string]Gate
@@ -140,6 +142,7 @@ func (p *Publisher) Publish(ctx context.Context, opts PublishOptions) (PublishRe
 	}
 	defer snap.Close(context.WithoutCancel(ctx))
 	pos := snap.Position()
+	crash(p.Crash, CrashAfterOpen, 0)
 
 	if hasCurrent && !opts.Force && !opts.Republish && curManifest.Source.SameContents(pos, p.Source.Collections()) {
 		p.log().InfoContext(ctx, "source unchanged; nothing to publish",
@@ -204,6 +207,7 @@ func (p *Publisher) Publish(ctx context.Context, opts PublishOptions) (PublishRe
 		return PublishResult{}, err
 	}
 	m = sealed
+	crash(p.Crash, CrashAfterSeal, totalRows(m))
 
 	flip := Flip{Version: m.Version, Token: opts.Token, Source: pos, By: p.Writer, At: p.now()}
 	if hasCurrent {
@@ -220,6 +224,7 @@ func (p *Publisher) Publish(ctx context.Context, opts PublishOptions) (PublishRe
 		return PublishResult{}, err
 	}
 
+	crash(p.Crash, CrashAfterFlip, totalRows(m))
 	published := m
 	published.State = StatePublished
 	published.PublishedAt = flip.At

@@ -44,7 +44,7 @@ func (p *Publisher) KeepAlive(ctx context.Context, opts PublishOptions) (Publish
 		res.Refreshed = n
 		return opts, res, true, err
 	case cur.Pinned:
-		log.DebugContext(ctx, "dataset pinned: not publishing", "reason", cur.Reason)
+		log.InfoContext(ctx, "dataset pinned: not publishing (syncer unpin resumes)", "reason", cur.Reason)
 		return opts, res, true, nil
 	case due:
 		log.InfoContext(ctx, "current version past half its TTL: republishing")

@@ -24,8 +24,10 @@ type Admin struct {
 	ExpiryMargin time.Duration
 	// AcquireTimeout bounds the wait for the lease; default 30s.
 	AcquireTimeout time.Duration
-	Now            func() time.Time
-	Log            *slog.Logger
+	// Crash, when set, is called at CrashRollbackFlip (tests kill the process there).
+	Crash func(at CrashPoint, rows int64)
+	Now   func() time.Time
+	Log   *slog.Logger
 }
 
 // AdminStore is what Admin needs from storage.
@@ -99,6 +101,7 @@ func (a *Admin) Rollback(ctx context.Context, req RollbackRequest) (RollbackResu
 	if _, err := a.Store.FlipPointer(ctx, a.Dataset, flip); err != nil {
 		return RollbackResult{}, fmt.Errorf("flip pointer back to %s: %w", target, err)
 	}
+	crash(a.Crash, CrashRollbackFlip, 0)
 	// The pointer has moved: what follows is bookkeeping, logged if it fails.
 	bg, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
 	defer cancel()

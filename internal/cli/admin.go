@@ -57,9 +57,10 @@ func operator() string {
 }
 
 // newAdmin builds the rollback/unpin logic on a store, under the dataset's lease.
-func newAdmin(st *store.Store, dataset string, ttl time.Duration, holder string, log *slog.Logger) (*snapshot.Admin, error) {
+func newAdmin(st *store.Store, dataset string, ttl, leaseDuration time.Duration, holder string, log *slog.Logger) (*snapshot.Admin, error) {
 	lease, err := st.NewLease(leaseName(dataset), store.LeaseConfig{
 		Holder:        holder,
+		Duration:      leaseDuration,
 		BeforeAcquire: func(ctx context.Context, token uint64) error { return st.AdvanceFence(ctx, dataset, token) },
 	})
 	if err != nil {
@@ -81,10 +82,11 @@ func (m *Syncer) admin(ctx context.Context, cfg SyncerConfig, log *slog.Logger, 
 		return err
 	}
 	by := operator()
-	adm, err := newAdmin(st, cfg.Dataset, cfg.TTL, "cli/"+by+"/"+uuid.NewString(), log)
+	adm, err := newAdmin(st, cfg.Dataset, cfg.TTL, cfg.Lease.Duration, "cli/"+by+"/"+uuid.NewString(), log)
 	if err != nil {
 		return err
 	}
+	adm.Crash = crashHook(m.Getenv)
 	return run(ctx, &adminEnv{cfg: cfg, store: st, admin: adm, out: m.Stdout, by: by}, args)
 }
 

@@ -96,7 +96,7 @@ func (m *MetadataAPI) Run(ctx context.Context, args []string) error {
 	token := m.Getenv(EnvAdminToken)
 	if token != "" {
 		host, _ := os.Hostname()
-		adm, err := newAdmin(st, *dataset, 0, "api/"+host+"/"+uuid.NewString(), log)
+		adm, err := newAdmin(st, *dataset, 0, 0, "api/"+host+"/"+uuid.NewString(), log)
 		if err != nil {
 			return err
 		}

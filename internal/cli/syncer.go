@@ -106,6 +106,9 @@ func (m *Syncer) Run(ctx context.Context, args []string) error {
 		return m.admin(ctx, cfg, log, run, fs.Args()[1:])
 	}
 	s, err := wireSyncer(ctx, cfg, log)
+	if err == nil {
+		s.ticker.Publisher.Crash = crashHook(m.Getenv)
+	}
 	if err != nil {
 		return err
 	}

@@ -1,0 +1,222 @@
+package e2e
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/snapflip/snapflip/internal/cli"
+	"github.com/snapflip/snapflip/internal/testenv"
+	"github.com/snapflip/snapflip/snapshot"
+)
+
+var (
+	syncerBinOnce sync.Once
+	syncerBin     string
+	syncerBinErr  error
+)
+
+// builtSyncer builds cmd/syncer once per test process.
+func builtSyncer(tb testing.TB) string {
+	tb.Helper()
+	syncerBinOnce.Do(func() {
+		dir, err := os.MkdirTemp("", "snapflip-syncer")
+		if err != nil {
+			syncerBinErr = err
+			return
+		}
+		syncerBin = filepath.Join(dir, "syncer")
+		if out, err := exec.Command("go", "build", "-o", syncerBin, "github.com/snapflip/snapflip/cmd/syncer").CombinedOutput(); err != nil {
+			syncerBinErr = fmt.Errorf("build syncer: %v\n%s", err, out)
+		}
+	})
+	if syncerBinErr != nil {
+		tb.Fatal(syncerBinErr)
+	}
+	return syncerBin
+}
+
+// runKilled runs the syncer binary with args and env, expecting it to die by SIGKILL
+// (from SNAPFLIP_CRASH_AT, or from the test after delay when delay >= 0).
+func (e *env) runKilled(tb testing.TB, delay time.Duration, env []string, args ...string) (killed bool) {
+	tb.Helper()
+	cmd := exec.Command(builtSyncer(tb), args...)
+	cmd.Env = append(os.Environ(), append([]string{cli.EnvConfig + "=" + e.configPath, cli.EnvPostgresDSN + "=" + e.dsn,
+		cli.EnvEmulatorHost + "=" + e.btAddr, cli.EnvLogFormat + "=text"}, env...)...)
+	var out strings.Builder
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Start(); err != nil {
+		tb.Fatal(err)
+	}
+	if delay >= 0 {
+		time.AfterFunc(delay, func() { _ = cmd.Process.Signal(syscall.SIGKILL) })
+	}
+	err := cmd.Wait()
+	var ee *exec.ExitError
+	if errors.As(err, &ee) {
+		if ws, ok := ee.Sys().(syscall.WaitStatus); ok && ws.Signaled() && ws.Signal() == syscall.SIGKILL {
+			return true
+		}
+	}
+	if err != nil {
+		tb.Fatalf("syncer %v: %v\n%s", args, err, out.String())
+	}
+	return false
+}
+
+// checkAfterCrash: the pointer names a complete, servable version and the API answers
+// from it.
+func (e *env) checkAfterCrash(tb testing.TB, what string) snapshot.Pointer {
+	tb.Helper()
+	st := testenv.Store(tb, testenv.StoreConfig(e.btAddr))
+	ctx := context.Background()
+	p, err := st.ReadPointer(ctx, "e2e")
+	if err != nil {
+		tb.Fatalf("%s: pointer: %v", what, err)
+	}
+	m, err := st.ReadManifest(ctx, "e2e", p.Version)
+	if err != nil || !m.State.Servable() || m.CheckComplete() != nil {
+		tb.Fatalf("%s: the pointer names %s, %s (%v, %v); want a complete version", what, p.Version, m.State, err, m.CheckComplete())
+	}
+	e.awaitVersion(tb, docPath("things", "plain"), string(p.Version))
+	return p
+}
+
+// TestCrashAtEveryPoint kills the syncer at each point of the publish and rollback
+// protocols while readers watch; after each kill the pointer names a complete version,
+// the API answers from it, no reader ever saw a partial version, and the next run
+// publishes.
+func TestCrashAtEveryPoint(t *testing.T) {
+	e := start(t)
+	writeConfig(t, e, config+"lease:\n  duration: 1s\n")
+	testenv.Exec(t, e.dsn, `INSERT INTO things (id) SELECT 'bulk-' || g FROM generate_series(1, 5000) g`)
+	if _, err := e.sync(t); err != nil {
+		t.Fatal(err)
+	}
+	e.awaitVersion(t, docPath("things", "plain"), "")
+	stopReaders := e.watchReaders(t)
+
+	gen := 0
+	next := func() {
+		gen++
+		testenv.Exec(t, e.dsn, fmt.Sprintf(`UPDATE things SET gen = %d`, gen))
+	}
+	for _, point := range []string{"after-open", "mid-write@2000", "after-seal", "after-flip"} {
+		next()
+		if !e.runKilled(t, -1, []string{cli.EnvCrashAt + "=" + point}, "--force", "once") {
+			t.Fatalf("crash point %s was never reached", point)
+		}
+		e.checkAfterCrash(t, "after a kill at "+point)
+		out, err := e.sync(t)
+		if err != nil {
+			t.Fatalf("the run after a kill at %s: %v", point, err)
+		}
+		if point != "after-flip" && !strings.HasPrefix(out, "published") {
+			t.Errorf("the run after a kill at %s said %q; want a publish", point, out)
+		}
+		e.checkAfterCrash(t, "after the next run")
+	}
+	// A rollback killed right after its flip: the pointer is on the target, pinned.
+	next()
+	if _, err := e.sync(t); err != nil {
+		t.Fatal(err)
+	}
+	if !e.runKilled(t, -1, []string{cli.EnvCrashAt + "=rollback-flip"}, "rollback", "--previous", "--reason", "crash test") {
+		t.Fatal("rollback-flip was never reached")
+	}
+	if p := e.checkAfterCrash(t, "after a kill during rollback"); !p.Pinned {
+		t.Error("a rollback killed after its flip left the dataset unpinned")
+	}
+	if _, err := e.syncerCmd(t, "unpin", "--reason", "after the crash"); err != nil {
+		t.Fatal(err)
+	}
+	next()
+	if out, err := e.sync(t); err != nil || !strings.HasPrefix(out, "published") {
+		t.Fatalf("sync after the rollback crash = %q, %v", out, err)
+	}
+	stopReaders()
+	st := testenv.Store(t, testenv.StoreConfig(e.btAddr))
+	checkPublished(t, st, "e2e")
+}
+
+// TestCrashAtRandomTimes kills the syncer at random moments of syncs of 50,000 rows:
+// 5 kills here, SNAPFLIP_CHAOS_KILLS (make chaos: 50) in the long form.
+func TestCrashAtRandomTimes(t *testing.T) {
+	kills := 5
+	if n, err := strconv.Atoi(os.Getenv("SNAPFLIP_CHAOS_KILLS")); err == nil && n > 0 {
+		kills = n
+	}
+	e := start(t)
+	writeConfig(t, e, config+"lease:\n  duration: 1s\n")
+	testenv.Exec(t, e.dsn, `INSERT INTO things (id) SELECT 'bulk-' || g FROM generate_series(1, 50000) g`)
+	start := time.Now()
+	if _, err := e.sync(t); err != nil {
+		t.Fatal(err)
+	}
+	full := time.Since(start)
+	e.awaitVersion(t, docPath("things", "plain"), "")
+	stopReaders := e.watchReaders(t)
+	killed := 0
+	for i := range kills {
+		testenv.Exec(t, e.dsn, fmt.Sprintf(`UPDATE things SET gen = %d`, 1000+i))
+		delay := time.Duration(rand.Int64N(int64(full + 200*time.Millisecond)))
+		if e.runKilled(t, delay, nil, "once") {
+			killed++
+		}
+		e.checkAfterCrash(t, fmt.Sprintf("after kill %d at %s", i, delay))
+	}
+	if _, err := e.sync(t); err != nil {
+		t.Fatalf("sync after the kills: %v", err)
+	}
+	e.checkAfterCrash(t, "after the kills")
+	stopReaders()
+	checkPublished(t, testenv.Store(t, testenv.StoreConfig(e.btAddr)), "e2e")
+	t.Logf("%d of %d runs killed mid-way (full sync %s); the pointer always named a complete version", killed, kills, full.Round(time.Millisecond))
+}
+
+// watchReaders reads through the API until stopped, checking that every answer is
+// 200 and that each version always answers with one generation.
+func (e *env) watchReaders(tb testing.TB) func() {
+	tb.Helper()
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	genOf := map[string]int{}
+	for range 2 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				r := e.get(tb, docPath("things", "plain"))
+				if r.status != http.StatusOK {
+					tb.Errorf("a reader got %d %s", r.status, r.body)
+					return
+				}
+				g := gen(tb, r.body)
+				mu.Lock()
+				if prev, ok := genOf[r.version]; ok && prev != g {
+					tb.Errorf("version %s answered generations %d and %d", r.version, prev, g)
+				}
+				genOf[r.version] = g
+				mu.Unlock()
+			}
+		}()
+	}
+	return func() { close(stop); wg.Wait() }
+}
