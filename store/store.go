@@ -55,6 +55,9 @@ type Config struct {
 	// RowRetries is how often a row that failed inside an ApplyBulk is retried;
 	// default 5.
 	RowRetries int
+	// BatchTimeout bounds one ApplyBulk attempt, so an unreachable Bigtable fails the
+	// sync instead of hanging it; default 60s.
+	BatchTimeout time.Duration
 	// DialOptions are added to the emulator connection (tests inject faults here).
 	DialOptions []grpc.DialOption
 }
@@ -73,6 +76,7 @@ func DefaultConfig() Config {
 		BatchBytes:     4 << 20,
 		Writers:        8,
 		RowRetries:     5,
+		BatchTimeout:   time.Minute,
 	}
 }
 
@@ -97,6 +101,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("bigtable.writers %d: must be 1..256", c.Writers)
 	case c.RowRetries < 0:
 		return fmt.Errorf("bigtable.row_retries %d: must not be negative", c.RowRetries)
+	case c.BatchTimeout <= 0:
+		return fmt.Errorf("bigtable.batch_timeout %s: must be positive", c.BatchTimeout)
 	}
 	if c.Project == "local" && c.EmulatorHost == "" {
 		return errors.New("bigtable.project is \"local\" but BIGTABLE_EMULATOR_HOST is unset: " +

@@ -185,7 +185,9 @@ func (w *Writer) work() {
 func (w *Writer) apply(b *batch) error {
 	keys, muts := b.keys, b.muts
 	for attempt := 0; ; attempt++ {
-		errs, err := w.s.tbl.ApplyBulk(w.ctx, keys, muts)
+		actx, cancel := context.WithTimeout(w.ctx, w.s.cfg.BatchTimeout)
+		errs, err := w.s.tbl.ApplyBulk(actx, keys, muts)
+		cancel()
 		if err == nil && errs == nil {
 			return nil
 		}

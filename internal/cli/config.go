@@ -50,6 +50,8 @@ type BigtableConfig struct {
 	BatchBytes int `yaml:"batch_bytes"`
 	// Writers is how many ApplyBulk calls run at once; default 8 (measured).
 	Writers int `yaml:"writers"`
+	// BatchTimeout bounds one ApplyBulk attempt (5 retries follow); default 60s.
+	BatchTimeout time.Duration `yaml:"batch_timeout"`
 }
 
 // GateConfig is a validation gate (snapshot.Gate) in YAML.
@@ -155,7 +157,7 @@ func DefaultSyncerConfig() SyncerConfig {
 		Lease:            LeaseConfig{Duration: 15 * time.Second, AcquireTimeout: time.Minute},
 		Bigtable: BigtableConfig{
 			Project: sc.Project, Instance: sc.Instance, Table: sc.Table,
-			BatchRows: sc.BatchRows, BatchBytes: sc.BatchBytes, Writers: sc.Writers,
+			BatchRows: sc.BatchRows, BatchBytes: sc.BatchBytes, Writers: sc.Writers, BatchTimeout: sc.BatchTimeout,
 		},
 	}
 }
@@ -265,6 +267,6 @@ func (c SyncerConfig) StoreConfig() store.Config {
 	sc.Project, sc.Instance, sc.Table, sc.AppProfile = c.Bigtable.Project, c.Bigtable.Instance, c.Bigtable.Table, c.Bigtable.AppProfile
 	sc.EmulatorHost = c.emulatorHost
 	sc.TTL = c.TTL
-	sc.BatchRows, sc.BatchBytes, sc.Writers = c.Bigtable.BatchRows, c.Bigtable.BatchBytes, c.Bigtable.Writers
+	sc.BatchRows, sc.BatchBytes, sc.Writers, sc.BatchTimeout = c.Bigtable.BatchRows, c.Bigtable.BatchBytes, c.Bigtable.Writers, c.Bigtable.BatchTimeout
 	return sc
 }
