@@ -69,7 +69,7 @@ func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) {
 		return // the client went away; nobody is listening
 	default:
 		s.log.ErrorContext(r.Context(), "request failed", "method", r.Method, "path", r.URL.EscapedPath(), "err", err)
-		if errors.Is(err, context.DeadlineExceeded) {
+		if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, snapshot.ErrUnavailable) {
 			p = Problem{Type: typeUnavailable, Title: "Storage unavailable", Status: http.StatusServiceUnavailable,
 				Detail: "storage did not answer in time; retry"}
 		} else {

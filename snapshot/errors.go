@@ -31,6 +31,8 @@ var (
 	// ErrSourceBehind reports a flip rejected because the new version was read from an
 	// older source snapshot than the current version.
 	ErrSourceBehind = errors.New("source position would go backwards")
+	// ErrUnavailable reports that storage or the source could not be reached in time.
+	ErrUnavailable = errors.New("unreachable")
 	// ErrInvalid reports bad input: a malformed version, id or configuration.
 	ErrInvalid = errors.New("invalid")
 	// ErrRefused reports a version that failed a validation gate and was not flipped to.

@@ -143,8 +143,10 @@ func NewResolver(dataset string, store ReadStore, cfg ResolverConfig, now func()
 // not be read and the last good one is older than MaxStale.
 func (r *Resolver) Pointer(ctx context.Context) (Pointer, error) {
 	r.mu.Lock()
-	fresh := !r.triedAt.IsZero() && r.now().Sub(r.triedAt) < r.cfg.Refresh
+	now := r.now()
+	fresh := !r.triedAt.IsZero() && now.Sub(r.triedAt) < r.cfg.Refresh
 	ptr, err := r.ptr, r.ptrErr
+	good := !r.fetchedAt.IsZero() && now.Sub(r.fetchedAt) < r.cfg.MaxStale
 	r.mu.Unlock()
 	if fresh {
 		return r.staleOK(ptr, err)
@@ -170,10 +172,21 @@ func (r *Resolver) Pointer(ctx context.Context) (Pointer, error) {
 		}
 		return nil, nil
 	})
-	select {
-	case <-ch:
-	case <-ctx.Done():
-		return Pointer{}, ctx.Err()
+	if good {
+		// Stale while revalidating: with a good pointer in hand, nobody waits for the
+		// refresh, so a slow Bigtable never slows reads down; the refresh lands for
+		// the next request.
+		select {
+		case <-ch:
+		default:
+			return ptr, nil
+		}
+	} else {
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return Pointer{}, ctx.Err()
+		}
 	}
 	r.mu.Lock()
 	ptr, err = r.ptr, r.ptrErr

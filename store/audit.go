@@ -24,6 +24,8 @@ func auditPrefix(dataset string) string { return "h#" + escapeComponent(dataset)
 
 // AppendAudit records an entry.
 func (s *Store) AppendAudit(ctx context.Context, e snapshot.AuditEntry) error {
+	ctx, cancel := s.op(ctx)
+	defer cancel()
 	body, err := json.Marshal(e)
 	if err != nil {
 		return err
@@ -41,6 +43,8 @@ func (s *Store) AppendAudit(ctx context.Context, e snapshot.AuditEntry) error {
 
 // ListAudit returns a dataset's entries, newest first, at most limit (0: all).
 func (s *Store) ListAudit(ctx context.Context, dataset string, limit int) ([]snapshot.AuditEntry, error) {
+	ctx, cancel := s.op(ctx)
+	defer cancel()
 	var out []snapshot.AuditEntry
 	var derr error
 	err := s.tbl.ReadRows(ctx, bigtable.PrefixRange(auditPrefix(dataset)), func(r bigtable.Row) bool {

@@ -14,6 +14,8 @@ const colDoc = "v"
 
 // GetDocument returns one document of a version, or ErrNotFound.
 func (s *Store) GetDocument(ctx context.Context, dataset string, v snapshot.Version, collection, id string) ([]byte, error) {
+	ctx, cancel := s.op(ctx)
+	defer cancel()
 	// A document row holds only d:v, newest cell first: no filter is needed, and
 	// none makes the read cheaper for Bigtable.
 	row, err := s.tbl.ReadRow(ctx, docKey(dataset, v, collection, id))
@@ -81,6 +83,8 @@ func (s *Store) RefreshVersion(ctx context.Context, dataset string, v snapshot.V
 // GetDocuments returns the documents of the given ids at a version, in one read; ids
 // that have no document are absent from the map.
 func (s *Store) GetDocuments(ctx context.Context, dataset string, v snapshot.Version, collection string, ids []string) (map[string][]byte, error) {
+	ctx, cancel := s.op(ctx)
+	defer cancel()
 	prefix := docPrefix(dataset, v, collection)
 	keys := make(bigtable.RowList, len(ids))
 	for i, id := range ids {
@@ -108,6 +112,8 @@ func (s *Store) GetDocuments(ctx context.Context, dataset string, v snapshot.Ver
 // ScanPage returns up to limit documents of a collection at a version whose ids sort
 // after after ("" for the first page), in id order, and whether more follow.
 func (s *Store) ScanPage(ctx context.Context, dataset string, v snapshot.Version, collection, after string, limit int) ([]snapshot.Document, bool, error) {
+	ctx, cancel := s.op(ctx)
+	defer cancel()
 	prefix := docPrefix(dataset, v, collection)
 	rng := bigtable.PrefixRange(prefix)
 	if after != "" {

@@ -110,6 +110,8 @@ func (s *Store) NewLease(name string, cfg LeaseConfig) (*Lease, error) {
 
 // readState returns the raw state cell, nil when the lease was never taken.
 func (l *Lease) readState(ctx context.Context) ([]byte, error) {
+	ctx, cancel := l.s.op(ctx)
+	defer cancel()
 	row, err := l.s.tbl.ReadRow(ctx, l.key, bigtable.RowFilter(column(famControl, colLeaseState)))
 	if err != nil {
 		return nil, l.s.wrap(err, "read lease %s", l.name)
@@ -123,6 +125,8 @@ func (l *Lease) readState(ctx context.Context) ([]byte, error) {
 // casState writes next if the stored state is exactly prev (absent when prev is nil).
 // After an RPC error it re-reads: the write applied if the state is now next.
 func (l *Lease) casState(ctx context.Context, prev []byte, next leaseState) (bool, error) {
+	ctx, cancel := l.s.op(ctx)
+	defer cancel()
 	mut := bigtable.NewMutation()
 	mut.DeleteCellsInColumn(famControl, colLeaseState)
 	mut.Set(famControl, colLeaseState, bigtable.Now(), next.encode())

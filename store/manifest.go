@@ -33,6 +33,8 @@ func manifestMutation(m snapshot.Manifest) (*bigtable.Mutation, error) {
 
 // CreateManifest stores a new manifest, or returns ErrConflict if one exists.
 func (s *Store) CreateManifest(ctx context.Context, m snapshot.Manifest) error {
+	ctx, cancel := s.op(ctx)
+	defer cancel()
 	mut, err := manifestMutation(m)
 	if err != nil {
 		return err
@@ -55,6 +57,8 @@ func (s *Store) CreateManifest(ctx context.Context, m snapshot.Manifest) error {
 // UpdateManifest writes m if the stored state is from, else returns ErrConflict (or
 // ErrNotFound when there is no such manifest).
 func (s *Store) UpdateManifest(ctx context.Context, m snapshot.Manifest, from snapshot.State) error {
+	ctx, cancel := s.op(ctx)
+	defer cancel()
 	if !snapshot.CanTransition(from, m.State) && from != m.State {
 		return fmt.Errorf("%w manifest transition %s → %s", snapshot.ErrInvalid, from, m.State)
 	}
@@ -83,6 +87,8 @@ func (s *Store) UpdateManifest(ctx context.Context, m snapshot.Manifest, from sn
 
 // ReadManifest returns a manifest, or ErrNotFound.
 func (s *Store) ReadManifest(ctx context.Context, dataset string, v snapshot.Version) (snapshot.Manifest, error) {
+	ctx, cancel := s.op(ctx)
+	defer cancel()
 	row, err := s.tbl.ReadRow(ctx, manifestKey(dataset, v), bigtable.RowFilter(column(famManifest, colManifest)))
 	if err != nil {
 		return snapshot.Manifest{}, s.wrap(err, "read manifest %s", v)
@@ -104,6 +110,8 @@ func decodeManifest(b []byte) (snapshot.Manifest, error) {
 
 // ListManifests returns the dataset's manifests, oldest first.
 func (s *Store) ListManifests(ctx context.Context, dataset string) ([]snapshot.Manifest, error) {
+	ctx, cancel := s.op(ctx)
+	defer cancel()
 	var out []snapshot.Manifest
 	var derr error
 	err := s.tbl.ReadRows(ctx, bigtable.PrefixRange(manifestPrefix(dataset)), func(r bigtable.Row) bool {

@@ -56,6 +56,8 @@ func valueNotEquals(fam, col string, v []byte) bigtable.Filter {
 
 // ReadPointer returns the dataset's pointer, or ErrNoVersion.
 func (s *Store) ReadPointer(ctx context.Context, dataset string) (snapshot.Pointer, error) {
+	ctx, cancel := s.op(ctx)
+	defer cancel()
 	row, err := s.tbl.ReadRow(ctx, pointerKey(dataset), bigtable.RowFilter(bigtable.InterleaveFilters(
 		column(famControl, colPointer), column(famControl, colFence))))
 	if status.Code(err) == codes.NotFound {
@@ -93,6 +95,8 @@ func (s *Store) ReadPointer(ctx context.Context, dataset string) (snapshot.Point
 // pinned (unless rolling back), when the stored source LSN is greater than the new one
 // (unless rolling back), or when the stored version is not the expected one.
 func (s *Store) FlipPointer(ctx context.Context, dataset string, f snapshot.Flip) (snapshot.Pointer, error) {
+	ctx, cancel := s.op(ctx)
+	defer cancel()
 	if f.Token == 0 {
 		return snapshot.Pointer{}, fmt.Errorf("%w flip: fencing token 0", snapshot.ErrInvalid)
 	}
@@ -181,6 +185,8 @@ func (s *Store) whyRejected(ctx context.Context, dataset string, f snapshot.Flip
 // every holder of an older token is refused from now on. It never lowers the fence,
 // and applying it twice is harmless, so a lost reply needs no re-read.
 func (s *Store) AdvanceFence(ctx context.Context, dataset string, token uint64) error {
+	ctx, cancel := s.op(ctx)
+	defer cancel()
 	mut := bigtable.NewMutation()
 	mut.DeleteCellsInColumn(famControl, colFence)
 	mut.Set(famControl, colFence, bigtable.Now(), be64(token))

@@ -21,6 +21,8 @@ func slotKey(dataset string, slot int64) string {
 // predicate passes any cell, the write in its false branch). It reports whether holder
 // won, and which holder owns the slot. After an RPC error it re-reads to decide.
 func (s *Store) ClaimSlot(ctx context.Context, dataset string, slot int64, holder string) (won bool, owner string, err error) {
+	ctx, cancel := s.op(ctx)
+	defer cancel()
 	key := slotKey(dataset, slot)
 	mut := bigtable.NewMutation()
 	mut.Set(famSlots, colClaim, bigtable.Now(), []byte(holder))

@@ -58,6 +58,9 @@ type Config struct {
 	// BatchTimeout bounds one ApplyBulk attempt, so an unreachable Bigtable fails the
 	// sync instead of hanging it; default 60s.
 	BatchTimeout time.Duration
+	// OpTimeout bounds every other call (a read, a conditional write) that comes with
+	// no deadline of its own; the client retries reads until then. Default 10s.
+	OpTimeout time.Duration
 	// DialOptions are added to the emulator connection (tests inject faults here).
 	DialOptions []grpc.DialOption
 }
@@ -77,6 +80,7 @@ func DefaultConfig() Config {
 		Writers:        8,
 		RowRetries:     5,
 		BatchTimeout:   time.Minute,
+		OpTimeout:      10 * time.Second,
 	}
 }
 
@@ -196,6 +200,14 @@ func (s *Store) Ping(ctx context.Context) error {
 	return nil
 }
 
+// op bounds a call that has no deadline by OpTimeout.
+func (s *Store) op(ctx context.Context) (context.Context, context.CancelFunc) {
+	if _, ok := ctx.Deadline(); ok || s.cfg.OpTimeout <= 0 {
+		return ctx, func() {}
+	}
+	return context.WithTimeout(ctx, s.cfg.OpTimeout)
+}
+
 // wrap adds context to a Bigtable error and says what to do about the common ones.
 func (s *Store) wrap(err error, format string, args ...any) error {
 	msg := fmt.Sprintf(format, args...)
@@ -212,7 +224,7 @@ func (s *Store) wrap(err error, format string, args ...any) error {
 		if s.cfg.EmulatorHost != "" {
 			where = "the emulator at " + s.cfg.EmulatorHost
 		}
-		return fmt.Errorf("%s: bigtable (%s) unreachable: %w", msg, where, err)
+		return fmt.Errorf("%s: bigtable (%s) %w: %w", msg, where, snapshot.ErrUnavailable, err)
 	}
 	return fmt.Errorf("%s: %w", msg, err)
 }

@@ -8,6 +8,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"time"
 )
 
 // ErrUsage marks a command-line mistake; the binaries exit 2 for it.
@@ -47,6 +48,14 @@ func writerID(client string) string {
 func envInt(getenv func(string) string, key string, def int) int {
 	if n, err := strconv.Atoi(getenv(key)); err == nil {
 		return n
+	}
+	return def
+}
+
+// envDuration returns getenv(key) as a duration, or def when it is empty or malformed.
+func envDuration(getenv func(string) string, key string, def time.Duration) time.Duration {
+	if d, err := time.ParseDuration(getenv(key)); err == nil {
+		return d
 	}
 	return def
 }

@@ -32,6 +32,7 @@ const (
 	EnvMetricsAddr  = "SNAPFLIP_METRICS_ADDR"
 	EnvCacheSize    = "SNAPFLIP_CACHE_SIZE"
 	EnvAdminToken   = "SNAPFLIP_ADMIN_TOKEN"
+	EnvMaxStale     = "SNAPFLIP_MAX_STALE"
 )
 
 // BigtableConfig is the bigtable section of the syncer's config.
@@ -52,6 +53,8 @@ type BigtableConfig struct {
 	Writers int `yaml:"writers"`
 	// BatchTimeout bounds one ApplyBulk attempt (5 retries follow); default 60s.
 	BatchTimeout time.Duration `yaml:"batch_timeout"`
+	// OpTimeout bounds every other Bigtable call; default 10s.
+	OpTimeout time.Duration `yaml:"op_timeout"`
 }
 
 // GateConfig is a validation gate (snapshot.Gate) in YAML.
@@ -157,7 +160,7 @@ func DefaultSyncerConfig() SyncerConfig {
 		Lease:            LeaseConfig{Duration: 15 * time.Second, AcquireTimeout: time.Minute},
 		Bigtable: BigtableConfig{
 			Project: sc.Project, Instance: sc.Instance, Table: sc.Table,
-			BatchRows: sc.BatchRows, BatchBytes: sc.BatchBytes, Writers: sc.Writers, BatchTimeout: sc.BatchTimeout,
+			BatchRows: sc.BatchRows, BatchBytes: sc.BatchBytes, Writers: sc.Writers, BatchTimeout: sc.BatchTimeout, OpTimeout: sc.OpTimeout,
 		},
 	}
 }
@@ -268,5 +271,6 @@ func (c SyncerConfig) StoreConfig() store.Config {
 	sc.EmulatorHost = c.emulatorHost
 	sc.TTL = c.TTL
 	sc.BatchRows, sc.BatchBytes, sc.Writers, sc.BatchTimeout = c.Bigtable.BatchRows, c.Bigtable.BatchBytes, c.Bigtable.Writers, c.Bigtable.BatchTimeout
+	sc.OpTimeout = c.Bigtable.OpTimeout
 	return sc
 }

@@ -59,6 +59,7 @@ func (m *MetadataAPI) Run(ctx context.Context, args []string) error {
 	drain := fs.Duration("shutdown-timeout", 25*time.Second, "how long in-flight requests may finish at shutdown")
 	cacheSize := fs.Int("cache-size", envInt(m.Getenv, EnvCacheSize, 100_000), "documents cached by (version, collection, id); negative: off (env "+EnvCacheSize+")")
 	batchLimit := fs.Int("batch-limit", 1000, "the most ids one batchGet may ask for")
+	maxStale := fs.Duration("max-stale", envDuration(m.Getenv, EnvMaxStale, time.Minute), "how long the last good pointer is served while Bigtable cannot be read; past it, reads answer 503 and /readyz fails (env "+EnvMaxStale+")")
 	logFormat := fs.String("log-format", envOr(m.Getenv, EnvLogFormat, "text"), "log format: text or json (env "+EnvLogFormat+")")
 	logLevel := fs.String("log-level", "info", "log level: debug, info, warn, error")
 	if err := fs.Parse(args); err != nil {
@@ -89,7 +90,7 @@ func (m *MetadataAPI) Run(ctx context.Context, args []string) error {
 		// Keep serving: readiness reports the problem until Bigtable answers.
 		log.Warn("bigtable not reachable at start", "err", err)
 	}
-	res := snapshot.NewResolver(*dataset, st, snapshot.ResolverConfig{Refresh: *refresh, CacheSize: *cacheSize}, nil)
+	res := snapshot.NewResolver(*dataset, st, snapshot.ResolverConfig{Refresh: *refresh, CacheSize: *cacheSize, MaxStale: *maxStale}, nil)
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	var admin api.Admin

@@ -131,6 +131,9 @@ func Bigtable(tb testing.TB) string {
 	return addr
 }
 
+// EmulatorBinary returns the path of the emulator binary (building it if needed).
+func EmulatorBinary(tb testing.TB) string { return emulatorPath(tb) }
+
 // StartEmulator is Bigtable, also returning the process so a test can stop it.
 func StartEmulator(tb testing.TB) (string, *exec.Cmd) {
 	tb.Helper()

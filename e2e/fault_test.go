@@ -1,0 +1,138 @@
+package e2e
+
+import (
+	"context"
+	"net/http"
+	"os/exec"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/snapflip/snapflip/internal/cli"
+	"github.com/snapflip/snapflip/internal/testenv"
+)
+
+// TestFaultEmulatorStopsMidSync: the Bigtable emulator dies while a sync copies. The
+// sync fails within its batch timeout instead of hanging; the API keeps answering
+// cached reads from the last good version until max-stale, then reports not ready;
+// after Bigtable comes back (empty: the emulator keeps nothing) the next sync publishes
+// and the API is ready again.
+func TestFaultEmulatorStopsMidSync(t *testing.T) {
+	dsn := testenv.Postgres(t)
+	addr, emu := testenv.StartEmulator(t)
+	e := &env{dsn: dsn, btAddr: addr}
+	testenv.Exec(t, dsn, schema, `INSERT INTO things (id) SELECT 'bulk-' || g FROM generate_series(1, 30000) g`,
+		`INSERT INTO things (id) VALUES ('plain')`)
+	e.configPath = t.TempDir() + "/snapflip.yaml"
+	writeConfig(t, e, config+"bigtable:\n  batch_timeout: 300ms\n  op_timeout: 1s\n")
+	stale := func(k string) string {
+		if k == cli.EnvMaxStale {
+			return "2s"
+		}
+		return e.getenv(k)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	addrc := make(chan string, 1)
+	api := &cli.MetadataAPI{Getenv: stale, Stderr: discard{}, Listening: func(a string) { addrc <- a }}
+	go func() { _ = api.Run(ctx, []string{"--addr", "127.0.0.1:0"}) }()
+	e.base = "http://" + <-addrc
+
+	if _, err := e.sync(t); err != nil {
+		t.Fatal(err)
+	}
+	good := e.awaitVersion(t, docPath("things", "plain"), "")
+
+	testenv.Exec(t, dsn, `UPDATE things SET gen = 1`)
+	errc := make(chan error, 1)
+	go func() { _, err := e.sync(t); errc <- err }()
+	// Wait until the copy is under way (a manifest in state writing), then stop Bigtable.
+	st := testenv.Store(t, testenv.StoreConfig(addr))
+	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+		ms, _ := st.ListManifests(context.Background(), "e2e")
+		if len(ms) > 0 && ms[len(ms)-1].State == "writing" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the second sync never started writing")
+		}
+	}
+	_ = emu.Process.Kill()
+	_ = emu.Wait()
+	stopped := time.Now()
+	// The cached document still answers, from the last good version, while the last
+	// good pointer is younger than max-stale.
+	if r := e.get(t, docPath("things", "plain")); r.status != http.StatusOK || r.version != good.version {
+		t.Errorf("cached read while Bigtable is down = %d from %s; want 200 from %s", r.status, r.version, good.version)
+	}
+	select {
+	case err := <-errc:
+		if err == nil {
+			t.Fatal("a sync whose Bigtable died succeeded")
+		}
+		t.Logf("sync failed %s after Bigtable stopped: %v", time.Since(stopped).Round(time.Millisecond), err)
+	case <-time.After(60 * time.Second):
+		t.Fatal("the sync still hangs 60s after Bigtable stopped")
+	}
+
+	// Past max-stale, reads answer 503 (never 500) and the API reports not ready.
+	for deadline := time.Now().Add(15 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		if r := e.get(t, "/readyz"); r.status == http.StatusServiceUnavailable {
+			if r := e.get(t, docPath("things", "nope")); r.status != http.StatusServiceUnavailable {
+				t.Errorf("a read with Bigtable down past max-stale = %d; want 503", r.status)
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("/readyz still ready 15s after Bigtable stopped (max-stale 2s)")
+		}
+	}
+
+	// Bigtable comes back, empty, on the same address; the next sync publishes.
+	host, port, _ := strings.Cut(addr, ":")
+	restarted := exec.Command(testenv.EmulatorBinary(t), "-host", host, "-port", port)
+	if err := restarted.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = restarted.Process.Kill(); _ = restarted.Wait() })
+	var out string
+	var err error
+	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		if out, err = e.sync(t); err == nil || time.Now().After(deadline) {
+			break
+		}
+	}
+	if err != nil || !strings.HasPrefix(out, "published") {
+		t.Fatalf("sync after Bigtable came back = %q, %v", out, err)
+	}
+	e.awaitVersion(t, "/readyz", "")
+	if r := e.awaitVersion(t, docPath("things", "plain"), publishedVersion(t, out)); !strings.Contains(string(r.body), `"gen":1`) {
+		t.Errorf("after recovery: %s", r.body)
+	}
+}
+
+type discard struct{}
+
+func (discard) Write(p []byte) (int, error) { return len(p), nil }
+
+// TestFaultStatementTimeout: a Postgres statement timeout fails the sync with
+// Postgres's own message and publishes nothing.
+func TestFaultStatementTimeout(t *testing.T) {
+	e := start(t)
+	if _, err := e.sync(t); err != nil {
+		t.Fatal(err)
+	}
+	st := testenv.Store(t, testenv.StoreConfig(e.btAddr))
+	before, _ := st.ReadPointer(context.Background(), "e2e")
+	testenv.Exec(t, e.dsn, `UPDATE things SET gen = 5`)
+	e.dsn += "&options=-c%20statement_timeout%3D1"
+	testenv.Exec(t, strings.Split(e.dsn, "&options")[0], `CREATE OR REPLACE VIEW slow AS SELECT t.*, (SELECT count(*) FROM generate_series(1, 200000 + length(t.id))) AS z FROM things t`)
+	writeConfig(t, e, strings.Replace(config, "table: public.things", "table: public.slow", 1))
+	_, err := e.sync(t)
+	if err == nil || !strings.Contains(err.Error(), "statement timeout") {
+		t.Fatalf("sync under a 1ms statement timeout = %v; want Postgres's statement timeout error", err)
+	}
+	if p, _ := st.ReadPointer(context.Background(), "e2e"); p.Version != before.Version {
+		t.Errorf("pointer moved to %s after a timed-out sync", p.Version)
+	}
+}
