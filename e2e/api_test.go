@@ -10,7 +10,6 @@ import (
 	"net/http"
 	"net/url"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -102,53 +101,27 @@ func TestBatchGetUnderFlips(t *testing.T) {
 	}
 	e.awaitVersion(t, docPath("things", "plain"), "")
 	body, _ := json.Marshal(map[string][]string{"ids": append(append([]string{}, awkwardIDs...), "nope")})
-	stop := make(chan struct{})
-	var wg sync.WaitGroup
-	var mu sync.Mutex
-	genOf := map[string]int{}
-	for range 4 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for {
-				select {
-				case <-stop:
-					return
-				default:
-				}
-				resp, err := http.Post(e.base+"/v1/data/things:batchGet", "application/json", bytes.NewReader(body))
-				if err != nil {
-					t.Error(err)
-					return
-				}
-				var out struct {
-					Version   string                     `json:"version"`
-					Documents map[string]json.RawMessage `json:"documents"`
-					Missing   []string                   `json:"missing"`
-				}
-				err = json.NewDecoder(resp.Body).Decode(&out)
-				resp.Body.Close()
-				if err != nil || resp.StatusCode != 200 || len(out.Documents) != len(awkwardIDs) || len(out.Missing) != 1 {
-					t.Errorf("batchGet = %d, %d documents, missing %v, %v", resp.StatusCode, len(out.Documents), out.Missing, err)
-					return
-				}
-				g := -1
-				for id, d := range out.Documents {
-					if dg := gen(t, d); g == -1 {
-						g = dg
-					} else if dg != g {
-						t.Errorf("batchGet from %s mixes generations %d and %d (%s)", out.Version, g, dg, id)
-					}
-				}
-				mu.Lock()
-				if prev, ok := genOf[out.Version]; ok && prev != g {
-					t.Errorf("version %s answered generations %d and %d", out.Version, prev, g)
-				}
-				genOf[out.Version] = g
-				mu.Unlock()
-			}
-		}()
-	}
+	stop := e.readers(t, 4, func() (string, []int, error) {
+		resp, err := http.Post(e.base+"/v1/data/things:batchGet", "application/json", bytes.NewReader(body))
+		if err != nil {
+			return "", nil, err
+		}
+		defer resp.Body.Close()
+		var out struct {
+			Version   string                     `json:"version"`
+			Documents map[string]json.RawMessage `json:"documents"`
+			Missing   []string                   `json:"missing"`
+		}
+		if err := json.NewDecoder(resp.Body).Decode(&out); err != nil || resp.StatusCode != 200 ||
+			len(out.Documents) != len(awkwardIDs) || len(out.Missing) != 1 {
+			return "", nil, fmt.Errorf("batchGet = %d, %d documents, missing %v, %v", resp.StatusCode, len(out.Documents), out.Missing, err)
+		}
+		var gens []int
+		for _, d := range out.Documents {
+			gens = append(gens, gen(t, d))
+		}
+		return out.Version, gens, nil
+	})
 	for g := 1; g <= 4; g++ {
 		testenv.Exec(t, e.dsn, fmt.Sprintf(`UPDATE things SET gen = %d`, g))
 		out, err := e.sync(t)
@@ -157,10 +130,8 @@ func TestBatchGetUnderFlips(t *testing.T) {
 		}
 		e.awaitVersion(t, docPath("things", "plain"), publishedVersion(t, out))
 	}
-	close(stop)
-	wg.Wait()
-	if len(genOf) < 2 {
-		t.Errorf("batchGets saw %d versions; want the flips to show", len(genOf))
+	if seen := stop(); len(seen) < 2 {
+		t.Errorf("batchGets saw %d versions; want the flips to show", len(seen))
 	}
 }
 

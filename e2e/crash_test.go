@@ -8,7 +8,6 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -21,30 +20,10 @@ import (
 	"github.com/snapflip/snapflip/snapshot"
 )
 
-var (
-	syncerBinOnce sync.Once
-	syncerBin     string
-	syncerBinErr  error
-)
-
 // builtSyncer builds cmd/syncer once per test process.
 func builtSyncer(tb testing.TB) string {
 	tb.Helper()
-	syncerBinOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "snapflip-syncer")
-		if err != nil {
-			syncerBinErr = err
-			return
-		}
-		syncerBin = filepath.Join(dir, "syncer")
-		if out, err := exec.Command("go", "build", "-o", syncerBin, "github.com/snapflip/snapflip/cmd/syncer").CombinedOutput(); err != nil {
-			syncerBinErr = fmt.Errorf("build syncer: %v\n%s", err, out)
-		}
-	})
-	if syncerBinErr != nil {
-		tb.Fatal(syncerBinErr)
-	}
-	return syncerBin
+	return testenv.Build(tb, "github.com/snapflip/snapflip/cmd/syncer")
 }
 
 // runKilled runs the syncer binary with args and env, expecting it to die by SIGKILL
@@ -185,15 +164,32 @@ func TestCrashAtRandomTimes(t *testing.T) {
 	t.Logf("%d of %d runs killed mid-way (full sync %s); the pointer always named a complete version", killed, kills, full.Round(time.Millisecond))
 }
 
-// watchReaders reads through the API until stopped, checking that every answer is
-// 200 and that each version always answers with one generation.
+// watchReaders reads a document through the API until stopped, checking that every
+// answer is 200 and that each version always answers with one generation.
 func (e *env) watchReaders(tb testing.TB) func() {
+	tb.Helper()
+	stop := e.readers(tb, 2, func() (string, []int, error) {
+		r := e.get(tb, docPath("things", "plain"))
+		if r.status != http.StatusOK {
+			return "", nil, fmt.Errorf("status %d %s", r.status, r.body)
+		}
+		return r.version, []int{gen(tb, r.body)}, nil
+	})
+	return func() { stop() }
+}
+
+// readers runs n goroutines calling read until the returned function is called, which
+// returns how many reads each version answered. read returns the version an answer
+// came from and the generations of the documents in it; every answer from one version
+// must carry one and the same generation (a torn or mixed read fails the test).
+func (e *env) readers(tb testing.TB, n int, read func() (string, []int, error)) func() map[string]int {
 	tb.Helper()
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
 	var mu sync.Mutex
 	genOf := map[string]int{}
-	for range 2 {
+	count := map[string]int{}
+	for range n {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -203,20 +199,28 @@ func (e *env) watchReaders(tb testing.TB) func() {
 					return
 				default:
 				}
-				r := e.get(tb, docPath("things", "plain"))
-				if r.status != http.StatusOK {
-					tb.Errorf("a reader got %d %s", r.status, r.body)
+				v, gens, err := read()
+				if err != nil {
+					tb.Errorf("a reader: %v", err)
 					return
 				}
-				g := gen(tb, r.body)
 				mu.Lock()
-				if prev, ok := genOf[r.version]; ok && prev != g {
-					tb.Errorf("version %s answered generations %d and %d", r.version, prev, g)
+				for _, g := range gens {
+					if prev, ok := genOf[v]; ok && prev != g {
+						tb.Errorf("version %s answered generations %d and %d: a torn or mixed read", v, prev, g)
+					}
+					genOf[v] = g
 				}
-				genOf[r.version] = g
+				count[v]++
 				mu.Unlock()
 			}
 		}()
 	}
-	return func() { close(stop); wg.Wait() }
+	return func() map[string]int {
+		close(stop)
+		wg.Wait()
+		mu.Lock()
+		defer mu.Unlock()
+		return count
+	}
 }

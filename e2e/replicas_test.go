@@ -325,10 +325,7 @@ func TestSyncerProcesses(t *testing.T) {
 	if err := os.WriteFile(e.configPath, []byte(cfg), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	bin := filepath.Join(t.TempDir(), "syncer")
-	if out, err := exec.Command("go", "build", "-o", bin, "github.com/snapflip/snapflip/cmd/syncer").CombinedOutput(); err != nil {
-		t.Fatalf("build syncer: %v\n%s", err, out)
-	}
+	bin := builtSyncer(t)
 	var procs []*exec.Cmd
 	var logs []*strings.Builder
 	for range 4 {

@@ -9,7 +9,6 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
@@ -121,10 +120,7 @@ func TestSIGTERMMidSync(t *testing.T) {
 	if err := os.WriteFile(e.configPath, []byte(cfg), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	bin := filepath.Join(t.TempDir(), "syncer")
-	if out, err := exec.Command("go", "build", "-o", bin, "github.com/snapflip/snapflip/cmd/syncer").CombinedOutput(); err != nil {
-		t.Fatalf("build syncer: %v\n%s", err, out)
-	}
+	bin := builtSyncer(t)
 	cmd := exec.Command(bin, "run")
 	cmd.Env = append(os.Environ(), cli.EnvConfig+"="+e.configPath, cli.EnvPostgresDSN+"="+e.dsn, cli.EnvEmulatorHost+"="+e.btAddr)
 	stderr, err := cmd.StderrPipe()

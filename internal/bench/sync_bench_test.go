@@ -30,14 +30,10 @@ func loadItems(tb testing.TB, dsn, name string, n int) {
 		"VACUUM ANALYZE "+name)
 }
 
-// build compiles a package into dir and returns the binary's path.
-func build(tb testing.TB, dir, pkg string) string {
+// build compiles a main package (once per test process) and returns its binary.
+func build(tb testing.TB, _ string, pkg string) string {
 	tb.Helper()
-	out := filepath.Join(dir, filepath.Base(pkg))
-	if b, err := exec.Command("go", "build", "-o", out, pkg).CombinedOutput(); err != nil {
-		tb.Fatalf("build %s: %v\n%s", pkg, err, b)
-	}
-	return out
+	return testenv.Build(tb, pkg)
 }
 
 // measured is one process run: wall time and peak RSS.

@@ -92,34 +92,37 @@ func Exec(tb testing.TB, dsn string, sql ...string) {
 const EnvEmulator = "SNAPFLIP_TEST_EMULATOR"
 
 var (
-	buildOnce   sync.Once
-	emulatorBin string
-	buildErr    error
+	buildMu sync.Mutex
+	built   = map[string]string{} // package → binary
 )
 
-// emulatorPath returns the emulator binary, building it once per test process if
-// EnvEmulator is not set.
+// Build compiles a main package once per test process and returns the binary's path.
+func Build(tb testing.TB, pkg string) string {
+	tb.Helper()
+	buildMu.Lock()
+	defer buildMu.Unlock()
+	if bin, ok := built[pkg]; ok {
+		return bin
+	}
+	dir, err := os.MkdirTemp("", "snapflip-bin")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	bin := filepath.Join(dir, filepath.Base(pkg))
+	if out, err := exec.Command("go", "build", "-o", bin, pkg).CombinedOutput(); err != nil {
+		tb.Fatalf("build %s: %v\n%s", pkg, err, out)
+	}
+	built[pkg] = bin
+	return bin
+}
+
+// emulatorPath returns the emulator binary: EnvEmulator, or one built once.
 func emulatorPath(tb testing.TB) string {
 	tb.Helper()
 	if p := os.Getenv(EnvEmulator); p != "" {
 		return p
 	}
-	buildOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "snapflip-emulator")
-		if err != nil {
-			buildErr = err
-			return
-		}
-		emulatorBin = filepath.Join(dir, "bigtable-emulator")
-		out, err := exec.Command("go", "build", "-o", emulatorBin, "cloud.google.com/go/bigtable/cmd/emulator").CombinedOutput()
-		if err != nil {
-			buildErr = fmt.Errorf("build the emulator: %v\n%s", err, out)
-		}
-	})
-	if buildErr != nil {
-		tb.Fatal(buildErr)
-	}
-	return emulatorBin
+	return Build(tb, "cloud.google.com/go/bigtable/cmd/emulator")
 }
 
 // Bigtable starts a fresh Bigtable emulator process for the test, stops it when the
