@@ -1,0 +1,76 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"os"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/snapflip/snapflip/internal/testenv"
+	"github.com/snapflip/snapflip/snapshot"
+)
+
+// TestLoadWithFlips: 16 readers load the API while the pointer flips every 100 ms
+// between versions of different generations: no 5xx, no torn or mixed answer. 10 s
+// here; SNAPFLIP_LOAD_SECONDS (make chaos: 60) in the long form.
+func TestLoadWithFlips(t *testing.T) {
+	secs := 10
+	if n, err := fmt.Sscan(os.Getenv("SNAPFLIP_LOAD_SECONDS"), &secs); n != 1 || err != nil || secs <= 0 {
+		secs = 10
+	}
+	e := start(t)
+	vs := e.publishGens(t, 1, 2, 3)
+	st := testenv.Store(t, testenv.StoreConfig(e.btAddr))
+	ctx := context.Background()
+	e.awaitVersion(t, docPath("things", "plain"), vs[2])
+
+	var mu sync.Mutex
+	var lat []time.Duration
+	stop := e.readers(t, 16, func() (string, []int, error) {
+		start := time.Now()
+		r := e.get(t, docPath("things", "plain"))
+		d := time.Since(start)
+		mu.Lock()
+		lat = append(lat, d)
+		mu.Unlock()
+		if r.status != http.StatusOK {
+			return "", nil, fmt.Errorf("status %d %s", r.status, r.body)
+		}
+		return r.version, []int{gen(t, r.body)}, nil
+	})
+	flips := 0
+	for end := time.Now().Add(time.Duration(secs) * time.Second); time.Now().Before(end); time.Sleep(100 * time.Millisecond) {
+		p, err := st.ReadPointer(ctx, "e2e")
+		if err != nil {
+			t.Fatal(err)
+		}
+		next := vs[(slices.Index(vs, string(p.Version))+1)%len(vs)]
+		m, err := st.ReadManifest(ctx, "e2e", snapshot.Version(next))
+		if err != nil {
+			t.Fatal(err)
+		}
+		// A rollback-style flip (it may go back in source position), fenced as any.
+		if _, err := st.FlipPointer(ctx, "e2e", snapshot.Flip{Version: snapshot.Version(next), Expected: p.Version,
+			Token: p.Fence + 1, Source: m.Source, Rollback: true, At: time.Now()}); err != nil {
+			t.Fatalf("flip %d: %v", flips, err)
+		}
+		flips++
+	}
+	seen := stop()
+	mu.Lock()
+	defer mu.Unlock()
+	slices.Sort(lat)
+	total := 0
+	for _, n := range seen {
+		total += n
+	}
+	if len(seen) != len(vs) {
+		t.Errorf("readers saw %d versions; want all %d", len(seen), len(vs))
+	}
+	t.Logf("%d s, %d flips, %d reads (%.0f/s), 0 non-200, 0 mixed; latency p50 %s p99 %s max %s",
+		secs, flips, total, float64(total)/float64(secs), lat[len(lat)/2], lat[len(lat)*99/100], lat[len(lat)-1])
+}
