@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/subtle"
 	"encoding/json"
+	"errors"
 	"net"
 	"net/http"
 	"strings"
@@ -45,18 +46,23 @@ func caller(r *http.Request) string {
 	return "api-admin@" + host
 }
 
-// decodeStrict decodes a JSON body into v, refusing unknown fields.
-func (s *Server) decodeStrict(w http.ResponseWriter, r *http.Request, v any) error {
-	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, 64<<10))
+// decodeStrict decodes a JSON body of at most limit bytes into v, refusing unknown
+// fields; a malformed body is a bad request that shows the expected shape.
+func decodeStrict(w http.ResponseWriter, r *http.Request, limit int64, v any, shape string) error {
+	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, limit))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil {
-		if _, ok := err.(*http.MaxBytesError); ok {
+		var tooLarge *http.MaxBytesError
+		if errors.As(err, &tooLarge) {
 			return err
 		}
-		return badRequest("body: %v", err)
+		return badRequest("body: want %s: %v", shape, err)
 	}
 	return nil
 }
+
+// adminBodyLimit bounds an admin request's body.
+const adminBodyLimit = 64 << 10
 
 type rollbackBody struct {
 	To       string `json:"to"`
@@ -65,41 +71,38 @@ type rollbackBody struct {
 	Force    bool   `json:"force"`
 }
 
-func (s *Server) adminRollback(w http.ResponseWriter, r *http.Request) {
+func (s *Server) adminRollback(w http.ResponseWriter, r *http.Request) error {
 	var b rollbackBody
-	if err := s.decodeStrict(w, r, &b); err != nil {
-		s.writeError(w, r, err)
-		return
+	if err := decodeStrict(w, r, adminBodyLimit, &b, `{"to": "VERSION" or "previous": true, "reason": "...", "force": false}`); err != nil {
+		return err
 	}
 	req := snapshot.RollbackRequest{Previous: b.Previous, Reason: b.Reason, Force: b.Force, By: caller(r)}
 	if b.To != "" {
 		v, err := snapshot.ParseVersion(b.To)
 		if err != nil {
-			s.writeError(w, r, err)
-			return
+			return err
 		}
 		req.To = v
 	}
 	res, err := s.cfg.Admin.Rollback(r.Context(), req)
 	if err != nil {
-		s.writeError(w, r, err)
-		return
+		return err
 	}
 	writeJSON(w, http.StatusOK, res)
+	return nil
 }
 
-func (s *Server) adminUnpin(w http.ResponseWriter, r *http.Request) {
+func (s *Server) adminUnpin(w http.ResponseWriter, r *http.Request) error {
 	var b struct {
 		Reason string `json:"reason"`
 	}
-	if err := s.decodeStrict(w, r, &b); err != nil {
-		s.writeError(w, r, err)
-		return
+	if err := decodeStrict(w, r, adminBodyLimit, &b, `{"reason": "..."}`); err != nil {
+		return err
 	}
 	res, err := s.cfg.Admin.Unpin(r.Context(), strings.TrimSpace(b.Reason), caller(r))
 	if err != nil {
-		s.writeError(w, r, err)
-		return
+		return err
 	}
 	writeJSON(w, http.StatusOK, res)
+	return nil
 }

@@ -16,38 +16,35 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 }
 
 // getDocument answers GET /v1/data/{collection}/{id}.
-func (s *Server) getDocument(w http.ResponseWriter, r *http.Request) {
+func (s *Server) getDocument(w http.ResponseWriter, r *http.Request) error {
 	collection, err := pathParam(r, "collection", 128)
 	if err != nil {
-		s.writeError(w, r, err)
-		return
+		return err
 	}
 	id, err := pathParam(r, "id", MaxIDBytes)
 	if err != nil {
-		s.writeError(w, r, err)
-		return
+		return err
 	}
 	view, pinned, err := s.view(r)
 	if err != nil {
-		s.writeError(w, r, err)
-		return
+		return err
 	}
 	w.Header().Set(HeaderVersion, string(view.Version))
 	doc, err := s.reader.Get(r.Context(), view, collection, id)
 	if err != nil {
-		s.writeError(w, r, err)
-		return
+		return err
 	}
 	cacheHeaders(w, view.Version, pinned)
 	h := w.Header()
 	h["Etag"] = []string{doc.ETag}
 	if match := r.Header["If-None-Match"]; len(match) > 0 && match[0] == doc.ETag {
 		w.WriteHeader(http.StatusNotModified)
-		return
+		return nil
 	}
 	h["Content-Type"] = contentJSON
 	h["Content-Length"] = []string{strconv.Itoa(len(doc.Body))}
 	_, _ = w.Write(doc.Body)
+	return nil
 }
 
 // batchGetRequest is the body of POST /v1/data/{collection}:batchGet.
@@ -63,47 +60,34 @@ type batchGetResponse struct {
 }
 
 // batchGet answers POST /v1/data/{collection}:batchGet.
-func (s *Server) batchGet(w http.ResponseWriter, r *http.Request) {
+func (s *Server) batchGet(w http.ResponseWriter, r *http.Request) error {
 	collection, err := pathParam(r, "collection", 128)
 	if err != nil {
-		s.writeError(w, r, err)
-		return
+		return err
 	}
 	var req batchGetRequest
-	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, s.cfg.MaxBodyBytes))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&req); err != nil {
-		if _, ok := err.(*http.MaxBytesError); ok {
-			s.writeError(w, r, err)
-			return
-		}
-		s.writeError(w, r, badRequest("body: want {\"ids\": [\"...\"]}: %v", err))
-		return
+	if err := decodeStrict(w, r, s.cfg.MaxBodyBytes, &req, `{"ids": ["..."]}`); err != nil {
+		return err
 	}
 	switch {
 	case len(req.IDs) == 0:
-		s.writeError(w, r, badRequest("ids: at least one id is required"))
-		return
+		return badRequest("ids: at least one id is required")
 	case len(req.IDs) > s.cfg.BatchLimit:
-		s.writeError(w, r, badRequest("ids: %d ids, over the limit of %d", len(req.IDs), s.cfg.BatchLimit))
-		return
+		return badRequest("ids: %d ids, over the limit of %d", len(req.IDs), s.cfg.BatchLimit)
 	}
 	for i, id := range req.IDs {
 		if err := checkID("ids["+strconv.Itoa(i)+"]", id, MaxIDBytes); err != nil {
-			s.writeError(w, r, err)
-			return
+			return err
 		}
 	}
 	view, pinned, err := s.view(r)
 	if err != nil {
-		s.writeError(w, r, err)
-		return
+		return err
 	}
 	w.Header().Set(HeaderVersion, string(view.Version))
 	docs, missing, err := s.reader.GetMany(r.Context(), view, collection, req.IDs)
 	if err != nil {
-		s.writeError(w, r, err)
-		return
+		return err
 	}
 	resp := batchGetResponse{Version: view.Version, Documents: make(map[string]json.RawMessage, len(docs)), Missing: missing}
 	for id, d := range docs {
@@ -115,6 +99,7 @@ func (s *Server) batchGet(w http.ResponseWriter, r *http.Request) {
 	cacheHeaders(w, view.Version, pinned)
 	w.Header().Set("Cache-Control", "no-store") // a POST; its answer depends on the body
 	writeJSON(w, http.StatusOK, resp)
+	return nil
 }
 
 // pageToken is where a listing stopped; it carries the version so that every page of
@@ -167,16 +152,14 @@ type listResponse struct {
 }
 
 // listDocuments answers GET /v1/data/{collection}?limit=&page_token=.
-func (s *Server) listDocuments(w http.ResponseWriter, r *http.Request) {
+func (s *Server) listDocuments(w http.ResponseWriter, r *http.Request) error {
 	collection, err := pathParam(r, "collection", 128)
 	if err != nil {
-		s.writeError(w, r, err)
-		return
+		return err
 	}
 	limit, err := s.pageLimit(r)
 	if err != nil {
-		s.writeError(w, r, err)
-		return
+		return err
 	}
 	var view snapshot.View
 	var after string
@@ -184,8 +167,7 @@ func (s *Server) listDocuments(w http.ResponseWriter, r *http.Request) {
 	if tok := r.URL.Query().Get("page_token"); tok != "" {
 		var t pageToken
 		if err := decodeToken(tok, &t); err != nil {
-			s.writeError(w, r, err)
-			return
+			return err
 		}
 		v, err := snapshot.ParseVersion(string(t.Version))
 		if err == nil && t.Collection != collection {
@@ -198,19 +180,16 @@ func (s *Server) listDocuments(w http.ResponseWriter, r *http.Request) {
 			view, err = s.reader.View(r.Context(), v)
 		}
 		if err != nil {
-			s.writeError(w, r, err)
-			return
+			return err
 		}
 		after = t.After
 	} else if view, pinned, err = s.view(r); err != nil {
-		s.writeError(w, r, err)
-		return
+		return err
 	}
 	w.Header().Set(HeaderVersion, string(view.Version))
 	docs, more, err := s.reader.Page(r.Context(), view, collection, after, limit)
 	if err != nil {
-		s.writeError(w, r, err)
-		return
+		return err
 	}
 	resp := listResponse{Version: view.Version, Documents: make([]listedDocument, len(docs))}
 	for i, d := range docs {
@@ -221,4 +200,5 @@ func (s *Server) listDocuments(w http.ResponseWriter, r *http.Request) {
 	}
 	cacheHeaders(w, view.Version, pinned)
 	writeJSON(w, http.StatusOK, resp)
+	return nil
 }

@@ -121,16 +121,16 @@ func NewServer(reader Reader, cfg Config, log *slog.Logger) *Server {
 	if cfg.Registry != nil {
 		r.Method(http.MethodGet, "/metrics", promhttp.HandlerFor(cfg.Registry, promhttp.HandlerOpts{}))
 	}
-	r.Get("/v1/data/{collection}/{id}", s.getDocument)
-	r.Post("/v1/data/{collection}:batchGet", s.batchGet)
-	r.Get("/v1/data/{collection}", s.listDocuments)
-	r.Get("/v1/collections", s.collections)
-	r.Get("/v1/versions", s.versions)
-	r.Get("/v1/versions/current", s.currentVersion)
-	r.Get("/v1/versions/{version}", s.version)
+	r.Get("/v1/data/{collection}/{id}", s.handle(s.getDocument))
+	r.Post("/v1/data/{collection}:batchGet", s.handle(s.batchGet))
+	r.Get("/v1/data/{collection}", s.handle(s.listDocuments))
+	r.Get("/v1/collections", s.handle(s.collections))
+	r.Get("/v1/versions", s.handle(s.versions))
+	r.Get("/v1/versions/current", s.handle(s.currentVersion))
+	r.Get("/v1/versions/{version}", s.handle(s.version))
 	if cfg.AdminToken != "" && cfg.Admin != nil {
-		r.Post("/v1/admin/rollback", s.requireToken(s.adminRollback))
-		r.Post("/v1/admin/unpin", s.requireToken(s.adminUnpin))
+		r.Post("/v1/admin/rollback", s.requireToken(s.handle(s.adminRollback)))
+		r.Post("/v1/admin/unpin", s.requireToken(s.handle(s.adminUnpin)))
 	}
 	r.NotFound(func(w http.ResponseWriter, r *http.Request) {
 		writeProblem(w, Problem{Type: typeNotFound, Title: "Not found", Status: http.StatusNotFound,
@@ -155,6 +155,16 @@ func (s *Server) Routes() []string {
 		return nil
 	})
 	return out
+}
+
+// handle adapts a handler that returns its error: the error becomes the response's
+// problem document, written in one place.
+func (s *Server) handle(h func(http.ResponseWriter, *http.Request) error) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		if err := h(w, r); err != nil {
+			s.writeError(w, r, err)
+		}
+	}
 }
 
 // escapedRouting makes chi route on the escaped path, so that an id holding "%2F" is

@@ -15,11 +15,10 @@ type collectionInfo struct {
 }
 
 // collections answers GET /v1/collections.
-func (s *Server) collections(w http.ResponseWriter, r *http.Request) {
+func (s *Server) collections(w http.ResponseWriter, r *http.Request) error {
 	view, pinned, err := s.view(r)
 	if err != nil {
-		s.writeError(w, r, err)
-		return
+		return err
 	}
 	out := struct {
 		Version     snapshot.Version `json:"version"`
@@ -31,6 +30,7 @@ func (s *Server) collections(w http.ResponseWriter, r *http.Request) {
 	}
 	cacheHeaders(w, view.Version, pinned)
 	writeJSON(w, http.StatusOK, out)
+	return nil
 }
 
 // versionInfo is one version as the API lists it.
@@ -92,28 +92,24 @@ type versionToken struct {
 }
 
 // versions answers GET /v1/versions?limit=&page_token=, newest first.
-func (s *Server) versions(w http.ResponseWriter, r *http.Request) {
+func (s *Server) versions(w http.ResponseWriter, r *http.Request) error {
 	limit, err := s.pageLimit(r)
 	if err != nil {
-		s.writeError(w, r, err)
-		return
+		return err
 	}
 	var tok versionToken
 	if t := r.URL.Query().Get("page_token"); t != "" {
 		if err := decodeToken(t, &tok); err != nil {
-			s.writeError(w, r, err)
-			return
+			return err
 		}
 	}
 	ptr, err := s.pointerOrNone(r)
 	if err != nil {
-		s.writeError(w, r, err)
-		return
+		return err
 	}
 	all, err := s.reader.Versions(r.Context())
 	if err != nil {
-		s.writeError(w, r, err)
-		return
+		return err
 	}
 	start := 0
 	if tok.After != "" {
@@ -138,19 +134,18 @@ func (s *Server) versions(w http.ResponseWriter, r *http.Request) {
 	}
 	w.Header().Set("Cache-Control", "no-cache")
 	writeJSON(w, http.StatusOK, out)
+	return nil
 }
 
 // currentVersion answers GET /v1/versions/current: the pointer and its version.
-func (s *Server) currentVersion(w http.ResponseWriter, r *http.Request) {
+func (s *Server) currentVersion(w http.ResponseWriter, r *http.Request) error {
 	p, err := s.reader.Pointer(r.Context())
 	if err != nil {
-		s.writeError(w, r, err)
-		return
+		return err
 	}
 	view, err := s.reader.Current(r.Context())
 	if err != nil {
-		s.writeError(w, r, err)
-		return
+		return err
 	}
 	info := describeVersion(view.Manifest, p.Version)
 	out := struct {
@@ -170,30 +165,28 @@ func (s *Server) currentVersion(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set(HeaderVersion, string(view.Version))
 	w.Header().Set("Cache-Control", "no-cache")
 	writeJSON(w, http.StatusOK, out)
+	return nil
 }
 
 // version answers GET /v1/versions/{version}: its manifest, whatever its state.
-func (s *Server) version(w http.ResponseWriter, r *http.Request) {
+func (s *Server) version(w http.ResponseWriter, r *http.Request) error {
 	raw, err := pathParam(r, "version", 128)
 	if err != nil {
-		s.writeError(w, r, err)
-		return
+		return err
 	}
 	v, err := snapshot.ParseVersion(raw)
 	if err != nil {
-		s.writeError(w, r, err)
-		return
+		return err
 	}
 	m, err := s.reader.Manifest(r.Context(), v)
 	if err != nil {
-		s.writeError(w, r, err)
-		return
+		return err
 	}
 	ptr, err := s.pointerOrNone(r)
 	if err != nil {
-		s.writeError(w, r, err)
-		return
+		return err
 	}
 	w.Header().Set("Cache-Control", "no-cache")
 	writeJSON(w, http.StatusOK, describeVersion(m, ptr.Version))
+	return nil
 }
