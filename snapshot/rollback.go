@@ -67,53 +67,74 @@ type RollbackResult struct {
 // about to expire, is current already, or was itself rolled back away from (unless
 // Force) is refused with an error wrapping ErrTargetRefused, and nothing changes.
 func (a *Admin) Rollback(ctx context.Context, req RollbackRequest) (RollbackResult, error) {
-	start := a.now()
-	if strings.TrimSpace(req.Reason) == "" {
-		return RollbackResult{}, fmt.Errorf("%w rollback: a reason is required", ErrInvalid)
-	}
 	if (req.To == "") == !req.Previous {
 		return RollbackResult{}, fmt.Errorf("%w rollback: name a target version or ask for the previous one, not both", ErrInvalid)
+	}
+	var target Manifest
+	plan := func(ctx context.Context, cur Pointer) (Flip, error) {
+		v := req.To
+		if req.Previous {
+			if cur.Previous == "" {
+				return Flip{}, fmt.Errorf("%w: %s has no previous version", ErrTargetRefused, cur.Version)
+			}
+			v = cur.Previous
+		}
+		m, err := a.checkTarget(ctx, cur, v, req.Force)
+		target = m
+		return Flip{Version: v, Source: m.Source, Pin: true}, err
+	}
+	after := func(ctx context.Context, cur Pointer, f Flip) {
+		crash(a.Crash, CrashRollbackFlip, 0)
+		a.mark(ctx, cur.Version, StatePublished, StateRolledBack, "rolled back: "+req.Reason)
+		a.mark(ctx, f.Version, target.State, StatePublished, "")
+	}
+	res, err := a.operatorFlip(ctx, ActionRollback, req.By, req.Reason, plan, after)
+	if err != nil {
+		return res, fmt.Errorf("rollback: %w", err)
+	}
+	res.Message = fmt.Sprintf("rolled back from %s to %s and pinned the dataset; scheduled syncs will not publish until unpinned", res.From, res.To)
+	return res, nil
+}
+
+// operatorFlip runs an operator's change of the pointer under the publish lease: it
+// reads the pointer, lets plan choose the flip (or refuse, changing nothing), flips
+// with the lease's token as a rollback flip, records the audit entry, and runs after
+// for bookkeeping. Once the pointer has moved, failures are logged, not returned: the
+// change has happened.
+func (a *Admin) operatorFlip(ctx context.Context, action Action, by, reason string,
+	plan func(context.Context, Pointer) (Flip, error), after func(context.Context, Pointer, Flip)) (RollbackResult, error) {
+	start := a.now()
+	if strings.TrimSpace(reason) == "" {
+		return RollbackResult{}, fmt.Errorf("%w %s: a reason is required", ErrInvalid, action)
 	}
 	hold, err := a.acquire(ctx)
 	if err != nil {
 		return RollbackResult{}, err
 	}
 	defer a.release(ctx, hold)
-
 	cur, err := a.Store.ReadPointer(ctx, a.Dataset)
 	if err != nil {
 		return RollbackResult{}, fmt.Errorf("read pointer: %w", err)
 	}
-	target := req.To
-	if req.Previous {
-		if cur.Previous == "" {
-			return RollbackResult{}, fmt.Errorf("%w: %s has no previous version", ErrTargetRefused, cur.Version)
-		}
-		target = cur.Previous
-	}
-	m, err := a.checkTarget(ctx, cur, target, req.Force)
+	f, err := plan(ctx, cur)
 	if err != nil {
 		return RollbackResult{}, err
 	}
-	at := a.now()
-	flip := Flip{Version: target, Expected: cur.Version, Token: hold.Token(), Source: m.Source,
-		Rollback: true, Pin: true, By: req.By, Reason: req.Reason, At: at}
-	if _, err := a.Store.FlipPointer(ctx, a.Dataset, flip); err != nil {
-		return RollbackResult{}, fmt.Errorf("flip pointer back to %s: %w", target, err)
+	f.Expected, f.Token, f.Rollback, f.By, f.Reason, f.At = cur.Version, hold.Token(), true, by, reason, a.now()
+	if _, err := a.Store.FlipPointer(ctx, a.Dataset, f); err != nil {
+		return RollbackResult{}, fmt.Errorf("flip pointer to %s: %w", f.Version, err)
 	}
-	crash(a.Crash, CrashRollbackFlip, 0)
-	// The pointer has moved: what follows is bookkeeping, logged if it fails.
 	bg, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
 	defer cancel()
-	a.mark(bg, cur.Version, StatePublished, StateRolledBack, "rolled back: "+req.Reason)
-	a.mark(bg, target, m.State, StatePublished, "")
-	a.audit(bg, AuditEntry{Dataset: a.Dataset, At: at, Action: ActionRollback, From: cur.Version, To: target,
-		Token: hold.Token(), Pinned: true, By: req.By, Reason: req.Reason})
-	res := RollbackResult{From: cur.Version, To: target, Token: hold.Token(), Pinned: true, At: at, Reason: req.Reason,
-		Took:    a.now().Sub(start).Round(time.Millisecond).String(),
-		Message: fmt.Sprintf("rolled back from %s to %s and pinned the dataset; scheduled syncs will not publish until unpinned", cur.Version, target)}
-	a.log().InfoContext(ctx, "rolled back", "dataset", a.Dataset, "from", cur.Version, "to", target, "token", hold.Token(), "by", req.By, "reason", req.Reason)
-	return res, nil
+	if after != nil {
+		after(bg, cur, f)
+	}
+	a.audit(bg, AuditEntry{Dataset: a.Dataset, At: f.At, Action: action, From: cur.Version, To: f.Version,
+		Token: f.Token, Pinned: f.Pin, By: by, Reason: reason})
+	a.log().InfoContext(ctx, string(action), "dataset", a.Dataset, "from", cur.Version, "to", f.Version,
+		"token", f.Token, "pinned", f.Pin, "by", by, "reason", reason)
+	return RollbackResult{From: cur.Version, To: f.Version, Token: f.Token, Pinned: f.Pin, At: f.At, Reason: reason,
+		Took: a.now().Sub(start).Round(time.Millisecond).String()}, nil
 }
 
 // checkTarget refuses a target that may not be rolled back to.
@@ -157,34 +178,18 @@ func (a *Admin) checkTarget(ctx context.Context, cur Pointer, target Version, fo
 
 // Unpin resumes scheduled publishing; the pointer stays where it is.
 func (a *Admin) Unpin(ctx context.Context, reason, by string) (RollbackResult, error) {
-	if strings.TrimSpace(reason) == "" {
-		return RollbackResult{}, fmt.Errorf("%w unpin: a reason is required", ErrInvalid)
+	plan := func(_ context.Context, cur Pointer) (Flip, error) {
+		if !cur.Pinned {
+			return Flip{}, fmt.Errorf("%w: dataset %s is not pinned", ErrTargetRefused, a.Dataset)
+		}
+		return Flip{Version: cur.Version, Source: cur.Source, Pin: false}, nil
 	}
-	hold, err := a.acquire(ctx)
+	res, err := a.operatorFlip(ctx, ActionUnpin, by, reason, plan, nil)
 	if err != nil {
-		return RollbackResult{}, err
+		return res, fmt.Errorf("unpin: %w", err)
 	}
-	defer a.release(ctx, hold)
-	cur, err := a.Store.ReadPointer(ctx, a.Dataset)
-	if err != nil {
-		return RollbackResult{}, fmt.Errorf("read pointer: %w", err)
-	}
-	if !cur.Pinned {
-		return RollbackResult{}, fmt.Errorf("%w: dataset %s is not pinned", ErrTargetRefused, a.Dataset)
-	}
-	at := a.now()
-	flip := Flip{Version: cur.Version, Expected: cur.Version, Token: hold.Token(), Source: cur.Source,
-		Rollback: true, Pin: false, By: by, Reason: reason, At: at}
-	if _, err := a.Store.FlipPointer(ctx, a.Dataset, flip); err != nil {
-		return RollbackResult{}, fmt.Errorf("unpin: %w", err)
-	}
-	bg, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
-	defer cancel()
-	a.audit(bg, AuditEntry{Dataset: a.Dataset, At: at, Action: ActionUnpin, From: cur.Version, To: cur.Version,
-		Token: hold.Token(), By: by, Reason: reason})
-	a.log().InfoContext(ctx, "unpinned", "dataset", a.Dataset, "version", cur.Version, "by", by, "reason", reason)
-	return RollbackResult{From: cur.Version, To: cur.Version, Token: hold.Token(), At: at, Reason: reason,
-		Message: fmt.Sprintf("unpinned: scheduled syncs publish again; %s stays current until the next one", cur.Version)}, nil
+	res.Message = fmt.Sprintf("unpinned: scheduled syncs publish again; %s stays current until the next one", res.To)
+	return res, nil
 }
 
 func (a *Admin) acquire(ctx context.Context) (Hold, error) {

@@ -278,7 +278,7 @@ func cmdRollback(ctx context.Context, e *adminEnv, args []string) error {
 	}
 	res, err := e.admin.Rollback(ctx, req)
 	if err != nil {
-		return fmt.Errorf("rollback: %w (nothing changed)", err)
+		return fmt.Errorf("%w (nothing changed)", err)
 	}
 	fmt.Fprintf(e.out, "%s\n  from   %s\n  to     %s\n  token  %d\n  took   %s\nrun `syncer unpin --reason ...` to resume scheduled publishing\n",
 		res.Message, res.From, res.To, res.Token, res.Took)
@@ -293,7 +293,7 @@ func cmdUnpin(ctx context.Context, e *adminEnv, args []string) error {
 	}
 	res, err := e.admin.Unpin(ctx, *reason, e.by)
 	if err != nil {
-		return fmt.Errorf("unpin: %w (nothing changed)", err)
+		return fmt.Errorf("%w (nothing changed)", err)
 	}
 	fmt.Fprintln(e.out, res.Message)
 	return nil
