@@ -90,7 +90,7 @@ func chart(ms []snapshot.Manifest, history []snapshot.AuditEntry, current snapsh
 	span := max(t1.Sub(t0).Seconds(), 1)
 	var maxRows int64 = 1
 	for _, m := range ms {
-		maxRows = max(maxRows, rows(m))
+		maxRows = max(maxRows, m.Rows())
 	}
 	x := func(t time.Time) float64 { return pad + (W-2*pad)*min(max(t.Sub(t0).Seconds()/span, 0), 1) }
 	y := func(n int64) float64 { return H - pad - (H-2*pad)*float64(n)/float64(maxRows) }
@@ -116,22 +116,14 @@ func chart(ms []snapshot.Manifest, history []snapshot.AuditEntry, current snapsh
 		svg += fmt.Sprintf(`<text x="%.1f" y="%.0f" font-size="10" fill="%s">%s</text>`, x(e.At)+3, pad-4, c, e.Action)
 	}
 	for _, m := range ms {
-		cx, cy := x(m.StartedAt), y(rows(m))
+		cx, cy := x(m.StartedAt), y(m.Rows())
 		if m.Version == current {
 			svg += fmt.Sprintf(`<circle cx="%.1f" cy="%.1f" r="9" fill="none" stroke="#1a7f37" stroke-width="2"/>`, cx, cy)
 		}
 		svg += fmt.Sprintf(`<circle cx="%.1f" cy="%.1f" r="5" fill="%s"><title>%s %s %d docs</title></circle>`,
-			cx, cy, colors[m.State], m.Version, m.State, rows(m))
+			cx, cy, colors[m.State], m.Version, m.State, m.Rows())
 	}
 	return template.HTML(svg + `</svg>`)
-}
-
-func rows(m snapshot.Manifest) int64 {
-	var n int64
-	for _, c := range m.Collections {
-		n += c.Rows
-	}
-	return n
 }
 
 var statusTemplate = template.Must(template.New("status").Funcs(template.FuncMap{

@@ -63,19 +63,13 @@ func timePtr(t time.Time) *time.Time {
 }
 
 func describeVersion(m snapshot.Manifest, current snapshot.Version) versionInfo {
-	v := versionInfo{
-		Version: m.Version, State: m.State, Current: m.Version == current, Counts: map[string]int64{},
+	return versionInfo{
+		Version: m.Version, State: m.State, Current: m.Version == current, Counts: m.Counts(),
 		Source: sourceInfo{LSN: m.Source.String(), Snapshot: m.Source.Snapshot},
 		Token:  m.Token, Slot: m.Slot, Writer: m.Writer, StartedAt: m.StartedAt,
-		SealedAt: timePtr(m.SealedAt), PublishedAt: timePtr(m.PublishedAt), Reason: m.Reason,
+		SealedAt: timePtr(m.SealedAt), PublishedAt: timePtr(m.PublishedAt), ExpiresAt: timePtr(m.ExpiresAt(0)),
+		Reason: m.Reason,
 	}
-	if m.TTL > 0 {
-		v.ExpiresAt = timePtr(m.DataTime().Add(m.TTL))
-	}
-	for name, c := range m.Collections {
-		v.Counts[name] = c.Rows
-	}
-	return v
 }
 
 // pointerOrNone returns the pointer, or a zero one when nothing is published.

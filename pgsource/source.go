@@ -247,7 +247,9 @@ func quoteLiteral(s string) string { return "'" + strings.ReplaceAll(s, "'", "''
 // it): each row's key as text and the row as JSON, in key order, so a duplicate key is
 // next to its twin (twins hash alike, so they share a partition).
 func selectSQL(c Collection, part, parts int) string {
-	from := c.Query
+	// A query pasted from psql often ends in ';', which is a syntax error inside the
+	// subquery it becomes.
+	from := strings.TrimRight(strings.TrimSpace(c.Query), "; \t\n")
 	if c.Table != "" {
 		from = "SELECT * FROM " + pgx.Identifier(strings.Split(c.Table, ".")).Sanitize()
 	}

@@ -116,6 +116,7 @@ func TestScanFailures(t *testing.T) {
 		{"unknown table", pgsource.Collection{Table: "public.nope", Key: "k"}, []string{"nope", "does not exist"}, nil},
 		{"unknown key column", pgsource.Collection{Table: "dup", Key: "nokey"}, []string{"nokey", "does not exist"}, nil},
 		{"bad query", pgsource.Collection{Query: "SELEC 1", Key: "k"}, []string{"syntax error"}, nil},
+		{"two statements", pgsource.Collection{Query: "SELECT 1 AS k; SELECT 2 AS k", Key: "k"}, []string{"syntax error"}, nil},
 		{"duplicate from a query", pgsource.Collection{Query: "SELECT 'same' AS k UNION ALL SELECT 'same'", Key: "k"}, []string{`duplicate key "same"`}, snapshot.ErrSource},
 	}
 	for _, tt := range tests {
@@ -210,6 +211,18 @@ func TestUnreachablePostgres(t *testing.T) {
 	err = src.Ping(context.Background())
 	if err == nil || !strings.Contains(err.Error(), "127.0.0.1:1") {
 		t.Errorf("Ping(unreachable) = %v; want an error naming the address", err)
+	}
+}
+
+func TestQueryWithTrailingSemicolon(t *testing.T) {
+	dsn := testenv.Postgres(t)
+	src, err := pgsource.New(dsn, []pgsource.Collection{{Name: "q", Query: "SELECT 'a' AS k, 1 AS v ;\n", Key: "k"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	docs, _, err := scanAll(t, src, "q")
+	if err != nil || len(docs) != 1 || string(docs[0].Body) != `{"k":"a","v":1}` {
+		t.Errorf("query ending in ';' = %v, %v; want its one row", docs, err)
 	}
 }
 

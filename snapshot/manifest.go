@@ -112,6 +112,36 @@ func (m *Manifest) DataTime() time.Time {
 	return m.StartedAt
 }
 
+// Rows returns the number of documents in every collection together.
+func (m *Manifest) Rows() int64 {
+	var n int64
+	for _, c := range m.Collections {
+		n += c.Rows
+	}
+	return n
+}
+
+// Counts returns each collection's number of documents.
+func (m *Manifest) Counts() map[string]int64 {
+	out := make(map[string]int64, len(m.Collections))
+	for name, c := range m.Collections {
+		out[name] = c.Rows
+	}
+	return out
+}
+
+// ExpiresAt returns when the version's documents outlive ttl (the manifest's own TTL
+// when it has one): their data time plus the TTL. Zero when no TTL is known.
+func (m *Manifest) ExpiresAt(ttl time.Duration) time.Time {
+	if m.TTL > 0 {
+		ttl = m.TTL
+	}
+	if ttl <= 0 {
+		return time.Time{}
+	}
+	return m.DataTime().Add(ttl)
+}
+
 // Expired reports whether the version's documents have outlived its TTL at now.
 func (m *Manifest) Expired(now time.Time) bool {
 	return m.TTL > 0 && now.Sub(m.DataTime()) >= m.TTL

@@ -207,7 +207,7 @@ func (p *Publisher) Publish(ctx context.Context, opts PublishOptions) (PublishRe
 		return PublishResult{}, err
 	}
 	m = sealed
-	crash(p.Crash, CrashAfterSeal, totalRows(m))
+	crash(p.Crash, CrashAfterSeal, m.Rows())
 
 	flip := Flip{Version: m.Version, Token: opts.Token, Source: pos, By: p.Writer, At: p.now()}
 	if hasCurrent {
@@ -224,7 +224,7 @@ func (p *Publisher) Publish(ctx context.Context, opts PublishOptions) (PublishRe
 		return PublishResult{}, err
 	}
 
-	crash(p.Crash, CrashAfterFlip, totalRows(m))
+	crash(p.Crash, CrashAfterFlip, m.Rows())
 	published := m
 	published.State = StatePublished
 	published.PublishedAt = flip.At
@@ -247,7 +247,7 @@ func (p *Publisher) Publish(ctx context.Context, opts PublishOptions) (PublishRe
 		}
 	}
 	log.InfoContext(ctx, "published", "previous", cur.Version, "token", flip.Token,
-		"rows", totalRows(published), "duration", p.now().Sub(now).String())
+		"rows", published.Rows(), "duration", p.now().Sub(now).String())
 	return PublishResult{Manifest: published, Previous: cur.Version, Reason: opts.reason}, nil
 }
 
@@ -355,12 +355,4 @@ func (p *Publisher) log() *slog.Logger {
 		return p.Log
 	}
 	return slog.Default()
-}
-
-func totalRows(m Manifest) int64 {
-	var n int64
-	for _, c := range m.Collections {
-		n += c.Rows
-	}
-	return n
 }

@@ -247,7 +247,7 @@ func (r *Resolver) View(ctx context.Context, v Version) (View, error) {
 		r.manifests.Add(v, m)
 	}
 	if m.Expired(r.now()) {
-		return View{}, fmt.Errorf("version %s expired at %s: %w", v, m.DataTime().Add(m.TTL).UTC().Format(time.RFC3339), ErrGone)
+		return View{}, fmt.Errorf("version %s expired at %s: %w", v, m.ExpiresAt(0).UTC().Format(time.RFC3339), ErrGone)
 	}
 	return View{Version: v, Manifest: m}, nil
 }

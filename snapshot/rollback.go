@@ -162,15 +162,11 @@ func (a *Admin) checkTarget(ctx context.Context, cur Pointer, target Version, fo
 	if err := m.CheckComplete(); err != nil {
 		return Manifest{}, fmt.Errorf("%w: %v", ErrTargetRefused, err)
 	}
-	ttl := m.TTL
-	if ttl <= 0 {
-		ttl = a.TTL
-	}
-	if ttl > 0 {
-		left := m.DataTime().Add(ttl).Sub(a.now())
-		if margin := a.margin(ttl); left <= margin {
+	if exp := m.ExpiresAt(a.TTL); !exp.IsZero() {
+		left := exp.Sub(a.now())
+		if margin := a.margin(max(m.TTL, a.TTL)); left <= margin {
 			return Manifest{}, fmt.Errorf("%w: version %s expires in %s, within the safety margin of %s",
-				ErrTargetRefused, target, left.Round(time.Second), margin)
+				ErrTargetRefused, m.Version, left.Round(time.Second), margin)
 		}
 	}
 	return m, nil

@@ -163,12 +163,9 @@ func cmdVersions(ctx context.Context, e *adminEnv, args []string) error {
 	rows := make([]versionRow, 0, len(ms))
 	for _, m := range ms {
 		r := versionRow{Version: m.Version, State: m.State, Started: m.StartedAt, Age: now.Sub(m.StartedAt).Round(time.Second).String(),
-			Counts: map[string]int64{}, Source: m.Source.String(), Token: m.Token, Reason: m.Reason, Complete: m.CheckComplete() == nil}
-		for n, c := range m.Collections {
-			r.Counts[n] = c.Rows
-		}
-		if ttl := orDefault(m.TTL, e.cfg.TTL); ttl > 0 {
-			r.TTLLeft = max(m.DataTime().Add(ttl).Sub(now), 0).Round(time.Second).String()
+			Counts: m.Counts(), Source: m.Source.String(), Token: m.Token, Reason: m.Reason, Complete: m.CheckComplete() == nil}
+		if exp := m.ExpiresAt(e.cfg.TTL); !exp.IsZero() {
+			r.TTLLeft = max(exp.Sub(now), 0).Round(time.Second).String()
 		}
 		if m.Version == ptr.Version {
 			r.Marks = append(r.Marks, "current")
@@ -195,13 +192,6 @@ func cmdVersions(ctx context.Context, e *adminEnv, args []string) error {
 			strings.Join(counts, " "), r.Source, r.Token)
 	}
 	return tw.Flush()
-}
-
-func orDefault(a, b time.Duration) time.Duration {
-	if a > 0 {
-		return a
-	}
-	return b
 }
 
 func cmdInspect(ctx context.Context, e *adminEnv, args []string) error {
