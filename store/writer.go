@@ -38,6 +38,8 @@ type Writer struct {
 	batches chan *batch
 	wg      sync.WaitGroup
 
+	prefixes map[string]string // collection -> docPrefix, under bmu
+
 	mu      sync.Mutex
 	written map[string]int64
 	err     error
@@ -57,6 +59,8 @@ func (s *Store) NewWriter(ctx context.Context, dataset string, v snapshot.Versio
 		cancel:  cancel,
 		batches: make(chan *batch, s.cfg.Writers),
 		written: map[string]int64{},
+
+		prefixes: map[string]string{},
 	}
 	for range s.cfg.Writers {
 		w.wg.Add(1)
@@ -78,8 +82,13 @@ func (w *Writer) Write(ctx context.Context, collection string, doc snapshot.Docu
 	}
 	mut := bigtable.NewMutation()
 	mut.Set(famDocs, colDoc, w.ts, doc.Body)
+	prefix, ok := w.prefixes[collection]
+	if !ok {
+		prefix = docPrefix(w.dataset, w.version, collection)
+		w.prefixes[collection] = prefix
+	}
 	b := w.cur
-	b.keys = append(b.keys, docKey(w.dataset, w.version, collection, doc.ID))
+	b.keys = append(b.keys, prefix+escapeComponent(doc.ID))
 	b.muts = append(b.muts, mut)
 	b.collections = append(b.collections, collection)
 	b.bytes += len(doc.Body) + len(b.keys[len(b.keys)-1])

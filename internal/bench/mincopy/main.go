@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"cloud.google.com/go/bigtable"
+	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"google.golang.org/api/option"
 	"google.golang.org/grpc"
@@ -67,7 +68,8 @@ func run(ctx context.Context, mode, dsn, emulator, table string, limit, docBytes
 		tbl = client.Open("snapflip")
 	}
 	ts := bigtable.Now()
-	prefix := "d#bench#" + mode + "#items#"
+	// The same row keys as the syncer writes: d#<dataset>#<uuid>-<millis>#<collection>#<id>.
+	prefix := fmt.Sprintf("d#bench#%s-%d#items#", uuid.New(), time.Now().UnixMilli())
 
 	// The writers: Writers ApplyBulk calls in flight, fed by a bounded channel.
 	batches := make(chan batch, writers)
