@@ -3,6 +3,7 @@ package api
 import (
 	"net/http"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/go-chi/chi/v5"
@@ -13,6 +14,31 @@ import (
 type metrics struct {
 	requests *prometheus.CounterVec
 	latency  *prometheus.HistogramVec
+	series   sync.Map // seriesKey -> series: the vectors' children, looked up once
+}
+
+// seriesKey names one (route, method, status) series; there are few of them, since
+// routes are patterns.
+type seriesKey struct {
+	route, method string
+	status        int
+}
+
+type series struct {
+	requests prometheus.Counter
+	latency  prometheus.Observer
+}
+
+func (m *metrics) lookup(k seriesKey) series {
+	if s, ok := m.series.Load(k); ok {
+		return s.(series)
+	}
+	s := series{
+		requests: m.requests.WithLabelValues(k.route, k.method, strconv.Itoa(k.status)),
+		latency:  m.latency.WithLabelValues(k.route),
+	}
+	m.series.Store(k, s)
+	return s
 }
 
 func newMetrics(reg *prometheus.Registry, cfg Config) *metrics {
@@ -65,7 +91,18 @@ func (m *metrics) middleware(next http.Handler) http.Handler {
 		if rctx := chi.RouteContext(r.Context()); rctx != nil && rctx.RoutePattern() != "" {
 			route = rctx.RoutePattern()
 		}
-		m.requests.WithLabelValues(route, r.Method, strconv.Itoa(sw.status)).Inc()
-		m.latency.WithLabelValues(route).Observe(time.Since(start).Seconds())
+		s := m.lookup(seriesKey{route, methodLabel(r.Method), sw.status})
+		s.requests.Inc()
+		s.latency.Observe(time.Since(start).Seconds())
 	})
+}
+
+// methodLabel bounds the method label: a client may send any token as a method.
+func methodLabel(method string) string {
+	switch method {
+	case http.MethodGet, http.MethodHead, http.MethodPost, http.MethodPut, http.MethodPatch,
+		http.MethodDelete, http.MethodOptions:
+		return method
+	}
+	return "other"
 }

@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"net/http"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -94,5 +95,30 @@ func TestStatusPage(t *testing.T) {
 	res, body := do(t, s, http.MethodGet, "/", "")
 	if res.StatusCode != 200 || !strings.Contains(string(body), "dataset <code>demo</code>") || strings.Contains(string(body), "<script") {
 		t.Errorf("status page = %d:\n%.500s", res.StatusCode, body)
+	}
+}
+
+// TestMetricsLabelsAreBounded: requests are counted by route pattern, never by path,
+// and a made-up method is counted as "other", so clients cannot grow the series.
+func TestMetricsLabelsAreBounded(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	s := api.NewServer(&fakeReader{}, api.Config{Registry: reg}, slog.New(slog.DiscardHandler))
+	for i := range 3 {
+		do(t, s, http.MethodGet, "/v1/data/c/id"+strconv.Itoa(i), "")
+		do(t, s, "XYZ"+strconv.Itoa(i), "/v1/data/c/a", "")
+	}
+	_, body := do(t, s, http.MethodGet, "/metrics", "")
+	var series []string
+	for _, line := range strings.Split(string(body), "\n") {
+		if strings.HasPrefix(line, "snapflip_api_requests_total{") {
+			series = append(series, line)
+		}
+	}
+	want := []string{
+		`snapflip_api_requests_total{method="GET",route="/v1/data/{collection}/{id}",status="404"} 3`,
+		`snapflip_api_requests_total{method="other",route="unmatched",status="405"} 3`,
+	}
+	if diff := cmp.Diff(want, series); diff != "" {
+		t.Errorf("request series (-want +got):\n%s", diff)
 	}
 }

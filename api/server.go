@@ -261,7 +261,10 @@ func checkID(name, v string, maxBytes int) error {
 // view resolves the version a request reads: the one it names (query "version" or the
 // Snapshot-Version header), else the current one. pinned reports whether it named one.
 func (s *Server) view(r *http.Request) (snapshot.View, bool, error) {
-	named := r.URL.Query().Get("version")
+	var named string
+	if r.URL.RawQuery != "" {
+		named = r.URL.Query().Get("version")
+	}
 	if h := r.Header.Get(HeaderVersion); h != "" {
 		if named != "" && named != h {
 			return snapshot.View{}, false, badRequest("version: the query says %q and the %s header %q", truncate(named, 80), HeaderVersion, truncate(h, 80))

@@ -137,6 +137,9 @@ func binaryEnv(t *testing.T) map[string]bool {
 	if len(out) < 10 {
 		t.Fatalf("found only %d environment variables in internal/cli/config.go", len(out))
 	}
+	for _, v := range []string{"GOGC", "GOMEMLIMIT", "GOMAXPROCS"} {
+		out[v] = true // read by the Go runtime
+	}
 	return out
 }
 
