@@ -4,6 +4,7 @@ go 1.26.8
 
 require (
 	cloud.google.com/go/bigtable v1.58.0
+	github.com/anishathalye/porcupine v1.3.1
 	github.com/cespare/xxhash/v2 v2.3.0
 	github.com/go-chi/chi/v5 v5.5.0
 	github.com/google/go-cmp v0.7.0
