@@ -10,6 +10,7 @@ import (
 
 	"github.com/snapflip/snapflip/internal/cli"
 	"github.com/snapflip/snapflip/internal/testenv"
+	"github.com/snapflip/snapflip/snapshot"
 )
 
 // TestFaultEmulatorStopsMidSync: the Bigtable emulator dies while a sync copies. The
@@ -134,5 +135,88 @@ func TestFaultStatementTimeout(t *testing.T) {
 	}
 	if p, _ := st.ReadPointer(context.Background(), "e2e"); p.Version != before.Version {
 		t.Errorf("pointer moved to %s after a timed-out sync", p.Version)
+	}
+}
+
+// TestFaultPostgresRestartsMidSync: the Postgres server restarts (a fast shutdown,
+// which terminates the syncer's session) while a sync reads from it. The sync fails
+// and publishes nothing, its half-written version is marked failed, and the API keeps
+// serving the last version; once Postgres is back the next sync publishes.
+func TestFaultPostgresRestartsMidSync(t *testing.T) {
+	dsn, restart := testenv.PostgresServer(t)
+	e := &env{dsn: dsn, btAddr: testenv.Bigtable(t)}
+	// pause() holds every row of the view for knobs.delay seconds, so that a sync can be
+	// caught reading; with sorts off, the rows stream in key order from the index
+	// instead of arriving all at once after a sort.
+	testenv.Exec(t, dsn, schema, `INSERT INTO things (id) SELECT 'bulk-' || g FROM generate_series(1, 20000) g`,
+		`INSERT INTO things (id) VALUES ('plain')`,
+		`CREATE TABLE knobs (delay float8 NOT NULL); INSERT INTO knobs VALUES (0)`,
+		`CREATE FUNCTION pause() RETURNS boolean LANGUAGE plpgsql AS $$
+		 DECLARE d float8;
+		 BEGIN SELECT delay INTO d FROM knobs; IF d > 0 THEN PERFORM pg_sleep(d); END IF; RETURN true; END $$`,
+		`CREATE VIEW slow_things AS SELECT * FROM things WHERE pause()`,
+		`ALTER DATABASE postgres SET enable_sort = off`)
+	e.configPath = t.TempDir() + "/snapflip.yaml"
+	writeConfig(t, e, strings.Replace(config, "table: public.things", "table: public.slow_things", 1))
+	e.startAPI(t)
+	out, err := e.sync(t)
+	if err != nil {
+		t.Fatal(err)
+	}
+	v1 := publishedVersion(t, out)
+	e.awaitVersion(t, docPath("things", "plain"), v1)
+
+	testenv.Exec(t, dsn, `UPDATE things SET gen = 1`, `UPDATE knobs SET delay = 0.0005`)
+	errc := make(chan error, 1)
+	go func() { _, err := e.sync(t); errc <- err }()
+	st := testenv.Store(t, testenv.StoreConfig(e.btAddr))
+	var writing snapshot.Version
+	for deadline := time.Now().Add(20 * time.Second); writing == ""; time.Sleep(5 * time.Millisecond) {
+		ms, _ := st.ListManifests(context.Background(), "e2e")
+		if len(ms) > 0 && ms[len(ms)-1].State == "writing" {
+			writing = ms[len(ms)-1].Version
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the second sync never started writing")
+		}
+	}
+	// Let it write some documents of the new version first, so the restart lands with
+	// the copy half done.
+	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+		docs, _, _ := st.ScanPage(context.Background(), "e2e", writing, "things", "", 1)
+		if len(docs) > 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the second sync wrote no document in 20s")
+		}
+	}
+	restart()
+	select {
+	case err := <-errc:
+		if err == nil {
+			t.Fatal("a sync whose Postgres restarted under it succeeded")
+		}
+		t.Logf("sync failed: %v", err)
+	case <-time.After(60 * time.Second):
+		t.Fatal("the sync still runs 60s after Postgres restarted")
+	}
+	if p, err := st.ReadPointer(context.Background(), "e2e"); err != nil || string(p.Version) != v1 {
+		t.Errorf("pointer after the failed sync = %v, %v; want %s", p.Version, err, v1)
+	}
+	if m, err := st.ReadManifest(context.Background(), "e2e", writing); err != nil || m.State != "failed" {
+		t.Errorf("the interrupted version %s is %q (%v); want failed", writing, m.State, err)
+	}
+	if r := e.get(t, docPath("things", "plain")); r.status != http.StatusOK || r.version != v1 {
+		t.Errorf("read after the failed sync = %d from %s; want 200 from %s", r.status, r.version, v1)
+	}
+
+	testenv.Exec(t, dsn, `UPDATE knobs SET delay = 0`)
+	out, err = e.sync(t)
+	if err != nil || !strings.HasPrefix(out, "published") {
+		t.Fatalf("sync after Postgres came back = %q, %v", out, err)
+	}
+	if r := e.awaitVersion(t, docPath("things", "plain"), publishedVersion(t, out)); gen(t, r.body) != 1 {
+		t.Errorf("after recovery: %s", r.body)
 	}
 }

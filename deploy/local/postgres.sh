@@ -3,12 +3,13 @@
 #   postgres.sh start PORT   prints nothing on success; the DSN is
 #                            postgres://postgres@127.0.0.1:PORT/postgres?sslmode=disable
 #   postgres.sh stop PORT
+#   postgres.sh restart PORT fast shutdown (sessions are terminated), then start again
 #   postgres.sh bin PORT     prints the directory of the PostgreSQL binaries (psql)
 # Installs the PostgreSQL server with apt-get when its binaries are missing. Run as
 # root, it runs the server as the postgres user, because Postgres refuses root.
 set -euo pipefail
-cmd=${1:?usage: postgres.sh start|stop PORT}
-port=${2:?usage: postgres.sh start|stop PORT}
+cmd=${1:?usage: postgres.sh start|stop|restart|bin PORT}
+port=${2:?usage: postgres.sh start|stop|restart|bin PORT}
 dir=/tmp/snapflip-pg-$port
 
 find_bin() {
@@ -59,6 +60,10 @@ start)
     -o "-p $port -k $dir -c listen_addresses=127.0.0.1 -c fsync=off -c synchronous_commit=off -c full_page_writes=off -c max_connections=200" \
     start >/dev/null || { cat "$dir/server.log" >&2; exit 1; }
   ;;
+restart)
+  as_owner "$bin/pg_ctl" -D "$dir/data" -l "$dir/server.log" -m fast -w -t 60 restart >/dev/null ||
+    { cat "$dir/server.log" >&2; exit 1; }
+  ;;
 stop)
   if [ -d "$dir/data" ]; then
     as_owner "$bin/pg_ctl" -D "$dir/data" -m fast -w stop >/dev/null 2>&1 || true
@@ -66,7 +71,7 @@ stop)
   rm -rf "$dir"
   ;;
 *)
-  echo "usage: postgres.sh start|stop PORT" >&2
+  echo "usage: postgres.sh start|stop|restart|bin PORT" >&2
   exit 2
   ;;
 esac

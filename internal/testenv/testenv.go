@@ -13,6 +13,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -271,4 +272,30 @@ func (p *Proxy) pump(src, dst net.Conn) {
 			return
 		}
 	}
+}
+
+// PostgresServer starts a Postgres server of the test's own, with the same script
+// `make test` uses (deploy/local/postgres.sh, on a free port), for tests that restart
+// the server, and removes it when the test ends. It returns the server's DSN and a
+// function that restarts it with a fast shutdown, which terminates every session, and
+// returns once it accepts connections again.
+func PostgresServer(tb testing.TB) (dsn string, restart func()) {
+	tb.Helper()
+	_, file, _, _ := runtime.Caller(0)
+	script := filepath.Join(filepath.Dir(file), "..", "..", "deploy", "local", "postgres.sh")
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	port := fmt.Sprint(ln.Addr().(*net.TCPAddr).Port)
+	ln.Close()
+	run := func(cmd string) {
+		tb.Helper()
+		if out, err := exec.Command(script, cmd, port).CombinedOutput(); err != nil {
+			tb.Fatalf("postgres.sh %s %s: %v\n%s", cmd, port, err, out)
+		}
+	}
+	run("start")
+	tb.Cleanup(func() { run("stop") })
+	return "postgres://postgres@127.0.0.1:" + port + "/postgres?sslmode=disable", func() { run("restart") }
 }
