@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"strings"
 	"testing"
 
@@ -210,6 +211,23 @@ func FuzzGetDocumentPath(f *testing.F) {
 		h.ServeHTTP(rec, req)
 		if rec.Code >= 500 {
 			t.Fatalf("GET /v1/data/c/%q = %d; bad input must never get a 5xx", id, rec.Code)
+		}
+	})
+}
+
+// FuzzListPageToken: whatever a client passes as page_token and limit, listing a
+// collection answers 200 or a 4xx problem, never a 5xx.
+func FuzzListPageToken(f *testing.F) {
+	f.Add("", "10")
+	f.Add("eyJ2IjoiNmE3In0", "1")
+	f.Add("%%%", "-1")
+	f.Add("e30", "99999999999999999999")
+	h := api.NewServer(&fakeReader{}, api.Config{}, slog.New(slog.DiscardHandler))
+	f.Fuzz(func(t *testing.T, token, limit string) {
+		target := "/v1/data/c?page_token=" + url.QueryEscape(token) + "&limit=" + url.QueryEscape(limit)
+		res, body := do(t, h, http.MethodGet, target, "")
+		if res.StatusCode >= 500 || (res.StatusCode != 200 && res.Header.Get("Content-Type") != "application/problem+json") {
+			t.Fatalf("GET %s = %d %s; want 200 or a 4xx problem", target, res.StatusCode, body)
 		}
 	})
 }

@@ -1,11 +1,13 @@
 package cli
 
 import (
+	"bytes"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"gopkg.in/yaml.v3"
 
 	"github.com/snapflip/snapflip/snapshot"
 )
@@ -62,4 +64,43 @@ func TestConfigErrorsNameTheField(t *testing.T) {
 			t.Errorf("config %q: error %v; want it to name %q", tt.yaml, err, tt.want)
 		}
 	}
+}
+
+// FuzzParseSyncerConfig: any bytes as a config file either parse into a valid config
+// or give an error (never a panic); a config that parses survives being written out
+// as YAML and parsed again.
+func FuzzParseSyncerConfig(f *testing.F) {
+	for _, s := range []string{
+		"collections: [{name: a, table: t, key: k}]\n",
+		"dataset: shop\nschedule: \"*/5 * * * *\"\nttl: 48h\nvalidation: {max_shrink: 0.5, min_rows: 1}\n" +
+			"postgres: {readers: 4, partition_min_rows: 1000}\nbigtable: {writers: 4, batch_rows: 500}\n" +
+			"collections:\n  - {name: a, table: public.t, key: id, min_rows: 5}\n  - {name: b, query: \"SELECT k, v FROM x;\", key: k, allow_empty: true}\n",
+		"collections: [{name: a, table: t, key: k, colour: red}]\n",
+		"lease: {duration: 1ms}\n",
+		"ttl: -1s\ncollections: [{name: a, table: t, key: k}]\n",
+		"collections: [{name: a, table: t, key: k}, {name: a, table: u, key: k}]\n",
+		"{{{", "- - -", "dataset: [1, 2]\n", "max_document_bytes: 1e99\n", "\t", "",
+	} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, y string) {
+		cfg, err := ParseSyncerConfig(strings.NewReader(y), baseEnv)
+		if err != nil {
+			if err.Error() == "" {
+				t.Fatalf("config %q: an empty error", y)
+			}
+			return
+		}
+		out, err := yaml.Marshal(cfg)
+		if err != nil {
+			t.Fatalf("config %q parsed but does not marshal: %v", y, err)
+		}
+		again, err := ParseSyncerConfig(bytes.NewReader(out), baseEnv)
+		if err != nil {
+			t.Fatalf("config %q parsed, but its YAML %q does not: %v", y, out, err)
+		}
+		if diff := cmp.Diff(cfg, again, cmp.AllowUnexported(SyncerConfig{})); diff != "" {
+			t.Fatalf("config %q changed on a YAML round trip (-first +again):\n%s", y, diff)
+		}
+	})
 }
