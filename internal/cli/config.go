@@ -1,11 +1,10 @@
 package cli
 
 import (
-	"bytes"
-	"errors"
 	"fmt"
 	"io"
 	"os"
+	"reflect"
 	"time"
 
 	"github.com/robfig/cron/v3"
@@ -193,9 +192,11 @@ func ParseSyncerConfig(r io.Reader, getenv func(string) string) (SyncerConfig, e
 	if err != nil {
 		return SyncerConfig{}, err
 	}
-	dec := yaml.NewDecoder(bytes.NewReader(data))
-	dec.KnownFields(true)
-	if err := dec.Decode(&cfg); err != nil && !errors.Is(err, io.EOF) {
+	var root yaml.Node
+	if err := yaml.Unmarshal(data, &root); err != nil {
+		return SyncerConfig{}, fmt.Errorf("not valid YAML: %w", err)
+	}
+	if err := decodeFields(&root, reflect.ValueOf(&cfg).Elem(), ""); err != nil {
 		return SyncerConfig{}, err
 	}
 	if dsn := getenv(EnvPostgresDSN); dsn != "" {

@@ -56,7 +56,29 @@ func TestConfigErrorsNameTheField(t *testing.T) {
 		{"max_document_bytes: 0\n" + coll, "max_document_bytes"},
 		{"bigtable: {writers: 0}\n" + coll, "bigtable.writers"},
 		{"dataset: ''\n" + coll, "dataset"},
-		{"collections: [{name: a, table: t, key: k, colour: red}]\n", "colour"},
+		{"collections: [{name: a, table: t, key: k, colour: red}]\n", "collections[0].colour (line 1): unknown field"},
+		// Wrong types name the field, where yaml.v3 alone names only the line.
+		{"dataset: [1, 2]\n" + coll, "dataset (line 1)"},
+		{"ttl: abc\n" + coll, "ttl (line 1)"},
+		{"ttl: 5\n" + coll, "ttl (line 1)"},
+		{"ttl: -1h\n" + coll, "ttl -1h0m0s"},
+		{"bigtable:\n  writers: many\n" + coll, "bigtable.writers (line 2)"},
+		{"validation: {max_shrink: abc}\n" + coll, "validation.max_shrink (line 1)"},
+		{"collections:\n  - {name: a, table: t, key: k}\n  - {name: b, table: t, key: k, min_rows: lots}\n", "collections[1].min_rows (line 3)"},
+		{"collections: {name: a}\n", "collections (line 1)"},
+		{"unknown_top: 1\n" + coll, "unknown_top (line 1): unknown field"},
+		{"dataset: a\ndataset: b\n" + coll, "dataset (line 2): set twice; first on line 1"},
+		{"schedule: 'every day'\n" + coll, "schedule"},
+		{"lease: {acquire_timeout: 0s}\n" + coll, "lease.acquire_timeout"},
+		{"bigtable: {batch_rows: 0}\n" + coll, "bigtable.batch_rows"},
+		{"max_document_bytes: 200000000\n" + coll, "max_document_bytes"},
+		{"collections: []\n", "collections"},
+		{"collections: [{name: a, key: k}]\n", "collections[0]"},
+		{"collections: [{name: a, table: t, query: 'SELECT 1', key: k}]\n", "collections[0]"},
+		{"collections: [{name: a, table: t}]\n", "collections[0].key"},
+		{"collections: [{table: t, key: k}]\n", "collections[0].name"},
+		{"collections: [{name: a, table: t, key: k}, {name: a, table: u, key: k}]\n", "collections[1].name"},
+		{"dataset: 'x'\n  bad: 1\n" + coll, "line 1"},
 	}
 	for _, tt := range tests {
 		_, err := ParseSyncerConfig(strings.NewReader(tt.yaml), baseEnv)
@@ -103,4 +125,22 @@ func FuzzParseSyncerConfig(f *testing.F) {
 			t.Fatalf("config %q changed on a YAML round trip (-first +again):\n%s", y, diff)
 		}
 	})
+}
+
+// TestConfigAnchorsAndMerges: YAML anchors, aliases and merge keys work as in yaml.v3.
+func TestConfigAnchorsAndMerges(t *testing.T) {
+	cfg, err := ParseSyncerConfig(strings.NewReader(`
+collections:
+  - &base {name: a, table: t, key: id, min_rows: 5}
+  - <<: *base
+    name: b
+    table: u
+`), baseEnv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := cfg.Collections[1]
+	if b.Name != "b" || b.Table != "u" || b.Key != "id" || b.MinRows != 5 {
+		t.Errorf("merged collection = %+v", b)
+	}
 }
