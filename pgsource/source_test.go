@@ -3,9 +3,12 @@ package pgsource_test
 import (
 	"context"
 	"errors"
+	"fmt"
+	"net/url"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 
@@ -348,4 +351,29 @@ func TestPartitionedScanIsOneSnapshot(t *testing.T) {
 	if dupErr == nil || !strings.Contains(dupErr.Error(), `duplicate key "k4000"`) {
 		t.Errorf("partitioned scan with a duplicate = %v; want the duplicate named", dupErr)
 	}
+}
+
+// TestScanInvalidUTF8Key: a database whose encoding lets text hold any bytes
+// (SQL_ASCII) can hand out a key that is not UTF-8; the scan fails naming it.
+func TestScanInvalidUTF8Key(t *testing.T) {
+	dsn := testenv.Postgres(t)
+	name := fmt.Sprintf("snapflip_ascii_%d", time.Now().UnixNano())
+	testenv.Exec(t, dsn, "CREATE DATABASE "+name+" ENCODING 'SQL_ASCII' LC_COLLATE 'C' LC_CTYPE 'C' TEMPLATE template0")
+	t.Cleanup(func() { testenv.Exec(t, dsn, "DROP DATABASE IF EXISTS "+name+" WITH (FORCE)") })
+	u, err := url.Parse(dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	u.Path = "/" + name
+	ascii := u.String()
+	testenv.Exec(t, ascii, `CREATE TABLE t (k text PRIMARY KEY, v int)`, `INSERT INTO t VALUES ('ok', 1), (E'bad\xff', 2)`)
+	src, err := pgsource.New(ascii, []pgsource.Collection{{Name: "c", Table: "t", Key: "k"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, _, err = scanAll(t, src, "c")
+	if err == nil || !strings.Contains(err.Error(), "not valid UTF-8") || !errors.Is(err, snapshot.ErrSource) {
+		t.Fatalf("scan with a non-UTF-8 key = %v; want a source error saying the key is not valid UTF-8", err)
+	}
+	t.Log(err)
 }
