@@ -139,11 +139,20 @@ func (l *Lease) casState(ctx context.Context, prev []byte, next leaseState) (boo
 	}
 	err := l.s.tbl.Apply(ctx, l.key, cond, bigtable.GetCondMutationResult(&matched))
 	if err != nil {
+		// The write's outcome is unknown: re-read. Our state: it applied. The state we
+		// expected: it did not, for want of an answer, not because the condition
+		// failed, so it is an error the caller may retry (a renewal must not take it
+		// for a takeover). Anything else: someone else wrote; the condition failed.
 		now, rerr := l.readState(context.WithoutCancel(ctx))
-		if rerr != nil {
+		switch {
+		case rerr != nil:
 			return false, fmt.Errorf("lease %s: write outcome unknown (%v) and re-read failed: %w", l.name, err, rerr)
+		case bytes.Equal(now, next.encode()):
+			return true, nil
+		case bytes.Equal(now, prev):
+			return false, l.s.wrap(err, "lease %s: write did not apply", l.name)
 		}
-		return bytes.Equal(now, next.encode()), nil
+		return false, nil
 	}
 	if prev == nil {
 		return !matched, nil

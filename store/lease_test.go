@@ -209,13 +209,15 @@ func TestFenceRaisedBeforeTakeoverRefusesOldHolder(t *testing.T) {
 
 // dropper injects lost replies and lost requests into CheckAndMutateRow calls.
 type dropper struct {
-	mode atomic.Int32 // 0 pass, 1 drop the reply (the write applies), 2 drop the request
+	mode  atomic.Int32 // 0 pass, 1 drop the reply (the write applies), 2 drop the request
+	calls atomic.Int32 // CheckAndMutateRow calls seen
 }
 
 func (d *dropper) intercept(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
 	if method != "/google.bigtable.v2.Bigtable/CheckAndMutateRow" {
 		return invoker(ctx, method, req, reply, cc, opts...)
 	}
+	d.calls.Add(1)
 	switch d.mode.Swap(0) {
 	case 1:
 		if err := invoker(ctx, method, req, reply, cc, opts...); err != nil {
@@ -283,6 +285,42 @@ func TestLostRepliesAreResolvedByRereading(t *testing.T) {
 	d.mode.Store(1)
 	if err := st.UpdateManifest(ctx, m, snapshot.StateWriting); err != nil {
 		t.Errorf("UpdateManifest with a lost reply = %v; want success", err)
+	}
+}
+
+// TestLostRenewalRequestKeepsTheLease: a renewal whose request never reached Bigtable
+// (the state is still the one the holder expected) is retried at the next tick, not
+// taken for a takeover; the holder keeps the lease.
+func TestLostRenewalRequestKeepsTheLease(t *testing.T) {
+	d := &dropper{}
+	cfg := testenv.StoreConfig(testenv.Bigtable(t))
+	cfg.DialOptions = []grpc.DialOption{grpc.WithUnaryInterceptor(d.intercept)}
+	st := testenv.Store(t, cfg)
+	ctx := context.Background()
+	h, err := newLease(t, st, "me", 900*time.Millisecond).TryAcquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.Release(ctx)
+	d.mode.Store(2) // the next renewal's request is lost
+	for d.mode.Load() != 0 {
+		time.Sleep(10 * time.Millisecond) // until the renewal has met the fault
+	}
+	seen := d.calls.Load()
+	for d.calls.Load() < seen+2 { // two more renewals
+		select {
+		case <-h.Lost():
+			t.Fatalf("the hold was lost after one lost renewal request: %v", h.Release(ctx))
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+	select {
+	case <-h.Lost():
+		t.Fatal("the hold was lost after one lost renewal request")
+	default:
+	}
+	if _, err := newLease(t, st, "other", 900*time.Millisecond).TryAcquire(ctx); !errors.Is(err, snapshot.ErrHeld) {
+		t.Errorf("another contender's TryAcquire = %v; want ErrHeld", err)
 	}
 }
 
