@@ -12,6 +12,7 @@ import (
 
 	"github.com/snapflip/snapflip/internal/testenv"
 	"github.com/snapflip/snapflip/snapshot"
+	"github.com/snapflip/snapflip/store"
 )
 
 // TestLoadWithFlips: 16 readers load the API while the pointer flips every 100 ms
@@ -25,7 +26,6 @@ func TestLoadWithFlips(t *testing.T) {
 	e := start(t)
 	vs := e.publishGens(t, 1, 2, 3)
 	st := testenv.Store(t, testenv.StoreConfig(e.btAddr))
-	ctx := context.Background()
 	e.awaitVersion(t, docPath("things", "plain"), vs[2])
 
 	var mu sync.Mutex
@@ -44,20 +44,7 @@ func TestLoadWithFlips(t *testing.T) {
 	})
 	flips := 0
 	for end := time.Now().Add(time.Duration(secs) * time.Second); time.Now().Before(end); time.Sleep(100 * time.Millisecond) {
-		p, err := st.ReadPointer(ctx, "e2e")
-		if err != nil {
-			t.Fatal(err)
-		}
-		next := vs[(slices.Index(vs, string(p.Version))+1)%len(vs)]
-		m, err := st.ReadManifest(ctx, "e2e", snapshot.Version(next))
-		if err != nil {
-			t.Fatal(err)
-		}
-		// A rollback-style flip (it may go back in source position), fenced as any.
-		if _, err := st.FlipPointer(ctx, "e2e", snapshot.Flip{Version: snapshot.Version(next), Expected: p.Version,
-			Token: p.Fence + 1, Source: m.Source, Rollback: true, At: time.Now()}); err != nil {
-			t.Fatalf("flip %d: %v", flips, err)
-		}
+		flipToNext(t, st, vs)
 		flips++
 	}
 	seen := stop()
@@ -73,4 +60,26 @@ func TestLoadWithFlips(t *testing.T) {
 	}
 	t.Logf("%d s, %d flips, %d reads (%.0f/s), 0 non-200, 0 mixed; latency p50 %s p99 %s max %s",
 		secs, flips, total, float64(total)/float64(secs), lat[len(lat)/2], lat[len(lat)*99/100], lat[len(lat)-1])
+}
+
+// flipToNext moves the pointer of dataset e2e to the version after the current one in
+// vs, as an operator's flip does (it may go back in source position), fenced with the
+// current fence, which leaves a syncer's next lease token valid. It returns the version.
+func flipToNext(tb testing.TB, st *store.Store, vs []string) string {
+	tb.Helper()
+	ctx := context.Background()
+	p, err := st.ReadPointer(ctx, "e2e")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	next := vs[(slices.Index(vs, string(p.Version))+1)%len(vs)]
+	m, err := st.ReadManifest(ctx, "e2e", snapshot.Version(next))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	if _, err := st.FlipPointer(ctx, "e2e", snapshot.Flip{Version: snapshot.Version(next), Expected: p.Version,
+		Token: p.Fence, Source: m.Source, Rollback: true, At: time.Now()}); err != nil {
+		tb.Fatalf("flip from %s to %s: %v", p.Version, next, err)
+	}
+	return next
 }

@@ -13,7 +13,6 @@ import (
 	"time"
 
 	"github.com/snapflip/snapflip/internal/testenv"
-	"github.com/snapflip/snapflip/snapshot"
 )
 
 // TestFaultSlowBigtable: Bigtable answers slowly (a proxy holds every byte between
@@ -62,22 +61,8 @@ func TestFaultSlowBigtable(t *testing.T) {
 
 	// 1. The API under 150 ms each way while the pointer flips between the two versions.
 	proxy.SetDelay(150 * time.Millisecond)
-	for i := range 6 {
-		p, err := direct.ReadPointer(ctx, "e2e")
-		if err != nil {
-			t.Fatal(err)
-		}
-		next := vs[(slices.Index(vs, string(p.Version))+1)%len(vs)]
-		m, err := direct.ReadManifest(ctx, "e2e", snapshot.Version(next))
-		if err != nil {
-			t.Fatal(err)
-		}
-		// An operator-style flip with the current fence, which leaves the syncer's
-		// next lease token valid.
-		if _, err := direct.FlipPointer(ctx, "e2e", snapshot.Flip{Version: snapshot.Version(next), Expected: p.Version,
-			Token: p.Fence, Source: m.Source, Rollback: true, At: time.Now()}); err != nil {
-			t.Fatalf("flip %d: %v", i, err)
-		}
+	for range 6 {
+		next := flipToNext(t, direct, vs)
 		e.awaitVersion(t, docPath("things", "plain"), next)
 		if r := e.get(t, "/readyz"); r.status != http.StatusOK {
 			t.Errorf("/readyz with Bigtable slow but answering = %d %s", r.status, r.body)
