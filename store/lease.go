@@ -291,6 +291,11 @@ func (h *hold) renew() {
 	defer close(h.done)
 	t := time.NewTicker(h.l.cfg.RenewEvery)
 	defer t.Stop()
+	// unsure is the state of the renewals whose outcome is unknown (a timed-out call
+	// may land later), first sent at unsureSent; retries from the same state write the
+	// same bytes.
+	var unsure leaseState
+	var unsureSent time.Time
 	for {
 		left := h.deadlineLeft()
 		if left <= 0 {
@@ -325,12 +330,44 @@ func (h *hold) renew() {
 		case h.ctx.Err() != nil:
 			return
 		case err != nil:
+			if next != unsure {
+				unsure, unsureSent = next, sent
+			}
 			continue // try again next tick; the deadline decides
 		case !ok:
+			if ours, err := h.adoptOwnState(h.ctx, unsure, unsureSent); err != nil || ours {
+				continue // an earlier renewal landed late (or the re-read failed): try again next tick
+			}
 			h.markLost(fmt.Errorf("%w: taken over", snapshot.ErrLeaseLost))
 			return
 		}
 	}
+}
+
+// adoptOwnState re-reads the lease after a renewal found another state than it
+// expected. A renewal whose call timed out may still land afterwards, leaving a state
+// with this holder's token and name but a later seq: only this holder writes those (a
+// takeover raises the token, a release clears the name), so the lease is still ours,
+// and the next renewal starts from that state. When it is the state of the renewal
+// first sent at unsureSent, the deadline counts from then, as for any renewal: a
+// contender's watch of that state starts after it landed. (Release passes no unsure
+// state: the deadline no longer matters.)
+func (h *hold) adoptOwnState(ctx context.Context, unsure leaseState, unsureSent time.Time) (bool, error) {
+	raw, err := h.l.readState(ctx)
+	if err != nil {
+		return false, err
+	}
+	cur, err := decodeLeaseState(raw)
+	if raw == nil || err != nil || cur.token != h.token || cur.holder != h.l.cfg.Holder {
+		return false, nil
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.state = cur
+	if cur == unsure && unsureSent.Add(h.l.cfg.Duration).After(h.deadline) {
+		h.deadline = unsureSent.Add(h.l.cfg.Duration)
+	}
+	return true, nil
 }
 
 func (h *hold) markLost(err error) {
@@ -361,17 +398,20 @@ func (h *hold) Release(ctx context.Context) error {
 	h.mu.Unlock()
 	h.cancel(fmt.Errorf("lease %s released", h.l.name))
 	<-h.done
-	h.mu.Lock()
-	cur := h.state
-	h.mu.Unlock()
-	next := leaseState{token: cur.token, seq: cur.seq + 1}
-	ok, err := h.l.casState(ctx, cur.encode(), next)
-	if err != nil {
-		return err
+	for retried := false; ; retried = true {
+		h.mu.Lock()
+		cur := h.state
+		h.mu.Unlock()
+		ok, err := h.l.casState(ctx, cur.encode(), leaseState{token: cur.token, seq: cur.seq + 1})
+		if err != nil {
+			return err
+		}
+		if ok {
+			h.l.event("released", h.token, nil)
+			return nil
+		}
+		if ours, err := h.adoptOwnState(ctx, leaseState{}, time.Time{}); retried || err != nil || !ours {
+			return fmt.Errorf("lease %s token %d: already taken over: %w", h.l.name, h.token, snapshot.ErrLeaseLost)
+		}
 	}
-	if !ok {
-		return fmt.Errorf("lease %s token %d: already taken over: %w", h.l.name, h.token, snapshot.ErrLeaseLost)
-	}
-	h.l.event("released", h.token, nil)
-	return nil
 }

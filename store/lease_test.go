@@ -12,6 +12,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/snapflip/snapflip/internal/testenv"
 	"github.com/snapflip/snapflip/snapshot"
@@ -209,8 +210,9 @@ func TestFenceRaisedBeforeTakeoverRefusesOldHolder(t *testing.T) {
 
 // dropper injects lost replies and lost requests into CheckAndMutateRow calls.
 type dropper struct {
-	mode  atomic.Int32 // 0 pass, 1 drop the reply (the write applies), 2 drop the request
-	calls atomic.Int32 // CheckAndMutateRow calls seen
+	mode   atomic.Int32 // 0 pass, 1 drop the reply (the write applies), 2 drop the request, 3 time out now and apply later
+	calls  atomic.Int32 // CheckAndMutateRow calls seen
+	landed atomic.Int32 // late writes (mode 3) that have landed
 }
 
 func (d *dropper) intercept(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
@@ -226,6 +228,14 @@ func (d *dropper) intercept(ctx context.Context, method string, req, reply any, 
 		return status.Error(codes.Unavailable, "injected: reply lost")
 	case 2:
 		return status.Error(codes.Unavailable, "injected: request lost")
+	case 3:
+		// The client gives up, the re-read still finds the old state, and then the
+		// write lands (a server that stalled).
+		time.AfterFunc(100*time.Millisecond, func() {
+			_ = invoker(context.Background(), method, req, proto.Clone(reply.(proto.Message)), cc, opts...)
+			d.landed.Add(1)
+		})
+		return status.Error(codes.DeadlineExceeded, "injected: timed out")
 	}
 	return invoker(ctx, method, req, reply, cc, opts...)
 }
@@ -289,38 +299,40 @@ func TestLostRepliesAreResolvedByRereading(t *testing.T) {
 }
 
 // TestLostRenewalRequestKeepsTheLease: a renewal whose request never reached Bigtable
-// (the state is still the one the holder expected) is retried at the next tick, not
-// taken for a takeover; the holder keeps the lease.
+// (the state is still the one the holder expected), or whose call timed out and which
+// then landed late (the state has the holder's token and name and a later seq), is not
+// taken for a takeover: the holder keeps the lease and can release it.
 func TestLostRenewalRequestKeepsTheLease(t *testing.T) {
-	d := &dropper{}
-	cfg := testenv.StoreConfig(testenv.Bigtable(t))
-	cfg.DialOptions = []grpc.DialOption{grpc.WithUnaryInterceptor(d.intercept)}
-	st := testenv.Store(t, cfg)
-	ctx := context.Background()
-	h, err := newLease(t, st, "me", 900*time.Millisecond).TryAcquire(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer h.Release(ctx)
-	d.mode.Store(2) // the next renewal's request is lost
-	for d.mode.Load() != 0 {
-		time.Sleep(10 * time.Millisecond) // until the renewal has met the fault
-	}
-	seen := d.calls.Load()
-	for d.calls.Load() < seen+2 { // two more renewals
-		select {
-		case <-h.Lost():
-			t.Fatalf("the hold was lost after one lost renewal request: %v", h.Release(ctx))
-		case <-time.After(10 * time.Millisecond):
-		}
-	}
-	select {
-	case <-h.Lost():
-		t.Fatal("the hold was lost after one lost renewal request")
-	default:
-	}
-	if _, err := newLease(t, st, "other", 900*time.Millisecond).TryAcquire(ctx); !errors.Is(err, snapshot.ErrHeld) {
-		t.Errorf("another contender's TryAcquire = %v; want ErrHeld", err)
+	for _, mode := range []int32{2, 3} {
+		t.Run(fmt.Sprint("mode ", mode), func(t *testing.T) {
+			d := &dropper{}
+			cfg := testenv.StoreConfig(testenv.Bigtable(t))
+			cfg.DialOptions = []grpc.DialOption{grpc.WithUnaryInterceptor(d.intercept)}
+			st := testenv.Store(t, cfg)
+			ctx := context.Background()
+			h, err := newLease(t, st, "me", 900*time.Millisecond).TryAcquire(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			d.mode.Store(mode) // the next renewal meets the fault
+			for d.mode.Load() != 0 || (mode == 3 && d.landed.Load() == 0) {
+				time.Sleep(10 * time.Millisecond) // until it has (and a late write landed)
+			}
+			seen := d.calls.Load()
+			for d.calls.Load() < seen+3 { // three more renewals
+				select {
+				case <-h.Lost():
+					t.Fatalf("the hold was lost after one faulty renewal: %v", h.Release(ctx))
+				case <-time.After(10 * time.Millisecond):
+				}
+			}
+			if _, err := newLease(t, st, "other", 900*time.Millisecond).TryAcquire(ctx); !errors.Is(err, snapshot.ErrHeld) {
+				t.Errorf("another contender's TryAcquire = %v; want ErrHeld", err)
+			}
+			if err := h.Release(ctx); err != nil {
+				t.Errorf("Release after a faulty renewal: %v", err)
+			}
+		})
 	}
 }
 
