@@ -144,3 +144,14 @@ collections:
 		t.Errorf("merged collection = %+v", b)
 	}
 }
+
+// TestDemoConfigParses: the config make demo runs with is valid.
+func TestDemoConfigParses(t *testing.T) {
+	cfg, err := LoadSyncerConfig("../../deploy/local/snapflip.yaml", baseEnv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(cfg.Collections) == 0 {
+		t.Error("the demo config has no collections")
+	}
+}
