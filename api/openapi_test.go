@@ -122,3 +122,20 @@ func TestMetricsLabelsAreBounded(t *testing.T) {
 		t.Errorf("request series (-want +got):\n%s", diff)
 	}
 }
+
+// unknownAdmin's rollbacks end with an unknown flip outcome.
+type unknownAdmin struct{ fakeAdmin }
+
+func (unknownAdmin) Rollback(context.Context, snapshot.RollbackRequest) (snapshot.RollbackResult, error) {
+	return snapshot.RollbackResult{}, fmt.Errorf("flip pointer to v: %w", snapshot.ErrOutcomeUnknown)
+}
+
+// TestAdminRollbackWithUnknownOutcome: a rollback whose flip was not confirmed answers
+// 503 saying so, not 500 and not "nothing changed".
+func TestAdminRollbackWithUnknownOutcome(t *testing.T) {
+	s := api.NewServer(&fakeReader{}, api.Config{Admin: unknownAdmin{}, AdminToken: "t"}, slog.New(slog.DiscardHandler))
+	res, b := do(t, s, http.MethodPost, "/v1/admin/rollback", `{"previous":true,"reason":"x"}`, "Authorization", "Bearer t")
+	if res.StatusCode != 503 || !strings.Contains(string(b), "may or may not") || res.Header.Get("Content-Type") != "application/problem+json" {
+		t.Errorf("rollback with an unknown outcome = %d %s; want a 503 problem saying the flip may or may not have happened", res.StatusCode, b)
+	}
+}

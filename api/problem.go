@@ -65,6 +65,10 @@ func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) {
 		s.log.ErrorContext(r.Context(), "current version expired", "err", err)
 		p = Problem{Type: typeUnavailable, Title: "Current version expired", Status: http.StatusServiceUnavailable,
 			Detail: "the current version has outlived its TTL: the syncer has not published or refreshed it in time"}
+	case errors.Is(err, snapshot.ErrOutcomeUnknown):
+		s.log.ErrorContext(r.Context(), "pointer flip outcome unknown", "err", err)
+		p = Problem{Type: typeUnavailable, Title: "Outcome unknown", Status: http.StatusServiceUnavailable,
+			Detail: "storage did not confirm the flip; it may or may not have happened: check GET /v1/versions/current before retrying"}
 	case r.Context().Err() != nil:
 		return // the client went away; nobody is listening
 	default:

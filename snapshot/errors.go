@@ -31,6 +31,11 @@ var (
 	// ErrSourceBehind reports a flip rejected because the new version was read from an
 	// older source snapshot than the current version.
 	ErrSourceBehind = errors.New("source position would go backwards")
+	// ErrOutcomeUnknown reports a conditional write (a pointer flip) whose reply was
+	// lost and whose effect a re-read could not confirm: it may or may not have
+	// applied. Like Iceberg's unknown commit state, the caller must not clean up after
+	// it as if it had failed.
+	ErrOutcomeUnknown = errors.New("outcome unknown: the write may or may not have applied")
 	// ErrUnavailable reports that storage or the source could not be reached in time.
 	ErrUnavailable = errors.New("unreachable")
 	// ErrInvalid reports bad input: a malformed version, id or configuration.

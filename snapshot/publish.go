@@ -133,6 +133,9 @@ func (p *Publisher) Publish(ctx context.Context, opts PublishOptions) (PublishRe
 		if err != nil {
 			return PublishResult{}, fmt.Errorf("read current manifest: %w", err)
 		}
+		if cm.State == StateSealed {
+			cm = p.confirmFlip(ctx, cm, cur)
+		}
 		curManifest = &cm
 	}
 
@@ -220,7 +223,11 @@ func (p *Publisher) Publish(ctx context.Context, opts PublishOptions) (PublishRe
 	}
 	if _, err := p.Store.FlipPointer(ctx, p.Dataset, flip); err != nil {
 		err = fmt.Errorf("flip pointer to %s: %w", m.Version, err)
-		p.fail(ctx, m, StateSealed, err)
+		if !errors.Is(err, ErrOutcomeUnknown) {
+			p.fail(ctx, m, StateSealed, err)
+		}
+		// Unknown: the pointer may name the version, so it stays sealed (servable);
+		// the next run sees which.
 		return PublishResult{}, err
 	}
 
@@ -325,6 +332,21 @@ func (p *Publisher) fail(ctx context.Context, m Manifest, from State, cause erro
 	if err := p.Store.UpdateManifest(bg, failed, from); err != nil {
 		p.log().WarnContext(ctx, "mark version failed", "dataset", p.Dataset, "version", m.Version, "err", err)
 	}
+}
+
+// confirmFlip marks published a sealed version the pointer names: a flip whose
+// outcome was unknown (ErrOutcomeUnknown) that did apply. Failures are logged: the
+// manifest is servable either way.
+func (p *Publisher) confirmFlip(ctx context.Context, m Manifest, cur Pointer) Manifest {
+	published := m
+	published.State, published.PublishedAt = StatePublished, cur.FlippedAt
+	if err := p.Store.UpdateManifest(ctx, published, StateSealed); err != nil {
+		p.log().WarnContext(ctx, "mark the current version published", "dataset", p.Dataset, "version", m.Version, "err", err)
+		return m
+	}
+	p.log().InfoContext(ctx, "a flip whose outcome was unknown had applied: marked its version published",
+		"dataset", p.Dataset, "version", m.Version)
+	return published
 }
 
 // retire moves the replaced version from published to retired.

@@ -378,3 +378,70 @@ func TestPublishPartitioned(t *testing.T) {
 		t.Errorf("partitioned read %+v; whole read %+v; want the same rows and digest", a, b)
 	}
 }
+
+// unknownFlips is a store whose pointer flips report an unknown outcome, after
+// applying (apply) or not.
+type unknownFlips struct {
+	snapshot.PublishStore
+	apply bool
+}
+
+func (u unknownFlips) FlipPointer(ctx context.Context, dataset string, f snapshot.Flip) (snapshot.Pointer, error) {
+	if u.apply {
+		if _, err := u.PublishStore.FlipPointer(ctx, dataset, f); err != nil {
+			return snapshot.Pointer{}, err
+		}
+	}
+	return snapshot.Pointer{}, fmt.Errorf("injected: %w", snapshot.ErrOutcomeUnknown)
+}
+
+// TestFlipWithUnknownOutcome: when a flip's outcome is unknown, the publish fails but
+// its version is left sealed, not marked failed — the pointer may name it, and a
+// version the pointer names must stay servable. Whether the flip applied or not, the
+// next publish sees which and goes on: it marks an applied one published (then
+// retires it on its own flip).
+func TestFlipWithUnknownOutcome(t *testing.T) {
+	for _, applied := range []bool{true, false} {
+		t.Run(fmt.Sprint("applied=", applied), func(t *testing.T) {
+			r := newRig(t, twoCollections, twoTables...)
+			ctx := context.Background()
+			first, err := r.pub.Publish(ctx, snapshot.PublishOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			testenv.Exec(t, r.dsn, `UPDATE users SET name = 'second' WHERE id = 'u1'`)
+			real := r.pub.Store
+			r.pub.Store = unknownFlips{PublishStore: real, apply: applied}
+			_, err = r.pub.Publish(ctx, snapshot.PublishOptions{})
+			r.pub.Store = real
+			if !errors.Is(err, snapshot.ErrOutcomeUnknown) {
+				t.Fatalf("publish with an unknown flip outcome = %v; want ErrOutcomeUnknown", err)
+			}
+			second := r.lastManifest(t)
+			if second.State != snapshot.StateSealed {
+				t.Fatalf("version of the unknown flip is %s; want sealed (servable)", second.State)
+			}
+			want := first.Manifest.Version
+			if applied {
+				want = second.Version
+			}
+			if p := r.pointer(t); p.Version != want {
+				t.Fatalf("pointer = %s; want %s", p.Version, want)
+			}
+
+			testenv.Exec(t, r.dsn, `UPDATE users SET name = 'third' WHERE id = 'u1'`)
+			third, err := r.pub.Publish(ctx, snapshot.PublishOptions{})
+			if err != nil || third.NoOp || third.Previous != want {
+				t.Fatalf("next publish = %+v, %v; want a new version replacing %s", third, err, want)
+			}
+			after, err := r.store.ReadManifest(ctx, "ds", second.Version)
+			wantState := snapshot.StateSealed // never current: left to expire
+			if applied {
+				wantState = snapshot.StateRetired // confirmed published, then replaced
+			}
+			if err != nil || after.State != wantState {
+				t.Errorf("version of the unknown flip ends %s (%v); want %s", after.State, err, wantState)
+			}
+		})
+	}
+}

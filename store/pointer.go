@@ -146,12 +146,18 @@ func (s *Store) FlipPointer(ctx context.Context, dataset string, f snapshot.Flip
 	cond := bigtable.NewCondMutation(bigtable.InterleaveFilters(reject...), nil, mut)
 	err = s.tbl.Apply(ctx, pointerKey(dataset), cond, bigtable.GetCondMutationResult(&rejected))
 	if err != nil {
-		// The write may or may not have applied: re-read and decide.
+		// The write may or may not have applied: re-read. Showing this flip proves it
+		// applied. Anything else proves nothing (it may have applied and been flipped
+		// over since, or the re-read failed): the outcome is unknown.
 		got, rerr := s.ReadPointer(context.WithoutCancel(ctx), dataset)
 		if rerr == nil && got.Version == f.Version && got.Fence == f.Token {
 			return got, nil
 		}
-		return snapshot.Pointer{}, s.wrap(err, "flip pointer of dataset %s (re-read shows it did not apply)", dataset)
+		if rerr != nil {
+			err = fmt.Errorf("%w (and the re-read failed: %v)", err, rerr)
+		}
+		return snapshot.Pointer{}, fmt.Errorf("%w: %w", snapshot.ErrOutcomeUnknown,
+			s.wrap(err, "flip pointer of dataset %s to %s", dataset, f.Version))
 	}
 	if !rejected {
 		return p, nil
