@@ -137,7 +137,12 @@ func TestCrashAtRandomTimes(t *testing.T) {
 		kills = n
 	}
 	e := start(t)
-	writeConfig(t, e, config+"lease:\n  duration: 1s\n")
+	// A 2 s lease: each run after a kill waits that long to take the dead holder's lease
+	// over. With 1 s, the emulator — which walks every stored row about once a second
+	// under its table lock, and keeps every version of this test — could stall a live
+	// holder's renewals past its deadline late in the long form, and the holder then
+	// rightly gave the lease up (failing its sync cleanly, which this test does not expect).
+	writeConfig(t, e, config+"lease:\n  duration: 2s\n")
 	testenv.Exec(t, e.dsn, `INSERT INTO things (id) SELECT 'bulk-' || g FROM generate_series(1, 50000) g`)
 	start := time.Now()
 	if _, err := e.sync(t); err != nil {
