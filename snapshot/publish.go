@@ -335,8 +335,8 @@ func (p *Publisher) fail(ctx context.Context, m Manifest, from State, cause erro
 }
 
 // confirmFlip marks published a sealed version the pointer names: a flip whose
-// outcome was unknown (ErrOutcomeUnknown) that did apply. Failures are logged: the
-// manifest is servable either way.
+// outcome was unknown (ErrOutcomeUnknown) that did apply, or one whose bookkeeping
+// after the flip failed. Failures are logged: the manifest is servable either way.
 func (p *Publisher) confirmFlip(ctx context.Context, m Manifest, cur Pointer) Manifest {
 	published := m
 	published.State, published.PublishedAt = StatePublished, cur.FlippedAt
@@ -344,7 +344,7 @@ func (p *Publisher) confirmFlip(ctx context.Context, m Manifest, cur Pointer) Ma
 		p.log().WarnContext(ctx, "mark the current version published", "dataset", p.Dataset, "version", m.Version, "err", err)
 		return m
 	}
-	p.log().InfoContext(ctx, "a flip whose outcome was unknown had applied: marked its version published",
+	p.log().InfoContext(ctx, "the current version was still marked sealed (a flip of unknown outcome that applied, or failed bookkeeping): marked it published",
 		"dataset", p.Dataset, "version", m.Version)
 	return published
 }
