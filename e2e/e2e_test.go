@@ -96,12 +96,22 @@ func (e *env) getenv(k string) string {
 	return ""
 }
 
-func (e *env) startAPI(tb testing.TB) {
+// startAPI starts the metadata API in-process on a free port and sets e.base;
+// overrides are environment variables as key, value pairs that replace e.getenv's.
+func (e *env) startAPI(tb testing.TB, overrides ...string) {
 	tb.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	addrc := make(chan string, 1)
 	done := make(chan error, 1)
-	m := &cli.MetadataAPI{Getenv: e.getenv, Stderr: io.Discard, Listening: func(a string) { addrc <- a }}
+	getenv := func(k string) string {
+		for i := 0; i+1 < len(overrides); i += 2 {
+			if overrides[i] == k {
+				return overrides[i+1]
+			}
+		}
+		return e.getenv(k)
+	}
+	m := &cli.MetadataAPI{Getenv: getenv, Stderr: io.Discard, Listening: func(a string) { addrc <- a }}
 	go func() { done <- m.Run(ctx, []string{"--addr", "127.0.0.1:0"}) }()
 	select {
 	case a := <-addrc:

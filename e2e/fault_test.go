@@ -26,18 +26,7 @@ func TestFaultEmulatorStopsMidSync(t *testing.T) {
 		`INSERT INTO things (id) VALUES ('plain')`)
 	e.configPath = t.TempDir() + "/snapflip.yaml"
 	writeConfig(t, e, config+"bigtable:\n  batch_timeout: 300ms\n  op_timeout: 1s\n")
-	stale := func(k string) string {
-		if k == cli.EnvMaxStale {
-			return "2s"
-		}
-		return e.getenv(k)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	addrc := make(chan string, 1)
-	api := &cli.MetadataAPI{Getenv: stale, Stderr: discard{}, Listening: func(a string) { addrc <- a }}
-	go func() { _ = api.Run(ctx, []string{"--addr", "127.0.0.1:0"}) }()
-	e.base = "http://" + <-addrc
+	e.startAPI(t, cli.EnvMaxStale, "2s")
 
 	if _, err := e.sync(t); err != nil {
 		t.Fatal(err)
@@ -111,10 +100,6 @@ func TestFaultEmulatorStopsMidSync(t *testing.T) {
 		t.Errorf("after recovery: %s", r.body)
 	}
 }
-
-type discard struct{}
-
-func (discard) Write(p []byte) (int, error) { return len(p), nil }
 
 // TestFaultStatementTimeout: a Postgres statement timeout fails the sync with
 // Postgres's own message and publishes nothing.

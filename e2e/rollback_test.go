@@ -241,18 +241,8 @@ func TestAdminEndpoints(t *testing.T) {
 	e := start(t)
 	vs := e.publishGens(t, 1, 2)
 	e.stopAPI()
-	adminEnv := func(k string) string {
-		if k == cli.EnvAdminToken {
-			return "s3cret"
-		}
-		return e.getenv(k)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	addrc := make(chan string, 1)
-	m := &cli.MetadataAPI{Getenv: adminEnv, Stderr: io.Discard, Listening: func(a string) { addrc <- a }}
-	go func() { _ = m.Run(ctx, []string{"--addr", "127.0.0.1:0"}) }()
-	base := "http://" + <-addrc
+	e.startAPI(t, cli.EnvAdminToken, "s3cret")
+	base := e.base
 	post := func(path, token, body string) (int, string) {
 		req, _ := http.NewRequest(http.MethodPost, base+path, strings.NewReader(body))
 		if token != "" {
