@@ -33,21 +33,29 @@ func (s *Store) GetDocument(ctx context.Context, dataset string, v snapshot.Vers
 // order, until fn returns false.
 func (s *Store) ScanDocuments(ctx context.Context, dataset string, v snapshot.Version, collection string, fn func(snapshot.Document) bool) error {
 	prefix := docPrefix(dataset, v, collection)
+	return s.readDocs(ctx, prefix, bigtable.PrefixRange(prefix), fn, fmt.Sprintf("scan %s at %s", collection, v),
+		bigtable.RowFilter(column(famDocs, colDoc)))
+}
+
+// readDocs reads the document rows of rows, all under prefix, in key order, calling fn
+// with each document until it returns false. A read error is wrapped with what; a row
+// key that does not decode stops the read with its own error.
+func (s *Store) readDocs(ctx context.Context, prefix string, rows bigtable.RowSet, fn func(snapshot.Document) bool,
+	what string, opts ...bigtable.ReadOption) error {
 	var derr error
-	err := s.tbl.ReadRows(ctx, bigtable.PrefixRange(prefix), func(r bigtable.Row) bool {
+	err := s.tbl.ReadRows(ctx, rows, func(r bigtable.Row) bool {
 		id, err := idFromDocKey(prefix, r.Key())
 		if err != nil {
 			derr = err
 			return false
 		}
-		cells := r[famDocs]
-		if len(cells) == 0 {
-			return true
+		if cells := r[famDocs]; len(cells) > 0 {
+			return fn(snapshot.Document{ID: id, Body: cells[0].Value})
 		}
-		return fn(snapshot.Document{ID: id, Body: cells[0].Value})
-	}, bigtable.RowFilter(column(famDocs, colDoc)))
+		return true
+	}, opts...)
 	if err != nil {
-		return s.wrap(err, "scan %s at %s", collection, v)
+		return s.wrap(err, "%s", what)
 	}
 	return derr
 }
@@ -91,22 +99,14 @@ func (s *Store) GetDocuments(ctx context.Context, dataset string, v snapshot.Ver
 		keys[i] = prefix + escapeComponent(id)
 	}
 	out := make(map[string][]byte, len(ids))
-	var derr error
-	err := s.tbl.ReadRows(ctx, keys, func(r bigtable.Row) bool {
-		id, err := idFromDocKey(prefix, r.Key())
-		if err != nil {
-			derr = err
-			return false
-		}
-		if cells := r[famDocs]; len(cells) > 0 {
-			out[id] = cells[0].Value
-		}
+	err := s.readDocs(ctx, prefix, keys, func(d snapshot.Document) bool {
+		out[d.ID] = d.Body
 		return true
-	})
+	}, fmt.Sprintf("read %d documents of %s at %s", len(ids), collection, v))
 	if err != nil {
-		return nil, s.wrap(err, "read %d documents of %s at %s", len(ids), collection, v)
+		return nil, err
 	}
-	return out, derr
+	return out, nil
 }
 
 // ScanPage returns up to limit documents of a collection at a version whose ids sort
@@ -122,23 +122,12 @@ func (s *Store) ScanPage(ctx context.Context, dataset string, v snapshot.Version
 		rng = bigtable.NewRange(prefix+escapeComponent(after)+"\x00", prefixEnd(prefix))
 	}
 	var docs []snapshot.Document
-	var derr error
-	err := s.tbl.ReadRows(ctx, rng, func(r bigtable.Row) bool {
-		id, err := idFromDocKey(prefix, r.Key())
-		if err != nil {
-			derr = err
-			return false
-		}
-		if cells := r[famDocs]; len(cells) > 0 {
-			docs = append(docs, snapshot.Document{ID: id, Body: cells[0].Value})
-		}
+	err := s.readDocs(ctx, prefix, rng, func(d snapshot.Document) bool {
+		docs = append(docs, d)
 		return true
-	}, bigtable.RowFilter(column(famDocs, colDoc)), bigtable.LimitRows(int64(limit+1)))
+	}, fmt.Sprintf("scan %s at %s", collection, v), bigtable.RowFilter(column(famDocs, colDoc)), bigtable.LimitRows(int64(limit+1)))
 	if err != nil {
-		return nil, false, s.wrap(err, "scan %s at %s", collection, v)
-	}
-	if derr != nil {
-		return nil, false, derr
+		return nil, false, err
 	}
 	more := len(docs) > limit
 	if more {
