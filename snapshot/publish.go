@@ -86,7 +86,14 @@ type PublishOptions struct {
 	// Slot is the scheduled tick this publish is for, recorded in the manifest.
 	Slot int64
 
-	reason string // why a republish runs, for the result
+	reason  string       // why a republish runs, for the result
+	current *currentRead // the pointer and its manifest as KeepAlive read them this tick
+}
+
+// currentRead is the pointer and the manifest of the version it names.
+type currentRead struct {
+	ptr      Pointer
+	manifest Manifest
 }
 
 // PublishResult says what a publish did.
@@ -118,24 +125,17 @@ const cleanupTimeout = 10 * time.Second
 // left as it was and the half-written version is marked failed and left to expire.
 func (p *Publisher) Publish(ctx context.Context, opts PublishOptions) (PublishResult, error) {
 	now := p.now()
-	cur, err := p.Store.ReadPointer(ctx, p.Dataset)
-	if err != nil && !errors.Is(err, ErrNoVersion) {
-		return PublishResult{}, fmt.Errorf("read pointer: %w", err)
+	cur, curManifest, err := p.readCurrent(ctx, opts.current)
+	if err != nil {
+		return PublishResult{}, err
 	}
-	hasCurrent := err == nil
+	hasCurrent := curManifest != nil
 	if hasCurrent && cur.Pinned {
 		return PublishResult{Previous: cur.Version}, fmt.Errorf("dataset %s is pinned to %s (%s): unpin it to publish: %w",
 			p.Dataset, cur.Version, cur.Reason, ErrPinned)
 	}
-	var curManifest *Manifest
-	if hasCurrent {
-		cm, err := p.Store.ReadManifest(ctx, p.Dataset, cur.Version)
-		if err != nil {
-			return PublishResult{}, fmt.Errorf("read current manifest: %w", err)
-		}
-		if cm.State == StateSealed {
-			cm = p.confirmFlip(ctx, cm, cur)
-		}
+	if hasCurrent && curManifest.State == StateSealed {
+		cm := p.confirmFlip(ctx, *curManifest, cur)
 		curManifest = &cm
 	}
 
@@ -332,6 +332,28 @@ func (p *Publisher) fail(ctx context.Context, m Manifest, from State, cause erro
 	if err := p.Store.UpdateManifest(bg, failed, from); err != nil {
 		p.log().WarnContext(ctx, "mark version failed", "dataset", p.Dataset, "version", m.Version, "err", err)
 	}
+}
+
+// readCurrent returns the pointer and the current version's manifest (nil when none is
+// published): read, unless the tick's KeepAlive already read them under the same lease
+// (a flip since would be refused by its expected-version check anyway).
+func (p *Publisher) readCurrent(ctx context.Context, read *currentRead) (Pointer, *Manifest, error) {
+	if read != nil {
+		m := read.manifest
+		return read.ptr, &m, nil
+	}
+	cur, err := p.Store.ReadPointer(ctx, p.Dataset)
+	if errors.Is(err, ErrNoVersion) {
+		return Pointer{}, nil, nil
+	}
+	if err != nil {
+		return Pointer{}, nil, fmt.Errorf("read pointer: %w", err)
+	}
+	m, err := p.Store.ReadManifest(ctx, p.Dataset, cur.Version)
+	if err != nil {
+		return Pointer{}, nil, fmt.Errorf("read current manifest: %w", err)
+	}
+	return cur, &m, nil
 }
 
 // confirmFlip marks published a sealed version the pointer names: a flip whose

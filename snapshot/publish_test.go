@@ -445,3 +445,43 @@ func TestFlipWithUnknownOutcome(t *testing.T) {
 		})
 	}
 }
+
+// countingStore counts pointer and manifest reads.
+type countingStore struct {
+	snapshot.PublishStore
+	pointers, manifests int
+}
+
+func (c *countingStore) ReadPointer(ctx context.Context, dataset string) (snapshot.Pointer, error) {
+	c.pointers++
+	return c.PublishStore.ReadPointer(ctx, dataset)
+}
+
+func (c *countingStore) ReadManifest(ctx context.Context, dataset string, v snapshot.Version) (snapshot.Manifest, error) {
+	c.manifests++
+	return c.PublishStore.ReadManifest(ctx, dataset, v)
+}
+
+// TestTickReadsTheCurrentStateOnce: a scheduled tick's keep-alive check and publish
+// share one read of the pointer and the current manifest.
+func TestTickReadsTheCurrentStateOnce(t *testing.T) {
+	r := newRig(t, twoCollections, twoTables...)
+	ctx := context.Background()
+	r.pub.TTL = time.Hour
+	if _, err := r.pub.Publish(ctx, snapshot.PublishOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	c := &countingStore{PublishStore: r.pub.Store}
+	r.pub.Store = c
+	opts, _, done, err := r.pub.KeepAlive(ctx, snapshot.PublishOptions{})
+	if err != nil || done {
+		t.Fatalf("KeepAlive = %v, done %t", err, done)
+	}
+	res, err := r.pub.Publish(ctx, opts)
+	if err != nil || !res.NoOp {
+		t.Fatalf("publish of an unchanged source = %+v, %v; want a no-op", res, err)
+	}
+	if c.pointers != 1 || c.manifests != 1 {
+		t.Errorf("a tick read the pointer %d times and manifests %d times; want once each", c.pointers, c.manifests)
+	}
+}

@@ -2,7 +2,6 @@ package snapshot
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"time"
 )
@@ -19,20 +18,15 @@ import (
 // refreshes the pinned version in place when due and returns done = true with what it
 // did: nothing is to be published while pinned.
 func (p *Publisher) KeepAlive(ctx context.Context, opts PublishOptions) (PublishOptions, PublishResult, bool, error) {
-	cur, err := p.Store.ReadPointer(ctx, p.Dataset)
-	if errors.Is(err, ErrNoVersion) {
-		return opts, PublishResult{}, false, nil
+	cur, cm, err := p.readCurrent(ctx, nil)
+	if err != nil || cm == nil {
+		return opts, PublishResult{}, false, err
 	}
-	if err != nil {
-		return opts, PublishResult{}, false, fmt.Errorf("read pointer: %w", err)
-	}
+	m := *cm
+	opts.current = &currentRead{ptr: cur, manifest: m} // Publish need not read them again
 	res := PublishResult{Previous: cur.Version, NoOp: true, Pinned: cur.Pinned}
 	if p.TTL <= 0 {
 		return opts, res, cur.Pinned, nil
-	}
-	m, err := p.Store.ReadManifest(ctx, p.Dataset, cur.Version)
-	if err != nil {
-		return opts, PublishResult{}, false, fmt.Errorf("read current manifest: %w", err)
 	}
 	age := p.now().Sub(m.DataTime())
 	due := age >= p.TTL/2
