@@ -2,13 +2,12 @@ package cli
 
 import (
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"log/slog"
 	"os"
-	"strconv"
 	"strings"
-	"time"
 )
 
 // ErrUsage marks a command-line mistake; the binaries exit 2 for it.
@@ -44,18 +43,21 @@ func writerID(client string) string {
 	return fmt.Sprintf("%s/%d/%s", host, os.Getpid(), client)
 }
 
-// envInt returns getenv(key) as an int, or def when it is empty or not a number.
-func envInt(getenv func(string) string, key string, def int) int {
-	if n, err := strconv.Atoi(getenv(key)); err == nil {
-		return n
+// applyEnv sets each flag the command line left alone from its environment variable
+// (pairs of flag name, variable), parsed by the flag itself, so that a malformed value
+// is a usage error naming the variable instead of being ignored.
+func applyEnv(fs *flag.FlagSet, getenv func(string) string, pairs ...string) error {
+	given := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
+	for i := 0; i+1 < len(pairs); i += 2 {
+		name, key := pairs[i], pairs[i+1]
+		v := getenv(key)
+		if v == "" || given[name] {
+			continue
+		}
+		if err := fs.Set(name, v); err != nil {
+			return fmt.Errorf("%w: %s %q: %v", ErrUsage, key, v, err)
+		}
 	}
-	return def
-}
-
-// envDuration returns getenv(key) as a duration, or def when it is empty or malformed.
-func envDuration(getenv func(string) string, key string, def time.Duration) time.Duration {
-	if d, err := time.ParseDuration(getenv(key)); err == nil {
-		return d
-	}
-	return def
+	return nil
 }

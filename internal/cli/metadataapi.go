@@ -47,19 +47,11 @@ func (m *MetadataAPI) Run(ctx context.Context, args []string) error {
 	instance := fs.String("bigtable-instance", envOr(m.Getenv, EnvInstance, def.Instance), "Bigtable instance (env "+EnvInstance+")")
 	table := fs.String("bigtable-table", envOr(m.Getenv, EnvTable, def.Table), "Bigtable table (env "+EnvTable+")")
 	profile := fs.String("bigtable-app-profile", m.Getenv(EnvAppProfile), "Bigtable app profile (env "+EnvAppProfile+")")
-	refreshDefault := time.Second
-	if v := m.Getenv(EnvRefresh); v != "" {
-		d, err := time.ParseDuration(v)
-		if err != nil {
-			return fmt.Errorf("%w: %s %q: %v", ErrUsage, EnvRefresh, v, err)
-		}
-		refreshDefault = d
-	}
-	refresh := fs.Duration("pointer-refresh", refreshDefault, "how long a pointer read is reused (env "+EnvRefresh+")")
+	refresh := fs.Duration("pointer-refresh", time.Second, "how long a pointer read is reused (env "+EnvRefresh+")")
 	drain := fs.Duration("shutdown-timeout", 25*time.Second, "how long in-flight requests may finish at shutdown")
-	cacheSize := fs.Int("cache-size", envInt(m.Getenv, EnvCacheSize, 100_000), "documents cached by (version, collection, id); negative: off (env "+EnvCacheSize+")")
+	cacheSize := fs.Int("cache-size", 100_000, "documents cached by (version, collection, id); negative: off (env "+EnvCacheSize+")")
 	batchLimit := fs.Int("batch-limit", 1000, "the most ids one batchGet may ask for")
-	maxStale := fs.Duration("max-stale", envDuration(m.Getenv, EnvMaxStale, time.Minute), "how long the last good pointer is served while Bigtable cannot be read; past it, reads answer 503 and /readyz fails (env "+EnvMaxStale+")")
+	maxStale := fs.Duration("max-stale", time.Minute, "how long the last good pointer is served while Bigtable cannot be read; past it, reads answer 503 and /readyz fails (env "+EnvMaxStale+")")
 	logFormat := fs.String("log-format", envOr(m.Getenv, EnvLogFormat, "text"), "log format: text or json (env "+EnvLogFormat+")")
 	logLevel := fs.String("log-level", "info", "log level: debug, info, warn, error")
 	if err := fs.Parse(args); err != nil {
@@ -67,6 +59,9 @@ func (m *MetadataAPI) Run(ctx context.Context, args []string) error {
 	}
 	if fs.NArg() != 0 {
 		return fmt.Errorf("%w: unexpected arguments %q", ErrUsage, fs.Args())
+	}
+	if err := applyEnv(fs, m.Getenv, "pointer-refresh", EnvRefresh, "cache-size", EnvCacheSize, "max-stale", EnvMaxStale); err != nil {
+		return err
 	}
 	if *refresh <= 0 {
 		return fmt.Errorf("%w: --pointer-refresh %s: must be positive", ErrUsage, *refresh)

@@ -1,0 +1,27 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"io"
+	"strings"
+	"testing"
+)
+
+// TestMetadataAPIEnvErrorsNameTheVariable: a malformed environment value is a usage
+// error naming the variable, not silently replaced by the default; a flag given on the
+// command line wins over the variable.
+func TestMetadataAPIEnvErrorsNameTheVariable(t *testing.T) {
+	for _, key := range []string{EnvRefresh, EnvCacheSize, EnvMaxStale} {
+		m := &MetadataAPI{Getenv: env(map[string]string{key: "abc"}), Stderr: io.Discard}
+		err := m.Run(context.Background(), []string{"--addr", "127.0.0.1:0"})
+		if !errors.Is(err, ErrUsage) || !strings.Contains(err.Error(), key) {
+			t.Errorf("%s=abc: Run = %v; want a usage error naming %s", key, err, key)
+		}
+	}
+	m := &MetadataAPI{Getenv: env(map[string]string{EnvCacheSize: "abc"}), Stderr: io.Discard}
+	err := m.Run(context.Background(), []string{"--addr", "127.0.0.1:0", "--cache-size", "10", "--pointer-refresh", "0s"})
+	if err == nil || strings.Contains(err.Error(), EnvCacheSize) || !strings.Contains(err.Error(), "--pointer-refresh") {
+		t.Errorf("with --cache-size given, Run = %v; want the flag to win over %s (and the zero refresh refused)", err, EnvCacheSize)
+	}
+}
