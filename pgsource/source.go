@@ -243,6 +243,9 @@ func (r *snap) partitionConn(ctx context.Context, part int) (*pgx.Conn, error) {
 
 func quoteLiteral(s string) string { return "'" + strings.ReplaceAll(s, "'", "''") + "'" }
 
+// rowAlias names the collection's row in the generated SQL.
+const rowAlias = "t"
+
 // selectSQL returns the statement that streams a collection (or one hash partition of
 // it): each row's key as text and the row as JSON, in key order, so a duplicate key is
 // next to its twin (twins hash alike, so they share a partition).
@@ -253,8 +256,11 @@ func selectSQL(c Collection, part, parts int) string {
 	if c.Table != "" {
 		from = "SELECT * FROM " + pgx.Identifier(strings.Split(c.Table, ".")).Sanitize()
 	}
-	key := "t." + pgx.Identifier{c.Key}.Sanitize()
-	q := "SELECT (" + key + ")::text, to_json(t)::text FROM (" + from + "\n) AS t"
+	// The row's alias is only ever used qualified (t.* and t."key"): an unqualified t
+	// means a column named t when the row has one, and the whole row would be served
+	// as that column's value.
+	key := rowAlias + "." + pgx.Identifier{c.Key}.Sanitize()
+	q := "SELECT (" + key + ")::text, to_json(" + rowAlias + ".*)::text FROM (" + from + "\n) AS " + rowAlias
 	if parts > 1 {
 		q += fmt.Sprintf(" WHERE (hashtext((%s)::text) & 2147483647) %% %d = %d", key, parts, part)
 	}

@@ -377,3 +377,54 @@ func TestScanInvalidUTF8Key(t *testing.T) {
 	}
 	t.Log(err)
 }
+
+// TestColumnsNamedLikeTheGeneratedSQL: a column named like an alias or a name the
+// generated SQL uses is served as a column, never in place of the row (a table with a
+// column t was once served as that column's value), whole or partitioned, table or
+// query.
+func TestColumnsNamedLikeTheGeneratedSQL(t *testing.T) {
+	dsn := testenv.Postgres(t)
+	testenv.Exec(t, dsn, `CREATE TABLE gadgets (id text PRIMARY KEY, t timestamptz, "T" int, "t.id" text, text int, hashtext int, "select" int)`,
+		`INSERT INTO gadgets SELECT 'k' || g, '2024-02-29 12:34:56.789+00', g, 'x', g, g, g FROM generate_series(1, 40) g`)
+	want := `{"id":"k1","t":"2024-02-29T12:34:56.789+00:00","T":1,"t.id":"x","text":1,"hashtext":1,"select":1}`
+	for _, c := range []pgsource.Collection{
+		{Name: "table", Table: "gadgets", Key: "id"},
+		{Name: "query", Query: `SELECT * FROM gadgets`, Key: "id"},
+		{Name: "keyed-by-t", Query: `SELECT id AS t, t AS id FROM gadgets`, Key: "t"},
+	} {
+		for _, readers := range []int{1, 3} {
+			src, err := pgsource.New(dsn, []pgsource.Collection{c})
+			if err != nil {
+				t.Fatal(err)
+			}
+			src.Readers, src.PartitionMinRows = readers, 1
+			ctx := context.Background()
+			snap, err := src.Open(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			ps := snap.(snapshot.PartitionedSnapshot)
+			got := map[string]string{}
+			for part := range readers {
+				err := ps.ScanPartition(ctx, c.Name, part, readers, func(d snapshot.Document) error {
+					got[d.ID] = string(d.Body)
+					return nil
+				})
+				if err != nil {
+					t.Fatalf("%s, %d readers: %v", c.Name, readers, err)
+				}
+			}
+			snap.Close(ctx)
+			if len(got) != 40 {
+				t.Errorf("%s, %d readers: %d documents; want 40", c.Name, readers, len(got))
+			}
+			if c.Name == "keyed-by-t" {
+				if d := got["k1"]; d != `{"t":"k1","id":"2024-02-29T12:34:56.789+00:00"}` {
+					t.Errorf("%s: k1 = %s", c.Name, d)
+				}
+			} else if d := got["k1"]; d != want {
+				t.Errorf("%s, %d readers: k1 = %s; want %s", c.Name, readers, d, want)
+			}
+		}
+	}
+}

@@ -120,7 +120,7 @@ func run(ctx context.Context, mode, dsn, emulator, table string, limit, docBytes
 			return 0, err
 		}
 		defer conn.Close(ctx)
-		q := "SELECT (t.id)::text, to_json(t)::text FROM " + pgx.Identifier{table}.Sanitize() + " AS t ORDER BY t.id"
+		q := "SELECT (t.id)::text, to_json(t.*)::text FROM " + pgx.Identifier{table}.Sanitize() + " AS t ORDER BY t.id"
 		if limit > 0 {
 			q += fmt.Sprintf(" LIMIT %d", limit)
 		}
