@@ -5,13 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/cespare/xxhash/v2"
 	lru "github.com/hashicorp/golang-lru/v2"
-	"golang.org/x/sync/singleflight"
 )
 
 // ReadStore is what the read side needs from storage.
@@ -49,7 +47,7 @@ func (v View) HasCollection(name string) bool {
 type ResolverConfig struct {
 	// Refresh is how long a pointer read is reused; default 1s.
 	Refresh time.Duration
-	// Timeout bounds one pointer refresh; default 5s.
+	// Timeout bounds one pointer refresh and one document fetch; default 5s.
 	Timeout time.Duration
 	// MaxStale is how long the last good pointer keeps being served while refreshes
 	// fail; default 1 minute. Past it, reads fail and the API is not ready.
@@ -65,22 +63,16 @@ func DefaultResolverConfig() ResolverConfig {
 	return ResolverConfig{Refresh: time.Second, Timeout: 5 * time.Second, MaxStale: time.Minute, CacheSize: 100_000}
 }
 
-// Resolver answers reads through the pointer. It reads the pointer at most once per
-// Refresh interval, with one refresh in flight at a time however many requests wait,
-// and caches manifests by version (a version's counts never change).
+// Resolver answers reads through the pointer. It reads the pointer once per Refresh
+// interval (Run), with one read in flight at a time however many requests wait, and
+// caches manifests by version (a version's counts never change).
 type Resolver struct {
 	dataset string
 	store   ReadStore
 	cfg     ResolverConfig
 	now     func() time.Time
 
-	flight singleflight.Group
-
-	mu        sync.Mutex
-	ptr       Pointer
-	ptrErr    error
-	fetchedAt time.Time // when ptr was last read successfully
-	triedAt   time.Time // when the pointer was last read, successfully or not
+	ptr *pointerCache
 
 	manifests *lru.Cache[Version, Manifest]
 	docs      *lru.Cache[docKey, Doc] // nil when off
@@ -130,6 +122,8 @@ func NewResolver(dataset string, store ReadStore, cfg ResolverConfig, now func()
 		cfg.CacheSize = def.CacheSize
 	}
 	r := &Resolver{dataset: dataset, store: store, cfg: cfg, now: now,
+		ptr: &pointerCache{refresh: cfg.Refresh, timeout: cfg.Timeout, maxStale: cfg.MaxStale, now: now,
+			read: func(ctx context.Context) (Pointer, error) { return store.ReadPointer(ctx, dataset) }},
 		fetch: &fetcher{store: store, dataset: dataset, timeout: cfg.Timeout}}
 	r.manifests, _ = lru.New[Version, Manifest](maxCachedManifests)
 	if cfg.CacheSize > 0 {
@@ -138,79 +132,22 @@ func NewResolver(dataset string, store ReadStore, cfg ResolverConfig, now func()
 	return r
 }
 
-// Pointer returns the pointer as of at most one refresh interval ago. It returns
-// ErrNoVersion when nothing is published, or the storage error when the pointer could
-// not be read and the last good one is older than MaxStale.
+// Pointer returns the pointer read at most one refresh interval ago, or at most one
+// refresh interval plus one Timeout ago while a refresh is in flight. While pointer
+// reads fail it answers at once, without waiting for Bigtable: the last good pointer
+// until it is MaxStale old, then the storage error. It returns ErrNoVersion when
+// nothing is published. A request that finds the pointer too old waits for one read,
+// shared with every concurrent request; Run keeps that from happening on a live
+// replica.
 func (r *Resolver) Pointer(ctx context.Context) (Pointer, error) {
-	r.mu.Lock()
-	now := r.now()
-	fresh := !r.triedAt.IsZero() && now.Sub(r.triedAt) < r.cfg.Refresh
-	ptr, err := r.ptr, r.ptrErr
-	good := !r.fetchedAt.IsZero() && now.Sub(r.fetchedAt) < r.cfg.MaxStale
-	r.mu.Unlock()
-	if fresh {
-		return r.staleOK(ptr, err)
-	}
-	ch := r.flight.DoChan("pointer", func() (any, error) {
-		// A caller that saw a stale pointer may start its flight just after another
-		// flight ended: re-check, so that one interval still means one read.
-		r.mu.Lock()
-		fresh := !r.triedAt.IsZero() && r.now().Sub(r.triedAt) < r.cfg.Refresh
-		r.mu.Unlock()
-		if fresh {
-			return nil, nil
-		}
-		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.cfg.Timeout)
-		defer cancel()
-		p, err := r.store.ReadPointer(rctx, r.dataset)
-		r.mu.Lock()
-		defer r.mu.Unlock()
-		r.triedAt = r.now()
-		r.ptrErr = err
-		if err == nil {
-			r.ptr, r.fetchedAt = p, r.triedAt
-		}
-		return nil, nil
-	})
-	if good {
-		// Stale while revalidating: with a good pointer in hand, nobody waits for the
-		// refresh, so a slow Bigtable never slows reads down; the refresh lands for
-		// the next request.
-		select {
-		case <-ch:
-		default:
-			return ptr, nil
-		}
-	} else {
-		select {
-		case <-ch:
-		case <-ctx.Done():
-			return Pointer{}, ctx.Err()
-		}
-	}
-	r.mu.Lock()
-	ptr, err = r.ptr, r.ptrErr
-	r.mu.Unlock()
-	return r.staleOK(ptr, err)
+	return r.ptr.get(ctx)
 }
 
-// staleOK decides whether a failed refresh may still be answered by the last good
-// pointer. Callers hold no lock.
-func (r *Resolver) staleOK(ptr Pointer, err error) (Pointer, error) {
-	if err == nil {
-		return ptr, nil
-	}
-	if errors.Is(err, ErrNoVersion) {
-		return Pointer{}, err
-	}
-	r.mu.Lock()
-	fetchedAt := r.fetchedAt
-	r.mu.Unlock()
-	if !fetchedAt.IsZero() && r.now().Sub(fetchedAt) < r.cfg.MaxStale {
-		return ptr, nil
-	}
-	return Pointer{}, fmt.Errorf("read pointer: %w", err)
-}
+// Run reads the pointer once per refresh interval until ctx ends, so that a replica,
+// however idle, resolves every read through a pointer younger than the interval
+// without waiting for it (DESIGN.md invariant 8). The API runs it for the life of the
+// process; without it, the first request after a quiet spell waits for a read.
+func (r *Resolver) Run(ctx context.Context) { r.ptr.run(ctx) }
 
 // Current returns a View of the current version.
 func (r *Resolver) Current(ctx context.Context) (View, error) {
@@ -383,15 +320,9 @@ func (r *Resolver) Manifest(ctx context.Context, v Version) (Manifest, error) {
 	return r.store.ReadManifest(ctx, r.dataset, v)
 }
 
-// PointerAge returns how long ago the pointer was last read successfully.
-func (r *Resolver) PointerAge() time.Duration {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.fetchedAt.IsZero() {
-		return -1
-	}
-	return r.now().Sub(r.fetchedAt)
-}
+// PointerAge returns how long ago the last good pointer read was sent, or -1 before
+// one.
+func (r *Resolver) PointerAge() time.Duration { return r.ptr.age() }
 
 // Ready reports whether the pointer resolves now: nil, ErrNoVersion, or the error.
 func (r *Resolver) Ready(ctx context.Context) error {

@@ -23,8 +23,11 @@ type countingStore struct {
 
 func (s *countingStore) ReadPointer(ctx context.Context, _ string) (Pointer, error) {
 	s.reads.Add(1)
-	if s.gate != nil {
-		<-s.gate
+	s.mu.Lock()
+	gate := s.gate
+	s.mu.Unlock()
+	if gate != nil {
+		<-gate
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -79,7 +82,7 @@ func TestResolverReadsThePointerAtMostOncePerRefresh(t *testing.T) {
 	if _, err := r.Current(ctx); err != nil {
 		t.Fatal(err)
 	}
-	// The refresh runs in the background (the caller was served the good pointer).
+	// The pointer is a refresh interval old: the request waits for a new read.
 	for deadline := time.Now().Add(5 * time.Second); st.reads.Load() < 2 && time.Now().Before(deadline); {
 		time.Sleep(time.Millisecond)
 	}
@@ -153,5 +156,119 @@ func TestResolverRefusesIncompleteVersions(t *testing.T) {
 	}
 	if st.getDocs.Load() != 0 {
 		t.Error("an unknown collection reached storage")
+	}
+}
+
+// TestResolverIdleReplicaServesTheNewPointer: with Run, a replica that serves no
+// request still notices a flip within one refresh interval, and the first request
+// after the quiet spell gets the new version without waiting for a read.
+func TestResolverIdleReplicaServesTheNewPointer(t *testing.T) {
+	st := &countingStore{ptr: Pointer{Version: "v1"}}
+	r := NewResolver("ds", st, ResolverConfig{Refresh: 20 * time.Millisecond}, nil)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go r.Run(ctx)
+	if p, err := r.Pointer(ctx); err != nil || p.Version != "v1" {
+		t.Fatalf("Pointer = %v, %v; want v1", p.Version, err)
+	}
+	st.mu.Lock()
+	st.ptr = Pointer{Version: "v2"}
+	st.mu.Unlock()
+	// No request for a while; the refresher keeps reading.
+	before := st.reads.Load()
+	for st.reads.Load() < before+2 {
+		time.Sleep(time.Millisecond)
+	}
+	// From now on a pointer read would block: the request must not need one.
+	st.mu.Lock()
+	st.gate = make(chan struct{})
+	st.mu.Unlock()
+	defer close(st.gate)
+	got := make(chan Version, 1)
+	go func() {
+		p, _ := r.Pointer(ctx)
+		got <- p.Version
+	}()
+	select {
+	case v := <-got:
+		if v != "v2" {
+			t.Errorf("first request after a quiet spell resolved through %s; want v2", v)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the first request after a quiet spell waited for a pointer read")
+	}
+}
+
+// TestResolverNeverServesAPointerOlderThanTheBound: without a failure, a pointer read
+// more than one refresh interval plus one timeout ago is never served: the request
+// waits for a new read.
+func TestResolverNeverServesAPointerOlderThanTheBound(t *testing.T) {
+	st := &countingStore{ptr: Pointer{Version: "v1"}}
+	now := time.Unix(1000, 0)
+	var mu sync.Mutex
+	clock := func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
+	r := NewResolver("ds", st, ResolverConfig{Refresh: time.Second, Timeout: time.Second, MaxStale: time.Hour}, clock)
+	ctx := context.Background()
+	if p, _ := r.Pointer(ctx); p.Version != "v1" {
+		t.Fatalf("Pointer = %s; want v1", p.Version)
+	}
+	st.mu.Lock()
+	st.ptr = Pointer{Version: "v2"}
+	st.mu.Unlock()
+	for _, after := range []time.Duration{time.Second, 30 * time.Second, 59 * time.Second} {
+		mu.Lock()
+		now = now.Add(after)
+		mu.Unlock()
+		if p, err := r.Pointer(ctx); err != nil || p.Version != "v2" {
+			t.Errorf("%s later: Pointer = %s, %v; want v2 (never the pointer read before the flip)", after, p.Version, err)
+		}
+	}
+}
+
+// TestResolverAnswersAtOnceWhileStorageFails: once a pointer read has failed, requests
+// do not wait for the next doomed read: they get the last good pointer within
+// MaxStale, the error past it, at once.
+func TestResolverAnswersAtOnceWhileStorageFails(t *testing.T) {
+	st := &countingStore{ptr: Pointer{Version: "v1"}}
+	now := time.Unix(1000, 0)
+	var mu sync.Mutex
+	clock := func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
+	advance := func(d time.Duration) { mu.Lock(); now = now.Add(d); mu.Unlock() }
+	r := NewResolver("ds", st, ResolverConfig{Refresh: time.Second, Timeout: time.Minute, MaxStale: 10 * time.Second}, clock)
+	ctx := context.Background()
+	if _, err := r.Pointer(ctx); err != nil {
+		t.Fatal(err)
+	}
+	st.mu.Lock()
+	st.ptrErr = errors.New("bigtable down")
+	st.mu.Unlock()
+	advance(2 * time.Second)
+	if p, err := r.Pointer(ctx); err != nil || p.Version != "v1" { // this one waits for the failing read
+		t.Fatalf("first read after the failure = %s, %v; want the last good v1", p.Version, err)
+	}
+	// Every later read would hang: nobody may wait for one.
+	gate := make(chan struct{})
+	st.mu.Lock()
+	st.gate = gate
+	st.mu.Unlock()
+	defer close(gate)
+	for _, tc := range []struct {
+		after   time.Duration
+		wantErr bool
+	}{{time.Second, false}, {3 * time.Second, false}, {5 * time.Second, true}, {time.Minute, true}} {
+		advance(tc.after)
+		done := make(chan error, 1)
+		go func() { _, err := r.Pointer(ctx); done <- err }()
+		select {
+		case err := <-done:
+			if (err != nil) != tc.wantErr {
+				t.Errorf("%s more: err = %v; want error %t", tc.after, err, tc.wantErr)
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatalf("%s more: a read waited for a pointer read while storage fails", tc.after)
+		}
+	}
+	if err := r.Ready(ctx); err == nil {
+		t.Error("Ready past MaxStale = nil; want the storage error")
 	}
 }

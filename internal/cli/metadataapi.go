@@ -86,6 +86,10 @@ func (m *MetadataAPI) Run(ctx context.Context, args []string) error {
 		log.Warn("bigtable not reachable at start", "err", err)
 	}
 	res := snapshot.NewResolver(*dataset, st, snapshot.ResolverConfig{Refresh: *refresh, CacheSize: *cacheSize, MaxStale: *maxStale}, nil)
+	// The pointer stays fresh until the server has drained, not just until ctx ends.
+	rctx, stopRefresh := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopRefresh()
+	go res.Run(rctx)
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	var admin api.Admin
