@@ -10,6 +10,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/getkin/kin-openapi/openapi3"
+	"github.com/getkin/kin-openapi/routers/gorillamux"
 	"github.com/google/go-cmp/cmp"
 	"github.com/prometheus/client_golang/prometheus"
 	"gopkg.in/yaml.v3"
@@ -51,6 +53,29 @@ func TestOpenAPIMatchesRoutes(t *testing.T) {
 	slices.Sort(routes)
 	if diff := cmp.Diff(documented, routes); diff != "" {
 		t.Errorf("OpenAPI operations (-documented +routes):\n%s", diff)
+	}
+}
+
+// TestOpenAPIDocumentIsValid: the served document loads with kin-openapi (every $ref
+// resolves), validates as OpenAPI 3 (schemas, patterns, examples, parameters) and
+// routes (the path templates parse), as the end-to-end suite needs it to.
+func TestOpenAPIDocumentIsValid(t *testing.T) {
+	s := api.NewServer(&fakeReader{}, api.Config{Registry: prometheus.NewRegistry()}, slog.New(slog.DiscardHandler))
+	res, body := do(t, s, http.MethodGet, "/openapi.yaml", "")
+	if res.StatusCode != 200 {
+		t.Fatalf("GET /openapi.yaml = %d", res.StatusCode)
+	}
+	loader := openapi3.NewLoader()
+	loader.IsExternalRefsAllowed = false
+	doc, err := loader.LoadFromData(body)
+	if err != nil {
+		t.Fatalf("openapi.yaml does not load: %v", err)
+	}
+	if err := doc.Validate(context.Background(), openapi3.EnableExamplesValidation(), openapi3.EnableSchemaPatternValidation()); err != nil {
+		t.Errorf("openapi.yaml is not valid OpenAPI: %v", err)
+	}
+	if _, err := gorillamux.NewRouter(doc); err != nil {
+		t.Errorf("openapi.yaml does not route: %v", err)
 	}
 }
 
