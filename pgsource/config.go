@@ -14,7 +14,9 @@ type Collection struct {
 	// Name is the collection's name in the API: 1..128 of [A-Za-z0-9_.-], starting
 	// with a letter or digit.
 	Name string `yaml:"name"`
-	// Table is a table or view, "schema.table" or "table"; exclusive with Query.
+	// Table is a table or view, "schema.table" or "table", each part exactly as Postgres
+	// names it; exclusive with Query. A part that holds a dot or starts with a double
+	// quote is written quoted, as SQL quotes identifiers: public."a.b", "my ""x"".y".t.
 	Table string `yaml:"table"`
 	// Query is a SELECT whose rows are the documents; exclusive with Table.
 	Query string `yaml:"query"`
@@ -50,22 +52,71 @@ func ValidateCollections(cs []Collection) error {
 		}
 		seen[c.Name] = i
 		if c.Table != "" {
-			parts := strings.Split(c.Table, ".")
-			if len(parts) > 2 || slicesContainsEmpty(parts) {
-				return fmt.Errorf("%s.table %q: want \"table\" or \"schema.table\"", field, c.Table)
+			if _, err := splitTable(c.Table); err != nil {
+				return fmt.Errorf("%s.table %q: %v: want \"table\" or \"schema.table\" (quote a part that holds a dot: public.\"a.b\")", field, c.Table, err)
 			}
 		}
 	}
 	return nil
 }
 
-func slicesContainsEmpty(ss []string) bool {
-	for _, s := range ss {
+// tableParts returns a validated Table's parts: [schema, table] or [table].
+func (c Collection) tableParts() []string {
+	parts, _ := splitTable(c.Table)
+	return parts
+}
+
+// splitTable splits a Table into its one or two parts. A part is bare (no dot, and not
+// starting with a double quote; anything else is taken as it is, case included) or a
+// quoted identifier ("a.b", with "" for a quote inside it).
+func splitTable(s string) ([]string, error) {
+	var parts []string
+	for {
+		var part string
+		if strings.HasPrefix(s, `"`) {
+			var b strings.Builder
+			i := 1
+			for {
+				j := strings.IndexByte(s[i:], '"')
+				if j < 0 {
+					return nil, errors.New("a quoted name has no closing quote")
+				}
+				b.WriteString(s[i : i+j])
+				i += j + 1
+				if i < len(s) && s[i] == '"' {
+					b.WriteByte('"')
+					i++
+					continue
+				}
+				break
+			}
+			part, s = b.String(), s[i:]
+			if s != "" && s[0] != '.' {
+				return nil, errors.New("a quoted name is followed by something other than a dot")
+			}
+		} else {
+			j := strings.IndexByte(s, '.')
+			if j < 0 {
+				j = len(s)
+			}
+			part, s = s[:j], s[j:]
+		}
+		if part == "" {
+			return nil, errors.New("an empty name")
+		}
+		parts = append(parts, part)
 		if s == "" {
-			return true
+			break
+		}
+		s = s[1:] // the dot
+		if s == "" {
+			return nil, errors.New("an empty name")
 		}
 	}
-	return false
+	if len(parts) > 2 {
+		return nil, errors.New("more than two names")
+	}
+	return parts, nil
 }
 
 // fingerprint hashes the collection definitions, so that a version read with other

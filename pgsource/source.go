@@ -149,7 +149,7 @@ func tableFingerprint(ctx context.Context, tx pgx.Tx, c Collection) (fp string, 
 	if c.Table == "" {
 		return "", 0, nil
 	}
-	name := pgx.Identifier(strings.Split(c.Table, ".")).Sanitize()
+	name := pgx.Identifier(c.tableParts()).Sanitize()
 	var kind string
 	err = tx.QueryRow(ctx, `SELECT coalesce((SELECT relkind::text FROM pg_class WHERE oid = to_regclass($1)), '')`, name).Scan(&kind)
 	if err != nil {
@@ -254,7 +254,7 @@ func selectSQL(c Collection, part, parts int) string {
 	// subquery it becomes.
 	from := strings.TrimRight(strings.TrimSpace(c.Query), "; \t\n")
 	if c.Table != "" {
-		from = "SELECT * FROM " + pgx.Identifier(strings.Split(c.Table, ".")).Sanitize()
+		from = "SELECT * FROM " + pgx.Identifier(c.tableParts()).Sanitize()
 	}
 	// The row's alias is only ever used qualified (t.* and t."key"): an unqualified t
 	// means a column named t when the row has one, and the whole row would be served

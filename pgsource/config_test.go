@@ -1,0 +1,58 @@
+package pgsource_test
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/snapflip/snapflip/internal/testenv"
+	"github.com/snapflip/snapflip/pgsource"
+)
+
+func TestTableNames(t *testing.T) {
+	for _, tt := range []struct{ table, err string }{
+		{"t", ""},
+		{"public.t", ""},
+		{"Mixed Case.with space", ""},
+		{`a"b`, ""},
+		{`public."a.b"`, ""},
+		{`"s.x"."a.b"`, ""},
+		{`"say ""hi"""`, ""},
+		{`"".t`, "empty name"},
+		{"a.b.c", "more than two"},
+		{`"a.b`, "no closing quote"},
+		{`"a"b`, "other than a dot"},
+		{"a.", "empty name"},
+		{".a", "empty name"},
+		{`"a".`, "empty name"},
+	} {
+		err := pgsource.ValidateCollections([]pgsource.Collection{{Name: "c", Table: tt.table, Key: "k"}})
+		switch {
+		case tt.err == "" && err != nil:
+			t.Errorf("table %q: %v; want it valid", tt.table, err)
+		case tt.err != "" && (err == nil || !strings.Contains(err.Error(), tt.err) || !strings.Contains(err.Error(), "collections[0].table")):
+			t.Errorf("table %q: %v; want an error naming collections[0].table and saying %q", tt.table, err, tt.err)
+		}
+	}
+}
+
+// TestTableNamesWithDots: a table and a schema whose names hold dots and quotes are
+// read when the config quotes them (found by the generative test in e2e).
+func TestTableNamesWithDots(t *testing.T) {
+	dsn := testenv.Postgres(t)
+	testenv.Exec(t, dsn, `CREATE SCHEMA "s.x"`, `CREATE TABLE "s.x"."a.""b" ("k.k" text PRIMARY KEY, v int)`,
+		`INSERT INTO "s.x"."a.""b" VALUES ('one', 1)`, `CREATE TABLE ".." (k int PRIMARY KEY)`, `INSERT INTO ".." VALUES (7)`)
+	src, err := pgsource.New(dsn, []pgsource.Collection{
+		{Name: "dotted", Table: `"s.x"."a.""b"`, Key: "k.k"}, {Name: "dots", Table: `public.".."`, Key: "k"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, want := range map[string]string{"dotted": `{"k.k":"one","v":1}`, "dots": `{"k":7}`} {
+		docs, pos, err := scanAll(t, src, name)
+		if err != nil || len(docs) != 1 || string(docs[0].Body) != want {
+			t.Errorf("%s = %v, %v; want one document %s", name, docs, err, want)
+		}
+		if pos.Fingerprints[name] == "" {
+			t.Errorf("%s has no fingerprint: the table was not found as a table", name)
+		}
+	}
+}
