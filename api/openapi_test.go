@@ -79,6 +79,23 @@ func TestOpenAPIDocumentIsValid(t *testing.T) {
 	}
 }
 
+// TestMethodNotAllowedSaysAllow: a 405 names the methods the path has, as RFC 9110
+// requires of it.
+func TestMethodNotAllowedSaysAllow(t *testing.T) {
+	s := api.NewServer(&fakeReader{}, api.Config{AdminToken: "t", Admin: fakeAdmin{}}, slog.New(slog.DiscardHandler))
+	for _, tc := range []struct{ method, path, want string }{
+		{http.MethodDelete, "/v1/data/c/a%2Fb", "GET"},
+		{http.MethodPut, "/v1/versions/current", "GET"},
+		{http.MethodPost, "/healthz", "GET"},
+		{http.MethodGet, "/v1/admin/unpin", "POST"},
+	} {
+		res, body := do(t, s, tc.method, tc.path, "")
+		if got := res.Header.Get("Allow"); res.StatusCode != http.StatusMethodNotAllowed || got != tc.want {
+			t.Errorf("%s %s = %d, Allow %q (%s); want 405, Allow %q", tc.method, tc.path, res.StatusCode, got, body, tc.want)
+		}
+	}
+}
+
 type fakeAdmin struct{}
 
 func (fakeAdmin) Rollback(context.Context, snapshot.RollbackRequest) (snapshot.RollbackResult, error) {

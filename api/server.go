@@ -137,11 +137,27 @@ func NewServer(reader Reader, cfg Config, log *slog.Logger) *Server {
 			Detail: "no route " + r.Method + " " + truncate(r.URL.EscapedPath(), 200)})
 	})
 	r.MethodNotAllowed(func(w http.ResponseWriter, r *http.Request) {
+		if allow := s.allowed(r.URL.EscapedPath()); allow != "" {
+			w.Header().Set("Allow", allow) // a 405 must say what is allowed (RFC 9110 15.5.6)
+		}
 		writeProblem(w, Problem{Type: typeBadRequest, Title: "Method not allowed", Status: http.StatusMethodNotAllowed,
 			Detail: r.Method + " is not allowed on " + truncate(r.URL.EscapedPath(), 200)})
 	})
 	s.mux = r
 	return s
+}
+
+// allowed lists the methods that have a route for the escaped path, for the Allow
+// header of a 405.
+func (s *Server) allowed(path string) string {
+	var out []string
+	for _, m := range []string{http.MethodGet, http.MethodHead, http.MethodPost, http.MethodPut, http.MethodPatch,
+		http.MethodDelete, http.MethodOptions} {
+		if s.mux.Match(chi.NewRouteContext(), m, path) {
+			out = append(out, m)
+		}
+	}
+	return strings.Join(out, ", ")
 }
 
 // ServeHTTP serves the API.
