@@ -6,6 +6,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"net/url"
@@ -102,17 +103,21 @@ func TestBatchGetUnderFlips(t *testing.T) {
 	e.awaitVersion(t, docPath("things", "plain"), "")
 	body, _ := json.Marshal(map[string][]string{"ids": append(append([]string{}, awkwardIDs...), "nope")})
 	stop := e.readers(t, 4, func() (string, []int, error) {
-		resp, err := http.Post(e.base+"/v1/data/things:batchGet", "application/json", bytes.NewReader(body))
+		req, err := http.NewRequest(http.MethodPost, e.base+"/v1/data/things:batchGet", bytes.NewReader(body))
 		if err != nil {
 			return "", nil, err
 		}
-		defer resp.Body.Close()
+		req.Header.Set("Content-Type", "application/json")
+		resp, b, err := sendAPI(t, req)
+		if err != nil {
+			return "", nil, err
+		}
 		var out struct {
 			Version   string                     `json:"version"`
 			Documents map[string]json.RawMessage `json:"documents"`
 			Missing   []string                   `json:"missing"`
 		}
-		if err := json.NewDecoder(resp.Body).Decode(&out); err != nil || resp.StatusCode != 200 ||
+		if err := json.Unmarshal(b, &out); err != nil || resp.StatusCode != 200 ||
 			len(out.Documents) != len(awkwardIDs) || len(out.Missing) != 1 {
 			return "", nil, fmt.Errorf("batchGet = %d, %d documents, missing %v, %v", resp.StatusCode, len(out.Documents), out.Missing, err)
 		}
@@ -159,11 +164,7 @@ func TestPinnedReadsAfterFlipsAndGone(t *testing.T) {
 	}
 	req, _ := http.NewRequest(http.MethodGet, e.base+docPath("things", "plain"), nil)
 	req.Header.Set("Snapshot-Version", v1)
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	resp.Body.Close()
+	resp, _ := callAPI(t, req)
 	if resp.StatusCode != 200 || !strings.Contains(resp.Header.Get("Cache-Control"), "immutable") {
 		t.Errorf("pinned by header: %d, Cache-Control %q; want 200 and an immutable cache", resp.StatusCode, resp.Header.Get("Cache-Control"))
 	}
@@ -288,12 +289,18 @@ func TestHostileRequests(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer conn.Close()
-		fmt.Fprintf(conn, "%s %s HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\nConnection: close\r\n\r\n%s", method, target, len(body), body)
+		request := fmt.Sprintf("%s %s HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\nConnection: close\r\n\r\n%s", method, target, len(body), body)
+		fmt.Fprint(conn, request)
 		resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
 		if err != nil {
 			t.Fatalf("%s %.60s: %v", method, target, err)
 		}
-		resp.Body.Close()
+		defer resp.Body.Close()
+		b, err := io.ReadAll(resp.Body)
+		if err != nil {
+			t.Fatalf("%s %.60s: read body: %v", method, target, err)
+		}
+		checkRawOpenAPI(t, []byte(request), resp, b)
 		return resp.StatusCode
 	}
 	for _, tc := range []struct {

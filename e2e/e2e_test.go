@@ -147,17 +147,14 @@ type response struct {
 	body    []byte
 }
 
+// get sends GET path to the API and checks the exchange against the OpenAPI document.
 func (e *env) get(tb testing.TB, path string) response {
 	tb.Helper()
-	resp, err := http.Get(e.base + path)
+	req, err := http.NewRequest(http.MethodGet, e.base+path, nil)
 	if err != nil {
 		tb.Fatalf("GET %s: %v", path, err)
 	}
-	defer resp.Body.Close()
-	body, err := io.ReadAll(resp.Body)
-	if err != nil {
-		tb.Fatalf("GET %s: read body: %v", path, err)
-	}
+	resp, body := callAPI(tb, req)
 	return response{resp.StatusCode, resp.Header.Get("Snapshot-Version"), resp.Header.Get("Content-Type"), body}
 }
 

@@ -21,7 +21,9 @@ import (
 func TestMain(m *testing.M) {
 	switch os.Getenv("SNAPFLIP_HELPER") {
 	case "":
-		os.Exit(m.Run())
+		code := m.Run()
+		reportOpenAPI(os.Stdout)
+		os.Exit(code)
 	case "lease-rounds":
 		os.Exit(run(helperLeaseRounds))
 	case "lease-hold":

@@ -245,15 +245,11 @@ func TestAdminEndpoints(t *testing.T) {
 	base := e.base
 	post := func(path, token, body string) (int, string) {
 		req, _ := http.NewRequest(http.MethodPost, base+path, strings.NewReader(body))
+		req.Header.Set("Content-Type", "application/json")
 		if token != "" {
 			req.Header.Set("Authorization", "Bearer "+token)
 		}
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
-		b, _ := io.ReadAll(resp.Body)
+		resp, b := callAPI(t, req)
 		return resp.StatusCode, string(b)
 	}
 	if code, _ := post("/v1/admin/rollback", "", `{"previous": true, "reason": "x"}`); code != 401 {
@@ -279,12 +275,7 @@ func TestAdminEndpoints(t *testing.T) {
 	if !strings.Contains(out, "api-admin@127.0.0.1") || !strings.Contains(out, "via api") {
 		t.Errorf("history lacks the API's rollback:\n%s", out)
 	}
-	resp, err := http.Get(base + "/")
-	if err != nil {
-		t.Fatal(err)
-	}
-	page, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
+	page := e.get(t, "/").body
 	if !strings.Contains(string(page), "<svg") || !strings.Contains(string(page), "rollback") {
 		t.Errorf("status page lacks the chart or the rollback:\n%.400s", page)
 	}
