@@ -143,7 +143,11 @@ func (p *Publisher) Publish(ctx context.Context, opts PublishOptions) (PublishRe
 	if err != nil {
 		return PublishResult{}, fmt.Errorf("open source: %w", err)
 	}
-	defer snap.Close(context.WithoutCancel(ctx))
+	defer func() {
+		cctx, cancel := Detach(ctx, cleanupTimeout)
+		defer cancel()
+		_ = snap.Close(cctx)
+	}()
 	pos := snap.Position()
 	crash(p.Crash, CrashAfterOpen, 0)
 
@@ -238,7 +242,7 @@ func (p *Publisher) Publish(ctx context.Context, opts PublishOptions) (PublishRe
 	published.Token = flip.Token
 	// The pointer already names the version: bookkeeping failures from here on are
 	// logged, not returned, because the publish has happened.
-	bg, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
+	bg, cancel := Detach(ctx, cleanupTimeout)
 	defer cancel()
 	if err := p.Store.UpdateManifest(bg, published, StateSealed); err != nil {
 		log.WarnContext(ctx, "mark version published", "err", err)
@@ -324,7 +328,7 @@ func (p *Publisher) checkGates(cur *Manifest, m Manifest) error {
 // fail marks the version failed, from the state it is in. It runs on a context that
 // outlives the caller's, so that a cancelled sync still records its end.
 func (p *Publisher) fail(ctx context.Context, m Manifest, from State, cause error) {
-	bg, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
+	bg, cancel := Detach(ctx, cleanupTimeout)
 	defer cancel()
 	failed := m
 	failed.State = StateFailed

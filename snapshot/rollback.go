@@ -124,7 +124,7 @@ func (a *Admin) operatorFlip(ctx context.Context, action Action, by, reason stri
 	if _, err := a.Store.FlipPointer(ctx, a.Dataset, f); err != nil {
 		return RollbackResult{}, fmt.Errorf("flip pointer to %s: %w", f.Version, err)
 	}
-	bg, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
+	bg, cancel := Detach(ctx, cleanupTimeout)
 	defer cancel()
 	if after != nil {
 		after(bg, cur, f)
@@ -203,7 +203,7 @@ func (a *Admin) acquire(ctx context.Context) (Hold, error) {
 }
 
 func (a *Admin) release(ctx context.Context, h Hold) {
-	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
+	rctx, cancel := Detach(ctx, cleanupTimeout)
 	defer cancel()
 	if err := h.Release(rctx); err != nil && !errors.Is(err, ErrLeaseLost) {
 		a.log().WarnContext(ctx, "release lease", "err", err)

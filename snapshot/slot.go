@@ -78,7 +78,7 @@ func (t *Ticker) publishLeased(ctx context.Context, opts PublishOptions) (Publis
 		return PublishResult{}, 0, fmt.Errorf("acquire lease: %w", err)
 	}
 	defer func() {
-		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
+		rctx, cancel := Detach(ctx, cleanupTimeout)
 		defer cancel()
 		if err := hold.Release(rctx); err != nil && !errors.Is(err, ErrLeaseLost) {
 			t.log().WarnContext(ctx, "release lease", "token", hold.Token(), "err", err)
