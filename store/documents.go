@@ -30,11 +30,22 @@ func (s *Store) GetDocument(ctx context.Context, dataset string, v snapshot.Vers
 }
 
 // ScanDocuments calls fn with every document of one collection of a version, in id
-// order, until fn returns false.
+// order, until fn returns false. A whole collection takes as long as it takes, so the
+// scan is bounded by its progress instead: it fails when no row arrives for OpTimeout
+// (the client would otherwise retry an unreachable Bigtable until ctx ends).
 func (s *Store) ScanDocuments(ctx context.Context, dataset string, v snapshot.Version, collection string, fn func(snapshot.Document) bool) error {
 	prefix := docPrefix(dataset, v, collection)
-	return s.readDocs(ctx, prefix, bigtable.PrefixRange(prefix), fn, fmt.Sprintf("scan %s at %s", collection, v),
-		bigtable.RowFilter(column(famDocs, colDoc)))
+	what := fmt.Sprintf("scan %s at %s", collection, v)
+	g := s.guardStall(ctx)
+	err := s.readDocs(g.ctx, prefix, bigtable.PrefixRange(prefix), func(d snapshot.Document) bool {
+		g.pause()
+		defer g.resume()
+		return fn(d)
+	}, what, bigtable.RowFilter(column(famDocs, colDoc)))
+	if stalled := g.stop(); stalled != nil && err != nil {
+		return s.wrap(stalled, "%s", what)
+	}
+	return err
 }
 
 // readDocs reads the document rows of rows, all under prefix, in key order, calling fn

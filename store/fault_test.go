@@ -2,6 +2,7 @@ package store_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"sync/atomic"
@@ -15,6 +16,7 @@ import (
 
 	"github.com/snapflip/snapflip/internal/testenv"
 	"github.com/snapflip/snapflip/snapshot"
+	"github.com/snapflip/snapflip/store"
 )
 
 // rowFailer fails a fraction of the rows of every MutateRows reply, at the gRPC layer,
@@ -108,5 +110,89 @@ func TestFaultAllRowsFail(t *testing.T) {
 	}
 	if counts["c"] == 300 {
 		t.Errorf("counts %v claim every row was written", counts)
+	}
+}
+
+// TestStoppedBigtableEndsEveryCall: with the emulator stopped, every call that re-reads
+// after a failed conditional write (a slot claim, a flip, manifest writes, a lease
+// write), and a scan, fails within a few OpTimeouts, whether its caller gave it no
+// deadline or had already given up; none retries a dead Bigtable forever. (The slot
+// claim's re-read once ran on context.WithoutCancel, without any deadline, and a syncer
+// hung in it for good, deaf to SIGTERM.)
+func TestStoppedBigtableEndsEveryCall(t *testing.T) {
+	addr, emu := testenv.StartEmulator(t)
+	cfg := testenv.StoreConfig(addr)
+	cfg.OpTimeout = 300 * time.Millisecond
+	st := testenv.Store(t, cfg)
+	ctx := context.Background()
+	v := version(t)
+	m := snapshot.Manifest{Dataset: "ds", Version: v, State: snapshot.StateWriting, StartedAt: time.Now()}
+	if err := st.CreateManifest(ctx, m); err != nil {
+		t.Fatal(err)
+	}
+	holds := map[string]snapshot.Hold{}
+	for _, name := range []string{"no deadline", "cancelled"} {
+		l, err := st.NewLease("publish/"+name, store.LeaseConfig{Holder: "me", Duration: time.Minute})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if holds[name], err = l.TryAcquire(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	_ = emu.Process.Kill()
+	_ = emu.Wait()
+
+	sealed := m
+	sealed.State = snapshot.StateSealed
+	calls := []struct {
+		name string
+		call func(ctx context.Context, mode string) error
+	}{
+		{"ClaimSlot", func(ctx context.Context, _ string) error { _, _, err := st.ClaimSlot(ctx, "ds", 1, "me"); return err }},
+		{"FlipPointer", func(ctx context.Context, _ string) error {
+			_, err := st.FlipPointer(ctx, "ds", snapshot.Flip{Version: v, Token: 1, At: time.Now()})
+			return err
+		}},
+		{"CreateManifest", func(ctx context.Context, _ string) error {
+			m2 := m
+			m2.Version = version(t)
+			return st.CreateManifest(ctx, m2)
+		}},
+		{"UpdateManifest", func(ctx context.Context, _ string) error {
+			return st.UpdateManifest(ctx, sealed, snapshot.StateWriting)
+		}},
+		{"Release", func(ctx context.Context, mode string) error { return holds[mode].Release(ctx) }},
+		{"ScanDocuments", func(ctx context.Context, _ string) error {
+			return st.ScanDocuments(ctx, "ds", v, "c", func(snapshot.Document) bool { return true })
+		}},
+	}
+	limit := 10 * cfg.OpTimeout
+	for _, c := range calls {
+		for _, mode := range []string{"no deadline", "cancelled"} {
+			t.Run(c.name+"/"+mode, func(t *testing.T) {
+				ctx, cancel := context.WithCancel(context.Background())
+				if mode == "cancelled" {
+					cancel() // a shutdown: the caller has given up
+				}
+				defer cancel()
+				start := time.Now()
+				done := make(chan error, 1)
+				go func() { done <- c.call(ctx, mode) }()
+				select {
+				case err := <-done:
+					took := time.Since(start)
+					t.Logf("failed after %s: %v", took.Round(time.Millisecond), err)
+					if err == nil {
+						t.Error("succeeded against a stopped Bigtable")
+					}
+					if mode == "no deadline" && !errors.Is(err, snapshot.ErrUnavailable) {
+						t.Errorf("error %v; want ErrUnavailable", err)
+					}
+				case <-time.After(limit):
+					t.Errorf("still running %s after it started (op timeout %s): it would retry a stopped Bigtable forever", limit, cfg.OpTimeout)
+				}
+			})
+		}
 	}
 }

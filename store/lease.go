@@ -143,7 +143,9 @@ func (l *Lease) casState(ctx context.Context, prev []byte, next leaseState) (boo
 		// expected: it did not, for want of an answer, not because the condition
 		// failed, so it is an error the caller may retry (a renewal must not take it
 		// for a takeover). Anything else: someone else wrote; the condition failed.
-		now, rerr := l.readState(context.WithoutCancel(ctx))
+		rctx, cancelRead := l.s.reread(ctx)
+		now, rerr := l.readState(rctx)
+		cancelRead()
 		switch {
 		case rerr != nil:
 			return false, fmt.Errorf("lease %s: write outcome unknown (%v) and re-read failed: %w", l.name, err, rerr)
@@ -227,7 +229,7 @@ func (l *Lease) Acquire(ctx context.Context) (snapshot.Hold, error) {
 			return h, nil
 		}
 		if ctx.Err() != nil {
-			return nil, ctx.Err()
+			return nil, giveUp(ctx, err)
 		}
 		ceil := min(l.cfg.RetryMax, 20*time.Millisecond<<min(attempt, 10))
 		wait := time.Duration(rand.Int64N(int64(ceil) + 1))
@@ -239,9 +241,15 @@ func (l *Lease) Acquire(ctx context.Context) (snapshot.Hold, error) {
 		}
 		l.mu.Unlock()
 		if !sleep(ctx, wait) {
-			return nil, ctx.Err()
+			return nil, giveUp(ctx, err)
 		}
 	}
+}
+
+// giveUp is Acquire's error when ctx ends: ctx's, saying why the last attempt failed
+// (an unreachable Bigtable, say, rather than a busy lease).
+func giveUp(ctx context.Context, last error) error {
+	return fmt.Errorf("%w (last attempt: %v)", ctx.Err(), last)
 }
 
 func (l *Lease) event(kind string, token uint64, err error) {
@@ -397,7 +405,13 @@ func (h *hold) Release(ctx context.Context) error {
 	h.ended = true
 	h.mu.Unlock()
 	h.cancel(fmt.Errorf("lease %s released", h.l.name))
-	<-h.done
+	// A renewal in flight ends within OpTimeout (its re-read included); a caller that
+	// cannot wait that long (a shutdown) leaves the lease to expire instead.
+	select {
+	case <-h.done:
+	case <-ctx.Done():
+		return fmt.Errorf("release lease %s token %d: stopping its renewals: %w", h.l.name, h.token, context.Cause(ctx))
+	}
 	for retried := false; ; retried = true {
 		h.mu.Lock()
 		cur := h.state

@@ -42,7 +42,9 @@ func (s *Store) CreateManifest(ctx context.Context, m snapshot.Manifest) error {
 	var exists bool
 	cond := bigtable.NewCondMutation(column(famManifest, colState), nil, mut)
 	if err := s.tbl.Apply(ctx, manifestKey(m.Dataset, m.Version), cond, bigtable.GetCondMutationResult(&exists)); err != nil {
-		got, rerr := s.ReadManifest(context.WithoutCancel(ctx), m.Dataset, m.Version)
+		rctx, cancelRead := s.reread(ctx)
+		got, rerr := s.ReadManifest(rctx, m.Dataset, m.Version)
+		cancelRead()
 		if rerr == nil && got.State == m.State && got.Writer == m.Writer && got.StartedAt.Equal(m.StartedAt) {
 			return nil
 		}
@@ -69,7 +71,9 @@ func (s *Store) UpdateManifest(ctx context.Context, m snapshot.Manifest, from sn
 	var matched bool
 	cond := bigtable.NewCondMutation(valueEquals(famManifest, colState, []byte(from)), mut, nil)
 	if err := s.tbl.Apply(ctx, manifestKey(m.Dataset, m.Version), cond, bigtable.GetCondMutationResult(&matched)); err != nil {
-		got, rerr := s.ReadManifest(context.WithoutCancel(ctx), m.Dataset, m.Version)
+		rctx, cancelRead := s.reread(ctx)
+		got, rerr := s.ReadManifest(rctx, m.Dataset, m.Version)
+		cancelRead()
 		if rerr == nil && got.State == m.State {
 			return nil
 		}

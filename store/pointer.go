@@ -149,7 +149,9 @@ func (s *Store) FlipPointer(ctx context.Context, dataset string, f snapshot.Flip
 		// The write may or may not have applied: re-read. Showing this flip proves it
 		// applied. Anything else proves nothing (it may have applied and been flipped
 		// over since, or the re-read failed): the outcome is unknown.
-		got, rerr := s.ReadPointer(context.WithoutCancel(ctx), dataset)
+		rctx, cancelRead := s.reread(ctx)
+		got, rerr := s.ReadPointer(rctx, dataset)
+		cancelRead()
 		if rerr == nil && got.Version == f.Version && got.Fence == f.Token {
 			return got, nil
 		}

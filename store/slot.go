@@ -19,7 +19,8 @@ func slotKey(dataset string, slot int64) string {
 // ClaimSlot claims one scheduled tick of a dataset for holder. Exactly one claimer
 // wins: the claim is written only if the row is absent (a CheckAndMutateRow whose
 // predicate passes any cell, the write in its false branch). It reports whether holder
-// won, and which holder owns the slot. After an RPC error it re-reads to decide.
+// won, and which holder owns the slot. After an RPC error it re-reads to decide, within
+// OpTimeout of its own, unless ctx is cancelled.
 func (s *Store) ClaimSlot(ctx context.Context, dataset string, slot int64, holder string) (won bool, owner string, err error) {
 	ctx, cancel := s.op(ctx)
 	defer cancel()
@@ -32,7 +33,11 @@ func (s *Store) ClaimSlot(ctx context.Context, dataset string, slot int64, holde
 	if applyErr == nil && !exists {
 		return true, holder, nil
 	}
-	row, err := s.tbl.ReadRow(context.WithoutCancel(ctx), key, bigtable.RowFilter(column(famSlots, colClaim)))
+	// A caller that has given up (a shutdown) will not publish the slot, whoever won
+	// it: the re-read ends with its cancellation.
+	rctx, cancelRead := s.rereadWhileWanted(ctx)
+	defer cancelRead()
+	row, err := s.tbl.ReadRow(rctx, key, bigtable.RowFilter(column(famSlots, colClaim)))
 	if err != nil {
 		if applyErr != nil {
 			return false, "", s.wrap(applyErr, "claim slot %d of %s (re-read failed: %v)", slot, dataset, err)

@@ -107,6 +107,9 @@ func (c Config) Validate() error {
 		return fmt.Errorf("bigtable.row_retries %d: must not be negative", c.RowRetries)
 	case c.BatchTimeout <= 0:
 		return fmt.Errorf("bigtable.batch_timeout %s: must be positive", c.BatchTimeout)
+	case c.OpTimeout <= 0:
+		// Without it a read retries an unreachable Bigtable forever.
+		return fmt.Errorf("bigtable.op_timeout %s: must be positive", c.OpTimeout)
 	}
 	if c.Project == "local" && c.EmulatorHost == "" {
 		return errors.New("bigtable.project is \"local\" but BIGTABLE_EMULATOR_HOST is unset: " +
@@ -193,6 +196,8 @@ func (s *Store) Config() Config { return s.cfg }
 
 // Ping reads one row to prove that Bigtable and the table are reachable.
 func (s *Store) Ping(ctx context.Context) error {
+	ctx, cancel := s.op(ctx)
+	defer cancel()
 	_, err := s.tbl.ReadRow(ctx, pointerKey("\x00ping"))
 	if err != nil {
 		return s.wrap(err, "ping bigtable table %s", s.cfg.Table)
@@ -202,7 +207,7 @@ func (s *Store) Ping(ctx context.Context) error {
 
 // op bounds a call that has no deadline by OpTimeout.
 func (s *Store) op(ctx context.Context) (context.Context, context.CancelFunc) {
-	if _, ok := ctx.Deadline(); ok || s.cfg.OpTimeout <= 0 {
+	if _, ok := ctx.Deadline(); ok {
 		return ctx, func() {}
 	}
 	return context.WithTimeout(ctx, s.cfg.OpTimeout)

@@ -42,6 +42,7 @@ func TestConfigValidateNamesTheField(t *testing.T) {
 		{"ttl", func(c *store.Config) { c.TTL = 0 }, "ttl"},
 		{"writers", func(c *store.Config) { c.Writers = 0 }, "bigtable.writers"},
 		{"table", func(c *store.Config) { c.Table = "" }, "bigtable.table"},
+		{"op timeout", func(c *store.Config) { c.OpTimeout = 0 }, "bigtable.op_timeout"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
