@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"time"
 	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5"
@@ -18,6 +19,15 @@ import (
 
 // MaxIDBytes is the longest id a document may have.
 const MaxIDBytes = 1024
+
+// DefaultConnectTimeout bounds connecting (dial, TLS, authentication) when the DSN
+// sets no connect_timeout: a server that accepts connections but never answers would
+// otherwise hold a sync forever.
+const DefaultConnectTimeout = 10 * time.Second
+
+// closeTimeout bounds closing a connection, which outlives the caller's context so that
+// a cancelled read still says goodbye (the server then ends its transaction at once).
+const closeTimeout = 5 * time.Second
 
 // Source reads collections from the Postgres database at a DSN.
 type Source struct {
@@ -57,6 +67,9 @@ func New(dsn string, collections []Collection) (*Source, error) {
 	}
 	// Timestamps must come out the same whatever the server's default zone.
 	cfg.RuntimeParams["timezone"] = "UTC"
+	if cfg.ConnectTimeout <= 0 {
+		cfg.ConnectTimeout = DefaultConnectTimeout
+	}
 	s := &Source{Readers: 1, PartitionMinRows: 200_000,
 		cfg: cfg, collections: collections, byName: map[string]Collection{}, fingerprint: fingerprint(collections)}
 	for _, c := range collections {
@@ -80,7 +93,15 @@ func (s *Source) Ping(ctx context.Context) error {
 	if err != nil {
 		return s.connectError(err)
 	}
-	return conn.Close(ctx)
+	return closeConn(ctx, conn)
+}
+
+// closeConn closes a connection within closeTimeout, even when ctx has ended. Closing
+// ends the connection's transaction too.
+func closeConn(ctx context.Context, c *pgx.Conn) error {
+	ctx, cancel := snapshot.Detach(ctx, closeTimeout)
+	defer cancel()
+	return c.Close(ctx)
 }
 
 func (s *Source) connectError(err error) error {
@@ -96,19 +117,19 @@ func (s *Source) Open(ctx context.Context) (snapshot.SourceSnapshot, error) {
 	}
 	tx, err := conn.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly})
 	if err != nil {
-		conn.Close(context.WithoutCancel(ctx))
+		_ = closeConn(ctx, conn)
 		return nil, fmt.Errorf("begin snapshot transaction: %w", err)
 	}
 	var lsnText, snapText string
 	err = tx.QueryRow(ctx, `SELECT (CASE WHEN pg_is_in_recovery() THEN pg_last_wal_replay_lsn()
 		ELSE pg_current_wal_insert_lsn() END)::text, pg_current_snapshot()::text`).Scan(&lsnText, &snapText)
 	if err != nil {
-		conn.Close(context.WithoutCancel(ctx))
+		_ = closeConn(ctx, conn)
 		return nil, fmt.Errorf("read source position: %w", err)
 	}
 	lsn, err := ParseLSN(lsnText)
 	if err != nil {
-		conn.Close(context.WithoutCancel(ctx))
+		_ = closeConn(ctx, conn)
 		return nil, err
 	}
 	pos := snapshot.Position{LSN: lsn, Snapshot: snapText, Config: s.fingerprint, Fingerprints: map[string]string{}}
@@ -116,7 +137,7 @@ func (s *Source) Open(ctx context.Context) (snapshot.SourceSnapshot, error) {
 	for _, c := range s.collections {
 		fp, rows, err := tableFingerprint(ctx, tx, c)
 		if err != nil {
-			sn.Close(context.WithoutCancel(ctx))
+			_ = sn.Close(ctx)
 			return nil, fmt.Errorf("collection %s: fingerprint: %w", c.Name, err)
 		}
 		sn.parts[c.Name] = 1
@@ -130,7 +151,7 @@ func (s *Source) Open(ctx context.Context) (snapshot.SourceSnapshot, error) {
 	}
 	if s.Readers > 1 {
 		if err := tx.QueryRow(ctx, "SELECT pg_export_snapshot()").Scan(&sn.exported); err != nil {
-			sn.Close(context.WithoutCancel(ctx))
+			_ = sn.Close(ctx)
 			return nil, fmt.Errorf("export snapshot: %w", err)
 		}
 	}
@@ -230,11 +251,11 @@ func (r *snap) partitionConn(ctx context.Context, part int) (*pgx.Conn, error) {
 		return nil, r.src.connectError(err)
 	}
 	if _, err := c.Exec(ctx, "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY"); err != nil {
-		c.Close(context.WithoutCancel(ctx))
+		_ = closeConn(ctx, c)
 		return nil, err
 	}
 	if _, err := c.Exec(ctx, "SET TRANSACTION SNAPSHOT "+quoteLiteral(r.exported)); err != nil {
-		c.Close(context.WithoutCancel(ctx))
+		_ = closeConn(ctx, c)
 		return nil, fmt.Errorf("import snapshot: %w", err)
 	}
 	r.extra[part] = c
@@ -333,19 +354,20 @@ func describe(c Collection) string {
 	return "query"
 }
 
-// Close ends the transactions and the connections.
+// Close ends the transactions by closing their connections, each within closeTimeout
+// even when ctx has ended. (No ROLLBACK first: it would wait for an answer from a
+// server that may not give one, and closing ends a transaction anyway.)
 func (r *snap) Close(ctx context.Context) error {
 	r.mu.Lock()
 	for part, c := range r.extra {
-		_ = c.Close(ctx)
+		_ = closeConn(ctx, c)
 		delete(r.extra, part)
 	}
 	r.mu.Unlock()
 	if r.conn == nil {
 		return nil
 	}
-	_ = r.tx.Rollback(ctx)
-	err := r.conn.Close(ctx)
+	err := closeConn(ctx, r.conn)
 	r.conn = nil
 	return err
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"net/url"
 	"strings"
 	"sync"
@@ -214,6 +215,49 @@ func TestUnreachablePostgres(t *testing.T) {
 	err = src.Ping(context.Background())
 	if err == nil || !strings.Contains(err.Error(), "127.0.0.1:1") {
 		t.Errorf("Ping(unreachable) = %v; want an error naming the address", err)
+	}
+}
+
+// TestConnectTimeoutByDefault: a server that accepts connections and never answers (a
+// frozen or vanished host) fails a connect made without any deadline within the
+// default connect timeout, or the DSN's own connect_timeout, instead of holding a sync
+// forever.
+func TestConnectTimeoutByDefault(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			defer c.Close() // held open, never answered
+		}
+	}()
+	base := "postgres://postgres@" + ln.Addr().String() + "/db"
+	for dsn, limit := range map[string]time.Duration{
+		base:                        pgsource.DefaultConnectTimeout,
+		base + "?connect_timeout=1": time.Second,
+	} {
+		src, err := pgsource.New(dsn, []pgsource.Collection{{Name: "a", Table: "t", Key: "k"}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		start := time.Now()
+		done := make(chan error, 1)
+		go func() { _, err := src.Open(context.Background()); done <- err }()
+		select {
+		case err := <-done:
+			t.Logf("%s: failed after %s: %v", dsn, time.Since(start).Round(time.Millisecond), err)
+			if err == nil || !strings.Contains(err.Error(), ln.Addr().String()) {
+				t.Errorf("Open(silent server) = %v; want a connect error naming its address", err)
+			}
+		case <-time.After(limit + 5*time.Second):
+			t.Errorf("Open(silent server) still connecting %s after it started; want it to give up after %s", limit+5*time.Second, limit)
+		}
 	}
 }
 
