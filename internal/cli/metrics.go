@@ -155,7 +155,7 @@ func serveMetrics(ctx context.Context, addr string, reg *prometheus.Registry, lo
 	}()
 	log.Info("metrics listening", "addr", ln.Addr().String())
 	return func() {
-		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		sctx, cancel := snapshot.Detach(ctx, 5*time.Second)
 		defer cancel()
 		_ = srv.Shutdown(sctx)
 	}, nil

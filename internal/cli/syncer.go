@@ -48,6 +48,12 @@ flags:
 // startupTimeout bounds connecting to Bigtable and Postgres at start.
 const startupTimeout = 30 * time.Second
 
+// shutdownGrace bounds the cleanup after SIGTERM (marking the cancelled sync's version
+// failed, releasing the lease, closing connections), however many steps it takes and
+// whether or not Bigtable and Postgres answer: the process exits within about this
+// long, well inside a Kubernetes pod's default grace of 30s.
+const shutdownGrace = 5 * time.Second
+
 // leaseName is the name of a dataset's publish lease.
 func leaseName(dataset string) string { return "publish/" + dataset }
 
@@ -72,6 +78,7 @@ func (m *Syncer) Run(ctx context.Context, args []string) error {
 	if m.Stderr == nil {
 		m.Stderr = os.Stderr
 	}
+	ctx = snapshot.WithShutdownGrace(ctx, shutdownGrace)
 	fs := flag.NewFlagSet("syncer", flag.ContinueOnError)
 	fs.SetOutput(m.Stderr)
 	fs.Usage = func() { fmt.Fprint(m.Stderr, syncerUsage); fs.PrintDefaults() }
@@ -247,9 +254,10 @@ func (m *Syncer) runSchedule(ctx context.Context, s *syncer) error {
 			return nil
 		}
 		slot := s.sched.Slot(tick)
+		tlog := log.With("slot", slot, "tick", tick.UTC().Format(time.RFC3339))
+		tlog.Debug("tick started")
 		start := time.Now()
 		res, err := s.ticker.Tick(ctx, slot, snapshot.PublishOptions{})
-		tlog := log.With("slot", slot, "tick", tick.UTC().Format(time.RFC3339))
 		switch {
 		case err != nil && ctx.Err() != nil:
 			tlog.Info("sync abandoned for shutdown", "err", err)
