@@ -14,9 +14,11 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -196,21 +198,74 @@ func Store(tb testing.TB, cfg store.Config) *store.Store {
 // returns once it accepts connections again.
 func PostgresServer(tb testing.TB) (dsn string, restart func()) {
 	tb.Helper()
+	p := StartPostgres(tb)
+	return p.DSN, p.Restart
+}
+
+// PostgresProcess is a Postgres server of a test's own (StartPostgres).
+type PostgresProcess struct {
+	// DSN reaches the server's postgres database.
+	DSN string
+
+	tb     testing.TB
+	script string
+	port   string
+}
+
+// StartPostgres starts a Postgres server of the test's own, as PostgresServer does,
+// for tests that restart, stop or freeze it; it is removed when the test ends.
+func StartPostgres(tb testing.TB) *PostgresProcess {
+	tb.Helper()
 	_, file, _, _ := runtime.Caller(0)
-	script := filepath.Join(filepath.Dir(file), "..", "..", "deploy", "local", "postgres.sh")
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		tb.Fatal(err)
 	}
 	port := fmt.Sprint(ln.Addr().(*net.TCPAddr).Port)
 	ln.Close()
-	run := func(cmd string) {
-		tb.Helper()
-		if out, err := exec.Command(script, cmd, port).CombinedOutput(); err != nil {
-			tb.Fatalf("postgres.sh %s %s: %v\n%s", cmd, port, err, out)
-		}
+	p := &PostgresProcess{
+		DSN: "postgres://postgres@127.0.0.1:" + port + "/postgres?sslmode=disable",
+		tb:  tb, port: port,
+		script: filepath.Join(filepath.Dir(file), "..", "..", "deploy", "local", "postgres.sh"),
 	}
-	run("start")
-	tb.Cleanup(func() { run("stop") })
-	return "postgres://postgres@127.0.0.1:" + port + "/postgres?sslmode=disable", func() { run("restart") }
+	p.run("start")
+	tb.Cleanup(func() { p.run("stop") })
+	return p
+}
+
+func (p *PostgresProcess) run(cmd string) {
+	p.tb.Helper()
+	if out, err := exec.Command(p.script, cmd, p.port).CombinedOutput(); err != nil {
+		p.tb.Fatalf("postgres.sh %s %s: %v\n%s", cmd, p.port, err, out)
+	}
+}
+
+// Restart restarts the server with a fast shutdown, which terminates every session,
+// and returns once it accepts connections again.
+func (p *PostgresProcess) Restart() { p.tb.Helper(); p.run("restart") }
+
+// Stop shuts the server down for good (fast: sessions are terminated); connections
+// are refused from then on.
+func (p *PostgresProcess) Stop() { p.tb.Helper(); p.run("stop") }
+
+// Freeze stops the server's main process (SIGSTOP) until the test ends, like a host
+// that went away without closing anything: new connections are accepted by the
+// kernel and then never answered. Sessions already open carry on.
+func (p *PostgresProcess) Freeze() {
+	p.tb.Helper()
+	pidFile := filepath.Join("/tmp", "snapflip-pg-"+p.port, "data", "postmaster.pid") // where postgres.sh keeps it
+	b, err := os.ReadFile(pidFile)
+	if err != nil {
+		p.tb.Fatalf("freeze postgres: %v", err)
+	}
+	first, _, _ := strings.Cut(string(b), "\n")
+	pid, err := strconv.Atoi(strings.TrimSpace(first))
+	if err != nil {
+		p.tb.Fatalf("freeze postgres: %s: %v", pidFile, err)
+	}
+	if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
+		p.tb.Fatalf("freeze postgres (pid %d): %v", pid, err)
+	}
+	// Cleanups run last first: the server is thawed before it is stopped.
+	p.tb.Cleanup(func() { _ = syscall.Kill(pid, syscall.SIGCONT) })
 }
