@@ -33,11 +33,18 @@ type statusData struct {
 	Err        string
 }
 
+// statusTimeout bounds the Bigtable reads of one status page.
+const statusTimeout = 2 * time.Second
+
 // statusPage answers GET /: a read-only, server-rendered page with an inline SVG chart,
 // no scripts and no external assets.
 func (s *Server) statusPage(w http.ResponseWriter, r *http.Request) {
 	d := statusData{Dataset: s.cfg.Dataset, Now: time.Now().UTC()}
-	ptr, err := s.reader.Pointer(r.Context())
+	// An operator opens this page during exactly the incident where Bigtable does not
+	// answer: it renders what it could read within statusTimeout, never waits longer.
+	ctx, cancel := context.WithTimeout(r.Context(), statusTimeout)
+	defer cancel()
+	ptr, err := s.reader.Pointer(ctx)
 	switch {
 	case errors.Is(err, snapshot.ErrNoVersion):
 		d.Err = "No version has been published yet."
@@ -46,7 +53,7 @@ func (s *Server) statusPage(w http.ResponseWriter, r *http.Request) {
 	default:
 		d.Pointer, d.HasCurrent = ptr, true
 	}
-	all, err := s.reader.Versions(r.Context())
+	all, err := s.reader.Versions(ctx)
 	if err != nil && d.Err == "" {
 		d.Err = "The versions cannot be listed right now."
 	}
@@ -65,7 +72,7 @@ func (s *Server) statusPage(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	if h, ok := s.reader.(History); ok {
-		d.History, _ = h.ListHistory(r.Context(), 20)
+		d.History, _ = h.ListHistory(ctx, 20)
 	}
 	d.Chart = chart(all, d.History, ptr.Version)
 	w.Header().Set("Content-Type", "text/html; charset=utf-8")

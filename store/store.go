@@ -9,6 +9,7 @@ import (
 	"cloud.google.com/go/bigtable"
 	"google.golang.org/api/option"
 	"google.golang.org/grpc"
+	grpcbackoff "google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
@@ -107,9 +108,6 @@ func (c Config) Validate() error {
 		return fmt.Errorf("bigtable.row_retries %d: must not be negative", c.RowRetries)
 	case c.BatchTimeout <= 0:
 		return fmt.Errorf("bigtable.batch_timeout %s: must be positive", c.BatchTimeout)
-	case c.OpTimeout <= 0:
-		// Without it a read retries an unreachable Bigtable forever.
-		return fmt.Errorf("bigtable.op_timeout %s: must be positive", c.OpTimeout)
 	}
 	if c.Project == "local" && c.EmulatorHost == "" {
 		return errors.New("bigtable.project is \"local\" but BIGTABLE_EMULATOR_HOST is unset: " +
@@ -118,6 +116,17 @@ func (c Config) Validate() error {
 	}
 	return nil
 }
+
+// reconnect bounds how long a connection waits between attempts to reconnect. gRPC's
+// default backoff grows to two minutes during an outage, so after a long one Bigtable
+// stayed unreachable for up to two minutes after it came back: the API not ready, the
+// syncer's attempts failing. With one second at most, recovery takes about a second
+// whatever the outage's length; an attempt against a host that is down costs a
+// refused connection.
+var reconnect = grpc.WithConnectParams(grpc.ConnectParams{
+	Backoff:           grpcbackoff.Config{BaseDelay: 100 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: time.Second},
+	MinConnectTimeout: 5 * time.Second,
+})
 
 // maxMessageBytes is the gRPC message size the clients accept, matching the emulator.
 const maxMessageBytes = 256 << 20
@@ -146,6 +155,7 @@ func Open(ctx context.Context, cfg Config, opts ...option.ClientOption) (*Store,
 	if cfg.EmulatorHost != "" && len(opts) == 0 {
 		dial := append([]grpc.DialOption{
 			grpc.WithTransportCredentials(insecure.NewCredentials()),
+			reconnect,
 			grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(maxMessageBytes), grpc.MaxCallSendMsgSize(maxMessageBytes)),
 		}, cfg.DialOptions...)
 		conn, err := grpc.NewClient(cfg.EmulatorHost, dial...)
@@ -155,8 +165,12 @@ func Open(ctx context.Context, cfg Config, opts ...option.ClientOption) (*Store,
 		s.conn = conn
 		opts = []option.ClientOption{option.WithGRPCConn(conn)}
 	}
+	custom := len(opts) > 0 // the emulator, or connections made by the caller
+	if !custom {
+		opts = []option.ClientOption{option.WithGRPCDialOption(reconnect)}
+	}
 	ccfg := bigtable.ClientConfig{AppProfile: cfg.AppProfile}
-	if cfg.EmulatorHost != "" || len(opts) > 0 {
+	if custom {
 		ccfg.MetricsProvider = bigtable.NoopMetricsProvider{}
 		ccfg.DisableSession = true
 	}
@@ -207,7 +221,7 @@ func (s *Store) Ping(ctx context.Context) error {
 
 // op bounds a call that has no deadline by OpTimeout.
 func (s *Store) op(ctx context.Context) (context.Context, context.CancelFunc) {
-	if _, ok := ctx.Deadline(); ok {
+	if _, ok := ctx.Deadline(); ok || s.cfg.OpTimeout <= 0 {
 		return ctx, func() {}
 	}
 	return context.WithTimeout(ctx, s.cfg.OpTimeout)
