@@ -108,6 +108,9 @@ func (c Config) Validate() error {
 		return fmt.Errorf("bigtable.row_retries %d: must not be negative", c.RowRetries)
 	case c.BatchTimeout <= 0:
 		return fmt.Errorf("bigtable.batch_timeout %s: must be positive", c.BatchTimeout)
+	case c.OpTimeout <= 0:
+		// Without it a read retries an unreachable Bigtable forever.
+		return fmt.Errorf("bigtable.op_timeout %s: must be positive", c.OpTimeout)
 	}
 	if c.Project == "local" && c.EmulatorHost == "" {
 		return errors.New("bigtable.project is \"local\" but BIGTABLE_EMULATOR_HOST is unset: " +
@@ -221,7 +224,7 @@ func (s *Store) Ping(ctx context.Context) error {
 
 // op bounds a call that has no deadline by OpTimeout.
 func (s *Store) op(ctx context.Context) (context.Context, context.CancelFunc) {
-	if _, ok := ctx.Deadline(); ok || s.cfg.OpTimeout <= 0 {
+	if _, ok := ctx.Deadline(); ok {
 		return ctx, func() {}
 	}
 	return context.WithTimeout(ctx, s.cfg.OpTimeout)
