@@ -1,0 +1,48 @@
+// Package client reads a snapflip dataset through the metadata API, for the services
+// that serve from it. It uses only the standard library.
+//
+// Every answer comes from exactly one version, which every Document names. Reads through
+// the Client follow the pointer: two calls may be answered from two versions if a sync
+// published in between. To read several things from one version, take a Snapshot (or
+// Pin a version you already know): its Get, BatchGet and List name that version in
+// every request. BatchGet and List stay in one version on their own, also when they
+// take several requests.
+//
+//	c, err := client.New("http://metadata-api:8080", client.DefaultConfig())
+//	if err != nil {
+//		return err
+//	}
+//	doc, err := c.Get(ctx, "tenants", "acme/eu#1") // ids are escaped for you
+//	switch {
+//	case errors.Is(err, client.ErrNotFound):
+//		// no such tenant in the current version
+//	case err != nil:
+//		return err
+//	}
+//	var t Tenant
+//	if err := doc.Decode(&t); err != nil {
+//		return err
+//	}
+//
+//	snap, err := c.Snapshot(ctx) // pins the current version
+//	if err != nil {
+//		return err
+//	}
+//	for doc, err := range snap.List(ctx, "tenant_config", client.ListOptions{PageSize: 500}) {
+//		if err != nil {
+//			return err // errors.Is(err, client.ErrGone): the version expired; take a new snapshot
+//		}
+//		_ = doc // every doc.Version == snap.Version()
+//	}
+//
+// Failures are *Error values, which match ErrNotFound (404), ErrGone (410: the version
+// asked for does not exist or has expired), ErrBadRequest (400) and ErrUnavailable
+// (503, or no answer) with errors.Is. A 503 or a failed connection is retried with
+// exponential backoff and jitter, no sooner than the API's Retry-After, as
+// Config.Retry says; a 4xx never is. Every method takes a context, which bounds the
+// whole call, retries included.
+//
+// With Config.CacheBytes set, Get keeps the documents it read with their ETags and
+// revalidates them: a document unchanged since the last read (even across flips) costs
+// a 304 without a body.
+package client

@@ -1,0 +1,275 @@
+package client
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/snapflip/snapflip/internal/cli"
+	"github.com/snapflip/snapflip/internal/testenv"
+)
+
+// The tests run the client against the real thing: a Postgres database, a Bigtable
+// emulator process, the metadata API in-process and `syncer once` in-process, as the
+// e2e suite does (these are the few pieces of it this package needs).
+
+// env is a running deployment.
+type env struct {
+	dsn, btAddr, base, configPath string
+}
+
+// config is the syncer's: one collection, docs, from the table below.
+const config = `dataset: client
+schedule: "@every 1h"
+ttl: 1h
+collections:
+  - name: docs
+    table: public.docs
+    key: id
+`
+
+// awkwardIDs need escaping in URLs (and in row keys): reserved and unreserved
+// punctuation, dot segments, percent signs that look like escapes, whitespace and
+// control characters, non-ASCII, an id that looks like a route, and the longest id.
+var awkwardIDs = []string{"plain", "a/b", "/leading", "trailing/", "a//b", "a#b", "#", "100%", "%", "%2F", "%zz",
+	"with space", " ", "tab\tid", "new\nline", "\x01ctl", "ünïcødé", "日本語", "emoji 🎉", "$dollar", "..", ".", "...",
+	"a?b=c&d", "?", "semi;colon", "comma,", "quote\"d", "apos'", "back\\slash", "plus+sign", "~tilde", "a:batchGet",
+	"<html>", strings.Repeat("L", 1024), strings.Repeat("é", 512)}
+
+// items are plain ids, enough for several pages.
+func items(n int) []string {
+	out := make([]string, n)
+	for i := range out {
+		out[i] = fmt.Sprintf("item-%03d", i)
+	}
+	return out
+}
+
+// start creates the database with every id in awkwardIDs and items(25), a Bigtable
+// emulator, the syncer's config file (cfg), and starts the metadata API.
+func start(tb testing.TB, cfg string) *env {
+	tb.Helper()
+	e := &env{dsn: testenv.Postgres(tb), btAddr: testenv.Bigtable(tb)}
+	testenv.Exec(tb, e.dsn, `CREATE TABLE docs (id text PRIMARY KEY, n int NOT NULL, gen int NOT NULL DEFAULT 0, note text)`)
+	var values []string
+	for i, id := range append(append([]string{}, awkwardIDs...), items(25)...) {
+		values = append(values, fmt.Sprintf("(%s, %d, 0, %s)", quote(id), i, quote("note "+id)))
+	}
+	testenv.Exec(tb, e.dsn, "INSERT INTO docs (id, n, gen, note) VALUES "+strings.Join(values, ", "))
+	e.configPath = filepath.Join(tb.TempDir(), "snapflip.yaml")
+	if err := os.WriteFile(e.configPath, []byte(cfg), 0o600); err != nil {
+		tb.Fatal(err)
+	}
+	e.startAPI(tb)
+	return e
+}
+
+func quote(s string) string { return "'" + strings.ReplaceAll(s, "'", "''") + "'" }
+
+func (e *env) getenv(k string) string {
+	switch k {
+	case cli.EnvEmulatorHost:
+		return e.btAddr
+	case cli.EnvPostgresDSN:
+		return e.dsn
+	case cli.EnvConfig:
+		return e.configPath
+	case cli.EnvDataset:
+		return "client"
+	case cli.EnvRefresh:
+		return "20ms"
+	}
+	return ""
+}
+
+// startAPI starts the metadata API in-process on a free port, sets e.base, and stops
+// the API when the test ends.
+func (e *env) startAPI(tb testing.TB, args ...string) {
+	tb.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	addrc := make(chan string, 1)
+	done := make(chan error, 1)
+	m := &cli.MetadataAPI{Getenv: e.getenv, Stderr: io.Discard, Listening: func(a string) { addrc <- a }}
+	go func() { done <- m.Run(ctx, append([]string{"--addr", "127.0.0.1:0"}, args...)) }()
+	select {
+	case a := <-addrc:
+		e.base = "http://" + a
+	case err := <-done:
+		tb.Fatalf("metadata API did not start: %v", err)
+	}
+	tb.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			tb.Errorf("metadata API: %v", err)
+		}
+	})
+}
+
+// sync runs `syncer once` in-process and returns the version it published.
+func (e *env) sync(tb testing.TB, args ...string) string {
+	tb.Helper()
+	var out bytes.Buffer
+	s := &cli.Syncer{Getenv: e.getenv, Stdout: &out, Stderr: io.Discard}
+	if err := s.Run(context.Background(), append(args, "once")); err != nil {
+		tb.Fatalf("syncer once: %v", err)
+	}
+	f := strings.Fields(out.String())
+	if len(f) < 2 || f[0] != "published" {
+		tb.Fatalf("syncer said %q; want it to publish", out.String())
+	}
+	return f[1]
+}
+
+// await polls until the API answers reads of the current version from v (the pointer
+// refresh is 20ms), failing after 10s.
+func (e *env) await(tb testing.TB, v string) {
+	tb.Helper()
+	c := newClient(tb, e.base, nil)
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		d, err := c.Get(context.Background(), "docs", "plain")
+		if err == nil && d.Version == v {
+			return
+		}
+		if time.Now().After(deadline) {
+			tb.Fatalf("the API still answers from %q (%v); want %s", d.Version, err, v)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// sourceDocs returns what Postgres itself makes of each row of docs: id → to_json text.
+func (e *env) sourceDocs(tb testing.TB) map[string]string {
+	tb.Helper()
+	ctx := context.Background()
+	conn, err := pgx.Connect(ctx, e.dsn)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	rows, err := conn.Query(ctx, `SELECT id, to_json(t)::text FROM docs t`)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	out := map[string]string{}
+	for rows.Next() {
+		var id, doc string
+		if err := rows.Scan(&id, &doc); err != nil {
+			tb.Fatal(err)
+		}
+		out[id] = doc
+	}
+	if err := rows.Err(); err != nil {
+		tb.Fatal(err)
+	}
+	return out
+}
+
+// reencoded returns the documents as the API's batchGet and list answers carry them:
+// re-encoded by Go's encoding/json, which compacts them and escapes <, > and & (and
+// U+2028, U+2029) as \u003c and so on. The same JSON values as Get's bytes, not the
+// same bytes.
+func reencoded(tb testing.TB, docs map[string]string) map[string]string {
+	tb.Helper()
+	out := make(map[string]string, len(docs))
+	for id, doc := range docs {
+		var compact, escaped bytes.Buffer
+		if err := json.Compact(&compact, []byte(doc)); err != nil {
+			tb.Fatalf("document %q: %v", id, err)
+		}
+		json.HTMLEscape(&escaped, compact.Bytes())
+		out[id] = escaped.String()
+	}
+	return out
+}
+
+// newClient returns a client of base with the default config, changed by edit.
+func newClient(tb testing.TB, base string, edit func(*Config)) *Client {
+	tb.Helper()
+	cfg := DefaultConfig()
+	if edit != nil {
+		edit(&cfg)
+	}
+	c, err := New(base, cfg)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return c
+}
+
+// exchange is one round trip a recorder saw.
+type exchange struct {
+	method, path, rawQuery string // path escaped, as sent
+	ifNoneMatch            string
+	body                   []byte
+	status                 int // 0: no answer
+	err                    error
+}
+
+// recorder is an http.RoundTripper that records every exchange and can run a hook
+// after an answer, before the client sees it.
+type recorder struct {
+	next  http.RoundTripper
+	after func(exchange) // when set, runs after each exchange
+
+	mu  sync.Mutex
+	log []exchange
+}
+
+func newRecorder(next http.RoundTripper) *recorder {
+	if next == nil {
+		next = http.DefaultTransport
+	}
+	return &recorder{next: next}
+}
+
+func (r *recorder) RoundTrip(req *http.Request) (*http.Response, error) {
+	x := exchange{method: req.Method, path: req.URL.EscapedPath(), rawQuery: req.URL.RawQuery,
+		ifNoneMatch: req.Header.Get("If-None-Match")}
+	if req.GetBody != nil {
+		if b, err := req.GetBody(); err == nil {
+			x.body, _ = io.ReadAll(b)
+		}
+	}
+	resp, err := r.next.RoundTrip(req)
+	x.err = err
+	if resp != nil {
+		x.status = resp.StatusCode
+	}
+	r.mu.Lock()
+	r.log = append(r.log, x)
+	r.mu.Unlock()
+	if r.after != nil {
+		r.after(x)
+	}
+	return resp, err
+}
+
+// exchanges returns what was recorded since the last call, and forgets it.
+func (r *recorder) exchanges() []exchange {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := r.log
+	r.log = nil
+	return out
+}
+
+// statuses lists the exchanges' statuses.
+func statuses(xs []exchange) []int {
+	out := make([]int, len(xs))
+	for i, x := range xs {
+		out[i] = x.status
+	}
+	return out
+}

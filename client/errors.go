@@ -1,0 +1,103 @@
+package client
+
+import (
+	"errors"
+	"fmt"
+	"net/http"
+	"strings"
+	"time"
+)
+
+// Sentinel errors. Every error the client returns for a failed exchange is an *Error,
+// which matches these with errors.Is.
+var (
+	// ErrNotFound reports an unknown collection or id (404).
+	ErrNotFound = errors.New("not found")
+	// ErrGone reports that the version a request named never existed, is not complete,
+	// or has expired (410). Retrying cannot help: take a new Snapshot.
+	ErrGone = errors.New("version gone")
+	// ErrUnavailable reports that the API could not answer: it said 503 (nothing
+	// published yet, the current version expired, storage too slow), or a proxy in
+	// front of it said 502 or 504, or no attempt got an answer at all (connection
+	// refused or reset, per-attempt timeout). It is returned once the retry policy gives
+	// up.
+	ErrUnavailable = errors.New("unavailable")
+	// ErrBadRequest reports a request the API refused as malformed (400): an id over
+	// 1024 bytes or not UTF-8, a malformed version or page token, a page size out of
+	// range. The client returns it without sending anything for an empty collection or
+	// id, or a version that is not one.
+	ErrBadRequest = errors.New("bad request")
+)
+
+// Error is a failed exchange with the API: an answer other than the one asked for, or
+// none at all after every attempt. It matches ErrNotFound, ErrGone, ErrUnavailable and
+// ErrBadRequest with errors.Is, by StatusCode; a transport failure unwraps to its cause.
+type Error struct {
+	// Method and Path are the request's, Path as sent (escaped, without the query).
+	Method, Path string
+	// StatusCode is the HTTP status; 0 when no attempt got an answer.
+	StatusCode int
+	// Type, Title and Detail are the problem document's (RFC 9457); Title is the status
+	// text when the answer was not a problem document (a proxy's page, say).
+	Type, Title, Detail string
+	// Version is the version the answer came from (its Snapshot-Version header), else the
+	// version the request named; empty when neither is known.
+	Version string
+	// RetryAfter is the wait the answer asked for in Retry-After; 0 when it sent none.
+	RetryAfter time.Duration
+	// Attempts is how many times the request was sent.
+	Attempts int
+	// Err is the transport error of the last attempt, when StatusCode is 0.
+	Err error
+}
+
+// Error describes the exchange and what the server said about it.
+func (e *Error) Error() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "snapflip: %s %s: ", e.Method, truncate(e.Path, 200))
+	if e.StatusCode == 0 {
+		fmt.Fprintf(&b, "no answer after %d attempts: %v", e.Attempts, e.Err)
+		return b.String()
+	}
+	fmt.Fprintf(&b, "%d %s", e.StatusCode, e.Title)
+	if e.Detail != "" {
+		b.WriteString(": " + e.Detail)
+	}
+	if e.Version != "" {
+		b.WriteString(" (version " + e.Version + ")")
+	}
+	if e.Attempts > 1 {
+		fmt.Fprintf(&b, " after %d attempts", e.Attempts)
+	}
+	return b.String()
+}
+
+// Is matches the sentinel errors by status.
+func (e *Error) Is(target error) bool {
+	switch target {
+	case ErrNotFound:
+		return e.StatusCode == http.StatusNotFound
+	case ErrGone:
+		return e.StatusCode == http.StatusGone
+	case ErrBadRequest:
+		return e.StatusCode == http.StatusBadRequest
+	case ErrUnavailable:
+		return e.StatusCode == 0 || retryableStatus(e.StatusCode)
+	}
+	return false
+}
+
+// Unwrap returns the transport error of the last attempt, if any.
+func (e *Error) Unwrap() error { return e.Err }
+
+// invalid is an error for a request the client refuses to send.
+func invalid(format string, args ...any) error {
+	return fmt.Errorf("snapflip: %s: %w", fmt.Sprintf(format, args...), ErrBadRequest)
+}
+
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "…"
+}
