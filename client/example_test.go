@@ -1,0 +1,75 @@
+package client_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log"
+	"time"
+
+	"github.com/snapflip/snapflip/client"
+)
+
+// These examples are compiled, not run: they need a metadata API at the address.
+
+func ExampleClient_Get() {
+	cfg := client.DefaultConfig()
+	cfg.CacheBytes = 16 << 20 // revalidate documents read before: a 304 has no body
+	c, err := client.New("http://metadata-api:8080", cfg)
+	if err != nil {
+		log.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+
+	doc, err := c.Get(ctx, "tenants", "acme/eu#1") // sent as /v1/data/tenants/acme%2Feu%231
+	var apiErr *client.Error
+	switch {
+	case errors.Is(err, client.ErrNotFound):
+		fmt.Println("no such tenant")
+		return
+	case errors.As(err, &apiErr):
+		log.Fatalf("status %d (%s): %s", apiErr.StatusCode, apiErr.Title, apiErr.Detail)
+	case err != nil:
+		log.Fatal(err) // the context ended
+	}
+	var tenant struct {
+		ID   string `json:"id"`
+		Name string `json:"name"`
+	}
+	if err := doc.Decode(&tenant); err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println(tenant.Name, "as of version", doc.Version)
+}
+
+func ExampleClient_Snapshot() {
+	c, err := client.New("http://metadata-api:8080", client.DefaultConfig())
+	if err != nil {
+		log.Fatal(err)
+	}
+	ctx := context.Background()
+	snap, err := c.Snapshot(ctx) // every read below comes from this one version
+	if err != nil {
+		log.Fatal(err)
+	}
+	tenant, err := snap.Get(ctx, "tenants", "tenant-0042")
+	if err != nil {
+		log.Fatal(err)
+	}
+	configs, missing, _, err := snap.BatchGet(ctx, "tenant_config", []string{"tenant-0042/limits", "tenant-0042/plan"})
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println(string(tenant.JSON), len(configs), missing)
+	n := 0
+	for _, err := range snap.List(ctx, "active_flags", client.ListOptions{PageSize: 500}) {
+		if errors.Is(err, client.ErrGone) {
+			log.Fatal("the version expired mid-way: take a new snapshot and start again")
+		} else if err != nil {
+			log.Fatal(err)
+		}
+		n++
+	}
+	fmt.Println(n, "flags in version", snap.Version())
+}
