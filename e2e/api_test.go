@@ -41,6 +41,7 @@ func gen(tb testing.TB, doc []byte) int {
 // after every page; every page comes from the version of the first, in id order, and
 // the listing is complete.
 func TestPagingUnderFlips(t *testing.T) {
+	t.Parallel()
 	e := start(t)
 	testenv.Exec(t, e.dsn, `INSERT INTO things (id) SELECT 'p-' || lpad(g::text, 4, '0') FROM generate_series(1, 300) g`)
 	if _, err := e.sync(t); err != nil {
@@ -96,6 +97,7 @@ func TestPagingUnderFlips(t *testing.T) {
 // TestBatchGetUnderFlips: batchGets while syncs flip the pointer; each answer comes
 // from one version.
 func TestBatchGetUnderFlips(t *testing.T) {
+	t.Parallel()
 	e := start(t)
 	if _, err := e.sync(t); err != nil {
 		t.Fatal(err)
@@ -143,6 +145,7 @@ func TestBatchGetUnderFlips(t *testing.T) {
 // TestPinnedReadsAfterFlipsAndGone: a version named by a client keeps answering after
 // newer flips, cacheably; a version that never existed, or expired, answers 410.
 func TestPinnedReadsAfterFlipsAndGone(t *testing.T) {
+	// Not parallel: its TTL of seconds leaves no room for a loaded machine.
 	e := start(t)
 	cfg := strings.Replace(config, "ttl: 1h", "ttl: 2s", 1)
 	writeConfig(t, e, cfg)
@@ -188,6 +191,7 @@ func TestPinnedReadsAfterFlipsAndGone(t *testing.T) {
 
 // TestVersionsAndCollections: the administrative reads.
 func TestVersionsAndCollections(t *testing.T) {
+	t.Parallel()
 	e := start(t)
 	var versions []string
 	for g := 0; g < 3; g++ {
@@ -276,6 +280,7 @@ func mustJSON(tb testing.TB, r response, v any) {
 // TestHostileRequests: malformed ids, versions and bodies against the real server get
 // 4xx problem documents, never a 5xx.
 func TestHostileRequests(t *testing.T) {
+	t.Parallel()
 	e := start(t)
 	if _, err := e.sync(t); err != nil {
 		t.Fatal(err)

@@ -77,6 +77,7 @@ func (e *env) checkAfterCrash(tb testing.TB, what string) snapshot.Pointer {
 // the API answers from it, no reader ever saw a partial version, and the next run
 // publishes.
 func TestCrashAtEveryPoint(t *testing.T) {
+	t.Parallel()
 	e := start(t)
 	writeConfig(t, e, config+"lease:\n  duration: 1s\n")
 	testenv.Exec(t, e.dsn, `INSERT INTO things (id) SELECT 'bulk-' || g FROM generate_series(1, 5000) g`)
@@ -132,6 +133,7 @@ func TestCrashAtEveryPoint(t *testing.T) {
 // TestCrashAtRandomTimes kills the syncer at random moments of syncs of 50,000 rows:
 // 5 kills here, SNAPFLIP_CHAOS_KILLS (make chaos: 50) in the long form.
 func TestCrashAtRandomTimes(t *testing.T) {
+	t.Parallel()
 	kills := 5
 	if n, err := strconv.Atoi(os.Getenv("SNAPFLIP_CHAOS_KILLS")); err == nil && n > 0 {
 		kills = n

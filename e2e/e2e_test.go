@@ -219,6 +219,7 @@ func publishedVersion(tb testing.TB, out string) string {
 }
 
 func TestEndToEnd(t *testing.T) {
+	t.Parallel()
 	e := start(t)
 
 	// Before anything is published: 503 and not ready, but alive.
@@ -316,6 +317,7 @@ func TestEndToEnd(t *testing.T) {
 }
 
 func TestSyncerConfigErrors(t *testing.T) {
+	t.Parallel()
 	e := &env{dsn: "postgres://nobody@127.0.0.1:1/x", btAddr: "127.0.0.1:1"}
 	tests := []struct{ name, yaml, want string }{
 		{"unknown field", "dataset: x\ncolections: []\n", "colections"},
@@ -357,6 +359,7 @@ func TestSyncerConfigErrors(t *testing.T) {
 // TestNoTornReads: readers hammer the API while syncs flip the pointer; every response
 // is a complete document from exactly one version.
 func TestNoTornReads(t *testing.T) {
+	t.Parallel()
 	e := start(t)
 	if _, err := e.sync(t); err != nil {
 		t.Fatal(err)
@@ -427,6 +430,7 @@ func TestNoTornReads(t *testing.T) {
 // TestSyncerRunOnSchedule: `syncer run` publishes at once when nothing is published,
 // then on every tick that finds a change, and stops cleanly when its context ends.
 func TestSyncerRunOnSchedule(t *testing.T) {
+	t.Parallel()
 	e := start(t)
 	cfg := strings.Replace(config, `schedule: "@every 1h"`, `schedule: "@every 1s"`, 1)
 	if err := os.WriteFile(e.configPath, []byte(cfg), 0o600); err != nil {

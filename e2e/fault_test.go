@@ -19,6 +19,7 @@ import (
 // after Bigtable comes back (empty: the emulator keeps nothing) the next sync publishes
 // and the API is ready again.
 func TestFaultEmulatorStopsMidSync(t *testing.T) {
+	t.Parallel()
 	dsn := testenv.Postgres(t)
 	addr, emu := testenv.StartEmulator(t)
 	e := &env{dsn: dsn, btAddr: addr}
@@ -122,6 +123,7 @@ func TestFaultEmulatorStopsMidSync(t *testing.T) {
 // TestFaultStatementTimeout: a Postgres statement timeout fails the sync with
 // Postgres's own message and publishes nothing.
 func TestFaultStatementTimeout(t *testing.T) {
+	t.Parallel()
 	e := start(t)
 	if _, err := e.sync(t); err != nil {
 		t.Fatal(err)
@@ -146,6 +148,7 @@ func TestFaultStatementTimeout(t *testing.T) {
 // and publishes nothing, its half-written version is marked failed, and the API keeps
 // serving the last version; once Postgres is back the next sync publishes.
 func TestFaultPostgresRestartsMidSync(t *testing.T) {
+	t.Parallel()
 	dsn, restart := testenv.PostgresServer(t)
 	e := &env{dsn: dsn, btAddr: testenv.Bigtable(t)}
 	// pause() holds every row of the view for knobs.delay seconds, so that a sync can be

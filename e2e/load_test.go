@@ -19,6 +19,7 @@ import (
 // between versions of different generations: no 5xx, no torn or mixed answer. 10 s
 // here; SNAPFLIP_LOAD_SECONDS (make chaos: 60) in the long form.
 func TestLoadWithFlips(t *testing.T) {
+	t.Parallel()
 	secs := 10
 	if n, err := fmt.Sscan(os.Getenv("SNAPFLIP_LOAD_SECONDS"), &secs); n != 1 || err != nil || secs <= 0 {
 		secs = 10

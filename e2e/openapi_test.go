@@ -351,6 +351,7 @@ func checkHeader(h http.Header, name string, decl *openapi3.Header) error {
 // not, so that what the document says of them is checked against the server too:
 // 503s before anything is published, a 304, 410s, a 413 and the document itself.
 func TestOpenAPIStatuses(t *testing.T) {
+	t.Parallel()
 	e := start(t)
 	call := func(method, path, body string, header ...string) *http.Response {
 		t.Helper()

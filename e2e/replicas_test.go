@@ -34,6 +34,7 @@ func helper(tb testing.TB, kind, btAddr string, env ...string) *exec.Cmd {
 // emulator. The shared O_APPEND history, not the lease, shows that holds never overlap;
 // tokens are strictly increasing and gap-free; every contender finishes.
 func TestLeaseContentionAcrossProcesses(t *testing.T) {
+	t.Parallel()
 	addr := testenv.Bigtable(t)
 	testenv.Store(t, testenv.StoreConfig(addr)) // create the table
 	logPath := filepath.Join(t.TempDir(), "history")
@@ -124,6 +125,7 @@ func contender(tb testing.TB, st *store.Store, retry time.Duration, lease time.D
 // TestKilledHolderIsReplaced: SIGKILL the holder; a contender takes over within the
 // lease duration plus one retry period.
 func TestKilledHolderIsReplaced(t *testing.T) {
+	t.Parallel()
 	addr := testenv.Bigtable(t)
 	st := testenv.Store(t, testenv.StoreConfig(addr))
 	const lease, retry = time.Second, 100 * time.Millisecond
@@ -158,6 +160,7 @@ func TestKilledHolderIsReplaced(t *testing.T) {
 // lease and flips; SIGCONT the holder, which flips with its old token: Bigtable refuses
 // and the pointer is unchanged.
 func TestStoppedHolderCannotFlip(t *testing.T) {
+	t.Parallel()
 	addr := testenv.Bigtable(t)
 	st := testenv.Store(t, testenv.StoreConfig(addr))
 	const lease = 500 * time.Millisecond
@@ -196,6 +199,7 @@ func TestStoppedHolderCannotFlip(t *testing.T) {
 // published at most once, the pointer's source position never goes backwards, and
 // every published version is complete.
 func TestReplicasPublishEachSlotOnce(t *testing.T) {
+	t.Parallel()
 	e := start(t)
 	cfg := strings.Replace(config, `schedule: "@every 1h"`, `schedule: "@every 1m"`, 1)
 	if err := os.WriteFile(e.configPath, []byte(cfg), 0o600); err != nil {
@@ -320,6 +324,7 @@ func checkPublished(tb testing.TB, st *store.Store, dataset string) (map[int64]i
 // changes; SIGTERM stops each cleanly; no slot was published twice, every published
 // version is complete, and the pointer's source position only moved forward.
 func TestSyncerProcesses(t *testing.T) {
+	t.Parallel()
 	e := start(t)
 	cfg := strings.Replace(config, `schedule: "@every 1h"`, `schedule: "@every 1s"`, 1)
 	if err := os.WriteFile(e.configPath, []byte(cfg), 0o600); err != nil {

@@ -56,6 +56,7 @@ func (e *env) readFor(tb testing.TB, path string, d time.Duration) map[string]in
 // (four TTLs) because the syncer republishes it past half the TTL, though the source
 // never changes; the first version, no longer current, really does expire.
 func TestTTLKeepAlive(t *testing.T) {
+	// Not parallel: its TTL of seconds leaves no room for a loaded machine.
 	e := start(t)
 	cfg := strings.NewReplacer(`schedule: "@every 1h"`, `schedule: "@every 1s"`, "ttl: 1h", "ttl: 3s").Replace(config)
 	stop := e.runSyncer(t, cfg)
@@ -74,6 +75,7 @@ func TestTTLKeepAlive(t *testing.T) {
 // TestTTLKeepAlivePinned: a pinned version is not replaced but refreshed in place, and
 // stays readable for four TTLs.
 func TestTTLKeepAlivePinned(t *testing.T) {
+	// Not parallel: its TTL of seconds leaves no room for a loaded machine.
 	e := start(t)
 	if _, err := e.sync(t); err != nil {
 		t.Fatal(err)
@@ -106,6 +108,7 @@ func TestTTLKeepAlivePinned(t *testing.T) {
 // exits 0 promptly, the pointer still names the previous version, the half-written
 // version is marked failed, and the lease is free for the next replica.
 func TestSIGTERMMidSync(t *testing.T) {
+	t.Parallel()
 	e := start(t)
 	if _, err := e.sync(t); err != nil {
 		t.Fatal(err)

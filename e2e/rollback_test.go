@@ -41,6 +41,7 @@ func (e *env) publishGens(tb testing.TB, gens ...int) []string {
 }
 
 func TestRollbackPinsAndUnpinResumes(t *testing.T) {
+	t.Parallel()
 	e := start(t)
 	vs := e.publishGens(t, 1, 2, 3)
 	st := testenv.Store(t, testenv.StoreConfig(e.btAddr))
@@ -170,6 +171,7 @@ func TestRollbackPinsAndUnpinResumes(t *testing.T) {
 
 // TestRollbackRefusesExpiringTarget: a target within the safety margin of its TTL.
 func TestRollbackRefusesExpiringTarget(t *testing.T) {
+	t.Parallel()
 	e := start(t)
 	writeConfig(t, e, strings.Replace(config, "ttl: 1h", "ttl: 2s", 1))
 	old := e.publishGens(t, 1)[0]
@@ -188,6 +190,7 @@ func TestRollbackRefusesExpiringTarget(t *testing.T) {
 // TestRollbackRacesSyncs: syncs keep flipping while rollbacks run; once a rollback
 // reports success the pointer is on its target and stays there.
 func TestRollbackRacesSyncs(t *testing.T) {
+	t.Parallel()
 	e := start(t)
 	e.publishGens(t, 1, 2)
 	st := testenv.Store(t, testenv.StoreConfig(e.btAddr))
@@ -238,6 +241,7 @@ func TestRollbackRacesSyncs(t *testing.T) {
 
 // TestAdminEndpoints: the metadata API's rollback and unpin with the admin token.
 func TestAdminEndpoints(t *testing.T) {
+	t.Parallel()
 	e := start(t)
 	vs := e.publishGens(t, 1, 2)
 	e.stopAPI()

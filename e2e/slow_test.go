@@ -21,6 +21,7 @@ import (
 // under moderate latency publishes; a sync whose writes outlast the batch timeout fails
 // cleanly and publishes nothing; once Bigtable is fast again the next sync publishes.
 func TestFaultSlowBigtable(t *testing.T) {
+	t.Parallel()
 	dsn := testenv.Postgres(t)
 	emulator := testenv.Bigtable(t)
 	proxy := testenv.LatencyProxy(t, emulator)

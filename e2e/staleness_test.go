@@ -15,6 +15,7 @@ import (
 // timeout, however idle the replica). It once answered from the pointer it had cached
 // before the quiet spell.
 func TestIdleAPIServesTheNewVersion(t *testing.T) {
+	t.Parallel()
 	e := start(t)
 	e.stopAPI()
 	const refresh = 100 * time.Millisecond
