@@ -383,10 +383,12 @@ func TestOpenAPIStatuses(t *testing.T) {
 	}
 	batch := `{"ids": ["plain", "nope"]}`
 	never := "7b1e4c1a-3f7e-4c57-9d0c-0a5d2c1f8e21-1700000000000"
-	// (Before the first sync the table does not exist, and reads that do not go
-	// through the pointer — /v1/versions, a named version — answer 500: see the
-	// store's ListManifests and ReadManifest. They are left out here.)
+	// Before the first sync the table does not exist: reads that do not go through the
+	// pointer (/v1/versions, a named version) once answered 500 for it.
 	check("before any sync", []exchange{
+		{method: "GET", path: "/v1/versions", want: 200},
+		{method: "GET", path: "/v1/versions/" + never, want: 404},
+		{method: "GET", path: docPath("things", "plain") + "?version=" + never, want: 410},
 		{method: "GET", path: "/v1/collections", want: 503},
 		{method: "GET", path: "/v1/versions/current", want: 503},
 		{method: "GET", path: "/v1/data/things", want: 503},

@@ -6,6 +6,8 @@ import (
 	"fmt"
 
 	"cloud.google.com/go/bigtable"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"github.com/snapflip/snapflip/snapshot"
 )
@@ -94,6 +96,10 @@ func (s *Store) ReadManifest(ctx context.Context, dataset string, v snapshot.Ver
 	ctx, cancel := s.op(ctx)
 	defer cancel()
 	row, err := s.tbl.ReadRow(ctx, manifestKey(dataset, v), bigtable.RowFilter(column(famManifest, colManifest)))
+	if status.Code(err) == codes.NotFound {
+		// No table yet (nothing was ever synced): no manifest either.
+		return snapshot.Manifest{}, fmt.Errorf("manifest %s: table %s not found: %w", v, s.cfg.Table, snapshot.ErrNotFound)
+	}
 	if err != nil {
 		return snapshot.Manifest{}, s.wrap(err, "read manifest %s", v)
 	}
@@ -131,6 +137,9 @@ func (s *Store) ListManifests(ctx context.Context, dataset string) ([]snapshot.M
 		out = append(out, m)
 		return true
 	}, bigtable.RowFilter(column(famManifest, colManifest)))
+	if status.Code(err) == codes.NotFound {
+		return nil, nil // no table yet: nothing was ever synced
+	}
 	if err != nil {
 		return nil, s.wrap(err, "list manifests of dataset %s", dataset)
 	}
