@@ -69,7 +69,10 @@ func (c *pointerCache) get(ctx context.Context) (Pointer, error) {
 	if c.err == nil {
 		return c.answer()
 	}
-	return c.stale(c.now())
+	// The read failed, so Bigtable is failing: the last good pointer may be served if
+	// it was within max-stale when the request came, however long the read took to
+	// fail.
+	return c.stale(now)
 }
 
 // good reports whether a read ever succeeded. Callers hold mu.
@@ -167,11 +170,4 @@ func (c *pointerCache) age() time.Duration {
 		return -1
 	}
 	return c.now().Sub(c.fetchedAt)
-}
-
-// failing reports whether the last read failed.
-func (c *pointerCache) failing() bool {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.err != nil
 }

@@ -272,3 +272,37 @@ func TestResolverAnswersAtOnceWhileStorageFails(t *testing.T) {
 		t.Error("Ready past MaxStale = nil; want the storage error")
 	}
 }
+
+// TestResolverServesStaleAfterASlowFailure: a request that had to wait for a pointer
+// read that then failed (Bigtable just went away, and the read took its whole timeout
+// to fail) gets the last good pointer if it was within MaxStale when the request came.
+func TestResolverServesStaleAfterASlowFailure(t *testing.T) {
+	st := &countingStore{ptr: Pointer{Version: "v1"}}
+	now := time.Unix(1000, 0)
+	var mu sync.Mutex
+	clock := func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
+	r := NewResolver("ds", st, ResolverConfig{Refresh: time.Second, Timeout: 5 * time.Second, MaxStale: 2 * time.Second}, clock)
+	ctx := context.Background()
+	if _, err := r.Pointer(ctx); err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	now = now.Add(1500 * time.Millisecond)
+	mu.Unlock()
+	gate := make(chan struct{})
+	st.mu.Lock()
+	st.ptrErr, st.gate = errors.New("bigtable down"), gate
+	st.mu.Unlock()
+	got := make(chan error, 1)
+	go func() { _, err := r.Pointer(ctx); got <- err }()
+	for st.reads.Load() < 2 {
+		time.Sleep(time.Millisecond)
+	}
+	mu.Lock()
+	now = now.Add(5 * time.Second) // the read takes its whole timeout to fail
+	mu.Unlock()
+	close(gate)
+	if err := <-got; err != nil {
+		t.Errorf("Pointer after a read that failed slowly = %v; want the last good pointer, 1.5s old when asked", err)
+	}
+}
