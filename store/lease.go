@@ -3,6 +3,7 @@ package store
 import (
 	"bytes"
 	"context"
+	"errors"
 	"encoding/binary"
 	"fmt"
 	"math/rand/v2"
@@ -52,10 +53,18 @@ type LeaseEvent struct {
 	Holder string
 	Token  uint64
 	// Kind is "acquired", "takeover" (acquired from a holder that stopped renewing),
-	// "released" or "lost".
+	// "released", "lost", or "waiting" (Acquire found the lease held: by HeldBy, and
+	// takes it over at TakeoverAt unless that holder renews before).
 	Kind string
 	Err  error
+	// HeldBy and TakeoverAt describe the holder a "waiting" contender waits for.
+	HeldBy     string
+	TakeoverAt time.Time
 }
+
+// waitReportEvery is how often Acquire reports that it still waits for the same
+// holder.
+const waitReportEvery = 5 * time.Second
 
 // LeaseConfig tunes a lease.
 type LeaseConfig struct {
@@ -178,7 +187,10 @@ func (l *Lease) TryAcquire(ctx context.Context) (snapshot.Hold, error) {
 	kind := "acquired"
 	if raw != nil && cur.holder != "" {
 		if !l.expired(raw) {
-			return nil, fmt.Errorf("lease %s held by %s (token %d): %w", l.name, cur.holder, cur.token, snapshot.ErrHeld)
+			l.mu.Lock()
+			at := time.Now().Add(time.Until(l.seenNext))
+			l.mu.Unlock()
+			return nil, &heldError{lease: l.name, holder: cur.holder, token: cur.token, takeoverAt: at}
 		}
 		kind = "takeover"
 	}
@@ -204,6 +216,21 @@ func (l *Lease) TryAcquire(ctx context.Context) (snapshot.Hold, error) {
 	return h, nil
 }
 
+// heldError is TryAcquire's ErrHeld: who holds the lease, and when this contender
+// takes it over unless the holder renews before.
+type heldError struct {
+	lease, holder string
+	token         uint64
+	takeoverAt    time.Time
+}
+
+func (e *heldError) Error() string {
+	return fmt.Sprintf("lease %s held by %s (token %d); taken over at %s unless renewed: %v",
+		e.lease, e.holder, e.token, e.takeoverAt.UTC().Format(time.RFC3339), snapshot.ErrHeld)
+}
+
+func (e *heldError) Unwrap() error { return snapshot.ErrHeld }
+
 // expired reports whether the held state raw has been seen unchanged for Duration. The
 // first sighting of a state starts the watch.
 func (l *Lease) expired(raw []byte) bool {
@@ -222,7 +249,11 @@ func (l *Lease) expired(raw []byte) bool {
 // Acquire retries TryAcquire until it succeeds or ctx ends. While the lease is held it
 // waits a full-jitter backoff, but never past the moment the watched state would count
 // as expired, so a dead holder is replaced within Duration plus one retry.
+// It reports each holder it waits for (a "waiting" event), and again every
+// waitReportEvery while it still waits, so a wait is never silent.
 func (l *Lease) Acquire(ctx context.Context) (snapshot.Hold, error) {
+	var reportedHolder string
+	var reportedAt time.Time
 	for attempt := 0; ; attempt++ {
 		h, err := l.TryAcquire(ctx)
 		if err == nil {
@@ -230,6 +261,14 @@ func (l *Lease) Acquire(ctx context.Context) (snapshot.Hold, error) {
 		}
 		if ctx.Err() != nil {
 			return nil, giveUp(ctx, err)
+		}
+		var held *heldError
+		if errors.As(err, &held) && (held.holder != reportedHolder || time.Since(reportedAt) >= waitReportEvery) {
+			reportedHolder, reportedAt = held.holder, time.Now()
+			if l.cfg.OnEvent != nil {
+				l.cfg.OnEvent(LeaseEvent{Name: l.name, Holder: l.cfg.Holder, Token: held.token, Kind: "waiting",
+					HeldBy: held.holder, TakeoverAt: held.takeoverAt})
+			}
 		}
 		ceil := min(l.cfg.RetryMax, 20*time.Millisecond<<min(attempt, 10))
 		wait := time.Duration(rand.Int64N(int64(ceil) + 1))

@@ -377,3 +377,36 @@ func TestSlotClaimedOnce(t *testing.T) {
 		t.Error("a fresh slot could not be claimed")
 	}
 }
+
+// TestAcquireSaysWhoItWaitsFor: a contender that waits for a held lease reports the
+// holder and when it would take over, at once and not only when it finally acquires.
+func TestAcquireSaysWhoItWaitsFor(t *testing.T) {
+	st := newStore(t)
+	ctx := context.Background()
+	a := newLease(t, st, "holder-a", 5*time.Second)
+	ha, err := a.TryAcquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ha.Release(ctx)
+	events := make(chan store.LeaseEvent, 100)
+	b, err := st.NewLease("publish/ds", store.LeaseConfig{Holder: "waiter-b", Duration: 5 * time.Second,
+		OnEvent: func(e store.LeaseEvent) { events <- e }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	asked := time.Now()
+	actx, cancel := context.WithTimeout(ctx, 500*time.Millisecond)
+	defer cancel()
+	if _, err := b.Acquire(actx); err == nil {
+		t.Fatal("acquired a lease that is held and renewed")
+	}
+	select {
+	case e := <-events:
+		if e.Kind != "waiting" || e.HeldBy != "holder-a" || e.TakeoverAt.Before(asked) || e.TakeoverAt.After(asked.Add(6*time.Second)) {
+			t.Errorf("first event = %+v; want waiting for holder-a, takeover within the lease duration", e)
+		}
+	default:
+		t.Error("Acquire waited without saying for whom")
+	}
+}

@@ -88,6 +88,10 @@ func (m *syncerMetrics) leaseEvent(log *slog.Logger) func(store.LeaseEvent) {
 		case "lost":
 			m.leaseHeld.Set(0)
 			log.Warn("lease lost", append(attrs, "err", e.Err)...)
+		case "waiting":
+			in := time.Until(e.TakeoverAt).Round(time.Second)
+			log.Info(fmt.Sprintf("waiting for the publish lease: held by %s; it is taken over in %s unless that holder renews it", e.HeldBy, in),
+				append(attrs, "held_by", e.HeldBy, "takeover_at", e.TakeoverAt.UTC().Format(time.RFC3339))...)
 		}
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
@@ -42,6 +43,21 @@ func TestLeaseEventsShowWhoHoldsWhat(t *testing.T) {
 	for result, want := range map[string]float64{"published": 1, "unchanged": 1, "failed": 1} {
 		if got := testutil.ToFloat64(m.syncs.WithLabelValues(result)); got != want {
 			t.Errorf("syncs{%s} = %v; want %v", result, got, want)
+		}
+	}
+}
+
+// TestLeaseWaitIsLogged: a sync waiting for the publish lease says who holds it and
+// when it can be taken over.
+func TestLeaseWaitIsLogged(t *testing.T) {
+	m := newSyncerMetrics("ds")
+	var logs strings.Builder
+	on := m.leaseEvent(slog.New(slog.NewTextHandler(&logs, nil)))
+	at := time.Now().Add(12 * time.Second)
+	on(store.LeaseEvent{Name: "publish/ds", Holder: "me", Kind: "waiting", HeldBy: "host-b/42/xyz", Token: 9, TakeoverAt: at})
+	for _, want := range []string{"waiting for the publish lease", "held by host-b/42/xyz", "taken over in 12s", "takeover_at=" + at.UTC().Format(time.RFC3339)} {
+		if !strings.Contains(logs.String(), want) {
+			t.Errorf("log lacks %q:\n%s", want, logs.String())
 		}
 	}
 }
