@@ -1,9 +1,12 @@
 package api
 
 import (
+	"bytes"
 	"encoding/base64"
 	"encoding/json"
+	"maps"
 	"net/http"
+	"slices"
 	"strconv"
 
 	"github.com/snapflip/snapflip/snapshot"
@@ -13,6 +16,29 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(status)
 	_ = json.NewEncoder(w).Encode(v)
+}
+
+// verbatim builds a response that holds documents as stored, byte for byte as GET
+// serves them: encoding/json would compact them and escape <, > and & in them, so a
+// document read by batchGet or a list would differ from the same one read by GET.
+type verbatim struct{ b []byte }
+
+func (v *verbatim) raw(s string) *verbatim { v.b = append(v.b, s...); return v }
+
+// str appends s as a JSON string, with <, > and & as they are.
+func (v *verbatim) str(s string) *verbatim {
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	_ = enc.Encode(s)
+	v.b = append(v.b, bytes.TrimSuffix(buf.Bytes(), []byte("\n"))...)
+	return v
+}
+
+func (v *verbatim) write(w http.ResponseWriter) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(http.StatusOK)
+	_, _ = w.Write(v.b)
 }
 
 // getDocument answers GET /v1/data/{collection}/{id}.
@@ -52,13 +78,6 @@ type batchGetRequest struct {
 	IDs []string `json:"ids"`
 }
 
-// batchGetResponse answers it, all from one version.
-type batchGetResponse struct {
-	Version   snapshot.Version           `json:"version"`
-	Documents map[string]json.RawMessage `json:"documents"`
-	Missing   []string                   `json:"missing"`
-}
-
 // batchGet answers POST /v1/data/{collection}:batchGet.
 func (s *Server) batchGet(w http.ResponseWriter, r *http.Request) error {
 	collection, err := pathParam(r, "collection", 128)
@@ -89,16 +108,26 @@ func (s *Server) batchGet(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	resp := batchGetResponse{Version: view.Version, Documents: make(map[string]json.RawMessage, len(docs)), Missing: missing}
-	for id, d := range docs {
-		resp.Documents[id] = d.Body
+	ids := slices.Sorted(maps.Keys(docs))
+	var b verbatim
+	b.raw(`{"version":`).str(string(view.Version)).raw(`,"documents":{`)
+	for i, id := range ids {
+		if i > 0 {
+			b.raw(",")
+		}
+		b.str(id).raw(":").raw(string(docs[id].Body))
 	}
-	if resp.Missing == nil {
-		resp.Missing = []string{}
+	b.raw(`},"missing":[`)
+	for i, id := range missing {
+		if i > 0 {
+			b.raw(",")
+		}
+		b.str(id)
 	}
+	b.raw("]}\n")
 	cacheHeaders(w, view.Version, pinned)
 	w.Header().Set("Cache-Control", "no-store") // a POST; its answer depends on the body
-	writeJSON(w, http.StatusOK, resp)
+	b.write(w)
 	return nil
 }
 
@@ -145,17 +174,6 @@ func (s *Server) pageLimit(r *http.Request) (int, error) {
 	return n, nil
 }
 
-type listedDocument struct {
-	ID       string          `json:"id"`
-	Document json.RawMessage `json:"document"`
-}
-
-type listResponse struct {
-	Version       snapshot.Version `json:"version"`
-	Documents     []listedDocument `json:"documents"`
-	NextPageToken string           `json:"next_page_token,omitempty"`
-}
-
 // listDocuments answers GET /v1/data/{collection}?limit=&page_token=.
 func (s *Server) listDocuments(w http.ResponseWriter, r *http.Request) error {
 	collection, err := pathParam(r, "collection", 128)
@@ -196,14 +214,20 @@ func (s *Server) listDocuments(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	resp := listResponse{Version: view.Version, Documents: make([]listedDocument, len(docs))}
+	var b verbatim
+	b.raw(`{"version":`).str(string(view.Version)).raw(`,"documents":[`)
 	for i, d := range docs {
-		resp.Documents[i] = listedDocument{ID: d.ID, Document: d.Body}
+		if i > 0 {
+			b.raw(",")
+		}
+		b.raw(`{"id":`).str(d.ID).raw(`,"document":`).raw(string(d.Body)).raw("}")
 	}
+	b.raw("]")
 	if more && len(docs) > 0 {
-		resp.NextPageToken = encodeToken(pageToken{Version: view.Version, Collection: collection, After: docs[len(docs)-1].ID})
+		b.raw(`,"next_page_token":`).str(encodeToken(pageToken{Version: view.Version, Collection: collection, After: docs[len(docs)-1].ID}))
 	}
+	b.raw("}\n")
 	cacheHeaders(w, view.Version, pinned)
-	writeJSON(w, http.StatusOK, resp)
+	b.write(w)
 	return nil
 }

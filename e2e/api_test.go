@@ -10,6 +10,7 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -335,5 +336,67 @@ func TestHostileRequests(t *testing.T) {
 		if r := e.get(t, target); r.status != 200 || !strings.Contains(string(r.body), `"id":".."`) {
 			t.Errorf("GET %s = %d %s; want the document whose id is \"..\"", target, r.status, r.body)
 		}
+	}
+}
+
+// TestBatchGetAndListServeTheBytesGETServes: a document read by batchGet or by a list
+// page is byte for byte the one GET serves (Postgres' to_json of the row), not a
+// re-encoding of it: they once came compacted, with <, > and & escaped.
+func TestBatchGetAndListServeTheBytesGETServes(t *testing.T) {
+	t.Parallel()
+	e := start(t)
+	testenv.Exec(t, e.dsn, `UPDATE things SET note = '<b>fish & chips</b>', j = '{"spaced":  [1,  2], "html": "<&>"}'`)
+	out, err := e.sync(t)
+	if err != nil {
+		t.Fatal(err)
+	}
+	v := publishedVersion(t, out)
+	byGET := map[string]string{}
+	for _, id := range awkwardIDs {
+		r := e.awaitVersion(t, docPath("things", id), v)
+		byGET[id] = string(r.body)
+	}
+	ids, _ := json.Marshal(map[string][]string{"ids": append(slices.Clone(awkwardIDs), "nope")})
+	req, _ := http.NewRequest(http.MethodPost, e.base+"/v1/data/things:batchGet?version="+v, bytes.NewReader(ids))
+	req.Header.Set("Content-Type", "application/json")
+	resp, body := callAPI(t, req)
+	var batch struct {
+		Documents map[string]json.RawMessage `json:"documents"`
+		Missing   []string                   `json:"missing"`
+	}
+	if err := json.Unmarshal(body, &batch); err != nil || resp.StatusCode != 200 {
+		t.Fatalf("batchGet = %d %s, %v", resp.StatusCode, body, err)
+	}
+	if !slices.Equal(batch.Missing, []string{"nope"}) {
+		t.Errorf("batchGet missing = %q; want [nope]", batch.Missing)
+	}
+	listed := map[string]string{}
+	for tok := ""; ; {
+		r := e.get(t, "/v1/data/things?limit=4&version="+v+"&page_token="+url.QueryEscape(tok))
+		var page struct {
+			Documents []struct {
+				ID       string          `json:"id"`
+				Document json.RawMessage `json:"document"`
+			} `json:"documents"`
+			Next string `json:"next_page_token"`
+		}
+		mustJSON(t, r, &page)
+		for _, d := range page.Documents {
+			listed[d.ID] = string(d.Document)
+		}
+		if tok = page.Next; tok == "" {
+			break
+		}
+	}
+	for id, want := range byGET {
+		if got := string(batch.Documents[id]); got != want {
+			t.Errorf("batchGet things/%q = %s; GET serves %s", id, got, want)
+		}
+		if got := listed[id]; got != want {
+			t.Errorf("list things/%q = %s; GET serves %s", id, got, want)
+		}
+	}
+	if len(listed) != len(byGET) {
+		t.Errorf("list has %d documents; want %d", len(listed), len(byGET))
 	}
 }
