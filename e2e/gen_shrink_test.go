@@ -39,8 +39,14 @@ func (r *genRun) statements(c genCase) []string {
 	var setup []string
 	for i := len(r.s.Setup) - 1; i >= 0; i-- {
 		stmt := r.s.Setup[i]
-		name := strings.TrimPrefix(strings.TrimPrefix(strings.TrimPrefix(stmt, "CREATE SCHEMA "), "CREATE TYPE "), "CREATE DOMAIN ")
+		name := stmt
+		for _, p := range []string{"CREATE SCHEMA ", "CREATE TYPE ", "CREATE DOMAIN ", "CREATE COLLATION "} {
+			name = strings.TrimPrefix(name, p)
+		}
 		if j := strings.Index(name, " AS "); j >= 0 {
+			name = name[:j]
+		}
+		if j := strings.Index(name, " ("); j >= 0 && strings.HasPrefix(stmt, "CREATE COLLATION ") {
 			name = name[:j]
 		}
 		if strings.HasPrefix(stmt, "CREATE SCHEMA ") {
@@ -155,21 +161,24 @@ func (sh *shrinker) fails(c genCase) (bool, string) {
 	}
 	r.writeConfig(sh.e.configPath, []genColl{c.gc})
 	out, err := sh.e.sync(r.t)
-	if err != nil {
-		return true, fmt.Sprintf("sync fails: %v", err)
-	}
-	if strings.HasPrefix(out, "unchanged") {
+	saved := r.conn
+	r.conn = conn
+	st, oerr := r.oracle(c.gc)
+	r.conn = saved
+	switch {
+	case oerr != nil:
+		return false, oerr.Error()
+	case len(st.invalid) > 0 && err == nil:
+		return true, fmt.Sprintf("  the sync succeeded; it must fail, as the collection has %s\n", strings.Join(st.invalid, ", "))
+	case len(st.invalid) > 0:
+		return false, "" // failed, as it must
+	case err != nil:
+		return true, fmt.Sprintf("  sync fails: %v\n", err)
+	case strings.HasPrefix(out, "unchanged"):
 		return false, "unchanged"
 	}
 	version := publishedVersion(r.t, out)
 	sh.e.awaitVersion(r.t, "/v1/collections", version)
-	saved := r.conn
-	r.conn = conn
-	st, err := r.oracle(c.gc)
-	r.conn = saved
-	if err != nil {
-		return false, err.Error()
-	}
 	ms := genCheckCollection(r.t, sh.e, c.gc.Name, version, st, nil, rand.New(rand.NewPCG(1, 2)))
 	if len(ms) == 0 {
 		return false, ""
@@ -293,7 +302,8 @@ func (r *genRun) describeCase(c genCase, how string, attempts int) string {
 	for _, stmt := range r.statements(c) {
 		fmt.Fprintf(&b, "  %s;\n", strings.ReplaceAll(genShort(stmt, 3000), "\n", "\n  "))
 	}
-	y, _ := yaml.Marshal(map[string]any{"collections": []any{c.gc.Collection}})
+	gc := c.gc.Collection
+	y, _ := yaml.Marshal(map[string]any{"collections": []genYAMLColl{{gc.Name, gc.Table, gc.Query, gc.Key}}})
 	fmt.Fprintf(&b, "  -- config:\n  %s", strings.ReplaceAll(string(y), "\n", "\n  "))
 	fmt.Fprintf(&b, "\n  -- Postgres says: %s\n  -- it fails with:\n%s", c.gc.oracle, how)
 	return b.String()

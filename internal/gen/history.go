@@ -21,7 +21,20 @@ func (g *Gen) Insert(t *Table, n int) string {
 		}
 		rows[i] = "(" + strings.Join(vs, ", ") + ")"
 	}
-	return "INSERT INTO " + t.Ident() + " (" + strings.Join(cols, ", ") + ") VALUES\n" + strings.Join(rows, ",\n") + "\nON CONFLICT DO NOTHING"
+	if !t.NoPK {
+		return "INSERT INTO " + t.Ident() + " (" + strings.Join(cols, ", ") + ") VALUES\n" + strings.Join(rows, ",\n") + "\nON CONFLICT DO NOTHING"
+	}
+	// Without a primary key, keep the key's text unique: the first row of each key
+	// text, and none whose key text the table has.
+	k := keyText("v", t)
+	return "INSERT INTO " + t.Ident() + " (" + strings.Join(cols, ", ") + ")\nSELECT DISTINCT ON (" + k + ") * FROM (VALUES\n" +
+		strings.Join(rows, ",\n") + "\n) AS v (" + strings.Join(cols, ", ") + ")\nWHERE NOT EXISTS (SELECT FROM " + t.Ident() +
+		" AS o WHERE " + keyText("o", t) + " = " + k + ")"
+}
+
+// keyText is the text of t's key in the row alias, compared byte by byte.
+func keyText(alias string, t *Table) string {
+	return "(" + alias + "." + Ident(t.Key.Name) + ")::text COLLATE \"C\""
 }
 
 // Fill returns the statements that give every table of s its first rows.
@@ -44,6 +57,9 @@ func (g *Gen) Step(s *Schema, keys func(*Table) []string) []string {
 	if g.chance(0.1) {
 		return nil
 	}
+	if s.opt.TypeChanges && g.chance(0.3) {
+		return g.typeChange(s) // alone, so that no row is rewritten
+	}
 	var out []string
 	for _, t := range s.Tables {
 		if !g.chance(0.8) {
@@ -54,7 +70,58 @@ func (g *Gen) Step(s *Schema, keys func(*Table) []string) []string {
 			out = append(out, g.op(s, t, ks)...)
 		}
 	}
+	if s.opt.TypeChanges && g.chance(0.5) {
+		out = append(out, g.typeChange(s)...)
+	}
+	if s.opt.SettingChanges && g.chance(0.5) {
+		out = append(out, g.settingChange())
+	}
 	return out
+}
+
+// typeChange renames an enum label or a composite's attribute, or adds an attribute.
+func (g *Gen) typeChange(s *Schema) []string {
+	switch {
+	case len(s.enums) > 0 && g.chance(0.5):
+		e := pick(g, s.enums)
+		i := g.intn(len(e.labels))
+		to := truncateUTF8(e.labels[i]+pick(g, []string{" renamed", "2", "é", "'"}), maxIdentBytes)
+		if slices.Contains(e.labels, to) {
+			return nil
+		}
+		stmt := "ALTER TYPE " + e.name + " RENAME VALUE " + Quote(e.labels[i]) + " TO " + Quote(to)
+		e.labels[i] = to
+		return []string{stmt}
+	case len(s.composites) > 0:
+		c := pick(g, s.composites)
+		if g.chance(0.5) {
+			f := Column{Name: g.ident(c.used), Type: pick(g, s.base)}
+			c.fields = append(c.fields, f)
+			return []string{"ALTER TYPE " + c.name + " ADD ATTRIBUTE " + Ident(f.Name) + " " + f.Type.SQL}
+		}
+		i := g.intn(len(c.fields))
+		to := g.ident(c.used)
+		stmt := "ALTER TYPE " + c.name + " RENAME ATTRIBUTE " + Ident(c.fields[i].Name) + " TO " + Ident(to)
+		c.fields[i].Name = to
+		return []string{stmt}
+	}
+	return nil
+}
+
+// settings are database settings that change the text Postgres makes of values.
+var settings = map[string][]string{
+	"DateStyle":          {"ISO, MDY", "SQL, DMY", "Postgres, MDY", "German"},
+	"IntervalStyle":      {"postgres", "postgres_verbose", "sql_standard", "iso_8601"},
+	"bytea_output":       {"hex", "escape"},
+	"extra_float_digits": {"1", "0", "-3", "3"},
+}
+
+// settingChange sets one of settings as the database's default.
+func (g *Gen) settingChange() string {
+	keys := []string{"DateStyle", "IntervalStyle", "bytea_output", "extra_float_digits"}
+	k := pick(g, keys)
+	return fmt.Sprintf("DO $$BEGIN EXECUTE format('ALTER DATABASE %%I SET %s = %%L', current_database(), %s); END$$",
+		k, Quote(pick(g, settings[k])))
 }
 
 func (g *Gen) someKeys(ks []string, n int) []string {
@@ -74,12 +141,35 @@ func keyIn(t *Table, ks []string) string {
 	for i, k := range ks {
 		qs[i] = Quote(k)
 	}
-	return "(" + Ident(t.Key.Name) + ")::text IN (" + strings.Join(qs, ", ") + ")"
+	return "(" + Ident(t.Key.Name) + ")::text COLLATE \"C\" IN (" + strings.Join(qs, ", ") + ")"
 }
 
 func (g *Gen) op(s *Schema, t *Table, ks []string) []string {
 	some := max(1, s.opt.Rows/4)
+	invalid := 6 // percent
+	if s.opt.NondeterministicKeys || s.opt.PartitionedNullKeys {
+		invalid = 25 // what those options are for
+	}
 	switch w := g.intn(100); {
+	case t.NoPK && len(ks) > 0 && g.intn(100) < invalid:
+		k := pick(g, ks)
+		if twins := caseTwins(ks); len(twins) > 0 && s.ciCollation != "" && t.KeyCollation == s.ciCollation {
+			k = pick(g, twins) // a duplicate among keys equal in the collation
+		}
+		return []string{g.invalidKey(s, t, k)}
+	case t.NoPK && len(ks) > 0 && t.KeyCollation != "" && t.KeyCollation == s.ciCollation && w < 20:
+		// A key that differs from another in case only: a valid, distinct id.
+		k := pick(g, ks)
+		up := "upper(" + Quote(k) + ")"
+		cols := []string{Ident(t.Key.Name)}
+		vals := []string{up}
+		for _, c := range t.Cols {
+			cols = append(cols, Ident(c.Name))
+			vals = append(vals, Ident(c.Name))
+		}
+		return []string{"INSERT INTO " + t.Ident() + " (" + strings.Join(cols, ", ") + ") SELECT " + strings.Join(vals, ", ") +
+			" FROM " + t.Ident() + " WHERE " + keyIn(t, []string{k}) + " AND NOT EXISTS (SELECT FROM " + t.Ident() +
+			" AS o WHERE " + keyText("o", t) + " = " + up + " COLLATE \"C\")"}
 	case w < 30:
 		return []string{g.Insert(t, g.between(1, some))}
 	case w < 55 && len(ks) > 0:
@@ -106,14 +196,30 @@ func (g *Gen) op(s *Schema, t *Table, ks []string) []string {
 	case w < 80 && len(ks) > 0:
 		var out []string
 		for _, k := range g.someKeys(ks, g.between(1, 3)) {
-			out = append(out, "UPDATE "+t.Ident()+" SET "+Ident(t.Key.Name)+" = "+t.Key.Type.KeyValue(g)+" WHERE "+keyIn(t, []string{k}))
+			to := t.Key.Type.KeyValue(g)
+			stmt := "UPDATE " + t.Ident() + " SET " + Ident(t.Key.Name) + " = " + to + " WHERE " + keyIn(t, []string{k})
+			if t.NoPK {
+				stmt += " AND NOT EXISTS (SELECT FROM " + t.Ident() + " AS o WHERE " + keyText("o", t) + " = (" + to + ")::text COLLATE \"C\")"
+			}
+			out = append(out, stmt)
 		}
 		return out
 	case w < 84:
 		return []string{"UPDATE " + t.Ident() + " SET " + Ident(t.Key.Name) + " = " + Ident(t.Key.Name)}
-	case w < 87:
+	case w < 86:
 		return []string{"TRUNCATE " + t.Ident()}
-	case w < 94:
+	case w < 88 && len(t.Cols) > 0:
+		c := &t.Cols[g.intn(len(t.Cols))]
+		used := t.used()
+		to := g.ident(used, s.aliases)
+		stmt := "ALTER TABLE " + t.Ident() + " RENAME COLUMN " + Ident(c.Name) + " TO " + Ident(to)
+		c.Name = to
+		return []string{stmt}
+	case w < 90 && len(t.Cols) > 0:
+		c := &t.Cols[g.intn(len(t.Cols))]
+		c.Type = s.textType()
+		return []string{"ALTER TABLE " + t.Ident() + " ALTER COLUMN " + Ident(c.Name) + " TYPE text USING (" + Ident(c.Name) + ")::text"}
+	case w < 95:
 		c := g.column(s, t.used())
 		stmt := "ALTER TABLE " + t.Ident() + " ADD COLUMN " + Ident(c.Name) + " " + c.Type.SQL
 		if g.chance(0.5) {
@@ -128,6 +234,63 @@ func (g *Gen) op(s *Schema, t *Table, ks []string) []string {
 		return []string{"ALTER TABLE " + t.Ident() + " DROP COLUMN " + Ident(c.Name)}
 	}
 	return nil
+}
+
+// caseTwins returns the keys of ks that another key of ks equals but for case.
+func caseTwins(ks []string) []string {
+	lower := map[string]int{}
+	for _, k := range ks {
+		lower[strings.ToLower(k)]++
+	}
+	var out []string
+	for _, k := range ks {
+		if lower[strings.ToLower(k)] > 1 {
+			out = append(out, k)
+		}
+	}
+	return out
+}
+
+// invalidKey returns a statement that gives t a key no id can be: a duplicate (a copy
+// of the row), NULL, or for text keys empty or over MaxIDBytes. The sync after it must
+// fail; Repair removes such keys.
+func (g *Gen) invalidKey(s *Schema, t *Table, k string) string {
+	where := " WHERE " + keyIn(t, []string{k})
+	kinds := []string{"dup", "dup"}
+	switch {
+	case s.Readers > 1 && s.opt.PartitionedNullKeys:
+		kinds = append(kinds, "null", "null", "null")
+	case s.Readers == 1:
+		kinds = append(kinds, "null")
+	}
+	if t.Key.Type.SQL == "text" {
+		kinds = append(kinds, "empty", "long")
+	}
+	switch pick(g, kinds) {
+	case "null":
+		return "UPDATE " + t.Ident() + " SET " + Ident(t.Key.Name) + " = NULL" + where
+	case "empty":
+		return "UPDATE " + t.Ident() + " SET " + Ident(t.Key.Name) + " = ''" + where
+	case "long":
+		return "UPDATE " + t.Ident() + " SET " + Ident(t.Key.Name) + fmt.Sprintf(" = repeat('é', %d)", MaxIDBytes/2+1) + where
+	}
+	return "INSERT INTO " + t.Ident() + " SELECT * FROM " + t.Ident() + where
+}
+
+// Repair returns statements that remove every key no id can be (see invalidKey).
+func (s *Schema) Repair() []string {
+	var out []string
+	for _, t := range s.Tables {
+		if !t.NoPK {
+			continue
+		}
+		k := Ident(t.Key.Name)
+		out = append(out,
+			"DELETE FROM "+t.Ident()+" WHERE "+k+" IS NULL OR octet_length(("+k+")::text) NOT BETWEEN 1 AND "+fmt.Sprint(MaxIDBytes),
+			"DELETE FROM "+t.Ident()+" WHERE ctid IN (SELECT ctid FROM (SELECT ctid, row_number() OVER (PARTITION BY ("+k+
+				")::text COLLATE \"C\") AS n FROM "+t.Ident()+") AS d WHERE n > 1)")
+	}
+	return out
 }
 
 // Shrunk returns a copy of t with only its key and the named columns (those t has).

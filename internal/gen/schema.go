@@ -17,7 +17,23 @@ type Options struct {
 	// Rows is the most rows a table starts with; default 20. Steps insert about a
 	// quarter of it.
 	Rows int
+	// TypeChanges lets histories rename enum labels and composite attributes and add
+	// attributes: changes to what rows say that rewrite no row.
+	TypeChanges bool
+	// SettingChanges lets histories change the database's DateStyle, IntervalStyle,
+	// bytea_output and extra_float_digits, which change the text of values and keys.
+	SettingChanges bool
+	// NondeterministicKeys gives the text keys of tables without a primary key a
+	// case-insensitive, nondeterministic collation, and histories keys that differ
+	// from others in case only.
+	NondeterministicKeys bool
+	// PartitionedNullKeys lets histories make NULL keys when the syncer reads tables
+	// in hash partitions (Readers > 1).
+	PartitionedNullKeys bool
 }
+
+// keyCollations are deterministic collations whose order is not byte order.
+var keyCollations = []string{`"C"`, `"POSIX"`, `"ucs_basic"`, `"und-x-icu"`, `"sv-SE-x-icu"`, `"tr-TR-x-icu"`, `"de-DE-x-icu"`}
 
 func (o Options) withDefaults() Options {
 	if o.Tables <= 0 {
@@ -53,6 +69,12 @@ type Table struct {
 	// RefQuoted makes the config name the table with quoted identifiers even where
 	// they are not needed.
 	RefQuoted bool
+	// NoPK leaves the key without a primary key: the generated statements keep its
+	// text unique, except those that make invalid keys on purpose (InvalidKey).
+	NoPK bool
+	// KeyCollation is the text key's collation ("" for the default): the API's order is
+	// byte order whatever it is.
+	KeyCollation string
 
 	partNames []string
 }
@@ -85,7 +107,14 @@ func Ref(schema, name string, quoted bool) string {
 
 // Create returns the table's CREATE statements.
 func (t *Table) Create() []string {
-	defs := []string{Ident(t.Key.Name) + " " + t.Key.Type.SQL + " PRIMARY KEY"}
+	key := Ident(t.Key.Name) + " " + t.Key.Type.SQL
+	if t.KeyCollation != "" {
+		key += " COLLATE " + t.KeyCollation
+	}
+	if !t.NoPK {
+		key += " PRIMARY KEY"
+	}
+	defs := []string{key}
 	for _, c := range t.Cols {
 		defs = append(defs, Ident(c.Name)+" "+c.Type.SQL)
 	}
@@ -135,15 +164,21 @@ type Schema struct {
 	Setup   []string
 	Tables  []*Table
 	Queries []*Query
+	// Readers is how many connections the syncer should read a table with
+	// (postgres.readers); above 1, every table is read in hash partitions.
+	Readers int
 
-	opt      Options
-	types    []*Type // column types besides the base ones: arrays and custom
-	base     []*Type
-	rels     map[string]names // namespace → relation and type names
-	colls    names
-	aliases  names    // query key names: no table column ever takes one
-	schemas  []string // "" (public) and the generated ones
-	typeUses map[string]int
+	opt         Options
+	types       []*Type // column types besides the base ones: arrays and custom
+	base        []*Type
+	rels        map[string]names // namespace → relation and type names
+	colls       names
+	aliases     names // query key names: no table column ever takes one
+	enums       []*enumType
+	composites  []*compositeType
+	ciCollation string   // a case-insensitive, nondeterministic collation, when asked for
+	schemas     []string // "" (public) and the generated ones
+	typeUses    map[string]int
 }
 
 // Collections returns the config's collections.
@@ -210,7 +245,10 @@ func (g *Gen) collectionName(s *Schema) string {
 func (g *Gen) Schema(opt Options) *Schema {
 	opt = opt.withDefaults()
 	s := &Schema{opt: opt, rels: map[string]names{"": {}}, colls: names{}, aliases: names{}, schemas: []string{""},
-		base: baseTypes(), typeUses: map[string]int{}}
+		base: baseTypes(), typeUses: map[string]int{}, Readers: 1}
+	if g.chance(0.33) {
+		s.Readers = 2
+	}
 	if g.chance(0.4) {
 		used := names{"public": true, "pg_catalog": true, "information_schema": true, "pg_toast": true}
 		name := g.ident(used)
@@ -222,6 +260,10 @@ func (g *Gen) Schema(opt Options) *Schema {
 		s.rels[name] = names{}
 	}
 	g.customTypes(s)
+	if opt.NondeterministicKeys {
+		s.ciCollation = g.typeName(s)
+		s.Setup = append(s.Setup, "CREATE COLLATION "+s.ciCollation+" (provider = icu, locale = 'und-u-ks-level2', deterministic = false)")
+	}
 	for range g.between(1, opt.Tables) {
 		t := g.table(s)
 		s.Tables = append(s.Tables, t)
@@ -258,6 +300,20 @@ func (g *Gen) typeName(s *Schema) string {
 	return qualify(ns, name)
 }
 
+// enumType is an enum: its labels change when a history renames one.
+type enumType struct {
+	name   string
+	labels []string
+}
+
+// compositeType is a composite type: its fields change when a history renames or adds
+// one.
+type compositeType struct {
+	name   string
+	fields []Column
+	used   names
+}
+
 // enumLabels are enum labels: empty, spaces, quotes, words JSON and SQL know, 63 bytes.
 var enumLabels = []string{"", "a", "b c", "ü", "it's", `"q"`, "NULL", "null", "true", "123", "emoji 🎉",
 	`back\slash`, "  ", strings.Repeat("L", maxIdentBytes), "Mixed", "mixed", "#", "%"}
@@ -271,42 +327,41 @@ func (g *Gen) customTypes(s *Schema) {
 		}
 	}
 	for range g.intn(3) {
-		name := g.typeName(s)
-		var labels []string
+		e := &enumType{name: g.typeName(s)}
 		for _, i := range g.r.Perm(len(enumLabels))[:g.between(1, 6)] {
-			labels = append(labels, enumLabels[i])
+			e.labels = append(e.labels, enumLabels[i])
 		}
-		qs := make([]string, len(labels))
-		for i, l := range labels {
+		qs := make([]string, len(e.labels))
+		for i, l := range e.labels {
 			qs[i] = Quote(l)
 		}
-		s.Setup = append(s.Setup, "CREATE TYPE "+name+" AS ENUM ("+strings.Join(qs, ", ")+")")
-		add(&Type{SQL: name, Kind: "enum", val: func(g *Gen) string { return cast(pick(g, labels), name) }})
+		s.Setup = append(s.Setup, "CREATE TYPE "+e.name+" AS ENUM ("+strings.Join(qs, ", ")+")")
+		s.enums = append(s.enums, e)
+		add(&Type{SQL: e.name, Kind: "enum", val: func(g *Gen) string { return cast(pick(g, e.labels), e.name) }})
 	}
 	for range g.intn(3) {
-		name := g.typeName(s)
-		used := names{}
-		var fields []Column
+		c := &compositeType{name: g.typeName(s), used: names{}}
 		for range g.between(1, 4) {
-			fields = append(fields, Column{Name: g.ident(used), Type: g.columnType(s)})
+			c.fields = append(c.fields, Column{Name: g.ident(c.used), Type: g.columnType(s)})
 		}
-		defs := make([]string, len(fields))
-		for i, f := range fields {
+		defs := make([]string, len(c.fields))
+		for i, f := range c.fields {
 			defs[i] = Ident(f.Name) + " " + f.Type.SQL
 		}
-		s.Setup = append(s.Setup, "CREATE TYPE "+name+" AS ("+strings.Join(defs, ", ")+")")
-		add(&Type{SQL: name, Kind: "composite", val: func(g *Gen) string {
-			vs := make([]string, len(fields))
-			for i, f := range fields {
+		s.Setup = append(s.Setup, "CREATE TYPE "+c.name+" AS ("+strings.Join(defs, ", ")+")")
+		s.composites = append(s.composites, c)
+		add(&Type{SQL: c.name, Kind: "composite", val: func(g *Gen) string {
+			vs := make([]string, len(c.fields))
+			for i, f := range c.fields {
 				vs[i] = f.Type.ValueOrNull(g, 0.2)
 			}
-			return "ROW(" + strings.Join(vs, ", ") + ")::" + name
+			return "ROW(" + strings.Join(vs, ", ") + ")::" + c.name
 		}})
 	}
 	for range g.intn(3) {
 		name := g.typeName(s)
 		base := g.columnType(s)
-		check := pick(g, []string{"", " CHECK (VALUE IS NOT DISTINCT FROM VALUE)", " CHECK (true)"})
+		check := pick(g, []string{"", " CHECK (num_nulls(VALUE) < 2)", " CHECK (true)"})
 		s.Setup = append(s.Setup, "CREATE DOMAIN "+name+" AS "+base.SQL+check)
 		add(&Type{SQL: name, Kind: "domain", val: func(g *Gen) string { return "(" + base.Value(g) + ")::" + name }})
 	}
@@ -318,6 +373,16 @@ func (g *Gen) customTypes(s *Schema) {
 			return bound{cast(f, "float8"), ratOf(f)}
 		}))
 	}
+}
+
+// textType returns the base type text.
+func (s *Schema) textType() *Type {
+	for _, t := range s.base {
+		if t.SQL == "text" {
+			return t
+		}
+	}
+	panic("gen: no text type")
 }
 
 // columnType returns a random column type: mostly built-in, else an array or one of
@@ -340,10 +405,21 @@ func (g *Gen) table(s *Schema) *Table {
 	for range g.intn(s.opt.Columns + 1) {
 		t.Cols = append(t.Cols, g.column(s, used))
 	}
-	if g.chance(0.2) {
+	switch {
+	case g.chance(0.2):
 		t.Partitions = g.between(2, 3)
 		for range t.Partitions {
 			t.partNames = append(t.partNames, g.relName(s, ns))
+		}
+	case g.chance(0.25):
+		t.NoPK = true
+	}
+	if t.Key.Type.SQL == "text" {
+		switch {
+		case t.NoPK && s.ciCollation != "":
+			t.KeyCollation = s.ciCollation
+		case g.chance(0.3):
+			t.KeyCollation = pick(g, keyCollations)
 		}
 	}
 	if g.chance(0.85) {
@@ -416,7 +492,7 @@ func (g *Gen) query(s *Schema, t *Table) *Query {
 	case 0:
 		q.Plain += " WHERE (" + k + ")::text COLLATE \"C\" >= " + Quote(truncateUTF8(g.keyText(), 1))
 	case 1:
-		q.Plain += " WHERE NOT (" + k + ")::text LIKE " + Quote("%"+string(pick(g, []rune("#/a1 ")))+"%")
+		q.Plain += " WHERE NOT (" + k + ")::text COLLATE \"C\" LIKE " + Quote("%"+string(pick(g, []rune("#/a1 ")))+"%")
 	}
 	if g.chance(0.2) {
 		q.Plain += fmt.Sprintf(" ORDER BY %s DESC LIMIT %d", k, g.between(1, s.opt.Rows))
