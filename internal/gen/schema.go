@@ -30,6 +30,8 @@ type Options struct {
 	// PartitionedNullKeys lets histories make NULL keys when the syncer reads tables
 	// in hash partitions (Readers > 1).
 	PartitionedNullKeys bool
+	// CommentAfterSemicolon lets a query collection's text end in ';' and a comment.
+	CommentAfterSemicolon bool
 }
 
 // keyCollations are deterministic collations whose order is not byte order.
@@ -497,7 +499,24 @@ func (g *Gen) query(s *Schema, t *Table) *Query {
 	if g.chance(0.2) {
 		q.Plain += fmt.Sprintf(" ORDER BY %s DESC LIMIT %d", k, g.between(1, s.opt.Rows))
 	}
-	q.SQL = pick(g, []string{"", "\n  ", "\t"}) + q.Plain + pick(g, []string{"", "", ";", " ;\n", ";;", "\n-- the end", " /* c */", "\n\n"})
+	switch {
+	case star && q.Key == t.Key.Name && g.chance(0.2):
+		q.Plain = "TABLE " + t.Ident()
+	case star && q.Key == t.Key.Name && g.chance(0.2):
+		// Two halves of the table, whose keys cannot meet.
+		half := "(" + k + ")::text COLLATE \"C\" < " + Quote(truncateUTF8(g.keyText(), 1))
+		from := " FROM " + t.Ident() + " AS " + alias + " WHERE "
+		q.Plain = "SELECT " + alias + ".*" + from + half + "\nUNION ALL\nSELECT " + alias + ".*" + from + "NOT (" + half + ")"
+	}
+	if g.chance(0.15) {
+		cte := Ident(g.ident(names{}))
+		q.Plain = "WITH " + cte + " AS (" + q.Plain + ") SELECT * FROM " + cte
+	}
+	ends := []string{"", "", ";", " ;\n", ";;", "\n-- the end", " /* c */", "\n\n"}
+	if s.opt.CommentAfterSemicolon {
+		ends = append(ends, "; -- the end", ";\n-- done\n", "; /* c */")
+	}
+	q.SQL = pick(g, []string{"", "\n  ", "\t", "-- leading comment\n", "/* c */ "}) + q.Plain + pick(g, ends)
 	return q
 }
 
