@@ -4,8 +4,6 @@ package main
 
 import (
 	"context"
-	"errors"
-	"fmt"
 	"os"
 	"os/signal"
 	"runtime/debug"
@@ -27,13 +25,7 @@ func main() {
 		debug.SetGCPercent(gcPercent)
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
 	err := (&cli.MetadataAPI{}).Run(ctx, os.Args[1:])
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "metadata-api:", err)
-		if errors.Is(err, cli.ErrUsage) {
-			os.Exit(2)
-		}
-		os.Exit(1)
-	}
+	stop() // os.Exit runs no deferred calls
+	os.Exit(cli.Report(os.Stderr, "metadata-api", err))
 }

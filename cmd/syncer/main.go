@@ -4,8 +4,6 @@ package main
 
 import (
 	"context"
-	"errors"
-	"fmt"
 	"os"
 	"os/signal"
 	"syscall"
@@ -15,13 +13,7 @@ import (
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
 	err := (&cli.Syncer{}).Run(ctx, os.Args[1:])
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "syncer:", err)
-		if errors.Is(err, cli.ErrUsage) {
-			os.Exit(2)
-		}
-		os.Exit(1)
-	}
+	stop() // os.Exit runs no deferred calls
+	os.Exit(cli.Report(os.Stderr, "syncer", err))
 }

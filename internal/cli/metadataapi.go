@@ -3,7 +3,6 @@ package cli
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"net"
@@ -14,6 +13,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/spf13/cobra"
 
 	"github.com/snapflip/snapflip/api"
 	"github.com/snapflip/snapflip/snapshot"
@@ -30,48 +30,79 @@ type MetadataAPI struct {
 	Listening func(addr string)
 }
 
+// apiFlags are the metadata API's flags.
+type apiFlags struct {
+	addr, dataset, project, instance, table, profile string
+	refresh, drain, maxStale                         time.Duration
+	cacheSize, batchLimit                            int
+	logFormat, logLevel                              string
+}
+
 // Run parses args (without the program name) and serves until ctx ends, then drains.
+// Help goes to m.Stdout; a usage mistake is an error wrapping ErrUsage.
 func (m *MetadataAPI) Run(ctx context.Context, args []string) error {
 	if m.Getenv == nil {
 		m.Getenv = os.Getenv
 	}
+	if m.Stdout == nil {
+		m.Stdout = os.Stdout
+	}
 	if m.Stderr == nil {
 		m.Stderr = os.Stderr
 	}
+	return execute(ctx, m.command(), args)
+}
+
+// command returns the metadata API's command: one command with flags, --version, and
+// `metadata-api completion SHELL`.
+func (m *MetadataAPI) command() *cobra.Command {
 	def := store.DefaultConfig()
-	fs := flag.NewFlagSet("metadata-api", flag.ContinueOnError)
-	fs.SetOutput(m.Stderr)
-	addr := fs.String("addr", envOr(m.Getenv, EnvAddr, ":8080"), "listen address (env "+EnvAddr+")")
-	dataset := fs.String("dataset", envOr(m.Getenv, EnvDataset, "default"), "dataset to serve (env "+EnvDataset+")")
-	project := fs.String("bigtable-project", envOr(m.Getenv, EnvProject, def.Project), "Bigtable project (env "+EnvProject+")")
-	instance := fs.String("bigtable-instance", envOr(m.Getenv, EnvInstance, def.Instance), "Bigtable instance (env "+EnvInstance+")")
-	table := fs.String("bigtable-table", envOr(m.Getenv, EnvTable, def.Table), "Bigtable table (env "+EnvTable+")")
-	profile := fs.String("bigtable-app-profile", m.Getenv(EnvAppProfile), "Bigtable app profile (env "+EnvAppProfile+")")
-	refresh := fs.Duration("pointer-refresh", time.Second, "how long a pointer read is reused (env "+EnvRefresh+")")
-	drain := fs.Duration("shutdown-timeout", 25*time.Second, "how long in-flight requests may finish at shutdown")
-	cacheSize := fs.Int("cache-size", 100_000, "documents cached by (version, collection, id); negative: off (env "+EnvCacheSize+")")
-	batchLimit := fs.Int("batch-limit", 1000, "the most ids one batchGet may ask for")
-	maxStale := fs.Duration("max-stale", time.Minute, "how long the last good pointer is served while Bigtable cannot be read; past it, reads answer 503 and /readyz fails (env "+EnvMaxStale+")")
-	logFormat := fs.String("log-format", envOr(m.Getenv, EnvLogFormat, "text"), "log format: text or json (env "+EnvLogFormat+")")
-	logLevel := fs.String("log-level", "info", "log level: debug, info, warn, error")
-	if err := fs.Parse(args); err != nil {
-		return fmt.Errorf("%w: %v", ErrUsage, err)
+	o := &apiFlags{}
+	root := newRoot("metadata-api", "Serve a snapflip dataset over HTTP", `metadata-api serves the current version of a snapflip dataset over HTTP, resolving
+every read through the dataset's pointer in Bigtable; every response names its
+version in the Snapshot-Version header. With SNAPFLIP_ADMIN_TOKEN set it also serves
+the admin endpoints (rollback, unpin). BIGTABLE_EMULATOR_HOST points it at the
+Bigtable emulator. A flag whose help names an environment variable falls back to it
+when not given.
+
+It drains in-flight requests on SIGTERM or SIGINT. Exit status: 0 after a clean
+shutdown, 1 when it could not serve, 2 for a usage mistake.`,
+		`  metadata-api --addr :8080 --dataset default --bigtable-project my-project --bigtable-instance snapflip
+  BIGTABLE_EMULATOR_HOST=127.0.0.1:8086 metadata-api --addr 127.0.0.1:8080 --log-level debug
+  metadata-api completion bash > /etc/bash_completion.d/metadata-api`,
+		m.Stdout, m.Stderr, m.Getenv)
+	root.Args = positional()
+	root.RunE = func(cmd *cobra.Command, _ []string) error { return m.serve(cmd.Context(), def, o) }
+	fs := root.Flags()
+	envString(fs, &o.addr, "addr", EnvAddr, ":8080", "listen address")
+	envString(fs, &o.dataset, "dataset", EnvDataset, "default", "dataset to serve")
+	envString(fs, &o.project, "bigtable-project", EnvProject, def.Project, "Bigtable project")
+	envString(fs, &o.instance, "bigtable-instance", EnvInstance, def.Instance, "Bigtable instance")
+	envString(fs, &o.table, "bigtable-table", EnvTable, def.Table, "Bigtable table")
+	envString(fs, &o.profile, "bigtable-app-profile", EnvAppProfile, "", "Bigtable app profile (single-cluster routing); empty: the instance's default")
+	fs.DurationVar(&o.refresh, "pointer-refresh", time.Second, "how long a pointer read is reused")
+	bindEnv(fs, "pointer-refresh", EnvRefresh)
+	fs.DurationVar(&o.drain, "shutdown-timeout", 25*time.Second, "how long in-flight requests may finish at shutdown")
+	fs.IntVar(&o.cacheSize, "cache-size", 100_000, "documents cached by (version, collection, id); negative: off")
+	bindEnv(fs, "cache-size", EnvCacheSize)
+	fs.IntVar(&o.batchLimit, "batch-limit", 1000, "the most ids one batchGet may ask for")
+	fs.DurationVar(&o.maxStale, "max-stale", time.Minute, "how long the last good pointer is served while Bigtable cannot be read; past it, reads answer 503 and /readyz fails")
+	bindEnv(fs, "max-stale", EnvMaxStale)
+	logFlags(root, fs, &o.logFormat, &o.logLevel)
+	return root
+}
+
+// serve runs the API with the flags' settings until ctx ends, then drains.
+func (m *MetadataAPI) serve(ctx context.Context, def store.Config, o *apiFlags) error {
+	if o.refresh <= 0 {
+		return fmt.Errorf("%w: --pointer-refresh %s: must be positive", ErrUsage, o.refresh)
 	}
-	if fs.NArg() != 0 {
-		return fmt.Errorf("%w: unexpected arguments %q", ErrUsage, fs.Args())
-	}
-	if err := applyEnv(fs, m.Getenv, "pointer-refresh", EnvRefresh, "cache-size", EnvCacheSize, "max-stale", EnvMaxStale); err != nil {
-		return err
-	}
-	if *refresh <= 0 {
-		return fmt.Errorf("%w: --pointer-refresh %s: must be positive", ErrUsage, *refresh)
-	}
-	log, err := newLogger(m.Stderr, *logFormat, *logLevel)
+	log, err := newLogger(m.Stderr, o.logFormat, o.logLevel)
 	if err != nil {
 		return err
 	}
 	cfg := def
-	cfg.Project, cfg.Instance, cfg.Table, cfg.AppProfile = *project, *instance, *table, *profile
+	cfg.Project, cfg.Instance, cfg.Table, cfg.AppProfile = o.project, o.instance, o.table, o.profile
 	cfg.EmulatorHost = m.Getenv(EnvEmulatorHost)
 	st, err := store.Open(ctx, cfg)
 	if err != nil {
@@ -85,7 +116,7 @@ func (m *MetadataAPI) Run(ctx context.Context, args []string) error {
 		// Keep serving: readiness reports the problem until Bigtable answers.
 		log.Warn("bigtable not reachable at start", "err", err)
 	}
-	res := snapshot.NewResolver(*dataset, st, snapshot.ResolverConfig{Refresh: *refresh, CacheSize: *cacheSize, MaxStale: *maxStale}, nil)
+	res := snapshot.NewResolver(o.dataset, st, snapshot.ResolverConfig{Refresh: o.refresh, CacheSize: o.cacheSize, MaxStale: o.maxStale}, nil)
 	// The pointer stays fresh until the server has drained, not just until ctx ends.
 	rctx, stopRefresh := context.WithCancel(context.WithoutCancel(ctx))
 	defer stopRefresh()
@@ -96,7 +127,7 @@ func (m *MetadataAPI) Run(ctx context.Context, args []string) error {
 	token := m.Getenv(EnvAdminToken)
 	if token != "" {
 		host, _ := os.Hostname()
-		adm, err := newAdmin(st, *dataset, 0, 0, "api/"+host+"/"+uuid.NewString(), log)
+		adm, err := newAdmin(st, o.dataset, 0, 0, "api/"+host+"/"+uuid.NewString(), log)
 		if err != nil {
 			return err
 		}
@@ -104,10 +135,10 @@ func (m *MetadataAPI) Run(ctx context.Context, args []string) error {
 		log.Info("admin endpoints on: POST /v1/admin/rollback, /v1/admin/unpin (bearer token)")
 	}
 	handler := api.NewServer(res, api.Config{
-		Dataset:    *dataset,
+		Dataset:    o.dataset,
 		AdminToken: token,
 		Admin:      admin,
-		BatchLimit: *batchLimit,
+		BatchLimit: o.batchLimit,
 		Registry:   reg,
 		CacheStats: res.CacheStats,
 		PointerAge: res.PointerAge,
@@ -127,11 +158,11 @@ func (m *MetadataAPI) Run(ctx context.Context, args []string) error {
 		IdleTimeout:       2 * time.Minute,
 		MaxHeaderBytes:    64 << 10,
 	}
-	ln, err := net.Listen("tcp", *addr)
+	ln, err := net.Listen("tcp", o.addr)
 	if err != nil {
-		return fmt.Errorf("listen on %s: %w", *addr, err)
+		return fmt.Errorf("listen on %s: %w", o.addr, err)
 	}
-	log.Info("metadata API listening", "addr", ln.Addr().String(), "dataset", *dataset, "table", cfg.Table)
+	log.Info("metadata API listening", "addr", ln.Addr().String(), "dataset", o.dataset, "table", cfg.Table)
 	if m.Listening != nil {
 		m.Listening(ln.Addr().String())
 	}
@@ -142,8 +173,8 @@ func (m *MetadataAPI) Run(ctx context.Context, args []string) error {
 		return fmt.Errorf("serve: %w", err)
 	case <-ctx.Done():
 	}
-	log.Info("shutting down: draining in-flight requests", "timeout", drain.String())
-	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), *drain)
+	log.Info("shutting down: draining in-flight requests", "timeout", o.drain.String())
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), o.drain)
 	defer cancel()
 	if err := srv.Shutdown(sctx); err != nil {
 		return fmt.Errorf("shutdown: %w", err)

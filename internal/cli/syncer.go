@@ -3,14 +3,16 @@ package cli
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"log/slog"
 	"os"
+	"strings"
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"github.com/snapflip/snapflip/pgsource"
 	"github.com/snapflip/snapflip/snapshot"
@@ -28,22 +30,6 @@ type Syncer struct {
 	// OnTick, when set, is called after every scheduled tick with its outcome (tests).
 	OnTick func(snapshot.TickResult, error)
 }
-
-const syncerUsage = `usage: syncer [flags] <command> [command flags]
-
-commands:
-  once                      run one sync now; exit 0 when it published or nothing changed
-  run                       sync on the config's schedule until SIGTERM or SIGINT
-  versions [--json]         list versions, newest first
-  inspect VERSION           print a version's manifest in full
-  diff A B [--collection C] count added, removed and changed ids between two versions
-  rollback (--to VERSION | --previous) --reason TEXT [--force]
-                            point back at an earlier version and pin the dataset
-  unpin --reason TEXT       resume scheduled publishing
-  history [--json]          the audit trail: flips, rollbacks, unpins
-
-flags:
-`
 
 // startupTimeout bounds connecting to Bigtable and Postgres at start.
 const startupTimeout = 30 * time.Second
@@ -67,7 +53,8 @@ type syncer struct {
 	log     *slog.Logger
 }
 
-// Run parses args (without the program name) and runs the command.
+// Run runs the command args name (args without the program name), with help and output
+// on m.Stdout. A usage mistake is an error wrapping ErrUsage.
 func (m *Syncer) Run(ctx context.Context, args []string) error {
 	if m.Getenv == nil {
 		m.Getenv = os.Getenv
@@ -79,64 +66,92 @@ func (m *Syncer) Run(ctx context.Context, args []string) error {
 		m.Stderr = os.Stderr
 	}
 	ctx = snapshot.WithShutdownGrace(ctx, shutdownGrace)
-	fs := flag.NewFlagSet("syncer", flag.ContinueOnError)
-	fs.SetOutput(m.Stderr)
-	fs.Usage = func() { fmt.Fprint(m.Stderr, syncerUsage); fs.PrintDefaults() }
-	configPath := fs.String("config", m.Getenv(EnvConfig), "path of the YAML config (env "+EnvConfig+")")
-	logFormat := fs.String("log-format", envOr(m.Getenv, EnvLogFormat, "text"), "log format: text or json (env "+EnvLogFormat+")")
-	logLevel := fs.String("log-level", "info", "log level: debug, info, warn, error")
-	metricsAddr := fs.String("metrics-addr", m.Getenv(EnvMetricsAddr), "serve Prometheus /metrics here, e.g. :9090 (env "+EnvMetricsAddr+"); empty: off")
-	force := fs.Bool("force", false, "once: publish even if the source has not changed")
-	if err := fs.Parse(args); err != nil {
-		return fmt.Errorf("%w: %v", ErrUsage, err)
-	}
-	cmd := fs.Arg(0)
-	switch {
-	case cmd == "once" || cmd == "run":
-		if fs.NArg() != 1 {
-			return fmt.Errorf("%w: %s takes no arguments", ErrUsage, cmd)
+	return execute(ctx, m.command(), args)
+}
+
+// syncerFlags are the flags of every syncer command (persistent on the root, so they
+// go before or after the command).
+type syncerFlags struct {
+	config, logFormat, logLevel string
+}
+
+// command returns the syncer's command tree: the root, and one constructor per command
+// (cmd_*.go). A new command is a new file and a line here.
+func (m *Syncer) command() *cobra.Command {
+	g := &syncerFlags{}
+	root := newRoot("syncer", "Copy Postgres tables into Bigtable under versions and flip a pointer", `syncer copies the configured Postgres tables and queries into Bigtable under a fresh
+version, in one consistent snapshot, and flips the dataset's pointer to it: once, or
+on the config's schedule. Its other commands list, inspect, compare and roll back the
+versions.
+
+The config is a YAML file (--config or SNAPFLIP_CONFIG); give the Postgres DSN in
+SNAPFLIP_POSTGRES_DSN, and set BIGTABLE_EMULATOR_HOST to use the Bigtable emulator. A
+flag whose help names an environment variable falls back to it when not given.
+
+Flags go before or after the command. Exit status: 0 done, 1 failed, 2 usage mistake.`,
+		`  syncer once --config snapflip.yaml
+  syncer run --config /etc/snapflip/snapflip.yaml --metrics-addr :9090 --log-format json
+  syncer rollback --previous --reason "bad import" --config snapflip.yaml
+  syncer completion bash > /etc/bash_completion.d/syncer`,
+		m.Stdout, m.Stderr, m.Getenv)
+	root.Args = commandArgs
+	root.RunE = func(cmd *cobra.Command, _ []string) error {
+		var names []string
+		for _, c := range cmd.Commands() {
+			if c.IsAvailableCommand() {
+				names = append(names, c.Name())
+			}
 		}
-	case adminCommands[cmd] != nil:
-	default:
-		fs.Usage()
-		return fmt.Errorf("%w: unknown command %q", ErrUsage, cmd)
+		return usageErrorf(cmd, "no command given: want one of %s", strings.Join(names, ", "))
 	}
-	log, err := newLogger(m.Stderr, *logFormat, *logLevel)
-	if err != nil {
-		return err
-	}
-	cfg, err := LoadSyncerConfig(*configPath, m.Getenv)
-	if err != nil {
-		return err
-	}
-	if run := adminCommands[cmd]; run != nil {
-		return m.admin(ctx, cfg, log, run, fs.Args()[1:])
-	}
-	s, err := wireSyncer(ctx, cfg, log)
-	if err == nil {
-		s.ticker.Publisher.Crash = crashHook(m.Getenv)
-	}
-	if err != nil {
-		return err
-	}
-	defer s.store.Close()
-	stopMetrics, err := serveMetrics(ctx, *metricsAddr, s.metrics.reg, log)
-	if err != nil {
-		return err
-	}
-	defer stopMetrics()
-	if fs.Arg(0) == "once" {
-		start := time.Now()
-		res, token, err := s.ticker.PublishLeased(ctx, snapshot.PublishOptions{Force: *force})
-		s.metrics.observe(res, err, time.Since(start))
-		s.metrics.observeCurrent(ctx, s.store, cfg.Dataset, cfg.TTL)
-		if err != nil {
-			return fmt.Errorf("sync: %w", err)
+
+	pf := root.PersistentFlags()
+	envString(pf, &g.config, "config", EnvConfig, "", "path of the YAML config")
+	_ = root.MarkPersistentFlagFilename("config", "yaml", "yml")
+	logFlags(root, pf, &g.logFormat, &g.logLevel)
+	// "syncer --force once" worked before the flags of a command could follow it: a
+	// hidden --force on the root keeps it working (once's and rollback's own --force
+	// take it), and any other command refuses it.
+	pf.Bool("force", false, "")
+	_ = pf.MarkHidden("force")
+	pre := root.PersistentPreRunE
+	root.PersistentPreRunE = func(cmd *cobra.Command, args []string) error {
+		if f := cmd.Flags().Lookup("force"); cmd.HasParent() && f == pf.Lookup("force") && f.Changed {
+			return usageErrorf(cmd, "unknown flag: --force (once and rollback take it)")
 		}
-		m.report(res, token)
-		return nil
+		return pre(cmd, args)
 	}
-	return m.runSchedule(ctx, s)
+
+	root.AddGroup(&cobra.Group{ID: "sync", Title: "Syncing:"}, &cobra.Group{ID: "versions", Title: "Versions and rollback:"})
+	for _, c := range []*cobra.Command{m.onceCommand(g), m.runCommand(g)} {
+		c.GroupID = "sync"
+		root.AddCommand(c)
+	}
+	for _, c := range []*cobra.Command{m.versionsCommand(g), m.inspectCommand(g), m.diffCommand(g),
+		m.rollbackCommand(g), m.unpinCommand(g), m.historyCommand(g)} {
+		c.GroupID = "versions"
+		root.AddCommand(c)
+	}
+	root.AddCommand(versionCommand("syncer"))
+	return root
+}
+
+// setup makes the logger the flags ask for and loads the config.
+func (m *Syncer) setup(g *syncerFlags) (SyncerConfig, *slog.Logger, error) {
+	log, err := newLogger(m.Stderr, g.logFormat, g.logLevel)
+	if err != nil {
+		return SyncerConfig{}, nil, err
+	}
+	cfg, err := LoadSyncerConfig(g.config, m.Getenv)
+	if err != nil {
+		return SyncerConfig{}, nil, err
+	}
+	return cfg, log, nil
+}
+
+// metricsFlag defines --metrics-addr, of the commands that sync.
+func metricsFlag(fs *pflag.FlagSet, p *string) {
+	envString(fs, p, "metrics-addr", EnvMetricsAddr, "", "serve Prometheus /metrics on this address, e.g. :9090; empty: off")
 }
 
 // wireSyncer connects the adapters and builds the ticker.

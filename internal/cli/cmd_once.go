@@ -1,0 +1,60 @@
+package cli
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/snapflip/snapflip/snapshot"
+)
+
+// onceCommand is `syncer once`: one sync now.
+func (m *Syncer) onceCommand(g *syncerFlags) *cobra.Command {
+	var (
+		force       bool
+		metricsAddr string
+	)
+	c := &cobra.Command{
+		Use:   "once",
+		Short: "Run one sync now",
+		Long: `Once runs one sync now: it reads every configured collection in one consistent
+Postgres snapshot, writes them into Bigtable under a fresh version, and flips the
+pointer to it. It exits 0 when it published, or when the source had not changed since
+the current version (it prints "unchanged: ..."), and 1 when the sync failed or a
+validation gate refused it, with the reason; the pointer is then left as it was.`,
+		Example: `  syncer once --config snapflip.yaml
+  SNAPFLIP_CONFIG=snapflip.yaml syncer once --force --log-level debug`,
+		Args: positional(),
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			ctx := cmd.Context()
+			cfg, log, err := m.setup(g)
+			if err != nil {
+				return err
+			}
+			s, err := wireSyncer(ctx, cfg, log)
+			if err != nil {
+				return err
+			}
+			s.ticker.Publisher.Crash = crashHook(m.Getenv)
+			defer s.store.Close()
+			stopMetrics, err := serveMetrics(ctx, metricsAddr, s.metrics.reg, log)
+			if err != nil {
+				return err
+			}
+			defer stopMetrics()
+			start := time.Now()
+			res, token, err := s.ticker.PublishLeased(ctx, snapshot.PublishOptions{Force: force})
+			s.metrics.observe(res, err, time.Since(start))
+			s.metrics.observeCurrent(ctx, s.store, cfg.Dataset, cfg.TTL)
+			if err != nil {
+				return fmt.Errorf("sync: %w", err)
+			}
+			m.report(res, token)
+			return nil
+		},
+	}
+	c.Flags().BoolVar(&force, "force", false, "publish even if the source has not changed, and skip the validation gates")
+	metricsFlag(c.Flags(), &metricsAddr)
+	return c
+}

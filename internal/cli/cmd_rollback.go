@@ -1,0 +1,52 @@
+package cli
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/spf13/cobra"
+
+	"github.com/snapflip/snapflip/snapshot"
+)
+
+// rollbackCommand is `syncer rollback`: point back at an earlier version and pin.
+func (m *Syncer) rollbackCommand(g *syncerFlags) *cobra.Command {
+	var (
+		to, reason      string
+		previous, force bool
+	)
+	c := &cobra.Command{
+		Use:   "rollback (--to VERSION | --previous) --reason TEXT",
+		Short: "Point back at an earlier version and pin the dataset",
+		Long: `Rollback takes the publish lease, checks the target (it exists, is complete, has more
+than a tenth of its TTL left, is not current, and was not itself rolled back away
+from unless --force), flips the pointer to it, marks the abandoned version
+rolled_back and pins the dataset: scheduled syncs publish nothing until
+"syncer unpin". A refusal explains itself and changes nothing.`,
+		Example: `  syncer rollback --previous --reason "bad import" --config snapflip.yaml
+  syncer rollback --to 7b1e4c1a-3f7e-4c57-9d0c-0a5d2c1f8e21-1767225600000 --reason "back to Monday" --force`,
+		Args: positional(),
+		RunE: m.adminRun(g, func(ctx context.Context, e *adminEnv, _ []string) error {
+			req := snapshot.RollbackRequest{Previous: previous, Reason: reason, Force: force, By: e.by}
+			if to != "" {
+				v, err := parseVersion(to)
+				if err != nil {
+					return err
+				}
+				req.To = v
+			}
+			res, err := e.admin.Rollback(ctx, req)
+			if err != nil {
+				return fmt.Errorf("%w (nothing changed)", err)
+			}
+			fmt.Fprintf(e.out, "%s\n  from   %s\n  to     %s\n  token  %d\n  took   %s\nrun `syncer unpin --reason ...` to resume scheduled publishing\n",
+				res.Message, res.From, res.To, res.Token, res.Took)
+			return nil
+		}),
+	}
+	c.Flags().StringVar(&to, "to", "", "the `VERSION` to roll back to")
+	c.Flags().BoolVar(&previous, "previous", false, "roll back to the pointer's previous version")
+	c.Flags().StringVar(&reason, "reason", "", "why (required; recorded in the audit trail)")
+	c.Flags().BoolVar(&force, "force", false, "allow a target that was itself rolled back away from")
+	return c
+}
