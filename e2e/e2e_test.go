@@ -324,7 +324,7 @@ func TestSyncerConfigErrors(t *testing.T) {
 		{"bad schedule", "schedule: \"every day\"\ncollections: [{name: a, table: t, key: k}]\n", "schedule"},
 		{"bad ttl", "ttl: forever\ncollections: [{name: a, table: t, key: k}]\n", "forever"},
 		{"no collections", "dataset: x\n", "collections"},
-		{"collection without key", "collections: [{name: a, table: t}]\n", "collections[0].key"},
+		{"query without key", "collections: [{name: a, query: 'SELECT 1 AS k'}]\n", "collections[0].key"},
 		{"not yaml", "collections: [\n", "yaml"},
 	}
 	for _, tt := range tests {

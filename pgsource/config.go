@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"regexp"
 	"strings"
+
+	"gopkg.in/yaml.v3"
 )
 
 // Collection is one named set of documents, filled from a table or a query.
@@ -20,8 +22,60 @@ type Collection struct {
 	Table string `yaml:"table"`
 	// Query is a SELECT whose rows are the documents; exclusive with Table.
 	Query string `yaml:"query"`
-	// Key is the column whose value, as text, is each document's id.
-	Key string `yaml:"key"`
+	// Key is a key of one column, for callers in Go: the same as KeyColumns{Key}. Set
+	// Key or KeyColumns, not both.
+	Key string `yaml:"-"`
+	// KeyColumns are the column or columns whose values make each document's id (see
+	// ID); in YAML `key`, a column name or a list of them. Required for a query; for a
+	// table, when neither Key nor KeyColumns is set, the key is inferred when the source
+	// is opened: the table's primary key, or else its only unique index over NOT NULL
+	// columns.
+	KeyColumns Columns `yaml:"key,omitempty"`
+}
+
+// Columns names a key's columns, in order. In YAML it is one name (key: id) or a list
+// of names (key: [payment_date, payment_id]).
+type Columns []string
+
+// UnmarshalYAML accepts a column name or a list of column names.
+func (c *Columns) UnmarshalYAML(n *yaml.Node) error {
+	switch n.Kind {
+	case yaml.ScalarNode:
+		var s string
+		if err := n.Decode(&s); err != nil {
+			return err
+		}
+		*c = Columns{s}
+		return nil
+	case yaml.SequenceNode:
+		var l []string
+		if err := n.Decode(&l); err != nil {
+			return err
+		}
+		*c = l
+		return nil
+	}
+	return errors.New("want a column name or a list of column names")
+}
+
+// MarshalYAML writes a key of one column as its name, and a longer one as a list.
+func (c Columns) MarshalYAML() (any, error) {
+	if len(c) == 1 {
+		return c[0], nil
+	}
+	return []string(c), nil
+}
+
+// keyColumns returns the configured key: KeyColumns, or Key; nil when none is set
+// (a table's key is then inferred).
+func (c Collection) keyColumns() []string {
+	if len(c.KeyColumns) > 0 {
+		return c.KeyColumns
+	}
+	if c.Key != "" {
+		return []string{c.Key}
+	}
+	return nil
 }
 
 var namePattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$`)
@@ -44,8 +98,22 @@ func ValidateCollections(cs []Collection) error {
 			return fmt.Errorf("%s (%s): set table or query", field, c.Name)
 		case c.Table != "" && c.Query != "":
 			return fmt.Errorf("%s (%s): set table or query, not both", field, c.Name)
-		case c.Key == "":
-			return fmt.Errorf("%s.key (%s): required: the column whose value is each document's id", field, c.Name)
+		case c.Key != "" && len(c.KeyColumns) > 0:
+			return fmt.Errorf("%s.key (%s): set Key or KeyColumns, not both", field, c.Name)
+		case c.KeyColumns != nil && len(c.KeyColumns) == 0:
+			return fmt.Errorf("%s.key (%s): an empty list: name the column or columns whose values make each document's id", field, c.Name)
+		case c.Table == "" && c.keyColumns() == nil:
+			return fmt.Errorf("%s.key (%s): required for a query: the column or columns whose values make each document's id", field, c.Name)
+		}
+		key := map[string]bool{}
+		for _, col := range c.keyColumns() {
+			switch {
+			case col == "":
+				return fmt.Errorf("%s.key (%s): an empty column name", field, c.Name)
+			case key[col]:
+				return fmt.Errorf("%s.key (%s): column %q named twice", field, c.Name, col)
+			}
+			key[col] = true
 		}
 		if j, dup := seen[c.Name]; dup {
 			return fmt.Errorf("%s.name %q: already used by collections[%d]", field, c.Name, j)
@@ -119,12 +187,18 @@ func splitTable(s string) ([]string, error) {
 	return parts, nil
 }
 
-// fingerprint hashes the collection definitions, so that a version read with other
-// definitions is never taken for an unchanged source.
-func fingerprint(cs []Collection) string {
+// fingerprint hashes the collection definitions with their keys (configured or
+// inferred), so that a version read with other definitions, or whose ids were made
+// from other columns, is never taken for an unchanged source. A key of one column
+// hashes as its name alone, as before keys could have several columns.
+func fingerprint(cs []Collection, keys map[string][]string) string {
 	h := sha256.New()
 	for _, c := range cs {
-		fmt.Fprintf(h, "%q %q %q %q\n", c.Name, c.Table, c.Query, c.Key)
+		key := fmt.Sprintf("%q", keys[c.Name])
+		if k := keys[c.Name]; len(k) == 1 {
+			key = fmt.Sprintf("%q", k[0])
+		}
+		fmt.Fprintf(h, "%q %q %q %s\n", c.Name, c.Table, c.Query, key)
 	}
 	return hex.EncodeToString(h.Sum(nil))[:16]
 }

@@ -41,7 +41,6 @@ type Source struct {
 	cfg         *pgx.ConnConfig
 	collections []Collection
 	byName      map[string]Collection
-	fingerprint string
 }
 
 var _ snapshot.Source = (*Source)(nil)
@@ -71,7 +70,7 @@ func New(dsn string, collections []Collection) (*Source, error) {
 		cfg.ConnectTimeout = DefaultConnectTimeout
 	}
 	s := &Source{Readers: 1, PartitionMinRows: 200_000,
-		cfg: cfg, collections: collections, byName: map[string]Collection{}, fingerprint: fingerprint(collections)}
+		cfg: cfg, collections: collections, byName: map[string]Collection{}}
 	for _, c := range collections {
 		s.byName[c.Name] = c
 	}
@@ -109,7 +108,9 @@ func (s *Source) connectError(err error) error {
 }
 
 // Open connects and begins one REPEATABLE READ, READ ONLY transaction, whose first
-// statement takes the snapshot and records the WAL position inside it.
+// statement takes the snapshot and records the WAL position inside it. The key of a
+// table collection that names none is inferred then, inside the snapshot; Open fails,
+// naming the collection, when it cannot be.
 func (s *Source) Open(ctx context.Context) (snapshot.SourceSnapshot, error) {
 	conn, err := pgx.ConnectConfig(ctx, s.cfg)
 	if err != nil {
@@ -132,8 +133,13 @@ func (s *Source) Open(ctx context.Context) (snapshot.SourceSnapshot, error) {
 		_ = closeConn(ctx, conn)
 		return nil, err
 	}
-	pos := snapshot.Position{LSN: lsn, Snapshot: snapText, Config: s.fingerprint, Fingerprints: map[string]string{}}
-	sn := &snap{src: s, conn: conn, tx: tx, pos: pos, rows: map[string]int64{}, parts: map[string]int{}, extra: map[int]*pgx.Conn{}}
+	keys, err := resolveKeys(ctx, tx, s.collections)
+	if err != nil {
+		_ = closeConn(ctx, conn)
+		return nil, err
+	}
+	pos := snapshot.Position{LSN: lsn, Snapshot: snapText, Config: fingerprint(s.collections, keys), Fingerprints: map[string]string{}}
+	sn := &snap{src: s, conn: conn, tx: tx, pos: pos, keys: keys, rows: map[string]int64{}, parts: map[string]int{}, extra: map[int]*pgx.Conn{}}
 	for _, c := range s.collections {
 		fp, rows, err := tableFingerprint(ctx, tx, c)
 		if err != nil {
@@ -211,7 +217,8 @@ type snap struct {
 	conn     *pgx.Conn
 	tx       pgx.Tx
 	pos      snapshot.Position
-	rows     map[string]int64 // exact row counts of table collections
+	keys     map[string][]string // every collection's key columns, configured or inferred
+	rows     map[string]int64    // exact row counts of table collections
 	parts    map[string]int
 	exported string
 
@@ -268,9 +275,10 @@ func quoteLiteral(s string) string { return "'" + strings.ReplaceAll(s, "'", "''
 const rowAlias = "t"
 
 // selectSQL returns the statement that streams a collection (or one hash partition of
-// it): each row's key as text and the row as JSON, in key order, so a duplicate key is
-// next to its twin (twins hash alike, so they share a partition).
-func selectSQL(c Collection, part, parts int) string {
+// it) with the given key columns: each row's id (see ID) and the row as JSON, in key
+// order, so a duplicate id is next to its twin (twins hash alike, so they share a
+// partition).
+func selectSQL(c Collection, key []string, part, parts int) string {
 	// A query pasted from psql often ends in ';', which is a syntax error inside the
 	// subquery it becomes.
 	from := strings.TrimRight(strings.TrimSpace(c.Query), "; \t\n")
@@ -280,12 +288,12 @@ func selectSQL(c Collection, part, parts int) string {
 	// The row's alias is only ever used qualified (t.* and t."key"): an unqualified t
 	// means a column named t when the row has one, and the whole row would be served
 	// as that column's value.
-	key := rowAlias + "." + pgx.Identifier{c.Key}.Sanitize()
-	q := "SELECT (" + key + ")::text, to_json(" + rowAlias + ".*)::text FROM (" + from + "\n) AS " + rowAlias
+	id := keySQL(key)
+	q := "SELECT " + id + ", to_json(" + rowAlias + ".*)::text FROM (" + from + "\n) AS " + rowAlias
 	if parts > 1 {
-		q += fmt.Sprintf(" WHERE (hashtext((%s)::text) & 2147483647) %% %d = %d", key, parts, part)
+		q += fmt.Sprintf(" WHERE (hashtext(%s) & 2147483647) %% %d = %d", id, parts, part)
 	}
-	return q + " ORDER BY " + key
+	return q + " ORDER BY " + orderSQL(key)
 }
 
 // Scan streams a whole collection.
@@ -301,16 +309,17 @@ func (r *snap) ScanPartition(ctx context.Context, collection string, part, parts
 	if !ok {
 		return fmt.Errorf("collection %q: %w", collection, snapshot.ErrNotFound)
 	}
+	key := r.keys[collection]
 	var rows pgx.Rows
 	var err error
 	if part == 0 {
-		rows, err = r.tx.Query(ctx, selectSQL(c, part, parts))
+		rows, err = r.tx.Query(ctx, selectSQL(c, key, part, parts))
 	} else {
 		var conn *pgx.Conn
 		if conn, err = r.partitionConn(ctx, part); err != nil {
 			return err
 		}
-		rows, err = conn.Query(ctx, selectSQL(c, part, parts))
+		rows, err = conn.Query(ctx, selectSQL(c, key, part, parts))
 	}
 	if err != nil {
 		return fmt.Errorf("query %s: %w", describe(c), err)
@@ -320,23 +329,25 @@ func (r *snap) ScanPartition(ctx context.Context, collection string, part, parts
 	var n int64
 	for rows.Next() {
 		vals := rows.RawValues()
-		key, body := vals[0], vals[1]
+		id, body := vals[0], vals[1]
 		switch {
-		case key == nil:
-			return fmt.Errorf("%w: NULL key in column %s (row %d of %s)", snapshot.ErrSource, c.Key, n+1, describe(c))
-		case len(key) == 0:
-			return fmt.Errorf("%w: empty key in column %s (row %d)", snapshot.ErrSource, c.Key, n+1)
-		case len(key) > MaxIDBytes:
-			return fmt.Errorf("%w: key %q… in column %s is %d bytes, over the limit of %d",
-				snapshot.ErrSource, key[:64], c.Key, len(key), MaxIDBytes)
-		case !utf8.Valid(key):
-			return fmt.Errorf("%w: key %q in column %s is not valid UTF-8", snapshot.ErrSource, key, c.Key)
-		case prev != nil && string(prev) == string(key):
-			return fmt.Errorf("%w: duplicate key %q in column %s", snapshot.ErrSource, key, c.Key)
+		case id == nil && len(key) > 1:
+			return fmt.Errorf("%w: NULL key: a NULL in %s (row %d of %s)", snapshot.ErrSource, describeKey(key), n+1, describe(c))
+		case id == nil:
+			return fmt.Errorf("%w: NULL key in %s (row %d of %s)", snapshot.ErrSource, describeKey(key), n+1, describe(c))
+		case len(id) == 0:
+			return fmt.Errorf("%w: empty key in %s (row %d)", snapshot.ErrSource, describeKey(key), n+1)
+		case len(id) > MaxIDBytes:
+			return fmt.Errorf("%w: key %q… in %s is %d bytes, over the limit of %d",
+				snapshot.ErrSource, id[:64], describeKey(key), len(id), MaxIDBytes)
+		case !utf8.Valid(id):
+			return fmt.Errorf("%w: key %q in %s is not valid UTF-8", snapshot.ErrSource, id, describeKey(key))
+		case prev != nil && string(prev) == string(id):
+			return fmt.Errorf("%w: duplicate key %q in %s", snapshot.ErrSource, id, describeKey(key))
 		}
-		prev = append(prev[:0], key...)
+		prev = append(prev[:0], id...)
 		n++
-		doc := snapshot.Document{ID: string(key), Body: append([]byte(nil), body...)}
+		doc := snapshot.Document{ID: string(id), Body: append([]byte(nil), body...)}
 		if err := fn(doc); err != nil {
 			return err
 		}

@@ -186,7 +186,11 @@ func TestValidateCollections(t *testing.T) {
 		{"bad name", []pgsource.Collection{{Name: "a/b", Table: "t", Key: "k"}}, "collections[0].name"},
 		{"no source", []pgsource.Collection{{Name: "a", Key: "k"}}, "set table or query"},
 		{"both", []pgsource.Collection{{Name: "a", Table: "t", Query: "SELECT 1", Key: "k"}}, "not both"},
-		{"no key", []pgsource.Collection{{Name: "a", Table: "t"}}, "collections[0].key"},
+		{"query without key", []pgsource.Collection{{Name: "a", Query: "SELECT 1 AS k"}}, "collections[0].key (a): required for a query"},
+		{"empty key list", []pgsource.Collection{{Name: "a", Table: "t", KeyColumns: []string{}}}, "collections[0].key (a): an empty list"},
+		{"empty key column", []pgsource.Collection{{Name: "a", Table: "t", KeyColumns: []string{"k", ""}}}, "collections[0].key (a): an empty column name"},
+		{"key column twice", []pgsource.Collection{{Name: "a", Table: "t", KeyColumns: []string{"k", "j", "k"}}}, `collections[0].key (a): column "k" named twice`},
+		{"Key and KeyColumns", []pgsource.Collection{{Name: "a", Table: "t", Key: "k", KeyColumns: []string{"k"}}}, "collections[0].key (a): set Key or KeyColumns"},
 		{"dup", []pgsource.Collection{{Name: "a", Table: "t", Key: "k"}, {Name: "a", Table: "u", Key: "k"}}, "collections[1].name"},
 		{"bad table", []pgsource.Collection{{Name: "a", Table: "a.b.c", Key: "k"}}, "collections[0].table"},
 	}
@@ -197,6 +201,10 @@ func TestValidateCollections(t *testing.T) {
 				t.Errorf("ValidateCollections = %v; want an error naming %q", err, tt.want)
 			}
 		})
+	}
+	// A table's key may be left to be inferred when the source is opened.
+	if err := pgsource.ValidateCollections([]pgsource.Collection{{Name: "a", Table: "t"}, {Name: "b", Table: "u", KeyColumns: []string{"x", "y"}}}); err != nil {
+		t.Errorf("ValidateCollections(tables without key, with a composite key) = %v; want them valid", err)
 	}
 }
 
@@ -435,6 +443,7 @@ func TestColumnsNamedLikeTheGeneratedSQL(t *testing.T) {
 		{Name: "table", Table: "gadgets", Key: "id"},
 		{Name: "query", Query: `SELECT * FROM gadgets`, Key: "id"},
 		{Name: "keyed-by-t", Query: `SELECT id AS t, t AS id FROM gadgets`, Key: "t"},
+		{Name: "composite", Table: "gadgets", KeyColumns: []string{"t", "id", "T"}},
 	} {
 		for _, readers := range []int{1, 3} {
 			src, err := pgsource.New(dsn, []pgsource.Collection{c})
@@ -462,11 +471,15 @@ func TestColumnsNamedLikeTheGeneratedSQL(t *testing.T) {
 			if len(got) != 40 {
 				t.Errorf("%s, %d readers: %d documents; want 40", c.Name, readers, len(got))
 			}
+			k1 := "k1"
+			if c.Name == "composite" {
+				k1 = "2024-02-29 12:34:56.789+00,k1,1"
+			}
 			if c.Name == "keyed-by-t" {
 				if d := got["k1"]; d != `{"t":"k1","id":"2024-02-29T12:34:56.789+00:00"}` {
 					t.Errorf("%s: k1 = %s", c.Name, d)
 				}
-			} else if d := got["k1"]; d != want {
+			} else if d := got[k1]; d != want {
 				t.Errorf("%s, %d readers: k1 = %s; want %s", c.Name, readers, d, want)
 			}
 		}

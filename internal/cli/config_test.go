@@ -2,11 +2,13 @@ package cli
 
 import (
 	"bytes"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
 	"gopkg.in/yaml.v3"
 
 	"github.com/snapflip/snapflip/snapshot"
@@ -75,7 +77,12 @@ func TestConfigErrorsNameTheField(t *testing.T) {
 		{"collections: []\n", "collections"},
 		{"collections: [{name: a, key: k}]\n", "collections[0]"},
 		{"collections: [{name: a, table: t, query: 'SELECT 1', key: k}]\n", "collections[0]"},
-		{"collections: [{name: a, table: t}]\n", "collections[0].key"},
+		{"collections: [{name: a, query: 'SELECT 1 AS k'}]\n", "collections[0].key (a): required for a query"},
+		{"collections: [{name: a, table: t, key: []}]\n", "collections[0].key (a): an empty list"},
+		{"collections: [{name: a, table: t, key: {a: b}}]\n", "collections[0].key (line 1): want a column name or a list of column names"},
+		{"collections: [{name: a, table: t, key: [a, [b]]}]\n", "collections[0].key (line 1)"},
+		{"collections: [{name: a, table: t, key: [a, '']}]\n", "collections[0].key (a): an empty column name"},
+		{"collections: [{name: a, table: t, key: [a, b, a]}]\n", `collections[0].key (a): column "a" named twice`},
 		{"collections: [{table: t, key: k}]\n", "collections[0].name"},
 		{"collections: [{name: a, table: t, key: k}, {name: a, table: u, key: k}]\n", "collections[1].name"},
 		{"dataset: 'x'\n  bad: 1\n" + coll, "line 1"},
@@ -101,6 +108,8 @@ func FuzzParseSyncerConfig(f *testing.F) {
 		"lease: {duration: 1ms}\n",
 		"ttl: -1s\ncollections: [{name: a, table: t, key: k}]\n",
 		"collections: [{name: a, table: t, key: k}, {name: a, table: u, key: k}]\n",
+		"collections: [{name: a, table: t}, {name: b, table: u, key: [x, y]}, {name: c, query: 'SELECT 1 AS k', key: [k]}]\n",
+		"collections: [{name: a, table: t, key: [a, [b]]}]\n",
 		"{{{", "- - -", "dataset: [1, 2]\n", "max_document_bytes: 1e99\n", "\t", "",
 	} {
 		f.Add(s)
@@ -140,7 +149,7 @@ collections:
 		t.Fatal(err)
 	}
 	b := cfg.Collections[1]
-	if b.Name != "b" || b.Table != "u" || b.Key != "id" || b.MinRows != 5 {
+	if b.Name != "b" || b.Table != "u" || !slices.Equal(b.KeyColumns, []string{"id"}) || b.MinRows != 5 {
 		t.Errorf("merged collection = %+v", b)
 	}
 }
@@ -153,5 +162,49 @@ func TestDemoConfigParses(t *testing.T) {
 	}
 	if len(cfg.Collections) == 0 {
 		t.Error("the demo config has no collections")
+	}
+}
+
+// TestConfigKeys: key is a column name or a list of them, and may be left out for a
+// table (it is then inferred from the table when the syncer opens the source).
+func TestConfigKeys(t *testing.T) {
+	cfg, err := ParseSyncerConfig(strings.NewReader(`
+collections:
+  - {name: one, table: t, key: id}
+  - {name: number, table: t, key: 5}
+  - {name: composite, table: payments, key: [payment_date, payment_id]}
+  - name: block
+    query: "SELECT a, b FROM x"
+    key:
+      - a
+      - b
+  - {name: inferred, table: film_actor}
+`), baseEnv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string][]string{"one": {"id"}, "number": {"5"}, "composite": {"payment_date", "payment_id"}, "block": {"a", "b"}, "inferred": nil}
+	got := map[string][]string{}
+	for _, c := range cfg.Collections {
+		got[c.Name] = c.KeyColumns
+		if c.Key != "" {
+			t.Errorf("%s: Key %q set from YAML; want only KeyColumns", c.Name, c.Key)
+		}
+	}
+	if diff := cmp.Diff(want, got, cmpopts.EquateEmpty()); diff != "" {
+		t.Errorf("keys (-want +got):\n%s", diff)
+	}
+	// Written back out, a key of one column is a name and a longer one a list.
+	out, err := yaml.Marshal(cfg.Collections)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, w := range []string{"key: id\n", "key:\n    - payment_date\n    - payment_id\n"} {
+		if !strings.Contains(string(out), w) {
+			t.Errorf("marshalled collections\n%s\ndo not hold %q", out, w)
+		}
+	}
+	if strings.Count(string(out), "key") != 4 {
+		t.Errorf("marshalled collections\n%s\nhold a key for the collection without one", out)
 	}
 }
