@@ -3,7 +3,6 @@ package cli
 import (
 	"context"
 	"encoding/json"
-	"fmt"
 	"io"
 	"log/slog"
 	"os"
@@ -93,14 +92,6 @@ func versionArgs(names ...string) cobra.PositionalArgs {
 		}
 		return nil
 	}
-}
-
-func parseVersion(s string) (snapshot.Version, error) {
-	v, err := snapshot.ParseVersion(s)
-	if err != nil {
-		return "", fmt.Errorf("%w: %v", ErrUsage, err)
-	}
-	return v, nil
 }
 
 func printJSON(w io.Writer, v any) error {

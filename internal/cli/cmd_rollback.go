@@ -29,11 +29,7 @@ rolled_back and pins the dataset: scheduled syncs publish nothing until
 		RunE: m.adminRun(g, func(ctx context.Context, e *adminEnv, _ []string) error {
 			req := snapshot.RollbackRequest{Previous: previous, Reason: reason, Force: force, By: e.by}
 			if to != "" {
-				v, err := parseVersion(to)
-				if err != nil {
-					return err
-				}
-				req.To = v
+				req.To = snapshot.Version(to) // checked when parsed
 			}
 			res, err := e.admin.Rollback(ctx, req)
 			if err != nil {
@@ -44,7 +40,10 @@ rolled_back and pins the dataset: scheduled syncs publish nothing until
 			return nil
 		}),
 	}
-	c.Flags().StringVar(&to, "to", "", "the `VERSION` to roll back to")
+	c.Flags().Var(checked{&to, func(s string) error {
+		_, err := snapshot.ParseVersion(s)
+		return err
+	}, "VERSION"}, "to", "the version to roll back to")
 	c.Flags().BoolVar(&previous, "previous", false, "roll back to the pointer's previous version")
 	c.Flags().StringVar(&reason, "reason", "", "why (required; recorded in the audit trail)")
 	c.Flags().BoolVar(&force, "force", false, "allow a target that was itself rolled back away from")
