@@ -5,4 +5,8 @@
 // arrays, json, jsonb, bytea and NULLs come out exactly as Postgres maps them to JSON
 // (to_json and to_jsonb share that mapping; to_json keeps the columns' order and costs
 // Postgres about a third less CPU).
+//
+// A document's id is made from its row's key, one column or several (see ID); a table
+// collection may leave its key out, and its primary key (or only unique index over NOT
+// NULL columns) is used. Check reports what a sync would find, without reading a row.
 package pgsource
