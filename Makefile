@@ -14,9 +14,10 @@ GOTEST_FLAGS ?= -race -count=1 -timeout 20m -parallel 8
 
 all: build
 
-## build: compile both binaries and the emulator into bin/
+## build: compile both binaries and the emulator into bin/ (-buildvcs=auto records the
+## commit that `syncer version` prints, even where GOFLAGS turns it off)
 build:
-	$(GO) build -o bin/ ./cmd/syncer ./cmd/metadata-api
+	$(GO) build -buildvcs=auto -o bin/ ./cmd/syncer ./cmd/metadata-api
 	$(GO) build -o bin/bigtable-emulator cloud.google.com/go/bigtable/cmd/emulator
 
 ## build-static: the static binaries the container images hold (the Dockerfile runs
