@@ -12,7 +12,10 @@ work=$(mktemp -d /tmp/snapflip-demo.XXXXXX)
 pids=()
 
 cleanup() {
-  trap - EXIT INT TERM
+  # A second signal must not cut the cleanup short: `timeout` and a terminal send
+  # SIGTERM or SIGINT to the whole process group, and Postgres would be left running.
+  trap - EXIT
+  trap '' INT TERM
   echo
   echo "stopping the demo…"
   for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
@@ -53,7 +56,7 @@ export BIGTABLE_EMULATOR_HOST=127.0.0.1:$bt_port
 export SNAPFLIP_POSTGRES_DSN=$dsn
 
 echo "==> starting the syncer (schedule @every 30s; logs: $work/syncer.log)"
-bin/syncer --config deploy/local/snapflip.yaml run >"$work/syncer.log" 2>&1 &
+bin/syncer run --config deploy/local/snapflip.yaml >"$work/syncer.log" 2>&1 &
 pids+=($!)
 
 echo "==> starting the metadata API on http://$api_addr (logs: $work/api.log)"
