@@ -275,4 +275,28 @@ func TestCompositeKeyFailures(t *testing.T) {
 	}
 }
 
+// TestCompositeKeyNondeterministicCollation: a text key column with a case-insensitive
+// collation (which replace() refuses) is part of a composite id like any other; its
+// values keep their case.
+func TestCompositeKeyNondeterministicCollation(t *testing.T) {
+	dsn := testenv.Postgres(t)
+	testenv.Exec(t, dsn, `CREATE COLLATION ci (provider = icu, locale = 'und-u-ks-level2', deterministic = false)`,
+		`CREATE TABLE k (name text COLLATE ci, n int, PRIMARY KEY (n, name))`,
+		`INSERT INTO k VALUES ('A,%', 1), ('b', 1), ('B', 2)`)
+	src, err := pgsource.New(dsn, []pgsource.Collection{{Name: "c", Table: "k", KeyColumns: []string{"name", "n"}}, {Name: "inferred", Table: "k"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for coll, want := range map[string][]string{"c": {"A%2C%25,1", "B,2", "b,1"}, "inferred": {"1,A%2C%25", "1,b", "2,B"}} {
+		docs, _, err := scanAll(t, src, coll)
+		var got []string
+		for _, d := range docs {
+			got = append(got, d.ID)
+		}
+		if err != nil || !slices.Equal(got, want) {
+			t.Errorf("%s: ids %q, %v; want %q", coll, got, err, want)
+		}
+	}
+}
+
 func quoteSQL(s string) string { return "'" + strings.ReplaceAll(s, "'", "''") + "'" }

@@ -75,7 +75,9 @@ func keySQL(key []string) string {
 	}
 	parts := make([]string, len(key))
 	for i, col := range key {
-		parts[i] = "replace(replace((" + rowAlias + "." + pgx.Identifier{col}.Sanitize() + ")::text, '%', '%25'), ',', '%2C')"
+		// COLLATE "C": replace() refuses a nondeterministic collation, which a text
+		// column's collation may be.
+		parts[i] = "replace(replace((" + rowAlias + "." + pgx.Identifier{col}.Sanitize() + `)::text COLLATE "C", '%', '%25'), ',', '%2C')`
 	}
 	return "(" + strings.Join(parts, " || ',' || ") + ")"
 }

@@ -15,7 +15,7 @@ func TestSingleKeyStatementUnchanged(t *testing.T) {
 	}{
 		{[]string{"id"}, 0, 1, "SELECT (t.\"id\")::text, to_json(t.*)::text FROM (SELECT * FROM \"public\".\"things\"\n) AS t ORDER BY t.\"id\""},
 		{[]string{"id"}, 2, 3, "SELECT (t.\"id\")::text, to_json(t.*)::text FROM (SELECT * FROM \"public\".\"things\"\n) AS t WHERE (hashtext((t.\"id\")::text) & 2147483647) % 3 = 2 ORDER BY t.\"id\""},
-		{[]string{"t", `a"b`}, 0, 1, "SELECT (replace(replace((t.\"t\")::text, '%', '%25'), ',', '%2C') || ',' || replace(replace((t.\"a\"\"b\")::text, '%', '%25'), ',', '%2C')), to_json(t.*)::text FROM (SELECT * FROM \"public\".\"things\"\n) AS t ORDER BY (replace(replace((t.\"t\")::text, '%', '%25'), ',', '%2C') || ',' || replace(replace((t.\"a\"\"b\")::text, '%', '%25'), ',', '%2C')) COLLATE \"C\""},
+		{[]string{"t", `a"b`}, 0, 1, "SELECT (replace(replace((t.\"t\")::text COLLATE \"C\", '%', '%25'), ',', '%2C') || ',' || replace(replace((t.\"a\"\"b\")::text COLLATE \"C\", '%', '%25'), ',', '%2C')), to_json(t.*)::text FROM (SELECT * FROM \"public\".\"things\"\n) AS t ORDER BY (replace(replace((t.\"t\")::text COLLATE \"C\", '%', '%25'), ',', '%2C') || ',' || replace(replace((t.\"a\"\"b\")::text COLLATE \"C\", '%', '%25'), ',', '%2C')) COLLATE \"C\""},
 	} {
 		if got := selectSQL(c, tt.key, tt.part, tt.parts); got != tt.want {
 			t.Errorf("selectSQL(%q, %d/%d) =\n%s\nwant\n%s", tt.key, tt.part, tt.parts, got, tt.want)
