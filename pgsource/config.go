@@ -105,6 +105,11 @@ func ValidateCollections(cs []Collection) error {
 		case c.Table == "" && c.keyColumns() == nil:
 			return fmt.Errorf("%s.key (%s): required for a query: the column or columns whose values make each document's id", field, c.Name)
 		}
+		if c.Query != "" {
+			if _, err := subquery(c.Query); err != nil {
+				return fmt.Errorf("%s.query (%s): %v", field, c.Name, err)
+			}
+		}
 		key := map[string]bool{}
 		for _, col := range c.keyColumns() {
 			switch {

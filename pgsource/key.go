@@ -83,11 +83,14 @@ func keySQL(key []string) string {
 }
 
 // orderSQL returns the ORDER BY of a scan, which puts equal ids next to each other.
-// A key of one column is ordered by the column itself, as it always was; a composite
-// key by its id in byte order (collation "C"), the order of the store's row keys.
+// A key of one column is ordered by the column itself (an index can stream it), then
+// by its id in byte order: under a nondeterministic collation 'a' and 'A' are equal,
+// and without the second key 'a', 'A', 'a' was a possible order that hid the duplicate
+// 'a'. A composite key is ordered by its id in byte order (collation "C"), the order
+// of the store's row keys.
 func orderSQL(key []string) string {
 	if len(key) == 1 {
-		return rowAlias + "." + pgx.Identifier{key[0]}.Sanitize()
+		return rowAlias + "." + pgx.Identifier{key[0]}.Sanitize() + ", " + keySQL(key) + ` COLLATE "C"`
 	}
 	return keySQL(key) + ` COLLATE "C"`
 }

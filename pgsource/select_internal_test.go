@@ -2,19 +2,20 @@ package pgsource
 
 import "testing"
 
-// TestSingleKeyStatementUnchanged: a key of one column is read with the very statement
-// it was read with before keys could have several columns (same ids, same order, same
-// partitions), and hashes into the config fingerprint as before; a composite key's id
-// and order are built from columns qualified by the row's alias.
-func TestSingleKeyStatementUnchanged(t *testing.T) {
+// TestSelectStatements: a key of one column gets the ids it always had, is ordered by
+// the column and then its id in byte order (so byte-equal ids are adjacent even under
+// a nondeterministic collation), and a NULL id falls into partition 0 (where the scan
+// refuses it) instead of into none; it hashes into the config fingerprint as before. A
+// composite key's id and order are built from columns qualified by the row's alias.
+func TestSelectStatements(t *testing.T) {
 	c := Collection{Name: "things", Table: "public.things", Key: "id"}
 	for _, tt := range []struct {
 		key         []string
 		part, parts int
 		want        string
 	}{
-		{[]string{"id"}, 0, 1, "SELECT (t.\"id\")::text, to_json(t.*)::text FROM (SELECT * FROM \"public\".\"things\"\n) AS t ORDER BY t.\"id\""},
-		{[]string{"id"}, 2, 3, "SELECT (t.\"id\")::text, to_json(t.*)::text FROM (SELECT * FROM \"public\".\"things\"\n) AS t WHERE (hashtext((t.\"id\")::text) & 2147483647) % 3 = 2 ORDER BY t.\"id\""},
+		{[]string{"id"}, 0, 1, "SELECT (t.\"id\")::text, to_json(t.*)::text FROM (SELECT * FROM \"public\".\"things\"\n) AS t ORDER BY t.\"id\", (t.\"id\")::text COLLATE \"C\""},
+		{[]string{"id"}, 2, 3, "SELECT (t.\"id\")::text, to_json(t.*)::text FROM (SELECT * FROM \"public\".\"things\"\n) AS t WHERE (coalesce(hashtext((t.\"id\")::text), 0) & 2147483647) % 3 = 2 ORDER BY t.\"id\", (t.\"id\")::text COLLATE \"C\""},
 		{[]string{"t", `a"b`}, 0, 1, "SELECT (replace(replace((t.\"t\")::text COLLATE \"C\", '%', '%25'), ',', '%2C') || ',' || replace(replace((t.\"a\"\"b\")::text COLLATE \"C\", '%', '%25'), ',', '%2C')), to_json(t.*)::text FROM (SELECT * FROM \"public\".\"things\"\n) AS t ORDER BY (replace(replace((t.\"t\")::text COLLATE \"C\", '%', '%25'), ',', '%2C') || ',' || replace(replace((t.\"a\"\"b\")::text COLLATE \"C\", '%', '%25'), ',', '%2C')) COLLATE \"C\""},
 	} {
 		if got := selectSQL(c, tt.key, tt.part, tt.parts); got != tt.want {

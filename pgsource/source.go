@@ -45,6 +45,17 @@ type Source struct {
 
 var _ snapshot.Source = (*Source)(nil)
 
+// outputSettings pin every setting that changes how a value is written as text or
+// JSON.
+var outputSettings = map[string]string{
+	"timezone":           "UTC",
+	"datestyle":          "ISO, MDY",
+	"intervalstyle":      "postgres",
+	"bytea_output":       "hex",
+	"extra_float_digits": "1",
+	"xmloption":          "content",
+}
+
 // New returns a Source for the DSN and collections. It does not connect. The error
 // for a malformed DSN does not repeat the DSN, which may hold a password.
 func New(dsn string, collections []Collection) (*Source, error) {
@@ -64,8 +75,13 @@ func New(dsn string, collections []Collection) (*Source, error) {
 	if _, ok := cfg.RuntimeParams["application_name"]; !ok {
 		cfg.RuntimeParams["application_name"] = "snapflip-syncer"
 	}
-	// Timestamps must come out the same whatever the server's default zone.
-	cfg.RuntimeParams["timezone"] = "UTC"
+	// Ids and documents must come out the same whatever the server's, database's or
+	// role's defaults: the time zone, the date and interval styles (a date key
+	// 2024-01-02 is "02/01/2024" under DateStyle 'SQL, DMY'), bytea as hex, floats
+	// exact and shortest.
+	for k, v := range outputSettings {
+		cfg.RuntimeParams[k] = v
+	}
 	if cfg.ConnectTimeout <= 0 {
 		cfg.ConnectTimeout = DefaultConnectTimeout
 	}
@@ -170,8 +186,9 @@ func (s *Source) Open(ctx context.Context) (snapshot.SourceSnapshot, error) {
 // Every insert or update writes row versions with a new xmin and every delete changes
 // the count or the sum, so changed contents change the fingerprint. It returns ""
 // for a query collection or a relation that is not a table (a view), which can only be
-// compared by reading it. Known gap: a change that rewrites no row (an enum label
-// renamed) is not seen; a forced or TTL republish picks it up.
+// compared by reading it. Changes that rewrite no row but change what rows say (a
+// column renamed, an enum label renamed, a composite type's attribute renamed or
+// added) change the column and type definitions, which are part of it.
 func tableFingerprint(ctx context.Context, tx pgx.Tx, c Collection) (fp string, rows int64, err error) {
 	if c.Table == "" {
 		return "", 0, nil
@@ -190,14 +207,41 @@ func tableFingerprint(ctx context.Context, tx pgx.Tx, c Collection) (fp string, 
 	if err != nil {
 		return "", 0, err
 	}
-	err = tx.QueryRow(ctx, `SELECT coalesce(string_agg(attname || ' ' || format_type(atttypid, atttypmod) || ' ' || coalesce(attmissingval::text, ''), ',' ORDER BY attnum), '')
-		FROM pg_attribute WHERE attrelid = to_regclass($1) AND attnum > 0 AND NOT attisdropped`, name).Scan(&cols)
+	err = tx.QueryRow(ctx, columnsFingerprintSQL, name).Scan(&cols)
 	if err != nil {
 		return "", 0, err
 	}
 	sum := sha256.Sum256(fmt.Appendf(nil, "%d:%s\n%s", rows, xsum, cols))
 	return hex.EncodeToString(sum[:12]), rows, nil
 }
+
+// columnsFingerprintSQL describes, as unambiguous JSON, the table $1's columns (name,
+// type, default for rows written before the column was added) and every type they
+// use, down through arrays, domains, ranges and composites: an enum's labels in
+// order, a composite's attributes. Renaming a column, an enum label or a composite's
+// attribute, or adding an attribute, rewrites no row but changes what the rows say as
+// JSON, so it must change the fingerprint. (Joined as text, a column named
+// "a integer ,b" once read like two columns.)
+const columnsFingerprintSQL = `WITH RECURSIVE types(oid) AS (
+		SELECT atttypid FROM pg_attribute WHERE attrelid = to_regclass($1) AND attnum > 0 AND NOT attisdropped
+		UNION
+		SELECT s.x FROM types JOIN pg_type ty ON ty.oid = types.oid,
+			LATERAL (SELECT ty.typelem WHERE ty.typelem <> 0
+				UNION ALL SELECT ty.typbasetype WHERE ty.typbasetype <> 0
+				UNION ALL SELECT a.atttypid FROM pg_attribute a
+					WHERE ty.typrelid <> 0 AND a.attrelid = ty.typrelid AND a.attnum > 0 AND NOT a.attisdropped
+				UNION ALL SELECT r.rngsubtype FROM pg_range r WHERE r.rngtypid = ty.oid) AS s(x)
+	)
+	SELECT jsonb_build_array(
+		(SELECT coalesce(jsonb_agg(jsonb_build_array(attname, format_type(atttypid, atttypmod), attmissingval::text) ORDER BY attnum), '[]')
+			FROM pg_attribute WHERE attrelid = to_regclass($1) AND attnum > 0 AND NOT attisdropped),
+		(SELECT coalesce(jsonb_agg(jsonb_build_array(ty.oid,
+			(SELECT jsonb_agg(enumlabel ORDER BY enumsortorder) FROM pg_enum WHERE enumtypid = ty.oid),
+			(SELECT jsonb_agg(jsonb_build_array(attname, format_type(atttypid, atttypmod)) ORDER BY attnum)
+				FROM pg_attribute WHERE ty.typrelid <> 0 AND attrelid = ty.typrelid AND attnum > 0 AND NOT attisdropped)
+			) ORDER BY ty.oid), '[]')
+			FROM pg_type ty WHERE ty.oid IN (SELECT oid FROM types) AND ty.oid >= 16384)
+	)::text`
 
 // ParseLSN parses a Postgres LSN, "16/B374D848".
 func ParseLSN(s string) (uint64, error) {
@@ -281,7 +325,7 @@ const rowAlias = "t"
 func selectSQL(c Collection, key []string, part, parts int) string {
 	// A query pasted from psql often ends in ';', which is a syntax error inside the
 	// subquery it becomes.
-	from := strings.TrimRight(strings.TrimSpace(c.Query), "; \t\n")
+	from := c.subquery()
 	if c.Table != "" {
 		from = "SELECT * FROM " + pgx.Identifier(c.tableParts()).Sanitize()
 	}
@@ -291,7 +335,9 @@ func selectSQL(c Collection, key []string, part, parts int) string {
 	id := keySQL(key)
 	q := "SELECT " + id + ", to_json(" + rowAlias + ".*)::text FROM (" + from + "\n) AS " + rowAlias
 	if parts > 1 {
-		q += fmt.Sprintf(" WHERE (hashtext(%s) & 2147483647) %% %d = %d", id, parts, part)
+		// A NULL id hashes to NULL, which no partition would match: it goes to
+		// partition 0, where the scan fails on it as a whole read does.
+		q += fmt.Sprintf(" WHERE (coalesce(hashtext(%s), 0) & 2147483647) %% %d = %d", id, parts, part)
 	}
 	return q + " ORDER BY " + orderSQL(key)
 }

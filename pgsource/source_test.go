@@ -120,7 +120,6 @@ func TestScanFailures(t *testing.T) {
 		{"unknown table", pgsource.Collection{Table: "public.nope", Key: "k"}, []string{"nope", "does not exist"}, nil},
 		{"unknown key column", pgsource.Collection{Table: "dup", Key: "nokey"}, []string{"nokey", "does not exist"}, nil},
 		{"bad query", pgsource.Collection{Query: "SELEC 1", Key: "k"}, []string{"syntax error"}, nil},
-		{"two statements", pgsource.Collection{Query: "SELECT 1 AS k; SELECT 2 AS k", Key: "k"}, []string{"syntax error"}, nil},
 		{"duplicate from a query", pgsource.Collection{Query: "SELECT 'same' AS k UNION ALL SELECT 'same'", Key: "k"}, []string{`duplicate key "same"`}, snapshot.ErrSource},
 	}
 	for _, tt := range tests {
@@ -193,6 +192,8 @@ func TestValidateCollections(t *testing.T) {
 		{"Key and KeyColumns", []pgsource.Collection{{Name: "a", Table: "t", Key: "k", KeyColumns: []string{"k"}}}, "collections[0].key (a): set Key or KeyColumns"},
 		{"dup", []pgsource.Collection{{Name: "a", Table: "t", Key: "k"}, {Name: "a", Table: "u", Key: "k"}}, "collections[1].name"},
 		{"bad table", []pgsource.Collection{{Name: "a", Table: "a.b.c", Key: "k"}}, "collections[0].table"},
+		{"two statements", []pgsource.Collection{{Name: "a", Query: "SELECT 1 AS k; SELECT 2 AS k", Key: "k"}}, "collections[0].query (a): holds more than one statement"},
+		{"open string", []pgsource.Collection{{Name: "a", Query: "SELECT 'x AS k", Key: "k"}}, "collections[0].query (a): a string is not closed"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
