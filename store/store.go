@@ -141,6 +141,7 @@ type Store struct {
 	admin  *bigtable.AdminClient
 	tbl    *bigtable.Table
 	conn   *grpc.ClientConn // the emulator connection, when there is one
+	opts   []option.ClientOption
 }
 
 var (
@@ -172,6 +173,7 @@ func Open(ctx context.Context, cfg Config, opts ...option.ClientOption) (*Store,
 	if !custom {
 		opts = []option.ClientOption{option.WithGRPCDialOption(reconnect)}
 	}
+	s.opts = opts
 	ccfg := bigtable.ClientConfig{AppProfile: cfg.AppProfile}
 	if custom {
 		ccfg.MetricsProvider = bigtable.NoopMetricsProvider{}
