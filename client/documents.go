@@ -17,9 +17,8 @@ type Document struct {
 	// ID is the document's id (its key column's value, as text).
 	ID string
 	// JSON is the document: the JSON Postgres makes of the row with to_json, its
-	// columns in order. From Get it is byte for byte what was stored (the bytes the
-	// ETag hashes); BatchGet and List get the same JSON value as the API re-encodes it
-	// into their answers: compacted, with <, > and & escaped as \u003c, \u003e, \u0026.
+	// columns in order, byte for byte as stored (the bytes the ETag hashes), whether
+	// read by Get, BatchGet or List.
 	JSON json.RawMessage
 	// Version is the version it was read from.
 	Version string

@@ -3,7 +3,6 @@ package client
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
@@ -172,24 +171,6 @@ func (e *env) sourceDocs(tb testing.TB) map[string]string {
 	}
 	if err := rows.Err(); err != nil {
 		tb.Fatal(err)
-	}
-	return out
-}
-
-// reencoded returns the documents as the API's batchGet and list answers carry them:
-// re-encoded by Go's encoding/json, which compacts them and escapes <, > and & (and
-// U+2028, U+2029) as \u003c and so on. The same JSON values as Get's bytes, not the
-// same bytes.
-func reencoded(tb testing.TB, docs map[string]string) map[string]string {
-	tb.Helper()
-	out := make(map[string]string, len(docs))
-	for id, doc := range docs {
-		var compact, escaped bytes.Buffer
-		if err := json.Compact(&compact, []byte(doc)); err != nil {
-			tb.Fatalf("document %q: %v", id, err)
-		}
-		json.HTMLEscape(&escaped, compact.Bytes())
-		out[id] = escaped.String()
 	}
 	return out
 }
