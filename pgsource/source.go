@@ -119,6 +119,11 @@ func closeConn(ctx context.Context, c *pgx.Conn) error {
 	return c.Close(ctx)
 }
 
+// Describe names the database without its credentials: "127.0.0.1:5432 database app".
+func (s *Source) Describe() string {
+	return fmt.Sprintf("%s:%d database %s", s.cfg.Host, s.cfg.Port, s.cfg.Database)
+}
+
 func (s *Source) connectError(err error) error {
 	return fmt.Errorf("connect to postgres at %s:%d database %s: %w", s.cfg.Host, s.cfg.Port, s.cfg.Database, err)
 }

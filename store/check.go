@@ -48,7 +48,9 @@ var familyHolds = map[string]string{
 // single cluster, which conditional writes need. It writes nothing. Its error is for
 // a Bigtable it could not ask at all.
 func (s *Store) CheckSchema(ctx context.Context) (SchemaReport, error) {
-	ctx, cancel := s.op(ctx)
+	// Each question gets op_timeout, whatever the caller's deadline: an unreachable
+	// Bigtable is a finding to report promptly.
+	ctx, cancel := context.WithTimeout(ctx, s.cfg.OpTimeout)
 	defer cancel()
 	r := SchemaReport{Table: s.cfg.Table}
 	info, err := s.admin.TableInfo(ctx, s.cfg.Table)

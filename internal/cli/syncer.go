@@ -123,7 +123,7 @@ Flags go before or after the command. Exit status: 0 done, 1 failed, 2 usage mis
 	}
 
 	root.AddGroup(&cobra.Group{ID: "sync", Title: "Syncing:"}, &cobra.Group{ID: "versions", Title: "Versions and rollback:"})
-	for _, c := range []*cobra.Command{m.onceCommand(g), m.runCommand(g)} {
+	for _, c := range []*cobra.Command{m.onceCommand(g), m.runCommand(g), m.checkCommand(g)} {
 		c.GroupID = "sync"
 		root.AddCommand(c)
 	}

@@ -1,0 +1,184 @@
+package cli
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+
+	"github.com/spf13/cobra"
+
+	"github.com/snapflip/snapflip/pgsource"
+	"github.com/snapflip/snapflip/store"
+)
+
+// ErrCheckFailed is syncer check's error when it found problems (exit 1).
+var ErrCheckFailed = errors.New("check found problems")
+
+// checkCommand is `syncer check`: the config against the real Postgres and Bigtable,
+// before a first sync. It writes nothing.
+func (m *Syncer) checkCommand(g *syncerFlags) *cobra.Command {
+	var asJSON bool
+	c := &cobra.Command{
+		Use:   "check",
+		Short: "Check the config against Postgres and Bigtable; write nothing",
+		Long: `Check connects to Postgres and Bigtable with the config and reports, without
+writing anything or reading a row, whether a sync could succeed:
+
+  per collection: that the table exists or the query is valid, its key columns
+  (configured, or inferred from the table's primary key or only unique index) and
+  whether Postgres guarantees them unique and not NULL (else the sync checks them as
+  it reads), the estimated row count and size;
+
+  for Bigtable: that the table exists with the column families and GC rules the config
+  implies (a missing table, family or differing rule is set up by the next sync), and,
+  outside the emulator, that the app profile routes to a single cluster, which
+  conditional writes need.
+
+It exits 0 when a sync could succeed, 1 with every problem named otherwise.`,
+		Example: `  syncer check --config snapflip.yaml
+  syncer check --config snapflip.yaml --json`,
+		Args: positional(),
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			cfg, _, err := m.setup(g)
+			if err != nil {
+				return err
+			}
+			rep := runCheck(cmd.Context(), cfg)
+			if asJSON {
+				enc := json.NewEncoder(m.Stdout)
+				enc.SetIndent("", "  ")
+				if err := enc.Encode(rep); err != nil {
+					return err
+				}
+			} else {
+				rep.print(m.Stdout)
+			}
+			switch n := len(rep.Problems); {
+			case n == 1:
+				return fmt.Errorf("%w: %s", ErrCheckFailed, rep.Problems[0])
+			case n > 1:
+				return fmt.Errorf("%w: %d problems, listed above", ErrCheckFailed, n)
+			}
+			return nil
+		},
+	}
+	c.Flags().BoolVar(&asJSON, "json", false, "print the report as JSON")
+	return c
+}
+
+// checkReport is what syncer check found.
+type checkReport struct {
+	Dataset     string                      `json:"dataset"`
+	Postgres    string                      `json:"postgres"`
+	Collections []pgsource.CollectionReport `json:"collections"`
+	Bigtable    *store.SchemaReport         `json:"bigtable,omitempty"`
+	// Problems gathers every problem, each a sentence.
+	Problems []string `json:"problems"`
+}
+
+// runCheck asks Postgres and Bigtable; a backend it cannot reach is a problem named
+// in the report, not an early return, so one run names every problem.
+func runCheck(ctx context.Context, cfg SyncerConfig) checkReport {
+	rep := checkReport{Dataset: cfg.Dataset, Problems: []string{}}
+	ctx, cancel := context.WithTimeout(ctx, startupTimeout)
+	defer cancel()
+	src, err := pgsource.New(cfg.Postgres.DSN, cfg.sources())
+	if err == nil {
+		rep.Postgres = src.Describe()
+		rep.Collections, err = src.Check(ctx)
+	}
+	if err != nil {
+		rep.Problems = append(rep.Problems, "postgres: "+err.Error())
+	}
+	for _, c := range rep.Collections {
+		rep.Problems = append(rep.Problems, c.Problems...)
+	}
+	st, err := store.Open(ctx, cfg.StoreConfig())
+	if err == nil {
+		defer st.Close()
+		var r store.SchemaReport
+		if r, err = st.CheckSchema(ctx); err == nil {
+			rep.Bigtable = &r
+			rep.Problems = append(rep.Problems, r.Problems...)
+		}
+	}
+	if err != nil {
+		rep.Problems = append(rep.Problems, "bigtable: "+err.Error())
+	}
+	return rep
+}
+
+func (r checkReport) print(w io.Writer) {
+	fmt.Fprintf(w, "dataset %s\n", r.Dataset)
+	if r.Postgres != "" {
+		fmt.Fprintf(w, "postgres %s\n", r.Postgres)
+	}
+	for _, c := range r.Collections {
+		mark := "ok"
+		if !c.OK() {
+			mark = "PROBLEM"
+		}
+		fmt.Fprintf(w, "\ncollection %s (%s): %s\n", c.Collection, c.Source, mark)
+		if len(c.Key) > 0 {
+			how := "configured"
+			if c.KeyInferred {
+				how = "inferred"
+			}
+			fmt.Fprintf(w, "  key       %s (%s); %s\n", strings.Join(c.Key, ", "), how, c.KeyGuarantee)
+		}
+		rows, size := "unknown", "unknown"
+		if c.EstimatedRows >= 0 {
+			rows = fmt.Sprintf("about %d", c.EstimatedRows)
+		}
+		if c.SizeBytes >= 0 {
+			size = humanBytes(c.SizeBytes)
+		}
+		fmt.Fprintf(w, "  rows      %s\n  size      %s\n", rows, size)
+		for _, p := range c.Problems {
+			fmt.Fprintf(w, "  problem   %s\n", p)
+		}
+	}
+	if b := r.Bigtable; b != nil {
+		state := "exists"
+		if !b.Exists {
+			state = "does not exist yet: the first sync creates it"
+		}
+		fmt.Fprintf(w, "\nbigtable table %s: %s\n", b.Table, state)
+		for _, f := range b.Families {
+			switch {
+			case f.Have == f.Want:
+				fmt.Fprintf(w, "  family %s (%s): %s\n", f.Name, f.Holds, f.Want)
+			case f.Have == "":
+				fmt.Fprintf(w, "  family %s (%s): missing; the next sync creates it with %s\n", f.Name, f.Holds, f.Want)
+			default:
+				fmt.Fprintf(w, "  family %s (%s): %s; the next sync sets the config's %s\n", f.Name, f.Holds, f.Have, f.Want)
+			}
+		}
+		fmt.Fprintf(w, "  app profile routing: %s\n", b.Routing)
+	}
+	if len(r.Problems) == 0 {
+		fmt.Fprintln(w, "\nok: a sync could succeed")
+		return
+	}
+	fmt.Fprintf(w, "\n%d problem(s):\n", len(r.Problems))
+	for _, p := range r.Problems {
+		fmt.Fprintf(w, "  - %s\n", p)
+	}
+}
+
+// humanBytes formats n bytes as "12.3 MiB".
+func humanBytes(n int64) string {
+	const unit = 1024
+	if n < unit {
+		return fmt.Sprintf("%d B", n)
+	}
+	div, exp := int64(unit), 0
+	for m := n / unit; m >= unit; m /= unit {
+		div *= unit
+		exp++
+	}
+	return fmt.Sprintf("%.1f %ciB", float64(n)/float64(div), "KMGTPE"[exp])
+}
