@@ -370,17 +370,23 @@ func (r *genRun) label() string {
 	return fmt.Sprintf("seed %d", r.seed)
 }
 
-// keys returns a table's keys as text, in byte order.
+// keys returns a table's keys as text, in byte order, without NULLs.
 func (r *genRun) keys(t *sqlgen.Table) []string {
 	rows, err := r.conn.Query(context.Background(), "SELECT ("+sqlgen.Ident(t.Key.Name)+")::text FROM "+t.Ident()+" ORDER BY ("+sqlgen.Ident(t.Key.Name)+")::text COLLATE \"C\"")
 	if err != nil {
 		r.fatalf("read the keys of %s: %v", t.Ident(), err)
 	}
-	ks, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	ks, err := pgx.CollectRows(rows, pgx.RowTo[*string])
 	if err != nil {
 		r.fatalf("read the keys of %s: %v", t.Ident(), err)
 	}
-	return ks
+	var out []string
+	for _, k := range ks {
+		if k != nil { // a NULL key, in a table no collection reads
+			out = append(out, *k)
+		}
+	}
+	return out
 }
 
 // writeConfig writes the syncer's config for colls. Strings are YAML double-quoted

@@ -94,7 +94,8 @@ func (g *Gen) typeChange(s *Schema) []string {
 		return []string{stmt}
 	case len(s.composites) > 0:
 		c := pick(g, s.composites)
-		if g.chance(0.5) {
+		if g.chance(0.5) && !s.inQueries(c.name) { // a query's ROW(…)::c would lack the attribute
+
 			f := Column{Name: g.ident(c.used), Type: pick(g, s.base)}
 			c.fields = append(c.fields, f)
 			return []string{"ALTER TYPE " + c.name + " ADD ATTRIBUTE " + Ident(f.Name) + " " + f.Type.SQL}
@@ -106,6 +107,16 @@ func (g *Gen) typeChange(s *Schema) []string {
 		return []string{stmt}
 	}
 	return nil
+}
+
+// inQueries reports whether a query or view names name.
+func (s *Schema) inQueries(name string) bool {
+	for _, q := range s.Queries {
+		if strings.Contains(q.Plain, name) {
+			return true
+		}
+	}
+	return false
 }
 
 // settings are database settings that change the text Postgres makes of values.

@@ -415,6 +415,10 @@ func (g *Gen) table(s *Schema) *Table {
 		}
 	case g.chance(0.25):
 		t.NoPK = true
+	case s.ciCollation != "" && g.chance(0.6):
+		// What NondeterministicKeys is for: tables without a primary key, keyed by text.
+		t.NoPK = true
+		t.Key.Type = keyTypes()[0]
 	}
 	if t.Key.Type.SQL == "text" {
 		switch {
