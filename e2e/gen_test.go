@@ -48,7 +48,7 @@ var genDefault = genSizes{schemas: 12, syncs: 4, opt: sqlgen.Options{Tables: 2, 
 type genSizes struct {
 	schemas, syncs int
 	opt            sqlgen.Options
-	known          string // the known bug whose sub-case this is
+	path           string // a bug's sub-test ("fixed/<name>", "known/<name>"); "" for the random schemas
 }
 
 func genEnvInt(tb testing.TB, name string, def int) int {
@@ -77,27 +77,36 @@ func genSizesFromEnv(tb testing.TB) genSizes {
 	}
 }
 
-// replay returns the command that runs one schema of seed again with these sizes.
+// replay returns the command that runs seed again with these sizes.
 func (sz genSizes) replay(seed uint64) string {
 	const env = "  (with SNAPFLIP_TEST_POSTGRES_DSN and SNAPFLIP_TEST_EMULATOR set as `make test` sets them)"
-	if sz.known != "" {
-		return fmt.Sprintf("%s=1 go test -race -count=1 -run 'TestGenerative/known/%s$' -v ./e2e/%s", envGenKnown, sz.known, env)
+	if sz.path != "" {
+		known := ""
+		if strings.HasPrefix(sz.path, "known/") {
+			known = envGenKnown + "=1 "
+		}
+		run := fmt.Sprintf("%s/seed=%d", sz.path, seed)
+		if seed == 0 { // a hand-written history
+			run = sz.path
+		}
+		return fmt.Sprintf("%sgo test -race -count=1 -run 'TestGenerative/%s$' -v ./e2e/%s", known, run, env)
 	}
 	return fmt.Sprintf("%s=%d %s=1 %s=%d %s=%d %s=%d %s=%d go test -race -count=1 -run 'TestGenerative/seed=%d$' -v ./e2e/%s",
 		envGenSeed, seed, envGenSchemas, envGenSyncs, sz.syncs, envGenTables, sz.opt.Tables,
 		envGenColumns, sz.opt.Columns, envGenRows, sz.opt.Rows, seed, env)
 }
 
-// genRegressions are seeds that found bugs, run on every `go test` with the sizes
-// they were found with.
-var genRegressions = []struct {
-	seed uint64
-	sz   genSizes
-	bug  string
-}{
-	{9, genDefault, "a table collection over a table whose name holds a dot could not be configured: pgsource split " +
-		"table: on every dot (fixed: a part is quoted as SQL quotes it, \".x\")"},
-	{13, genDefault, "the same, with a table named \"Ω.ünïcødé\""},
+// genOptions turns on, by bits of the seed, the generator's options: each random
+// history gets a mix of them, and a seed replays with the same.
+func genOptions(seed uint64, opt sqlgen.Options) sqlgen.Options {
+	h := seed * 0x9e3779b97f4a7c15
+	h ^= h >> 29
+	opt.TypeChanges = h&1 != 0
+	opt.SettingChanges = h&2 != 0
+	opt.PartitionedNullKeys = h&4 != 0
+	opt.CommentAfterSemicolon = h&8 != 0
+	opt.NondeterministicKeys = h&48 == 0 // a quarter: it skews tables towards text keys without a primary key
+	return opt
 }
 
 func TestGenerative(t *testing.T) {
@@ -115,21 +124,22 @@ func TestGenerative(t *testing.T) {
 	start := time.Now()
 	for i := range sz.schemas {
 		seed := base + uint64(i)
-		t.Run(fmt.Sprintf("seed=%d", seed), func(t *testing.T) { total.add(runGenerated(t, seed, sz)) })
+		szi := sz
+		szi.opt = genOptions(seed, sz.opt)
+		t.Run(fmt.Sprintf("seed=%d", seed), func(t *testing.T) { total.add(runGenerated(t, seed, szi)) })
 	}
-	for _, r := range genRegressions {
-		t.Run(fmt.Sprintf("regression/seed=%d", r.seed), func(t *testing.T) {
-			t.Logf("found: %s", r.bug)
-			total.add(runGenerated(t, r.seed, r.sz))
-		})
+	// The long form runs every seed of the bugs found; the short form the first.
+	long := sz.schemas > genDefault.schemas
+	for _, b := range fixedBugs {
+		t.Run("fixed/"+b.name, func(t *testing.T) { total.add(b.run(t, "fixed/"+b.name, long)) })
 	}
-	for _, kb := range knownBugs {
-		t.Run("known/"+kb.name, func(t *testing.T) {
+	for _, b := range knownBugs {
+		t.Run("known/"+b.name, func(t *testing.T) {
 			if os.Getenv(envGenKnown) == "" {
-				t.Skipf("known bug, not fixed: %s (set %s=1 to run it)", kb.issue, envGenKnown)
+				t.Skipf("known bug, not fixed: %s (set %s=1 to run it)", b.issue, envGenKnown)
 			}
-			t.Logf("known bug: %s", kb.issue)
-			kb.run(t)
+			t.Logf("known bug: %s", b.issue)
+			total.add(b.run(t, "known/"+b.name, true))
 		})
 	}
 	t.Logf("covered in %v: %s", time.Since(start).Round(time.Millisecond), total)
@@ -313,7 +323,7 @@ func (r *genRun) done() genStats {
 
 // genPinned are the settings the oracle's session pins: the syncer pins the time zone
 // so that documents and ids do not depend on the server's defaults, and these change
-// the text of values just as much (see the known bug output-settings-not-pinned).
+// the text of values just as much (see the bug output-settings-not-pinned, fixed).
 const genPinned = "SET timezone = 'UTC'; SET DateStyle = 'ISO, MDY'; SET IntervalStyle = 'postgres'; " +
 	"SET bytea_output = 'hex'; SET extra_float_digits = 1"
 
@@ -362,10 +372,10 @@ func (r *genRun) fatalf(format string, args ...any) {
 	r.t.Fatalf("%s: %s\nreplay: %s", r.label(), fmt.Sprintf(format, args...), r.sz.replay(r.seed))
 }
 
-// label names the run in a failure: its seed, or the known bug of a hand-written case.
+// label names the run in a failure: its seed, or the bug of a hand-written case.
 func (r *genRun) label() string {
-	if len(r.s.Tables) == 0 && r.sz.known != "" {
-		return "known bug " + r.sz.known
+	if len(r.s.Tables) == 0 && r.sz.path != "" {
+		return r.sz.path
 	}
 	return fmt.Sprintf("seed %d", r.seed)
 }

@@ -98,14 +98,19 @@ func TestStatementsRunInPostgres(t *testing.T) {
 				t.Fatal(err)
 			}
 			g := gen.New(seed)
-			s := g.Schema(gen.Options{Rows: 30})
+			opt := gen.Options{Rows: 30}
+			if seed%2 == 1 {
+				opt.TypeChanges, opt.SettingChanges, opt.NondeterministicKeys, opt.PartitionedNullKeys, opt.CommentAfterSemicolon =
+					true, true, true, true, true
+			}
+			s := g.Schema(opt)
 			for _, stmt := range append(s.Create(), g.Fill(s)...) {
 				if err := exec(stmt); err != nil {
 					t.Fatalf("%v\n%.2000s", err, stmt)
 				}
 			}
 			keys := func(tb *gen.Table) []string {
-				rows, err := conn.Query(ctx, "SELECT ("+gen.Ident(tb.Key.Name)+")::text FROM "+tb.Ident())
+				rows, err := conn.Query(ctx, "SELECT coalesce(("+gen.Ident(tb.Key.Name)+")::text, '') FROM "+tb.Ident())
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -115,7 +120,7 @@ func TestStatementsRunInPostgres(t *testing.T) {
 				}
 				for _, k := range ks {
 					if k == "" || len(k) > gen.MaxIDBytes || !utf8.ValidString(k) {
-						t.Errorf("table %s has the key %q, not a valid id", tb.Ident(), k)
+						t.Errorf("table %s has the key %q, not a valid id, after Repair", tb.Ident(), k)
 					}
 				}
 				return ks
@@ -125,6 +130,11 @@ func TestStatementsRunInPostgres(t *testing.T) {
 					var pe *pgconn.PgError
 					if err := exec(stmt); err != nil && !(errors.As(err, &pe) && pe.Code == "23505") {
 						t.Fatalf("%v\n%.2000s", err, stmt)
+					}
+				}
+				for _, stmt := range s.Repair() {
+					if err := exec(stmt); err != nil {
+						t.Fatalf("%v\n%s", err, stmt)
 					}
 				}
 			}
