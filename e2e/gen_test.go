@@ -35,12 +35,12 @@ import (
 // command that replays it, and a minimal schema that still fails. The bugs it found are
 // in gen_known_test.go.
 const (
-	envGenSeed    = "SNAPFLIP_GEN_SEED"    // the first schema's seed; default from the clock
-	envGenSchemas = "SNAPFLIP_GEN_SCHEMAS" // schemas, each with its own history
-	envGenSyncs   = "SNAPFLIP_GEN_SYNCS"   // syncs per history
-	envGenTables  = "SNAPFLIP_GEN_TABLES"  // most tables per schema
-	envGenColumns = "SNAPFLIP_GEN_COLUMNS" // most columns a table starts with
-	envGenRows    = "SNAPFLIP_GEN_ROWS"    // most rows a table starts with
+	envGenSeed    = "SNAPFLIP_GEN_SEED"       // the first schema's seed; default from the clock
+	envGenSchemas = "SNAPFLIP_GEN_SCHEMAS"    // schemas, each with its own history
+	envGenSyncs   = "SNAPFLIP_GEN_SYNCS"      // syncs per history
+	envGenTables  = "SNAPFLIP_GEN_TABLES"     // most tables per schema
+	envGenColumns = "SNAPFLIP_GEN_COLUMNS"    // most columns a table starts with
+	envGenRows    = "SNAPFLIP_GEN_ROWS"       // most rows a table starts with
 	envGenKnown   = "SNAPFLIP_GEN_KNOWN_BUGS" // 1 runs the bugs not fixed yet; find lists seeds (gen_known_test.go)
 )
 
