@@ -336,15 +336,12 @@ func genPost(tb testing.TB, e *env, path string, body any) response {
 	if err != nil {
 		tb.Fatal(err)
 	}
-	resp, err := http.Post(e.base+path, "application/json", bytes.NewReader(b))
+	req, err := http.NewRequest(http.MethodPost, e.base+path, bytes.NewReader(b))
 	if err != nil {
-		tb.Fatalf("POST %s: %v", path, err)
+		tb.Fatal(err)
 	}
-	defer resp.Body.Close()
-	rb, err := io.ReadAll(resp.Body)
-	if err != nil {
-		tb.Fatalf("POST %s: read body: %v", path, err)
-	}
+	req.Header.Set("Content-Type", "application/json")
+	resp, rb := callAPI(tb, req) // checked against the OpenAPI document, like every exchange
 	return response{resp.StatusCode, resp.Header.Get("Snapshot-Version"), resp.Header.Get("Content-Type"), rb}
 }
 
