@@ -162,8 +162,20 @@ func docPath(collection, id string) string {
 	return "/v1/data/" + url.PathEscape(collection) + "/" + url.PathEscape(id)
 }
 
-// sourceDocs returns what Postgres itself makes of each row: id → to_json text.
+// sourceDocs returns what Postgres itself makes of each row: id → to_json text; query
+// yields the id, then the document.
 func sourceDocs(tb testing.TB, dsn, query string) map[string]string {
+	tb.Helper()
+	out := map[string]string{}
+	for _, row := range sourceRows(tb, dsn, query) {
+		out[row[0]] = row[1]
+	}
+	return out
+}
+
+// sourceRows runs query in a session whose time zone is UTC and returns every row, its
+// columns as text.
+func sourceRows(tb testing.TB, dsn, query string) [][]string {
 	tb.Helper()
 	ctx := context.Background()
 	conn, err := pgx.Connect(ctx, dsn)
@@ -178,13 +190,17 @@ func sourceDocs(tb testing.TB, dsn, query string) map[string]string {
 	if err != nil {
 		tb.Fatal(err)
 	}
-	out := map[string]string{}
+	var out [][]string
 	for rows.Next() {
-		var id, doc string
-		if err := rows.Scan(&id, &doc); err != nil {
+		vals := make([]string, len(rows.FieldDescriptions()))
+		ptrs := make([]any, len(vals))
+		for i := range vals {
+			ptrs[i] = &vals[i]
+		}
+		if err := rows.Scan(ptrs...); err != nil {
 			tb.Fatal(err)
 		}
-		out[id] = doc
+		out = append(out, vals)
 	}
 	if err := rows.Err(); err != nil {
 		tb.Fatal(err)

@@ -28,25 +28,15 @@ validation gate refused it, with the reason; the pointer is then left as it was.
 		Args: positional(),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx := cmd.Context()
-			cfg, log, err := m.setup(g)
+			s, stop, err := m.start(ctx, g, metricsAddr)
 			if err != nil {
 				return err
 			}
-			s, err := wireSyncer(ctx, cfg, log)
-			if err != nil {
-				return err
-			}
-			s.ticker.Publisher.Crash = crashHook(m.Getenv)
-			defer s.store.Close()
-			stopMetrics, err := serveMetrics(ctx, metricsAddr, s.metrics.reg, log)
-			if err != nil {
-				return err
-			}
-			defer stopMetrics()
+			defer stop()
 			start := time.Now()
 			res, token, err := s.ticker.PublishLeased(ctx, snapshot.PublishOptions{Force: force})
 			s.metrics.observe(res, err, time.Since(start))
-			s.metrics.observeCurrent(ctx, s.store, cfg.Dataset, cfg.TTL)
+			s.metrics.observeCurrent(ctx, s.store, s.cfg.Dataset, s.cfg.TTL)
 			if err != nil {
 				return fmt.Errorf("sync: %w", err)
 			}

@@ -19,21 +19,11 @@ cancels the running sync (which leaves the pointer as it was) and exits 0.`,
 		Args: positional(),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx := cmd.Context()
-			cfg, log, err := m.setup(g)
+			s, stop, err := m.start(ctx, g, metricsAddr)
 			if err != nil {
 				return err
 			}
-			s, err := wireSyncer(ctx, cfg, log)
-			if err != nil {
-				return err
-			}
-			s.ticker.Publisher.Crash = crashHook(m.Getenv)
-			defer s.store.Close()
-			stopMetrics, err := serveMetrics(ctx, metricsAddr, s.metrics.reg, log)
-			if err != nil {
-				return err
-			}
-			defer stopMetrics()
+			defer stop()
 			return m.runSchedule(ctx, s)
 		},
 	}

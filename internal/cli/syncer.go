@@ -149,6 +149,25 @@ func (m *Syncer) setup(g *syncerFlags) (SyncerConfig, *slog.Logger, error) {
 	return cfg, log, nil
 }
 
+// start loads the config, wires the syncer and serves its metrics on metricsAddr (the
+// commands that sync); stop closes them.
+func (m *Syncer) start(ctx context.Context, g *syncerFlags, metricsAddr string) (s *syncer, stop func(), err error) {
+	cfg, log, err := m.setup(g)
+	if err != nil {
+		return nil, nil, err
+	}
+	if s, err = wireSyncer(ctx, cfg, log); err != nil {
+		return nil, nil, err
+	}
+	s.ticker.Publisher.Crash = crashHook(m.Getenv)
+	stopMetrics, err := serveMetrics(ctx, metricsAddr, s.metrics.reg, log)
+	if err != nil {
+		s.store.Close()
+		return nil, nil, err
+	}
+	return s, func() { stopMetrics(); s.store.Close() }, nil
+}
+
 // metricsFlag defines --metrics-addr, of the commands that sync.
 func metricsFlag(fs *pflag.FlagSet, p *string) {
 	envString(fs, p, "metrics-addr", EnvMetricsAddr, "", "serve Prometheus /metrics on this address, e.g. :9090; empty: off")
