@@ -125,7 +125,7 @@ func contender(tb testing.TB, st *store.Store, retry time.Duration, lease time.D
 // TestKilledHolderIsReplaced: SIGKILL the holder; a contender takes over within the
 // lease duration plus one retry period.
 func TestKilledHolderIsReplaced(t *testing.T) {
-	t.Parallel()
+	// Not parallel: it bounds the takeover's delay, which other tests' load stretches.
 	addr := testenv.Bigtable(t)
 	st := testenv.Store(t, testenv.StoreConfig(addr))
 	const lease, retry = time.Second, 100 * time.Millisecond
@@ -145,8 +145,9 @@ func TestKilledHolderIsReplaced(t *testing.T) {
 		t.Fatal(err)
 	}
 	took := time.Since(killed)
-	// One retry period, plus a little for the RPCs themselves.
-	if limit := lease + retry + 50*time.Millisecond; took > limit {
+	// One retry period, plus a little for the RPCs themselves (under -race, on a
+	// machine that runs other packages' tests meanwhile).
+	if limit := lease + retry + 250*time.Millisecond; took > limit {
 		t.Errorf("takeover %s after SIGKILL; want within %s", took, limit)
 	}
 	if hold.Token() != h.token+1 {
