@@ -248,7 +248,7 @@ func checkQuery(ctx context.Context, conn *pgx.Conn, c Collection, r *Collection
 // describeSync has Postgres describe the statement a sync runs, which catches what the
 // catalog alone does not (an ambiguous key column, a key type without ordering).
 func describeSync(ctx context.Context, conn *pgx.Conn, c Collection, r *CollectionReport) {
-	if _, err := conn.PgConn().Prepare(ctx, "", selectSQL(c, r.Key, 0, 1), nil); err != nil && ctx.Err() == nil {
+	if _, err := conn.PgConn().Prepare(ctx, "", selectSQL(c, r.Key, false, 0, 1), nil); err != nil && ctx.Err() == nil {
 		r.problem("the statement the sync runs fails: %v", err)
 	}
 }

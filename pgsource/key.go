@@ -83,16 +83,51 @@ func keySQL(key []string) string {
 }
 
 // orderSQL returns the ORDER BY of a scan, which puts equal ids next to each other.
-// A key of one column is ordered by the column itself (an index can stream it), then
-// by its id in byte order: under a nondeterministic collation 'a' and 'A' are equal,
-// and without the second key 'a', 'A', 'a' was a possible order that hid the duplicate
-// 'a'. A composite key is ordered by its id in byte order (collation "C"), the order
-// of the store's row keys.
-func orderSQL(key []string) string {
+// A key of one column is ordered by the column itself, which an index can stream; with
+// byteOrder (a nondeterministic collation, where 'a' = 'A' and 'a', 'A', 'a' was a
+// possible order that hid the duplicate 'a') then by its id in byte order too, which
+// costs an incremental sort (about 40% more Postgres time for a million rows), so
+// only where needed. A composite key is ordered by its id in byte order (collation
+// "C"), the order of the store's row keys.
+func orderSQL(key []string, byteOrder bool) string {
 	if len(key) == 1 {
-		return rowAlias + "." + pgx.Identifier{key[0]}.Sanitize() + ", " + keySQL(key) + ` COLLATE "C"`
+		col := rowAlias + "." + pgx.Identifier{key[0]}.Sanitize()
+		if byteOrder {
+			return col + ", " + keySQL(key) + ` COLLATE "C"`
+		}
+		return col
 	}
 	return keySQL(key) + ` COLLATE "C"`
+}
+
+// needsByteOrder reports whether a one-column key's order must be completed by its
+// id's bytes: when Postgres may call two different ids equal. For a table's (or
+// view's) column that is when its collation is nondeterministic; for a query's, whose
+// collation the catalog does not say, when its type is collatable at all.
+func needsByteOrder(ctx context.Context, conn *pgx.Conn, c Collection, key []string) (bool, error) {
+	if len(key) != 1 {
+		return false, nil
+	}
+	var need bool
+	if c.Table != "" {
+		err := conn.QueryRow(ctx, `SELECT coalesce((SELECT NOT coll.collisdeterministic FROM pg_attribute a
+			JOIN pg_collation coll ON coll.oid = a.attcollation
+			WHERE a.attrelid = to_regclass($1) AND a.attname = $2 AND NOT a.attisdropped), false)`,
+			pgx.Identifier(c.tableParts()).Sanitize(), key[0]).Scan(&need)
+		return need, err
+	}
+	// Described, not run: the key's type, from the statement Postgres would plan.
+	desc, err := conn.PgConn().Prepare(ctx, "", "SELECT "+rowAlias+"."+pgx.Identifier{key[0]}.Sanitize()+
+		" FROM ("+c.subquery()+"\n) AS "+rowAlias, nil)
+	if err != nil {
+		return false, fmt.Errorf("query: %w", err)
+	}
+	if len(desc.Fields) != 1 {
+		return false, nil
+	}
+	err = conn.QueryRow(ctx, `SELECT coalesce((SELECT typcollation <> 0 FROM pg_type WHERE oid = $1), false)`,
+		desc.Fields[0].DataTypeOID).Scan(&need)
+	return need, err
 }
 
 // describeKey names a key's columns in messages: "column id", "columns (a, b)".

@@ -159,8 +159,15 @@ func (s *Source) Open(ctx context.Context) (snapshot.SourceSnapshot, error) {
 		_ = closeConn(ctx, conn)
 		return nil, err
 	}
+	byteOrder := map[string]bool{}
+	for _, c := range s.collections {
+		if byteOrder[c.Name], err = needsByteOrder(ctx, conn, c, keys[c.Name]); err != nil {
+			_ = closeConn(ctx, conn)
+			return nil, fmt.Errorf("collection %s: %w", c.Name, err)
+		}
+	}
 	pos := snapshot.Position{LSN: lsn, Snapshot: snapText, Config: fingerprint(s.collections, keys), Fingerprints: map[string]string{}}
-	sn := &snap{src: s, conn: conn, tx: tx, pos: pos, keys: keys, rows: map[string]int64{}, parts: map[string]int{}, extra: map[int]*pgx.Conn{}}
+	sn := &snap{src: s, conn: conn, tx: tx, pos: pos, keys: keys, byteOrder: byteOrder, rows: map[string]int64{}, parts: map[string]int{}, extra: map[int]*pgx.Conn{}}
 	for _, c := range s.collections {
 		fp, rows, err := tableFingerprint(ctx, tx, c)
 		if err != nil {
@@ -267,6 +274,9 @@ type snap struct {
 	tx       pgx.Tx
 	pos      snapshot.Position
 	keys     map[string][]string // every collection's key columns, configured or inferred
+	// byteOrder holds the collections whose one-column key must also be ordered by its
+	// id's bytes (see needsByteOrder).
+	byteOrder map[string]bool
 	rows     map[string]int64    // exact row counts of table collections
 	parts    map[string]int
 	exported string
@@ -327,7 +337,7 @@ const rowAlias = "t"
 // it) with the given key columns: each row's id (see ID) and the row as JSON, in key
 // order, so a duplicate id is next to its twin (twins hash alike, so they share a
 // partition).
-func selectSQL(c Collection, key []string, part, parts int) string {
+func selectSQL(c Collection, key []string, byteOrder bool, part, parts int) string {
 	// A query pasted from psql often ends in ';', which is a syntax error inside the
 	// subquery it becomes.
 	from := c.subquery()
@@ -344,7 +354,7 @@ func selectSQL(c Collection, key []string, part, parts int) string {
 		// partition 0, where the scan fails on it as a whole read does.
 		q += fmt.Sprintf(" WHERE (coalesce(hashtext(%s), 0) & 2147483647) %% %d = %d", id, parts, part)
 	}
-	return q + " ORDER BY " + orderSQL(key)
+	return q + " ORDER BY " + orderSQL(key, byteOrder)
 }
 
 // Scan streams a whole collection.
@@ -364,13 +374,13 @@ func (r *snap) ScanPartition(ctx context.Context, collection string, part, parts
 	var rows pgx.Rows
 	var err error
 	if part == 0 {
-		rows, err = r.tx.Query(ctx, selectSQL(c, key, part, parts))
+		rows, err = r.tx.Query(ctx, selectSQL(c, key, r.byteOrder[collection], part, parts))
 	} else {
 		var conn *pgx.Conn
 		if conn, err = r.partitionConn(ctx, part); err != nil {
 			return err
 		}
-		rows, err = conn.Query(ctx, selectSQL(c, key, part, parts))
+		rows, err = conn.Query(ctx, selectSQL(c, key, r.byteOrder[collection], part, parts))
 	}
 	if err != nil {
 		return fmt.Errorf("query %s: %w", describe(c), err)
