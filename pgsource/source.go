@@ -269,17 +269,17 @@ func ParseLSN(s string) (uint64, error) {
 // snap is one open snapshot transaction, plus the connections of parallel readers
 // that imported it.
 type snap struct {
-	src      *Source
-	conn     *pgx.Conn
-	tx       pgx.Tx
-	pos      snapshot.Position
-	keys     map[string][]string // every collection's key columns, configured or inferred
+	src  *Source
+	conn *pgx.Conn
+	tx   pgx.Tx
+	pos  snapshot.Position
+	keys map[string][]string // every collection's key columns, configured or inferred
 	// byteOrder holds the collections whose one-column key must also be ordered by its
 	// id's bytes (see needsByteOrder).
 	byteOrder map[string]bool
-	rows     map[string]int64    // exact row counts of table collections
-	parts    map[string]int
-	exported string
+	rows      map[string]int64 // exact row counts of table collections
+	parts     map[string]int
+	exported  string
 
 	mu    sync.Mutex
 	extra map[int]*pgx.Conn // partition → its connection, in the exported snapshot
