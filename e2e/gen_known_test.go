@@ -12,14 +12,12 @@ import (
 // genBug is a product bug the generative test found: what went wrong, hand-written
 // histories that show it, and seeds of random histories that reached it, with the
 // sizes and options they were found with (a seed means something only to the
-// generator as it was then; `SNAPFLIP_GEN_KNOWN_BUGS=find` lists seeds that reach a
+// generator as it was then; `SNAPFLIP_GEN_FIND_SEEDS=1` lists seeds that reach a
 // bug's options again).
 //
-// A fixed bug (fixedBugs) is a regression case: its hand-written histories and first
-// seed run on every `go test`, all its seeds in the long form. A bug not fixed yet goes
-// in knownBugs: its sub-case fails, so it is skipped unless SNAPFLIP_GEN_KNOWN_BUGS is
-// set, and the random schemas are kept clear of what triggers it (its options are left
-// out of genOptions) so that they keep testing everything else.
+// Every bug found is a regression case (fixedBugs): its hand-written histories and
+// first seed run on every `go test`, all its seeds in the long form. A bug is fixed
+// before its case lands; nothing is skipped, so an unfixed one fails the suite.
 type genBug struct {
 	name, issue string
 	fixed       string // the commit that fixed it
@@ -60,13 +58,13 @@ func runFixed(t *testing.T, path string, c genFixed) genStats {
 }
 
 // run runs the bug's hand-written histories and seeds (only the first unless all),
-// as sub-tests of path; with SNAPFLIP_GEN_KNOWN_BUGS=find it runs seeds from 1 instead
+// as sub-tests of path; with SNAPFLIP_GEN_FIND_SEEDS=1 it runs seeds from 1 instead
 // and lists the first three (up to seed 200) that fail.
 func (b genBug) run(t *testing.T, path string, all bool) genStats {
 	var st genStats
 	sz := b.sz
 	sz.path = path
-	if os.Getenv(envGenKnown) == "find" {
+	if os.Getenv(envGenFind) != "" {
 		var found []uint64
 		for seed := uint64(1); seed <= 200 && len(found) < 3; seed++ {
 			if !t.Run(fmt.Sprintf("seed=%d", seed), func(t *testing.T) { runGenerated(t, seed, sz) }) {
@@ -87,9 +85,6 @@ func (b genBug) run(t *testing.T, path string, all bool) genStats {
 	}
 	return st
 }
-
-// knownBugs are the bugs found and not fixed yet: none.
-var knownBugs []genBug
 
 var fixedBugs = []genBug{
 	{

@@ -41,7 +41,7 @@ const (
 	envGenTables  = "SNAPFLIP_GEN_TABLES"     // most tables per schema
 	envGenColumns = "SNAPFLIP_GEN_COLUMNS"    // most columns a table starts with
 	envGenRows    = "SNAPFLIP_GEN_ROWS"       // most rows a table starts with
-	envGenKnown   = "SNAPFLIP_GEN_KNOWN_BUGS" // 1 runs the bugs not fixed yet; find lists seeds (gen_known_test.go)
+	envGenFind    = "SNAPFLIP_GEN_FIND_SEEDS" // 1: list seeds that reach each bug's options again (gen_known_test.go)
 )
 
 // genDefault are the short form's sizes (about 20 s under -race on 2 cores); the long
@@ -84,15 +84,11 @@ func genSizesFromEnv(tb testing.TB) genSizes {
 func (sz genSizes) replay(seed uint64) string {
 	const env = "  (with SNAPFLIP_TEST_POSTGRES_DSN and SNAPFLIP_TEST_EMULATOR set as `make test` sets them)"
 	if sz.path != "" {
-		known := ""
-		if strings.HasPrefix(sz.path, "known/") {
-			known = envGenKnown + "=1 "
-		}
 		run := fmt.Sprintf("%s/seed=%d", sz.path, seed)
 		if seed == 0 { // a hand-written history
 			run = sz.path
 		}
-		return fmt.Sprintf("%sgo test -race -count=1 -run 'TestGenerative/%s$' -v ./e2e/%s", known, run, env)
+		return fmt.Sprintf("go test -race -count=1 -run 'TestGenerative/%s$' -v ./e2e/%s", run, env)
 	}
 	return fmt.Sprintf("%s=%d %s=1 %s=%d %s=%d %s=%d %s=%d go test -race -count=1 -run 'TestGenerative/seed=%d$' -v ./e2e/%s",
 		envGenSeed, seed, envGenSchemas, envGenSyncs, sz.syncs, envGenTables, sz.opt.Tables,
@@ -135,15 +131,6 @@ func TestGenerative(t *testing.T) {
 	long := sz.schemas > genDefault.schemas
 	for _, b := range fixedBugs {
 		t.Run("fixed/"+b.name, func(t *testing.T) { total.add(b.run(t, "fixed/"+b.name, long)) })
-	}
-	for _, b := range knownBugs {
-		t.Run("known/"+b.name, func(t *testing.T) {
-			if os.Getenv(envGenKnown) == "" {
-				t.Skipf("known bug, not fixed: %s (set %s=1 to run it)", b.issue, envGenKnown)
-			}
-			t.Logf("known bug: %s", b.issue)
-			total.add(b.run(t, "known/"+b.name, true))
-		})
 	}
 	t.Logf("covered in %v: %s", time.Since(start).Round(time.Millisecond), total)
 }
