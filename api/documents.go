@@ -21,17 +21,23 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 // verbatim builds a response that holds documents as stored, byte for byte as GET
 // serves them: encoding/json would compact them and escape <, > and & in them, so a
 // document read by batchGet or a list would differ from the same one read by GET.
-type verbatim struct{ b []byte }
+type verbatim struct {
+	b   []byte
+	buf bytes.Buffer  // str's scratch, reused for every id of a page
+	enc *json.Encoder // writes to buf, with <, > and & as they are
+}
 
 func (v *verbatim) raw(s string) *verbatim { v.b = append(v.b, s...); return v }
 
 // str appends s as a JSON string, with <, > and & as they are.
 func (v *verbatim) str(s string) *verbatim {
-	var buf bytes.Buffer
-	enc := json.NewEncoder(&buf)
-	enc.SetEscapeHTML(false)
-	_ = enc.Encode(s)
-	v.b = append(v.b, bytes.TrimSuffix(buf.Bytes(), []byte("\n"))...)
+	if v.enc == nil {
+		v.enc = json.NewEncoder(&v.buf)
+		v.enc.SetEscapeHTML(false)
+	}
+	v.buf.Reset()
+	_ = v.enc.Encode(s)
+	v.b = append(v.b, bytes.TrimSuffix(v.buf.Bytes(), []byte("\n"))...)
 	return v
 }
 
