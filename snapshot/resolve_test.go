@@ -3,6 +3,7 @@ package snapshot
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -305,4 +306,49 @@ func TestResolverServesStaleAfterASlowFailure(t *testing.T) {
 	if err := <-got; err != nil {
 		t.Errorf("Pointer after a read that failed slowly = %v; want the last good pointer, 1.5s old when asked", err)
 	}
+}
+
+// monotonicStore answers each pointer read with a newer version, after a random delay,
+// so reads overlap and finish out of the order they were asked in if they can.
+type monotonicStore struct {
+	countingStore
+	n atomic.Int64
+}
+
+func (s *monotonicStore) ReadPointer(context.Context, string) (Pointer, error) {
+	n := s.n.Add(1)
+	time.Sleep(time.Duration(n%3) * time.Millisecond)
+	return Pointer{Version: Version(fmt.Sprintf("v%06d", n))}, nil
+}
+
+// TestResolverNeverGoesBack: a replica never serves an older version after a newer one
+// (DESIGN.md invariant 8): however requests and the refresher interleave, each reader
+// sees versions in order.
+func TestResolverNeverGoesBack(t *testing.T) {
+	st := &monotonicStore{}
+	r := NewResolver("ds", st, ResolverConfig{Refresh: time.Millisecond}, nil)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go r.Run(ctx)
+	var wg sync.WaitGroup
+	for range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			var last Version
+			for st.n.Load() < 50 { // until the pointer has been read 50 times
+				p, err := r.Pointer(ctx)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				if p.Version < last {
+					t.Errorf("served %s after %s", p.Version, last)
+					return
+				}
+				last = p.Version
+			}
+		}()
+	}
+	wg.Wait()
 }
