@@ -193,7 +193,7 @@ func TestFaultPostgresRestartsMidSync(t *testing.T) {
 	// Let it write some documents of the new version first, so the restart lands with
 	// the copy half done.
 	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(5 * time.Millisecond) {
-		docs, _, _ := st.ScanPage(context.Background(), "e2e", writing, "things", "", 1)
+		docs, _, _ := st.ScanPage(context.Background(), "e2e", []snapshot.Version{writing}, "things", "", 1)
 		if len(docs) > 0 {
 			break
 		}

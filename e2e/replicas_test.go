@@ -305,7 +305,7 @@ func checkPublished(tb testing.TB, st *store.Store, dataset string) (map[int64]i
 		}
 		for name, c := range m.Collections {
 			n := int64(0)
-			if err := st.ScanDocuments(context.Background(), dataset, m.Version, name, func(snapshot.Document) bool { n++; return true }); err != nil {
+			if err := st.ScanDocuments(context.Background(), dataset, []snapshot.Version{m.Version}, name, func(snapshot.Document) bool { n++; return true }); err != nil {
 				tb.Fatal(err)
 			}
 			if n != c.Rows {

@@ -166,10 +166,16 @@ func (s *Source) Open(ctx context.Context) (snapshot.SourceSnapshot, error) {
 			return nil, fmt.Errorf("collection %s: %w", c.Name, err)
 		}
 	}
-	pos := snapshot.Position{LSN: lsn, Snapshot: snapText, Config: fingerprint(s.collections, keys), Fingerprints: map[string]string{}}
+	system, err := systemID(ctx, tx)
+	if err != nil {
+		_ = closeConn(ctx, conn)
+		return nil, fmt.Errorf("read the cluster's identity: %w", err)
+	}
+	pos := snapshot.Position{LSN: lsn, Snapshot: snapText, Config: fingerprint(s.collections, keys),
+		Fingerprints: map[string]string{}, Definitions: map[string]string{}, System: system}
 	sn := &snap{src: s, conn: conn, tx: tx, pos: pos, keys: keys, byteOrder: byteOrder, rows: map[string]int64{}, parts: map[string]int{}, extra: map[int]*pgx.Conn{}}
 	for _, c := range s.collections {
-		fp, rows, err := tableFingerprint(ctx, tx, c)
+		fp, defs, rows, err := tableFingerprint(ctx, tx, c)
 		if err != nil {
 			_ = sn.Close(ctx)
 			return nil, fmt.Errorf("collection %s: fingerprint: %w", c.Name, err)
@@ -177,6 +183,7 @@ func (s *Source) Open(ctx context.Context) (snapshot.SourceSnapshot, error) {
 		sn.parts[c.Name] = 1
 		if fp != "" {
 			pos.Fingerprints[c.Name] = fp
+			pos.Definitions[c.Name] = defs
 			sn.rows[c.Name] = rows
 			if s.Readers > 1 && rows >= s.PartitionMinRows {
 				sn.parts[c.Name] = s.Readers
@@ -201,30 +208,31 @@ func (s *Source) Open(ctx context.Context) (snapshot.SourceSnapshot, error) {
 // compared by reading it. Changes that rewrite no row but change what rows say (a
 // column renamed, an enum label renamed, a composite type's attribute renamed or
 // added) change the column and type definitions, which are part of it.
-func tableFingerprint(ctx context.Context, tx pgx.Tx, c Collection) (fp string, rows int64, err error) {
+func tableFingerprint(ctx context.Context, tx pgx.Tx, c Collection) (fp, defs string, rows int64, err error) {
 	if c.Table == "" {
-		return "", 0, nil
+		return "", "", 0, nil
 	}
 	name := pgx.Identifier(c.tableParts()).Sanitize()
 	var kind string
 	err = tx.QueryRow(ctx, `SELECT coalesce((SELECT relkind::text FROM pg_class WHERE oid = to_regclass($1)), '')`, name).Scan(&kind)
 	if err != nil {
-		return "", 0, err
+		return "", "", 0, err
 	}
 	if kind != "r" && kind != "p" {
-		return "", 0, nil
+		return "", "", 0, nil
 	}
 	var xsum, cols string
 	err = tx.QueryRow(ctx, `SELECT count(*), coalesce(sum(hashint8extended(xmin::text::bigint, 0)::numeric), 0)::text FROM `+name).Scan(&rows, &xsum)
 	if err != nil {
-		return "", 0, err
+		return "", "", 0, err
 	}
 	err = tx.QueryRow(ctx, columnsFingerprintSQL, name).Scan(&cols)
 	if err != nil {
-		return "", 0, err
+		return "", "", 0, err
 	}
 	sum := sha256.Sum256(fmt.Appendf(nil, "%d:%s\n%s", rows, xsum, cols))
-	return hex.EncodeToString(sum[:12]), rows, nil
+	dsum := sha256.Sum256([]byte(cols))
+	return hex.EncodeToString(sum[:12]), hex.EncodeToString(dsum[:12]), rows, nil
 }
 
 // columnsFingerprintSQL describes, as unambiguous JSON, the table $1's columns (name,
@@ -385,6 +393,13 @@ func (r *snap) ScanPartition(ctx context.Context, collection string, part, parts
 	if err != nil {
 		return fmt.Errorf("query %s: %w", describe(c), err)
 	}
+	return readRows(rows, c, key, false, fn)
+}
+
+// readRows streams a scan's (id, JSON) rows to fn, failing on a NULL, empty,
+// oversized, non-UTF-8 or duplicate key. With byteOrder the ids must come in strictly
+// increasing byte order; a NULL document is then passed on as a nil Body.
+func readRows(rows pgx.Rows, c Collection, key []string, byteOrder bool, fn func(snapshot.Document) error) error {
 	defer rows.Close()
 	var prev []byte
 	var n int64
@@ -405,10 +420,16 @@ func (r *snap) ScanPartition(ctx context.Context, collection string, part, parts
 			return fmt.Errorf("%w: key %q in %s is not valid UTF-8", snapshot.ErrSource, id, describeKey(key))
 		case prev != nil && string(prev) == string(id):
 			return fmt.Errorf("%w: duplicate key %q in %s", snapshot.ErrSource, id, describeKey(key))
+		case byteOrder && prev != nil && string(id) < string(prev):
+			return fmt.Errorf("%s: ids out of byte order: %q after %q (the server's \"C\" collation does not compare bytes)",
+				describe(c), id, prev)
 		}
 		prev = append(prev[:0], id...)
 		n++
-		doc := snapshot.Document{ID: string(id), Body: append([]byte(nil), body...)}
+		doc := snapshot.Document{ID: string(id)}
+		if body != nil {
+			doc.Body = append([]byte{}, body...)
+		}
 		if err := fn(doc); err != nil {
 			return err
 		}

@@ -71,6 +71,7 @@ func (p *Publisher) write(ctx context.Context, snap SourceSnapshot, m *Manifest,
 		prog.done(ctx)
 	}
 	written, err := w.Close(ctx)
+	m.BytesWritten = w.BytesWritten()
 	if err != nil {
 		return fmt.Errorf("write documents: %w", err)
 	}

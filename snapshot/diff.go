@@ -8,9 +8,9 @@ import (
 // DiffStore is what Diff needs from storage.
 type DiffStore interface {
 	ReadManifest(ctx context.Context, dataset string, v Version) (Manifest, error)
-	// ScanDocuments calls fn with every document of a collection at a version, in id
-	// order, until fn returns false.
-	ScanDocuments(ctx context.Context, dataset string, v Version, collection string, fn func(Document) bool) error
+	// ScanDocuments calls fn with every document of a collection through a chain, in
+	// id order, until fn returns false.
+	ScanDocuments(ctx context.Context, dataset string, chain []Version, collection string, fn func(Document) bool) error
 }
 
 // CollectionDiff counts what changes in one collection from version A to version B.
@@ -56,7 +56,7 @@ func Diff(ctx context.Context, st DiffStore, dataset string, a, b Version, only 
 			out[name] = CollectionDiff{Same: true}
 			continue
 		}
-		d, err := diffCollection(ctx, st, dataset, a, b, name, sample)
+		d, err := diffCollection(ctx, st, dataset, ma.Chain(name), mb.Chain(name), name, sample)
 		if err != nil {
 			return nil, err
 		}
@@ -66,7 +66,7 @@ func Diff(ctx context.Context, st DiffStore, dataset string, a, b Version, only 
 }
 
 // diffCollection merges the two versions' id-ordered scans.
-func diffCollection(ctx context.Context, st DiffStore, dataset string, a, b Version, name string, sample int) (CollectionDiff, error) {
+func diffCollection(ctx context.Context, st DiffStore, dataset string, a, b []Version, name string, sample int) (CollectionDiff, error) {
 	var d CollectionDiff
 	note := func(kind, id string) {
 		if len(d.Sample) < sample {

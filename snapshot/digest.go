@@ -3,6 +3,7 @@ package snapshot
 import (
 	"encoding/binary"
 	"encoding/hex"
+	"fmt"
 
 	"github.com/cespare/xxhash/v2"
 )
@@ -45,4 +46,34 @@ func (d Digest) String() string {
 		binary.BigEndian.PutUint64(b[i*8:], v)
 	}
 	return hex.EncodeToString(b[:])
+}
+
+// Sub removes another digest from d: the digest of a set minus a subset of it.
+func (d *Digest) Sub(o Digest) {
+	for i := range d {
+		d[i] -= o[i]
+	}
+}
+
+// Contribution returns the digest of the one pair (id, body): what AddDocument adds.
+func Contribution(id string, body []byte) Digest {
+	var d Digest
+	d.AddDocument(id, body)
+	return d
+}
+
+// ParseDigest parses the 32 hex characters String writes.
+func ParseDigest(s string) (Digest, error) {
+	var d Digest
+	if s == "" {
+		return d, nil
+	}
+	b, err := hex.DecodeString(s)
+	if err != nil || len(b) != 16 {
+		return d, fmt.Errorf("%w digest %q", ErrInvalid, s)
+	}
+	for i := range d {
+		d[i] = binary.BigEndian.Uint64(b[i*8:])
+	}
+	return d, nil
 }

@@ -29,8 +29,9 @@ const (
 )
 
 type fetchReq struct {
-	key  docKey
-	done chan fetchResult
+	key   docKey
+	chain []Version // the layers holding key's collection at key's version
+	done  chan fetchResult
 }
 
 type fetchResult struct {
@@ -40,8 +41,8 @@ type fetchResult struct {
 }
 
 // get reads one document through the queue. It returns found = false for a miss.
-func (f *fetcher) get(ctx context.Context, k docKey) ([]byte, bool, error) {
-	req := &fetchReq{key: k, done: make(chan fetchResult, 1)}
+func (f *fetcher) get(ctx context.Context, k docKey, chain []Version) ([]byte, bool, error) {
+	req := &fetchReq{key: k, chain: chain, done: make(chan fetchResult, 1)}
 	f.mu.Lock()
 	f.queue = append(f.queue, req)
 	if f.running < maxDrainers {
@@ -100,7 +101,7 @@ func (f *fetcher) read(batch []*fetchReq) {
 		var err error
 		if len(ids) == 1 {
 			var body []byte
-			body, err = f.store.GetDocument(ctx, f.dataset, g.v, g.collection, ids[0])
+			body, err = f.store.GetDocument(ctx, f.dataset, reqs[0].chain, g.collection, ids[0])
 			got = map[string][]byte{}
 			if err == nil {
 				got[ids[0]] = body
@@ -108,7 +109,7 @@ func (f *fetcher) read(batch []*fetchReq) {
 				err = nil
 			}
 		} else {
-			got, err = f.store.GetDocuments(ctx, f.dataset, g.v, g.collection, ids)
+			got, err = f.store.GetDocuments(ctx, f.dataset, reqs[0].chain, g.collection, ids)
 		}
 		for _, r := range reqs {
 			body, found := got[r.key.id]

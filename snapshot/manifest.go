@@ -63,6 +63,53 @@ type CollectionStats struct {
 	Bytes int64 `json:"bytes"`
 	// Digest is an order-independent hash of every (id, document) pair, hex.
 	Digest string `json:"digest"`
+	// Layers is the chain a read of the collection consults, newest first, ending at
+	// a base (format 2). Empty: the version's own rows alone hold the collection (a
+	// full copy, format 0).
+	Layers []LayerRef `json:"layers,omitempty"`
+	// Own says what this version's publish wrote for the collection (format 2).
+	Own *OwnLayer `json:"own,omitempty"`
+}
+
+// Layer kinds.
+const (
+	// LayerBase holds every live row of a collection.
+	LayerBase = "base"
+	// LayerDelta holds the rows that differ from the parent, and tombstones.
+	LayerDelta = "delta"
+)
+
+// LayerRef names one layer of a chain: rows written by one publish under its
+// version's prefix, shared by every later version whose chain includes it.
+type LayerRef struct {
+	Version    Version `json:"version"`
+	Kind       string  `json:"kind"`
+	Docs       int64   `json:"docs"`
+	Tombstones int64   `json:"tombstones,omitempty"`
+	// Bytes is the size of the layer's documents.
+	Bytes int64 `json:"bytes"`
+	// DataTime is the layer's cell timestamp, or a lower bound of it: its TTL counts
+	// from here.
+	DataTime time.Time `json:"data_time"`
+}
+
+// OwnLayer is what one publish did for one collection.
+type OwnLayer struct {
+	Kind string `json:"kind"` // base, delta, or "" when nothing changed (no layer)
+	// Mode says how changed rows were found: "row-version", or "content: <why>"
+	// when every row was rendered and compared by content.
+	Mode     string `json:"mode,omitempty"`
+	Inserted int64  `json:"inserted"`
+	Changed  int64  `json:"changed"`
+	Deleted  int64  `json:"deleted"`
+	// Rendered counts the rows the source turned into JSON.
+	Rendered int64 `json:"rendered"`
+	// Emitted and Written count the cells (documents and tombstones) queued and
+	// acknowledged; Chunks and ChunksWritten the same for the fingerprint run.
+	Emitted       int64 `json:"emitted"`
+	Written       int64 `json:"written"`
+	Chunks        int64 `json:"chunks"`
+	ChunksWritten int64 `json:"chunks_written"`
 }
 
 // Manifest is a version's record.
@@ -90,12 +137,65 @@ type Manifest struct {
 	TTL time.Duration `json:"ttl,omitempty"`
 	// Reason says why the version failed or was rolled back.
 	Reason string `json:"reason,omitempty"`
+	// Format is 0 for a full copy (every collection's rows under the version alone)
+	// and 2 for a layered version (CollectionStats.Layers). A reader refuses a format
+	// it does not know rather than serve it wrongly.
+	Format int `json:"format,omitempty"`
+	// Parent is the version a layered version's deltas were computed against.
+	Parent Version `json:"parent,omitempty"`
+	// BytesWritten is what the publish sent to storage: row keys and values.
+	BytesWritten int64 `json:"bytes_written,omitempty"`
+}
+
+// Known manifest formats.
+const (
+	FormatFull    = 0
+	FormatLayered = 2
+)
+
+// Chain returns the versions whose rows a read of the collection consults, newest
+// first: the layers of a layered version, or the version itself.
+func (m *Manifest) Chain(collection string) []Version {
+	c := m.Collections[collection]
+	if len(c.Layers) == 0 {
+		return []Version{m.Version}
+	}
+	out := make([]Version, len(c.Layers))
+	for i, l := range c.Layers {
+		out[i] = l.Version
+	}
+	return out
+}
+
+// Chains returns every collection's chain.
+func (m *Manifest) Chains() map[string][]Version {
+	out := make(map[string][]Version, len(m.Collections))
+	for name := range m.Collections {
+		out[name] = m.Chain(name)
+	}
+	return out
+}
+
+// ChainLength returns the longest chain of any collection (1 for a full copy).
+func (m *Manifest) ChainLength() int {
+	n := 1
+	for _, c := range m.Collections {
+		n = max(n, len(c.Layers))
+	}
+	return n
 }
 
 // CheckComplete returns an error unless every collection's written count equals the
 // count read from the source: the condition for sealing and for flipping.
 func (m *Manifest) CheckComplete() error {
 	for name, c := range m.Collections {
+		if o := c.Own; o != nil {
+			if o.Written != o.Emitted || o.ChunksWritten != o.Chunks {
+				return fmt.Errorf("version %s collection %s: wrote %d of %d cells and %d of %d fingerprint chunks",
+					m.Version, name, o.Written, o.Emitted, o.ChunksWritten, o.Chunks)
+			}
+			continue
+		}
 		if c.Written != c.Rows {
 			return fmt.Errorf("version %s collection %s: wrote %d of %d documents", m.Version, name, c.Written, c.Rows)
 		}
@@ -104,12 +204,21 @@ func (m *Manifest) CheckComplete() error {
 }
 
 // DataTime returns the timestamp of the version's oldest document cells: when they
-// were last refreshed, or else when the version began. Its TTL counts from here.
+// were last refreshed (every layer of its chains at once), or else the oldest of when
+// the version began and its layers' data times. Its TTL counts from here.
 func (m *Manifest) DataTime() time.Time {
 	if !m.RefreshedAt.IsZero() {
 		return m.RefreshedAt
 	}
-	return m.StartedAt
+	t := m.StartedAt
+	for _, c := range m.Collections {
+		for _, l := range c.Layers {
+			if !l.DataTime.IsZero() && l.DataTime.Before(t) {
+				t = l.DataTime
+			}
+		}
+	}
+	return t
 }
 
 // Rows returns the number of documents in every collection together.

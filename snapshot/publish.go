@@ -26,9 +26,15 @@ type DocumentWriter interface {
 	// Write queues a document. It blocks while the writer's buffers are full and
 	// returns the first error any earlier batch met, after which the writer is done.
 	Write(ctx context.Context, collection string, doc Document) error
+	// WriteChunk queues chunk n of the collection's fingerprint run (fprun.go).
+	WriteChunk(ctx context.Context, collection string, n int64, chunk []byte) error
 	// Close flushes what is queued, waits for it, and returns the number of documents
-	// written per collection, or the first error.
+	// (and tombstones) written per collection, or the first error.
 	Close(ctx context.Context) (map[string]int64, error)
+	// ChunksWritten returns the run chunks acknowledged per collection.
+	ChunksWritten() map[string]int64
+	// BytesWritten returns the bytes of keys and values acknowledged.
+	BytesWritten() int64
 }
 
 // PublishStore is what the publisher needs from storage.
@@ -38,10 +44,11 @@ type PublishStore interface {
 	// NewWriter returns a writer for the documents of one version; it stops when ctx
 	// ends.
 	NewWriter(ctx context.Context, dataset string, v Version) DocumentWriter
-	// RefreshVersion rewrites every document cell of the version's collections with
-	// a fresh timestamp, so TTL GC does not collect a version still served. It returns
-	// the number of documents rewritten.
-	RefreshVersion(ctx context.Context, dataset string, v Version, collections []string) (int64, error)
+	// RefreshVersion rewrites every cell of the given chains' layers (collection →
+	// chain) with a fresh timestamp, so TTL GC does not collect a version still
+	// served. It returns the number of documents and tombstones rewritten.
+	RefreshVersion(ctx context.Context, dataset string, chains map[string][]Version) (int64, error)
+	RunReader
 }
 
 // Publisher copies the source into storage under a fresh version and flips the pointer.
@@ -68,6 +75,16 @@ type Publisher struct {
 	// gets DefaultGate unless DefaultGate is set here.
 	Gates       map[string]Gate
 	DefaultGate *Gate
+	// Incremental writes layered versions: per collection a delta against the
+	// parent, or a base (layers.go). It needs a source that implements DeltaSnapshot;
+	// otherwise every version is a full copy.
+	Incremental bool
+	// MaxLayers bounds a chain (default DefaultMaxLayers): a collection whose chain
+	// is this long gets a base next time it changes.
+	MaxLayers int
+	// RebaseRatio writes a base once the chain's deltas hold more rows than this
+	// share of the base's (default DefaultRebaseRatio).
+	RebaseRatio float64
 	Now         func() time.Time
 	Log         *slog.Logger
 }
@@ -88,6 +105,7 @@ type PublishOptions struct {
 
 	reason  string       // why a republish runs, for the result
 	current *currentRead // the pointer and its manifest as KeepAlive read them this tick
+	base    bool         // write every layer as a base (a delta was inconsistent)
 }
 
 // currentRead is the pointer and the manifest of the version it names.
@@ -169,6 +187,14 @@ func (p *Publisher) Publish(ctx context.Context, opts PublishOptions) (PublishRe
 		Slot:        opts.Slot,
 		TTL:         p.TTL,
 	}
+	ds, layered := snap.(DeltaSnapshot)
+	layered = layered && p.Incremental
+	if layered {
+		m.Format = FormatLayered
+		if hasCurrent {
+			m.Parent = cur.Version
+		}
+	}
 	if err := p.Store.CreateManifest(ctx, m); err != nil {
 		return PublishResult{}, fmt.Errorf("create manifest %s: %w", m.Version, err)
 	}
@@ -181,9 +207,21 @@ func (p *Publisher) Publish(ctx context.Context, opts PublishOptions) (PublishRe
 			expected[name] = c.Rows
 		}
 	}
-	if err := p.write(ctx, snap, &m, expected); err != nil {
-		p.fail(ctx, m, StateWriting, err)
-		return PublishResult{}, err
+	var werr error
+	if layered {
+		werr = p.writeLayers(ctx, ds, &m, curManifest, opts.base)
+	} else {
+		werr = p.write(ctx, snap, &m, expected)
+	}
+	if werr != nil {
+		p.fail(ctx, m, StateWriting, werr)
+		if errors.Is(werr, errDeltaInconsistent) && !opts.base {
+			log.WarnContext(ctx, "the delta disagrees with its parent: publishing again with base layers", "err", werr)
+			_ = snap.Close(ctx)
+			opts.base = true
+			return p.Publish(ctx, opts)
+		}
+		return PublishResult{}, werr
 	}
 	if err := m.CheckComplete(); err != nil {
 		p.fail(ctx, m, StateWriting, err)

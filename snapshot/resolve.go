@@ -18,14 +18,15 @@ type ReadStore interface {
 	ReadPointer(ctx context.Context, dataset string) (Pointer, error)
 	// ReadManifest returns a manifest, or ErrNotFound.
 	ReadManifest(ctx context.Context, dataset string, v Version) (Manifest, error)
-	// GetDocument returns one document of a version, or ErrNotFound.
-	GetDocument(ctx context.Context, dataset string, v Version, collection, id string) ([]byte, error)
-	// GetDocuments returns the documents of ids found at a version; missing ids are
-	// absent from the map.
-	GetDocuments(ctx context.Context, dataset string, v Version, collection string, ids []string) (map[string][]byte, error)
-	// ScanPage returns up to limit documents whose ids sort after after, in id order,
-	// and whether more follow.
-	ScanPage(ctx context.Context, dataset string, v Version, collection, after string, limit int) ([]Document, bool, error)
+	// GetDocument returns one document through a chain (Manifest.Chain: the layers
+	// holding the collection, newest first), or ErrNotFound.
+	GetDocument(ctx context.Context, dataset string, chain []Version, collection, id string) ([]byte, error)
+	// GetDocuments returns the documents of ids found through a chain, in one read;
+	// missing ids are absent from the map.
+	GetDocuments(ctx context.Context, dataset string, chain []Version, collection string, ids []string) (map[string][]byte, error)
+	// ScanPage returns up to limit documents through a chain whose ids sort after
+	// after, in id order, and whether more follow.
+	ScanPage(ctx context.Context, dataset string, chain []Version, collection, after string, limit int) ([]Document, bool, error)
 	// ListManifests returns every manifest of the dataset, oldest first.
 	ListManifests(ctx context.Context, dataset string) ([]Manifest, error)
 }
@@ -181,6 +182,9 @@ func (r *Resolver) View(ctx context.Context, v Version) (View, error) {
 		if !m.State.Servable() {
 			return View{}, fmt.Errorf("version %s is %s, never served: %w", v, m.State, ErrGone)
 		}
+		if m.Format != FormatFull && m.Format != FormatLayered {
+			return View{}, fmt.Errorf("version %s has manifest format %d, written by a newer snapflip that this one cannot read: %w", v, m.Format, ErrGone)
+		}
 		r.manifests.Add(v, m)
 	}
 	if m.Expired(r.now()) {
@@ -199,7 +203,7 @@ func (r *Resolver) Get(ctx context.Context, view View, collection, id string) (D
 	if d, ok := r.cached(key); ok {
 		return r.found(d, collection, id)
 	}
-	body, found, err := r.fetch.get(ctx, key)
+	body, found, err := r.fetch.get(ctx, key, view.Manifest.Chain(collection))
 	if err != nil {
 		return Doc{}, err
 	}
@@ -261,7 +265,7 @@ func (r *Resolver) GetMany(ctx context.Context, view View, collection string, id
 		}
 	}
 	if len(fetch) > 0 {
-		got, err := r.store.GetDocuments(ctx, r.dataset, view.Version, collection, fetch)
+		got, err := r.store.GetDocuments(ctx, r.dataset, view.Manifest.Chain(collection), collection, fetch)
 		if err != nil {
 			return nil, nil, err
 		}
@@ -294,7 +298,7 @@ func (r *Resolver) Page(ctx context.Context, view View, collection, after string
 	if !view.HasCollection(collection) {
 		return nil, false, fmt.Errorf("collection %q: %w", collection, ErrNotFound)
 	}
-	return r.store.ScanPage(ctx, r.dataset, view.Version, collection, after, limit)
+	return r.store.ScanPage(ctx, r.dataset, view.Manifest.Chain(collection), collection, after, limit)
 }
 
 // Versions returns the dataset's versions, newest first.

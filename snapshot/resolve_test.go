@@ -43,12 +43,12 @@ func (s *countingStore) ReadManifest(_ context.Context, _ string, v Version) (Ma
 	return Manifest{Version: v, State: st, Collections: map[string]CollectionStats{"c": {}}}, nil
 }
 
-func (s *countingStore) GetDocument(context.Context, string, Version, string, string) ([]byte, error) {
+func (s *countingStore) GetDocument(context.Context, string, []Version, string, string) ([]byte, error) {
 	s.getDocs.Add(1)
 	return []byte(`{}`), nil
 }
 
-func (s *countingStore) GetDocuments(_ context.Context, _ string, _ Version, _ string, ids []string) (map[string][]byte, error) {
+func (s *countingStore) GetDocuments(_ context.Context, _ string, _ []Version, _ string, ids []string) (map[string][]byte, error) {
 	out := map[string][]byte{}
 	for _, id := range ids {
 		out[id] = []byte(`{}`)
@@ -56,7 +56,7 @@ func (s *countingStore) GetDocuments(_ context.Context, _ string, _ Version, _ s
 	return out, nil
 }
 
-func (s *countingStore) ScanPage(context.Context, string, Version, string, string, int) ([]Document, bool, error) {
+func (s *countingStore) ScanPage(context.Context, string, []Version, string, string, int) ([]Document, bool, error) {
 	return nil, false, nil
 }
 

@@ -51,7 +51,7 @@ func (p *Publisher) KeepAlive(ctx context.Context, opts PublishOptions) (Publish
 // refresh rewrites a version's cells with fresh timestamps, then records when.
 func (p *Publisher) refresh(ctx context.Context, m Manifest) (int64, error) {
 	at := p.now()
-	n, err := p.Store.RefreshVersion(ctx, p.Dataset, m.Version, m.CollectionNames())
+	n, err := p.Store.RefreshVersion(ctx, p.Dataset, m.Chains())
 	if err != nil {
 		return n, fmt.Errorf("refresh version %s: %w", m.Version, err)
 	}

@@ -20,6 +20,12 @@ type Position struct {
 	// that changes whenever the collection's contents change. A collection missing
 	// here can only be compared by reading it.
 	Fingerprints map[string]string `json:"fingerprints,omitempty"`
+	// Definitions holds, per table collection, a fingerprint of its column and type
+	// definitions alone: a change there changes documents without writing rows.
+	Definitions map[string]string `json:"definitions,omitempty"`
+	// System names the database cluster and database the snapshot was read from
+	// (empty when the source cannot say): row versions are only comparable within one.
+	System string `json:"system,omitempty"`
 }
 
 // SameContents reports whether p and o certainly describe the same contents: the same
@@ -69,6 +75,19 @@ type SourceSnapshot interface {
 	Scan(ctx context.Context, collection string, fn func(Document) error) error
 	// Close ends the read. It is safe to call more than once.
 	Close(ctx context.Context) error
+}
+
+// DeltaSnapshot is a SourceSnapshot that streams a collection in id byte order (the
+// store's key order, which fingerprint runs share) and can leave out the JSON of rows
+// it can prove unchanged since an earlier snapshot of the same source.
+type DeltaSnapshot interface {
+	SourceSnapshot
+	// ScanSince streams every row of the collection in strictly increasing id byte
+	// order. A row certainly unchanged since the snapshot at since is sent with a nil
+	// Body (not rendered); every other row with its JSON. since == nil renders every
+	// row. It returns how it decided: "row-version", or "content: <why>" when every
+	// row was rendered. Key errors are Scan's.
+	ScanSince(ctx context.Context, collection string, since *Position, fn func(Document) error) (mode string, err error)
 }
 
 // PartitionedSnapshot is a SourceSnapshot that can read a collection in parts, in

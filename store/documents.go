@@ -3,19 +3,40 @@ package store
 import (
 	"context"
 	"fmt"
+	"strings"
 
 	"cloud.google.com/go/bigtable"
+	"golang.org/x/sync/errgroup"
 
 	"github.com/snapflip/snapflip/snapshot"
 )
 
-// colDoc is the column d:v holding a document's JSON.
+// colDoc is the column d:v holding a document's JSON. An empty value is a tombstone:
+// the id is deleted in that layer (every document is a JSON object, never empty).
+// Tombstones share the column so that every read that filters on it still sees them
+// and never resurrects a deleted row from an older layer.
 const colDoc = "v"
 
-// GetDocument returns one document of a version, or ErrNotFound.
-func (s *Store) GetDocument(ctx context.Context, dataset string, v snapshot.Version, collection, id string) ([]byte, error) {
+// Reads take a chain: the versions (layers) whose rows hold the collection, newest
+// first; a full copy's chain is the version alone. For each id the newest layer that
+// has a row wins, and a tombstone there means the id is absent.
+
+// GetDocument returns one document through a chain, or ErrNotFound.
+func (s *Store) GetDocument(ctx context.Context, dataset string, chain []snapshot.Version, collection, id string) ([]byte, error) {
+	if len(chain) != 1 {
+		got, err := s.GetDocuments(ctx, dataset, chain, collection, []string{id})
+		if err != nil {
+			return nil, err
+		}
+		body, ok := got[id]
+		if !ok {
+			return nil, fmt.Errorf("collection %s id %q at %s: %w", collection, id, chainName(chain), snapshot.ErrNotFound)
+		}
+		return body, nil
+	}
 	ctx, cancel := s.op(ctx)
 	defer cancel()
+	v := chain[0]
 	// A document row holds only d:v, newest cell first: no filter is needed, and
 	// none makes the read cheaper for Bigtable.
 	row, err := s.tbl.ReadRow(ctx, docKey(dataset, v, collection, id))
@@ -23,17 +44,159 @@ func (s *Store) GetDocument(ctx context.Context, dataset string, v snapshot.Vers
 		return nil, s.wrap(err, "read %s/%q at %s", collection, id, v)
 	}
 	cells := row[famDocs]
-	if len(cells) == 0 {
+	if len(cells) == 0 || len(cells[0].Value) == 0 {
 		return nil, fmt.Errorf("collection %s id %q at %s: %w", collection, id, v, snapshot.ErrNotFound)
 	}
 	return cells[0].Value, nil
 }
 
-// ScanDocuments calls fn with every document of one collection of a version, in id
-// order, until fn returns false. A whole collection takes as long as it takes, so the
-// scan is bounded by its progress instead: it fails when no row arrives for OpTimeout
-// (the client would otherwise retry an unreachable Bigtable until ctx ends).
-func (s *Store) ScanDocuments(ctx context.Context, dataset string, v snapshot.Version, collection string, fn func(snapshot.Document) bool) error {
+// GetDocuments returns the documents of the given ids through a chain, in one read
+// (every layer's key of every id in one row list); ids that have no document are
+// absent from the map.
+func (s *Store) GetDocuments(ctx context.Context, dataset string, chain []snapshot.Version, collection string, ids []string) (map[string][]byte, error) {
+	ctx, cancel := s.op(ctx)
+	defer cancel()
+	prefixes := make([]string, len(chain))
+	for i, v := range chain {
+		prefixes[i] = docPrefix(dataset, v, collection)
+	}
+	keys := make(bigtable.RowList, 0, len(ids)*len(chain))
+	for _, id := range ids {
+		e := escapeComponent(id)
+		for _, p := range prefixes {
+			keys = append(keys, p+e)
+		}
+	}
+	type hit struct {
+		rank int
+		body []byte
+	}
+	found := make(map[string]hit, len(ids))
+	var derr error
+	err := s.tbl.ReadRows(ctx, keys, func(r bigtable.Row) bool {
+		rank, id, err := layerOf(prefixes, r.Key())
+		if err != nil {
+			derr = err
+			return false
+		}
+		cells := r[famDocs]
+		if len(cells) == 0 {
+			return true
+		}
+		if h, ok := found[id]; !ok || rank < h.rank {
+			found[id] = hit{rank, cells[0].Value}
+		}
+		return true
+	})
+	if err != nil {
+		return nil, s.wrap(err, "read %d documents of %s at %s", len(ids), collection, chainName(chain))
+	}
+	if derr != nil {
+		return nil, derr
+	}
+	out := make(map[string][]byte, len(found))
+	for id, h := range found {
+		if len(h.body) > 0 {
+			out[id] = h.body
+		}
+	}
+	return out, nil
+}
+
+// layerOf returns which prefix a row key is under (its rank in the chain) and the id.
+func layerOf(prefixes []string, key string) (int, string, error) {
+	for i, p := range prefixes {
+		if strings.HasPrefix(key, p) {
+			id, err := unescapeComponent(key[len(p):])
+			return i, id, err
+		}
+	}
+	return 0, "", fmt.Errorf("%w row key %q is under none of the chain's layers", snapshot.ErrInvalid, key)
+}
+
+func chainName(chain []snapshot.Version) string {
+	if len(chain) == 1 {
+		return string(chain[0])
+	}
+	return fmt.Sprintf("%s (a chain of %d layers)", chain[0], len(chain))
+}
+
+// ScanDocuments calls fn with every document of one collection through a chain, in
+// id order, until fn returns false. A whole collection takes as long as it takes, so
+// the scan is bounded by its progress instead: it fails when no row arrives for
+// OpTimeout (the client would otherwise retry an unreachable Bigtable until ctx ends).
+// A chain of several layers is read with one scan per layer, merged.
+func (s *Store) ScanDocuments(ctx context.Context, dataset string, chain []snapshot.Version, collection string, fn func(snapshot.Document) bool) error {
+	if len(chain) == 1 {
+		return s.scanLayer(ctx, dataset, chain[0], collection, func(d snapshot.Document) bool {
+			if len(d.Body) == 0 {
+				return true
+			}
+			return fn(d)
+		})
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	g, gctx := errgroup.WithContext(ctx)
+	heads := make([]chan snapshot.Document, len(chain))
+	for i, v := range chain {
+		ch := make(chan snapshot.Document, 256)
+		heads[i] = ch
+		g.Go(func() error {
+			defer close(ch)
+			return s.scanLayer(gctx, dataset, v, collection, func(d snapshot.Document) bool {
+				select {
+				case ch <- d:
+					return true
+				case <-gctx.Done():
+					return false
+				}
+			})
+		})
+	}
+	merr := mergeLayers(heads, fn)
+	cancel()
+	if err := g.Wait(); err != nil && merr == nil && ctx.Err() == nil {
+		return err
+	}
+	if merr != nil {
+		return merr
+	}
+	return g.Wait()
+}
+
+// mergeLayers merges id-ordered streams of a chain's layers (newest first): per id the
+// newest layer's row, tombstones dropped. It stops when fn returns false.
+func mergeLayers(heads []chan snapshot.Document, fn func(snapshot.Document) bool) error {
+	cur := make([]snapshot.Document, len(heads))
+	ok := make([]bool, len(heads))
+	for i, h := range heads {
+		cur[i], ok[i] = <-h
+	}
+	for {
+		best := -1
+		for i := range heads {
+			if ok[i] && (best < 0 || cur[i].ID < cur[best].ID) {
+				best = i
+			}
+		}
+		if best < 0 {
+			return nil
+		}
+		d := cur[best]
+		for i := range heads {
+			if ok[i] && cur[i].ID == d.ID {
+				cur[i], ok[i] = <-heads[i]
+			}
+		}
+		if len(d.Body) > 0 && !fn(d) {
+			return nil
+		}
+	}
+}
+
+// scanLayer reads one layer's rows of a collection, tombstones included.
+func (s *Store) scanLayer(ctx context.Context, dataset string, v snapshot.Version, collection string, fn func(snapshot.Document) bool) error {
 	prefix := docPrefix(dataset, v, collection)
 	what := fmt.Sprintf("scan %s at %s", collection, v)
 	g := s.guardStall(ctx)
@@ -49,8 +212,9 @@ func (s *Store) ScanDocuments(ctx context.Context, dataset string, v snapshot.Ve
 }
 
 // readDocs reads the document rows of rows, all under prefix, in key order, calling fn
-// with each document until it returns false. A read error is wrapped with what; a row
-// key that does not decode stops the read with its own error.
+// with each document (an empty body for a tombstone) until it returns false. A read
+// error is wrapped with what; a row key that does not decode stops the read with its
+// own error.
 func (s *Store) readDocs(ctx context.Context, prefix string, rows bigtable.RowSet, fn func(snapshot.Document) bool,
 	what string, opts ...bigtable.ReadOption) error {
 	var derr error
@@ -71,80 +235,144 @@ func (s *Store) readDocs(ctx context.Context, prefix string, rows bigtable.RowSe
 	return derr
 }
 
-// RefreshVersion rewrites every document of the version's collections with a fresh
-// cell timestamp, through the same batched writer as a sync, so that TTL GC does not
-// collect a version that is still served (a pinned one). Reads see the same bytes
-// throughout: each row's new cell replaces its old one in one mutation.
-func (s *Store) RefreshVersion(ctx context.Context, dataset string, v snapshot.Version, collections []string) (int64, error) {
-	w := s.NewWriter(ctx, dataset, v)
-	var werr error
-	for _, c := range collections {
-		err := s.ScanDocuments(ctx, dataset, v, c, func(d snapshot.Document) bool {
-			werr = w.Write(ctx, c, d)
-			return werr == nil
-		})
-		if err == nil {
-			err = werr
+// RefreshVersion rewrites every row of the given layers (documents, tombstones and
+// fingerprint runs of each collection in its chain) with a fresh cell timestamp,
+// through the same batched writer as a sync, so that TTL GC does not collect a version
+// that is still served (a pinned one). Reads see the same bytes throughout: each
+// row's new cell replaces its old one in one mutation. A layer shared by several
+// collections' chains is rewritten once per collection it holds. It returns the
+// number of documents and tombstones rewritten.
+func (s *Store) RefreshVersion(ctx context.Context, dataset string, chains map[string][]snapshot.Version) (int64, error) {
+	byLayer := map[snapshot.Version][]string{}
+	var order []snapshot.Version
+	for c, chain := range chains {
+		for _, v := range chain {
+			if _, ok := byLayer[v]; !ok {
+				order = append(order, v)
+			}
+			byLayer[v] = append(byLayer[v], c)
+		}
+	}
+	var n int64
+	for _, v := range order {
+		w := s.NewWriter(ctx, dataset, v)
+		var werr error
+		for _, c := range byLayer[v] {
+			err := s.scanLayer(ctx, dataset, v, c, func(d snapshot.Document) bool {
+				werr = w.Write(ctx, c, d)
+				return werr == nil
+			})
+			if err == nil {
+				err = werr
+			}
+			var chunk int64
+			if err == nil {
+				err = s.ScanRun(ctx, dataset, v, c, func(data []byte) bool {
+					werr = w.WriteChunk(ctx, c, chunk, data)
+					chunk++
+					return werr == nil
+				})
+			}
+			if err == nil {
+				err = werr
+			}
+			if err != nil {
+				_, _ = w.Close(ctx)
+				return n, err
+			}
+		}
+		counts, err := w.Close(ctx)
+		for _, c := range counts {
+			n += c
 		}
 		if err != nil {
-			_, _ = w.Close(ctx)
-			return 0, err
+			return n, err
 		}
 	}
-	counts, err := w.Close(ctx)
-	var n int64
-	for _, c := range counts {
-		n += c
-	}
-	return n, err
+	return n, nil
 }
 
-// GetDocuments returns the documents of the given ids at a version, in one read; ids
-// that have no document are absent from the map.
-func (s *Store) GetDocuments(ctx context.Context, dataset string, v snapshot.Version, collection string, ids []string) (map[string][]byte, error) {
+// ScanPage returns up to limit documents of a collection through a chain whose ids
+// sort after after ("" for the first page), in id order, and whether more follow. A
+// chain of several layers is read in rounds: each layer's next rows in parallel, as
+// many as the page still needs, merged; an id is final once every layer that may
+// hold more rows has been read past it, and a round that ends short (tombstones,
+// shadowed rows) reads on from there with a larger limit.
+func (s *Store) ScanPage(ctx context.Context, dataset string, chain []snapshot.Version, collection, after string, limit int) ([]snapshot.Document, bool, error) {
 	ctx, cancel := s.op(ctx)
 	defer cancel()
-	prefix := docPrefix(dataset, v, collection)
-	keys := make(bigtable.RowList, len(ids))
-	for i, id := range ids {
-		keys[i] = prefix + escapeComponent(id)
+	var docs []snapshot.Document
+	from, open := after, true // read ids after from ("" and open: from the start)
+	n := limit + 1
+	for {
+		type layerRead struct {
+			docs  []snapshot.Document
+			short bool // the layer has no more rows after these
+		}
+		reads := make([]layerRead, len(chain))
+		g, gctx := errgroup.WithContext(ctx)
+		for i, v := range chain {
+			g.Go(func() error {
+				got, err := s.readRange(gctx, dataset, v, collection, from, open && from == "", n)
+				reads[i] = layerRead{got, len(got) < n}
+				return err
+			})
+		}
+		if err := g.Wait(); err != nil {
+			return nil, false, err
+		}
+		// Every id up to bound is final: each layer still holding rows was read past it.
+		bound, bounded := "", false
+		for _, r := range reads {
+			if !r.short {
+				last := r.docs[len(r.docs)-1].ID
+				if !bounded || last < bound {
+					bound, bounded = last, true
+				}
+			}
+		}
+		heads := make([]chan snapshot.Document, len(chain))
+		for i, r := range reads {
+			ch := make(chan snapshot.Document, len(r.docs))
+			for _, d := range r.docs {
+				if !bounded || d.ID <= bound {
+					ch <- d
+				}
+			}
+			close(ch)
+			heads[i] = ch
+		}
+		_ = mergeLayers(heads, func(d snapshot.Document) bool {
+			docs = append(docs, d)
+			return len(docs) <= limit
+		})
+		if len(docs) > limit {
+			return docs[:limit], true, nil
+		}
+		if !bounded {
+			return docs, false, nil
+		}
+		from, open = bound, false
+		n = min(n*4, 10_000)
 	}
-	out := make(map[string][]byte, len(ids))
-	err := s.readDocs(ctx, prefix, keys, func(d snapshot.Document) bool {
-		out[d.ID] = d.Body
-		return true
-	}, fmt.Sprintf("read %d documents of %s at %s", len(ids), collection, v))
-	if err != nil {
-		return nil, err
-	}
-	return out, nil
 }
 
-// ScanPage returns up to limit documents of a collection at a version whose ids sort
-// after after ("" for the first page), in id order, and whether more follow.
-func (s *Store) ScanPage(ctx context.Context, dataset string, v snapshot.Version, collection, after string, limit int) ([]snapshot.Document, bool, error) {
-	ctx, cancel := s.op(ctx)
-	defer cancel()
+// readRange reads up to n rows of one layer whose ids sort after from (from the
+// start when first), tombstones included.
+func (s *Store) readRange(ctx context.Context, dataset string, v snapshot.Version, collection, from string, first bool, n int) ([]snapshot.Document, error) {
 	prefix := docPrefix(dataset, v, collection)
 	rng := bigtable.PrefixRange(prefix)
-	if after != "" {
-		// The smallest key greater than every key of after: escaped ids never hold
-		// 0x00, so after's key plus 0x00 sorts between it and the next id.
-		rng = bigtable.NewRange(prefix+escapeComponent(after)+"\x00", prefixEnd(prefix))
+	if !first {
+		// The smallest key greater than every key of from: escaped ids never hold
+		// 0x00, so from's key plus 0x00 sorts between it and the next id.
+		rng = bigtable.NewRange(prefix+escapeComponent(from)+"\x00", prefixEnd(prefix))
 	}
 	var docs []snapshot.Document
 	err := s.readDocs(ctx, prefix, rng, func(d snapshot.Document) bool {
 		docs = append(docs, d)
 		return true
-	}, fmt.Sprintf("scan %s at %s", collection, v), bigtable.RowFilter(column(famDocs, colDoc)), bigtable.LimitRows(int64(limit+1)))
-	if err != nil {
-		return nil, false, err
-	}
-	more := len(docs) > limit
-	if more {
-		docs = docs[:limit]
-	}
-	return docs, more, nil
+	}, fmt.Sprintf("scan %s at %s", collection, v), bigtable.RowFilter(column(famDocs, colDoc)), bigtable.LimitRows(int64(n)))
+	return docs, err
 }
 
 // prefixEnd returns the first key after every key with the prefix.
@@ -157,4 +385,31 @@ func prefixEnd(prefix string) string {
 		}
 	}
 	return ""
+}
+
+// colRun is the column d:f holding one chunk of a fingerprint run (snapshot/fprun.go).
+// Runs share family d with the documents, so they age out and are refreshed with them.
+const colRun = "f"
+
+// ScanRun calls fn with each chunk of a layer's fingerprint run for a collection, in
+// order, until fn returns false. Like ScanDocuments it is bounded by its progress.
+func (s *Store) ScanRun(ctx context.Context, dataset string, v snapshot.Version, collection string, fn func(chunk []byte) bool) error {
+	prefix := runPrefix(dataset, v, collection)
+	what := fmt.Sprintf("read the fingerprints of %s at %s", collection, v)
+	g := s.guardStall(ctx)
+	err := s.tbl.ReadRows(g.ctx, bigtable.PrefixRange(prefix), func(r bigtable.Row) bool {
+		g.pause()
+		defer g.resume()
+		if cells := r[famDocs]; len(cells) > 0 {
+			return fn(cells[0].Value)
+		}
+		return true
+	}, bigtable.RowFilter(column(famDocs, colRun)))
+	if stalled := g.stop(); stalled != nil && err != nil {
+		return s.wrap(stalled, "%s", what)
+	}
+	if err != nil {
+		return s.wrap(err, "%s", what)
+	}
+	return nil
 }

@@ -77,6 +77,17 @@ func docKey(dataset string, v snapshot.Version, collection, id string) string {
 	return docPrefix(dataset, v, collection) + escapeComponent(id)
 }
 
+// runPrefix is the prefix of the fingerprint run chunks of one collection of one layer.
+func runPrefix(dataset string, v snapshot.Version, collection string) string {
+	return "f#" + escapeComponent(dataset) + "#" + escapeComponent(string(v)) + "#" + escapeComponent(collection) + "#"
+}
+
+// runKey is the row key of chunk n of a run: the number in 10 digits, so chunks list
+// in order.
+func runKey(dataset string, v snapshot.Version, collection string, n int64) string {
+	return fmt.Sprintf("%s%010d", runPrefix(dataset, v, collection), n)
+}
+
 // manifestPrefix is the prefix of every manifest of a dataset.
 func manifestPrefix(dataset string) string { return "m#" + escapeComponent(dataset) + "#" }
 

@@ -80,7 +80,7 @@ func TestWriterRoundTripsAwkwardIDs(t *testing.T) {
 		t.Errorf("written count = %d; want %d", got, want)
 	}
 	for i, id := range ids {
-		got, err := st.GetDocument(ctx, "ds", v, "c", id)
+		got, err := st.GetDocument(ctx, "ds", []snapshot.Version{v}, "c", id)
 		if err != nil {
 			t.Fatalf("GetDocument(%q): %v", id, err)
 		}
@@ -88,12 +88,12 @@ func TestWriterRoundTripsAwkwardIDs(t *testing.T) {
 			t.Errorf("GetDocument(%q) = %s; want %s", id, got, want)
 		}
 	}
-	if _, err := st.GetDocument(ctx, "ds", v, "c", "missing"); !errors.Is(err, snapshot.ErrNotFound) {
+	if _, err := st.GetDocument(ctx, "ds", []snapshot.Version{v}, "c", "missing"); !errors.Is(err, snapshot.ErrNotFound) {
 		t.Errorf("GetDocument(missing) error = %v; want ErrNotFound", err)
 	}
 	// Scanning returns ids in byte order: the key encoding preserves it.
 	var scanned []string
-	if err := st.ScanDocuments(ctx, "ds", v, "c", func(d snapshot.Document) bool { scanned = append(scanned, d.ID); return true }); err != nil {
+	if err := st.ScanDocuments(ctx, "ds", []snapshot.Version{v}, "c", func(d snapshot.Document) bool { scanned = append(scanned, d.ID); return true }); err != nil {
 		t.Fatal(err)
 	}
 	for i := 1; i < len(scanned); i++ {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"sync"
 	"time"
@@ -17,7 +18,8 @@ import (
 type batch struct {
 	keys        []string
 	muts        []*bigtable.Mutation
-	collections []string
+	collections []string // per row: its collection, or "" for a run chunk
+	chunkOf     []string // per row: the collection of a run chunk
 	bytes       int
 }
 
@@ -41,7 +43,9 @@ type Writer struct {
 	prefixes map[string]string // collection -> docPrefix, under bmu
 
 	mu      sync.Mutex
-	written map[string]int64
+	written map[string]int64 // documents and tombstones acknowledged, per collection
+	chunks  map[string]int64 // fingerprint run chunks acknowledged, per collection
+	sent    int64            // bytes of keys and values acknowledged
 	err     error
 	closed  bool
 }
@@ -59,6 +63,7 @@ func (s *Store) NewWriter(ctx context.Context, dataset string, v snapshot.Versio
 		cancel:  cancel,
 		batches: make(chan *batch, s.cfg.Writers),
 		written: map[string]int64{},
+		chunks:  map[string]int64{},
 
 		prefixes: map[string]string{},
 	}
@@ -87,15 +92,51 @@ func (w *Writer) Write(ctx context.Context, collection string, doc snapshot.Docu
 		prefix = docPrefix(w.dataset, w.version, collection)
 		w.prefixes[collection] = prefix
 	}
+	return w.add(ctx, prefix+escapeComponent(doc.ID), mut, collection, "", len(doc.Body))
+}
+
+// WriteChunk queues chunk n of the collection's fingerprint run.
+func (w *Writer) WriteChunk(ctx context.Context, collection string, n int64, chunk []byte) error {
+	if err := w.failed(); err != nil {
+		return err
+	}
+	w.bmu.Lock()
+	defer w.bmu.Unlock()
+	if w.cur == nil {
+		w.cur = &batch{}
+	}
+	mut := bigtable.NewMutation()
+	mut.Set(famDocs, colRun, w.ts, chunk)
+	return w.add(ctx, runKey(w.dataset, w.version, collection, n), mut, "", collection, len(chunk))
+}
+
+// add appends one row to the current batch and sends it when full; the caller holds
+// bmu.
+func (w *Writer) add(ctx context.Context, key string, mut *bigtable.Mutation, collection, chunkOf string, size int) error {
 	b := w.cur
-	b.keys = append(b.keys, prefix+escapeComponent(doc.ID))
+	b.keys = append(b.keys, key)
 	b.muts = append(b.muts, mut)
 	b.collections = append(b.collections, collection)
-	b.bytes += len(doc.Body) + len(b.keys[len(b.keys)-1])
+	b.chunkOf = append(b.chunkOf, chunkOf)
+	b.bytes += size + len(key)
 	if len(b.keys) >= w.s.cfg.BatchRows || b.bytes >= w.s.cfg.BatchBytes {
 		return w.send(ctx)
 	}
 	return nil
+}
+
+// ChunksWritten returns the fingerprint run chunks acknowledged per collection.
+func (w *Writer) ChunksWritten() map[string]int64 {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return maps.Clone(w.chunks)
+}
+
+// BytesWritten returns the bytes of row keys and values acknowledged so far.
+func (w *Writer) BytesWritten() int64 {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.sent
 }
 
 // send hands the current batch to the workers; the caller holds bmu.
@@ -183,9 +224,14 @@ func (w *Writer) work() {
 			continue
 		}
 		w.mu.Lock()
-		for _, c := range b.collections {
-			w.written[c]++
+		for i, c := range b.collections {
+			if c != "" {
+				w.written[c]++
+			} else {
+				w.chunks[b.chunkOf[i]]++
+			}
 		}
+		w.sent += int64(b.bytes)
 		w.mu.Unlock()
 	}
 }

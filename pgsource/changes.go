@@ -1,0 +1,140 @@
+package pgsource
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"strings"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/snapflip/snapflip/snapshot"
+)
+
+// Finding what changed without rendering unchanged rows (docs/design.md, "Layered
+// versions"). A visible row version whose xmin precedes the xmin of an earlier
+// snapshot was committed before that snapshot was taken, so that snapshot saw this
+// very row version: the version read from it holds its document already. Only rows
+// whose xmin falls at or after the earlier snapshot's xmin are turned into JSON (and
+// then compared by content, since a row rewritten with the same values is no change).
+// Frozen rows keep their raw xmin; a coincidence in the 32-bit window only renders a
+// row needlessly, it never hides one. Subtransaction xids are above their top-level
+// xid, so savepoints are covered.
+
+var _ snapshot.DeltaSnapshot = (*snap)(nil)
+
+// systemID names the cluster and database, "<system identifier>:<database oid>", or ""
+// when pg_control_system() is not granted to the role.
+func systemID(ctx context.Context, tx pgx.Tx) (string, error) {
+	var ok bool
+	if err := tx.QueryRow(ctx, `SELECT has_function_privilege('pg_control_system()', 'execute')`).Scan(&ok); err != nil {
+		return "", err
+	}
+	if !ok {
+		return "", nil
+	}
+	var id string
+	err := tx.QueryRow(ctx, `SELECT (SELECT system_identifier FROM pg_control_system())::text || ':' ||
+		(SELECT oid FROM pg_database WHERE datname = current_database())::text`).Scan(&id)
+	return id, err
+}
+
+// snapshotBounds parses pg_current_snapshot()'s "xmin:xmax:xip,…".
+func snapshotBounds(s string) (xmin, xmax uint64, err error) {
+	parts := strings.SplitN(s, ":", 3)
+	if len(parts) < 2 {
+		return 0, 0, fmt.Errorf("%w snapshot %q", snapshot.ErrInvalid, s)
+	}
+	if xmin, err = strconv.ParseUint(parts[0], 10, 64); err != nil {
+		return 0, 0, fmt.Errorf("%w snapshot %q", snapshot.ErrInvalid, s)
+	}
+	if xmax, err = strconv.ParseUint(parts[1], 10, 64); err != nil {
+		return 0, 0, fmt.Errorf("%w snapshot %q", snapshot.ErrInvalid, s)
+	}
+	return xmin, xmax, nil
+}
+
+// ScanSince streams the collection in id byte order; see snapshot.DeltaSnapshot.
+func (r *snap) ScanSince(ctx context.Context, collection string, since *snapshot.Position, fn func(snapshot.Document) error) (string, error) {
+	c, ok := r.src.byName[collection]
+	if !ok {
+		return "", fmt.Errorf("collection %q: %w", collection, snapshot.ErrNotFound)
+	}
+	key := r.keys[collection]
+	id := keySQL(key)
+	mode, lo, window, err := r.changeMode(ctx, c, since)
+	if err != nil {
+		return "", fmt.Errorf("collection %s: %w", collection, err)
+	}
+	var q string
+	var args []any
+	if mode == "row-version" {
+		// FROM the table itself (not a subquery) so that xmin is there; t.* is the
+		// same columns in the same order as SELECT * FROM the table.
+		q = "SELECT " + id + ", CASE WHEN ((" + rowAlias + ".xmin::text::bigint - $1) & 4294967295) < $2 THEN to_json(" +
+			rowAlias + ".*)::text END FROM " + pgx.Identifier(c.tableParts()).Sanitize() + " AS " + rowAlias +
+			" ORDER BY " + id + ` COLLATE "C"`
+		args = []any{int64(lo), int64(window)}
+	} else {
+		from := c.subquery()
+		if c.Table != "" {
+			from = "SELECT * FROM " + pgx.Identifier(c.tableParts()).Sanitize()
+		}
+		q = "SELECT " + id + ", to_json(" + rowAlias + ".*)::text FROM (" + from + "\n) AS " + rowAlias + " ORDER BY " + id + ` COLLATE "C"`
+	}
+	rows, err := r.tx.Query(ctx, q, args...)
+	if err != nil {
+		return mode, fmt.Errorf("query %s: %w", describe(c), err)
+	}
+	return mode, readRows(rows, c, key, true, fn)
+}
+
+// changeMode decides how ScanSince finds changed rows: "row-version" with the xid
+// window [lo, lo+window) (mod 2^32) of rows to render, or "content: <why>".
+func (r *snap) changeMode(ctx context.Context, c Collection, since *snapshot.Position) (mode string, lo, window uint64, err error) {
+	switch {
+	case since == nil:
+		return "content: no parent to compare with", 0, 0, nil
+	case c.Table == "":
+		return "content: a query has no row versions", 0, 0, nil
+	case r.pos.Fingerprints[c.Name] == "":
+		return "content: not a table (a view, materialized view or foreign table)", 0, 0, nil
+	case since.System == "" || r.pos.System == "":
+		return "content: the cluster's identity is unknown (pg_control_system() not granted)", 0, 0, nil
+	case since.System != r.pos.System:
+		return "content: the parent was read from another cluster or database", 0, 0, nil
+	case since.Definitions[c.Name] == "" || since.Definitions[c.Name] != r.pos.Definitions[c.Name]:
+		return "content: the table's column or type definitions changed", 0, 0, nil
+	}
+	if heap, err := allHeap(ctx, r.tx, c); err != nil {
+		return "", 0, 0, err
+	} else if !heap {
+		return "content: the table (or a partition) is not stored as heap", 0, 0, nil
+	}
+	pxmin, _, err := snapshotBounds(since.Snapshot)
+	if err != nil {
+		return "content: the parent's snapshot is unknown", 0, 0, nil
+	}
+	_, xmax, err := snapshotBounds(r.pos.Snapshot)
+	if err != nil {
+		return "", 0, 0, err
+	}
+	switch {
+	case xmax < pxmin:
+		return "content: transaction ids went backwards since the parent (a restored cluster?)", 0, 0, nil
+	case xmax-pxmin >= 1<<31:
+		return "content: over 2^31 transactions since the parent", 0, 0, nil
+	}
+	return "row-version", pxmin & 0xffffffff, xmax - pxmin, nil
+}
+
+// allHeap reports whether the table and every partition under it use the heap access
+// method, whose row versions carry xmin as described above.
+func allHeap(ctx context.Context, tx pgx.Tx, c Collection) (bool, error) {
+	var ok bool
+	err := tx.QueryRow(ctx, `SELECT coalesce(bool_and(c.relkind = 'p' OR am.amname = 'heap'), false)
+		FROM pg_partition_tree(to_regclass($1)) pt
+		JOIN pg_class c ON c.oid = pt.relid
+		LEFT JOIN pg_am am ON am.oid = c.relam`, pgx.Identifier(c.tableParts()).Sanitize()).Scan(&ok)
+	return ok, err
+}

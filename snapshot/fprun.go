@@ -1,0 +1,272 @@
+package snapshot
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+)
+
+// A fingerprint run is a layer's own entries for one collection, in id byte order:
+// per id its document's length and its Contribution to the digest, or a tombstone.
+// A delta is computed by merging the parent chain's runs (newest layer wins) with the
+// source's rows, so the parent's documents are never read to find what changed. Runs
+// are stored in chunks, each of which decodes on its own:
+//
+//	chunk = 0x01 uvarint(count) entry*
+//	entry = uvarint(bytes shared with the previous id) uvarint(len suffix) suffix
+//	        flags (bit 0: tombstone)
+//	        [uvarint(document length) lane0 lane1 (8 bytes each, big-endian)]  -- not for tombstones
+//
+// Front coding makes an entry about 20 + (distinct suffix) bytes.
+
+// RunEntry is one id of a fingerprint run.
+type RunEntry struct {
+	ID      string
+	Deleted bool   // a tombstone: the id is gone in this layer
+	Len     int64  // the document's length (not for tombstones)
+	Sum     Digest // Contribution(ID, document) (not for tombstones)
+}
+
+// runChunkVersion tags the chunk format.
+const runChunkVersion = 0x01
+
+// DefaultRunChunkBytes is about how large a run chunk grows before it is cut.
+const DefaultRunChunkBytes = 256 << 10
+
+// runEncoder cuts a run into chunks and hands each to emit.
+type runEncoder struct {
+	max   int
+	emit  func(ctx context.Context, chunk []byte) error
+	buf   []byte // entries of the current chunk
+	count int
+	prev  string
+	last  string // the last id added, to check order
+	any   bool
+}
+
+func newRunEncoder(max int, emit func(ctx context.Context, chunk []byte) error) *runEncoder {
+	if max <= 0 {
+		max = DefaultRunChunkBytes
+	}
+	return &runEncoder{max: max, emit: emit}
+}
+
+// add appends an entry; ids must come in strictly increasing byte order.
+func (e *runEncoder) add(ctx context.Context, r RunEntry) error {
+	if e.any && r.ID <= e.last {
+		return fmt.Errorf("%w: fingerprint run out of order: %q after %q", ErrInvalid, r.ID, e.last)
+	}
+	e.any, e.last = true, r.ID
+	shared := 0
+	if e.count > 0 {
+		for shared < len(r.ID) && shared < len(e.prev) && r.ID[shared] == e.prev[shared] {
+			shared++
+		}
+	}
+	e.buf = binary.AppendUvarint(e.buf, uint64(shared))
+	e.buf = binary.AppendUvarint(e.buf, uint64(len(r.ID)-shared))
+	e.buf = append(e.buf, r.ID[shared:]...)
+	if r.Deleted {
+		e.buf = append(e.buf, 1)
+	} else {
+		e.buf = append(e.buf, 0)
+		e.buf = binary.AppendUvarint(e.buf, uint64(r.Len))
+		e.buf = binary.BigEndian.AppendUint64(e.buf, r.Sum[0])
+		e.buf = binary.BigEndian.AppendUint64(e.buf, r.Sum[1])
+	}
+	e.count++
+	e.prev = r.ID
+	if len(e.buf) >= e.max {
+		return e.flush(ctx)
+	}
+	return nil
+}
+
+// flush emits the current chunk, if it holds anything.
+func (e *runEncoder) flush(ctx context.Context) error {
+	if e.count == 0 {
+		return nil
+	}
+	chunk := make([]byte, 0, len(e.buf)+binary.MaxVarintLen64+1)
+	chunk = append(chunk, runChunkVersion)
+	chunk = binary.AppendUvarint(chunk, uint64(e.count))
+	chunk = append(chunk, e.buf...)
+	e.buf, e.count, e.prev = e.buf[:0], 0, ""
+	return e.emit(ctx, chunk)
+}
+
+// DecodeRunChunk decodes one chunk, calling fn with each entry in order.
+func DecodeRunChunk(chunk []byte, fn func(RunEntry) error) error {
+	bad := func(what string) error { return fmt.Errorf("%w fingerprint chunk: %s", ErrInvalid, what) }
+	if len(chunk) < 1 || chunk[0] != runChunkVersion {
+		return bad("unknown format")
+	}
+	p := chunk[1:]
+	uv := func() (uint64, bool) {
+		v, n := binary.Uvarint(p)
+		if n <= 0 {
+			return 0, false
+		}
+		p = p[n:]
+		return v, true
+	}
+	count, ok := uv()
+	if !ok {
+		return bad("truncated count")
+	}
+	var prev []byte
+	for i := uint64(0); i < count; i++ {
+		shared, ok1 := uv()
+		n, ok2 := uv()
+		if !ok1 || !ok2 || shared > uint64(len(prev)) || n > uint64(len(p)) {
+			return bad("truncated id")
+		}
+		id := make([]byte, 0, int(shared)+int(n))
+		id = append(append(id, prev[:shared]...), p[:n]...)
+		p = p[n:]
+		if len(p) < 1 {
+			return bad("truncated flags")
+		}
+		flags := p[0]
+		p = p[1:]
+		e := RunEntry{ID: string(id), Deleted: flags&1 != 0}
+		if !e.Deleted {
+			l, ok := uv()
+			if !ok || len(p) < 16 {
+				return bad("truncated entry")
+			}
+			e.Len = int64(l)
+			e.Sum = Digest{binary.BigEndian.Uint64(p), binary.BigEndian.Uint64(p[8:])}
+			p = p[16:]
+		}
+		if err := fn(e); err != nil {
+			return err
+		}
+		prev = id
+	}
+	if len(p) != 0 {
+		return bad("trailing bytes")
+	}
+	return nil
+}
+
+// RunReader streams the chunks of one layer's run for a collection, in order.
+type RunReader interface {
+	// ScanRun calls fn with each chunk of the layer's run, in order, until fn
+	// returns false. A layer without a run calls fn never.
+	ScanRun(ctx context.Context, dataset string, layer Version, collection string, fn func(chunk []byte) bool) error
+}
+
+// runIter pulls one layer's entries in order, reading its chunks in the background.
+type runIter struct {
+	ch   chan []RunEntry
+	errc chan error
+	buf  []RunEntry
+	err  error
+	done bool
+}
+
+func newRunIter(ctx context.Context, st RunReader, dataset string, layer Version, collection string) *runIter {
+	it := &runIter{ch: make(chan []RunEntry, 2), errc: make(chan error, 1)}
+	go func() {
+		defer close(it.ch)
+		var derr error
+		err := st.ScanRun(ctx, dataset, layer, collection, func(chunk []byte) bool {
+			var es []RunEntry
+			if derr = DecodeRunChunk(chunk, func(e RunEntry) error { es = append(es, e); return nil }); derr != nil {
+				return false
+			}
+			select {
+			case it.ch <- es:
+				return true
+			case <-ctx.Done():
+				derr = ctx.Err()
+				return false
+			}
+		})
+		if err == nil {
+			err = derr
+		}
+		if err != nil {
+			err = fmt.Errorf("fingerprints of %s at layer %s: %w", collection, layer, err)
+		}
+		it.errc <- err
+	}()
+	return it
+}
+
+// peek returns the next entry without consuming it; ok is false at the end.
+func (it *runIter) peek() (RunEntry, bool, error) {
+	for len(it.buf) == 0 {
+		if it.done {
+			return RunEntry{}, false, it.err
+		}
+		es, ok := <-it.ch
+		if !ok {
+			it.done, it.err = true, <-it.errc
+			continue
+		}
+		it.buf = es
+	}
+	return it.buf[0], true, nil
+}
+
+func (it *runIter) pop() { it.buf = it.buf[1:] }
+
+// chainRun merges the runs of a chain's layers (newest first) into the live entries
+// of the version: per id the newest layer's entry, tombstones dropped.
+type chainRun struct {
+	its []*runIter
+	// prev checks that the merged stream is strictly increasing.
+	prev    string
+	started bool
+}
+
+// openChainRun starts reading every layer's run; cancel ctx to stop early.
+func openChainRun(ctx context.Context, st RunReader, dataset string, layers []LayerRef, collection string) *chainRun {
+	c := &chainRun{}
+	for _, l := range layers {
+		c.its = append(c.its, newRunIter(ctx, st, dataset, l.Version, collection))
+	}
+	return c
+}
+
+// next returns the next live entry; ok is false at the end.
+func (c *chainRun) next() (RunEntry, bool, error) {
+	for {
+		var best RunEntry
+		found := false
+		for _, it := range c.its {
+			e, ok, err := it.peek()
+			if err != nil {
+				return RunEntry{}, false, err
+			}
+			if ok && (!found || e.ID < best.ID) {
+				best, found = e, true
+			}
+		}
+		if !found {
+			return RunEntry{}, false, nil
+		}
+		// The newest layer holding the id wins; every layer's entry for it is consumed.
+		won := false
+		var winner RunEntry
+		for _, it := range c.its {
+			e, ok, _ := it.peek()
+			if ok && e.ID == best.ID {
+				if !won {
+					winner, won = e, true
+				}
+				it.pop()
+			}
+		}
+		if c.started && winner.ID <= c.prev {
+			return RunEntry{}, false, errors.New("fingerprint runs out of order")
+		}
+		c.started, c.prev = true, winner.ID
+		if !winner.Deleted {
+			return winner, true, nil
+		}
+	}
+}

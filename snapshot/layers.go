@@ -1,0 +1,313 @@
+package snapshot
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+)
+
+// Layered versions (docs/design.md, "Layered versions"). In incremental mode a
+// publish writes, per collection, one layer under its own version: a delta holding
+// only what differs from the parent (the version current when the sync began) plus
+// tombstones for deleted ids, or a base holding every row. The manifest lists each
+// collection's chain, newest first, down to a base. Every layer also writes its
+// fingerprint run, the entries a later delta is computed against, so finding what
+// changed reads neither the parent's documents nor unchanged rows as JSON.
+
+// Layering defaults.
+const (
+	DefaultMaxLayers   = 8
+	DefaultRebaseRatio = 0.5
+)
+
+// errDeltaInconsistent reports a source row the parent should hold but does not,
+// or a parent run that disagrees with the parent's counts: the delta cannot be
+// trusted, so the publish is redone as bases.
+var errDeltaInconsistent = errors.New("delta inconsistent with its parent")
+
+// baseReason returns why collection name's next layer must be a base, or "" when a
+// delta will do.
+func (p *Publisher) baseReason(cur *Manifest, pos Position, name string, forced bool) string {
+	if forced {
+		return "the last delta was inconsistent with its parent"
+	}
+	if cur == nil {
+		return "first version"
+	}
+	pc, ok := cur.Collections[name]
+	switch {
+	case !ok:
+		return "new collection"
+	case len(pc.Layers) == 0:
+		return "the parent is a full copy, without fingerprints"
+	case cur.Source.Config != pos.Config:
+		return "the collection definitions changed"
+	case len(pc.Layers) >= p.maxLayers():
+		return fmt.Sprintf("the chain has reached max_layers (%d)", p.maxLayers())
+	}
+	var deltaRows, baseRows int64
+	for _, l := range pc.Layers {
+		if l.Kind == LayerBase {
+			baseRows = l.Docs
+		} else {
+			deltaRows += l.Docs + l.Tombstones
+		}
+	}
+	if float64(deltaRows) > p.rebaseRatio()*float64(max(baseRows, 1)) {
+		return fmt.Sprintf("the deltas hold %d rows against the base's %d (rebase_ratio %g)", deltaRows, baseRows, p.rebaseRatio())
+	}
+	if p.TTL > 0 {
+		oldest := layersDataTime(cur, pc.Layers)
+		if age := p.now().Sub(oldest); age >= p.TTL/2 {
+			return fmt.Sprintf("the chain's oldest layer is %s old, past half the TTL", age.Round(time.Second))
+		}
+	}
+	return ""
+}
+
+// layersDataTime returns the oldest data time of the layers as version m records
+// them (a refresh of m rewrote them all).
+func layersDataTime(m *Manifest, layers []LayerRef) time.Time {
+	var t time.Time
+	for _, l := range layers {
+		lt := l.DataTime
+		if m.RefreshedAt.After(lt) {
+			lt = m.RefreshedAt
+		}
+		if t.IsZero() || lt.Before(t) {
+			t = lt
+		}
+	}
+	return t
+}
+
+func (p *Publisher) maxLayers() int {
+	if p.MaxLayers > 0 {
+		return p.MaxLayers
+	}
+	return DefaultMaxLayers
+}
+
+func (p *Publisher) rebaseRatio() float64 {
+	if p.RebaseRatio > 0 {
+		return p.RebaseRatio
+	}
+	return DefaultRebaseRatio
+}
+
+// writeLayers writes each collection's own layer for version m against the parent
+// cur (nil for none), filling m's stats with the version's totals (exactly what a
+// full copy would record) and its chains.
+func (p *Publisher) writeLayers(ctx context.Context, snap DeltaSnapshot, m *Manifest, cur *Manifest, forceBase bool) error {
+	w := p.Store.NewWriter(ctx, p.Dataset, m.Version)
+	for _, name := range p.Source.Collections() {
+		if err := p.writeLayer(ctx, snap, w, m, cur, name, forceBase); err != nil {
+			_, _ = w.Close(ctx)
+			return fmt.Errorf("collection %s: %w", name, err)
+		}
+	}
+	written, err := w.Close(ctx)
+	m.BytesWritten = w.BytesWritten()
+	if err != nil {
+		return fmt.Errorf("write documents: %w", err)
+	}
+	chunks := w.ChunksWritten()
+	for name, st := range m.Collections {
+		if st.Own != nil {
+			own := *st.Own
+			own.Written, own.ChunksWritten = written[name], chunks[name]
+			st.Own = &own
+			if own.Written == own.Emitted && own.ChunksWritten == own.Chunks {
+				st.Written = st.Rows
+			}
+		}
+		m.Collections[name] = st
+	}
+	return nil
+}
+
+// writeLayer merges the parent's fingerprints with the source's rows, both in id byte
+// order, writing what differs: per id, absent from the parent → insert; present with
+// another content → change; unrendered (nil body) or the same content → nothing;
+// absent from the source → tombstone.
+func (p *Publisher) writeLayer(ctx context.Context, snap DeltaSnapshot, w DocumentWriter, m *Manifest, cur *Manifest, name string, forceBase bool) error {
+	log := p.log().With("dataset", p.Dataset, "version", m.Version, "collection", name)
+	why := p.baseReason(cur, m.Source, name, forceBase)
+	var parent CollectionStats
+	var since *Position
+	kind := LayerBase
+	if why == "" {
+		kind = LayerDelta
+		parent = cur.Collections[name]
+		since = &cur.Source
+		if fp := m.Source.Fingerprints[name]; fp != "" && fp == cur.Source.Fingerprints[name] &&
+			m.Source.Definitions[name] == cur.Source.Definitions[name] {
+			// The table's row versions and definitions are the parent's: nothing to read.
+			st := parent
+			st.Layers = carryLayers(cur, parent.Layers)
+			st.Own = &OwnLayer{Mode: "unchanged: same fingerprint"}
+			st.Written = st.Rows
+			m.Collections[name] = st
+			return nil
+		}
+	} else {
+		log.InfoContext(ctx, "writing a base layer", "why", why)
+	}
+
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var pr *chainRun
+	if kind == LayerDelta {
+		pr = openChainRun(ctx, p.Store, p.Dataset, parent.Layers, name)
+	}
+	digest, err := ParseDigest(parent.Digest)
+	if err != nil {
+		return err
+	}
+	rows, bytes := parent.Rows, parent.Bytes
+	own := &OwnLayer{Kind: kind}
+	layer := LayerRef{Version: m.Version, Kind: kind, DataTime: m.StartedAt}
+	var chunk, parentSeen, sourceRows int64
+	enc := newRunEncoder(0, func(ctx context.Context, data []byte) error {
+		n := chunk
+		chunk++
+		return w.WriteChunk(ctx, name, n, data)
+	})
+	prog := newProgress(p.log(), p.Dataset, m.Version, name, parent.Rows, p.progressEvery(), p.now)
+	put := func(ctx context.Context, id string, body []byte, sum Digest) error {
+		own.Emitted++
+		if len(body) == 0 {
+			layer.Tombstones++
+			if err := enc.add(ctx, RunEntry{ID: id, Deleted: true}); err != nil {
+				return err
+			}
+		} else {
+			layer.Docs++
+			layer.Bytes += int64(len(body))
+			if err := enc.add(ctx, RunEntry{ID: id, Len: int64(len(body)), Sum: sum}); err != nil {
+				return err
+			}
+		}
+		if p.Crash != nil {
+			crash(p.Crash, CrashMidWrite, own.Emitted)
+		}
+		return w.Write(ctx, name, Document{ID: id, Body: body})
+	}
+	// head is the parent's next live entry not yet merged.
+	var head RunEntry
+	var hasHead bool
+	advance := func() error {
+		if pr == nil {
+			return nil
+		}
+		var err error
+		head, hasHead, err = pr.next()
+		if hasHead {
+			parentSeen++
+		}
+		return err
+	}
+	if err := advance(); err != nil {
+		return err
+	}
+	deleteHead := func(ctx context.Context) error {
+		own.Deleted++
+		rows--
+		bytes -= head.Len
+		digest.Sub(head.Sum)
+		if err := put(ctx, head.ID, []byte{}, Digest{}); err != nil {
+			return err
+		}
+		return advance()
+	}
+	mode, err := snap.ScanSince(ctx, name, since, func(doc Document) error {
+		sourceRows++
+		prog.add(ctx, len(doc.Body))
+		for hasHead && head.ID < doc.ID {
+			if err := deleteHead(ctx); err != nil {
+				return err
+			}
+		}
+		inParent := hasHead && head.ID == doc.ID
+		old := head
+		if inParent {
+			if err := advance(); err != nil {
+				return err
+			}
+		}
+		if doc.Body == nil {
+			if !inParent {
+				return fmt.Errorf("%w: id %q is unchanged since the parent %s but not in it", errDeltaInconsistent, truncate(doc.ID, 200), cur.Version)
+			}
+			return nil
+		}
+		own.Rendered++
+		if p.MaxDocumentBytes > 0 && len(doc.Body) > p.MaxDocumentBytes {
+			return fmt.Errorf("%w: collection %s key %q: document is %d bytes, over the limit of %d",
+				ErrSource, name, truncate(doc.ID, 200), len(doc.Body), p.MaxDocumentBytes)
+		}
+		sum := Contribution(doc.ID, doc.Body)
+		if inParent {
+			if sum == old.Sum && int64(len(doc.Body)) == old.Len {
+				return nil
+			}
+			own.Changed++
+			digest.Sub(old.Sum)
+			bytes -= old.Len
+		} else {
+			own.Inserted++
+			rows++
+		}
+		digest.Add(sum)
+		bytes += int64(len(doc.Body))
+		return put(ctx, doc.ID, doc.Body, sum)
+	})
+	own.Mode = mode
+	if err != nil {
+		return err
+	}
+	for hasHead {
+		if err := deleteHead(ctx); err != nil {
+			return err
+		}
+	}
+	if kind == LayerDelta && parentSeen != parent.Rows {
+		return fmt.Errorf("%w: the parent %s's fingerprints hold %d ids, its manifest %d", errDeltaInconsistent, cur.Version, parentSeen, parent.Rows)
+	}
+	if rows != sourceRows {
+		return fmt.Errorf("%w: counted %d rows from the source, %d through the parent", errDeltaInconsistent, sourceRows, rows)
+	}
+	if err := enc.flush(ctx); err != nil {
+		return err
+	}
+	own.Chunks = chunk
+	st := CollectionStats{Rows: rows, Bytes: bytes, Digest: digest.String(), Own: own}
+	switch {
+	case kind == LayerBase:
+		st.Layers = []LayerRef{layer}
+	case own.Emitted == 0:
+		own.Kind = "" // nothing changed: no layer, the parent's chain as it is
+		st.Layers = carryLayers(cur, parent.Layers)
+	default:
+		st.Layers = append([]LayerRef{layer}, carryLayers(cur, parent.Layers)...)
+	}
+	m.Collections[name] = st
+	prog.done(ctx)
+	log.InfoContext(ctx, "layer written", "kind", own.Kind, "mode", mode, "inserted", own.Inserted, "changed", own.Changed,
+		"deleted", own.Deleted, "rendered", own.Rendered, "chain", len(st.Layers))
+	return nil
+}
+
+// carryLayers copies the parent's layers into a new chain; a refresh of the parent
+// rewrote them all, so their data time is at least its.
+func carryLayers(parent *Manifest, layers []LayerRef) []LayerRef {
+	out := make([]LayerRef, len(layers))
+	for i, l := range layers {
+		if parent.RefreshedAt.After(l.DataTime) {
+			l.DataTime = parent.RefreshedAt
+		}
+		out[i] = l
+	}
+	return out
+}
