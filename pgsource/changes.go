@@ -132,9 +132,10 @@ func (r *snap) changeMode(ctx context.Context, c Collection, since *snapshot.Pos
 // method, whose row versions carry xmin as described above.
 func allHeap(ctx context.Context, tx pgx.Tx, c Collection) (bool, error) {
 	var ok bool
+	// pg_partition_tree lists nothing for a table that is not partitioned.
 	err := tx.QueryRow(ctx, `SELECT coalesce(bool_and(c.relkind = 'p' OR am.amname = 'heap'), false)
-		FROM pg_partition_tree(to_regclass($1)) pt
-		JOIN pg_class c ON c.oid = pt.relid
-		LEFT JOIN pg_am am ON am.oid = c.relam`, pgx.Identifier(c.tableParts()).Sanitize()).Scan(&ok)
+		FROM pg_class c LEFT JOIN pg_am am ON am.oid = c.relam
+		WHERE c.oid = to_regclass($1) OR c.oid IN (SELECT relid FROM pg_partition_tree(to_regclass($1)))`,
+		pgx.Identifier(c.tableParts()).Sanitize()).Scan(&ok)
 	return ok, err
 }

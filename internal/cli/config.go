@@ -140,11 +140,27 @@ type SyncerConfig struct {
 	Validation GateConfig `yaml:"validation"`
 	// ProgressInterval is how often a long sync logs its progress; default 10s.
 	ProgressInterval time.Duration `yaml:"progress_interval"`
+	// Versions is "incremental" (each version writes only what changed since its
+	// parent, sharing the rest: layered versions) or "full" (every version a
+	// complete copy); default incremental.
+	Versions string `yaml:"versions"`
+	// MaxLayers bounds how many layers a read consults per collection; a chain this
+	// long gets a new base at its next change. Default 8.
+	MaxLayers int `yaml:"max_layers"`
+	// RebaseRatio writes a new base once a chain's deltas hold more rows than this
+	// share of its base; default 0.5.
+	RebaseRatio float64 `yaml:"rebase_ratio"`
 	// Collections are what is copied; at least one is required.
 	Collections []CollectionConfig `yaml:"collections"`
 
 	emulatorHost string
 }
+
+// The values of versions.
+const (
+	VersionsIncremental = "incremental"
+	VersionsFull        = "full"
+)
 
 // DefaultSyncerConfig returns the defaults of every field but Collections.
 func DefaultSyncerConfig() SyncerConfig {
@@ -155,6 +171,9 @@ func DefaultSyncerConfig() SyncerConfig {
 		TTL:              sc.TTL,
 		MaxDocumentBytes: 8 << 20,
 		ProgressInterval: 10 * time.Second,
+		Versions:         VersionsIncremental,
+		MaxLayers:        snapshot.DefaultMaxLayers,
+		RebaseRatio:      snapshot.DefaultRebaseRatio,
 		Postgres:         PostgresConfig{Readers: 1, PartitionMinRows: 200_000},
 		Lease:            LeaseConfig{Duration: 15 * time.Second, AcquireTimeout: time.Minute},
 		Bigtable: BigtableConfig{
@@ -231,6 +250,15 @@ func (c SyncerConfig) Validate() error {
 	}
 	if c.ProgressInterval <= 0 {
 		return fmt.Errorf("progress_interval %s: must be positive", c.ProgressInterval)
+	}
+	if c.Versions != VersionsIncremental && c.Versions != VersionsFull {
+		return fmt.Errorf("versions %q: must be %q or %q", c.Versions, VersionsIncremental, VersionsFull)
+	}
+	if c.MaxLayers < 1 || c.MaxLayers > 64 {
+		return fmt.Errorf("max_layers %d: must be 1..64", c.MaxLayers)
+	}
+	if !(c.RebaseRatio > 0 && c.RebaseRatio <= 100) {
+		return fmt.Errorf("rebase_ratio %g: must be above 0 and at most 100", c.RebaseRatio)
 	}
 	if err := c.Validation.validate("validation"); err != nil {
 		return err

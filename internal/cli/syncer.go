@@ -224,6 +224,9 @@ func wireSyncer(ctx context.Context, cfg SyncerConfig, log *slog.Logger) (*synce
 		Audit:            st,
 		Gates:            gates,
 		DefaultGate:      &defGate,
+		Incremental:      cfg.Versions == VersionsIncremental,
+		MaxLayers:        cfg.MaxLayers,
+		RebaseRatio:      cfg.RebaseRatio,
 		Log:              log,
 	}
 	return &syncer{

@@ -1,0 +1,166 @@
+package snapshot
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"math/rand/v2"
+	"slices"
+	"strings"
+	"testing"
+)
+
+// memRuns holds runs in memory, chunked as a store keeps them.
+type memRuns map[Version][][]byte
+
+func (m memRuns) ScanRun(_ context.Context, _ string, layer Version, _ string, fn func([]byte) bool) error {
+	for _, c := range m[layer] {
+		if !fn(c) {
+			return nil
+		}
+	}
+	return nil
+}
+
+func encodeRun(t testing.TB, entries []RunEntry, max int) [][]byte {
+	t.Helper()
+	var chunks [][]byte
+	enc := newRunEncoder(max, func(_ context.Context, c []byte) error { chunks = append(chunks, c); return nil })
+	for _, e := range entries {
+		if err := enc.add(context.Background(), e); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := enc.flush(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	return chunks
+}
+
+func randomID(r *rand.Rand) string {
+	const alphabet = "ab\x00%,#$é"
+	var b strings.Builder
+	for range 1 + r.IntN(6) {
+		b.WriteString(string([]rune(alphabet)[r.IntN(len([]rune(alphabet)))]))
+	}
+	return b.String()
+}
+
+// Entries survive encoding, in order, whatever the chunk size; each chunk decodes
+// on its own.
+func TestRunRoundTrip(t *testing.T) {
+	r := rand.New(rand.NewPCG(1, 2))
+	for trial := range 200 {
+		ids := map[string]bool{}
+		for range r.IntN(300) {
+			ids[randomID(r)] = true
+		}
+		var want []RunEntry
+		for _, id := range slices.Sorted(maps.Keys(ids)) {
+			e := RunEntry{ID: id, Deleted: r.IntN(4) == 0}
+			if !e.Deleted {
+				e.Len = r.Int64N(1 << 40)
+				e.Sum = Digest{r.Uint64(), r.Uint64()}
+			}
+			want = append(want, e)
+		}
+		chunks := encodeRun(t, want, 1+r.IntN(400))
+		var got []RunEntry
+		for _, c := range chunks {
+			if err := DecodeRunChunk(c, func(e RunEntry) error { got = append(got, e); return nil }); err != nil {
+				t.Fatalf("trial %d: %v", trial, err)
+			}
+		}
+		if !slices.Equal(got, want) {
+			t.Fatalf("trial %d: round trip differs: got %d entries, want %d", trial, len(got), len(want))
+		}
+	}
+}
+
+func TestRunRefusesDisorderAndDamage(t *testing.T) {
+	enc := newRunEncoder(0, func(context.Context, []byte) error { return nil })
+	ctx := context.Background()
+	if err := enc.add(ctx, RunEntry{ID: "b"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := enc.add(ctx, RunEntry{ID: "a"}); err == nil {
+		t.Error("an id out of order was accepted")
+	}
+	chunks := encodeRun(t, []RunEntry{{ID: "a", Len: 3}, {ID: "ab", Deleted: true}}, 0)
+	for cut := range len(chunks[0]) {
+		if err := DecodeRunChunk(chunks[0][:cut], func(RunEntry) error { return nil }); err == nil {
+			t.Errorf("a chunk cut at %d of %d bytes decoded", cut, len(chunks[0]))
+		}
+	}
+}
+
+// A chain's merged run is the model's live map: newest layer wins, tombstones drop.
+func TestChainRunMatchesAModel(t *testing.T) {
+	r := rand.New(rand.NewPCG(3, 4))
+	for trial := range 100 {
+		runs := memRuns{}
+		var layers []LayerRef
+		model := map[string]RunEntry{}
+		nlayers := 1 + r.IntN(5)
+		for l := range nlayers { // oldest (base) first
+			v := Version(fmt.Sprintf("layer-%d", l))
+			touched := map[string]RunEntry{}
+			for range r.IntN(60) {
+				id := randomID(r)
+				e := RunEntry{ID: id, Len: r.Int64N(100), Sum: Digest{r.Uint64(), 1}}
+				if l > 0 && r.IntN(3) == 0 {
+					e = RunEntry{ID: id, Deleted: true}
+				}
+				touched[id] = e
+			}
+			var entries []RunEntry
+			for _, id := range slices.Sorted(maps.Keys(touched)) {
+				entries = append(entries, touched[id])
+				if touched[id].Deleted {
+					delete(model, id)
+				} else {
+					model[id] = touched[id]
+				}
+			}
+			runs[v] = encodeRun(t, entries, 1+r.IntN(200))
+			layers = append([]LayerRef{{Version: v}}, layers...)
+		}
+		cr := openChainRun(context.Background(), runs, "ds", layers, "c")
+		var got []RunEntry
+		for {
+			e, ok, err := cr.next()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !ok {
+				break
+			}
+			got = append(got, e)
+		}
+		var want []RunEntry
+		for _, id := range slices.Sorted(maps.Keys(model)) {
+			want = append(want, model[id])
+		}
+		if !slices.Equal(got, want) {
+			t.Fatalf("trial %d: merged run has %d entries, the model %d", trial, len(got), len(want))
+		}
+	}
+}
+
+func TestDigestSubAndParse(t *testing.T) {
+	var a, b Digest
+	a.AddDocument("x", []byte(`{"a":1}`))
+	a.AddDocument("y", []byte(`{"b":2}`))
+	b.AddDocument("x", []byte(`{"a":1}`))
+	a.Sub(Contribution("y", []byte(`{"b":2}`)))
+	if a != b {
+		t.Errorf("subtracting a pair's contribution: got %s, want %s", a, b)
+	}
+	p, err := ParseDigest(a.String())
+	if err != nil || p != a {
+		t.Errorf("ParseDigest(%s) = %s, %v", a, p, err)
+	}
+	if _, err := ParseDigest("zz"); err == nil {
+		t.Error("ParseDigest accepted zz")
+	}
+}

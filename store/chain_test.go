@@ -1,0 +1,172 @@
+package store_test
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"math/rand/v2"
+	"slices"
+	"testing"
+
+	"github.com/snapflip/snapflip/snapshot"
+)
+
+// Reads through a chain of hand-written layers answer what a model of newest-wins
+// with tombstones answers: GET, batch GET (one RowList), every page at several limits
+// (pages crossing long runs of tombstones and shadowed rows), and whole scans.
+func TestChainReadsMatchAModel(t *testing.T) {
+	st := newStore(t)
+	ctx := context.Background()
+	r := rand.New(rand.NewPCG(7, 8))
+	model := map[string]string{}
+	var chain []snapshot.Version // newest first
+	id := func(i int) string { return fmt.Sprintf("id-%04d", i) }
+	for layer := range 4 {
+		v := version(t)
+		w := st.NewWriter(ctx, "ds", v)
+		for i := range 1500 {
+			var body string
+			switch {
+			case layer == 0 && r.IntN(2) == 0:
+				body = fmt.Sprintf(`{"i":%d,"layer":0}`, i)
+			case layer > 0 && i >= 200 && i < 1400 && model[id(i)] != "":
+				body = "" // a long run of tombstones in the middle
+				if layer == 2 {
+					continue
+				}
+			case layer > 0 && r.IntN(10) == 0:
+				body = fmt.Sprintf(`{"i":%d,"layer":%d}`, i, layer)
+			default:
+				continue
+			}
+			if err := w.Write(ctx, "c", snapshot.Document{ID: id(i), Body: []byte(body)}); err != nil {
+				t.Fatal(err)
+			}
+			if body == "" {
+				delete(model, id(i))
+			} else {
+				model[id(i)] = body
+			}
+		}
+		if _, err := w.Close(ctx); err != nil {
+			t.Fatal(err)
+		}
+		chain = append([]snapshot.Version{v}, chain...)
+	}
+	ids := slices.Sorted(maps.Keys(model))
+	if len(ids) < 50 {
+		t.Fatalf("the model holds only %d ids", len(ids))
+	}
+
+	for i := range 1500 {
+		want, ok := model[id(i)]
+		got, err := st.GetDocument(ctx, "ds", chain, "c", id(i))
+		if ok != (err == nil) || (ok && string(got) != want) {
+			t.Fatalf("GetDocument(%s) = %s, %v; want %q (present %v)", id(i), got, err, want, ok)
+		}
+	}
+	var all []string
+	for i := range 1500 {
+		all = append(all, id(i))
+	}
+	got, err := st.GetDocuments(ctx, "ds", chain, "c", all)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != len(model) {
+		t.Fatalf("GetDocuments found %d ids, the model has %d", len(got), len(model))
+	}
+	for k, v := range got {
+		if model[k] != string(v) {
+			t.Fatalf("GetDocuments[%s] = %s; want %s", k, v, model[k])
+		}
+	}
+	for _, limit := range []int{1, 7, 100, 5000} {
+		var listed []string
+		after := ""
+		for pages := 0; ; pages++ {
+			docs, more, err := st.ScanPage(ctx, "ds", chain, "c", after, limit)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(docs) > limit || (more && len(docs) != limit) {
+				t.Fatalf("limit %d: a page of %d, more %v", limit, len(docs), more)
+			}
+			for _, d := range docs {
+				if model[d.ID] != string(d.Body) {
+					t.Fatalf("limit %d: page has %s = %s; want %q", limit, d.ID, d.Body, model[d.ID])
+				}
+				listed = append(listed, d.ID)
+			}
+			if !more {
+				break
+			}
+			after = docs[len(docs)-1].ID
+		}
+		if !slices.Equal(listed, ids) {
+			t.Fatalf("limit %d: listed %d ids, want %d", limit, len(listed), len(ids))
+		}
+	}
+	var scanned []string
+	err = st.ScanDocuments(ctx, "ds", chain, "c", func(d snapshot.Document) bool {
+		if model[d.ID] != string(d.Body) {
+			t.Errorf("scan: %s = %s; want %s", d.ID, d.Body, model[d.ID])
+		}
+		scanned = append(scanned, d.ID)
+		return true
+	})
+	if err != nil || !slices.Equal(scanned, ids) {
+		t.Fatalf("ScanDocuments: %d ids, %v; want %d", len(scanned), err, len(ids))
+	}
+	// Only the layers hold rows: a chain without the newest layer reads the older state.
+	if _, err := st.GetDocuments(ctx, "ds", chain[1:], "c", all); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// A layer's fingerprint chunks are read back in order, and refreshing a chain
+// rewrites documents, tombstones and chunks alike.
+func TestRunChunksAndRefresh(t *testing.T) {
+	st := newStore(t)
+	ctx := context.Background()
+	base, delta := version(t), version(t)
+	for _, v := range []snapshot.Version{base, delta} {
+		w := st.NewWriter(ctx, "ds", v)
+		body := []byte(`{"x":1}`)
+		if v == delta {
+			body = []byte{}
+		}
+		if err := w.Write(ctx, "c", snapshot.Document{ID: "a", Body: body}); err != nil {
+			t.Fatal(err)
+		}
+		for n := range int64(12) {
+			if err := w.WriteChunk(ctx, "c", n, []byte{byte(n)}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if _, err := w.Close(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if got := w.ChunksWritten()["c"]; got != 12 {
+			t.Fatalf("ChunksWritten = %d; want 12", got)
+		}
+	}
+	var chunks []byte
+	if err := st.ScanRun(ctx, "ds", delta, "c", func(c []byte) bool { chunks = append(chunks, c...); return true }); err != nil {
+		t.Fatal(err)
+	}
+	if want := []byte{0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11}; !slices.Equal(chunks, want) {
+		t.Fatalf("chunks read back as %v; want %v", chunks, want)
+	}
+	chain := []snapshot.Version{delta, base}
+	n, err := st.RefreshVersion(ctx, "ds", map[string][]snapshot.Version{"c": chain})
+	if err != nil || n != 2 {
+		t.Fatalf("RefreshVersion = %d, %v; want 2 rows (a document and a tombstone)", n, err)
+	}
+	if _, err := st.GetDocument(ctx, "ds", chain, "c", "a"); err == nil {
+		t.Error("the tombstone did not survive the refresh: a deleted id is served")
+	}
+	if got, err := st.GetDocument(ctx, "ds", chain[1:], "c", "a"); err != nil || string(got) != `{"x":1}` {
+		t.Errorf("the base after refresh: %s, %v", got, err)
+	}
+}
