@@ -292,6 +292,10 @@ func checkPublished(tb testing.TB, st *store.Store, dataset string) (map[int64]i
 	}
 	publishedPerSlot := map[int64]int{}
 	published := 0
+	byVersion := map[snapshot.Version]snapshot.Manifest{}
+	for _, m := range ms {
+		byVersion[m.Version] = m
+	}
 	for _, m := range ms {
 		if m.State != snapshot.StatePublished && m.State != snapshot.StateRetired {
 			continue
@@ -304,8 +308,16 @@ func checkPublished(tb testing.TB, st *store.Store, dataset string) (map[int64]i
 			tb.Errorf("published version incomplete: %v", err)
 		}
 		for name, c := range m.Collections {
+			// Every layer a chain reads is a version that was sealed: a killed or
+			// failed sync's rows are never reachable, also not through a later version.
+			for _, l := range c.Layers {
+				lm, ok := byVersion[l.Version]
+				if !ok || !lm.State.Servable() {
+					tb.Errorf("version %s %s reads layer %s, whose manifest is %v (state %q)", m.Version, name, l.Version, ok, lm.State)
+				}
+			}
 			n := int64(0)
-			if err := st.ScanDocuments(context.Background(), dataset, []snapshot.Version{m.Version}, name, func(snapshot.Document) bool { n++; return true }); err != nil {
+			if err := st.ScanDocuments(context.Background(), dataset, m.Chain(name), name, func(snapshot.Document) bool { n++; return true }); err != nil {
 				tb.Fatal(err)
 			}
 			if n != c.Rows {
