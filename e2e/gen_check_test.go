@@ -16,7 +16,9 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/snapflip/snapflip/internal/testenv"
 	"github.com/snapflip/snapflip/pgsource"
+	"github.com/snapflip/snapflip/snapshot"
 )
 
 // genState is what Postgres says a collection holds: ids in byte order, and each
@@ -464,4 +466,104 @@ func genDiff(want, got any, path string, diffs *[]string) bool {
 func genJSON(v any) string {
 	b, _ := json.Marshal(v)
 	return string(b)
+}
+
+// checkTwin compares the incremental deployment with its full-copy twin: per
+// collection the same count and digest (so the same bytes under every id), and every
+// list page (limit 1000) byte for byte.
+func (r *genRun) checkTwin() []genMismatch {
+	var ms []genMismatch
+	ctx := context.Background()
+	read := func(e *env) snapshot.Manifest {
+		st := testenv.Store(r.t, testenv.StoreConfig(e.btAddr))
+		p, err := st.ReadPointer(ctx, "e2e")
+		if err != nil {
+			r.t.Fatal(err)
+		}
+		m, err := st.ReadManifest(ctx, "e2e", p.Version)
+		if err != nil {
+			r.t.Fatal(err)
+		}
+		return m
+	}
+	mi, mf := read(r.e), read(r.full)
+	defer func() {
+		if r.counted == nil {
+			r.counted = map[snapshot.Version]bool{}
+		}
+		r.counted[mi.Version] = true
+	}()
+	if mi.Format != snapshot.FormatLayered || mf.Format != snapshot.FormatFull {
+		ms = append(ms, genMismatch{coll: "*", how: fmt.Sprintf("manifest formats %d (incremental) and %d (full)", mi.Format, mf.Format)})
+	}
+	r.awaitVersion(r.full, string(mf.Version))
+	r.awaitVersion(r.e, string(mi.Version))
+	for _, gc := range r.colls {
+		ci, cf := mi.Collections[gc.Name], mf.Collections[gc.Name]
+		r.stats.longestChain = max(r.stats.longestChain, len(ci.Layers))
+		if ci.Own != nil && !r.counted[mi.Version] {
+			switch ci.Own.Kind {
+			case snapshot.LayerDelta:
+				r.stats.deltas++
+			case snapshot.LayerBase:
+				r.stats.bases++
+			}
+		}
+		if ci.Rows != cf.Rows || ci.Digest != cf.Digest || ci.Bytes != cf.Bytes {
+			ms = append(ms, genMismatch{coll: gc.Name, how: fmt.Sprintf("incremental holds %d rows, %d bytes, digest %s (chain of %d); full %d rows, %d bytes, digest %s",
+				ci.Rows, ci.Bytes, ci.Digest, len(ci.Layers), cf.Rows, cf.Bytes, cf.Digest)})
+		}
+		pi, pf := r.listRaw(r.e, gc.Name), r.listRaw(r.full, gc.Name)
+		if !slices.Equal(pi, pf) {
+			ms = append(ms, genMismatch{coll: gc.Name, how: fmt.Sprintf("the list differs: %d pages from incremental, %d from full", len(pi), len(pf))})
+		}
+	}
+	return ms
+}
+
+// awaitVersion waits until e's API serves version v.
+func (r *genRun) awaitVersion(e *env, v string) { e.awaitVersion(r.t, "/v1/collections", v) }
+
+// listRaw returns the documents array of every list page of a collection, as sent.
+func (r *genRun) listRaw(e *env, coll string) []string {
+	var pages []string
+	token := ""
+	for range 1000 {
+		path := "/v1/data/" + url.PathEscape(coll) + "?limit=1000"
+		if token != "" {
+			path += "&page_token=" + url.QueryEscape(token)
+		}
+		resp := e.get(r.t, path)
+		var body struct {
+			Documents     json.RawMessage `json:"documents"`
+			NextPageToken string          `json:"next_page_token"`
+		}
+		if resp.status != http.StatusOK || json.Unmarshal(resp.body, &body) != nil {
+			return append(pages, fmt.Sprintf("status %d: %s", resp.status, resp.body))
+		}
+		pages = append(pages, string(body.Documents))
+		if body.NextPageToken == "" {
+			break
+		}
+		token = body.NextPageToken
+	}
+	return pages
+}
+
+// rollBack rolls the incremental deployment back to its previous version and unpins
+// it, returning the version now current.
+func (r *genRun) rollBack() string {
+	if out, err := r.e.syncerCmd(r.t, "rollback", "--previous", "--reason", "generative history"); err != nil {
+		r.fatalf("rollback: %v: %s", err, out)
+	}
+	if out, err := r.e.syncerCmd(r.t, "unpin", "--reason", "generative history"); err != nil {
+		r.fatalf("unpin: %v: %s", err, out)
+	}
+	r.log = append(r.log, "-- (syncer rollback --previous; syncer unpin)")
+	r.stats.rollbacks++
+	p, err := testenv.Store(r.t, testenv.StoreConfig(r.e.btAddr)).ReadPointer(context.Background(), "e2e")
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	return string(p.Version)
 }

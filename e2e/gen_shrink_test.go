@@ -159,7 +159,7 @@ func (sh *shrinker) fails(c genCase) (bool, string) {
 			return false, fmt.Sprintf("the case does not build: %v", err)
 		}
 	}
-	r.writeConfig(sh.e.configPath, []genColl{c.gc})
+	r.writeConfig(sh.e.configPath, []genColl{c.gc}, r.layers)
 	out, err := sh.e.sync(r.t)
 	saved := r.conn
 	r.conn = conn

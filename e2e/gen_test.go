@@ -19,6 +19,7 @@ import (
 	sqlgen "github.com/snapflip/snapflip/internal/gen"
 	"github.com/snapflip/snapflip/internal/testenv"
 	"github.com/snapflip/snapflip/pgsource"
+	"github.com/snapflip/snapflip/snapshot"
 )
 
 // The generative differential test: random schemas (every built-in type, custom types,
@@ -138,7 +139,9 @@ func TestGenerative(t *testing.T) {
 // genStats counts what a run covered.
 type genStats struct {
 	schemas, tables, columns, collections, syncs, published, failed, rowsChecked, gone int
-	types                                                                              map[string]int
+	// Of the incremental twin: layers written by kind, the longest chain, rollbacks.
+	deltas, bases, longestChain, rollbacks int
+	types                                  map[string]int
 }
 
 func (s *genStats) add(o genStats) {
@@ -151,6 +154,10 @@ func (s *genStats) add(o genStats) {
 	s.failed += o.failed
 	s.rowsChecked += o.rowsChecked
 	s.gone += o.gone
+	s.deltas += o.deltas
+	s.bases += o.bases
+	s.longestChain = max(s.longestChain, o.longestChain)
+	s.rollbacks += o.rollbacks
 	if s.types == nil {
 		s.types = map[string]int{}
 	}
@@ -165,14 +172,19 @@ func (s genStats) String() string {
 		kinds[strings.SplitN(k, " ", 2)[0]]++
 	}
 	return fmt.Sprintf("%d schemas, %d tables, %d columns of %d distinct types %v, %d collections, %d syncs (%d published, "+
-		"%d failed as they must), %d documents checked, %d gone ids checked", s.schemas, s.tables, s.columns, len(s.types), kinds,
-		s.collections, s.syncs, s.published, s.failed, s.rowsChecked, s.gone)
+		"%d failed as they must), %d documents checked, %d gone ids checked; incremental: %d delta and %d base layers, "+
+		"chains up to %d layers, %d rollbacks, each version equal to its full twin", s.schemas, s.tables, s.columns, len(s.types), kinds,
+		s.collections, s.syncs, s.published, s.failed, s.rowsChecked, s.gone, s.deltas, s.bases, s.longestChain, s.rollbacks)
 }
 
-// genRun is one schema's history against one deployment.
+// genRun is one schema's history against one deployment, and its full-copy twin.
 type genRun struct {
 	t      *testing.T
-	e      *env
+	e      *env // versions: incremental, with the seed's layering
+	full   *env // the twin: versions: full, the same Postgres, its own Bigtable
+	layers string
+	// counted holds the incremental versions whose layers the stats counted.
+	counted map[snapshot.Version]bool
 	seed   uint64
 	sz     genSizes
 	s      *sqlgen.Schema
@@ -225,6 +237,13 @@ func newGenRun(t *testing.T, seed uint64, sz genSizes, s *sqlgen.Schema, colls [
 	r := &genRun{t: t, seed: seed, sz: sz, s: s, colls: colls, seen: map[string]map[string]bool{}}
 	r.stats = genStats{schemas: 1, tables: len(s.Tables), collections: len(r.colls), types: map[string]int{}}
 	r.e = &env{dsn: testenv.Postgres(t), btAddr: testenv.Bigtable(t)}
+	r.full = &env{dsn: r.e.dsn, btAddr: testenv.Bigtable(t)}
+	// Short chains and eager rebases in some histories, so bases, deltas on deltas
+	// and chains at their bound all occur.
+	h := seed * 0xbf58476d1ce4e5b9
+	h ^= h >> 31
+	r.layers = fmt.Sprintf("versions: incremental\nmax_layers: %d\nrebase_ratio: %g\n",
+		[]int{2, 3, 8, 8}[h%4], []float64{0.05, 0.5, 100}[(h>>2)%3])
 	return r
 }
 
@@ -240,8 +259,11 @@ func (r *genRun) history(create []string, step func(k int) []string) genStats {
 		}
 	}
 	r.e.configPath = filepath.Join(t.TempDir(), "snapflip.yaml")
-	r.writeConfig(r.e.configPath, r.colls)
+	r.writeConfig(r.e.configPath, r.colls, r.layers)
+	r.full.configPath = filepath.Join(t.TempDir(), "snapflip-full.yaml")
+	r.writeConfig(r.full.configPath, r.colls, "versions: full\n")
 	r.e.startAPI(t)
+	r.full.startAPI(t)
 	var version string
 	for k := range r.sz.syncs {
 		if k > 0 {
@@ -254,7 +276,18 @@ func (r *genRun) history(create []string, step func(k int) []string) genStats {
 			r.conn.Close(context.Background())
 			r.connect()
 		}
+		if k == 2 && r.stats.published >= 2 && r.seed%3 == 0 {
+			// Roll the incremental deployment back and unpin it: its next delta is
+			// computed against the version rolled back to.
+			version = r.rollBack()
+		}
 		out, err := r.e.sync(t)
+		fout, ferr := r.full.sync(t)
+		if (err == nil) != (ferr == nil) {
+			r.report(fmt.Sprintf("sync %d of %d: incremental said %q (%v), full said %q (%v)", k+1, r.sz.syncs,
+				strings.TrimSpace(out), err, strings.TrimSpace(fout), ferr), nil)
+			return r.done()
+		}
 		r.stats.syncs++
 		states, invalid := r.states()
 		switch {
@@ -295,6 +328,10 @@ func (r *genRun) history(create []string, step func(k int) []string) genStats {
 		}
 		if ms := r.check(version, k, states); len(ms) > 0 {
 			r.report(fmt.Sprintf("after sync %d of %d (%s), the API disagrees with Postgres", k+1, r.sz.syncs, strings.TrimSpace(out)), ms)
+			return r.done()
+		}
+		if ms := r.checkTwin(); len(ms) > 0 {
+			r.report(fmt.Sprintf("after sync %d of %d (%s), the incremental version differs from the full copy", k+1, r.sz.syncs, strings.TrimSpace(out)), ms)
 			return r.done()
 		}
 	}
@@ -393,13 +430,13 @@ func (r *genRun) keys(t *sqlgen.Table) []string {
 // scalars with every byte outside printable ASCII escaped (yaml.v3's own encoder writes
 // a literal block starting with a tab, which its decoder then refuses); the file must
 // decode back to the same collections.
-func (r *genRun) writeConfig(path string, colls []genColl) {
+func (r *genRun) writeConfig(path string, colls []genColl, extra string) {
 	readers, minRows := r.s.Readers, 1 // above 1 reader, every table is read in hash partitions
 	if readers <= 1 {
 		readers, minRows = 1, 200000
 	}
 	var b strings.Builder
-	fmt.Fprintf(&b, "dataset: e2e\nschedule: \"@every 1h\"\nttl: 1h\n")
+	fmt.Fprintf(&b, "dataset: e2e\nschedule: \"@every 1h\"\nttl: 1h\n%s", extra)
 	// Histories delete and truncate at will: no gate may refuse them.
 	fmt.Fprintf(&b, "validation: {max_shrink: 0, allow_empty: true}\n")
 	fmt.Fprintf(&b, "postgres: {readers: %d, partition_min_rows: %d}\ncollections:\n", readers, minRows)
