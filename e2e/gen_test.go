@@ -185,16 +185,16 @@ type genRun struct {
 	layers string
 	// counted holds the incremental versions whose layers the stats counted.
 	counted map[snapshot.Version]bool
-	seed   uint64
-	sz     genSizes
-	s      *sqlgen.Schema
-	conn   *pgx.Conn
-	colls  []genColl
-	seen   map[string]map[string]bool // collection → every id it had at a sync
-	good   map[string]genGood         // collection → what the last published version holds
-	log    []string                   // every statement run, for the report
-	stats  genStats
-	failed bool
+	seed    uint64
+	sz      genSizes
+	s       *sqlgen.Schema
+	conn    *pgx.Conn
+	colls   []genColl
+	seen    map[string]map[string]bool // collection → every id it had at a sync
+	good    map[string]genGood         // collection → what the last published version holds
+	log     []string                   // every statement run, for the report
+	stats   genStats
+	failed  bool
 }
 
 // genColl is a collection and the SQL that asks Postgres what it must hold.
