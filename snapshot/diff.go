@@ -11,6 +11,9 @@ type DiffStore interface {
 	// ScanDocuments calls fn with every document of a collection through a chain, in
 	// id order, until fn returns false.
 	ScanDocuments(ctx context.Context, dataset string, chain []Version, collection string, fn func(Document) bool) error
+	// GetDocuments returns the documents of ids found through a chain.
+	GetDocuments(ctx context.Context, dataset string, chain []Version, collection string, ids []string) (map[string][]byte, error)
+	RunReader
 }
 
 // CollectionDiff counts what changes in one collection from version A to version B.
@@ -24,8 +27,10 @@ type CollectionDiff struct {
 
 // Diff compares two versions collection by collection (one, when only is set). A
 // collection whose count and digest are equal in both is reported the same without
-// reading it; the others are read in id order from both versions at once and merged.
-// sample bounds the ids listed per collection.
+// reading it. When both chains share their older layers, only the layers that differ
+// are read: the ids their fingerprint runs name are looked up through both chains.
+// Otherwise both versions are read in id order at once and merged. sample bounds the
+// ids listed per collection.
 func Diff(ctx context.Context, st DiffStore, dataset string, a, b Version, only string, sample int) (map[string]CollectionDiff, error) {
 	ma, err := st.ReadManifest(ctx, dataset, a)
 	if err != nil {
@@ -56,7 +61,12 @@ func Diff(ctx context.Context, st DiffStore, dataset string, a, b Version, only 
 			out[name] = CollectionDiff{Same: true}
 			continue
 		}
-		d, err := diffCollection(ctx, st, dataset, ma.Chain(name), mb.Chain(name), name, sample)
+		var d CollectionDiff
+		if ua, ub, ok := uniqueLayers(ca.Layers, cb.Layers); okA && okB && ok {
+			d, err = diffLayers(ctx, st, dataset, ma.Chain(name), mb.Chain(name), ua, ub, name, sample)
+		} else {
+			d, err = diffCollection(ctx, st, dataset, ma.Chain(name), mb.Chain(name), name, sample)
+		}
 		if err != nil {
 			return nil, err
 		}
@@ -65,14 +75,86 @@ func Diff(ctx context.Context, st DiffStore, dataset string, a, b Version, only 
 	return out, nil
 }
 
+// uniqueLayers returns the layers of chains a and b above their common suffix, and
+// whether they share one (a base, at least).
+func uniqueLayers(a, b []LayerRef) ([]LayerRef, []LayerRef, bool) {
+	n := 0
+	for n < len(a) && n < len(b) && a[len(a)-1-n].Version == b[len(b)-1-n].Version {
+		n++
+	}
+	return a[:len(a)-n], b[:len(b)-n], n > 0
+}
+
+// diffLayers compares two chains that share their older layers: an id can differ only
+// if a layer above the shared ones names it, so only those layers' fingerprint runs
+// are read, and the ids they name are looked up through both chains, 1,000 at a time.
+func diffLayers(ctx context.Context, st DiffStore, dataset string, a, b []Version, ua, ub []LayerRef, name string, sample int) (CollectionDiff, error) {
+	var d CollectionDiff
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	// The union of the ids the unique layers name, tombstones included, in order.
+	run := &chainRun{keepDeleted: true}
+	for _, l := range append(append([]LayerRef{}, ua...), ub...) {
+		run.its = append(run.its, newRunIter(ctx, st, dataset, l.Version, name))
+	}
+	var batch []string
+	flush := func() error {
+		if len(batch) == 0 {
+			return nil
+		}
+		da, err := st.GetDocuments(ctx, dataset, a, name, batch)
+		if err != nil {
+			return err
+		}
+		db, err := st.GetDocuments(ctx, dataset, b, name, batch)
+		if err != nil {
+			return err
+		}
+		for _, id := range batch {
+			x, inA := da[id]
+			y, inB := db[id]
+			switch {
+			case inA && !inB:
+				d.Removed++
+				d.note(sample, "-", id)
+			case !inA && inB:
+				d.Added++
+				d.note(sample, "+", id)
+			case inA && inB && string(x) != string(y):
+				d.Changed++
+				d.note(sample, "~", id)
+			}
+		}
+		batch = batch[:0]
+		return nil
+	}
+	for {
+		e, ok, err := run.next()
+		if err != nil {
+			return d, err
+		}
+		if !ok {
+			break
+		}
+		if batch = append(batch, e.ID); len(batch) == 1000 {
+			if err := flush(); err != nil {
+				return d, err
+			}
+		}
+	}
+	return d, flush()
+}
+
+func (d *CollectionDiff) note(sample int, kind, id string) {
+	if len(d.Sample) < sample {
+		d.Sample = append(d.Sample, kind+" "+id)
+	}
+}
+
 // diffCollection merges the two versions' id-ordered scans.
 func diffCollection(ctx context.Context, st DiffStore, dataset string, a, b []Version, name string, sample int) (CollectionDiff, error) {
 	var d CollectionDiff
-	note := func(kind, id string) {
-		if len(d.Sample) < sample {
-			d.Sample = append(d.Sample, kind+" "+id)
-		}
-	}
+	note := func(kind, id string) { d.note(sample, kind, id) }
 	// Read B into a channel while A is scanned: both come in id order.
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()

@@ -218,6 +218,8 @@ func (it *runIter) pop() { it.buf = it.buf[1:] }
 // of the version: per id the newest layer's entry, tombstones dropped.
 type chainRun struct {
 	its []*runIter
+	// keepDeleted returns tombstones too (the ids a set of layers names).
+	keepDeleted bool
 	// prev checks that the merged stream is strictly increasing.
 	prev    string
 	started bool
@@ -265,7 +267,7 @@ func (c *chainRun) next() (RunEntry, bool, error) {
 			return RunEntry{}, false, errors.New("fingerprint runs out of order")
 		}
 		c.started, c.prev = true, winner.ID
-		if !winner.Deleted {
+		if !winner.Deleted || c.keepDeleted {
 			return winner, true, nil
 		}
 	}

@@ -1,0 +1,235 @@
+package snapshot_test
+
+import (
+	"context"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+
+	"log/slog"
+
+	"github.com/snapflip/snapflip/internal/testenv"
+	"github.com/snapflip/snapflip/snapshot"
+	"github.com/snapflip/snapflip/store"
+)
+
+func (r *rig) exec(tb testing.TB, stmts ...string) {
+	tb.Helper()
+	testenv.Exec(tb, r.dsn, stmts...)
+}
+
+// lastManifestBefore returns the newest manifest older than v.
+func (r *rig) lastManifestBefore(tb testing.TB, v snapshot.Version) snapshot.Manifest {
+	tb.Helper()
+	ms, err := r.store.ListManifests(context.Background(), "ds")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	for i := len(ms) - 1; i >= 0; i-- {
+		if ms[i].Version == v && i > 0 {
+			return ms[i-1]
+		}
+	}
+	tb.Fatalf("no manifest before %s", v)
+	return snapshot.Manifest{}
+}
+
+func (r *rig) publish(tb testing.TB, p *snapshot.Publisher) snapshot.Manifest {
+	tb.Helper()
+	res, err := p.Publish(context.Background(), snapshot.PublishOptions{})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	if res.NoOp {
+		tb.Fatal("publish was a no-op")
+	}
+	return res.Manifest
+}
+
+// twin returns a full-copy publisher over the same source and store, dataset "full".
+func (r *rig) twin() *snapshot.Publisher {
+	p := *r.pub
+	p.Dataset, p.Incremental = "full", false
+	p.Versions = snapshot.NewVersionGen(uuid.New(), nil)
+	return &p
+}
+
+// A delta holds only what changed, renders only the rows written since its parent,
+// and its totals are exactly a full copy's.
+func TestIncrementalPublishWritesOnlyChanges(t *testing.T) {
+	r := newRig(t, twoCollections, twoTables...)
+	r.pub.Incremental = true
+	full := r.twin()
+	base := r.publish(t, r.pub)
+	if base.Format != snapshot.FormatLayered || base.Collections["users"].Own.Kind != snapshot.LayerBase {
+		t.Fatalf("first version: format %d, users %+v; want a layered base", base.Format, base.Collections["users"].Own)
+	}
+	r.publish(t, full)
+	r.exec(t, `UPDATE users SET name = 'changed' WHERE id IN ('u1', 'u2')`,
+		`UPDATE users SET name = name WHERE id = 'u3'`, // a new row version, the same document
+		`DELETE FROM users WHERE id = 'u4'`, `INSERT INTO users VALUES ('u99', 'new')`)
+	delta := r.publish(t, r.pub)
+	f2 := r.publish(t, full)
+	u := delta.Collections["users"]
+	want := snapshot.OwnLayer{Kind: snapshot.LayerDelta, Mode: "row-version", Inserted: 1, Changed: 2, Deleted: 1, Rendered: 4,
+		Emitted: 4, Written: 4, Chunks: 1, ChunksWritten: 1}
+	if *u.Own != want {
+		t.Errorf("users' own layer = %+v;\nwant %+v", *u.Own, want)
+	}
+	if o := delta.Collections["orders"]; o.Own.Kind != "" || len(o.Layers) != 1 || o.Layers[0].Version != base.Version {
+		t.Errorf("unchanged orders: own %+v, layers %+v; want no layer, the base's chain", o.Own, o.Layers)
+	}
+	if len(u.Layers) != 2 || u.Layers[0].Version != delta.Version || u.Layers[1].Version != base.Version {
+		t.Errorf("users' chain = %+v; want [delta, base]", u.Layers)
+	}
+	for name, c := range f2.Collections {
+		d := delta.Collections[name]
+		if d.Rows != c.Rows || d.Bytes != c.Bytes || d.Digest != c.Digest {
+			t.Errorf("%s: delta totals %d rows %d bytes %s; full copy %d rows %d bytes %s", name, d.Rows, d.Bytes, d.Digest, c.Rows, c.Bytes, c.Digest)
+		}
+	}
+	if delta.BytesWritten <= 0 || delta.BytesWritten*10 > base.BytesWritten {
+		t.Errorf("the delta sent %d bytes, the base %d: want a small fraction", delta.BytesWritten, base.BytesWritten)
+	}
+	// Reads through the chain: the deleted id is gone, the changed ones changed.
+	ctx := context.Background()
+	got, err := r.store.GetDocuments(ctx, "ds", delta.Chain("users"), "users", []string{"u1", "u4", "u5", "u99"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := got["u4"]; ok || len(got) != 3 || string(got["u1"]) != `{"id":"u1","name":"changed"}` {
+		t.Errorf("reads through the chain = %q", got)
+	}
+
+	// Diff between versions sharing the base reads only the delta's run, and agrees
+	// with the full copies' scan.
+	dl, err := snapshot.Diff(ctx, r.store, "ds", base.Version, delta.Version, "", 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ms, _ := r.store.ListManifests(ctx, "full")
+	df, err := snapshot.Diff(ctx, r.store, "full", ms[0].Version, ms[len(ms)-1].Version, "", 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(dl["users"].Sample, df["users"].Sample) || dl["users"].Changed != 2 || dl["users"].Added != 1 || dl["users"].Removed != 1 {
+		t.Errorf("layered diff = %+v; the full copies' = %+v", dl["users"], df["users"])
+	}
+}
+
+// A chain at max_layers gets a base at the next change; so do deltas large against
+// their base (rebase_ratio).
+func TestChainsStayBounded(t *testing.T) {
+	r := newRig(t, twoCollections, twoTables...)
+	r.pub.Incremental, r.pub.MaxLayers, r.pub.RebaseRatio = true, 3, 100
+	var kinds []string
+	for i := range 7 {
+		r.exec(t, `UPDATE users SET name = 'gen `+string(rune('a'+i))+`' WHERE id = 'u1'`)
+		m := r.publish(t, r.pub)
+		u := m.Collections["users"]
+		kinds = append(kinds, u.Own.Kind)
+		if len(u.Layers) > 3 {
+			t.Fatalf("publish %d: chain of %d layers; max_layers is 3", i, len(u.Layers))
+		}
+	}
+	if want := []string{"base", "delta", "delta", "base", "delta", "delta", "base"}; !slices.Equal(kinds, want) {
+		t.Errorf("layer kinds %v; want %v", kinds, want)
+	}
+	r.pub.MaxLayers, r.pub.RebaseRatio = 8, 0.1
+	r.exec(t, `UPDATE users SET name = 'many' WHERE id IN ('u1', 'u2', 'u3')`) // 3 of 50 users: under 10%
+	if k := r.publish(t, r.pub).Collections["users"].Own.Kind; k != snapshot.LayerDelta {
+		t.Errorf("a small change: %s layer; want delta", k)
+	}
+	r.exec(t, `UPDATE users SET name = 'more' WHERE id IN ('u1', 'u2', 'u3', 'u4')`)
+	if k := r.publish(t, r.pub).Collections["users"].Own.Kind; k != snapshot.LayerDelta {
+		t.Errorf("deltas at 7 of 50 rows: %s layer; want delta", k)
+	}
+	r.exec(t, `UPDATE users SET name = 'again' WHERE id = 'u1'`)
+	if k := r.publish(t, r.pub).Collections["users"].Own.Kind; k != snapshot.LayerBase {
+		t.Errorf("deltas past rebase_ratio: %s layer; want base", k)
+	}
+}
+
+// A parent whose fingerprints disagree with its manifest makes the publish start
+// again with bases, and the version published is right.
+func TestInconsistentParentFallsBackToBase(t *testing.T) {
+	r := newRig(t, twoCollections, twoTables...)
+	r.pub.Incremental = true
+	ctx := context.Background()
+	m := r.publish(t, r.pub)
+	broken := m
+	u := broken.Collections["users"]
+	u.Rows++
+	broken.Collections = map[string]snapshot.CollectionStats{"users": u, "orders": m.Collections["orders"]}
+	if err := r.store.UpdateManifest(ctx, broken, m.State); err != nil {
+		t.Fatal(err)
+	}
+	r.exec(t, `UPDATE users SET name = 'x' WHERE id = 'u1'`)
+	m2 := r.publish(t, r.pub)
+	if k := m2.Collections["users"].Own.Kind; k != snapshot.LayerBase || m2.Collections["users"].Rows != 50 {
+		t.Errorf("after an inconsistent parent: users %+v, %d rows; want a base of 50", m2.Collections["users"].Own, m2.Collections["users"].Rows)
+	}
+	failed := r.lastManifestBefore(t, m2.Version)
+	if failed.State != snapshot.StateFailed {
+		t.Errorf("the inconsistent attempt is %s; want failed", failed.State)
+	}
+}
+
+// A pinned version's refresh rewrites every layer of its chains, and its data time
+// (and so its expiry) is then the refresh's.
+func TestPinnedRefreshCoversTheChain(t *testing.T) {
+	r := newRig(t, twoCollections, twoTables...)
+	r.pub.Incremental = true
+	ctx := context.Background()
+	lease, err := r.store.NewLease("publish/ds", store.LeaseConfig{Holder: "admin",
+		BeforeAcquire: func(ctx context.Context, token uint64) error { return r.store.AdvanceFence(ctx, "ds", token) }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tk := &snapshot.Ticker{Publisher: r.pub, Lease: lease, Slots: r.store, Holder: "admin", Log: slog.New(slog.DiscardHandler)}
+	var m snapshot.Manifest
+	for i, stmts := range [][]string{nil, {`UPDATE users SET name = 'x' WHERE id = 'u1'`, `DELETE FROM users WHERE id = 'u2'`},
+		{`UPDATE users SET name = 'y' WHERE id = 'u1'`}} {
+		r.exec(t, stmts...)
+		res, err := tk.Tick(ctx, int64(i+1), snapshot.PublishOptions{})
+		if err != nil || res.Publish.NoOp {
+			t.Fatalf("tick %d: %+v, %v", i, res, err)
+		}
+		if i == 1 {
+			m = res.Publish.Manifest
+		}
+	}
+	admin := &snapshot.Admin{Dataset: "ds", Store: r.store, Lease: lease}
+	if _, err := admin.Rollback(ctx, snapshot.RollbackRequest{Previous: true, Reason: "hold", By: "test"}); err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now().Add(time.Hour)
+	r.pub.TTL, r.pub.Now = time.Hour, func() time.Time { return now }
+	_, res, done, err := r.pub.KeepAlive(ctx, snapshot.PublishOptions{})
+	if err != nil || !done {
+		t.Fatalf("KeepAlive = %+v, %v, %v", res, done, err)
+	}
+	// The base's 50 + 120 rows, and the delta's document and tombstone.
+	if res.Refreshed != 172 {
+		t.Errorf("refreshed %d rows; want 172 (both layers, tombstone included)", res.Refreshed)
+	}
+	got, _ := r.store.ReadManifest(ctx, "ds", m.Version)
+	if !got.DataTime().Equal(now) {
+		t.Errorf("data time after the refresh = %s; want %s", got.DataTime(), now)
+	}
+}
+
+func TestDataTimeIsTheChainsOldest(t *testing.T) {
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	m := snapshot.Manifest{StartedAt: t0.Add(5 * time.Hour), TTL: 10 * time.Hour,
+		Collections: map[string]snapshot.CollectionStats{"c": {Layers: []snapshot.LayerRef{
+			{Version: "v3", DataTime: t0.Add(5 * time.Hour)}, {Version: "v1", DataTime: t0}}}}}
+	if !m.DataTime().Equal(t0) || !m.ExpiresAt(0).Equal(t0.Add(10*time.Hour)) {
+		t.Errorf("data time %s, expiry %s; want the base's %s", m.DataTime(), m.ExpiresAt(0), t0)
+	}
+	if !m.Expired(t0.Add(10 * time.Hour)) {
+		t.Error("a version whose base has outlived the TTL is not expired")
+	}
+}
