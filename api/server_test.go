@@ -23,6 +23,9 @@ type fakeReader struct {
 	noVer   bool
 	panicOn string
 	gotIDs  []string
+	// manifests are the versions, newest first; the one named ver, if any, is the
+	// current view's manifest.
+	manifests []snapshot.Manifest
 }
 
 const ver = snapshot.Version("7b1e4c1a-3f7e-4c57-9d0c-0a5d2c1f8e21-1763737200000")
@@ -30,6 +33,11 @@ const ver = snapshot.Version("7b1e4c1a-3f7e-4c57-9d0c-0a5d2c1f8e21-1763737200000
 func (f *fakeReader) Current(context.Context) (snapshot.View, error) {
 	if f.noVer {
 		return snapshot.View{}, snapshot.ErrNoVersion
+	}
+	for _, m := range f.manifests {
+		if m.Version == ver {
+			return snapshot.View{Version: ver, Manifest: m}, nil
+		}
 	}
 	return snapshot.View{Version: ver, Manifest: snapshot.Manifest{Collections: map[string]snapshot.CollectionStats{"c": {}}}}, nil
 }
@@ -73,9 +81,14 @@ func (f *fakeReader) Page(context.Context, snapshot.View, string, string, int) (
 	return nil, false, nil
 }
 
-func (f *fakeReader) Versions(context.Context) ([]snapshot.Manifest, error) { return nil, nil }
+func (f *fakeReader) Versions(context.Context) ([]snapshot.Manifest, error) { return f.manifests, nil }
 
-func (f *fakeReader) Manifest(context.Context, snapshot.Version) (snapshot.Manifest, error) {
+func (f *fakeReader) Manifest(_ context.Context, v snapshot.Version) (snapshot.Manifest, error) {
+	for _, m := range f.manifests {
+		if m.Version == v {
+			return m, nil
+		}
+	}
 	return snapshot.Manifest{}, snapshot.ErrNotFound
 }
 

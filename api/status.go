@@ -7,6 +7,7 @@ import (
 	"html/template"
 	"net/http"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/snapflip/snapflip/snapshot"
@@ -24,13 +25,16 @@ type statusData struct {
 	Pointer    snapshot.Pointer
 	HasCurrent bool
 	Current    snapshot.Manifest
-	Age        time.Duration
-	TTL        time.Duration
-	AgePercent float64
-	Versions   []versionInfo
-	History    []snapshot.AuditEntry
-	Chart      template.HTML
-	Err        string
+	// CurrentInfo describes Current; Collections are its collections' chains.
+	CurrentInfo versionInfo
+	Collections []collectionStatus
+	Age         time.Duration
+	TTL         time.Duration
+	AgePercent  float64
+	Versions    []versionInfo
+	History     []snapshot.AuditEntry
+	Chart       template.HTML
+	Err         string
 }
 
 // statusTimeout bounds the Bigtable reads of one status page.
@@ -64,6 +68,8 @@ func (s *Server) statusPage(w http.ResponseWriter, r *http.Request) {
 		d.Versions = append(d.Versions, describeVersion(m, ptr.Version))
 		if m.Version == ptr.Version {
 			d.Current = m
+			d.CurrentInfo = d.Versions[len(d.Versions)-1]
+			d.Collections = collectionStatuses(m, d.Now)
 			d.TTL = m.TTL
 			d.Age = d.Now.Sub(m.DataTime())
 			if m.TTL > 0 {
@@ -81,6 +87,122 @@ func (s *Server) statusPage(w http.ResponseWriter, r *http.Request) {
 	if err := statusTemplate.Execute(w, d); err != nil {
 		s.log.ErrorContext(r.Context(), "render status page", "err", err)
 	}
+}
+
+// collectionStatus is one collection of the current version as the status page shows
+// it.
+type collectionStatus struct {
+	Name  string
+	Rows  int64
+	Bytes int64
+	// Chain summarizes the chain a read consults: "delta → 3 layers → base 41h old".
+	Chain string
+	// Layers lists the chain's layers, newest first, one a line.
+	Layers string
+	// Own says what the version's publish wrote for the collection.
+	Own string
+}
+
+func collectionStatuses(m snapshot.Manifest, now time.Time) []collectionStatus {
+	var out []collectionStatus
+	for _, name := range m.CollectionNames() {
+		c := m.Collections[name]
+		cs := collectionStatus{Name: name, Rows: c.Rows, Bytes: c.Bytes, Chain: chainSummary(m, name, now), Own: ownSummary(c.Own)}
+		var lines []string
+		for _, l := range c.Layers {
+			line := fmt.Sprintf("%s %s: %s", l.Version, l.Kind, plural(l.Docs, "doc"))
+			if l.Tombstones > 0 {
+				line += ", " + plural(l.Tombstones, "tombstone")
+			}
+			lines = append(lines, line+", "+byteSize(l.Bytes)+", written "+compactAge(now.Sub(layerDataTime(m, l)))+" ago")
+		}
+		cs.Layers = strings.Join(lines, "\n")
+		out = append(out, cs)
+	}
+	return out
+}
+
+// layerDataTime returns when a layer's cells were last written as version m records
+// it: a refresh of m rewrote every layer of its chains.
+func layerDataTime(m snapshot.Manifest, l snapshot.LayerRef) time.Time {
+	if m.RefreshedAt.After(l.DataTime) {
+		return m.RefreshedAt
+	}
+	return l.DataTime
+}
+
+// chainSummary describes the chain a read of collection name consults: what the
+// version wrote itself (base, delta, or unchanged when it wrote no layer), how many
+// layers there are, and how old the base at the end is: "delta → 3 layers → base 41h
+// old". A full copy is "full copy, 2h old".
+func chainSummary(m snapshot.Manifest, name string, now time.Time) string {
+	c := m.Collections[name]
+	if len(c.Layers) == 0 {
+		return "full copy, " + compactAge(now.Sub(m.DataTime())) + " old"
+	}
+	base := c.Layers[len(c.Layers)-1]
+	age := compactAge(now.Sub(layerDataTime(m, base)))
+	own := "unchanged"
+	if c.Own != nil && c.Own.Kind != "" {
+		own = c.Own.Kind
+	}
+	if len(c.Layers) == 1 && own == snapshot.LayerBase {
+		return "base → 1 layer, " + age + " old"
+	}
+	return own + " → " + plural(int64(len(c.Layers)), "layer") + " → " + base.Kind + " " + age + " old"
+}
+
+// plural returns "1 doc", "2 docs".
+func plural(n int64, noun string) string {
+	if n == 1 {
+		return "1 " + noun
+	}
+	return fmt.Sprintf("%d %ss", n, noun)
+}
+
+// ownSummary says what a version's publish wrote for one collection.
+func ownSummary(o *snapshot.OwnLayer) string {
+	if o == nil {
+		return "full copy"
+	}
+	var s string
+	if o.Kind == "" {
+		s = "no layer"
+	} else {
+		s = fmt.Sprintf("%s: %d inserted, %d changed, %d deleted; %d rendered", o.Kind, o.Inserted, o.Changed, o.Deleted, o.Rendered)
+	}
+	if o.Mode != "" {
+		s += " (" + o.Mode + ")"
+	}
+	return s
+}
+
+// compactAge formats a duration in its largest sensible unit: 45s, 12m, 41h, 9d.
+func compactAge(d time.Duration) string {
+	d = max(d, 0)
+	switch {
+	case d < 2*time.Minute:
+		return fmt.Sprintf("%ds", int64(d/time.Second))
+	case d < 2*time.Hour:
+		return fmt.Sprintf("%dm", int64(d/time.Minute))
+	case d < 72*time.Hour:
+		return fmt.Sprintf("%dh", int64(d/time.Hour))
+	}
+	return fmt.Sprintf("%dd", int64(d/(24*time.Hour)))
+}
+
+// byteSize formats n bytes as "12.3 MiB".
+func byteSize(n int64) string {
+	const unit = 1024
+	if n < unit {
+		return fmt.Sprintf("%d B", n)
+	}
+	div, exp := int64(unit), 0
+	for m := n / unit; m >= unit; m /= unit {
+		div *= unit
+		exp++
+	}
+	return fmt.Sprintf("%.1f %ciB", float64(n)/float64(div), "KMGTPE"[exp])
 }
 
 // chart draws the version timeline: one dot per version at its time, its height the
@@ -140,6 +262,7 @@ var statusTemplate = template.Must(template.New("status").Funcs(template.FuncMap
 		}
 		return now.Sub(t).Round(time.Second).String() + " ago"
 	},
+	"bytes": byteSize,
 	"short": func(v snapshot.Version) string {
 		if len(v) > 12 {
 			return string(v[:8]) + "…" + string(v[len(v)-6:])
@@ -165,14 +288,19 @@ code{font:12px ui-monospace,monospace} .bar{background:#eaeef2;border-radius:4px
 <div class="muted">flipped {{ago .Now .Pointer.FlippedAt}} by {{.Pointer.By}} · fence {{.Pointer.Fence}} · previous <code>{{short .Pointer.Previous}}</code></div>
 <div>age {{.Age.Round 1000000000}}{{if .TTL}} of TTL {{.TTL}}
 <span class="bar"><span class="fill{{if gt .AgePercent 50.0}} warn{{end}}" style="width:{{printf "%.0f" .AgePercent}}%;display:block"></span></span>{{end}}</div>
-</div>{{end}}
+{{with .CurrentInfo}}{{if .Version}}<div class="muted">{{if .Shape}}{{.Shape}} · {{end}}chain {{.ChainLength}} · publish wrote {{bytes .BytesWritten}}{{if .Parent}} · parent <code>{{short .Parent}}</code>{{end}}</div>{{end}}{{end}}
+</div>
+{{if .Collections}}<h2>Collections</h2>
+<table><tr><th>collection</th><th>documents</th><th>size</th><th>chain</th><th>this version wrote</th></tr>
+{{range .Collections}}<tr><td><code>{{.Name}}</code></td><td>{{.Rows}}</td><td>{{bytes .Bytes}}</td><td{{if .Layers}} title="{{.Layers}}"{{end}}>{{.Chain}}</td><td>{{.Own}}</td></tr>
+{{end}}</table>{{end}}{{end}}
 <h2>Timeline</h2>
 <div class="card">{{.Chart}}
 <div class="muted">dots: versions (height: documents; green published, grey retired, amber rolled back, red failed); ring: current; dashed: rollbacks and unpins</div></div>
 <h2>Versions</h2>
-<table><tr><th>version</th><th>state</th><th>started</th><th>documents</th><th>source</th><th>token</th></tr>
+<table><tr><th>version</th><th>state</th><th>started</th><th>documents</th><th>shape</th><th>written</th><th>source</th><th>token</th></tr>
 {{range .Versions}}<tr><td><code>{{.Version}}</code>{{if .Current}} ●{{end}}</td><td class="state-{{.State}}">{{.State}}{{if .Reason}}<br><span class="muted" style="font-size:11px">{{.Reason}}</span>{{end}}</td><td>{{ago $.Now .StartedAt}}</td>
-<td>{{range $k, $v := .Counts}}{{$k}} {{$v}}<br>{{end}}</td><td><code>{{.Source.LSN}}</code></td><td>{{.Token}}</td></tr>
+<td>{{range $k, $v := .Counts}}{{$k}} {{$v}}<br>{{end}}</td><td>{{or .Shape "?"}}{{if gt .ChainLength 1}} · chain {{.ChainLength}}{{end}}</td><td>{{bytes .BytesWritten}}</td><td><code>{{.Source.LSN}}</code></td><td>{{.Token}}</td></tr>
 {{end}}</table>
 {{if .History}}<h2>History</h2>
 <table><tr><th>when</th><th>action</th><th>from → to</th><th>token</th><th>by</th><th>reason</th></tr>

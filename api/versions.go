@@ -48,6 +48,65 @@ type versionInfo struct {
 	PublishedAt *time.Time       `json:"published_at,omitempty"`
 	ExpiresAt   *time.Time       `json:"expires_at,omitempty"`
 	Reason      string           `json:"reason,omitempty"`
+	// Format is the manifest's format: 0 a full copy, 2 layered.
+	Format int `json:"format"`
+	// Shape is VersionShape's; absent when unknown.
+	Shape string `json:"shape,omitempty"`
+	// ChainLength is the longest chain of layers a read of any collection consults
+	// (1 for a full copy).
+	ChainLength int `json:"chain_length"`
+	// BytesWritten is what the publish sent to storage (0 when not recorded).
+	BytesWritten int64 `json:"bytes_written"`
+	// Parent is the version a layered version's deltas were computed against.
+	Parent snapshot.Version `json:"parent,omitempty"`
+}
+
+// The shapes of a version (VersionShape).
+const (
+	ShapeFull      = "full"      // a full copy (format 0)
+	ShapeBase      = "base"      // every collection that wrote a layer wrote a base
+	ShapeDelta     = "delta"     // every collection that wrote a layer wrote a delta
+	ShapeMixed     = "mixed"     // some collections wrote bases, some deltas
+	ShapeUnchanged = "unchanged" // layered, but no collection wrote a layer
+)
+
+// VersionShape says what a version's publish wrote: ShapeFull for a full copy; for a
+// layered version, by the kinds of the layers its collections wrote (Own.Kind),
+// ShapeBase, ShapeDelta, ShapeMixed, or ShapeUnchanged when none wrote one. It is ""
+// when not known: a layered version that recorded no collection yet (it failed or is
+// writing), or a format this snapflip does not know.
+func VersionShape(m snapshot.Manifest) string {
+	switch m.Format {
+	case snapshot.FormatFull:
+		return ShapeFull
+	case snapshot.FormatLayered:
+	default:
+		return ""
+	}
+	var recorded, base, delta bool
+	for _, c := range m.Collections {
+		if c.Own == nil {
+			continue
+		}
+		recorded = true
+		switch c.Own.Kind {
+		case snapshot.LayerBase:
+			base = true
+		case snapshot.LayerDelta:
+			delta = true
+		}
+	}
+	switch {
+	case base && delta:
+		return ShapeMixed
+	case base:
+		return ShapeBase
+	case delta:
+		return ShapeDelta
+	case recorded:
+		return ShapeUnchanged
+	}
+	return ""
 }
 
 type sourceInfo struct {
@@ -69,6 +128,7 @@ func describeVersion(m snapshot.Manifest, current snapshot.Version) versionInfo 
 		Token:  m.Token, Slot: m.Slot, Writer: m.Writer, StartedAt: m.StartedAt,
 		SealedAt: timePtr(m.SealedAt), PublishedAt: timePtr(m.PublishedAt), ExpiresAt: timePtr(m.ExpiresAt(0)),
 		Reason: m.Reason,
+		Format: m.Format, Shape: VersionShape(m), ChainLength: m.ChainLength(), BytesWritten: m.BytesWritten, Parent: m.Parent,
 	}
 }
 

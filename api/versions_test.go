@@ -1,0 +1,247 @@
+package api_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/getkin/kin-openapi/openapi3"
+	"github.com/getkin/kin-openapi/openapi3filter"
+	"github.com/getkin/kin-openapi/routers/gorillamux"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/snapflip/snapflip/api"
+	"github.com/snapflip/snapflip/snapshot"
+)
+
+// Versions of the layered fixture, oldest first; ver (the current one) is newest.
+const (
+	verBase  = snapshot.Version("11111111-3f7e-4c57-9d0c-0a5d2c1f8e21-1763000000000")
+	verFull  = snapshot.Version("22222222-3f7e-4c57-9d0c-0a5d2c1f8e21-1763100000000")
+	verDelta = snapshot.Version("33333333-3f7e-4c57-9d0c-0a5d2c1f8e21-1763600000000")
+)
+
+// layeredManifests returns hand-built manifests, newest first: ver, a layered version
+// whose collections wrote a delta (orders, a chain of 3 down to a base 41h old), a
+// base (users) and nothing (tags); verDelta, its parent; verFull, a full copy; and
+// verBase, the base.
+func layeredManifests(now time.Time) []snapshot.Manifest {
+	baseTime := now.Add(-41*time.Hour - 10*time.Minute)
+	baseLayer := snapshot.LayerRef{Version: verBase, Kind: snapshot.LayerBase, Docs: 1000, Bytes: 64 << 10, DataTime: baseTime}
+	deltaLayer := snapshot.LayerRef{Version: verDelta, Kind: snapshot.LayerDelta, Docs: 10, Tombstones: 2, Bytes: 700, DataTime: now.Add(-2 * time.Hour)}
+	cur := snapshot.Manifest{
+		Version: ver, State: snapshot.StatePublished, Format: snapshot.FormatLayered, Parent: verDelta,
+		BytesWritten: 1536, StartedAt: now.Add(-5 * time.Minute), TTL: 72 * time.Hour, Writer: "w",
+		Collections: map[string]snapshot.CollectionStats{
+			"orders": {Rows: 1008, Written: 1008, Bytes: 65 << 10, Layers: []snapshot.LayerRef{
+				{Version: ver, Kind: snapshot.LayerDelta, Docs: 5, Tombstones: 1, Bytes: 1200, DataTime: now.Add(-5 * time.Minute)},
+				deltaLayer, baseLayer,
+			}, Own: &snapshot.OwnLayer{Kind: snapshot.LayerDelta, Mode: "row-version", Inserted: 3, Changed: 2, Deleted: 1,
+				Rendered: 5, Emitted: 6, Written: 6, Chunks: 1, ChunksWritten: 1}},
+			"users": {Rows: 40, Written: 40, Bytes: 4 << 10, Layers: []snapshot.LayerRef{
+				{Version: ver, Kind: snapshot.LayerBase, Docs: 40, Bytes: 4 << 10, DataTime: now.Add(-5 * time.Minute)},
+			}, Own: &snapshot.OwnLayer{Kind: snapshot.LayerBase, Mode: "content: first version", Inserted: 40, Rendered: 40,
+				Emitted: 40, Written: 40, Chunks: 1, ChunksWritten: 1}},
+			"tags": {Rows: 7, Written: 7, Bytes: 100, Layers: []snapshot.LayerRef{baseLayer},
+				Own: &snapshot.OwnLayer{Mode: "unchanged: same fingerprint"}},
+		},
+	}
+	parent := snapshot.Manifest{
+		Version: verDelta, State: snapshot.StateRetired, Format: snapshot.FormatLayered, Parent: verFull,
+		BytesWritten: 900, StartedAt: now.Add(-2 * time.Hour), TTL: 72 * time.Hour, Writer: "w",
+		Collections: map[string]snapshot.CollectionStats{
+			"orders": {Rows: 1004, Written: 1004, Layers: []snapshot.LayerRef{deltaLayer, baseLayer},
+				Own: &snapshot.OwnLayer{Kind: snapshot.LayerDelta, Inserted: 4, Changed: 6, Deleted: 2, Rendered: 10, Emitted: 12, Written: 12}},
+		},
+	}
+	full := snapshot.Manifest{
+		Version: verFull, State: snapshot.StateRetired, BytesWritten: 70 << 10, StartedAt: now.Add(-30 * time.Hour), Writer: "w",
+		Collections: map[string]snapshot.CollectionStats{"orders": {Rows: 1000, Written: 1000}},
+	}
+	base := snapshot.Manifest{
+		Version: verBase, State: snapshot.StateRetired, Format: snapshot.FormatLayered, BytesWritten: 66 << 10,
+		StartedAt: baseTime, Writer: "w",
+		Collections: map[string]snapshot.CollectionStats{
+			"orders": {Rows: 1000, Written: 1000, Layers: []snapshot.LayerRef{baseLayer},
+				Own: &snapshot.OwnLayer{Kind: snapshot.LayerBase, Inserted: 1000, Rendered: 1000, Emitted: 1000, Written: 1000}},
+		},
+	}
+	return []snapshot.Manifest{cur, parent, full, base}
+}
+
+func TestVersionShape(t *testing.T) {
+	own := func(kinds ...string) snapshot.Manifest {
+		m := snapshot.Manifest{Format: snapshot.FormatLayered, Collections: map[string]snapshot.CollectionStats{}}
+		for i, k := range kinds {
+			m.Collections[string(rune('a'+i))] = snapshot.CollectionStats{Own: &snapshot.OwnLayer{Kind: k}}
+		}
+		return m
+	}
+	for _, tt := range []struct {
+		name string
+		m    snapshot.Manifest
+		want string
+	}{
+		{"full copy", snapshot.Manifest{Collections: map[string]snapshot.CollectionStats{"a": {Rows: 1}}}, api.ShapeFull},
+		{"bases", own("base", "base"), api.ShapeBase},
+		{"deltas", own("delta", "delta"), api.ShapeDelta},
+		{"a delta and an unchanged collection", own("delta", ""), api.ShapeDelta},
+		{"a base and an unchanged collection", own("", "base"), api.ShapeBase},
+		{"bases and deltas", own("base", "", "delta"), api.ShapeMixed},
+		{"nothing written", own("", ""), api.ShapeUnchanged},
+		{"nothing recorded yet", own(), ""},
+		{"an unknown format", snapshot.Manifest{Format: 3}, ""},
+	} {
+		if got := api.VersionShape(tt.m); got != tt.want {
+			t.Errorf("%s: shape %q; want %q", tt.name, got, tt.want)
+		}
+	}
+}
+
+// openapiValidator checks responses against the document the server serves, as the
+// end-to-end suite does.
+func openapiValidator(t *testing.T, s http.Handler) func(req *http.Request, res *http.Response, body []byte) {
+	t.Helper()
+	_, doc := do(t, s, http.MethodGet, "/openapi.yaml", "")
+	loader := openapi3.NewLoader()
+	spec, err := loader.LoadFromData(doc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	router, err := gorillamux.NewRouter(spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return func(req *http.Request, res *http.Response, body []byte) {
+		t.Helper()
+		route, params, err := router.FindRoute(req)
+		if err != nil {
+			t.Errorf("%s %s: %v", req.Method, req.URL, err)
+			return
+		}
+		opts := &openapi3filter.Options{IncludeResponseStatus: true, MultiError: true}
+		in := &openapi3filter.RequestValidationInput{Request: req, PathParams: params, Route: route, Options: opts}
+		if err := openapi3filter.ValidateResponse(context.Background(), &openapi3filter.ResponseValidationInput{
+			RequestValidationInput: in, Status: res.StatusCode, Header: res.Header,
+			Body: io.NopCloser(bytes.NewReader(body)), Options: opts}); err != nil {
+			t.Errorf("%s %s: the response is not what the OpenAPI document says: %v\n%s", req.Method, req.URL, err, body)
+		}
+	}
+}
+
+// TestVersionsDescribeLayers: the version listing, the current version and one
+// version say each version's format, shape, longest chain, bytes written and parent,
+// and the OpenAPI document declares all of it; expiry counts from the chain's oldest
+// layer.
+func TestVersionsDescribeLayers(t *testing.T) {
+	now := time.Now()
+	f := &fakeReader{manifests: layeredManifests(now)}
+	s := api.NewServer(f, api.Config{Registry: prometheus.NewRegistry()}, slog.New(slog.DiscardHandler))
+	validate := openapiValidator(t, s)
+	get := func(path string) []byte {
+		t.Helper()
+		req := httptest.NewRequest(http.MethodGet, path, nil)
+		rec := httptest.NewRecorder()
+		s.ServeHTTP(rec, req)
+		res := rec.Result()
+		body, _ := io.ReadAll(res.Body)
+		if res.StatusCode != 200 {
+			t.Fatalf("GET %s = %d %s", path, res.StatusCode, body)
+		}
+		validate(req, res, body)
+		return body
+	}
+	type info struct {
+		Version      snapshot.Version `json:"version"`
+		Format       *int             `json:"format"`
+		Shape        string           `json:"shape"`
+		ChainLength  int              `json:"chain_length"`
+		BytesWritten *int64           `json:"bytes_written"`
+		Parent       snapshot.Version `json:"parent"`
+		ExpiresAt    time.Time        `json:"expires_at"`
+	}
+	var list struct{ Versions []info }
+	if err := json.Unmarshal(get("/v1/versions"), &list); err != nil {
+		t.Fatal(err)
+	}
+	want := map[snapshot.Version]struct {
+		format int
+		shape  string
+		chain  int
+		bytes  int64
+		parent snapshot.Version
+	}{
+		ver:      {2, api.ShapeMixed, 3, 1536, verDelta},
+		verDelta: {2, api.ShapeDelta, 2, 900, verFull},
+		verFull:  {0, api.ShapeFull, 1, 70 << 10, ""},
+		verBase:  {2, api.ShapeBase, 1, 66 << 10, ""},
+	}
+	if len(list.Versions) != len(want) {
+		t.Fatalf("listed %d versions; want %d", len(list.Versions), len(want))
+	}
+	check := func(where string, got info) {
+		t.Helper()
+		w := want[got.Version]
+		if got.Format == nil || *got.Format != w.format || got.Shape != w.shape || got.ChainLength != w.chain ||
+			got.BytesWritten == nil || *got.BytesWritten != w.bytes || got.Parent != w.parent {
+			t.Errorf("%s: %s = format %v, shape %q, chain %d, bytes written %v, parent %q; want %+v",
+				where, got.Version, got.Format, got.Shape, got.ChainLength, got.BytesWritten, got.Parent, w)
+		}
+	}
+	for _, v := range list.Versions {
+		check("/v1/versions", v)
+	}
+	var cur info
+	if err := json.Unmarshal(get("/v1/versions/current"), &cur); err != nil {
+		t.Fatal(err)
+	}
+	check("/v1/versions/current", cur)
+	// ver's TTL counts from its oldest layer, the base 41h10m old, not from when ver began.
+	if wantExp := now.Add(-41*time.Hour - 10*time.Minute + 72*time.Hour); !cur.ExpiresAt.Equal(wantExp) {
+		t.Errorf("current expires at %s; want %s (its base's data time plus the TTL)", cur.ExpiresAt, wantExp)
+	}
+	for v := range want {
+		var one info
+		if err := json.Unmarshal(get("/v1/versions/"+string(v)), &one); err != nil {
+			t.Fatal(err)
+		}
+		check("/v1/versions/{version}", one)
+	}
+}
+
+// TestStatusPageShowsChains: the status page shows, per collection of the current
+// version, its chain and what the publish wrote, the bytes the publish wrote, and each
+// version's shape.
+func TestStatusPageShowsChains(t *testing.T) {
+	now := time.Now()
+	s := api.NewServer(&fakeReader{manifests: layeredManifests(now)}, api.Config{Dataset: "demo"}, slog.New(slog.DiscardHandler))
+	res, body := do(t, s, http.MethodGet, "/", "")
+	if res.StatusCode != 200 {
+		t.Fatalf("status page = %d", res.StatusCode)
+	}
+	page := string(body)
+	for _, want := range []string{
+		"delta → 3 layers → base 41h old",    // orders
+		"base → 1 layer, 5m old",             // users, rebased by this version
+		"unchanged → 1 layer → base 41h old", // tags, carried over as it was
+		"delta: 3 inserted, 2 changed, 1 deleted; 5 rendered (row-version)",
+		"no layer (unchanged: same fingerprint)",
+		"mixed · chain 3 · publish wrote 1.5 KiB · parent", // the current version's card
+		"<td>mixed · chain 3</td><td>1.5 KiB</td>",         // the versions table
+		"<td>full</td><td>70.0 KiB</td>",
+		string(verBase) + " base: 1000 docs, 64.0 KiB, written 41h ago", // the chain's layers, in its title
+		string(verDelta) + " delta: 10 docs, 2 tombstones, 700 B, written 2h ago",
+		string(ver) + " delta: 5 docs, 1 tombstone, 1.2 KiB, written 5m ago",
+	} {
+		if !strings.Contains(page, want) {
+			t.Errorf("status page lacks %q:\n%s", want, page)
+		}
+	}
+}
