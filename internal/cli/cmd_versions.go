@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"maps"
 	"slices"
 	"strings"
@@ -12,6 +13,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/snapflip/snapflip/api"
 	"github.com/snapflip/snapflip/snapshot"
 )
 
@@ -23,7 +25,11 @@ func (m *Syncer) versionsCommand(g *syncerFlags) *cobra.Command {
 		Short: "List versions, newest first",
 		Long: `Versions lists the dataset's versions, newest first, with their state, age, counts
 per collection, source LSN, fencing token, current/previous/pinned marks and the TTL
-left.`,
+left (counted from the oldest layer a read consults), and what each publish wrote:
+SHAPE is full for a full copy, or for a layered version base, delta or mixed by the
+layers its collections wrote (unchanged when none wrote one); CHAIN is the longest
+chain of layers a read consults; WRITTEN the bytes sent to storage; PARENT the version
+a layered version's deltas were computed against.`,
 		Example: `  syncer versions --config snapflip.yaml
   syncer versions --config snapflip.yaml --json`,
 		Args: positional(),
@@ -48,6 +54,12 @@ type versionRow struct {
 	TTLLeft  string           `json:"ttl_left,omitempty"`
 	Reason   string           `json:"reason,omitempty"`
 	Complete bool             `json:"complete"`
+	Format   int              `json:"format"`
+	// Shape is api.VersionShape's: full, base, delta, mixed, unchanged, or "" unknown.
+	Shape        string           `json:"shape,omitempty"`
+	ChainLength  int              `json:"chain_length"`
+	BytesWritten int64            `json:"bytes_written"`
+	Parent       snapshot.Version `json:"parent,omitempty"`
 }
 
 func listVersions(ctx context.Context, e *adminEnv, asJSON bool) error {
@@ -59,13 +71,24 @@ func listVersions(ctx context.Context, e *adminEnv, asJSON bool) error {
 	if err != nil && !errors.Is(err, snapshot.ErrNoVersion) {
 		return err
 	}
+	rows := versionRows(ms, ptr, e.cfg.TTL, time.Now())
+	if asJSON {
+		return printJSON(e.out, rows)
+	}
+	return writeVersions(e.out, rows)
+}
+
+// versionRows describes the manifests ms (oldest first, as listed), newest first,
+// against the pointer ptr; ttl is the configured TTL, for manifests without their own.
+func versionRows(ms []snapshot.Manifest, ptr snapshot.Pointer, ttl time.Duration, now time.Time) []versionRow {
+	ms = slices.Clone(ms)
 	slices.Reverse(ms)
-	now := time.Now()
 	rows := make([]versionRow, 0, len(ms))
 	for _, m := range ms {
 		r := versionRow{Version: m.Version, State: m.State, Started: m.StartedAt, Age: now.Sub(m.StartedAt).Round(time.Second).String(),
-			Counts: m.Counts(), Source: m.Source.String(), Token: m.Token, Reason: m.Reason, Complete: m.CheckComplete() == nil}
-		if exp := m.ExpiresAt(e.cfg.TTL); !exp.IsZero() {
+			Counts: m.Counts(), Source: m.Source.String(), Token: m.Token, Reason: m.Reason, Complete: m.CheckComplete() == nil,
+			Format: m.Format, Shape: api.VersionShape(m), ChainLength: m.ChainLength(), BytesWritten: m.BytesWritten, Parent: m.Parent}
+		if exp := m.ExpiresAt(ttl); !exp.IsZero() {
 			r.TTLLeft = max(exp.Sub(now), 0).Round(time.Second).String()
 		}
 		if m.Version == ptr.Version {
@@ -79,18 +102,29 @@ func listVersions(ctx context.Context, e *adminEnv, asJSON bool) error {
 		}
 		rows = append(rows, r)
 	}
-	if asJSON {
-		return printJSON(e.out, rows)
-	}
-	tw := tabwriter.NewWriter(e.out, 2, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "VERSION\tSTATE\tMARKS\tAGE\tTTL LEFT\tCOUNTS\tSOURCE\tTOKEN")
+	return rows
+}
+
+// writeVersions prints the rows as a table.
+func writeVersions(w io.Writer, rows []versionRow) error {
+	tw := tabwriter.NewWriter(w, 2, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "VERSION\tSTATE\tMARKS\tAGE\tTTL LEFT\tCOUNTS\tSOURCE\tTOKEN\tSHAPE\tCHAIN\tWRITTEN\tPARENT")
 	for _, r := range rows {
 		var counts []string
 		for _, n := range slices.Sorted(maps.Keys(r.Counts)) {
 			counts = append(counts, fmt.Sprintf("%s=%d", n, r.Counts[n]))
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%d\n", r.Version, r.State, strings.Join(r.Marks, ","), r.Age, r.TTLLeft,
-			strings.Join(counts, " "), r.Source, r.Token)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%d\t%s\t%d\t%s\t%s\n", r.Version, r.State, strings.Join(r.Marks, ","), r.Age,
+			r.TTLLeft, strings.Join(counts, " "), r.Source, r.Token, dash(r.Shape), r.ChainLength, humanBytes(r.BytesWritten),
+			dash(string(r.Parent)))
 	}
 	return tw.Flush()
+}
+
+// dash returns s, or "-" for an empty cell.
+func dash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
 }
