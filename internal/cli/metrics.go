@@ -33,6 +33,13 @@ type syncerMetrics struct {
 	ttl         prometheus.Gauge
 	pinned      prometheus.Gauge
 	refreshed   prometheus.Counter
+	// What publishes wrote: bytes, rows rendered, rows written by kind, layers by
+	// kind, and the current version's chain lengths.
+	bytesWritten prometheus.Counter
+	rendered     prometheus.Counter
+	rowsWritten  *prometheus.CounterVec
+	layers       *prometheus.CounterVec
+	chainLength  *prometheus.GaugeVec
 }
 
 func newSyncerMetrics(dataset string) *syncerMetrics {
@@ -65,9 +72,28 @@ func newSyncerMetrics(dataset string) *syncerMetrics {
 			Help: "When this replica last finished a sync that published or found nothing to do.", ConstLabels: labels}),
 		duration: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "snapflip_sync_duration_seconds",
 			Help: "Duration of syncs that ran.", ConstLabels: labels, Buckets: prometheus.ExponentialBuckets(0.1, 2, 14)}),
+		bytesWritten: prometheus.NewCounter(prometheus.CounterOpts{Name: "snapflip_sync_bytes_written_total",
+			Help: "Bytes (row keys and values) published versions sent to storage.", ConstLabels: labels}),
+		rendered: prometheus.NewCounter(prometheus.CounterOpts{Name: "snapflip_sync_rows_rendered_total",
+			Help:        "Source rows turned into JSON for published versions: every row of a full copy; for a layer, the rows its change detection could not skip.",
+			ConstLabels: labels}),
+		rowsWritten: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "snapflip_sync_rows_written_total",
+			Help:        "Rows published versions wrote, by kind: doc (inserted or changed documents; every document of a full copy) or tombstone (deleted ids).",
+			ConstLabels: labels}, []string{"kind"}),
+		layers: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "snapflip_sync_layers_total",
+			Help: "Layers published versions wrote, one per collection that wrote one, by kind: base or delta.", ConstLabels: labels}, []string{"kind"}),
+		chainLength: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "snapflip_version_chain_length",
+			Help: "Layers a read of the collection consults in the current version (1 for a full copy).", ConstLabels: labels}, []string{"collection"}),
+	}
+	for _, k := range []string{"doc", "tombstone"} {
+		m.rowsWritten.WithLabelValues(k)
+	}
+	for _, k := range []string{snapshot.LayerBase, snapshot.LayerDelta} {
+		m.layers.WithLabelValues(k)
 	}
 	m.reg.MustRegister(m.leaseEvents, m.leaseHeld, m.leaseToken, m.slots, m.syncs, m.lastSuccess, m.duration,
 		m.rows, m.bytes, m.age, m.ttl, m.pinned, m.refreshed,
+		m.bytesWritten, m.rendered, m.rowsWritten, m.layers, m.chainLength,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }
@@ -117,8 +143,43 @@ func (m *syncerMetrics) observe(res snapshot.PublishResult, err error, took time
 			m.rows.WithLabelValues(name).Add(float64(c.Rows))
 			m.bytes.WithLabelValues(name).Add(float64(c.Bytes))
 		}
+		m.observeWritten(res.Manifest)
+		m.observeChains(res.Manifest)
 	}
 	m.duration.Observe(took.Seconds())
+}
+
+// observeWritten counts what a published version's publish wrote.
+func (m *syncerMetrics) observeWritten(mf snapshot.Manifest) {
+	m.bytesWritten.Add(float64(mf.BytesWritten))
+	var rendered, docs, tombstones int64
+	for _, c := range mf.Collections {
+		o := c.Own
+		if o == nil {
+			// A full copy renders and writes every row.
+			rendered += c.Rows
+			docs += c.Written
+			continue
+		}
+		rendered += o.Rendered
+		docs += o.Inserted + o.Changed
+		tombstones += o.Deleted
+		if o.Kind == snapshot.LayerBase || o.Kind == snapshot.LayerDelta {
+			m.layers.WithLabelValues(o.Kind).Inc()
+		}
+	}
+	m.rendered.Add(float64(rendered))
+	m.rowsWritten.WithLabelValues("doc").Add(float64(docs))
+	m.rowsWritten.WithLabelValues("tombstone").Add(float64(tombstones))
+}
+
+// observeChains sets the chain length of each collection of mf, the current version;
+// collections it does not have are dropped.
+func (m *syncerMetrics) observeChains(mf snapshot.Manifest) {
+	m.chainLength.Reset()
+	for name, c := range mf.Collections {
+		m.chainLength.WithLabelValues(name).Set(float64(max(len(c.Layers), 1)))
+	}
 }
 
 // currentStore is what observeCurrent reads.
@@ -127,7 +188,7 @@ type currentStore interface {
 	ReadManifest(ctx context.Context, dataset string, v snapshot.Version) (snapshot.Manifest, error)
 }
 
-// observeCurrent sets the current version's age and pinned state.
+// observeCurrent sets the current version's age, pinned state and chain lengths.
 func (m *syncerMetrics) observeCurrent(ctx context.Context, st currentStore, dataset string, ttl time.Duration) {
 	m.ttl.Set(ttl.Seconds())
 	p, err := st.ReadPointer(ctx, dataset)
@@ -137,6 +198,7 @@ func (m *syncerMetrics) observeCurrent(ctx context.Context, st currentStore, dat
 	m.pinned.Set(map[bool]float64{true: 1}[p.Pinned])
 	if mf, err := st.ReadManifest(ctx, dataset, p.Version); err == nil {
 		m.age.Set(time.Since(mf.DataTime()).Seconds())
+		m.observeChains(mf)
 	}
 }
 

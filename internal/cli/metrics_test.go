@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"context"
 	"errors"
 	"io"
 	"log/slog"
@@ -60,4 +61,87 @@ func TestLeaseWaitIsLogged(t *testing.T) {
 			t.Errorf("log lacks %q:\n%s", want, logs.String())
 		}
 	}
+}
+
+// TestPublishMetricsCountLayers: a published version counts the bytes its publish
+// wrote, the rows it rendered and wrote (documents and tombstones) and its layers by
+// kind, and sets each collection's chain length; a full copy counts every row as
+// rendered and written and has chains of 1; the current version read back after a
+// rollback sets the chains again, dropping collections it lacks.
+func TestPublishMetricsCountLayers(t *testing.T) {
+	now := time.Now()
+	ms := layeredFixture(now)
+	m := newSyncerMetrics("ds")
+	m.observe(snapshot.PublishResult{Manifest: ms[3]}, nil, time.Second) // vCur: orders delta, users base, tags nothing
+	for name, tt := range map[string]struct {
+		got, want float64
+	}{
+		"bytes_written":            {testutil.ToFloat64(m.bytesWritten), 1536},
+		"rows_rendered":            {testutil.ToFloat64(m.rendered), 5 + 40},
+		"rows_written{doc}":        {testutil.ToFloat64(m.rowsWritten.WithLabelValues("doc")), 3 + 2 + 40},
+		"rows_written{tombstone}":  {testutil.ToFloat64(m.rowsWritten.WithLabelValues("tombstone")), 1},
+		"layers{base}":             {testutil.ToFloat64(m.layers.WithLabelValues("base")), 1},
+		"layers{delta}":            {testutil.ToFloat64(m.layers.WithLabelValues("delta")), 1},
+		"chain_length{orders}":     {testutil.ToFloat64(m.chainLength.WithLabelValues("orders")), 3},
+		"chain_length{users}":      {testutil.ToFloat64(m.chainLength.WithLabelValues("users")), 1},
+		"chain_length{tags}":       {testutil.ToFloat64(m.chainLength.WithLabelValues("tags")), 1},
+		"rows_copied_total{users}": {testutil.ToFloat64(m.rows.WithLabelValues("users")), 40},
+	} {
+		if tt.got != tt.want {
+			t.Errorf("after a layered publish, %s = %v; want %v", name, tt.got, tt.want)
+		}
+	}
+
+	m.observe(snapshot.PublishResult{Manifest: ms[1]}, nil, time.Second) // vFull: a full copy of orders
+	if got := testutil.ToFloat64(m.bytesWritten); got != 1536+70<<10 {
+		t.Errorf("after a full copy, bytes_written = %v; want %v", got, 1536+70<<10)
+	}
+	if got := testutil.ToFloat64(m.rendered); got != 45+1000 {
+		t.Errorf("after a full copy, rows_rendered = %v; want %v", got, 45+1000)
+	}
+	if got := testutil.ToFloat64(m.rowsWritten.WithLabelValues("doc")); got != 45+1000 {
+		t.Errorf("after a full copy, rows_written{doc} = %v; want %v", got, 45+1000)
+	}
+	if got := testutil.ToFloat64(m.layers.WithLabelValues("base")) + testutil.ToFloat64(m.layers.WithLabelValues("delta")); got != 2 {
+		t.Errorf("after a full copy, layers = %v; want still 2 (a full copy writes no layer)", got)
+	}
+	if n := testutil.CollectAndCount(m.chainLength); n != 1 || testutil.ToFloat64(m.chainLength.WithLabelValues("orders")) != 1 {
+		t.Errorf("after a full copy, %d chain_length series, orders %v; want orders alone, 1", n, testutil.ToFloat64(m.chainLength.WithLabelValues("orders")))
+	}
+
+	// The pointer names vDelta (a rollback, say): observeCurrent reads its chains.
+	m.observeCurrent(t.Context(), fakeCurrent{ms[2]}, "ds", time.Hour)
+	if got := testutil.ToFloat64(m.chainLength.WithLabelValues("orders")); got != 2 {
+		t.Errorf("with vDelta current, chain_length{orders} = %v; want 2", got)
+	}
+
+	// Failed, refused and unchanged syncs count nothing written.
+	before := testutil.ToFloat64(m.bytesWritten)
+	m.observe(snapshot.PublishResult{Manifest: ms[3]}, io.EOF, 0)
+	m.observe(snapshot.PublishResult{NoOp: true}, nil, 0)
+	if got := testutil.ToFloat64(m.bytesWritten); got != before {
+		t.Errorf("a failed or unchanged sync counted %v bytes written", got-before)
+	}
+
+	// The series are exposed under their names.
+	n, err := testutil.GatherAndCount(m.reg, "snapflip_sync_bytes_written_total", "snapflip_sync_rows_rendered_total",
+		"snapflip_sync_rows_written_total", "snapflip_version_chain_length", "snapflip_sync_layers_total")
+	if err != nil || n != 1+1+2+1+2 {
+		t.Errorf("gathered %d series, %v; want 7", n, err)
+	}
+	if problems, err := testutil.GatherAndLint(m.reg, "snapflip_sync_bytes_written_total", "snapflip_sync_rows_rendered_total",
+		"snapflip_sync_rows_written_total", "snapflip_version_chain_length", "snapflip_sync_layers_total"); err != nil || len(problems) > 0 {
+		t.Errorf("lint: %v %+v", err, problems)
+	}
+}
+
+// fakeCurrent is a store whose pointer names its manifest.
+type fakeCurrent struct{ m snapshot.Manifest }
+
+func (f fakeCurrent) ReadPointer(context.Context, string) (snapshot.Pointer, error) {
+	return snapshot.Pointer{Version: f.m.Version}, nil
+}
+
+func (f fakeCurrent) ReadManifest(context.Context, string, snapshot.Version) (snapshot.Manifest, error) {
+	return f.m, nil
 }
