@@ -1,0 +1,240 @@
+package pgsource
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"slices"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/snapflip/snapflip/snapshot"
+)
+
+// Watching for committed changes, cheaply and without DDL or privileges. Every poll
+// reads, for the tables the collections read (a query's and a view's found with
+// EXPLAIN, a partitioned table's partitions included), the cumulative statistics
+// counters Postgres keeps per table (rows inserted, updated, deleted, live), plus the
+// snapshot's xmax. A poll touches no table and costs a few function calls in shared
+// memory; writes to other tables change nothing it reads, except xmax.
+//
+// Postgres publishes a session's counters when the session goes idle, at most once a
+// second; a session that commits again within a second of its last report and then
+// stays idle reports after 10 s (PGSTAT_IDLE_INTERVAL). So after the counters show a
+// change, the watch stays "hot" for Hot: any commit anywhere (xmax moving) counts as a
+// possible change, and the sync that follows finds out cheaply (its fingerprint) whether
+// a configured table changed. Unrelated writes alone never make it hot.
+
+// WatchConfig tunes Watch.
+type WatchConfig struct {
+	// Interval is the time between polls; default 200ms.
+	Interval time.Duration
+	// Hot is how long after a counter change a commit elsewhere counts as a possible
+	// change; default 11s (Postgres' idle statistics interval plus a second).
+	Hot time.Duration
+	// Resolve is how often the watched tables are found again (new partitions, a
+	// changed view); default 1 minute.
+	Resolve time.Duration
+	Log     *slog.Logger
+}
+
+// Change is a possible committed change to a watched table.
+type Change struct {
+	// LSN is the WAL position read with the observation: at or after the change's
+	// commit, so a version read at or after it includes the change.
+	LSN uint64
+	// At is when the watch saw it (this process's clock).
+	At time.Time
+	// Reason is "statistics" (a watched table's counters moved) or "commit while hot".
+	Reason string
+}
+
+// WatchStats counts what the watch did, for metrics.
+type WatchStats struct {
+	Polls    int64
+	PollTime time.Duration // the last poll's round trip
+	Tables   int
+}
+
+// Watch polls until ctx ends, calling changed for each possible change and polled
+// after each poll. A failing connection is retried every few seconds and logged; the
+// error returned is ctx's.
+func (s *Source) Watch(ctx context.Context, cfg WatchConfig, changed func(Change), polled func(WatchStats)) error {
+	if cfg.Interval <= 0 {
+		cfg.Interval = 200 * time.Millisecond
+	}
+	if cfg.Hot <= 0 {
+		cfg.Hot = 11 * time.Second
+	}
+	if cfg.Resolve <= 0 {
+		cfg.Resolve = time.Minute
+	}
+	log := cfg.Log
+	if log == nil {
+		log = slog.Default()
+	}
+	w := &watch{src: s, cfg: cfg, log: log, changed: changed, polled: polled}
+	for {
+		err := w.run(ctx)
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		log.WarnContext(ctx, "watching the source failed; retrying (the schedule still runs)", "err", err)
+		t := time.NewTimer(3 * time.Second)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return ctx.Err()
+		case <-t.C:
+		}
+	}
+}
+
+type watch struct {
+	src     *Source
+	cfg     WatchConfig
+	log     *slog.Logger
+	changed func(Change)
+	polled  func(WatchStats)
+
+	polls int64
+}
+
+// run polls on one connection until it fails or ctx ends.
+func (w *watch) run(ctx context.Context) error {
+	conn, err := pgx.ConnectConfig(ctx, w.src.cfg)
+	if err != nil {
+		return w.src.connectError(err)
+	}
+	defer closeConn(ctx, conn)
+	var (
+		oids        []uint32
+		resolvedAt  time.Time
+		last, xmax  string
+		hotUntil    time.Time
+		first       = true
+		ticker      = time.NewTicker(w.cfg.Interval)
+		lastOIDsKey string
+	)
+	defer ticker.Stop()
+	for {
+		if resolvedAt.IsZero() || time.Since(resolvedAt) >= w.cfg.Resolve {
+			if oids, err = w.tables(ctx, conn); err != nil {
+				return err
+			}
+			resolvedAt = time.Now()
+			if key := fmt.Sprint(oids); key != lastOIDsKey {
+				w.log.InfoContext(ctx, "watching for changes", "tables", len(oids), "interval", w.cfg.Interval.String())
+				lastOIDsKey, first = key, true // a new set of tables: a new baseline
+			}
+		}
+		start := time.Now()
+		var sig, lsnText, xmaxText string
+		err := conn.QueryRow(ctx, watchSQL, oids).Scan(&sig, &lsnText, &xmaxText)
+		if err != nil {
+			return fmt.Errorf("poll: %w", err)
+		}
+		w.polls++
+		if w.polled != nil {
+			w.polled(WatchStats{Polls: w.polls, PollTime: time.Since(start), Tables: len(oids)})
+		}
+		lsn, err := ParseLSN(lsnText)
+		if err != nil {
+			return err
+		}
+		now := time.Now()
+		switch {
+		case first:
+		case sig != last:
+			hotUntil = now.Add(w.cfg.Hot)
+			w.changed(Change{LSN: lsn, At: now, Reason: "statistics"})
+		case xmaxText != xmax && now.Before(hotUntil):
+			w.changed(Change{LSN: lsn, At: now, Reason: "commit while hot"})
+		}
+		first, last, xmax = false, sig, xmaxText
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-ticker.C:
+		}
+	}
+}
+
+// watchSQL reads the watched tables' counters (one text signature), the WAL position
+// and the snapshot's xmax. It reads no table.
+const watchSQL = `SELECT coalesce(string_agg(r::text || ':' || pg_stat_get_tuples_inserted(r) || ':' ||
+		pg_stat_get_tuples_updated(r) || ':' || pg_stat_get_tuples_deleted(r) || ':' || pg_stat_get_live_tuples(r), ',' ORDER BY r), ''),
+	(CASE WHEN pg_is_in_recovery() THEN pg_last_wal_replay_lsn() ELSE pg_current_wal_insert_lsn() END)::text,
+	pg_snapshot_xmax(pg_current_snapshot())::text
+	FROM unnest($1::oid[]) AS r`
+
+// tables returns the oids of the tables the collections read, from the plans of their
+// statements (EXPLAIN without ANALYZE runs nothing).
+func (w *watch) tables(ctx context.Context, conn *pgx.Conn) ([]uint32, error) {
+	seen := map[uint32]bool{}
+	for _, c := range w.src.collections {
+		from := c.subquery()
+		if c.Table != "" {
+			from = "SELECT * FROM " + pgx.Identifier(c.tableParts()).Sanitize()
+		}
+		var plan string
+		if err := conn.QueryRow(ctx, "EXPLAIN (FORMAT JSON, VERBOSE) "+from).Scan(&plan); err != nil {
+			return nil, fmt.Errorf("collection %s: find the tables it reads: %w", c.Name, err)
+		}
+		rels, err := planRelations(plan)
+		if err != nil {
+			return nil, fmt.Errorf("collection %s: %w", c.Name, err)
+		}
+		for _, r := range rels {
+			var oid *uint32
+			if err := conn.QueryRow(ctx, "SELECT to_regclass($1)::oid", r).Scan(&oid); err != nil {
+				return nil, err
+			}
+			if oid != nil {
+				seen[*oid] = true
+			}
+		}
+	}
+	out := make([]uint32, 0, len(seen))
+	for o := range seen {
+		out = append(out, o)
+	}
+	slices.Sort(out)
+	return out, nil
+}
+
+// planRelations returns every relation an EXPLAIN (FORMAT JSON) plan scans, as
+// quoted schema-qualified names.
+func planRelations(plan string) ([]string, error) {
+	var doc []struct {
+		Plan map[string]any `json:"Plan"`
+	}
+	if err := json.Unmarshal([]byte(plan), &doc); err != nil {
+		return nil, fmt.Errorf("%w plan: %v", snapshot.ErrInvalid, err)
+	}
+	var out []string
+	var walk func(n map[string]any)
+	walk = func(n map[string]any) {
+		if rel, ok := n["Relation Name"].(string); ok {
+			schema, _ := n["Schema"].(string)
+			name := pgx.Identifier{rel}.Sanitize()
+			if schema != "" {
+				name = pgx.Identifier{schema, rel}.Sanitize()
+			}
+			out = append(out, name)
+		}
+		if kids, ok := n["Plans"].([]any); ok {
+			for _, k := range kids {
+				if m, ok := k.(map[string]any); ok {
+					walk(m)
+				}
+			}
+		}
+	}
+	for _, d := range doc {
+		walk(d.Plan)
+	}
+	return out, nil
+}

@@ -1,0 +1,106 @@
+package pgsource_test
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/snapflip/snapflip/internal/testenv"
+	"github.com/snapflip/snapflip/pgsource"
+)
+
+// changeLog collects a watch's notifications.
+type changeLog struct {
+	mu      sync.Mutex
+	changes []pgsource.Change
+	polls   int64
+}
+
+func (l *changeLog) add(c pgsource.Change) { l.mu.Lock(); l.changes = append(l.changes, c); l.mu.Unlock() }
+func (l *changeLog) polled(s pgsource.WatchStats) {
+	l.mu.Lock()
+	l.polls = s.Polls
+	l.mu.Unlock()
+}
+
+// take returns and forgets the changes so far.
+func (l *changeLog) take() []pgsource.Change {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	c := l.changes
+	l.changes = nil
+	return c
+}
+
+func (l *changeLog) pollCount() int64 { l.mu.Lock(); defer l.mu.Unlock(); return l.polls }
+
+// awaitPolls waits until n more polls have run, so whatever they would see is seen.
+func (l *changeLog) awaitPolls(t *testing.T, n int64) {
+	t.Helper()
+	want := l.pollCount() + n
+	for deadline := time.Now().Add(10 * time.Second); l.pollCount() < want; time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the watch stopped polling")
+		}
+	}
+}
+
+// The watch sees a commit to any table a collection reads (a table, a view's base
+// table, a query's joined table), and nothing while only other tables are written,
+// except while hot just after a change.
+func TestWatchSeesCommitsToWatchedTablesOnly(t *testing.T) {
+	dsn := testenv.Postgres(t)
+	testenv.Exec(t, dsn,
+		`CREATE TABLE nums (id int PRIMARY KEY, v text)`, `INSERT INTO nums SELECT g, 'x' FROM generate_series(1, 10) g`,
+		`CREATE TABLE tags (id int, tag text)`, `CREATE TABLE other (id int)`,
+		`CREATE TABLE parts (id int, r text) PARTITION BY LIST (r)`, `CREATE TABLE parts_a PARTITION OF parts FOR VALUES IN ('a')`,
+		`CREATE VIEW odd AS SELECT * FROM nums WHERE id % 2 = 1`)
+	src, err := pgsource.New(dsn, []pgsource.Collection{
+		{Name: "odd", Table: "odd", Key: "id"},
+		{Name: "tagged", Query: "SELECT n.id, t.tag FROM nums n JOIN tags t USING (id)", Key: "id"},
+		{Name: "parts", Table: "parts", Key: "id"},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var l changeLog
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		done <- src.Watch(ctx, pgsource.WatchConfig{Interval: 20 * time.Millisecond, Hot: 500 * time.Millisecond}, l.add, l.polled)
+	}()
+	defer func() { cancel(); <-done }()
+	l.awaitPolls(t, 3)
+
+	expect := func(what string, want bool, stmts ...string) {
+		t.Helper()
+		testenv.Exec(t, dsn, stmts...) // each on its own session, whose exit reports its statistics
+		l.awaitPolls(t, 5)
+		got := l.take()
+		if want && len(got) == 0 {
+			t.Errorf("%s: no change seen", what)
+		}
+		if !want && len(got) > 0 {
+			t.Errorf("%s: %d changes seen (%+v); want none", what, len(got), got[0])
+		}
+		for _, c := range got {
+			if c.LSN == 0 || c.Reason == "" {
+				t.Errorf("%s: change %+v has no LSN or reason", what, c)
+			}
+		}
+	}
+	expect("writes to an unwatched table", false, `INSERT INTO other VALUES (1)`, `INSERT INTO other VALUES (2)`)
+	expect("an update of the view's base table", true, `UPDATE nums SET v = 'y' WHERE id = 2`)
+	time.Sleep(600 * time.Millisecond) // past Hot
+	l.take()
+	expect("a query's joined table", true, `INSERT INTO tags VALUES (3, 't')`)
+	expect("an unwatched table while hot", true, `INSERT INTO other VALUES (3)`)
+	time.Sleep(600 * time.Millisecond)
+	l.take()
+	expect("an unwatched table once cool again", false, `INSERT INTO other VALUES (4)`)
+	expect("a partition of a watched table", true, `INSERT INTO parts VALUES (1, 'a')`)
+	time.Sleep(600 * time.Millisecond)
+	l.take()
+	expect("a truncate", true, `TRUNCATE tags`)
+}
