@@ -43,8 +43,12 @@ func scanSince(t *testing.T, src *pgsource.Source, coll string, since *snapshot.
 // they were written (plain, in a savepoint, rewritten to the same values, in another
 // partition), and nothing that VACUUM FULL or a freeze merely moved; ids come in byte
 // order whatever the key's type.
+//
+// The test has a Postgres server of its own: a transaction running elsewhere in the
+// cluster when a snapshot is taken holds its xmin back, which (rightly) widens the
+// window of rows rendered, and the exact sets below would not hold.
 func TestScanSinceRendersOnlyRowsWrittenSince(t *testing.T) {
-	dsn := testenv.Postgres(t)
+	dsn, _ := testenv.PostgresServer(t)
 	testenv.Exec(t, dsn,
 		`CREATE TABLE nums (id bigint PRIMARY KEY, v text)`,
 		`INSERT INTO nums SELECT g, 'v' || g FROM generate_series(1, 300) g`,
