@@ -145,6 +145,10 @@ type Manifest struct {
 	Parent Version `json:"parent,omitempty"`
 	// BytesWritten is what the publish sent to storage: row keys and values.
 	BytesWritten int64 `json:"bytes_written,omitempty"`
+	// ChangeSeen is when the watch first saw the change this version publishes (zero
+	// for a scheduled publish): PublishedAt minus it is the commit-to-publish delay,
+	// give or take one watch interval.
+	ChangeSeen time.Time `json:"change_seen,omitzero"`
 }
 
 // Known manifest formats.

@@ -102,6 +102,13 @@ type PublishOptions struct {
 	Republish bool
 	// Slot is the scheduled tick this publish is for, recorded in the manifest.
 	Slot int64
+	// ChangeLSN, for a publish started by a watched change: the source position at
+	// which the change was seen. When the current version was read at or after it,
+	// the change is published already (by another replica) and nothing is read.
+	ChangeLSN uint64
+	// ChangeSeen is when the change this publish is for was first seen, recorded in
+	// the manifest for the commit-to-publish delay.
+	ChangeSeen time.Time
 
 	reason  string       // why a republish runs, for the result
 	current *currentRead // the pointer and its manifest as KeepAlive read them this tick
@@ -156,6 +163,9 @@ func (p *Publisher) Publish(ctx context.Context, opts PublishOptions) (PublishRe
 		cm := p.confirmFlip(ctx, *curManifest, cur)
 		curManifest = &cm
 	}
+	if hasCurrent && opts.ChangeLSN > 0 && !opts.Force && !opts.Republish && curManifest.Source.LSN >= opts.ChangeLSN {
+		return PublishResult{Previous: cur.Version, NoOp: true, Reason: "published already"}, nil
+	}
 
 	snap, err := p.Source.Open(ctx)
 	if err != nil {
@@ -186,6 +196,7 @@ func (p *Publisher) Publish(ctx context.Context, opts PublishOptions) (PublishRe
 		Token:       opts.Token,
 		Slot:        opts.Slot,
 		TTL:         p.TTL,
+		ChangeSeen:  opts.ChangeSeen,
 	}
 	ds, layered := snap.(DeltaSnapshot)
 	layered = layered && p.Incremental
