@@ -46,7 +46,7 @@ func (v View) HasCollection(name string) bool {
 
 // ResolverConfig tunes a Resolver.
 type ResolverConfig struct {
-	// Refresh is how long a pointer read is reused; default 1s.
+	// Refresh is how long a pointer read is reused; default 500ms.
 	Refresh time.Duration
 	// Timeout bounds one pointer refresh and one document fetch; default 5s.
 	Timeout time.Duration
@@ -61,7 +61,7 @@ type ResolverConfig struct {
 
 // DefaultResolverConfig returns the defaults.
 func DefaultResolverConfig() ResolverConfig {
-	return ResolverConfig{Refresh: time.Second, Timeout: 5 * time.Second, MaxStale: time.Minute, CacheSize: 100_000}
+	return ResolverConfig{Refresh: 500 * time.Millisecond, Timeout: 5 * time.Second, MaxStale: time.Minute, CacheSize: 100_000}
 }
 
 // Resolver answers reads through the pointer. It reads the pointer once per Refresh

@@ -107,6 +107,20 @@ type LeaseConfig struct {
 	AcquireTimeout time.Duration `yaml:"acquire_timeout"`
 }
 
+// WatchConfig is the watch section of the syncer's config: change-driven syncs in
+// `syncer run`.
+type WatchConfig struct {
+	// Enabled starts a sync soon after a committed change to a table a collection
+	// reads; the schedule still runs as a backstop. Default true.
+	Enabled bool `yaml:"enabled"`
+	// Interval is how often the source's statistics are polled; default 200ms.
+	Interval time.Duration `yaml:"interval"`
+	// MinInterval is the least time between the starts of two change-driven syncs,
+	// so a write storm makes a version every MinInterval, not one per commit;
+	// default 1s.
+	MinInterval time.Duration `yaml:"min_interval"`
+}
+
 // PostgresConfig is the postgres section of the syncer's config.
 type PostgresConfig struct {
 	// DSN is the connection string; SNAPFLIP_POSTGRES_DSN overrides it. Never logged.
@@ -150,6 +164,8 @@ type SyncerConfig struct {
 	// RebaseRatio writes a new base once a chain's deltas hold more rows than this
 	// share of its base; default 0.5.
 	RebaseRatio float64 `yaml:"rebase_ratio"`
+	// Watch tunes change-driven syncs.
+	Watch WatchConfig `yaml:"watch"`
 	// Collections are what is copied; at least one is required.
 	Collections []CollectionConfig `yaml:"collections"`
 
@@ -172,6 +188,7 @@ func DefaultSyncerConfig() SyncerConfig {
 		MaxDocumentBytes: 8 << 20,
 		ProgressInterval: 10 * time.Second,
 		Versions:         VersionsIncremental,
+		Watch:            WatchConfig{Enabled: true, Interval: 200 * time.Millisecond, MinInterval: time.Second},
 		MaxLayers:        snapshot.DefaultMaxLayers,
 		RebaseRatio:      snapshot.DefaultRebaseRatio,
 		Postgres:         PostgresConfig{Readers: 1, PartitionMinRows: 200_000},
@@ -250,6 +267,12 @@ func (c SyncerConfig) Validate() error {
 	}
 	if c.ProgressInterval <= 0 {
 		return fmt.Errorf("progress_interval %s: must be positive", c.ProgressInterval)
+	}
+	if c.Watch.Interval < 10*time.Millisecond {
+		return fmt.Errorf("watch.interval %s: must be at least 10ms", c.Watch.Interval)
+	}
+	if c.Watch.MinInterval < 0 {
+		return fmt.Errorf("watch.min_interval %s: must not be negative", c.Watch.MinInterval)
 	}
 	if c.Versions != VersionsIncremental && c.Versions != VersionsFull {
 		return fmt.Errorf("versions %q: must be %q or %q", c.Versions, VersionsIncremental, VersionsFull)

@@ -40,6 +40,7 @@ type syncerMetrics struct {
 	rowsWritten  *prometheus.CounterVec
 	layers       *prometheus.CounterVec
 	chainLength  *prometheus.GaugeVec
+	watch        *watchMetrics
 }
 
 func newSyncerMetrics(dataset string) *syncerMetrics {
@@ -95,6 +96,7 @@ func newSyncerMetrics(dataset string) *syncerMetrics {
 		m.rows, m.bytes, m.age, m.ttl, m.pinned, m.refreshed,
 		m.bytesWritten, m.rendered, m.rowsWritten, m.layers, m.chainLength,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	m.watch = newWatchMetrics(m.reg, labels)
 	return m
 }
 

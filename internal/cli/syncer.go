@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"os"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/google/uuid"
@@ -45,8 +46,11 @@ func leaseName(dataset string) string { return "publish/" + dataset }
 
 // syncer is a wired syncer.
 type syncer struct {
-	cfg     SyncerConfig
-	store   *store.Store
+	cfg   SyncerConfig
+	src   *pgsource.Source
+	store *store.Store
+	// cycle keeps this process's scheduled and change-driven cycles apart.
+	cycle   sync.Mutex
 	ticker  *snapshot.Ticker
 	sched   schedule
 	metrics *syncerMetrics
@@ -231,6 +235,7 @@ func wireSyncer(ctx context.Context, cfg SyncerConfig, log *slog.Logger) (*synce
 	}
 	return &syncer{
 		cfg:   cfg,
+		src:   src,
 		store: st,
 		ticker: &snapshot.Ticker{Publisher: pub, Lease: lease, Slots: st, Holder: holder,
 			AcquireTimeout: cfg.Lease.AcquireTimeout, Log: log},
@@ -277,13 +282,21 @@ func (m *Syncer) runSchedule(ctx context.Context, s *syncer) error {
 	if _, err := s.store.ReadPointer(ctx, s.cfg.Dataset); errors.Is(err, snapshot.ErrNoVersion) {
 		log.Info("nothing published yet: syncing now")
 		start := time.Now()
+		s.cycle.Lock()
 		res, _, err := s.ticker.PublishLeased(ctx, snapshot.PublishOptions{})
+		s.cycle.Unlock()
 		s.metrics.observe(res, err, time.Since(start))
 		if err != nil && !errors.Is(err, snapshot.ErrFenced) && !errors.Is(err, snapshot.ErrConflict) {
 			log.Error("first sync failed", "err", err)
 		}
 	}
-	log.Info("syncer running", "schedule", s.cfg.Schedule)
+	log.Info("syncer running", "schedule", s.cfg.Schedule, "watch", s.cfg.Watch.Enabled)
+	if s.cfg.Watch.Enabled {
+		wctx, stop := context.WithCancel(ctx)
+		done := make(chan struct{})
+		go func() { defer close(done); m.runWatch(wctx, s) }()
+		defer func() { stop(); <-done }()
+	}
 	for {
 		tick, ok := m.nextTick(ctx, s.sched)
 		if !ok {
@@ -294,7 +307,9 @@ func (m *Syncer) runSchedule(ctx context.Context, s *syncer) error {
 		tlog := log.With("slot", slot, "tick", tick.UTC().Format(time.RFC3339))
 		tlog.Debug("tick started")
 		start := time.Now()
+		s.cycle.Lock()
 		res, err := s.ticker.Tick(ctx, slot, snapshot.PublishOptions{})
+		s.cycle.Unlock()
 		switch {
 		case err != nil && ctx.Err() != nil:
 			tlog.Info("sync abandoned for shutdown", "err", err)

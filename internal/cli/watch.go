@@ -1,0 +1,150 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/snapflip/snapflip/pgsource"
+	"github.com/snapflip/snapflip/snapshot"
+)
+
+// Change-driven syncs. The watch (pgsource.Watch) reports possible changes; pending
+// ones are coalesced, and a sync starts as soon as none is running and MinInterval has
+// passed since the last one started. The sync takes the publish lease like a scheduled
+// one (no slot: a change is not a tick); a replica that finds the current version
+// already read at or after the change's position publishes nothing and reads nothing,
+// so several replicas that all saw a change publish it once.
+
+// pending coalesces the changes seen since the last change-driven sync started.
+type pending struct {
+	mu     sync.Mutex
+	any    bool
+	first  time.Time // when the oldest pending change was seen
+	lsn    uint64    // the latest position a pending change was seen at
+	wake   chan struct{}
+	reason string
+}
+
+func newPending() *pending { return &pending{wake: make(chan struct{}, 1)} }
+
+func (p *pending) add(c pgsource.Change) {
+	p.mu.Lock()
+	if !p.any {
+		p.any, p.first, p.reason = true, c.At, c.Reason
+	}
+	p.lsn = max(p.lsn, c.LSN)
+	p.mu.Unlock()
+	select {
+	case p.wake <- struct{}{}:
+	default:
+	}
+}
+
+// take returns and clears what is pending.
+func (p *pending) take() (ok bool, first time.Time, lsn uint64, reason string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	ok, first, lsn, reason = p.any, p.first, p.lsn, p.reason
+	p.any, p.lsn = false, 0
+	return
+}
+
+// watchMetrics are the watch's and change-driven syncs' metrics.
+type watchMetrics struct {
+	polls    prometheus.Counter
+	pollTime prometheus.Histogram
+	tables   prometheus.Gauge
+	changes  *prometheus.CounterVec
+	delay    prometheus.Histogram
+	lastLag  prometheus.Gauge
+}
+
+func newWatchMetrics(reg *prometheus.Registry, labels prometheus.Labels) *watchMetrics {
+	m := &watchMetrics{
+		polls: prometheus.NewCounter(prometheus.CounterOpts{Name: "snapflip_watch_polls_total",
+			Help: "Polls of the source's table statistics by the change watch.", ConstLabels: labels}),
+		pollTime: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "snapflip_watch_poll_seconds",
+			Help: "Round trip of one watch poll (its cost on Postgres is a few function calls per watched table).",
+			ConstLabels: labels, Buckets: prometheus.ExponentialBuckets(0.0005, 2, 12)}),
+		tables: prometheus.NewGauge(prometheus.GaugeOpts{Name: "snapflip_watch_tables",
+			Help: "Tables the change watch polls (the tables the collections read).", ConstLabels: labels}),
+		changes: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "snapflip_watch_changes_total",
+			Help: "Possible changes the watch saw, by reason: statistics, commit while hot.", ConstLabels: labels}, []string{"reason"}),
+		delay: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "snapflip_commit_to_publish_seconds",
+			Help:        "From when the watch first saw a change to the flip that published it (add up to one watch interval for the commit itself).",
+			ConstLabels: labels, Buckets: prometheus.ExponentialBuckets(0.05, 2, 12)}),
+		lastLag: prometheus.NewGauge(prometheus.GaugeOpts{Name: "snapflip_last_commit_to_publish_seconds",
+			Help: "The commit-to-publish delay of the last change-driven publish.", ConstLabels: labels}),
+	}
+	reg.MustRegister(m.polls, m.pollTime, m.tables, m.changes, m.delay, m.lastLag)
+	return m
+}
+
+// runWatch watches the source and runs change-driven syncs until ctx ends.
+func (m *Syncer) runWatch(ctx context.Context, s *syncer) {
+	cfg := s.cfg.Watch
+	log := s.log.With("dataset", s.cfg.Dataset)
+	pend := newPending()
+	wm := s.metrics.watch
+	go func() {
+		_ = s.src.Watch(ctx, pgsource.WatchConfig{Interval: cfg.Interval, Log: log},
+			func(c pgsource.Change) {
+				wm.changes.WithLabelValues(c.Reason).Inc()
+				pend.add(c)
+			},
+			func(st pgsource.WatchStats) {
+				wm.polls.Inc()
+				wm.pollTime.Observe(st.PollTime.Seconds())
+				wm.tables.Set(float64(st.Tables))
+			})
+	}()
+	var lastStart time.Time
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-pend.wake:
+		}
+		if wait := time.Until(lastStart.Add(cfg.MinInterval)); wait > 0 {
+			t := time.NewTimer(wait)
+			select {
+			case <-ctx.Done():
+				t.Stop()
+				return
+			case <-t.C:
+			}
+		}
+		ok, first, lsn, reason := pend.take()
+		if !ok {
+			continue
+		}
+		lastStart = time.Now()
+		clog := log.With("change_seen", first.UTC().Format(time.RFC3339Nano), "reason", reason)
+		s.cycle.Lock()
+		res, _, err := s.ticker.PublishLeased(ctx, snapshot.PublishOptions{ChangeLSN: lsn, ChangeSeen: first})
+		s.cycle.Unlock()
+		switch {
+		case err != nil && ctx.Err() != nil:
+			return
+		case errors.Is(err, snapshot.ErrRefused):
+			clog.Warn("change-driven publish refused by a validation gate; the pointer is unchanged", "err", err)
+		case err != nil:
+			clog.Error("change-driven sync failed (the schedule retries)", "err", err)
+		case res.NoOp || res.Pinned:
+			clog.Debug("change-driven sync: nothing to publish", "why", res.Reason, "pinned", res.Pinned)
+		default:
+			lag := res.Manifest.PublishedAt.Sub(first)
+			wm.delay.Observe(lag.Seconds())
+			wm.lastLag.Set(lag.Seconds())
+			clog.Info("published a change", "version", res.Manifest.Version, "commit_to_publish", lag.Round(time.Millisecond).String())
+		}
+		if res.Reason != "published already" {
+			s.metrics.observe(res, err, time.Since(lastStart))
+		}
+		s.metrics.observeCurrent(ctx, s.store, s.cfg.Dataset, s.cfg.TTL)
+	}
+}
