@@ -1,5 +1,7 @@
 // Package bench holds snapflip's end-to-end benchmarks (make bench): the syncer against
 // a minimal pipelined copy of the same rows, its parts alone, a naive per-row loop,
-// the syncer's peak memory, and no-op cycles. Each measurement runs the programs as
+// the syncer's peak memory, and no-op cycles; a layered version's delta cycle against
+// a full copy (BenchmarkDeltaSync); and the metadata API's reads, cached and not, also
+// through chains of layers (BenchmarkAPIChain). Each measurement runs the programs as
 // their own processes against a Bigtable emulator process started fresh for it.
 package bench
