@@ -1,0 +1,123 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/snapflip/snapflip/internal/cli"
+	"github.com/snapflip/snapflip/internal/testenv"
+	"github.com/snapflip/snapflip/snapshot"
+)
+
+// freshnessBudget is the time from a commit to the API serving it (issue 15).
+const freshnessBudget = 2 * time.Second
+
+// awaitServed polls GET path until its body holds want, and returns how long that took
+// from since.
+func (e *env) awaitServed(tb testing.TB, path, want string, since time.Time, limit time.Duration) time.Duration {
+	tb.Helper()
+	for {
+		r := e.get(tb, path)
+		if r.status == http.StatusOK && strings.Contains(string(r.body), want) {
+			return time.Since(since)
+		}
+		if time.Since(since) > limit {
+			tb.Fatalf("GET %s still answers %d %s, %s after the commit; want %q", path, r.status, r.body, limit, want)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// TestCommitsAreServedWithinTheBudget: with the default configuration (watch on, the
+// API's default pointer refresh; the schedule hourly, so only the watch can do it), a
+// commit to a table collection, and one to the table a query collection reads, is
+// served within 2 s, every time.
+func TestCommitsAreServedWithinTheBudget(t *testing.T) {
+	// Not parallel: it measures latency.
+	e := start(t)
+	e.stopAPI()
+	e.startAPI(t, cli.EnvRefresh, "") // the default refresh
+	defer e.runSyncer(t, config)()
+	e.awaitServed(t, docPath("things", "plain"), `"id":"plain"`, time.Now(), 10*time.Second)
+
+	var lat []time.Duration
+	for i := range 10 {
+		table, path := "things", docPath("things", "plain")
+		stmt := fmt.Sprintf(`UPDATE things SET note = 'probe-%d' WHERE id = 'plain'`, i)
+		if i%2 == 1 { // the query collection: SELECT key, value, gen FROM flags WHERE enabled
+			table, path = "flags", docPath("flags", "on")
+			stmt = fmt.Sprintf(`UPDATE flags SET value = 'probe-%d' WHERE key = 'on'`, i)
+		}
+		testenv.Exec(t, e.dsn, stmt)
+		at := time.Now()
+		d := e.awaitServed(t, path, fmt.Sprintf("probe-%d", i), at, 10*time.Second)
+		lat = append(lat, d)
+		if d > freshnessBudget {
+			t.Errorf("commit %d to %s served after %s; the budget is %s", i, table, d.Round(time.Millisecond), freshnessBudget)
+		}
+	}
+	slices.Sort(lat)
+	t.Logf("commit to served, 10 commits: min %s, median %s, max %s", lat[0].Round(time.Millisecond),
+		lat[len(lat)/2].Round(time.Millisecond), lat[len(lat)-1].Round(time.Millisecond))
+}
+
+// TestWriteStormMakesVersionsAtTheMinimumInterval: 150 commits in about 3 s make a
+// version about every watch.min_interval (1 s), not one per commit, and the last
+// commit is served.
+func TestWriteStormMakesVersionsAtTheMinimumInterval(t *testing.T) {
+	t.Parallel()
+	e := start(t)
+	defer e.runSyncer(t, config)()
+	e.awaitServed(t, docPath("things", "plain"), `"id":"plain"`, time.Now(), 10*time.Second)
+	st := testenv.Store(t, testenv.StoreConfig(e.btAddr))
+	before := publishedCount(t, st)
+
+	ctx := context.Background()
+	conn, err := pgx.Connect(ctx, e.dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	start := time.Now()
+	const commits = 150
+	for i := 1; i <= commits; i++ {
+		if _, err := conn.Exec(ctx, `UPDATE things SET gen = $1 WHERE id = 'plain'`, i); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	storm := time.Since(start)
+	e.awaitServed(t, docPath("things", "plain"), fmt.Sprintf(`"gen":%d`, commits), time.Now(), 15*time.Second)
+	versions := publishedCount(t, st) - before
+	// One per min_interval during the storm, plus the one after it, give or take one.
+	most := int(storm/time.Second) + 3
+	if versions < 2 || versions > most {
+		t.Errorf("%d commits in %s made %d versions; want 2..%d (one per min_interval)", commits, storm.Round(time.Millisecond), versions, most)
+	}
+	t.Logf("%d commits in %s: %d versions", commits, storm.Round(time.Millisecond), versions)
+}
+
+// publishedCount counts the versions ever published.
+func publishedCount(tb testing.TB, st interface {
+	ListManifests(context.Context, string) ([]snapshot.Manifest, error)
+}) int {
+	tb.Helper()
+	ms, err := st.ListManifests(context.Background(), "e2e")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	n := 0
+	for _, m := range ms {
+		if m.State == snapshot.StatePublished || m.State == snapshot.StateRetired {
+			n++
+		}
+	}
+	return n
+}
