@@ -339,7 +339,8 @@ func checkPublished(tb testing.TB, st *store.Store, dataset string) (map[int64]i
 func TestSyncerProcesses(t *testing.T) {
 	t.Parallel()
 	e := start(t)
-	cfg := strings.Replace(config, `schedule: "@every 1h"`, `schedule: "@every 1s"`, 1)
+	// The schedule alone: TestReplicasPublishEachChangeOnce covers the watch.
+	cfg := "watch: {enabled: false}\n" + strings.Replace(config, `schedule: "@every 1h"`, `schedule: "@every 1s"`, 1)
 	if err := os.WriteFile(e.configPath, []byte(cfg), 0o600); err != nil {
 		t.Fatal(err)
 	}
@@ -390,4 +391,73 @@ func TestSyncerProcesses(t *testing.T) {
 		t.Errorf("only %d scheduled publishes in 6s of 1s ticks", len(perSlot))
 	}
 	t.Logf("4 syncer processes: %d scheduled publishes, %d versions published in all, none twice per slot", len(perSlot), published)
+}
+
+// TestReplicasPublishEachChangeOnce: 3 `syncer run` processes, the schedule hourly so
+// only their watches publish, under a stream of commits, one of them SIGKILLed midway:
+// the pointer never goes back, no version repeats its predecessor's contents (each
+// change is published once, not once per replica), every layer read is sealed, and
+// the last commit is served.
+func TestReplicasPublishEachChangeOnce(t *testing.T) {
+	t.Parallel()
+	e := start(t)
+	bin := builtSyncer(t)
+	var procs []*exec.Cmd
+	var logs []*strings.Builder
+	for range 3 {
+		cmd := exec.Command(bin, "run")
+		cmd.Env = append(os.Environ(), cli.EnvConfig+"="+e.configPath, cli.EnvPostgresDSN+"="+e.dsn, cli.EnvEmulatorHost+"="+e.btAddr)
+		var log strings.Builder
+		cmd.Stderr = &log
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		procs, logs = append(procs, cmd), append(logs, &log)
+	}
+	st := testenv.Store(t, testenv.StoreConfig(e.btAddr))
+	var lastLSN uint64
+	const commits = 25
+	for g := 1; g <= commits; g++ {
+		testenv.Exec(t, e.dsn, fmt.Sprintf(`UPDATE things SET gen = %d WHERE id = 'plain'`, g))
+		if g == commits/2 {
+			_ = procs[0].Process.Kill()
+			_ = procs[0].Wait()
+		}
+		if p, err := st.ReadPointer(context.Background(), "e2e"); err == nil {
+			if p.Source.LSN < lastLSN {
+				t.Errorf("pointer source went back from %d to %d", lastLSN, p.Source.LSN)
+			}
+			lastLSN = p.Source.LSN
+		}
+		time.Sleep(250 * time.Millisecond) // pacing the source's changes, not awaiting anything
+	}
+	e.awaitServed(t, docPath("things", "plain"), fmt.Sprintf(`"gen":%d`, commits), time.Now(), 20*time.Second)
+	for _, cmd := range procs[1:] {
+		_ = cmd.Process.Signal(syscall.SIGTERM)
+	}
+	for i, cmd := range procs[1:] {
+		if err := cmd.Wait(); err != nil {
+			t.Errorf("syncer %d exited with %v after SIGTERM; log:\n%s", i+1, err, logs[i+1])
+		}
+	}
+	_, published := checkPublished(t, st, "e2e")
+	ms, err := st.ListManifests(context.Background(), "e2e")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var prev *snapshot.Manifest
+	for _, m := range ms {
+		if m.State != snapshot.StatePublished && m.State != snapshot.StateRetired {
+			continue
+		}
+		if prev != nil && prev.Collections["things"].Digest == m.Collections["things"].Digest &&
+			prev.Collections["flags"].Digest == m.Collections["flags"].Digest {
+			t.Errorf("versions %s and %s hold the same contents: a change published twice", prev.Version, m.Version)
+		}
+		if prev != nil && m.Source.LSN < prev.Source.LSN {
+			t.Errorf("version %s was read before its predecessor %s", m.Version, prev.Version)
+		}
+		prev = &m
+	}
+	t.Logf("3 replicas (one killed midway), %d commits: %d versions published", commits, published)
 }
