@@ -2,6 +2,7 @@ package snapshot_test
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"testing"
 	"time"
@@ -232,4 +233,51 @@ func TestDataTimeIsTheChainsOldest(t *testing.T) {
 	if !m.Expired(t0.Add(10 * time.Hour)) {
 		t.Error("a version whose base has outlived the TTL is not expired")
 	}
+}
+
+// A flip keeps the document cache: after it, only the ids the new version's layer
+// changed are read from storage; the others are the parent's cached answers, also two
+// flips back, and a deleted id is not carried.
+func TestCacheSurvivesFlips(t *testing.T) {
+	r := newRig(t, twoCollections, twoTables...)
+	r.pub.Incremental = true
+	ctx := context.Background()
+	v1 := r.publish(t, r.pub)
+	res := snapshot.NewResolver("ds", r.store, snapshot.ResolverConfig{}, nil)
+	ids := make([]string, 50)
+	for i := range ids {
+		ids[i] = fmt.Sprintf("u%d", i+1)
+	}
+	readAll := func(m snapshot.Manifest) map[string]string {
+		view, err := res.View(ctx, m.Version)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out := map[string]string{}
+		for _, id := range ids {
+			d, err := res.Get(ctx, view, "users", id)
+			if err == nil {
+				out[id] = string(d.Body)
+			}
+		}
+		return out
+	}
+	readAll(v1)
+	r.exec(t, `UPDATE users SET name = 'changed' WHERE id = 'u7'`, `DELETE FROM users WHERE id = 'u8'`)
+	v2 := r.publish(t, r.pub)
+	r.exec(t, `UPDATE orders SET user_id = 'u1' WHERE id = 1`) // users unchanged: no layer
+	v3 := r.publish(t, r.pub)
+	_, missesBefore := res.CacheStats()
+	got := readAll(v3) // two flips on, nothing read at v2
+	_, misses := res.CacheStats()
+	if n := misses - missesBefore; n != 2 {
+		t.Errorf("reading 50 users after two flips missed %d times; want 2 (the changed and the deleted id)", n)
+	}
+	if c := res.CarriedHits(); c != 48 {
+		t.Errorf("carried %d answers across the flips; want 48", c)
+	}
+	if got["u7"] != `{"id":"u7","name":"changed"}` || got["u8"] != "" || len(got) != 49 {
+		t.Errorf("after the flips: u7 = %s, u8 = %q, %d users", got["u7"], got["u8"], len(got))
+	}
+	_ = v2
 }

@@ -29,6 +29,8 @@ type ReadStore interface {
 	ScanPage(ctx context.Context, dataset string, chain []Version, collection, after string, limit int) ([]Document, bool, error)
 	// ListManifests returns every manifest of the dataset, oldest first.
 	ListManifests(ctx context.Context, dataset string) ([]Manifest, error)
+	// ScanRun reads a layer's fingerprint run: which ids a flip changed (carry.go).
+	RunReader
 }
 
 // View is one version as a reader sees it: every answer made from a View comes from
@@ -77,9 +79,10 @@ type Resolver struct {
 
 	manifests *lru.Cache[Version, Manifest]
 	docs      *lru.Cache[docKey, Doc] // nil when off
+	carry     *lru.Cache[carryKey, *changeSet]
 	fetch     *fetcher
 
-	hits, misses atomic.Int64
+	hits, misses, carriedHits atomic.Int64
 }
 
 // maxCachedManifests bounds the manifest cache.
@@ -129,6 +132,7 @@ func NewResolver(dataset string, store ReadStore, cfg ResolverConfig, now func()
 	r.manifests, _ = lru.New[Version, Manifest](maxCachedManifests)
 	if cfg.CacheSize > 0 {
 		r.docs, _ = lru.New[docKey, Doc](cfg.CacheSize)
+		r.carry, _ = lru.New[carryKey, *changeSet](maxCachedManifests)
 	}
 	return r
 }
@@ -200,7 +204,7 @@ func (r *Resolver) Get(ctx context.Context, view View, collection, id string) (D
 		return Doc{}, fmt.Errorf("collection %q: %w", collection, ErrNotFound)
 	}
 	key := docKey{view.Version, collection, id}
-	if d, ok := r.cached(key); ok {
+	if d, ok := r.cached(ctx, view, key); ok {
 		return r.found(d, collection, id)
 	}
 	body, found, err := r.fetch.get(ctx, key, view.Manifest.Chain(collection))
@@ -222,12 +226,17 @@ func (r *Resolver) found(d Doc, collection, id string) (Doc, error) {
 	return d, nil
 }
 
-func (r *Resolver) cached(k docKey) (Doc, bool) {
+// cached returns the cached answer for k, or one carried from an ancestor version
+// that the flips since did not change (carry.go).
+func (r *Resolver) cached(ctx context.Context, view View, k docKey) (Doc, bool) {
 	if r.docs == nil {
 		r.misses.Add(1)
 		return Doc{}, false
 	}
 	d, ok := r.docs.Get(k)
+	if !ok {
+		d, ok = r.carried(ctx, view.Manifest, k.collection, k.id)
+	}
 	if ok {
 		r.hits.Add(1)
 	} else {
@@ -245,6 +254,10 @@ func (r *Resolver) cache(k docKey, d Doc) {
 // CacheStats returns the document cache's hits and misses so far.
 func (r *Resolver) CacheStats() (hits, misses int64) { return r.hits.Load(), r.misses.Load() }
 
+// CarriedHits returns how many hits were answers carried across a flip (included in
+// CacheStats' hits).
+func (r *Resolver) CarriedHits() int64 { return r.carriedHits.Load() }
+
 // GetMany returns the documents of ids at the view's version, from the cache where it
 // can and in one storage read for the rest, and the ids that have none, in request
 // order. Every answer comes from the view's version.
@@ -258,7 +271,7 @@ func (r *Resolver) GetMany(ctx context.Context, view View, collection string, id
 		if _, dup := out[id]; dup {
 			continue
 		}
-		if d, ok := r.cached(docKey{view.Version, collection, id}); ok {
+		if d, ok := r.cached(ctx, view, docKey{view.Version, collection, id}); ok {
 			out[id] = d
 		} else {
 			fetch = append(fetch, id)
