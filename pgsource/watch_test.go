@@ -17,7 +17,11 @@ type changeLog struct {
 	polls   int64
 }
 
-func (l *changeLog) add(c pgsource.Change) { l.mu.Lock(); l.changes = append(l.changes, c); l.mu.Unlock() }
+func (l *changeLog) add(c pgsource.Change) {
+	l.mu.Lock()
+	l.changes = append(l.changes, c)
+	l.mu.Unlock()
+}
 func (l *changeLog) polled(s pgsource.WatchStats) {
 	l.mu.Lock()
 	l.polls = s.Polls

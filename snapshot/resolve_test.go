@@ -60,7 +60,9 @@ func (s *countingStore) ScanPage(context.Context, string, []Version, string, str
 	return nil, false, nil
 }
 
-func (s *countingStore) ScanRun(context.Context, string, Version, string, func([]byte) bool) error { return nil }
+func (s *countingStore) ScanRun(context.Context, string, Version, string, func([]byte) bool) error {
+	return nil
+}
 
 func (s *countingStore) ListManifests(context.Context, string) ([]Manifest, error) { return nil, nil }
 

@@ -68,7 +68,7 @@ func newWatchMetrics(reg *prometheus.Registry, labels prometheus.Labels) *watchM
 		polls: prometheus.NewCounter(prometheus.CounterOpts{Name: "snapflip_watch_polls_total",
 			Help: "Polls of the source's table statistics by the change watch.", ConstLabels: labels}),
 		pollTime: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "snapflip_watch_poll_seconds",
-			Help: "Round trip of one watch poll (its cost on Postgres is a few function calls per watched table).",
+			Help:        "Round trip of one watch poll (its cost on Postgres is a few function calls per watched table).",
 			ConstLabels: labels, Buckets: prometheus.ExponentialBuckets(0.0005, 2, 12)}),
 		tables: prometheus.NewGauge(prometheus.GaugeOpts{Name: "snapflip_watch_tables",
 			Help: "Tables the change watch polls (the tables the collections read).", ConstLabels: labels}),
