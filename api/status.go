@@ -34,7 +34,11 @@ type statusData struct {
 	Versions    []versionInfo
 	History     []snapshot.AuditEntry
 	Chart       template.HTML
-	Err         string
+	// Freshness: versions published in the last minute, and the current version's
+	// commit-to-publish delay when a watched change published it.
+	PerMinute int
+	Lag       time.Duration
+	Err       string
 }
 
 // statusTimeout bounds the Bigtable reads of one status page.
@@ -65,6 +69,12 @@ func (s *Server) statusPage(w http.ResponseWriter, r *http.Request) {
 		all = all[:60]
 	}
 	for _, m := range all {
+		if !m.PublishedAt.IsZero() && d.Now.Sub(m.PublishedAt) < time.Minute {
+			d.PerMinute++
+		}
+		if m.Version == ptr.Version && !m.ChangeSeen.IsZero() && !m.PublishedAt.IsZero() {
+			d.Lag = m.PublishedAt.Sub(m.ChangeSeen)
+		}
 		d.Versions = append(d.Versions, describeVersion(m, ptr.Version))
 		if m.Version == ptr.Version {
 			d.Current = m
@@ -289,6 +299,7 @@ code{font:12px ui-monospace,monospace} .bar{background:#eaeef2;border-radius:4px
 <div>age {{.Age.Round 1000000000}}{{if .TTL}} of TTL {{.TTL}}
 <span class="bar"><span class="fill{{if gt .AgePercent 50.0}} warn{{end}}" style="width:{{printf "%.0f" .AgePercent}}%;display:block"></span></span>{{end}}</div>
 {{with .CurrentInfo}}{{if .Version}}<div class="muted">{{if .Shape}}{{.Shape}} · {{end}}chain {{.ChainLength}} · publish wrote {{bytes .BytesWritten}}{{if .Parent}} · parent <code>{{short .Parent}}</code>{{end}}</div>{{end}}{{end}}
+<div class="muted">freshness: {{.PerMinute}} version{{if ne .PerMinute 1}}s{{end}} published in the last minute{{if .Lag}} · this one published {{.Lag.Round 1000000}} after its change was seen{{else}} · this one by the schedule or by hand{{end}}</div>
 </div>
 {{if .Collections}}<h2>Collections</h2>
 <table><tr><th>collection</th><th>documents</th><th>size</th><th>chain</th><th>this version wrote</th></tr>

@@ -245,3 +245,23 @@ func TestStatusPageShowsChains(t *testing.T) {
 		}
 	}
 }
+
+// The status page shows freshness: versions published in the last minute and the
+// current version's commit-to-publish delay.
+func TestStatusPageShowsFreshness(t *testing.T) {
+	now := time.Now()
+	ms := layeredManifests(now)
+	for i := range ms {
+		if ms[i].Version == ver {
+			ms[i].PublishedAt = now.Add(-10 * time.Second)
+			ms[i].ChangeSeen = now.Add(-10*time.Second - 1400*time.Millisecond)
+		}
+	}
+	s := api.NewServer(&fakeReader{manifests: ms}, api.Config{Dataset: "demo"}, slog.New(slog.DiscardHandler))
+	_, body := do(t, s, http.MethodGet, "/", "")
+	for _, want := range []string{"1 version published in the last minute", "published 1.4s after its change was seen"} {
+		if !strings.Contains(string(body), want) {
+			t.Errorf("status page lacks %q", want)
+		}
+	}
+}
