@@ -124,7 +124,7 @@ func collectionStatuses(m snapshot.Manifest, now time.Time) []collectionStatus {
 			if l.Tombstones > 0 {
 				line += ", " + plural(l.Tombstones, "tombstone")
 			}
-			lines = append(lines, line+", "+byteSize(l.Bytes)+", written "+compactAge(now.Sub(layerDataTime(m, l)))+" ago")
+			lines = append(lines, line+", "+ByteSize(l.Bytes)+", written "+compactAge(now.Sub(layerDataTime(m, l)))+" ago")
 		}
 		cs.Layers = strings.Join(lines, "\n")
 		out = append(out, cs)
@@ -201,8 +201,8 @@ func compactAge(d time.Duration) string {
 	return fmt.Sprintf("%dd", int64(d/(24*time.Hour)))
 }
 
-// byteSize formats n bytes as "12.3 MiB".
-func byteSize(n int64) string {
+// ByteSize formats n bytes as "12.3 MiB".
+func ByteSize(n int64) string {
 	const unit = 1024
 	if n < unit {
 		return fmt.Sprintf("%d B", n)
@@ -272,7 +272,7 @@ var statusTemplate = template.Must(template.New("status").Funcs(template.FuncMap
 		}
 		return now.Sub(t).Round(time.Second).String() + " ago"
 	},
-	"bytes": byteSize,
+	"bytes": ByteSize,
 	"short": func(v snapshot.Version) string {
 		if len(v) > 12 {
 			return string(v[:8]) + "…" + string(v[len(v)-6:])

@@ -202,7 +202,8 @@ func TestStoppedHolderCannotFlip(t *testing.T) {
 func TestReplicasPublishEachSlotOnce(t *testing.T) {
 	t.Parallel()
 	e := start(t)
-	cfg := strings.Replace(config, `schedule: "@every 1h"`, `schedule: "@every 1m"`, 1)
+	// The schedule alone: TestReplicasPublishEachChangeOnce covers the watch.
+	cfg := "watch: {enabled: false}\n" + strings.Replace(config, `schedule: "@every 1h"`, `schedule: "@every 1m"`, 1)
 	if err := os.WriteFile(e.configPath, []byte(cfg), 0o600); err != nil {
 		t.Fatal(err)
 	}
@@ -344,19 +345,7 @@ func TestSyncerProcesses(t *testing.T) {
 	if err := os.WriteFile(e.configPath, []byte(cfg), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	bin := builtSyncer(t)
-	var procs []*exec.Cmd
-	var logs []*strings.Builder
-	for range 4 {
-		cmd := exec.Command(bin, "run")
-		cmd.Env = append(os.Environ(), cli.EnvConfig+"="+e.configPath, cli.EnvPostgresDSN+"="+e.dsn, cli.EnvEmulatorHost+"="+e.btAddr)
-		var log strings.Builder
-		cmd.Stderr = &log
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		procs, logs = append(procs, cmd), append(logs, &log)
-	}
+	procs, logs := e.startSyncers(t, 4)
 	st := testenv.Store(t, testenv.StoreConfig(e.btAddr))
 	var lastLSN uint64
 	deadline := time.Now().Add(6 * time.Second)
@@ -401,19 +390,7 @@ func TestSyncerProcesses(t *testing.T) {
 func TestReplicasPublishEachChangeOnce(t *testing.T) {
 	t.Parallel()
 	e := start(t)
-	bin := builtSyncer(t)
-	var procs []*exec.Cmd
-	var logs []*strings.Builder
-	for range 3 {
-		cmd := exec.Command(bin, "run")
-		cmd.Env = append(os.Environ(), cli.EnvConfig+"="+e.configPath, cli.EnvPostgresDSN+"="+e.dsn, cli.EnvEmulatorHost+"="+e.btAddr)
-		var log strings.Builder
-		cmd.Stderr = &log
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		procs, logs = append(procs, cmd), append(logs, &log)
-	}
+	procs, logs := e.startSyncers(t, 3)
 	st := testenv.Store(t, testenv.StoreConfig(e.btAddr))
 	var lastLSN uint64
 	const commits = 25
@@ -460,4 +437,24 @@ func TestReplicasPublishEachChangeOnce(t *testing.T) {
 		prev = &m
 	}
 	t.Logf("3 replicas (one killed midway), %d commits: %d versions published", commits, published)
+}
+
+// startSyncers starts n `syncer run` processes on e's config and returns them with
+// their logs.
+func (e *env) startSyncers(tb testing.TB, n int) ([]*exec.Cmd, []*strings.Builder) {
+	tb.Helper()
+	bin := builtSyncer(tb)
+	var procs []*exec.Cmd
+	var logs []*strings.Builder
+	for range n {
+		cmd := exec.Command(bin, "run")
+		cmd.Env = append(os.Environ(), cli.EnvConfig+"="+e.configPath, cli.EnvPostgresDSN+"="+e.dsn, cli.EnvEmulatorHost+"="+e.btAddr)
+		var log strings.Builder
+		cmd.Stderr = &log
+		if err := cmd.Start(); err != nil {
+			tb.Fatal(err)
+		}
+		procs, logs = append(procs, cmd), append(logs, &log)
+	}
+	return procs, logs
 }

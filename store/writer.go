@@ -77,26 +77,25 @@ func (s *Store) NewWriter(ctx context.Context, dataset string, v snapshot.Versio
 // Write queues a document; it blocks while every worker is busy and the queue is full.
 // It is safe to call from several goroutines.
 func (w *Writer) Write(ctx context.Context, collection string, doc snapshot.Document) error {
-	if err := w.failed(); err != nil {
-		return err
-	}
-	w.bmu.Lock()
-	defer w.bmu.Unlock()
-	if w.cur == nil {
-		w.cur = &batch{}
-	}
-	mut := bigtable.NewMutation()
-	mut.Set(famDocs, colDoc, w.ts, doc.Body)
-	prefix, ok := w.prefixes[collection]
-	if !ok {
-		prefix = docPrefix(w.dataset, w.version, collection)
-		w.prefixes[collection] = prefix
-	}
-	return w.add(ctx, prefix+escapeComponent(doc.ID), mut, collection, "", len(doc.Body))
+	return w.queue(ctx, colDoc, doc.Body, collection, "", func() string {
+		prefix, ok := w.prefixes[collection]
+		if !ok {
+			prefix = docPrefix(w.dataset, w.version, collection)
+			w.prefixes[collection] = prefix
+		}
+		return prefix + escapeComponent(doc.ID)
+	})
 }
 
 // WriteChunk queues chunk n of the collection's fingerprint run.
 func (w *Writer) WriteChunk(ctx context.Context, collection string, n int64, chunk []byte) error {
+	return w.queue(ctx, colRun, chunk, "", collection, func() string { return runKey(w.dataset, w.version, collection, n) })
+}
+
+// queue adds one row, value in column d:col under the key that key returns (called
+// with bmu held), to the current batch and sends the batch when full. collection
+// names a document's collection, chunkOf a run chunk's.
+func (w *Writer) queue(ctx context.Context, col string, value []byte, collection, chunkOf string, key func() string) error {
 	if err := w.failed(); err != nil {
 		return err
 	}
@@ -106,19 +105,14 @@ func (w *Writer) WriteChunk(ctx context.Context, collection string, n int64, chu
 		w.cur = &batch{}
 	}
 	mut := bigtable.NewMutation()
-	mut.Set(famDocs, colRun, w.ts, chunk)
-	return w.add(ctx, runKey(w.dataset, w.version, collection, n), mut, "", collection, len(chunk))
-}
-
-// add appends one row to the current batch and sends it when full; the caller holds
-// bmu.
-func (w *Writer) add(ctx context.Context, key string, mut *bigtable.Mutation, collection, chunkOf string, size int) error {
+	mut.Set(famDocs, col, w.ts, value)
+	k := key()
 	b := w.cur
-	b.keys = append(b.keys, key)
+	b.keys = append(b.keys, k)
 	b.muts = append(b.muts, mut)
 	b.collections = append(b.collections, collection)
 	b.chunkOf = append(b.chunkOf, chunkOf)
-	b.bytes += size + len(key)
+	b.bytes += len(value) + len(k)
 	if len(b.keys) >= w.s.cfg.BatchRows || b.bytes >= w.s.cfg.BatchBytes {
 		return w.send(ctx)
 	}

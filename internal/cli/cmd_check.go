@@ -10,6 +10,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/snapflip/snapflip/api"
 	"github.com/snapflip/snapflip/pgsource"
 	"github.com/snapflip/snapflip/store"
 )
@@ -170,15 +171,4 @@ func (r checkReport) print(w io.Writer) {
 }
 
 // humanBytes formats n bytes as "12.3 MiB".
-func humanBytes(n int64) string {
-	const unit = 1024
-	if n < unit {
-		return fmt.Sprintf("%d B", n)
-	}
-	div, exp := int64(unit), 0
-	for m := n / unit; m >= unit; m /= unit {
-		div *= unit
-		exp++
-	}
-	return fmt.Sprintf("%.1f %ciB", float64(n)/float64(div), "KMGTPE"[exp])
-}
+func humanBytes(n int64) string { return api.ByteSize(n) }

@@ -32,6 +32,27 @@ func (g *Gen) Insert(t *Table, n int) string {
 		" AS o WHERE " + keyText("o", t) + " = " + k + ")"
 }
 
+// reinsert returns an INSERT of rows with the given keys (as text) and random values;
+// a key taken again since is skipped.
+func (g *Gen) reinsert(t *Table, keys []string) string {
+	cols := []string{Ident(t.Key.Name)}
+	for _, c := range t.Cols {
+		cols = append(cols, Ident(c.Name))
+	}
+	rows := make([]string, len(keys))
+	for i, k := range keys {
+		vs := []string{"(" + Quote(k) + "::text)::" + t.Key.Type.SQL}
+		for _, c := range t.Cols {
+			vs = append(vs, c.Type.ValueOrNull(g, 0.2))
+		}
+		rows[i] = "(" + strings.Join(vs, ", ") + ")"
+	}
+	k := keyText("v", t)
+	return "INSERT INTO " + t.Ident() + " (" + strings.Join(cols, ", ") + ")\nSELECT DISTINCT ON (" + k + ") * FROM (VALUES\n" +
+		strings.Join(rows, ",\n") + "\n) AS v (" + strings.Join(cols, ", ") + ")\nWHERE NOT EXISTS (SELECT FROM " + t.Ident() +
+		" AS o WHERE " + keyText("o", t) + " = " + k + ")"
+}
+
 // keyText is the text of t's key in the row alias, compared byte by byte.
 func keyText(alias string, t *Table) string {
 	return "(" + alias + "." + Ident(t.Key.Name) + ")::text COLLATE \"C\""
@@ -203,7 +224,15 @@ func (g *Gen) op(s *Schema, t *Table, ks []string) []string {
 		}
 		return out
 	case w < 70 && len(ks) > 0:
-		return []string{"DELETE FROM " + t.Ident() + " WHERE " + keyIn(t, g.someKeys(ks, g.between(1, some)))}
+		gone := g.someKeys(ks, g.between(1, some))
+		out := []string{"DELETE FROM " + t.Ident() + " WHERE " + keyIn(t, gone)}
+		if len(t.deleted) > 0 && g.chance(0.5) {
+			// Ids deleted by an earlier step come back, with new values.
+			out = append(out, g.reinsert(t, t.deleted))
+			t.deleted = nil
+		}
+		t.deleted = append(t.deleted, gone...)
+		return out
 	case w < 80 && len(ks) > 0:
 		var out []string
 		for _, k := range g.someKeys(ks, g.between(1, 3)) {

@@ -74,6 +74,9 @@ type Table struct {
 	// NoPK leaves the key without a primary key: the generated statements keep its
 	// text unique, except those that make invalid keys on purpose (InvalidKey).
 	NoPK bool
+	// deleted holds keys (as text) the history deleted, which a later step may insert
+	// again: a delta must then replace its own tombstone's meaning.
+	deleted []string
 	// KeyCollation is the text key's collation ("" for the default): the API's order is
 	// byte order whatever it is.
 	KeyCollation string
