@@ -16,6 +16,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/snapflip/snapflip/internal/cli"
 	"github.com/snapflip/snapflip/internal/testenv"
 	"github.com/snapflip/snapflip/pgsource"
 	"github.com/snapflip/snapflip/snapshot"
@@ -564,6 +565,24 @@ func (r *genRun) rollBack() string {
 	p, err := testenv.Store(r.t, testenv.StoreConfig(r.e.btAddr)).ReadPointer(context.Background(), "e2e")
 	if err != nil {
 		r.t.Fatal(err)
+	}
+	return string(p.Version)
+}
+
+// genCrashPoints are the publish protocol's kill points a history may die at.
+var genCrashPoints = []string{"after-open", "mid-write@1", "after-seal", "after-flip"}
+
+// crash runs the incremental syncer once, killed at a kill point of the seed's choice,
+// and returns the version the pointer names after it ("" when none).
+func (r *genRun) crash() string {
+	point := genCrashPoints[(r.seed/4)%uint64(len(genCrashPoints))]
+	if r.e.runKilled(r.t, -1, []string{cli.EnvCrashAt + "=" + point}, "once") {
+		r.stats.crashes++
+	}
+	r.log = append(r.log, "-- (syncer once, killed at "+point+")")
+	p, err := testenv.Store(r.t, testenv.StoreConfig(r.e.btAddr)).ReadPointer(context.Background(), "e2e")
+	if err != nil {
+		return ""
 	}
 	return string(p.Version)
 }

@@ -140,7 +140,7 @@ func TestGenerative(t *testing.T) {
 type genStats struct {
 	schemas, tables, columns, collections, syncs, published, failed, rowsChecked, gone int
 	// Of the incremental twin: layers written by kind, the longest chain, rollbacks.
-	deltas, bases, longestChain, rollbacks int
+	deltas, bases, longestChain, rollbacks, crashes int
 	types                                  map[string]int
 }
 
@@ -158,6 +158,7 @@ func (s *genStats) add(o genStats) {
 	s.bases += o.bases
 	s.longestChain = max(s.longestChain, o.longestChain)
 	s.rollbacks += o.rollbacks
+	s.crashes += o.crashes
 	if s.types == nil {
 		s.types = map[string]int{}
 	}
@@ -173,8 +174,8 @@ func (s genStats) String() string {
 	}
 	return fmt.Sprintf("%d schemas, %d tables, %d columns of %d distinct types %v, %d collections, %d syncs (%d published, "+
 		"%d failed as they must), %d documents checked, %d gone ids checked; incremental: %d delta and %d base layers, "+
-		"chains up to %d layers, %d rollbacks, each version equal to its full twin", s.schemas, s.tables, s.columns, len(s.types), kinds,
-		s.collections, s.syncs, s.published, s.failed, s.rowsChecked, s.gone, s.deltas, s.bases, s.longestChain, s.rollbacks)
+		"chains up to %d layers, %d rollbacks, %d syncs killed, each version equal to its full twin", s.schemas, s.tables, s.columns, len(s.types), kinds,
+		s.collections, s.syncs, s.published, s.failed, s.rowsChecked, s.gone, s.deltas, s.bases, s.longestChain, s.rollbacks, s.crashes)
 }
 
 // genRun is one schema's history against one deployment, and its full-copy twin.
@@ -242,7 +243,7 @@ func newGenRun(t *testing.T, seed uint64, sz genSizes, s *sqlgen.Schema, colls [
 	// and chains at their bound all occur.
 	h := seed * 0xbf58476d1ce4e5b9
 	h ^= h >> 31
-	r.layers = fmt.Sprintf("versions: incremental\nmax_layers: %d\nrebase_ratio: %g\n",
+	r.layers = fmt.Sprintf("versions: incremental\nmax_layers: %d\nrebase_ratio: %g\nlease: {duration: 1s}\n",
 		[]int{2, 3, 8, 8}[h%4], []float64{0.05, 0.5, 100}[(h>>2)%3])
 	return r
 }
@@ -275,6 +276,15 @@ func (r *genRun) history(create []string, step func(k int) []string) genStats {
 			// A step may change the database's settings, which new sessions see.
 			r.conn.Close(context.Background())
 			r.connect()
+		}
+		if k == 1 && r.seed%4 == 1 {
+			if _, invalid := r.states(); len(invalid) == 0 {
+				// Kill the incremental syncer at a point of the publish protocol first:
+				// the sync after it must publish what a full copy holds.
+				if v := r.crash(); v != "" {
+					version = v
+				}
+			}
 		}
 		if k == 2 && r.stats.published >= 2 && r.seed%3 == 0 {
 			// Roll the incremental deployment back and unpin it: its next delta is
