@@ -141,7 +141,7 @@ type genStats struct {
 	schemas, tables, columns, collections, syncs, published, failed, rowsChecked, gone int
 	// Of the incremental twin: layers written by kind, the longest chain, rollbacks.
 	deltas, bases, longestChain, rollbacks, crashes int
-	types                                  map[string]int
+	types                                           map[string]int
 }
 
 func (s *genStats) add(o genStats) {
