@@ -288,8 +288,12 @@ func (r *genRun) history(create []string, step func(k int) []string) genStats {
 		}
 		if k == 2 && r.stats.published >= 2 && r.seed%3 == 0 {
 			// Roll the incremental deployment back and unpin it: its next delta is
-			// computed against the version rolled back to.
-			version = r.rollBack()
+			// computed against the version rolled back to. Not before a sync that must
+			// fail: what it then still serves is the rolled-back-to version, which the
+			// history's record of the last good version does not describe.
+			if _, invalid := r.states(); len(invalid) == 0 {
+				version = r.rollBack()
+			}
 		}
 		out, err := r.e.sync(t)
 		fout, ferr := r.full.sync(t)
