@@ -4,4 +4,6 @@
 // a full copy (BenchmarkDeltaSync); and the metadata API's reads, cached and not, also
 // through chains of layers (BenchmarkAPIChain). Each measurement runs the programs as
 // their own processes against a Bigtable emulator process started fresh for it.
+// Change-driven syncs: commit to served (BenchmarkCommitToVisible), the watch's cost to
+// Postgres (BenchmarkWatchCost), cache hits while the pointer flips (BenchmarkCacheUnderFlips).
 package bench
