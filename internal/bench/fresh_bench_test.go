@@ -401,18 +401,58 @@ func clockTicks() float64 {
 // procCPU returns the CPU time (user + system) process pid has used so far.
 func procCPU(tb testing.TB, pid int, hz float64) time.Duration {
 	tb.Helper()
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	d, err := cpuOf(pid, hz)
 	if err != nil {
 		tb.Fatalf("read the CPU time of process %d (Postgres must run on this machine): %v", pid, err)
+	}
+	return d
+}
+
+// cpuOf reads the CPU time (user + system) process pid has used so far.
+func cpuOf(pid int, hz float64) (time.Duration, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0, err
 	}
 	s := string(b)
 	f := strings.Fields(s[strings.LastIndexByte(s, ')')+1:]) // f[0] is field 3, state
 	if len(f) < 13 {
-		tb.Fatalf("/proc/%d/stat: %q", pid, s)
+		return 0, fmt.Errorf("/proc/%d/stat: %q", pid, s)
 	}
 	ut, _ := strconv.ParseFloat(f[11], 64) // field 14, utime
 	st, _ := strconv.ParseFloat(f[12], 64) // field 15, stime
-	return time.Duration((ut + st) / hz * float64(time.Second))
+	return time.Duration((ut + st) / hz * float64(time.Second)), nil
+}
+
+// backendsCPU returns the CPU time so far of each backend connected to conn's
+// database but conn's own.
+func backendsCPU(tb testing.TB, conn *pgx.Conn, hz float64) map[int]time.Duration {
+	tb.Helper()
+	rs, err := conn.Query(context.Background(), `SELECT pid FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid()`)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	pids, err := pgx.CollectRows(rs, pgx.RowTo[int32])
+	if err != nil {
+		tb.Fatal(err)
+	}
+	out := map[int]time.Duration{}
+	for _, p := range pids {
+		if d, err := cpuOf(int(p), hz); err == nil {
+			out[int(p)] = d
+		}
+	}
+	return out
+}
+
+// cpuSince returns the CPU the backends of after used since before (all of it for
+// a backend that started since); backends that ended in between are not counted.
+func cpuSince(before, after map[int]time.Duration) time.Duration {
+	var t time.Duration
+	for p, d := range after {
+		t += d - before[p]
+	}
+	return t
 }
 
 // BenchmarkWatchCost measures the Postgres CPU the watch of `syncer run` costs: the
@@ -584,8 +624,14 @@ func BenchmarkCacheUnderFlips(b *testing.B) {
 	if err := os.WriteFile(other, []byte("dataset: bench2\nschedule: \"@every 1h\"\ncollections:\n  - {name: items, table: items, key: id}\n"), 0o600); err != nil {
 		b.Fatal(err)
 	}
-	addr, stop := freshEmulator(b)
-	defer stop()
+	addr, emulator := testenv.StartEmulator(b) // stopped when the benchmark ends
+	testenv.Store(b, testenv.StoreConfig(addr))
+	hz := clockTicks()
+	pgConn, err := pgx.Connect(context.Background(), dsn)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer pgConn.Close(context.Background())
 	env := []string{"SNAPFLIP_POSTGRES_DSN=" + dsn, "BIGTABLE_EMULATOR_HOST=" + addr}
 	for _, c := range []string{served, other} {
 		if out := runProc(b, env, syncer, "--config", c, "--log-level", "warn", "once"); !strings.HasPrefix(out.out, "published") {
@@ -637,6 +683,8 @@ func BenchmarkCacheUnderFlips(b *testing.B) {
 	type result struct {
 		load
 		hits, misses      float64
+		apiCPU, syncerCPU float64 // seconds of CPU the API and syncer processes used
+		emuCPU, pgCPU     float64 // and the emulator and the database's backends
 		published, bases  float64
 		failed, unchanged float64
 		flipsPerSec       float64
@@ -661,12 +709,13 @@ func BenchmarkCacheUnderFlips(b *testing.B) {
 		if sp != nil {
 			s0 = scrape(sp.metrics)
 		}
-		a0 := scrape(api + "/metrics")
+		a0, e0, pg0 := scrape(api+"/metrics"), procCPU(b, emulator.Process.Pid, hz), backendsCPU(b, pgConn, hz)
 		l := wrk(b, conns, dur, loadCPU, api, script)
-		a1 := scrape(api + "/metrics")
-		r := result{load: l}
+		a1, e1, pg1 := scrape(api+"/metrics"), procCPU(b, emulator.Process.Pid, hz), backendsCPU(b, pgConn, hz)
+		r := result{load: l, emuCPU: (e1 - e0).Seconds(), pgCPU: cpuSince(pg0, pg1).Seconds()}
 		r.hits = a1.sum("snapflip_api_cache_hits_total") - a0.sum("snapflip_api_cache_hits_total")
 		r.misses = a1.sum("snapflip_api_cache_misses_total") - a0.sum("snapflip_api_cache_misses_total")
+		r.apiCPU = a1.sum("process_cpu_seconds_total") - a0.sum("process_cpu_seconds_total")
 		if sp != nil {
 			s1 := scrape(sp.metrics)
 			d := func(name string, match ...string) float64 { return s1.sum(name, match...) - s0.sum(name, match...) }
@@ -674,6 +723,7 @@ func BenchmarkCacheUnderFlips(b *testing.B) {
 			r.unchanged = d("snapflip_syncs_total", `result="unchanged"`)
 			r.failed = d("snapflip_syncs_total", `result="failed"`)
 			r.bases = d("snapflip_sync_layers_total", `kind="base"`)
+			r.syncerCPU = d("process_cpu_seconds_total")
 			r.flipsPerSec = r.published / dur.Seconds()
 			stopChanges()
 			sp.stop()
@@ -688,10 +738,13 @@ func BenchmarkCacheUnderFlips(b *testing.B) {
 		kinds := []string{"none", "control", "flips"}
 		best := map[string]result{}
 		all := map[string][]string{}
+		var paired []float64 // flips/no flips within each round
 		for r := range rounds {
+			this := map[string]float64{}
 			for j := range kinds {
 				k := kinds[(j+r)%len(kinds)] // each round in another order
 				res := phase(k)
+				this[k] = res.rps
 				round := fmt.Sprintf("%.0f", res.rps)
 				if res.hits+res.misses > 0 && res.hits < res.hits+res.misses {
 					round += fmt.Sprintf(" (hits %.2f%%", 100*res.hits/(res.hits+res.misses))
@@ -705,7 +758,10 @@ func BenchmarkCacheUnderFlips(b *testing.B) {
 					best[k] = res
 				}
 			}
+			paired = append(paired, this["flips"]/this["none"])
 		}
+		slices.Sort(paired)
+		pairedMedian := paired[len(paired)/2]
 		none, control, flips := best["none"], best["control"], best["flips"]
 		ratio := flips.rps / none.rps
 		hitRate := func(r result) float64 {
@@ -717,6 +773,7 @@ func BenchmarkCacheUnderFlips(b *testing.B) {
 		b.ReportMetric(none.rps, "noflip_req/s")
 		b.ReportMetric(flips.rps, "flips_req/s")
 		b.ReportMetric(ratio, "flips/noflip")
+		b.ReportMetric(pairedMedian, "flips/noflip_median")
 		b.ReportMetric(flips.rps/control.rps, "flips/control")
 		b.ReportMetric(hitRate(flips), "flips_hit_%")
 		b.ReportMetric(flips.flipsPerSec, "flips/s")
@@ -728,6 +785,15 @@ func BenchmarkCacheUnderFlips(b *testing.B) {
 			control.load, hitRate(control), strings.Join(all["control"], ", "), control.published, control.bases)
 		b.Logf("  flips: 0.1%%/s changed, served dataset   %s  hit rate %.3f%%; every round: %s req/s; %.0f flips (%.2f/s; %.0f of them rebases), %.0f syncs unchanged, %.0f failed",
 			flips.load, hitRate(flips), strings.Join(all["flips"], ", "), flips.published, flips.flipsPerSec, flips.bases, flips.unchanged, flips.failed)
-		b.Logf("  flips/no flips %.3f (target >= 0.90); flips/control %.3f", ratio, flips.rps/control.rps)
+		perReq := func(r result) float64 { return 1e6 * r.apiCPU / float64(max(r.requests, 1)) }
+		b.ReportMetric(perReq(flips)/perReq(none), "flips/noflip_cpu_per_req")
+		b.Logf("  API CPU per request (its process_cpu_seconds over wrk's requests, best rounds): no flips %.1fµs, control %.1fµs, flips %.1fµs (flips/no flips %.3f)",
+			perReq(none), perReq(control), perReq(flips), perReq(flips)/perReq(none))
+		bg := func(r result) string {
+			return fmt.Sprintf("syncer %.0f%%, emulator %.0f%%, Postgres backends %.0f%%", 100*r.syncerCPU/dur.Seconds(), 100*r.emuCPU/dur.Seconds(), 100*r.pgCPU/dur.Seconds())
+		}
+		b.Logf("  other processes' CPU in the best rounds, %% of one core: no flips: %s; control: %s; flips: %s", bg(none), bg(control), bg(flips))
+		b.Logf("  flips/no flips %.3f, best against best (target >= 0.90); per round (sorted) %s, median %.3f; flips/control %.3f",
+			ratio, fmt.Sprintf("%.3f", paired), pairedMedian, flips.rps/control.rps)
 	}
 }
