@@ -90,7 +90,8 @@ func TestTTLKeepAlivePinned(t *testing.T) {
 		Source: p.Source, Rollback: true, Pin: true, Reason: "test", At: time.Now()}); err != nil {
 		t.Fatal(err)
 	}
-	testenv.Exec(t, e.dsn, `UPDATE things SET gen = 99`) // a change that must not be published while pinned
+	e.awaitVersion(t, docPath("things", "plain"), string(p.Version)) // the API has read the pointer
+	testenv.Exec(t, e.dsn, `UPDATE things SET gen = 99`)             // a change that must not be published while pinned
 	cfg := strings.NewReplacer(`schedule: "@every 1h"`, `schedule: "@every 1s"`, "ttl: 1h", "ttl: 3s").Replace(config)
 	stop := e.runSyncer(t, cfg)
 	defer stop()

@@ -147,6 +147,10 @@ func (w *watch) run(ctx context.Context) error {
 		now := time.Now()
 		switch {
 		case first:
+			// A new baseline (start, reconnect, a new set of tables): a change reported
+			// before it, but after the last sync read, would otherwise wait for the
+			// schedule. One sync finds out; it is cheap when nothing changed.
+			w.changed(Change{LSN: lsn, At: now, Reason: "watch started"})
 		case sig != last:
 			hotUntil = now.Add(w.cfg.Hot)
 			w.changed(Change{LSN: lsn, At: now, Reason: "statistics"})

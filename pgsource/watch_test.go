@@ -76,6 +76,9 @@ func TestWatchSeesCommitsToWatchedTablesOnly(t *testing.T) {
 	}()
 	defer func() { cancel(); <-done }()
 	l.awaitPolls(t, 3)
+	if got := l.take(); len(got) != 1 || got[0].Reason != "watch started" {
+		t.Errorf("the first poll reported %+v; want one change, \"watch started\"", got)
+	}
 
 	expect := func(what string, want bool, stmts ...string) {
 		t.Helper()
