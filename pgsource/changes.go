@@ -23,8 +23,9 @@ import (
 
 var _ snapshot.DeltaSnapshot = (*snap)(nil)
 
-// systemID names the cluster and database, "<system identifier>:<database oid>", or ""
-// when pg_control_system() is not granted to the role.
+// systemID names the cluster, database and timeline, "<system identifier>:<database
+// oid>:<timeline>", or "" when pg_control_system() or pg_control_checkpoint() is not
+// granted to the role.
 func systemID(ctx context.Context, tx pgx.Tx) (string, error) {
 	var ok bool
 	if err := tx.QueryRow(ctx, `SELECT has_function_privilege('pg_control_system()', 'execute')`).Scan(&ok); err != nil {
@@ -33,9 +34,17 @@ func systemID(ctx context.Context, tx pgx.Tx) (string, error) {
 	if !ok {
 		return "", nil
 	}
+	// The timeline too: a promoted standby (after an asynchronous failover that lost
+	// transactions) or a point-in-time restore keeps the system identifier but hands
+	// out transaction ids again from below what the parent saw.
 	var id string
 	err := tx.QueryRow(ctx, `SELECT (SELECT system_identifier FROM pg_control_system())::text || ':' ||
-		(SELECT oid FROM pg_database WHERE datname = current_database())::text`).Scan(&id)
+		(SELECT oid FROM pg_database WHERE datname = current_database())::text || ':' ||
+		CASE WHEN has_function_privilege('pg_control_checkpoint()', 'execute')
+			THEN (SELECT timeline_id FROM pg_control_checkpoint())::text ELSE '?' END`).Scan(&id)
+	if strings.HasSuffix(id, ":?") {
+		return "", err // no timeline: the identity is not enough
+	}
 	return id, err
 }
 
@@ -102,7 +111,7 @@ func (r *snap) changeMode(ctx context.Context, c Collection, since *snapshot.Pos
 	case since.System == "" || r.pos.System == "":
 		return "content: the cluster's identity is unknown (pg_control_system() not granted)", 0, 0, nil
 	case since.System != r.pos.System:
-		return "content: the parent was read from another cluster or database", 0, 0, nil
+		return "content: the parent was read from another cluster, database or timeline", 0, 0, nil
 	case since.Definitions[c.Name] == "" || since.Definitions[c.Name] != r.pos.Definitions[c.Name]:
 		return "content: the table's column or type definitions changed", 0, 0, nil
 	}
@@ -133,7 +142,7 @@ func (r *snap) changeMode(ctx context.Context, c Collection, since *snapshot.Pos
 func allHeap(ctx context.Context, tx pgx.Tx, c Collection) (bool, error) {
 	var ok bool
 	// pg_partition_tree lists nothing for a table that is not partitioned.
-	err := tx.QueryRow(ctx, `SELECT coalesce(bool_and(c.relkind = 'p' OR am.amname = 'heap'), false)
+	err := tx.QueryRow(ctx, `SELECT coalesce(bool_and(c.relkind = 'p' OR coalesce(am.amname, '') = 'heap'), false)
 		FROM pg_class c LEFT JOIN pg_am am ON am.oid = c.relam
 		WHERE c.oid = to_regclass($1) OR c.oid IN (SELECT relid FROM pg_partition_tree(to_regclass($1)))`,
 		pgx.Identifier(c.tableParts()).Sanitize()).Scan(&ok)

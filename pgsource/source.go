@@ -230,6 +230,14 @@ func tableFingerprint(ctx context.Context, tx pgx.Tx, c Collection) (fp, defs st
 	if err != nil {
 		return "", "", 0, err
 	}
+	// Which relations hold the rows: a table swapped in by a rename, or a partition
+	// attached in place of another, keeps the definitions and its rows' xmin.
+	var rels string
+	err = tx.QueryRow(ctx, relationsSQL, name).Scan(&rels)
+	if err != nil {
+		return "", "", 0, err
+	}
+	cols += "\n" + rels
 	sum := sha256.Sum256(fmt.Appendf(nil, "%d:%s\n%s", rows, xsum, cols))
 	dsum := sha256.Sum256([]byte(cols))
 	return hex.EncodeToString(sum[:12]), hex.EncodeToString(dsum[:12]), rows, nil
@@ -262,6 +270,15 @@ const columnsFingerprintSQL = `WITH RECURSIVE types(oid) AS (
 			) ORDER BY ty.oid), '[]')
 			FROM pg_type ty WHERE ty.oid IN (SELECT oid FROM types) AND ty.oid >= 16384)
 	)::text`
+
+// relationsSQL lists the oids of the table $1 and of every partition and inheritance
+// child under it.
+const relationsSQL = `WITH RECURSIVE tree(oid) AS (
+		SELECT to_regclass($1)::oid
+		UNION
+		SELECT i.inhrelid FROM pg_inherits i JOIN tree ON i.inhparent = tree.oid
+	)
+	SELECT coalesce(string_agg(oid::text, ',' ORDER BY oid), '') FROM tree`
 
 // ParseLSN parses a Postgres LSN, "16/B374D848".
 func ParseLSN(s string) (uint64, error) {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
+	"strconv"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -42,9 +43,14 @@ type WatchConfig struct {
 
 // Change is a possible committed change to a watched table.
 type Change struct {
-	// LSN is the WAL position read with the observation: at or after the change's
-	// commit, so a version read at or after it includes the change.
+	// LSN is the WAL position read with the observation (for logs).
 	LSN uint64
+	// Xmax is the snapshot xmax read with the observation: the change's transaction
+	// is below it, so a version whose snapshot's xmin is at or above it includes the
+	// change. (A WAL position would not do: a commit record is written before its
+	// transaction becomes visible, so a version can be read at a later position
+	// without it.)
+	Xmax uint64
 	// At is when the watch saw it (this process's clock).
 	At time.Time
 	// Reason is "statistics" (a watched table's counters moved) or "commit while hot".
@@ -144,18 +150,22 @@ func (w *watch) run(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
+		xm, err := strconv.ParseUint(xmaxText, 10, 64)
+		if err != nil {
+			return fmt.Errorf("%w snapshot xmax %q", snapshot.ErrInvalid, xmaxText)
+		}
 		now := time.Now()
 		switch {
 		case first:
 			// A new baseline (start, reconnect, a new set of tables): a change reported
 			// before it, but after the last sync read, would otherwise wait for the
 			// schedule. One sync finds out; it is cheap when nothing changed.
-			w.changed(Change{LSN: lsn, At: now, Reason: "watch started"})
+			w.changed(Change{LSN: lsn, Xmax: xm, At: now, Reason: "watch started"})
 		case sig != last:
 			hotUntil = now.Add(w.cfg.Hot)
-			w.changed(Change{LSN: lsn, At: now, Reason: "statistics"})
+			w.changed(Change{LSN: lsn, Xmax: xm, At: now, Reason: "statistics"})
 		case xmaxText != xmax && now.Before(hotUntil):
-			w.changed(Change{LSN: lsn, At: now, Reason: "commit while hot"})
+			w.changed(Change{LSN: lsn, Xmax: xm, At: now, Reason: "commit while hot"})
 		}
 		first, last, xmax = false, sig, xmaxText
 		select {

@@ -105,8 +105,8 @@ func (r *Resolver) loadChanges(ctx context.Context, cs *changeSet, v Version, co
 			derr = DecodeRunChunk(chunk, func(e RunEntry) error { ids[e.ID] = struct{}{}; return nil })
 			return derr == nil
 		})
-		if err != nil || derr != nil {
-			return // a version whose changes cannot be read starts cold
+		if err != nil || derr != nil || int64(len(ids)) != c.Layers[0].Docs+c.Layers[0].Tombstones {
+			return // a version whose changes cannot be read (all of them) starts cold
 		}
 		cs.ids = ids
 	default:

@@ -102,10 +102,12 @@ type PublishOptions struct {
 	Republish bool
 	// Slot is the scheduled tick this publish is for, recorded in the manifest.
 	Slot int64
-	// ChangeLSN, for a publish started by a watched change: the source position at
-	// which the change was seen. When the current version was read at or after it,
-	// the change is published already (by another replica) and nothing is read.
-	ChangeLSN uint64
+	// ChangeXmax, for a publish started by a watched change: the source snapshot's
+	// xmax when the change was seen (the change's transaction is below it). When the
+	// current version's snapshot has every transaction below it finished (its xmin is
+	// at or above it), the change is published already, by another replica, and
+	// nothing is read.
+	ChangeXmax uint64
 	// ChangeSeen is when the change this publish is for was first seen, recorded in
 	// the manifest for the commit-to-publish delay.
 	ChangeSeen time.Time
@@ -163,7 +165,7 @@ func (p *Publisher) Publish(ctx context.Context, opts PublishOptions) (PublishRe
 		cm := p.confirmFlip(ctx, *curManifest, cur)
 		curManifest = &cm
 	}
-	if hasCurrent && opts.ChangeLSN > 0 && !opts.Force && !opts.Republish && curManifest.Source.LSN >= opts.ChangeLSN {
+	if hasCurrent && opts.ChangeXmax > 0 && !opts.Force && !opts.Republish && curManifest.Source.SnapshotXmin() >= opts.ChangeXmax {
 		return PublishResult{Previous: cur.Version, NoOp: true, Reason: "published already"}, nil
 	}
 

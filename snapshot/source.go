@@ -3,6 +3,8 @@ package snapshot
 import (
 	"context"
 	"fmt"
+	"strconv"
+	"strings"
 )
 
 // Position says where in the source's history a version was read. For Postgres it is
@@ -34,7 +36,10 @@ func (p Position) SameContents(o Position, collections []string) bool {
 	if p.Config != o.Config {
 		return false
 	}
-	if p.LSN == o.LSN {
+	// The same position and the same snapshot: a commit record can precede its
+	// transaction's visibility, so an equal position alone does not prove that the
+	// same transactions are visible.
+	if p.LSN == o.LSN && p.Snapshot == o.Snapshot {
 		return true
 	}
 	for _, c := range collections {
@@ -45,6 +50,20 @@ func (p Position) SameContents(o Position, collections []string) bool {
 		}
 	}
 	return len(collections) > 0
+}
+
+// SnapshotXmin returns the xmin of the snapshot ("xmin:xmax:xip,…"): every
+// transaction below it had finished when the snapshot was taken. 0 when unknown.
+func (p Position) SnapshotXmin() uint64 {
+	x, _, ok := strings.Cut(p.Snapshot, ":")
+	if !ok {
+		return 0
+	}
+	n, err := strconv.ParseUint(x, 10, 64)
+	if err != nil {
+		return 0
+	}
+	return n
 }
 
 // String formats the LSN the way Postgres does, "16/B374D848".

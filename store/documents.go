@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"sync/atomic"
 
 	"cloud.google.com/go/bigtable"
 	"golang.org/x/sync/errgroup"
@@ -138,13 +139,13 @@ func (s *Store) ScanDocuments(ctx context.Context, dataset string, chain []snaps
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	g, gctx := errgroup.WithContext(ctx)
+	var failed atomic.Bool
 	heads := make([]chan snapshot.Document, len(chain))
 	for i, v := range chain {
 		ch := make(chan snapshot.Document, 256)
 		heads[i] = ch
 		g.Go(func() error {
-			defer close(ch)
-			return s.scanLayer(gctx, dataset, v, collection, func(d snapshot.Document) bool {
+			err := s.scanLayer(gctx, dataset, v, collection, func(d snapshot.Document) bool {
 				select {
 				case ch <- d:
 					return true
@@ -152,22 +153,35 @@ func (s *Store) ScanDocuments(ctx context.Context, dataset string, chain []snaps
 					return false
 				}
 			})
+			if err != nil {
+				failed.Store(true) // before close: the merge sees it when it sees the end
+			}
+			close(ch)
+			return err
 		})
 	}
-	merr := mergeLayers(heads, fn)
-	cancel()
-	if err := g.Wait(); err != nil && merr == nil && ctx.Err() == nil {
-		return err
-	}
-	if merr != nil {
-		return merr
+	stopped := false
+	mergeLayers(heads, func(d snapshot.Document) bool {
+		if failed.Load() || gctx.Err() != nil {
+			return false // a layer failed: what is merged from here on is wrong
+		}
+		if !fn(d) {
+			stopped = true
+			return false
+		}
+		return true
+	})
+	if stopped {
+		cancel() // the caller has what it wanted; the layers' reads end cancelled
+		_ = g.Wait()
+		return nil
 	}
 	return g.Wait()
 }
 
 // mergeLayers merges id-ordered streams of a chain's layers (newest first): per id the
 // newest layer's row, tombstones dropped. It stops when fn returns false.
-func mergeLayers(heads []chan snapshot.Document, fn func(snapshot.Document) bool) error {
+func mergeLayers(heads []chan snapshot.Document, fn func(snapshot.Document) bool) {
 	cur := make([]snapshot.Document, len(heads))
 	ok := make([]bool, len(heads))
 	for i, h := range heads {
@@ -181,7 +195,7 @@ func mergeLayers(heads []chan snapshot.Document, fn func(snapshot.Document) bool
 			}
 		}
 		if best < 0 {
-			return nil
+			return
 		}
 		d := cur[best]
 		for i := range heads {
@@ -190,7 +204,7 @@ func mergeLayers(heads []chan snapshot.Document, fn func(snapshot.Document) bool
 			}
 		}
 		if len(d.Body) > 0 && !fn(d) {
-			return nil
+			return
 		}
 	}
 }
@@ -342,7 +356,7 @@ func (s *Store) ScanPage(ctx context.Context, dataset string, chain []snapshot.V
 			close(ch)
 			heads[i] = ch
 		}
-		_ = mergeLayers(heads, func(d snapshot.Document) bool {
+		mergeLayers(heads, func(d snapshot.Document) bool {
 			docs = append(docs, d)
 			return len(docs) <= limit
 		})

@@ -24,7 +24,7 @@ type pending struct {
 	mu     sync.Mutex
 	any    bool
 	first  time.Time // when the oldest pending change was seen
-	lsn    uint64    // the latest position a pending change was seen at
+	xmax   uint64    // the latest snapshot xmax a pending change was seen at
 	wake   chan struct{}
 	reason string
 }
@@ -36,7 +36,7 @@ func (p *pending) add(c pgsource.Change) {
 	if !p.any {
 		p.any, p.first, p.reason = true, c.At, c.Reason
 	}
-	p.lsn = max(p.lsn, c.LSN)
+	p.xmax = max(p.xmax, c.Xmax)
 	p.mu.Unlock()
 	select {
 	case p.wake <- struct{}{}:
@@ -45,11 +45,11 @@ func (p *pending) add(c pgsource.Change) {
 }
 
 // take returns and clears what is pending.
-func (p *pending) take() (ok bool, first time.Time, lsn uint64, reason string) {
+func (p *pending) take() (ok bool, first time.Time, xmax uint64, reason string) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	ok, first, lsn, reason = p.any, p.first, p.lsn, p.reason
-	p.any, p.lsn = false, 0
+	ok, first, xmax, reason = p.any, p.first, p.xmax, p.reason
+	p.any, p.xmax = false, 0
 	return
 }
 
@@ -84,6 +84,9 @@ func newWatchMetrics(reg *prometheus.Registry, labels prometheus.Labels) *watchM
 	return m
 }
 
+// changeAcquireTimeout bounds how long a change-driven sync waits for the lease.
+const changeAcquireTimeout = 5 * time.Second
+
 // runWatch watches the source and runs change-driven syncs until ctx ends.
 func (m *Syncer) runWatch(ctx context.Context, s *syncer) {
 	cfg := s.cfg.Watch
@@ -102,6 +105,11 @@ func (m *Syncer) runWatch(ctx context.Context, s *syncer) {
 				wm.tables.Set(float64(st.Tables))
 			})
 	}()
+	// A change-driven sync gives up on the lease after a few seconds (and tries again
+	// after min_interval), so that it never holds this process's scheduled ticks up
+	// for the whole acquire timeout, as during a Bigtable outage.
+	tk := *s.ticker
+	tk.AcquireTimeout = min(max(tk.AcquireTimeout, time.Second), changeAcquireTimeout)
 	var lastStart time.Time
 	for {
 		select {
@@ -118,14 +126,14 @@ func (m *Syncer) runWatch(ctx context.Context, s *syncer) {
 			case <-t.C:
 			}
 		}
-		ok, first, lsn, reason := pend.take()
+		ok, first, xmax, reason := pend.take()
 		if !ok {
 			continue
 		}
 		lastStart = time.Now()
 		clog := log.With("change_seen", first.UTC().Format(time.RFC3339Nano), "reason", reason)
 		s.cycle.Lock()
-		res, _, err := s.ticker.PublishLeased(ctx, snapshot.PublishOptions{ChangeLSN: lsn, ChangeSeen: first})
+		res, _, err := tk.PublishLeased(ctx, snapshot.PublishOptions{ChangeXmax: xmax, ChangeSeen: first})
 		s.cycle.Unlock()
 		switch {
 		case err != nil && ctx.Err() != nil:
@@ -133,7 +141,9 @@ func (m *Syncer) runWatch(ctx context.Context, s *syncer) {
 		case errors.Is(err, snapshot.ErrRefused):
 			clog.Warn("change-driven publish refused by a validation gate; the pointer is unchanged", "err", err)
 		case err != nil:
-			clog.Error("change-driven sync failed (the schedule retries)", "err", err)
+			// Not lost: the change stays pending and is tried again after min_interval.
+			clog.Warn("change-driven sync failed; trying again", "err", err)
+			pend.add(pgsource.Change{Xmax: xmax, At: first, Reason: reason})
 		case res.NoOp || res.Pinned:
 			clog.Debug("change-driven sync: nothing to publish", "why", res.Reason, "pinned", res.Pinned)
 		default:
