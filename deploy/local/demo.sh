@@ -85,7 +85,7 @@ run curl -s "$base/v1/collections"
 run curl -s "$base/v1/versions/current"
 run curl -s -i "$base/v1/data/tenants/no-such-tenant"
 run curl -s "$base/readyz"
-echo "Change the source and watch a new version appear within 30 s:"
+echo "Change the source and watch a new version appear within about a second (the syncer watches the tables; its schedule is the backstop):"
 echo "  $psql '$dsn' -c \"UPDATE tenants SET seats = seats + 1 WHERE id = 'tenant-0001'\""
 echo "  curl -si $base/v1/data/tenants/tenant-0001 | grep -i snapshot-version"
 echo
