@@ -85,10 +85,7 @@ func (r *snap) ScanSince(ctx context.Context, collection string, since *snapshot
 			" ORDER BY " + id + ` COLLATE "C"`
 		args = []any{int64(lo), int64(window)}
 	} else {
-		from := c.subquery()
-		if c.Table != "" {
-			from = "SELECT * FROM " + pgx.Identifier(c.tableParts()).Sanitize()
-		}
+		from := c.rowsSQL()
 		q = "SELECT " + id + ", to_json(" + rowAlias + ".*)::text FROM (" + from + "\n) AS " + rowAlias + " ORDER BY " + id + ` COLLATE "C"`
 	}
 	rows, err := r.tx.Query(ctx, q, args...)

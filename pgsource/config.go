@@ -1,6 +1,8 @@
 package pgsource
 
 import (
+	"github.com/jackc/pgx/v5"
+
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
@@ -206,4 +208,13 @@ func fingerprint(cs []Collection, keys map[string][]string) string {
 		fmt.Fprintf(h, "%q %q %q %s\n", c.Name, c.Table, c.Query, key)
 	}
 	return hex.EncodeToString(h.Sum(nil))[:16]
+}
+
+// rowsSQL is the statement whose rows the collection serves: SELECT * FROM the table,
+// or the query.
+func (c Collection) rowsSQL() string {
+	if c.Table != "" {
+		return "SELECT * FROM " + pgx.Identifier(c.tableParts()).Sanitize()
+	}
+	return c.subquery()
 }

@@ -365,10 +365,7 @@ const rowAlias = "t"
 func selectSQL(c Collection, key []string, byteOrder bool, part, parts int) string {
 	// A query pasted from psql often ends in ';', which is a syntax error inside the
 	// subquery it becomes.
-	from := c.subquery()
-	if c.Table != "" {
-		from = "SELECT * FROM " + pgx.Identifier(c.tableParts()).Sanitize()
-	}
+	from := c.rowsSQL()
 	// The row's alias is only ever used qualified (t.* and t."key"): an unqualified t
 	// means a column named t when the row has one, and the whole row would be served
 	// as that column's value.

@@ -189,10 +189,7 @@ const watchSQL = `SELECT coalesce(string_agg(r::text || ':' || pg_stat_get_tuple
 func (w *watch) tables(ctx context.Context, conn *pgx.Conn) ([]uint32, error) {
 	seen := map[uint32]bool{}
 	for _, c := range w.src.collections {
-		from := c.subquery()
-		if c.Table != "" {
-			from = "SELECT * FROM " + pgx.Identifier(c.tableParts()).Sanitize()
-		}
+		from := c.rowsSQL()
 		var plan string
 		if err := conn.QueryRow(ctx, "EXPLAIN (FORMAT JSON, VERBOSE) "+from).Scan(&plan); err != nil {
 			return nil, fmt.Errorf("collection %s: find the tables it reads: %w", c.Name, err)
