@@ -1,8 +1,6 @@
 package pgsource
 
 import (
-	"github.com/jackc/pgx/v5"
-
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
@@ -10,6 +8,7 @@ import (
 	"regexp"
 	"strings"
 
+	"github.com/jackc/pgx/v5"
 	"gopkg.in/yaml.v3"
 )
 

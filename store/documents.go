@@ -3,6 +3,7 @@ package store
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"sync/atomic"
 
@@ -315,6 +316,21 @@ func (s *Store) RefreshVersion(ctx context.Context, dataset string, chains map[s
 func (s *Store) ScanPage(ctx context.Context, dataset string, chain []snapshot.Version, collection, after string, limit int) ([]snapshot.Document, bool, error) {
 	ctx, cancel := s.op(ctx)
 	defer cancel()
+	if len(chain) == 1 && limit < maxDirectPage {
+		// One layer (a full copy or a base): one read, as before layers existed.
+		// Tombstones are not expected there; one would only shorten the page, so the
+		// merged rounds below handle it.
+		got, err := s.readRange(ctx, dataset, chain[0], collection, after, after == "", limit+1)
+		if err != nil {
+			return nil, false, err
+		}
+		if !slices.ContainsFunc(got, func(d snapshot.Document) bool { return len(d.Body) == 0 }) {
+			if len(got) > limit {
+				return got[:limit], true, nil
+			}
+			return got, false, nil
+		}
+	}
 	var docs []snapshot.Document
 	from, open := after, true // read ids after from ("" and open: from the start)
 	n := limit + 1
@@ -388,6 +404,10 @@ func (s *Store) readRange(ctx context.Context, dataset string, v snapshot.Versio
 	}, fmt.Sprintf("scan %s at %s", collection, v), bigtable.RowFilter(column(famDocs, colDoc)), bigtable.LimitRows(int64(n)))
 	return docs, err
 }
+
+// maxDirectPage bounds the pages read directly from a one-layer chain (limit+1 rows
+// must fit in one read).
+const maxDirectPage = 10_000
 
 // prefixEnd returns the first key after every key with the prefix.
 func prefixEnd(prefix string) string {
