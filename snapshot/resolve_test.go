@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -19,6 +20,7 @@ type countingStore struct {
 	ptr     Pointer
 	ptrErr  error
 	states  map[Version]State
+	formats map[Version]int // a manifest's format; 0 when absent
 	getDocs atomic.Int64
 }
 
@@ -40,7 +42,7 @@ func (s *countingStore) ReadManifest(_ context.Context, _ string, v Version) (Ma
 	if !ok {
 		return Manifest{}, ErrNotFound
 	}
-	return Manifest{Version: v, State: st, Collections: map[string]CollectionStats{"c": {}}}, nil
+	return Manifest{Version: v, State: st, Format: s.formats[v], Collections: map[string]CollectionStats{"c": {}}}, nil
 }
 
 func (s *countingStore) GetDocument(context.Context, string, []Version, string, string) ([]byte, error) {
@@ -161,6 +163,22 @@ func TestResolverRefusesIncompleteVersions(t *testing.T) {
 	}
 	if st.getDocs.Load() != 0 {
 		t.Error("an unknown collection reached storage")
+	}
+}
+
+// A manifest format this release does not know is refused (410), never served as if
+// it were one it knows; formats 0 (full copy) and 2 (layered) are served.
+func TestResolverRefusesUnknownFormats(t *testing.T) {
+	st := &countingStore{states: map[Version]State{"full": StatePublished, "layered": StatePublished, "future": StatePublished},
+		formats: map[Version]int{"layered": FormatLayered, "future": 3}}
+	r := NewResolver("ds", st, ResolverConfig{}, nil)
+	for _, v := range []Version{"full", "layered"} {
+		if _, err := r.View(context.Background(), v); err != nil {
+			t.Errorf("View(%s) = %v; want it served", v, err)
+		}
+	}
+	if _, err := r.View(context.Background(), "future"); !errors.Is(err, ErrGone) || !strings.Contains(err.Error(), "format 3") {
+		t.Errorf("View(a format-3 manifest) = %v; want ErrGone naming the format", err)
 	}
 }
 
