@@ -77,25 +77,24 @@ func (s *Store) NewWriter(ctx context.Context, dataset string, v snapshot.Versio
 // Write queues a document; it blocks while every worker is busy and the queue is full.
 // It is safe to call from several goroutines.
 func (w *Writer) Write(ctx context.Context, collection string, doc snapshot.Document) error {
-	return w.queue(ctx, colDoc, doc.Body, collection, "", func() string {
-		prefix, ok := w.prefixes[collection]
-		if !ok {
-			prefix = docPrefix(w.dataset, w.version, collection)
-			w.prefixes[collection] = prefix
-		}
-		return prefix + escapeComponent(doc.ID)
-	})
+	return w.queue(ctx, rowRef{collection: collection, id: doc.ID}, doc.Body)
 }
 
 // WriteChunk queues chunk n of the collection's fingerprint run.
 func (w *Writer) WriteChunk(ctx context.Context, collection string, n int64, chunk []byte) error {
-	return w.queue(ctx, colRun, chunk, "", collection, func() string { return runKey(w.dataset, w.version, collection, n) })
+	return w.queue(ctx, rowRef{collection: collection, chunk: n, isChunk: true}, chunk)
 }
 
-// queue adds one row, value in column d:col under the key that key returns (called
-// with bmu held), to the current batch and sends the batch when full. collection
-// names a document's collection, chunkOf a run chunk's.
-func (w *Writer) queue(ctx context.Context, col string, value []byte, collection, chunkOf string, key func() string) error {
+// rowRef names a row a writer writes: a document, or a chunk of a run.
+type rowRef struct {
+	collection string
+	id         string
+	chunk      int64
+	isChunk    bool
+}
+
+// queue adds one row to the current batch and sends the batch when full.
+func (w *Writer) queue(ctx context.Context, r rowRef, value []byte) error {
 	if err := w.failed(); err != nil {
 		return err
 	}
@@ -105,8 +104,19 @@ func (w *Writer) queue(ctx context.Context, col string, value []byte, collection
 		w.cur = &batch{}
 	}
 	mut := bigtable.NewMutation()
-	mut.Set(famDocs, col, w.ts, value)
-	k := key()
+	var k, collection, chunkOf string
+	if r.isChunk {
+		mut.Set(famDocs, colRun, w.ts, value)
+		k, chunkOf = runKey(w.dataset, w.version, r.collection, r.chunk), r.collection
+	} else {
+		mut.Set(famDocs, colDoc, w.ts, value)
+		prefix, ok := w.prefixes[r.collection]
+		if !ok {
+			prefix = docPrefix(w.dataset, w.version, r.collection)
+			w.prefixes[r.collection] = prefix
+		}
+		k, collection = prefix+escapeComponent(r.id), r.collection
+	}
 	b := w.cur
 	b.keys = append(b.keys, k)
 	b.muts = append(b.muts, mut)
