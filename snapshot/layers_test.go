@@ -59,8 +59,13 @@ func (r *rig) twin() *snapshot.Publisher {
 
 // A delta holds only what changed, renders only the rows written since its parent,
 // and its totals are exactly a full copy's.
+//
+// It has a Postgres server of its own: a transaction running elsewhere in a shared
+// cluster when the parent's snapshot is taken widens the window of rows rendered
+// (rightly), and the exact count of rendered rows below would not hold.
 func TestIncrementalPublishWritesOnlyChanges(t *testing.T) {
-	r := newRig(t, twoCollections, twoTables...)
+	dsn, _ := testenv.PostgresServer(t)
+	r := newRigOn(t, dsn, twoCollections, twoTables...)
 	r.pub.Incremental = true
 	full := r.twin()
 	base := r.publish(t, r.pub)

@@ -27,7 +27,12 @@ type rig struct {
 
 func newRig(tb testing.TB, collections []pgsource.Collection, schema ...string) *rig {
 	tb.Helper()
-	dsn := testenv.Postgres(tb)
+	return newRigOn(tb, testenv.Postgres(tb), collections, schema...)
+}
+
+// newRigOn is newRig on the database at dsn.
+func newRigOn(tb testing.TB, dsn string, collections []pgsource.Collection, schema ...string) *rig {
+	tb.Helper()
 	testenv.Exec(tb, dsn, schema...)
 	st := testenv.Store(tb, testenv.StoreConfig(testenv.Bigtable(tb)))
 	src, err := pgsource.New(dsn, collections)
