@@ -97,8 +97,11 @@ func (r *Resolver) loadChanges(ctx context.Context, cs *changeSet, v Version, co
 	switch {
 	case slices.Equal(own, parent): // nothing changed
 		cs.ids = map[string]struct{}{}
-	case own[0] == v && slices.Equal(own[1:], parent) && c.Layers[0].Kind == LayerDelta &&
+	case own[0] == v && c.Layers[0].Kind == LayerDelta && c.Layers[0].Merged < len(parent) &&
+		slices.Equal(own[1:], parent[c.Layers[0].Merged:]) &&
 		c.Layers[0].Docs+c.Layers[0].Tombstones <= maxCarryIDs:
+		// A merged delta holds every id of the parent layers it replaces, so an id it
+		// does not hold reads the same through both chains.
 		ids := make(map[string]struct{}, c.Layers[0].Docs+c.Layers[0].Tombstones)
 		var derr error
 		err := r.store.ScanRun(ctx, r.dataset, v, collection, func(chunk []byte) bool {

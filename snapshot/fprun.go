@@ -223,6 +223,8 @@ type chainRun struct {
 	// prev checks that the merged stream is strictly increasing.
 	prev    string
 	started bool
+	// from is the index in the chain of the layer the last entry came from.
+	from int
 }
 
 // openChainRun starts reading every layer's run; cancel ctx to stop early.
@@ -254,11 +256,11 @@ func (c *chainRun) next() (RunEntry, bool, error) {
 		// The newest layer holding the id wins; every layer's entry for it is consumed.
 		won := false
 		var winner RunEntry
-		for _, it := range c.its {
+		for i, it := range c.its {
 			e, ok, _ := it.peek()
 			if ok && e.ID == best.ID {
 				if !won {
-					winner, won = e, true
+					winner, won, c.from = e, true, i
 				}
 				it.pop()
 			}

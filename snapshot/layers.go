@@ -43,8 +43,8 @@ func (p *Publisher) baseReason(cur *Manifest, pos Position, name string, forced 
 		return "the parent is a full copy, without fingerprints"
 	case cur.Source.Config != pos.Config:
 		return "the collection definitions changed"
-	case len(pc.Layers) >= p.maxLayers():
-		return fmt.Sprintf("the chain has reached max_layers (%d)", p.maxLayers())
+	case p.maxLayers() < 2:
+		return fmt.Sprintf("max_layers is %d", p.maxLayers())
 	}
 	var deltaRows, baseRows int64
 	for _, l := range pc.Layers {
@@ -155,11 +155,20 @@ func (p *Publisher) writeLayer(ctx context.Context, snap DeltaSnapshot, w Docume
 		log.InfoContext(ctx, "writing a base layer", "why", why)
 	}
 
+	// A chain at max_layers gets a merged delta: this version's changes plus every
+	// id the parent's deltas name, over the parent's base (mergeDeltas).
+	merge := 0
+	if kind == LayerDelta && len(parent.Layers) >= p.maxLayers() {
+		merge = len(parent.Layers) - 1
+		log.InfoContext(ctx, "merging the chain's deltas into this version's layer", "deltas", merge)
+	}
+
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	var pr *chainRun
 	if kind == LayerDelta {
 		pr = openChainRun(ctx, p.Store, p.Dataset, parent.Layers, name)
+		pr.keepDeleted = merge > 0
 	}
 	digest, err := ParseDigest(parent.Digest)
 	if err != nil {
@@ -167,7 +176,7 @@ func (p *Publisher) writeLayer(ctx context.Context, snap DeltaSnapshot, w Docume
 	}
 	rows, bytes := parent.Rows, parent.Bytes
 	own := &OwnLayer{Kind: kind}
-	layer := LayerRef{Version: m.Version, Kind: kind, DataTime: m.StartedAt}
+	layer := LayerRef{Version: m.Version, Kind: kind, DataTime: m.StartedAt, Merged: merge}
 	var chunk, parentSeen, sourceRows int64
 	enc := newRunEncoder(0, func(ctx context.Context, data []byte) error {
 		n := chunk
@@ -194,22 +203,40 @@ func (p *Publisher) writeLayer(ctx context.Context, snap DeltaSnapshot, w Docume
 		}
 		return w.Write(ctx, name, Document{ID: id, Body: body})
 	}
-	// head is the parent's next live entry not yet merged.
+	// head is the parent's next entry not yet merged: a live one, or, when merging,
+	// a tombstone of a merged delta. headFrom is its layer's index in the chain.
 	var head RunEntry
 	var hasHead bool
+	var headFrom int
 	advance := func() error {
 		if pr == nil {
 			return nil
 		}
 		var err error
 		head, hasHead, err = pr.next()
-		if hasHead {
+		headFrom = pr.from
+		if hasHead && !head.Deleted {
 			parentSeen++
 		}
 		return err
 	}
 	if err := advance(); err != nil {
 		return err
+	}
+	var copies *copier
+	if merge > 0 {
+		copies = &copier{st: p.Store, dataset: p.Dataset, chain: cur.Chain(name), collection: name, w: w}
+	}
+	// keep copies an unchanged entry of a merged delta into this layer.
+	keep := func(ctx context.Context, e RunEntry) error {
+		own.Copied++
+		own.Emitted++
+		layer.Docs++
+		layer.Bytes += e.Len
+		if err := enc.add(ctx, e); err != nil {
+			return err
+		}
+		return copies.add(ctx, e)
 	}
 	deleteHead := func(ctx context.Context) error {
 		own.Deleted++
@@ -221,17 +248,30 @@ func (p *Publisher) writeLayer(ctx context.Context, snap DeltaSnapshot, w Docume
 		}
 		return advance()
 	}
+	// dropHead handles a parent entry the source does not have: a live one is
+	// deleted; a merged delta's tombstone is kept.
+	dropHead := func(ctx context.Context) error {
+		if !head.Deleted {
+			return deleteHead(ctx)
+		}
+		own.Copied++
+		if err := put(ctx, head.ID, []byte{}, Digest{}); err != nil {
+			return err
+		}
+		return advance()
+	}
 	mode, err := snap.ScanSince(ctx, name, since, func(doc Document) error {
 		sourceRows++
 		prog.add(ctx, len(doc.Body))
 		for hasHead && head.ID < doc.ID {
-			if err := deleteHead(ctx); err != nil {
+			if err := dropHead(ctx); err != nil {
 				return err
 			}
 		}
-		inParent := hasHead && head.ID == doc.ID
-		old := head
-		if inParent {
+		matched := hasHead && head.ID == doc.ID
+		inParent := matched && !head.Deleted
+		old, merged := head, headFrom < merge
+		if matched {
 			if err := advance(); err != nil {
 				return err
 			}
@@ -239,6 +279,9 @@ func (p *Publisher) writeLayer(ctx context.Context, snap DeltaSnapshot, w Docume
 		if doc.Body == nil {
 			if !inParent {
 				return fmt.Errorf("%w: id %q is unchanged since the parent %s but not in it", errDeltaInconsistent, truncate(doc.ID, 200), cur.Version)
+			}
+			if merged {
+				return keep(ctx, old)
 			}
 			return nil
 		}
@@ -250,6 +293,9 @@ func (p *Publisher) writeLayer(ctx context.Context, snap DeltaSnapshot, w Docume
 		sum := Contribution(doc.ID, doc.Body)
 		if inParent {
 			if sum == old.Sum && int64(len(doc.Body)) == old.Len {
+				if merged {
+					return keep(ctx, old)
+				}
 				return nil
 			}
 			own.Changed++
@@ -268,9 +314,12 @@ func (p *Publisher) writeLayer(ctx context.Context, snap DeltaSnapshot, w Docume
 		return err
 	}
 	for hasHead {
-		if err := deleteHead(ctx); err != nil {
+		if err := dropHead(ctx); err != nil {
 			return err
 		}
+	}
+	if err := copies.flush(ctx); err != nil {
+		return err
 	}
 	if kind == LayerDelta && parentSeen != parent.Rows {
 		return fmt.Errorf("%w: the parent %s's fingerprints hold %d ids, its manifest %d", errDeltaInconsistent, cur.Version, parentSeen, parent.Rows)
@@ -286,16 +335,16 @@ func (p *Publisher) writeLayer(ctx context.Context, snap DeltaSnapshot, w Docume
 	switch {
 	case kind == LayerBase:
 		st.Layers = []LayerRef{layer}
-	case own.Emitted == 0:
+	case own.Emitted == 0 && merge == 0:
 		own.Kind = "" // nothing changed: no layer, the parent's chain as it is
 		st.Layers = carryLayers(cur, parent.Layers)
 	default:
-		st.Layers = append([]LayerRef{layer}, carryLayers(cur, parent.Layers)...)
+		st.Layers = append([]LayerRef{layer}, carryLayers(cur, parent.Layers[merge:])...)
 	}
 	m.Collections[name] = st
 	prog.done(ctx)
 	log.InfoContext(ctx, "layer written", "kind", own.Kind, "mode", mode, "inserted", own.Inserted, "changed", own.Changed,
-		"deleted", own.Deleted, "rendered", own.Rendered, "chain", len(st.Layers))
+		"deleted", own.Deleted, "rendered", own.Rendered, "copied", own.Copied, "chain", len(st.Layers))
 	return nil
 }
 
@@ -310,4 +359,54 @@ func carryLayers(parent *Manifest, layers []LayerRef) []LayerRef {
 		out[i] = l
 	}
 	return out
+}
+
+// copier copies a merged delta's unchanged documents from the parent's chain into
+// the new layer, in batches of point reads, checking each against its run entry.
+type copier struct {
+	st         PublishStore
+	dataset    string
+	chain      []Version
+	collection string
+	w          DocumentWriter
+	batch      []RunEntry
+}
+
+// copyBatch is how many documents one read fetches.
+const copyBatch = 500
+
+// add queues a document to copy.
+func (c *copier) add(ctx context.Context, e RunEntry) error {
+	c.batch = append(c.batch, e)
+	if len(c.batch) >= copyBatch {
+		return c.flush(ctx)
+	}
+	return nil
+}
+
+// flush reads the queued documents through the parent's chain and writes them; a
+// nil copier has none.
+func (c *copier) flush(ctx context.Context) error {
+	if c == nil || len(c.batch) == 0 {
+		return nil
+	}
+	ids := make([]string, len(c.batch))
+	for i, e := range c.batch {
+		ids[i] = e.ID
+	}
+	got, err := c.st.GetDocuments(ctx, c.dataset, c.chain, c.collection, ids)
+	if err != nil {
+		return fmt.Errorf("read the parent's documents to merge: %w", err)
+	}
+	for _, e := range c.batch {
+		body, ok := got[e.ID]
+		if !ok || int64(len(body)) != e.Len || Contribution(e.ID, body) != e.Sum {
+			return fmt.Errorf("%w: the parent's document %q does not match its fingerprint", errDeltaInconsistent, truncate(e.ID, 200))
+		}
+		if err := c.w.Write(ctx, c.collection, Document{ID: e.ID, Body: body}); err != nil {
+			return err
+		}
+	}
+	c.batch = c.batch[:0]
+	return nil
 }

@@ -125,23 +125,81 @@ func TestIncrementalPublishWritesOnlyChanges(t *testing.T) {
 	}
 }
 
-// A chain at max_layers gets a base at the next change; so do deltas large against
-// their base (rebase_ratio).
+// A chain at max_layers gets a merged delta at the next change: its changes plus
+// every id of the parent's deltas (documents copied, tombstones kept), over the base,
+// so the chain never outgrows max_layers and no base is read from the source. Every
+// version reads exactly what a full copy of the same source holds. Deltas large
+// against their base (rebase_ratio) get a base.
 func TestChainsStayBounded(t *testing.T) {
 	r := newRig(t, twoCollections, twoTables...)
 	r.pub.Incremental, r.pub.MaxLayers, r.pub.RebaseRatio = true, 3, 100
-	var kinds []string
-	for i := range 7 {
-		r.exec(t, `UPDATE users SET name = 'gen `+string(rune('a'+i))+`' WHERE id = 'u1'`)
-		m := r.publish(t, r.pub)
-		u := m.Collections["users"]
-		kinds = append(kinds, u.Own.Kind)
-		if len(u.Layers) > 3 {
-			t.Fatalf("publish %d: chain of %d layers; max_layers is 3", i, len(u.Layers))
-		}
+	full := r.twin()
+	ctx := context.Background()
+	base := r.publish(t, r.pub)
+	steps := []struct {
+		sql            string
+		chain, merged  int
+		copied, tombst int64
+	}{
+		{`UPDATE users SET name = 'one' WHERE id = 'u1'`, 2, 0, 0, 0},
+		{`DELETE FROM users WHERE id = 'u10'; UPDATE users SET name = 'two' WHERE id = 'u2'`, 3, 0, 0, 1},
+		// Merges [d2 d1]: u3 changed; u1, u2 copied; u10's tombstone kept.
+		{`UPDATE users SET name = 'three' WHERE id = 'u3'`, 2, 2, 3, 1},
+		// u10 comes back over the merged tombstone.
+		{`INSERT INTO users VALUES ('u10', 'back')`, 3, 0, 0, 0},
+		// Merges [d4 m3]: u2 deleted; u1, u3, u10 copied.
+		{`DELETE FROM users WHERE id = 'u2'`, 2, 2, 3, 1},
+		// Merges [m5] alone (chain [m5 b] is not at 3 yet, so first a plain delta).
+		{`UPDATE users SET name = 'six' WHERE id = 'u1'`, 3, 0, 0, 0},
+		// Merges [d6 m5]: u1 changed again (not copied); u3, u10 copied, u2's tombstone kept.
+		{`UPDATE users SET name = 'seven' WHERE id = 'u1'`, 2, 2, 3, 1},
 	}
-	if want := []string{"base", "delta", "delta", "base", "delta", "delta", "base"}; !slices.Equal(kinds, want) {
-		t.Errorf("layer kinds %v; want %v", kinds, want)
+	prev := base
+	for i, st := range steps {
+		r.exec(t, st.sql)
+		m := r.publish(t, r.pub)
+		f := r.publish(t, full)
+		u := m.Collections["users"]
+		if u.Own.Kind != snapshot.LayerDelta || len(u.Layers) != st.chain || u.Layers[0].Merged != st.merged ||
+			u.Own.Copied != st.copied || u.Layers[0].Tombstones != st.tombst || u.Layers[len(u.Layers)-1].Version != base.Version {
+			t.Fatalf("step %d (%s): own %+v, chain %+v;\nwant a delta, chain %d, merged %d, copied %d, tombstones %d, over the base",
+				i, st.sql, *u.Own, u.Layers, st.chain, st.merged, st.copied, st.tombst)
+		}
+		if pc := prev.Collections["users"]; st.merged > 0 && !slices.Equal(versionsOf(u.Layers[1:]), versionsOf(pc.Layers[st.merged:])) {
+			t.Errorf("step %d: merged chain %+v does not end in the parent's %+v without its %d newest", i, u.Layers, pc.Layers, st.merged)
+		}
+		for name, c := range f.Collections {
+			if d := m.Collections[name]; d.Rows != c.Rows || d.Bytes != c.Bytes || d.Digest != c.Digest {
+				t.Errorf("step %d %s: totals %d rows %d bytes %s; full copy %d %d %s", i, name, d.Rows, d.Bytes, d.Digest, c.Rows, c.Bytes, c.Digest)
+			}
+		}
+		if got, want := scanAll(t, r.store, "ds", m.Chain("users")), scanAll(t, r.store, "full", f.Chain("users")); !slices.Equal(got, want) {
+			t.Errorf("step %d: the chain reads %d documents %v;\nthe full copy %d %v", i, len(got), got, len(want), want)
+		}
+		ids := []string{"u1", "u2", "u3", "u10", "u11"}
+		got, err := r.store.GetDocuments(ctx, "ds", m.Chain("users"), "users", ids)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want, err := r.store.GetDocuments(ctx, "full", f.Chain("users"), "users", ids)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if fmt.Sprint(got) != fmt.Sprint(want) {
+			t.Errorf("step %d: GET through the chain %q; the full copy %q", i, got, want)
+		}
+		prev = m
+	}
+	// A version on top of a merged delta is still computed from fingerprints alone.
+	r.exec(t, `UPDATE users SET name = 'eight' WHERE id = 'u3'`)
+	if u := r.publish(t, r.pub).Collections["users"]; u.Own.Rendered != 1 || u.Own.Changed != 1 || len(u.Layers) != 3 {
+		t.Errorf("a delta over the merged one: own %+v, chain %d", *u.Own, len(u.Layers))
+	}
+
+	r.pub.MaxLayers = 1
+	r.exec(t, `UPDATE users SET name = 'nine' WHERE id = 'u3'`)
+	if u := r.publish(t, r.pub).Collections["users"]; u.Own.Kind != snapshot.LayerBase || len(u.Layers) != 1 {
+		t.Errorf("max_layers 1: own %+v, chain %d; want a base alone", *u.Own, len(u.Layers))
 	}
 	r.pub.MaxLayers, r.pub.RebaseRatio = 8, 0.1
 	r.exec(t, `UPDATE users SET name = 'many' WHERE id IN ('u1', 'u2', 'u3')`) // 3 of 50 users: under 10%
@@ -285,6 +343,28 @@ func TestCacheSurvivesFlips(t *testing.T) {
 		t.Errorf("after the flips: u7 = %s, u8 = %q, %d users", got["u7"], got["u8"], len(got))
 	}
 	_ = v2
+
+	// A merged delta (the chain was at max_layers) holds every id of the deltas it
+	// replaced: only those miss.
+	r.pub.MaxLayers = 2
+	r.exec(t, `UPDATE users SET name = 'merged' WHERE id = 'u9'`)
+	v4 := r.publish(t, r.pub)
+	if l := v4.Collections["users"].Layers; len(l) != 2 || l[0].Merged != 1 {
+		t.Fatalf("users' chain at v4 = %+v; want a merged delta over the base", l)
+	}
+	_, missesBefore = res.CacheStats()
+	carriedBefore := res.CarriedHits()
+	got = readAll(v4)
+	_, misses = res.CacheStats()
+	if n := misses - missesBefore; n != 3 {
+		t.Errorf("reading 50 users after a merging flip missed %d times; want 3 (u7, u8 copied, u9 changed)", n)
+	}
+	if c := res.CarriedHits() - carriedBefore; c != 47 {
+		t.Errorf("carried %d answers across the merging flip; want 47", c)
+	}
+	if got["u7"] != `{"id":"u7","name":"changed"}` || got["u9"] != `{"id":"u9","name":"merged"}` || got["u8"] != "" || len(got) != 49 {
+		t.Errorf("after the merge: u7 = %s, u9 = %s, u8 = %q, %d users", got["u7"], got["u9"], got["u8"], len(got))
+	}
 }
 
 // Switching modes is safe at any time (README): the first incremental sync after a
@@ -311,4 +391,25 @@ func TestSwitchingModes(t *testing.T) {
 		back.Collections["orders"].Digest != full.Collections["orders"].Digest {
 		t.Error("the unchanged collection's digest moved across the mode switches")
 	}
+}
+
+func versionsOf(ls []snapshot.LayerRef) []snapshot.Version {
+	out := make([]snapshot.Version, len(ls))
+	for i, l := range ls {
+		out[i] = l.Version
+	}
+	return out
+}
+
+// scanAll returns every document of a collection through a chain, as "id=body".
+func scanAll(tb testing.TB, st *store.Store, dataset string, chain []snapshot.Version) []string {
+	tb.Helper()
+	var out []string
+	if err := st.ScanDocuments(context.Background(), dataset, chain, "users", func(d snapshot.Document) bool {
+		out = append(out, d.ID+"="+string(d.Body))
+		return true
+	}); err != nil {
+		tb.Fatal(err)
+	}
+	return out
 }

@@ -91,6 +91,10 @@ type LayerRef struct {
 	// DataTime is the layer's cell timestamp, or a lower bound of it: its TTL counts
 	// from here.
 	DataTime time.Time `json:"data_time"`
+	// Merged is how many of the parent chain's newest layers this delta merges: it
+	// holds every id they name (documents copied, tombstones kept), so the chain
+	// below it is the parent's without them. Zero for a plain delta or a base.
+	Merged int `json:"merged,omitempty"`
 }
 
 // OwnLayer is what one publish did for one collection.
@@ -104,6 +108,9 @@ type OwnLayer struct {
 	Deleted  int64  `json:"deleted"`
 	// Rendered counts the rows the source turned into JSON.
 	Rendered int64 `json:"rendered"`
+	// Copied counts the unchanged documents and tombstones a merged delta copied
+	// from the parent's deltas it replaces (LayerRef.Merged).
+	Copied int64 `json:"copied,omitempty"`
 	// Emitted and Written count the cells (documents and tombstones) queued and
 	// acknowledged; Chunks and ChunksWritten the same for the fingerprint run.
 	Emitted       int64 `json:"emitted"`

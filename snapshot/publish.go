@@ -48,6 +48,9 @@ type PublishStore interface {
 	// chain) with a fresh timestamp, so TTL GC does not collect a version still
 	// served. It returns the number of documents and tombstones rewritten.
 	RefreshVersion(ctx context.Context, dataset string, chains map[string][]Version) (int64, error)
+	// GetDocuments returns the documents of ids found through a chain (a merged
+	// delta copies the parent's unchanged documents).
+	GetDocuments(ctx context.Context, dataset string, chain []Version, collection string, ids []string) (map[string][]byte, error)
 	RunReader
 }
 
@@ -80,7 +83,9 @@ type Publisher struct {
 	// otherwise every version is a full copy.
 	Incremental bool
 	// MaxLayers bounds a chain (default DefaultMaxLayers): a collection whose chain
-	// is this long gets a base next time it changes.
+	// is this long gets a merged delta next time it changes, which replaces every
+	// delta of the chain (its changes plus what those deltas held), leaving two
+	// layers. 1 makes every layer a base.
 	MaxLayers int
 	// RebaseRatio writes a base once the chain's deltas hold more rows than this
 	// share of the base's (default DefaultRebaseRatio).
