@@ -506,6 +506,9 @@ func (r *genRun) checkTwin() []genMismatch {
 			switch ci.Own.Kind {
 			case snapshot.LayerDelta:
 				r.stats.deltas++
+				if len(ci.Layers) > 0 && ci.Layers[0].Merged > 0 {
+					r.stats.merged++
+				}
 			case snapshot.LayerBase:
 				r.stats.bases++
 			}
