@@ -128,7 +128,11 @@ func writeInspect(w io.Writer, m snapshot.Manifest, ttl time.Duration, now time.
 				data = m.RefreshedAt
 				dataText = data.UTC().Format(time.RFC3339) + " (refreshed)"
 			}
-			fmt.Fprintf(tw, "  %s\t%s\t%d\t%d\t%s\t%s\t%s\n", l.Version, l.Kind, l.Docs, l.Tombstones, humanBytes(l.Bytes),
+			kind := l.Kind
+			if l.Merged > 0 {
+				kind = fmt.Sprintf("delta (merges %d)", l.Merged)
+			}
+			fmt.Fprintf(tw, "  %s\t%s\t%d\t%d\t%s\t%s\t%s\n", l.Version, kind, l.Docs, l.Tombstones, humanBytes(l.Bytes),
 				dataText, expiry(data))
 		}
 		if err := tw.Flush(); err != nil {
@@ -148,6 +152,9 @@ func ownText(o *snapshot.OwnLayer) string {
 		b.WriteString("no layer; the parent's chain as it was")
 	} else {
 		fmt.Fprintf(&b, "a %s layer: %d inserted, %d changed, %d deleted, %d rendered", o.Kind, o.Inserted, o.Changed, o.Deleted, o.Rendered)
+		if o.Copied > 0 {
+			fmt.Fprintf(&b, ", %d copied from the deltas it merged", o.Copied)
+		}
 		fmt.Fprintf(&b, "; %d of %d cells and %d of %d fingerprint chunks written", o.Written, o.Emitted, o.ChunksWritten, o.Chunks)
 	}
 	if o.Mode != "" {

@@ -252,4 +252,24 @@ func TestVersionsAndInspectOfRealLayers(t *testing.T) {
 	if _, _, err := run(t, false, getenv, "inspect", string(cur.Version), "--table", "--json", "--config", config); err == nil {
 		t.Errorf("inspect --table --json succeeded; want them refused together")
 	}
+
+	// At max_layers the next change gets a merged delta, and inspect says what it merged.
+	if err := os.WriteFile(config, []byte("dataset: layers\nmax_layers: 2\ncollections: [{name: things, table: public.things, key: id}]\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	testenv.Exec(t, dsn, `UPDATE things SET n = 1000 WHERE id = 'a'`)
+	syncer("once")
+	if err := json.Unmarshal([]byte(syncer("versions", "--json")), &rows); err != nil {
+		t.Fatal(err)
+	}
+	text = syncer("inspect", string(rows[0].Version), "--table")
+	for _, re := range []string{
+		`(?m)^  this version wrote: a delta layer: 0 inserted, 1 changed, 0 deleted, 1 rendered, 3 copied from the deltas it merged;`,
+		`(?m)^  ` + string(rows[0].Version) + ` +delta \(merges 1\) +3 +1 +`,
+		`(?m)^  ` + string(first.Version) + ` +base +3 +0 +`,
+	} {
+		if !regexp.MustCompile(re).MatchString(text) {
+			t.Errorf("inspect --table of a merged delta lacks a line matching %s:\n%s", re, text)
+		}
+	}
 }
