@@ -200,7 +200,7 @@ func TestVersionsAndInspectOfRealLayers(t *testing.T) {
 	testenv.Exec(t, dsn, `CREATE TABLE things (id text PRIMARY KEY, n int)`, `INSERT INTO things VALUES ('a', 1), ('b', 2), ('c', 3)`)
 	getenv := env(map[string]string{EnvPostgresDSN: dsn, EnvEmulatorHost: testenv.Bigtable(t)})
 	config := filepath.Join(t.TempDir(), "snapflip.yaml")
-	if err := os.WriteFile(config, []byte("dataset: layers\ncollections: [{name: things, table: public.things, key: id}]\n"), 0o600); err != nil {
+	if err := os.WriteFile(config, []byte("dataset: layers\nmax_layers: 2\nrebase_ratio: 100\ncollections: [{name: things, table: public.things, key: id}]\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	syncer := func(args ...string) string {
@@ -253,10 +253,8 @@ func TestVersionsAndInspectOfRealLayers(t *testing.T) {
 		t.Errorf("inspect --table --json succeeded; want them refused together")
 	}
 
-	// At max_layers the next change gets a merged delta, and inspect says what it merged.
-	if err := os.WriteFile(config, []byte("dataset: layers\nmax_layers: 2\ncollections: [{name: things, table: public.things, key: id}]\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	// At max_layers (2) the next change gets a merged delta, and inspect says what it
+	// merged.
 	testenv.Exec(t, dsn, `UPDATE things SET n = 1000 WHERE id = 'a'`)
 	syncer("once")
 	if err := json.Unmarshal([]byte(syncer("versions", "--json")), &rows); err != nil {
