@@ -3,10 +3,12 @@ package pgsource
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
 	"slices"
 	"strconv"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -27,6 +29,9 @@ import (
 // change, the watch stays "hot" for Hot: any commit anywhere (xmax moving) counts as a
 // possible change, and the sync that follows finds out cheaply (its fingerprint) whether
 // a configured table changed. Unrelated writes alone never make it hot.
+//
+// The opt-in notify mode (notify.go) closes that 10 s gap with a trigger on each watched
+// table and a listening connection; the poll keeps running beside it.
 
 // WatchConfig tunes Watch.
 type WatchConfig struct {
@@ -38,8 +43,19 @@ type WatchConfig struct {
 	// Resolve is how often the watched tables are found again (new partitions, a
 	// changed view); default 1 minute.
 	Resolve time.Duration
-	Log     *slog.Logger
+	// Mode is WatchModeStats (the default when empty) or WatchModeNotify.
+	Mode string
+	Log  *slog.Logger
 }
+
+// The watch's modes.
+const (
+	// WatchModeStats polls the statistics counters only: no DDL, no privilege.
+	WatchModeStats = "stats"
+	// WatchModeNotify also installs a statement trigger on each watched table that
+	// notifies a listening connection at commit (see notify.go).
+	WatchModeNotify = "notify"
+)
 
 // Change is a possible committed change to a watched table.
 type Change struct {
@@ -53,8 +69,13 @@ type Change struct {
 	Xmax uint64
 	// At is when the watch saw it (this process's clock).
 	At time.Time
-	// Reason is "statistics" (a watched table's counters moved) or "commit while hot".
+	// Reason is "statistics" (a watched table's counters moved), "commit while hot",
+	// "notify" (a watched table's trigger notified a commit) or "watch started" (a new
+	// baseline: start, reconnect, a new set of tables).
 	Reason string
+	// Tables, for Reason "notify", are the watched tables the notifications named, as
+	// quoted schema-qualified names.
+	Tables []string
 }
 
 // WatchStats counts what the watch did, for metrics.
@@ -65,8 +86,11 @@ type WatchStats struct {
 }
 
 // Watch polls until ctx ends, calling changed for each possible change and polled
-// after each poll. A failing connection is retried every few seconds and logged; the
-// error returned is ctx's.
+// after each poll, both from one goroutine. A failing connection is retried every few
+// seconds and logged, and each new connection reports a new baseline ("watch
+// started"). The error returned is ctx's, or, in notify mode, one wrapping
+// ErrNotifySetup when the triggers cannot be installed for want of a privilege or on a
+// standby: retrying would not help, and falling back to statistics alone would hide it.
 func (s *Source) Watch(ctx context.Context, cfg WatchConfig, changed func(Change), polled func(WatchStats)) error {
 	if cfg.Interval <= 0 {
 		cfg.Interval = 200 * time.Millisecond
@@ -77,6 +101,13 @@ func (s *Source) Watch(ctx context.Context, cfg WatchConfig, changed func(Change
 	if cfg.Resolve <= 0 {
 		cfg.Resolve = time.Minute
 	}
+	switch cfg.Mode {
+	case "":
+		cfg.Mode = WatchModeStats
+	case WatchModeStats, WatchModeNotify:
+	default:
+		return fmt.Errorf("%w watch mode %q: want %q or %q", snapshot.ErrInvalid, cfg.Mode, WatchModeStats, WatchModeNotify)
+	}
 	log := cfg.Log
 	if log == nil {
 		log = slog.Default()
@@ -86,6 +117,9 @@ func (s *Source) Watch(ctx context.Context, cfg WatchConfig, changed func(Change
 		err := w.run(ctx)
 		if ctx.Err() != nil {
 			return ctx.Err()
+		}
+		if errors.Is(err, ErrNotifySetup) {
+			return err
 		}
 		log.WarnContext(ctx, "watching the source failed; retrying (the schedule still runs)", "err", err)
 		t := time.NewTimer(3 * time.Second)
@@ -106,15 +140,34 @@ type watch struct {
 	polled  func(WatchStats)
 
 	polls int64
+	// notify, in notify mode, are the quoted names of the tables whose triggers'
+	// notifications count (the watched tables and their ancestors); the listener reads
+	// it while run resolves the tables again.
+	notify atomic.Pointer[map[string]bool]
 }
 
-// run polls on one connection until it fails or ctx ends.
+// run polls on one connection until it fails or ctx ends; in notify mode it also
+// listens on a second one, and ends when either fails.
 func (w *watch) run(ctx context.Context) error {
 	conn, err := pgx.ConnectConfig(ctx, w.src.cfg)
 	if err != nil {
 		return w.src.connectError(err)
 	}
 	defer closeConn(ctx, conn)
+	var notes <-chan Change // nil, never ready, in stats mode
+	var listenErr <-chan error
+	if w.cfg.Mode == WatchModeNotify {
+		// Listening before the first poll: a commit after the baseline that poll reports
+		// is notified (once its table has the trigger, which it has before that poll).
+		lctx, stop := context.WithCancel(ctx)
+		l, err := w.listen(lctx)
+		if err != nil {
+			stop()
+			return err
+		}
+		defer func() { stop(); <-l.done }()
+		notes, listenErr = l.notes, l.errc
+	}
 	var (
 		oids        []uint32
 		resolvedAt  time.Time
@@ -130,9 +183,27 @@ func (w *watch) run(ctx context.Context) error {
 			if oids, err = w.tables(ctx, conn); err != nil {
 				return err
 			}
+			key := fmt.Sprint(oids)
+			attrs := []any{"tables", len(oids), "interval", w.cfg.Interval.String(), "mode", w.cfg.Mode}
+			if w.cfg.Mode == WatchModeNotify {
+				triggered, pollOnly, err := installNotify(ctx, conn, oids)
+				if err != nil {
+					return err
+				}
+				set := make(map[string]bool, len(triggered))
+				for _, t := range triggered {
+					set[t] = true
+				}
+				w.notify.Store(&set)
+				key += fmt.Sprint(triggered, pollOnly)
+				attrs = append(attrs, "triggers", len(triggered))
+				if len(pollOnly) > 0 {
+					attrs = append(attrs, "polled_only", pollOnly)
+				}
+			}
 			resolvedAt = time.Now()
-			if key := fmt.Sprint(oids); key != lastOIDsKey {
-				w.log.InfoContext(ctx, "watching for changes", "tables", len(oids), "interval", w.cfg.Interval.String())
+			if key != lastOIDsKey {
+				w.log.InfoContext(ctx, "watching for changes", attrs...)
 				lastOIDsKey, first = key, true // a new set of tables: a new baseline
 			}
 		}
@@ -146,13 +217,9 @@ func (w *watch) run(ctx context.Context) error {
 		if w.polled != nil {
 			w.polled(WatchStats{Polls: w.polls, PollTime: time.Since(start), Tables: len(oids)})
 		}
-		lsn, err := ParseLSN(lsnText)
+		lsn, xm, err := parsePosition(lsnText, xmaxText)
 		if err != nil {
 			return err
-		}
-		xm, err := strconv.ParseUint(xmaxText, 10, 64)
-		if err != nil {
-			return fmt.Errorf("%w snapshot xmax %q", snapshot.ErrInvalid, xmaxText)
 		}
 		now := time.Now()
 		switch {
@@ -168,12 +235,35 @@ func (w *watch) run(ctx context.Context) error {
 			w.changed(Change{LSN: lsn, Xmax: xm, At: now, Reason: "commit while hot"})
 		}
 		first, last, xmax = false, sig, xmaxText
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-ticker.C:
+	wait:
+		for {
+			select {
+			case <-ctx.Done():
+				return ctx.Err()
+			case err := <-listenErr:
+				return err
+			case c := <-notes:
+				w.changed(c)
+			case <-ticker.C:
+				break wait
+			}
 		}
 	}
+}
+
+// positionSQL reads the WAL position and the snapshot's xmax.
+const positionSQL = `SELECT (CASE WHEN pg_is_in_recovery() THEN pg_last_wal_replay_lsn() ELSE pg_current_wal_insert_lsn() END)::text,
+	pg_snapshot_xmax(pg_current_snapshot())::text`
+
+// parsePosition parses the WAL position and snapshot xmax read as text.
+func parsePosition(lsnText, xmaxText string) (lsn, xmax uint64, err error) {
+	if lsn, err = ParseLSN(lsnText); err != nil {
+		return 0, 0, err
+	}
+	if xmax, err = strconv.ParseUint(xmaxText, 10, 64); err != nil {
+		return 0, 0, fmt.Errorf("%w snapshot xmax %q", snapshot.ErrInvalid, xmaxText)
+	}
+	return lsn, xmax, nil
 }
 
 // watchSQL reads the watched tables' counters (one text signature), the WAL position
@@ -184,11 +274,16 @@ const watchSQL = `SELECT coalesce(string_agg(r::text || ':' || pg_stat_get_tuple
 	pg_snapshot_xmax(pg_current_snapshot())::text
 	FROM unnest($1::oid[]) AS r`
 
-// tables returns the oids of the tables the collections read, from the plans of their
-// statements (EXPLAIN without ANALYZE runs nothing).
+// tables returns the oids of the tables the collections read.
 func (w *watch) tables(ctx context.Context, conn *pgx.Conn) ([]uint32, error) {
+	return watchedTables(ctx, conn, w.src.collections)
+}
+
+// watchedTables returns the oids of the tables the collections read, from the plans of
+// their statements (EXPLAIN without ANALYZE runs nothing).
+func watchedTables(ctx context.Context, conn *pgx.Conn, collections []Collection) ([]uint32, error) {
 	seen := map[uint32]bool{}
-	for _, c := range w.src.collections {
+	for _, c := range collections {
 		from := c.rowsSQL()
 		var plan string
 		if err := conn.QueryRow(ctx, "EXPLAIN (FORMAT JSON, VERBOSE) "+from).Scan(&plan); err != nil {

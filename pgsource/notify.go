@@ -1,0 +1,492 @@
+package pgsource
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+)
+
+// The notify mode (WatchConfig.Mode "notify"), opt-in. The statistics poll misses a
+// commit for ~10 s when its session reported less than a second before and then went
+// idle (watch.go). Here each watched table gets a statement trigger that calls one
+// function, snapflip.notify_change(), which sends pg_notify('snapflip_changes',
+// 'schema.table'); a connection of the watch's own LISTENs. Postgres delivers a
+// notification only once its transaction has committed, and only once that transaction
+// is no longer running in the listener's snapshot, so the snapshot xmax read right
+// after on the listening connection is above the change's transaction: the Change.Xmax
+// contract holds. A rolled-back transaction notifies nothing; notifications of one
+// transaction with the same payload are folded into one.
+//
+// Triggers go on every table the statistics poll watches and on their ancestors: a
+// statement on a partitioned (or inheritance) parent fires only the parent's statement
+// triggers, and a statement on a partition only the partition's. Relations that cannot
+// have triggers (materialized views, foreign tables, system catalogs) are left to the
+// poll.
+//
+// The poll keeps running beside the listener: it is the safety net for what fires no
+// trigger (writes with session_replication_role = replica, such as logical replication's
+// apply; a partition attached since the tables were last resolved; triggers someone
+// dropped or disabled), at the same cost as in the stats mode.
+
+// ErrNotifySetup reports that the notify mode cannot be set up on this source: the
+// role lacks a privilege it needs, the source is a standby, or a trigger of snapflip's
+// name is not snapflip's. Retrying does not help; watch.mode stats needs none of it.
+var ErrNotifySetup = errors.New("watch.mode notify cannot be set up")
+
+const (
+	// NotifyChannel is the channel the triggers notify; the payload is the table's
+	// quoted, schema-qualified name.
+	NotifyChannel = "snapflip_changes"
+	// NotifySchema holds the trigger function, NotifyFunction.
+	NotifySchema = "snapflip"
+	// NotifyFunction is the trigger function, in NotifySchema.
+	NotifyFunction = "snapflip.notify_change()"
+	// NotifyTrigger is the name of the trigger on each watched table.
+	NotifyTrigger = "snapflip_notify"
+)
+
+// notifyFunctionBody is the trigger function's body. An installed function whose body
+// differs but for white space (an older release's) is replaced; one a DBA created from
+// README's SQL is not.
+const notifyFunctionBody = `
+BEGIN
+	PERFORM pg_catalog.pg_notify('snapflip_changes', pg_catalog.format('%I.%I', TG_TABLE_SCHEMA, TG_TABLE_NAME));
+	RETURN NULL;
+END
+`
+
+// notifyLockKey is the advisory lock that keeps replicas installing at once apart
+// ("snapflip" in ASCII).
+const notifyLockKey int64 = 0x736e6170666c6970
+
+// notifyLockTimeout bounds the wait for the lock CREATE TRIGGER takes (SHARE ROW
+// EXCLUSIVE, once per table): while it waits, the table's writers queue behind it.
+const notifyLockTimeout = "1s"
+
+// removeLockTimeout bounds RemoveNotify's wait for each table's lock.
+const removeLockTimeout = "5s"
+
+// listenKeepAlive is how long the listener waits in silence before it checks its
+// connection with a round trip: a connection dropped on the way (a NAT's idle
+// timeout) would otherwise leave it waiting forever, unnoticed, while the poll alone
+// carries on.
+var listenKeepAlive = 30 * time.Second
+
+// InstallNotify installs what the notify mode needs, as Watch does in that mode at
+// start and whenever it finds the watched tables again: the function, and the trigger
+// on each watched table and its ancestors that lacks it. It is idempotent, and returns
+// the tables that have the trigger now. An error wraps ErrNotifySetup when a privilege
+// is missing, naming the table or schema and the privilege.
+func (s *Source) InstallNotify(ctx context.Context) ([]string, error) {
+	conn, err := pgx.ConnectConfig(ctx, s.cfg)
+	if err != nil {
+		return nil, s.connectError(err)
+	}
+	defer closeConn(ctx, conn)
+	oids, err := watchedTables(ctx, conn, s.collections)
+	if err != nil {
+		return nil, err
+	}
+	tables, _, err := installNotify(ctx, conn, oids)
+	return tables, err
+}
+
+// RemoveNotify removes what the notify mode installed in the database: the function
+// and, with it, every trigger that calls it (whichever configuration installed them),
+// and the schema when nothing else is in it and this role owns it. It returns the
+// tables whose trigger it removed, and whether there was a function to remove; nothing
+// installed is no error. A syncer still running in notify mode installs them again
+// when it next resolves its tables.
+func (s *Source) RemoveNotify(ctx context.Context) (tables []string, found bool, err error) {
+	conn, err := pgx.ConnectConfig(ctx, s.cfg)
+	if err != nil {
+		return nil, false, s.connectError(err)
+	}
+	defer closeConn(ctx, conn)
+	err = pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
+		// Dropping a trigger locks its table ACCESS EXCLUSIVE: readers and writers
+		// queue behind a drop that waits for a long transaction, so it waits only so long.
+		if _, err := tx.Exec(ctx, "SET LOCAL lock_timeout = '"+removeLockTimeout+"'"); err != nil {
+			return err
+		}
+		if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock($1)", notifyLockKey); err != nil {
+			return err
+		}
+		fn, _, err := lookupNotifyFunction(ctx, tx)
+		if err != nil || fn == 0 {
+			return err
+		}
+		found = true
+		rows, err := tx.Query(ctx, `SELECT format('%I.%I', n.nspname, c.relname) FROM pg_trigger t
+			JOIN pg_class c ON c.oid = t.tgrelid JOIN pg_namespace n ON n.oid = c.relnamespace
+			WHERE t.tgfoid = $1 ORDER BY 1`, fn)
+		if err != nil {
+			return err
+		}
+		if tables, err = pgx.CollectRows(rows, pgx.RowTo[string]); err != nil {
+			return err
+		}
+		slices.Sort(tables)
+		// Dropping the function drops the triggers that depend on it; unlike DROP
+		// TRIGGER, this needs ownership of the function only, not of each table.
+		if _, err := tx.Exec(ctx, "DROP FUNCTION "+NotifyFunction+" CASCADE"); err != nil {
+			switch {
+			case isCode(err, "42501"):
+				return fmt.Errorf("drop %s: %w: run this as the role that installed it (the syncer's) or as its owner", NotifyFunction, err)
+			case isCode(err, "55P03"):
+				return fmt.Errorf("drop %s: a table with its trigger was in use for over %s; nothing was removed, try again: %w",
+					NotifyFunction, removeLockTimeout, err)
+			}
+			return fmt.Errorf("drop %s: %w", NotifyFunction, err)
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, false, err
+	}
+	// The schema goes too when it is empty and ours; a DBA's, or one still holding
+	// something, stays.
+	var ours bool
+	if err := conn.QueryRow(ctx, `SELECT EXISTS (SELECT FROM pg_namespace n WHERE n.nspname = $1
+		AND pg_has_role(n.nspowner, 'USAGE') AND NOT EXISTS (SELECT FROM pg_depend d
+			WHERE d.refclassid = 'pg_namespace'::regclass AND d.refobjid = n.oid))`, NotifySchema).Scan(&ours); err != nil {
+		return tables, found, err
+	}
+	if ours {
+		if _, err := conn.Exec(ctx, "DROP SCHEMA "+NotifySchema); err != nil && !isCode(err, "2BP01", "42501") {
+			return tables, found, fmt.Errorf("drop schema %s: %w", NotifySchema, err)
+		}
+	}
+	return tables, found, nil
+}
+
+// notifyTarget is a relation that gets the trigger.
+type notifyTarget struct {
+	oid  uint32
+	name string // quoted, schema-qualified: the notification's payload
+	// triggerFn is the function the relation's trigger named NotifyTrigger calls; 0
+	// when it has none.
+	triggerFn uint32
+	enabled   bool // the trigger fires (not ALTER TABLE ... DISABLE TRIGGER)
+	mayCreate bool // the role holds TRIGGER on it
+}
+
+// installNotify installs the function and the missing triggers for the watched
+// relations oids. It returns the relations that have the trigger, sorted, and those
+// left to the poll: those that cannot have one, and those whose trigger is disabled.
+func installNotify(ctx context.Context, conn *pgx.Conn, oids []uint32) (tables, pollOnly []string, err error) {
+	var standby bool
+	if err := conn.QueryRow(ctx, "SELECT pg_is_in_recovery()").Scan(&standby); err != nil {
+		return nil, nil, err
+	}
+	if standby {
+		return nil, nil, fmt.Errorf("%w: the source is a standby (in recovery), where triggers cannot be created and "+
+			"notifications are not sent: point postgres.dsn at the primary, or use watch.mode: stats, which works on a standby", ErrNotifySetup)
+	}
+	targets, pollOnly, err := notifyTargets(ctx, conn, oids)
+	if err != nil {
+		return nil, nil, err
+	}
+	fn, body, err := lookupNotifyFunction(ctx, conn)
+	if err != nil {
+		return nil, nil, err
+	}
+	var missing, denied []string
+	for _, t := range targets {
+		tables = append(tables, t.name)
+		switch {
+		case t.triggerFn == 0 && !t.mayCreate:
+			denied = append(denied, t.name)
+		case t.triggerFn == 0:
+			missing = append(missing, t.name)
+		case t.triggerFn != fn:
+			return nil, nil, fmt.Errorf("%w: table %s has a trigger named %s that does not call %s: rename or drop it",
+				ErrNotifySetup, t.name, NotifyTrigger, NotifyFunction)
+		case !t.enabled:
+			pollOnly = append(pollOnly, t.name) // someone disabled it; theirs to enable
+		}
+	}
+	if len(denied) > 0 {
+		var role string
+		if err := conn.QueryRow(ctx, "SELECT current_user").Scan(&role); err != nil {
+			return nil, nil, err
+		}
+		n, list, who := len(denied), strings.Join(denied, ", "), pgx.Identifier{role}.Sanitize()
+		return nil, nil, fmt.Errorf("%w: cannot create the change trigger on %s %s: role %s lacks the TRIGGER privilege on %s "+
+			"(GRANT TRIGGER ON %s TO %s, or make the role %s owner); watch.mode: stats needs no privilege",
+			ErrNotifySetup, plural(n, "table", "tables"), list, who, plural(n, "it", "them"), list, who, plural(n, "its", "their"))
+	}
+	if fn == 0 || !sameBody(body) {
+		// Replacing keeps the function's oid: triggers calling it still do.
+		if err := createNotifyFunction(ctx, conn); err != nil {
+			return nil, nil, err
+		}
+	}
+	for _, name := range missing {
+		if err := createNotifyTrigger(ctx, conn, name); err != nil {
+			return nil, nil, err
+		}
+	}
+	slices.Sort(tables)
+	return tables, pollOnly, nil
+}
+
+// notifyTargets returns the watched relations and their ancestors (partitioned and
+// inheritance parents) that can have a trigger, and the names of those that cannot.
+func notifyTargets(ctx context.Context, conn *pgx.Conn, oids []uint32) ([]notifyTarget, []string, error) {
+	rows, err := conn.Query(ctx, `WITH RECURSIVE up(oid) AS (
+			SELECT unnest($1::oid[])
+			UNION
+			SELECT i.inhparent FROM pg_inherits i JOIN up ON i.inhrelid = up.oid)
+		SELECT c.oid, format('%I.%I', n.nspname, c.relname),
+			c.relkind IN ('r', 'p') AND c.relpersistence <> 't'
+				AND n.nspname NOT IN ('pg_catalog', 'information_schema') AND n.nspname NOT LIKE 'pg\_toast%',
+			coalesce(t.tgfoid, 0), coalesce(t.tgenabled <> 'D', false), has_table_privilege(c.oid, 'TRIGGER')
+		FROM up JOIN pg_class c ON c.oid = up.oid JOIN pg_namespace n ON n.oid = c.relnamespace
+		LEFT JOIN pg_trigger t ON t.tgrelid = c.oid AND t.tgname = $2
+		ORDER BY 2`, oids, NotifyTrigger)
+	if err != nil {
+		return nil, nil, fmt.Errorf("find the tables to put triggers on: %w", err)
+	}
+	defer rows.Close()
+	var out []notifyTarget
+	var skipped []string
+	for rows.Next() {
+		var t notifyTarget
+		var ok bool
+		if err := rows.Scan(&t.oid, &t.name, &ok, &t.triggerFn, &t.enabled, &t.mayCreate); err != nil {
+			return nil, nil, err
+		}
+		if ok {
+			out = append(out, t)
+		} else {
+			skipped = append(skipped, t.name)
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return nil, nil, fmt.Errorf("find the tables to put triggers on: %w", err)
+	}
+	return out, skipped, nil
+}
+
+// lookupNotifyFunction returns the installed trigger function's oid and body; 0 when
+// there is none.
+func lookupNotifyFunction(ctx context.Context, q querier) (oid uint32, body string, err error) {
+	err = q.QueryRow(ctx, `SELECT p.oid, p.prosrc FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace
+		WHERE n.nspname = $1 AND p.proname = 'notify_change' AND p.pronargs = 0`, NotifySchema).Scan(&oid, &body)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return 0, "", nil
+	}
+	if err != nil {
+		return 0, "", fmt.Errorf("look up %s: %w", NotifyFunction, err)
+	}
+	return oid, body, nil
+}
+
+// createNotifyFunction creates the schema when it is missing and creates or replaces
+// the function, under the advisory lock, unless another replica just did.
+func createNotifyFunction(ctx context.Context, conn *pgx.Conn) error {
+	return pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock($1)", notifyLockKey); err != nil {
+			return err
+		}
+		oid, body, err := lookupNotifyFunction(ctx, tx)
+		if err != nil {
+			return err
+		}
+		if oid != 0 && sameBody(body) {
+			return nil
+		}
+		var schema bool
+		if err := tx.QueryRow(ctx, "SELECT EXISTS (SELECT FROM pg_namespace WHERE nspname = $1)", NotifySchema).Scan(&schema); err != nil {
+			return err
+		}
+		if !schema {
+			if _, err := tx.Exec(ctx, "CREATE SCHEMA "+NotifySchema); err != nil {
+				if isCode(err, "42501") {
+					return fmt.Errorf("%w: create schema %s for the trigger function: %v: the role needs CREATE on the database, "+
+						"or a DBA can create the schema and grant CREATE on it (or install the function: see README); "+
+						"watch.mode: stats needs no privilege", ErrNotifySetup, NotifySchema, err)
+				}
+				return fmt.Errorf("create schema %s: %w", NotifySchema, err)
+			}
+		}
+		_, err = tx.Exec(ctx, "CREATE OR REPLACE FUNCTION "+NotifyFunction+
+			" RETURNS trigger LANGUAGE plpgsql AS $snapflip$"+notifyFunctionBody+"$snapflip$")
+		if isCode(err, "42501") {
+			return fmt.Errorf("%w: create %s: %v: the role needs CREATE on schema %s (or to own the function, to "+
+				"replace an older one); watch.mode: stats needs no privilege", ErrNotifySetup, NotifyFunction, err, NotifySchema)
+		}
+		if err != nil {
+			return fmt.Errorf("create %s: %w", NotifyFunction, err)
+		}
+		return nil
+	})
+}
+
+// createNotifyTrigger creates the trigger on table (a quoted name) unless another
+// replica just did, waiting at most notifyLockTimeout for the table's lock.
+func createNotifyTrigger(ctx context.Context, conn *pgx.Conn, table string) error {
+	return pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, "SET LOCAL lock_timeout = '"+notifyLockTimeout+"'"); err != nil {
+			return err
+		}
+		if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock($1)", notifyLockKey); err != nil {
+			return err
+		}
+		var exists bool
+		if err := tx.QueryRow(ctx, "SELECT EXISTS (SELECT FROM pg_trigger WHERE tgrelid = $1::regclass AND tgname = $2)",
+			table, NotifyTrigger).Scan(&exists); err != nil {
+			return fmt.Errorf("table %s: %w", table, err)
+		}
+		if exists {
+			return nil
+		}
+		_, err := tx.Exec(ctx, "CREATE TRIGGER "+NotifyTrigger+" AFTER INSERT OR UPDATE OR DELETE OR TRUNCATE ON "+table+
+			" FOR EACH STATEMENT EXECUTE FUNCTION "+NotifyFunction)
+		switch {
+		case isCode(err, "42501"):
+			return fmt.Errorf("%w: create the change trigger on table %s: %v: the role needs the TRIGGER privilege on it "+
+				"(or to own it) and USAGE on schema %s; watch.mode: stats needs no privilege", ErrNotifySetup, table, err, NotifySchema)
+		case isCode(err, "55P03"):
+			return fmt.Errorf("create the change trigger on table %s: its writers held it for over %s; trying again later: %w",
+				table, notifyLockTimeout, err)
+		case err != nil:
+			return fmt.Errorf("create the change trigger on table %s: %w", table, err)
+		}
+		return nil
+	})
+}
+
+// listener turns the notifications on a connection of its own into Changes.
+type listener struct {
+	notes chan Change
+	errc  chan error // the error that ended it (not ctx's)
+	done  chan struct{}
+}
+
+// listen connects, LISTENs and starts receiving; it stops, closing its connection,
+// when ctx ends or the connection fails.
+func (w *watch) listen(ctx context.Context) (*listener, error) {
+	conn, err := pgx.ConnectConfig(ctx, w.src.cfg)
+	if err != nil {
+		return nil, w.src.connectError(err)
+	}
+	if _, err := conn.Exec(ctx, "LISTEN "+NotifyChannel); err != nil {
+		_ = closeConn(ctx, conn)
+		return nil, fmt.Errorf("listen: %w", err)
+	}
+	l := &listener{notes: make(chan Change), errc: make(chan error, 1), done: make(chan struct{})}
+	go func() {
+		defer close(l.done)
+		defer closeConn(ctx, conn)
+		if err := w.receive(ctx, conn, l.notes); ctx.Err() == nil {
+			l.errc <- fmt.Errorf("listen for notifications: %w", err)
+		}
+	}()
+	return l, nil
+}
+
+// receive waits for notifications and sends one Change per batch of those naming a
+// watched table, with the position read after them.
+func (w *watch) receive(ctx context.Context, conn *pgx.Conn, notes chan<- Change) error {
+	for {
+		n, err := nextNotification(ctx, conn)
+		if err != nil {
+			return err
+		}
+		tables := w.notified(nil, n)
+		for n = buffered(conn); n != nil; n = buffered(conn) {
+			tables = w.notified(tables, n)
+		}
+		if len(tables) == 0 {
+			continue
+		}
+		// After the notifications: their transactions are finished in this snapshot.
+		var lsnText, xmaxText string
+		if err := conn.QueryRow(ctx, positionSQL).Scan(&lsnText, &xmaxText); err != nil {
+			return fmt.Errorf("read the position: %w", err)
+		}
+		lsn, xm, err := parsePosition(lsnText, xmaxText)
+		if err != nil {
+			return err
+		}
+		slices.Sort(tables)
+		select {
+		case notes <- Change{LSN: lsn, Xmax: xm, At: time.Now(), Reason: "notify", Tables: tables}:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
+// notified adds n's table to tables when n names a watched table not already there.
+func (w *watch) notified(tables []string, n *pgconn.Notification) []string {
+	if n == nil || n.Channel != NotifyChannel || slices.Contains(tables, n.Payload) {
+		return tables
+	}
+	if set := w.notify.Load(); set != nil && (*set)[n.Payload] {
+		tables = append(tables, n.Payload)
+	}
+	return tables
+}
+
+// nextNotification waits for a notification, checking the connection with a round
+// trip after each listenKeepAlive of silence.
+func nextNotification(ctx context.Context, conn *pgx.Conn) (*pgconn.Notification, error) {
+	for {
+		wctx, cancel := context.WithTimeout(ctx, listenKeepAlive)
+		n, err := conn.WaitForNotification(wctx)
+		cancel()
+		switch {
+		case err == nil:
+			return n, nil
+		case ctx.Err() != nil:
+			return nil, ctx.Err()
+		case !pgconn.Timeout(err) || conn.IsClosed():
+			return nil, err
+		}
+		// A timeout leaves the connection usable (pgconn closes it on other errors).
+		pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		err = conn.Ping(pctx)
+		cancel()
+		if err != nil {
+			return nil, fmt.Errorf("keep-alive: %w", err)
+		}
+	}
+}
+
+// buffered returns a notification pgx has received already (during a query), or nil,
+// without waiting: WaitForNotification hands out a buffered one before it looks at its
+// context, and with a context already done it reads nothing from the connection.
+func buffered(conn *pgx.Conn) *pgconn.Notification {
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	n, _ := conn.WaitForNotification(ctx)
+	return n
+}
+
+// sameBody reports whether an installed function's body is notifyFunctionBody but for
+// white space.
+func sameBody(body string) bool {
+	return strings.Join(strings.Fields(body), " ") == strings.Join(strings.Fields(notifyFunctionBody), " ")
+}
+
+// isCode reports whether err is a Postgres error with one of the SQLSTATE codes.
+func isCode(err error, codes ...string) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && slices.Contains(codes, pgErr.Code)
+}
+
+func plural(n int, one, many string) string {
+	if n == 1 {
+		return one
+	}
+	return many
+}

@@ -1,0 +1,444 @@
+package pgsource_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/url"
+	"os"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/jackc/pgx/v5"
+
+	"github.com/snapflip/snapflip/internal/testenv"
+	"github.com/snapflip/snapflip/pgsource"
+)
+
+// startWatch runs src.Watch with cfg until the test ends and returns its log, once it
+// has reported its first baseline.
+func startWatch(t *testing.T, src *pgsource.Source, cfg pgsource.WatchConfig) *changeLog {
+	t.Helper()
+	l := &changeLog{}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- src.Watch(ctx, cfg, l.add, l.polled) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; !errors.Is(err, context.Canceled) {
+			t.Errorf("Watch = %v; want context.Canceled", err)
+		}
+	})
+	l.await(t, "the first baseline", 30*time.Second, func(c pgsource.Change) bool { return c.Reason == "watch started" })
+	return l
+}
+
+// await waits until a change matching match is seen, forgets the changes up to it and
+// returns it; the test fails after limit.
+func (l *changeLog) await(t *testing.T, what string, limit time.Duration, match func(pgsource.Change) bool) pgsource.Change {
+	t.Helper()
+	for deadline := time.Now().Add(limit); ; time.Sleep(5 * time.Millisecond) {
+		l.mu.Lock()
+		i := slices.IndexFunc(l.changes, match)
+		if i >= 0 {
+			c := l.changes[i]
+			l.changes = l.changes[i+1:]
+			l.mu.Unlock()
+			return c
+		}
+		l.mu.Unlock()
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: not seen within %s (changes: %+v)", what, limit, l.take())
+		}
+	}
+}
+
+// awaitNotified waits until notify changes have named every one of the tables (one
+// change may name several, or each its own) and returns the last of them; a change
+// naming another table fails the test.
+func (l *changeLog) awaitNotified(t *testing.T, what string, tables ...string) pgsource.Change {
+	t.Helper()
+	seen := map[string]bool{}
+	for {
+		c := l.await(t, what, 10*time.Second, func(c pgsource.Change) bool { return c.Reason == "notify" })
+		for _, name := range c.Tables {
+			if !slices.Contains(tables, name) {
+				t.Errorf("%s: reported %+v; want only %q", what, c, tables)
+			}
+			seen[name] = true
+		}
+		if len(seen) >= len(tables) {
+			return c
+		}
+	}
+}
+
+// commitTx runs the statements in one transaction on a session of their own and
+// returns the transaction's id.
+func commitTx(t *testing.T, dsn string, stmts ...string) uint64 {
+	t.Helper()
+	ctx := context.Background()
+	conn, err := pgx.Connect(ctx, dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	var xid uint64
+	err = pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
+		for _, s := range stmts {
+			if _, err := tx.Exec(ctx, s); err != nil {
+				return fmt.Errorf("%s: %w", s, err)
+			}
+		}
+		return tx.QueryRow(ctx, "SELECT pg_current_xact_id()::text::bigint").Scan(&xid)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return xid
+}
+
+// notifySchema is the schema the tests of the notify mode read from.
+var notifySchema = []string{
+	`CREATE TABLE nums (id int PRIMARY KEY, v text)`, `INSERT INTO nums SELECT g, 'x' FROM generate_series(1, 10) g`,
+	`CREATE TABLE base (id int PRIMARY KEY, v text)`, `CREATE VIEW odd AS SELECT * FROM base WHERE id % 2 = 1`,
+	`CREATE TABLE parts (id int, r text) PARTITION BY LIST (r)`,
+	`CREATE TABLE parts_a PARTITION OF parts FOR VALUES IN ('a')`, `CREATE TABLE parts_b PARTITION OF parts FOR VALUES IN ('b')`,
+	`CREATE TABLE other (id int)`, `CREATE TABLE marker (id int)`,
+}
+
+var notifyCollections = []pgsource.Collection{
+	{Name: "nums", Table: "nums"},
+	{Name: "odd", Table: "odd", Key: "id"},
+	{Name: "parts", Table: "parts", Key: "id"},
+	{Name: "marker", Query: "SELECT id FROM marker", Key: "id"},
+}
+
+// In notify mode a commit to a watched table (a table, a view's base table, a
+// partition written directly or through its parent) is reported by its notification,
+// with an xmax above the committing transaction; a write to an unwatched table, a
+// rolled-back write and one not yet committed are not. The statistics poll runs once
+// only (an hour's interval), so the notifications alone report these.
+func TestNotifyWatchReportsCommitsToWatchedTables(t *testing.T) {
+	dsn := testenv.Postgres(t)
+	testenv.Exec(t, dsn, notifySchema...)
+	src, err := pgsource.New(dsn, notifyCollections)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := startWatch(t, src, pgsource.WatchConfig{Mode: pgsource.WatchModeNotify, Interval: time.Hour})
+
+	for _, tt := range []struct {
+		what  string
+		stmts []string
+		want  []string
+	}{
+		{"an update of a table", []string{`UPDATE nums SET v = 'y' WHERE id = 2`}, []string{"public.nums"}},
+		{"an insert into a view's base table", []string{`INSERT INTO base VALUES (1, 'a')`}, []string{"public.base"}},
+		{"an insert into a partition, directly", []string{`INSERT INTO parts_a VALUES (1, 'a')`}, []string{"public.parts_a"}},
+		{"an insert through the partitioned parent", []string{`INSERT INTO parts VALUES (2, 'b')`}, []string{"public.parts"}},
+		{"a delete that matches no row", []string{`DELETE FROM nums WHERE id < 0`}, []string{"public.nums"}},
+		{"a truncate", []string{`TRUNCATE base`}, []string{"public.base"}},
+		{"two tables in one transaction", []string{`UPDATE nums SET v = 'z'`, `INSERT INTO base VALUES (3, 'c')`, `UPDATE nums SET v = 'w'`},
+			[]string{"public.base", "public.nums"}},
+	} {
+		xid := commitTx(t, dsn, tt.stmts...)
+		c := l.awaitNotified(t, tt.what, tt.want...)
+		if c.Xmax <= xid || c.LSN == 0 {
+			t.Errorf("%s: reported %+v; want an LSN and an xmax above the transaction's id %d", tt.what, c, xid)
+		}
+	}
+
+	// Nothing else is reported before the marker's commit, which comes after: the
+	// listener receives notifications in commit order.
+	none := func(what string) {
+		t.Helper()
+		commitTx(t, dsn, `INSERT INTO marker VALUES (1)`)
+		l.awaitNotified(t, what+": only the marker", "public.marker")
+	}
+	commitTx(t, dsn, `INSERT INTO other VALUES (1)`)
+	none("a write to an unwatched table")
+	testenv.Exec(t, dsn, `BEGIN`, `UPDATE nums SET v = 'rolled back'`, `ROLLBACK`)
+	none("a rolled-back write")
+
+	ctx := context.Background()
+	open, err := pgx.Connect(ctx, dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer open.Close(ctx)
+	tx, err := open.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var xid uint64
+	if err := tx.QueryRow(ctx, `UPDATE nums SET v = 'later' WHERE id = 1 RETURNING pg_current_xact_id()::text::bigint`).Scan(&xid); err != nil {
+		t.Fatal(err)
+	}
+	none("a write not committed yet")
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if c := l.awaitNotified(t, "the write once committed", "public.nums"); c.Xmax <= xid {
+		t.Errorf("the write once committed: reported %+v; want an xmax above %d", c, xid)
+	}
+	// The trigger went on every partition, and on the parent, once.
+	var triggers []string
+	rows, err := open.Query(ctx, `SELECT tgrelid::regclass::text FROM pg_trigger WHERE tgname = $1 ORDER BY 1`, pgsource.NotifyTrigger)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if triggers, err = pgx.CollectRows(rows, pgx.RowTo[string]); err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff([]string{"base", "marker", "nums", "parts", "parts_a", "parts_b"}, triggers); diff != "" {
+		t.Errorf("tables with the trigger (-want +got):\n%s", diff)
+	}
+}
+
+// The gap the notify mode closes: a session that read something less than a second
+// before it commits a write, and then goes idle, reports its statistics only ~10 s
+// later (PGSTAT_IDLE_INTERVAL), so the stats mode (its "hot" window off here) sees the
+// commit that late; the notify mode must report it within the 2 s freshness budget.
+// The stats mode's delay is measured and logged, not asserted: it is Postgres'.
+func TestNotifyReportsReadThenWriteWithinTheBudget(t *testing.T) {
+	const budget = 2 * time.Second
+	dsn := testenv.Postgres(t)
+	testenv.Exec(t, dsn, notifySchema...)
+	src, err := pgsource.New(dsn, notifyCollections)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	admin, err := pgx.Connect(ctx, dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer admin.Close(ctx)
+	// The setup's statistics reach the counters first, so that they are not taken for
+	// the timed commit.
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		var n int64
+		if err := admin.QueryRow(ctx, `SELECT coalesce(sum(n_tup_ins), 0) FROM pg_stat_user_tables WHERE relname = 'nums'`).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		if n == 10 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the setup's statistics never arrived")
+		}
+	}
+	for _, mode := range []string{pgsource.WatchModeNotify, pgsource.WatchModeStats} {
+		t.Run(mode, func(t *testing.T) {
+			l := startWatch(t, src, pgsource.WatchConfig{Mode: mode, Hot: time.Nanosecond})
+			l.awaitPolls(t, 2)
+			conn, err := pgx.Connect(ctx, dsn)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer conn.Close(ctx)
+			// Both in the simple protocol, one round trip each: the read's session then
+			// goes idle and reports; the write follows within the second.
+			if _, err := conn.Exec(ctx, `SELECT v FROM nums WHERE id = 3`); err != nil {
+				t.Fatal(err)
+			}
+			var xid uint64
+			if err := conn.QueryRow(ctx, `UPDATE nums SET v = 'read then written' WHERE id = 3 RETURNING pg_current_xact_id()::text::bigint`,
+				pgx.QueryExecModeSimpleProtocol).Scan(&xid); err != nil {
+				t.Fatal(err)
+			}
+			committed := time.Now()
+			c := l.await(t, mode+": the commit", 30*time.Second, func(c pgsource.Change) bool { return c.Reason != "watch started" && c.Xmax > xid })
+			took := c.At.Sub(committed)
+			t.Logf("%s mode: the read-then-write commit was reported %s after it returned (reason %q)", mode, took.Round(time.Millisecond), c.Reason)
+			if mode == pgsource.WatchModeNotify && (took > budget || c.Reason != "notify") {
+				t.Errorf("notify mode: the commit was reported %s later, by %q; want a notification within %s", took, c.Reason, budget)
+			}
+		})
+	}
+}
+
+// A dropped listening connection is replaced, with one baseline whose xmax covers a
+// commit made while it was down; notifications then flow again.
+func TestNotifyWatchReconnectsWithABaseline(t *testing.T) {
+	dsn := testenv.Postgres(t)
+	testenv.Exec(t, dsn, notifySchema...)
+	src, err := pgsource.New(dsn, notifyCollections)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := startWatch(t, src, pgsource.WatchConfig{Mode: pgsource.WatchModeNotify, Interval: time.Hour})
+	var killed bool
+	ctx := context.Background()
+	conn, err := pgx.Connect(ctx, dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	if err := conn.QueryRow(ctx, `SELECT pg_terminate_backend(pid) FROM pg_stat_activity
+		WHERE datname = current_database() AND query = 'LISTEN `+pgsource.NotifyChannel+`'`).Scan(&killed); err != nil || !killed {
+		t.Fatalf("terminate the listener: %v, %v", killed, err)
+	}
+	xid := commitTx(t, dsn, `UPDATE nums SET v = 'during the outage' WHERE id = 1`)
+	c := l.await(t, "a new baseline", 30*time.Second, func(c pgsource.Change) bool { return c.Reason == "watch started" })
+	if c.Xmax <= xid {
+		t.Errorf("the baseline after reconnecting has xmax %d; want it above the outage's commit %d", c.Xmax, xid)
+	}
+	commitTx(t, dsn, `UPDATE nums SET v = 'after' WHERE id = 1`)
+	l.awaitNotified(t, "a commit after reconnecting", "public.nums")
+}
+
+// Installing twice (or four times at once) is the same as once, and skips what cannot
+// have a trigger (a materialized view); removing takes away the function, every
+// trigger calling it and the schema, and is a no-op once done.
+func TestNotifyInstallIsIdempotentAndRemovable(t *testing.T) {
+	dsn := testenv.Postgres(t)
+	testenv.Exec(t, dsn, notifySchema...)
+	testenv.Exec(t, dsn, `CREATE MATERIALIZED VIEW mv AS SELECT * FROM nums`)
+	src, err := pgsource.New(dsn, append(slices.Clone(notifyCollections), pgsource.Collection{Name: "mv", Table: "mv", Key: "id"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	conn, err := pgx.Connect(ctx, dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	installed := func() (triggers int, function, schema bool) {
+		t.Helper()
+		if err := conn.QueryRow(ctx, `SELECT (SELECT count(*) FROM pg_trigger WHERE tgname = $1),
+			to_regprocedure($2) IS NOT NULL, EXISTS (SELECT FROM pg_namespace WHERE nspname = $3)`,
+			pgsource.NotifyTrigger, pgsource.NotifyFunction, pgsource.NotifySchema).Scan(&triggers, &function, &schema); err != nil {
+			t.Fatal(err)
+		}
+		return
+	}
+	want := []string{"public.base", "public.marker", "public.nums", "public.parts", "public.parts_a", "public.parts_b"}
+	// Replicas starting together install at once.
+	errs := make(chan error, 4)
+	for range cap(errs) {
+		go func() { _, err := src.InstallNotify(ctx); errs <- err }()
+	}
+	for range cap(errs) {
+		if err := <-errs; err != nil {
+			t.Errorf("installing 4 at once: %v", err)
+		}
+	}
+	for i := range 2 {
+		got, err := src.InstallNotify(ctx)
+		if err != nil {
+			t.Fatalf("install #%d: %v", i+1, err)
+		}
+		if diff := cmp.Diff(want, got); diff != "" {
+			t.Errorf("install #%d: tables (-want +got):\n%s", i+1, diff)
+		}
+		if n, fn, schema := installed(); n != len(want) || !fn || !schema {
+			t.Errorf("after install #%d: %d triggers, function %v, schema %v; want %d, true, true", i+1, n, fn, schema, len(want))
+		}
+	}
+	got, found, err := src.RemoveNotify(ctx)
+	if err != nil || !found {
+		t.Fatalf("remove = %v, %v; want the function found", found, err)
+	}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("removed from (-want +got):\n%s", diff)
+	}
+	if n, fn, schema := installed(); n != 0 || fn || schema {
+		t.Errorf("after removing: %d triggers, function %v, schema %v; want none", n, fn, schema)
+	}
+	if got, found, err := src.RemoveNotify(ctx); err != nil || found || len(got) != 0 {
+		t.Errorf("removing again = %v, %v, %v; want nothing found, no error", got, found, err)
+	}
+}
+
+// Without the TRIGGER privilege on a watched table the notify mode fails, naming the
+// table, the privilege and the stats mode, and Watch returns that error rather than
+// retry or fall back; without CREATE for the function's schema, it names that. With a
+// function a DBA installed, TRIGGER is enough; only the function's owner removes it.
+func TestNotifyNeedsPrivileges(t *testing.T) {
+	admin := os.Getenv(testenv.EnvPostgres)
+	role := fmt.Sprintf("snapflip_watcher_%d_%d", os.Getpid(), time.Now().UnixNano()%1e9)
+	testenv.Exec(t, admin, `CREATE ROLE `+role+` LOGIN`)
+	// Registered before the database's: cleanups run last first, so the role is dropped
+	// after the database that holds its objects and grants.
+	t.Cleanup(func() { testenv.Exec(t, admin, `DROP ROLE IF EXISTS `+role) })
+	dsn := testenv.Postgres(t)
+	testenv.Exec(t, dsn, notifySchema...)
+	testenv.Exec(t, dsn, `GRANT SELECT ON ALL TABLES IN SCHEMA public TO `+role)
+	u, err := url.Parse(dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	u.User = url.User(role)
+	src, err := pgsource.New(u.String(), notifyCollections)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+
+	_, err = src.InstallNotify(ctx)
+	t.Logf("without TRIGGER: %v", err)
+	for _, want := range []string{"public.base, public.marker, public.nums, public.parts, public.parts_a, public.parts_b",
+		"lacks the TRIGGER privilege", "GRANT TRIGGER ON", "watch.mode: stats needs no privilege"} {
+		if !errors.Is(err, pgsource.ErrNotifySetup) || !strings.Contains(fmt.Sprint(err), want) {
+			t.Errorf("install without TRIGGER = %v; want ErrNotifySetup naming %q", err, want)
+		}
+	}
+	wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	var l changeLog
+	if err := src.Watch(wctx, pgsource.WatchConfig{Mode: pgsource.WatchModeNotify}, l.add, l.polled); !errors.Is(err, pgsource.ErrNotifySetup) {
+		t.Errorf("Watch without TRIGGER = %v; want it to return ErrNotifySetup", err)
+	}
+	if got := l.take(); len(got) > 0 {
+		t.Errorf("Watch without TRIGGER reported %+v; want nothing", got)
+	}
+
+	testenv.Exec(t, dsn, `GRANT TRIGGER ON ALL TABLES IN SCHEMA public TO `+role)
+	_, err = src.InstallNotify(ctx)
+	t.Logf("without CREATE: %v", err)
+	if !errors.Is(err, pgsource.ErrNotifySetup) || !strings.Contains(fmt.Sprint(err), "CREATE on the database") {
+		t.Errorf("install without CREATE = %v; want ErrNotifySetup naming CREATE on the database", err)
+	}
+
+	// A DBA installs the function instead, with README's SQL; the role then needs no
+	// CREATE, and leaves the DBA's function as it is.
+	testenv.Exec(t, dsn, readmeFunctionSQL, `GRANT USAGE ON SCHEMA snapflip TO `+role)
+	if got, err := src.InstallNotify(ctx); err != nil || len(got) != 6 {
+		t.Errorf("install with README's function = %v, %v; want 6 tables", got, err)
+	}
+	if _, _, err := src.RemoveNotify(ctx); err == nil || !strings.Contains(err.Error(), "as the role that installed it") {
+		t.Errorf("remove by a role that does not own the function = %v; want an error saying who can", err)
+	}
+	owner, err := pgsource.New(dsn, notifyCollections)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, _, err := owner.RemoveNotify(ctx); err != nil || len(got) != 6 {
+		t.Errorf("remove by the function's owner = %v, %v; want 6 tables", got, err)
+	}
+
+	testenv.Exec(t, dsn, `GRANT CREATE ON DATABASE `+pgx.Identifier{strings.TrimPrefix(u.Path, "/")}.Sanitize()+` TO `+role)
+	if got, err := src.InstallNotify(ctx); err != nil || len(got) != 6 {
+		t.Errorf("install with the privileges = %v, %v; want 6 tables", got, err)
+	}
+	// The role removes what it installed, though it owns none of the tables.
+	if got, _, err := src.RemoveNotify(ctx); err != nil || len(got) != 6 {
+		t.Errorf("remove = %v, %v; want 6 tables", got, err)
+	}
+}
+
+// readmeFunctionSQL is README's SQL for a DBA who installs the function for the
+// syncer (white space may differ from the syncer's own).
+const readmeFunctionSQL = `CREATE SCHEMA snapflip;
+CREATE FUNCTION snapflip.notify_change() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+  PERFORM pg_catalog.pg_notify('snapflip_changes', pg_catalog.format('%I.%I', TG_TABLE_SCHEMA, TG_TABLE_NAME));
+  RETURN NULL;
+END
+$$;`
