@@ -119,6 +119,12 @@ type WatchConfig struct {
 	// so a write storm makes a version every MinInterval, not one per commit;
 	// default 1s.
 	MinInterval time.Duration `yaml:"min_interval"`
+	// Mode is how commits are noticed: "stats" polls Postgres' table statistics every
+	// Interval (no DDL, no privilege; a commit by a session that ran a statement less
+	// than a second before can be seen ~10 s late), "notify" also installs a statement
+	// trigger on every watched table and listens for its notifications (needs the
+	// TRIGGER privilege; see README, "Watch modes"). Default stats.
+	Mode string `yaml:"mode"`
 }
 
 // PostgresConfig is the postgres section of the syncer's config.
@@ -188,7 +194,7 @@ func DefaultSyncerConfig() SyncerConfig {
 		MaxDocumentBytes: 8 << 20,
 		ProgressInterval: 10 * time.Second,
 		Versions:         VersionsIncremental,
-		Watch:            WatchConfig{Enabled: true, Interval: 200 * time.Millisecond, MinInterval: time.Second},
+		Watch:            WatchConfig{Enabled: true, Interval: 200 * time.Millisecond, MinInterval: time.Second, Mode: pgsource.WatchModeStats},
 		MaxLayers:        snapshot.DefaultMaxLayers,
 		RebaseRatio:      snapshot.DefaultRebaseRatio,
 		Postgres:         PostgresConfig{Readers: 1, PartitionMinRows: 200_000},
@@ -273,6 +279,9 @@ func (c SyncerConfig) Validate() error {
 	}
 	if c.Watch.MinInterval < 0 {
 		return fmt.Errorf("watch.min_interval %s: must not be negative", c.Watch.MinInterval)
+	}
+	if c.Watch.Mode != pgsource.WatchModeStats && c.Watch.Mode != pgsource.WatchModeNotify {
+		return fmt.Errorf("watch.mode %q: must be %q or %q", c.Watch.Mode, pgsource.WatchModeStats, pgsource.WatchModeNotify)
 	}
 	if c.Versions != VersionsIncremental && c.Versions != VersionsFull {
 		return fmt.Errorf("versions %q: must be %q or %q", c.Versions, VersionsIncremental, VersionsFull)

@@ -47,6 +47,30 @@ collections:
 	}
 }
 
+// TestConfigWatchMode: watch.mode is stats unless the config says notify, and setting
+// it leaves the watch's other fields at their defaults.
+func TestConfigWatchMode(t *testing.T) {
+	const coll = "collections: [{name: a, table: t, key: k}]\n"
+	for _, tt := range []struct {
+		yaml string
+		want WatchConfig
+	}{
+		{coll, WatchConfig{Enabled: true, Interval: 200 * time.Millisecond, MinInterval: time.Second, Mode: "stats"}},
+		{"watch: {mode: stats}\n" + coll, WatchConfig{Enabled: true, Interval: 200 * time.Millisecond, MinInterval: time.Second, Mode: "stats"}},
+		{"watch: {mode: notify}\n" + coll, WatchConfig{Enabled: true, Interval: 200 * time.Millisecond, MinInterval: time.Second, Mode: "notify"}},
+		{"watch: {enabled: false, mode: notify}\n" + coll, WatchConfig{Interval: 200 * time.Millisecond, MinInterval: time.Second, Mode: "notify"}},
+	} {
+		cfg, err := ParseSyncerConfig(strings.NewReader(tt.yaml), baseEnv)
+		if err != nil {
+			t.Errorf("config %q: %v", tt.yaml, err)
+			continue
+		}
+		if diff := cmp.Diff(tt.want, cfg.Watch); diff != "" {
+			t.Errorf("config %q: watch (-want +got):\n%s", tt.yaml, diff)
+		}
+	}
+}
+
 func TestConfigErrorsNameTheField(t *testing.T) {
 	const coll = "collections: [{name: a, table: t, key: k}]\n"
 	tests := []struct{ yaml, want string }{
@@ -81,6 +105,8 @@ func TestConfigErrorsNameTheField(t *testing.T) {
 		{"watch: {interval: 1ms}\n" + coll, "watch.interval"},
 		{"watch: {min_interval: -1s}\n" + coll, "watch.min_interval"},
 		{"watch: {enabled: sometimes}\n" + coll, "watch.enabled (line 1)"},
+		{"watch: {mode: trigger}\n" + coll, `watch.mode "trigger": must be "stats" or "notify"`},
+		{"watch: {mode: ''}\n" + coll, `watch.mode "": must be "stats" or "notify"`},
 		{"collections: [{name: a, key: k}]\n", "collections[0]"},
 		{"collections: [{name: a, table: t, query: 'SELECT 1', key: k}]\n", "collections[0]"},
 		{"collections: [{name: a, query: 'SELECT 1 AS k'}]\n", "collections[0].key (a): required for a query"},
@@ -111,6 +137,7 @@ func FuzzParseSyncerConfig(f *testing.F) {
 			"postgres: {readers: 4, partition_min_rows: 1000}\nbigtable: {writers: 4, batch_rows: 500}\n" +
 			"collections:\n  - {name: a, table: public.t, key: id, min_rows: 5}\n  - {name: b, query: \"SELECT k, v FROM x;\", key: k, allow_empty: true}\n",
 		"collections: [{name: a, table: t, key: k, colour: red}]\n",
+		"watch: {mode: notify, interval: 1s}\ncollections: [{name: a, table: t, key: k}]\n",
 		"lease: {duration: 1ms}\n",
 		"ttl: -1s\ncollections: [{name: a, table: t, key: k}]\n",
 		"collections: [{name: a, table: t, key: k}, {name: a, table: u, key: k}]\n",

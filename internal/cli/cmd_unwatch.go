@@ -1,0 +1,60 @@
+package cli
+
+import (
+	"context"
+	"fmt"
+	"strings"
+
+	"github.com/spf13/cobra"
+
+	"github.com/snapflip/snapflip/pgsource"
+)
+
+// unwatchCommand is `syncer unwatch`: remove what watch.mode notify installed in the
+// source database.
+func (m *Syncer) unwatchCommand(g *syncerFlags) *cobra.Command {
+	return &cobra.Command{
+		Use:   "unwatch",
+		Short: "Remove the triggers watch.mode notify installed in Postgres",
+		Long: `Unwatch removes what ` + "`watch.mode: notify`" + ` installed in the config's database: the
+function ` + pgsource.NotifyFunction + ` and, with it, the trigger ` + pgsource.NotifyTrigger + ` on every table,
+whichever config installed it, and the schema ` + pgsource.NotifySchema + ` when nothing else is in it.
+It needs to run as the role that installed them (the syncer's), or as the function's
+owner; ownership of the tables is not needed. Nothing installed is not an error.
+
+A syncer still running in notify mode installs them again within a minute: set
+watch.mode to stats (or stop it) first. The same in SQL:
+
+  DROP FUNCTION IF EXISTS ` + pgsource.NotifyFunction + ` CASCADE;
+  DROP SCHEMA IF EXISTS ` + pgsource.NotifySchema + `;`,
+		Example: `  syncer unwatch --config snapflip.yaml`,
+		Args:    positional(),
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			cfg, _, err := m.setup(g)
+			if err != nil {
+				return err
+			}
+			src, err := pgsource.New(cfg.Postgres.DSN, cfg.sources())
+			if err != nil {
+				return err
+			}
+			ctx, cancel := context.WithTimeout(cmd.Context(), startupTimeout)
+			defer cancel()
+			tables, found, err := src.RemoveNotify(ctx)
+			switch {
+			case err != nil:
+				return fmt.Errorf("unwatch: %w", err)
+			case !found:
+				fmt.Fprintf(m.Stdout, "nothing to remove: %s has no %s\n", src.Describe(), pgsource.NotifyFunction)
+			case len(tables) == 0:
+				fmt.Fprintf(m.Stdout, "removed %s (no table had its trigger)\n", pgsource.NotifyFunction)
+			default:
+				fmt.Fprintf(m.Stdout, "removed %s and its trigger on %d table(s): %s\n", pgsource.NotifyFunction, len(tables), strings.Join(tables, ", "))
+			}
+			if cfg.Watch.Enabled && cfg.Watch.Mode == pgsource.WatchModeNotify {
+				fmt.Fprintln(m.Stdout, "note: this config still says watch.mode: notify; a syncer running with it installs them again")
+			}
+			return nil
+		},
+	}
+}
