@@ -1,13 +1,15 @@
 package cli
 
 import (
-	"bytes"
 	"context"
-	"io"
+	"errors"
+	"fmt"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 
@@ -39,16 +41,13 @@ collections: [{name: things, table: things}, {name: parts, table: parts, key: id
 	}
 	unwatch := func() string {
 		t.Helper()
-		var out bytes.Buffer
 		// Bigtable is never reached; the config only has to be valid.
-		m := &Syncer{Getenv: env(map[string]string{EnvPostgresDSN: dsn, EnvEmulatorHost: "127.0.0.1:1"}), Stdout: &out, Stderr: io.Discard}
-		c := m.unwatchCommand(&syncerFlags{config: config, logFormat: "text", logLevel: "warn"})
-		c.SetArgs([]string{})
-		c.SilenceUsage, c.SilenceErrors = true, true
-		if err := c.ExecuteContext(ctx); err != nil {
+		out, _, err := run(t, false, env(map[string]string{EnvPostgresDSN: dsn, EnvEmulatorHost: "127.0.0.1:1"}),
+			"unwatch", "--config", config, "--log-level", "warn")
+		if err != nil {
 			t.Fatalf("syncer unwatch: %v", err)
 		}
-		return out.String()
+		return out
 	}
 
 	out := unwatch()
@@ -74,5 +73,45 @@ collections: [{name: things, table: things}, {name: parts, table: parts, key: id
 	}
 	if out := unwatch(); !strings.Contains(out, "nothing to remove") {
 		t.Errorf("syncer unwatch again printed %q; want nothing to remove", out)
+	}
+}
+
+// TestRunRefusesNotifyWithoutPrivileges: `syncer run` in notify mode, as a role that
+// may not create triggers on the watched table, exits at once with the error that
+// names the table and the grant, instead of running on the poll alone.
+func TestRunRefusesNotifyWithoutPrivileges(t *testing.T) {
+	admin := os.Getenv(testenv.EnvPostgres)
+	role := fmt.Sprintf("snapflip_run_%d_%d", os.Getpid(), time.Now().UnixNano()%1e9)
+	testenv.Exec(t, admin, `CREATE ROLE `+role+` LOGIN`)
+	t.Cleanup(func() { testenv.Exec(t, admin, `DROP ROLE IF EXISTS `+role) })
+	dsn := testenv.Postgres(t)
+	testenv.Exec(t, dsn, `CREATE TABLE things (id int PRIMARY KEY)`, `INSERT INTO things VALUES (1)`,
+		`GRANT SELECT ON things TO `+role)
+	u, err := url.Parse(dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	u.User = url.User(role)
+	config := filepath.Join(t.TempDir(), "snapflip.yaml")
+	if err := os.WriteFile(config, []byte("dataset: notify\nwatch: {mode: notify}\ncollections: [{name: things, table: things}]\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	errc := make(chan error, 1)
+	go func() {
+		_, _, err := run(t, false, env(map[string]string{EnvPostgresDSN: u.String(), EnvEmulatorHost: testenv.Bigtable(t)}),
+			"run", "--config", config, "--log-level", "error")
+		errc <- err
+	}()
+	select {
+	case err := <-errc:
+		for _, want := range []string{"public.things", "GRANT TRIGGER ON", "watch.mode: stats needs no privilege"} {
+			if !errors.Is(err, pgsource.ErrNotifySetup) || !strings.Contains(fmt.Sprint(err), want) {
+				t.Errorf("syncer run = %v; want ErrNotifySetup naming %q", err, want)
+			}
+		}
+	case <-ctx.Done():
+		t.Fatal("syncer run in notify mode without the TRIGGER privilege kept running")
 	}
 }

@@ -127,7 +127,7 @@ Flags go before or after the command. Exit status: 0 done, 1 failed, 2 usage mis
 	}
 
 	root.AddGroup(&cobra.Group{ID: "sync", Title: "Syncing:"}, &cobra.Group{ID: "versions", Title: "Versions and rollback:"})
-	for _, c := range []*cobra.Command{m.onceCommand(g), m.runCommand(g), m.checkCommand(g)} {
+	for _, c := range []*cobra.Command{m.onceCommand(g), m.runCommand(g), m.checkCommand(g), m.unwatchCommand(g)} {
 		c.GroupID = "sync"
 		root.AddCommand(c)
 	}
@@ -279,6 +279,16 @@ func orNone(v snapshot.Version) string {
 // pointer alone and releases the lease.
 func (m *Syncer) runSchedule(ctx context.Context, s *syncer) error {
 	log := s.log.With("dataset", s.cfg.Dataset)
+	if s.cfg.Watch.Enabled && s.cfg.Watch.Mode == pgsource.WatchModeNotify {
+		// A notify watch without its privileges is a configuration error: refuse to
+		// start rather than run on the poll alone. (Postgres unreachable is not: the
+		// watch retries.)
+		if _, err := s.src.InstallNotify(ctx); errors.Is(err, pgsource.ErrNotifySetup) {
+			return err
+		} else if err != nil {
+			log.Warn("could not install the notify watch's triggers yet; the watch will retry", "err", err)
+		}
+	}
 	if _, err := s.store.ReadPointer(ctx, s.cfg.Dataset); errors.Is(err, snapshot.ErrNoVersion) {
 		log.Info("nothing published yet: syncing now")
 		start := time.Now()
@@ -290,7 +300,7 @@ func (m *Syncer) runSchedule(ctx context.Context, s *syncer) error {
 			log.Error("first sync failed", "err", err)
 		}
 	}
-	log.Info("syncer running", "schedule", s.cfg.Schedule, "watch", s.cfg.Watch.Enabled)
+	log.Info("syncer running", "schedule", s.cfg.Schedule, "watch", s.cfg.Watch.Enabled, "watch_mode", s.cfg.Watch.Mode)
 	if s.cfg.Watch.Enabled {
 		wctx, stop := context.WithCancel(ctx)
 		done := make(chan struct{})
