@@ -19,7 +19,8 @@ import (
 // Watching for committed changes, cheaply and without DDL or privileges. Every poll
 // reads, for the tables the collections read (a query's and a view's found with
 // EXPLAIN, a partitioned table's partitions included), the cumulative statistics
-// counters Postgres keeps per table (rows inserted, updated, deleted, live), plus the
+// counters Postgres keeps per table (rows inserted, updated, deleted) and its file
+// (a TRUNCATE gives it a new one, and moves none of the counters), plus the
 // snapshot's xmax. A poll touches no table and costs a few function calls in shared
 // memory; writes to other tables change nothing it reads, except xmax.
 //
@@ -269,7 +270,7 @@ func parsePosition(lsnText, xmaxText string) (lsn, xmax uint64, err error) {
 // watchSQL reads the watched tables' counters (one text signature), the WAL position
 // and the snapshot's xmax. It reads no table.
 const watchSQL = `SELECT coalesce(string_agg(r::text || ':' || pg_stat_get_tuples_inserted(r) || ':' ||
-		pg_stat_get_tuples_updated(r) || ':' || pg_stat_get_tuples_deleted(r) || ':' || pg_stat_get_live_tuples(r), ',' ORDER BY r), ''),
+		pg_stat_get_tuples_updated(r) || ':' || pg_stat_get_tuples_deleted(r) || ':' || coalesce(pg_relation_filenode(r), 0), ',' ORDER BY r), ''),
 	(CASE WHEN pg_is_in_recovery() THEN pg_last_wal_replay_lsn() ELSE pg_current_wal_insert_lsn() END)::text,
 	pg_snapshot_xmax(pg_current_snapshot())::text
 	FROM unnest($1::oid[]) AS r`

@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/snapflip/snapflip/internal/testenv"
 	"github.com/snapflip/snapflip/pgsource"
 )
@@ -56,7 +58,7 @@ func (l *changeLog) awaitPolls(t *testing.T, n int64) {
 func TestWatchSeesCommitsToWatchedTablesOnly(t *testing.T) {
 	dsn := testenv.Postgres(t)
 	testenv.Exec(t, dsn,
-		`CREATE TABLE nums (id int PRIMARY KEY, v text)`, `INSERT INTO nums SELECT g, 'x' FROM generate_series(1, 10) g`,
+		`CREATE TABLE nums (id int PRIMARY KEY, v text)`, `INSERT INTO nums SELECT g, repeat('x', g * 7919 % 300) FROM generate_series(1, 20000) g`,
 		`CREATE TABLE tags (id int, tag text)`, `CREATE TABLE other (id int)`,
 		`CREATE TABLE parts (id int, r text) PARTITION BY LIST (r)`, `CREATE TABLE parts_a PARTITION OF parts FOR VALUES IN ('a')`,
 		`CREATE VIEW odd AS SELECT * FROM nums WHERE id % 2 = 1`)
@@ -110,4 +112,30 @@ func TestWatchSeesCommitsToWatchedTablesOnly(t *testing.T) {
 	time.Sleep(600 * time.Millisecond)
 	l.take()
 	expect("a truncate", true, `TRUNCATE tags`)
+	time.Sleep(600 * time.Millisecond)
+	l.take()
+	// ANALYZE (and autovacuum) rewrite the live-row estimate, not the rows: no change.
+	// With a 300-row sample of 20,000 rows of varied width the estimate moves.
+	live := func() (n int64) {
+		t.Helper()
+		conn, err := pgx.Connect(ctx, dsn)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Close(ctx)
+		if err := conn.QueryRow(ctx, `SELECT pg_stat_get_live_tuples('nums'::regclass)`).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	before, after := live(), int64(0)
+	for range 10 { // each ANALYZE samples anew
+		expect("an ANALYZE of a watched table", false, `SET default_statistics_target = 1; ANALYZE nums`)
+		if after = live(); after != before {
+			break
+		}
+	}
+	if after == before {
+		t.Errorf("ten ANALYZEs left the live-row estimate at %d: the case above tested nothing", after)
+	}
 }
