@@ -4,21 +4,38 @@ import (
 	"context"
 	"slices"
 	"sync"
+	"sync/atomic"
 )
 
-// The document cache survives flips. A layered version's documents are its parent's
-// except for the ids its own layer holds, so on a miss for (version, collection, id)
-// whose id the version's own layer does not hold, the parent's cached answer is the
-// answer (and the grandparent's, and so on, while each step holds). A flip therefore
-// invalidates only the documents it changed. The ids a layer holds come from its
-// fingerprint run, read once per (version, collection), the first time a miss needs
+// The document cache survives flips. It is keyed by (collection, id), not by
+// version: each entry holds an answer and a version it is known to hold at. A layered
+// version's documents are its parent's except for the ids its own layer holds, so an
+// entry holds at version V too when every version between its version and V (along
+// parent links, either way, up to maxCarrySteps) left the id alone; the entry then
+// moves to V, with no copy and no new entry. A flip therefore invalidates only the
+// documents it changed, and costs a hit one more lookup (the flip's change set) the
+// first time each id is read after it. The ids a layer holds come from its
+// fingerprint run, read once per (version, collection), the first time a lookup needs
 // them; a layer larger than maxCarryIDs is not read, and its version starts cold.
 
 // maxCarryIDs bounds the ids of one layer kept to carry answers across a flip.
 const maxCarryIDs = 200_000
 
-// maxCarrySteps bounds how many versions back a miss looks for a cached answer.
+// maxCarrySteps bounds how many versions apart an entry may be from the version read.
 const maxCarrySteps = 8
+
+// cacheKey names a cached document, whatever its version.
+type cacheKey struct {
+	collection string
+	id         string
+}
+
+// cacheEntry is a cached answer and the version it last held at (a pointer, so
+// concurrent readers move it without a lock).
+type cacheEntry struct {
+	doc Doc
+	at  atomic.Pointer[Version]
+}
 
 // carryKey names one collection of one version.
 type carryKey struct {
@@ -34,29 +51,41 @@ type changeSet struct {
 	ids    map[string]struct{}
 }
 
-// carried looks for an answer cached under an ancestor of the view's version that
-// the versions in between did not change. Found, it is cached under the version too.
-func (r *Resolver) carried(ctx context.Context, m Manifest, collection, id string) (Doc, bool) {
-	if r.docs == nil || r.carry == nil {
-		return Doc{}, false
+// holdsAt reports whether entry e is the answer for k: cached at k's version, or at a
+// version from which no flip up to k's changed the id. An entry found to hold moves
+// to k's version.
+func (r *Resolver) holdsAt(ctx context.Context, e *cacheEntry, k docKey) bool {
+	at := *e.at.Load()
+	if at == k.v {
+		return true
 	}
-	v := m.Version
+	if r.carry == nil || !(r.unchangedSince(ctx, k.v, at, k.collection, k.id) || r.unchangedSince(ctx, at, k.v, k.collection, k.id)) {
+		return false
+	}
+	v := k.v
+	e.at.Store(&v)
+	r.carriedHits.Add(1)
+	return true
+}
+
+// unchangedSince reports whether older is an ancestor of newer within maxCarrySteps
+// and no version after it up to newer changed the id.
+func (r *Resolver) unchangedSince(ctx context.Context, newer, older Version, collection, id string) bool {
+	v := newer
 	for range maxCarrySteps {
 		cs := r.changes(ctx, v, collection)
-		if cs == nil || !cs.ok {
-			return Doc{}, false
+		if !cs.ok {
+			return false
 		}
 		if _, changed := cs.ids[id]; changed {
-			return Doc{}, false
+			return false
 		}
-		if d, ok := r.docs.Peek(docKey{cs.parent, collection, id}); ok {
-			r.docs.Add(docKey{m.Version, collection, id}, d)
-			r.carriedHits.Add(1)
-			return d, true
+		if cs.parent == older {
+			return true
 		}
 		v = cs.parent
 	}
-	return Doc{}, false
+	return false
 }
 
 // changes returns what the collection's layer of version v changed, reading it once.

@@ -78,7 +78,7 @@ type Resolver struct {
 	ptr *pointerCache
 
 	manifests *lru.Cache[Version, Manifest]
-	docs      *lru.Cache[docKey, Doc] // nil when off
+	docs      *lru.Cache[cacheKey, *cacheEntry] // nil when off
 	carry     *lru.Cache[carryKey, *changeSet]
 	fetch     *fetcher
 
@@ -88,7 +88,7 @@ type Resolver struct {
 // maxCachedManifests bounds the manifest cache.
 const maxCachedManifests = 1024
 
-// docKey names a cached document.
+// docKey names a document of one version (a fetch).
 type docKey struct {
 	v          Version
 	collection string
@@ -131,7 +131,7 @@ func NewResolver(dataset string, store ReadStore, cfg ResolverConfig, now func()
 		fetch: &fetcher{store: store, dataset: dataset, timeout: cfg.Timeout}}
 	r.manifests, _ = lru.New[Version, Manifest](maxCachedManifests)
 	if cfg.CacheSize > 0 {
-		r.docs, _ = lru.New[docKey, Doc](cfg.CacheSize)
+		r.docs, _ = lru.New[cacheKey, *cacheEntry](cfg.CacheSize)
 		r.carry, _ = lru.New[carryKey, *changeSet](maxCachedManifests)
 	}
 	return r
@@ -204,7 +204,7 @@ func (r *Resolver) Get(ctx context.Context, view View, collection, id string) (D
 		return Doc{}, fmt.Errorf("collection %q: %w", collection, ErrNotFound)
 	}
 	key := docKey{view.Version, collection, id}
-	if d, ok := r.cached(ctx, view, key); ok {
+	if d, ok := r.cached(ctx, key); ok {
 		return r.found(d, collection, id)
 	}
 	body, found, err := r.fetch.get(ctx, key, view.Manifest.Chain(collection))
@@ -226,28 +226,26 @@ func (r *Resolver) found(d Doc, collection, id string) (Doc, error) {
 	return d, nil
 }
 
-// cached returns the cached answer for k, or one carried from an ancestor version
-// that the flips since did not change (carry.go).
-func (r *Resolver) cached(ctx context.Context, view View, k docKey) (Doc, bool) {
+// cached returns the cached answer for k: one cached at k's version, or at another
+// version that the flips in between did not change it in (carry.go).
+func (r *Resolver) cached(ctx context.Context, k docKey) (Doc, bool) {
 	if r.docs == nil {
 		r.misses.Add(1)
 		return Doc{}, false
 	}
-	d, ok := r.docs.Get(k)
-	if !ok {
-		d, ok = r.carried(ctx, view.Manifest, k.collection, k.id)
-	}
-	if ok {
+	if e, ok := r.docs.Get(cacheKey{k.collection, k.id}); ok && r.holdsAt(ctx, e, k) {
 		r.hits.Add(1)
-	} else {
-		r.misses.Add(1)
+		return e.doc, true
 	}
-	return d, ok
+	r.misses.Add(1)
+	return Doc{}, false
 }
 
 func (r *Resolver) cache(k docKey, d Doc) {
 	if r.docs != nil {
-		r.docs.Add(k, d)
+		e := &cacheEntry{doc: d}
+		e.at.Store(&k.v)
+		r.docs.Add(cacheKey{k.collection, k.id}, e)
 	}
 }
 
@@ -271,7 +269,7 @@ func (r *Resolver) GetMany(ctx context.Context, view View, collection string, id
 		if _, dup := out[id]; dup {
 			continue
 		}
-		if d, ok := r.cached(ctx, view, docKey{view.Version, collection, id}); ok {
+		if d, ok := r.cached(ctx, docKey{view.Version, collection, id}); ok {
 			out[id] = d
 		} else {
 			fetch = append(fetch, id)
