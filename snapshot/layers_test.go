@@ -3,6 +3,7 @@ package snapshot_test
 import (
 	"context"
 	"fmt"
+	"maps"
 	"slices"
 	"testing"
 	"time"
@@ -325,7 +326,7 @@ func TestCacheSurvivesFlips(t *testing.T) {
 		}
 		return out
 	}
-	readAll(v1)
+	orig := readAll(v1)
 	r.exec(t, `UPDATE users SET name = 'changed' WHERE id = 'u7'`, `DELETE FROM users WHERE id = 'u8'`)
 	v2 := r.publish(t, r.pub)
 	r.exec(t, `UPDATE orders SET user_id = 'u1' WHERE id = 1`) // users unchanged: no layer
@@ -364,6 +365,17 @@ func TestCacheSurvivesFlips(t *testing.T) {
 	}
 	if got["u7"] != `{"id":"u7","name":"changed"}` || got["u9"] != `{"id":"u9","name":"merged"}` || got["u8"] != "" || len(got) != 49 {
 		t.Errorf("after the merge: u7 = %s, u9 = %s, u8 = %q, %d users", got["u7"], got["u9"], got["u8"], len(got))
+	}
+
+	// Entries now at v4 answer a read at v1 only for the ids nothing since changed:
+	// the others are read again, at v1.
+	_, missesBefore = res.CacheStats()
+	if got := readAll(v1); !maps.Equal(got, orig) {
+		t.Errorf("reading v1 after v4: %d users, u7 = %s, u8 = %s, u9 = %s; want v1's %d, %s, %s, %s",
+			len(got), got["u7"], got["u8"], got["u9"], len(orig), orig["u7"], orig["u8"], orig["u9"])
+	}
+	if _, misses = res.CacheStats(); misses-missesBefore != 3 {
+		t.Errorf("reading v1 after v4 missed %d times; want 3 (u7, u8, u9)", misses-missesBefore)
 	}
 }
 
