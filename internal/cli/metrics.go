@@ -79,17 +79,17 @@ func newSyncerMetrics(dataset string) *syncerMetrics {
 			Help:        "Source rows turned into JSON for published versions: every row of a full copy; for a layer, the rows its change detection could not skip.",
 			ConstLabels: labels}),
 		rowsWritten: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "snapflip_sync_rows_written_total",
-			Help:        "Rows published versions wrote, by kind: doc (inserted or changed documents; every document of a full copy) or tombstone (deleted ids).",
+			Help:        "Rows published versions wrote, by kind: doc (inserted or changed documents; every document of a full copy), tombstone (deleted ids) or copied (unchanged documents and tombstones a merged delta carried over from the deltas it replaced).",
 			ConstLabels: labels}, []string{"kind"}),
 		layers: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "snapflip_sync_layers_total",
-			Help: "Layers published versions wrote, one per collection that wrote one, by kind: base or delta.", ConstLabels: labels}, []string{"kind"}),
+			Help: "Layers published versions wrote, one per collection that wrote one, by kind: base, delta, or merged (a delta that replaced the chain's deltas).", ConstLabels: labels}, []string{"kind"}),
 		chainLength: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "snapflip_version_chain_length",
 			Help: "Layers a read of the collection consults in the current version (1 for a full copy).", ConstLabels: labels}, []string{"collection"}),
 	}
-	for _, k := range []string{"doc", "tombstone"} {
+	for _, k := range []string{"doc", "tombstone", "copied"} {
 		m.rowsWritten.WithLabelValues(k)
 	}
-	for _, k := range []string{snapshot.LayerBase, snapshot.LayerDelta} {
+	for _, k := range []string{snapshot.LayerBase, snapshot.LayerDelta, layerMerged} {
 		m.layers.WithLabelValues(k)
 	}
 	m.reg.MustRegister(m.leaseEvents, m.leaseHeld, m.leaseToken, m.slots, m.syncs, m.lastSuccess, m.duration,
@@ -154,7 +154,7 @@ func (m *syncerMetrics) observe(res snapshot.PublishResult, err error, took time
 // observeWritten counts what a published version's publish wrote.
 func (m *syncerMetrics) observeWritten(mf snapshot.Manifest) {
 	m.bytesWritten.Add(float64(mf.BytesWritten))
-	var rendered, docs, tombstones int64
+	var rendered, docs, tombstones, copied int64
 	for _, c := range mf.Collections {
 		o := c.Own
 		if o == nil {
@@ -166,14 +166,22 @@ func (m *syncerMetrics) observeWritten(mf snapshot.Manifest) {
 		rendered += o.Rendered
 		docs += o.Inserted + o.Changed
 		tombstones += o.Deleted
-		if o.Kind == snapshot.LayerBase || o.Kind == snapshot.LayerDelta {
+		copied += o.Copied
+		switch {
+		case o.Kind == snapshot.LayerDelta && len(c.Layers) > 0 && c.Layers[0].Merged > 0:
+			m.layers.WithLabelValues(layerMerged).Inc()
+		case o.Kind == snapshot.LayerBase || o.Kind == snapshot.LayerDelta:
 			m.layers.WithLabelValues(o.Kind).Inc()
 		}
 	}
 	m.rendered.Add(float64(rendered))
 	m.rowsWritten.WithLabelValues("doc").Add(float64(docs))
 	m.rowsWritten.WithLabelValues("tombstone").Add(float64(tombstones))
+	m.rowsWritten.WithLabelValues("copied").Add(float64(copied))
 }
+
+// layerMerged is the metrics' kind of a delta that merged its chain's deltas.
+const layerMerged = "merged"
 
 // observeChains sets the chain length of each collection of mf, the current version;
 // collections it does not have are dropped.

@@ -123,11 +123,39 @@ func TestPublishMetricsCountLayers(t *testing.T) {
 		t.Errorf("a failed or unchanged sync counted %v bytes written", got-before)
 	}
 
+	// A merged delta counts as merged, and what it copied as copied.
+	merged := ms[3]
+	merged.Collections = map[string]snapshot.CollectionStats{}
+	for name, c := range ms[3].Collections {
+		if name == "orders" {
+			c.Layers = append([]snapshot.LayerRef(nil), c.Layers...)
+			c.Layers[0].Merged = 2
+			own := *c.Own
+			own.Copied = 7
+			c.Own = &own
+		}
+		merged.Collections[name] = c
+	}
+	deltas, bases := testutil.ToFloat64(m.layers.WithLabelValues("delta")), testutil.ToFloat64(m.layers.WithLabelValues("base"))
+	m.observe(snapshot.PublishResult{Manifest: merged}, nil, time.Second)
+	if got := testutil.ToFloat64(m.layers.WithLabelValues("merged")); got != 1 {
+		t.Errorf("after a merged delta, layers{merged} = %v; want 1", got)
+	}
+	if got := testutil.ToFloat64(m.layers.WithLabelValues("delta")); got != deltas {
+		t.Errorf("a merged delta counted as a delta too (%v, was %v)", got, deltas)
+	}
+	if got := testutil.ToFloat64(m.layers.WithLabelValues("base")); got != bases+1 {
+		t.Errorf("after a merged delta with a base beside it, layers{base} = %v; want %v", got, bases+1)
+	}
+	if got := testutil.ToFloat64(m.rowsWritten.WithLabelValues("copied")); got != 7 {
+		t.Errorf("after a merged delta, rows_written{copied} = %v; want 7", got)
+	}
+
 	// The series are exposed under their names.
 	n, err := testutil.GatherAndCount(m.reg, "snapflip_sync_bytes_written_total", "snapflip_sync_rows_rendered_total",
 		"snapflip_sync_rows_written_total", "snapflip_version_chain_length", "snapflip_sync_layers_total")
-	if err != nil || n != 1+1+2+1+2 {
-		t.Errorf("gathered %d series, %v; want 7", n, err)
+	if err != nil || n != 1+1+3+3+3 {
+		t.Errorf("gathered %d series, %v; want 11", n, err)
 	}
 	if problems, err := testutil.GatherAndLint(m.reg, "snapflip_sync_bytes_written_total", "snapflip_sync_rows_rendered_total",
 		"snapflip_sync_rows_written_total", "snapflip_version_chain_length", "snapflip_sync_layers_total"); err != nil || len(problems) > 0 {
