@@ -225,7 +225,8 @@ func (p *Publisher) writeLayer(ctx context.Context, snap DeltaSnapshot, w Docume
 	}
 	var copies *copier
 	if merge > 0 {
-		copies = &copier{st: p.Store, dataset: p.Dataset, chain: cur.Chain(name), collection: name, w: w}
+		// A copied entry's newest layer is one of the merged deltas: read those alone.
+		copies = &copier{st: p.Store, dataset: p.Dataset, chain: cur.Chain(name)[:merge], collection: name, w: w}
 	}
 	// keep copies an unchanged entry of a merged delta into this layer.
 	keep := func(ctx context.Context, e RunEntry) error {
