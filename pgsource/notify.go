@@ -109,7 +109,9 @@ func (s *Source) RemoveNotify(ctx context.Context) (tables []string, found bool,
 		return nil, false, s.connectError(err)
 	}
 	defer closeConn(ctx, conn)
-	err = pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
+	// READ WRITE, as for installing: a role read-only by default removes all the same.
+	rw := pgx.TxOptions{AccessMode: pgx.ReadWrite}
+	err = pgx.BeginTxFunc(ctx, conn, rw, func(tx pgx.Tx) error {
 		// Dropping a trigger locks its table ACCESS EXCLUSIVE: readers and writers
 		// queue behind a drop that waits for a long transaction, so it waits only so long.
 		if _, err := tx.Exec(ctx, "SET LOCAL lock_timeout = '"+removeLockTimeout+"'"); err != nil {
@@ -147,6 +149,9 @@ func (s *Source) RemoveNotify(ctx context.Context) (tables []string, found bool,
 		}
 		return nil
 	})
+	if isCode(err, "25006") {
+		return nil, false, fmt.Errorf("the source refuses writes (a standby?): run this against the primary: %w", err)
+	}
 	if err != nil {
 		return nil, false, err
 	}
@@ -159,7 +164,11 @@ func (s *Source) RemoveNotify(ctx context.Context) (tables []string, found bool,
 		return tables, found, err
 	}
 	if ours {
-		if _, err := conn.Exec(ctx, "DROP SCHEMA "+NotifySchema); err != nil && !isCode(err, "2BP01", "42501") {
+		err := pgx.BeginTxFunc(ctx, conn, rw, func(tx pgx.Tx) error {
+			_, err := tx.Exec(ctx, "DROP SCHEMA "+NotifySchema)
+			return err
+		})
+		if err != nil && !isCode(err, "2BP01", "42501") {
 			return tables, found, fmt.Errorf("drop schema %s: %w", NotifySchema, err)
 		}
 	}
@@ -289,10 +298,24 @@ func lookupNotifyFunction(ctx context.Context, q querier) (oid uint32, body stri
 	return oid, body, nil
 }
 
+// installTx runs fn in a transaction begun READ WRITE, so that a role whose
+// default_transaction_read_only is on installs all the same. A source that refuses
+// writes even so (SQLSTATE 25006, a read-only transaction: a standby, or a server kept
+// read-only) is ErrNotifySetup.
+func installTx(ctx context.Context, conn *pgx.Conn, fn func(pgx.Tx) error) error {
+	err := pgx.BeginTxFunc(ctx, conn, pgx.TxOptions{AccessMode: pgx.ReadWrite}, fn)
+	if isCode(err, "25006") {
+		return fmt.Errorf("%w: the source refuses writes (a read-only transaction: a standby, or a server kept read-only), "+
+			"and installing the triggers is DDL: point postgres.dsn at the primary, or use watch.mode: stats, which writes "+
+			"nothing: %v", ErrNotifySetup, err)
+	}
+	return err
+}
+
 // createNotifyFunction creates the schema when it is missing and creates or replaces
 // the function, under the advisory lock, unless another replica just did.
 func createNotifyFunction(ctx context.Context, conn *pgx.Conn) error {
-	return pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
+	return installTx(ctx, conn, func(tx pgx.Tx) error {
 		if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock($1)", notifyLockKey); err != nil {
 			return err
 		}
@@ -333,11 +356,13 @@ func createNotifyFunction(ctx context.Context, conn *pgx.Conn) error {
 // createNotifyTrigger creates the trigger on table (a quoted name) unless another
 // replica just did, waiting at most notifyLockTimeout for the table's lock.
 func createNotifyTrigger(ctx context.Context, conn *pgx.Conn, table string) error {
-	return pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
-		if _, err := tx.Exec(ctx, "SET LOCAL lock_timeout = '"+notifyLockTimeout+"'"); err != nil {
+	return installTx(ctx, conn, func(tx pgx.Tx) error {
+		// The advisory lock first, without the timeout: a replica waiting here waits for
+		// another one installing (a second per table at most), not for the table's writers.
+		if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock($1)", notifyLockKey); err != nil {
 			return err
 		}
-		if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock($1)", notifyLockKey); err != nil {
+		if _, err := tx.Exec(ctx, "SET LOCAL lock_timeout = '"+notifyLockTimeout+"'"); err != nil {
 			return err
 		}
 		var exists bool

@@ -88,3 +88,50 @@ func TestListenerKeepAlive(t *testing.T) {
 		t.Errorf("%d baselines; want one (no reconnect)", n)
 	}
 }
+
+// TestNotifyLockTimeoutSparesTheAdvisoryLock: a replica waiting longer than
+// notifyLockTimeout for another one's advisory lock still installs its trigger: the
+// timeout is for the table's writers only.
+func TestNotifyLockTimeoutSparesTheAdvisoryLock(t *testing.T) {
+	dsn := testenv.Postgres(t)
+	testenv.Exec(t, dsn, `CREATE TABLE nums (id int PRIMARY KEY, v text)`)
+	src, err := New(dsn, []Collection{{Name: "nums", Table: "nums"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	if _, err := src.InstallNotify(ctx); err != nil {
+		t.Fatal(err)
+	}
+	testenv.Exec(t, dsn, `DROP TRIGGER `+NotifyTrigger+` ON nums`)
+	other, err := pgx.Connect(ctx, dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Close(ctx)
+	if _, err := other.Exec(ctx, "SELECT pg_advisory_lock($1)", notifyLockKey); err != nil {
+		t.Fatal(err)
+	}
+	errc := make(chan error, 1)
+	go func() { _, err := src.InstallNotify(ctx); errc <- err }()
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		var waiting bool
+		if err := other.QueryRow(ctx, `SELECT EXISTS (SELECT FROM pg_locks WHERE locktype = 'advisory' AND NOT granted)`).Scan(&waiting); err != nil {
+			t.Fatal(err)
+		}
+		if waiting {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the install never waited for the advisory lock")
+		}
+	}
+	// Held past notifyLockTimeout (1s): a wait, not a condition to await.
+	time.Sleep(1500 * time.Millisecond)
+	if _, err := other.Exec(ctx, "SELECT pg_advisory_unlock($1)", notifyLockKey); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-errc; err != nil {
+		t.Errorf("install after waiting 1.5s for another's advisory lock = %v; want it installed", err)
+	}
+}

@@ -442,3 +442,45 @@ BEGIN
   RETURN NULL;
 END
 $$;`
+
+// A role whose default_transaction_read_only is on installs all the same (the install
+// begins its transactions READ WRITE); a source that refuses the DDL as a read-only
+// transaction (SQLSTATE 25006, as a standby does; here an event trigger raises it) is
+// ErrNotifySetup, naming the primary and the stats mode.
+func TestNotifyInstallsAsARoleReadOnlyByDefault(t *testing.T) {
+	admin := os.Getenv(testenv.EnvPostgres)
+	role := fmt.Sprintf("snapflip_ro_%d_%d", os.Getpid(), time.Now().UnixNano()%1e9)
+	testenv.Exec(t, admin, `CREATE ROLE `+role+` LOGIN`, `ALTER ROLE `+role+` SET default_transaction_read_only = on`)
+	t.Cleanup(func() { testenv.Exec(t, admin, `DROP ROLE IF EXISTS `+role) })
+	dsn := testenv.Postgres(t)
+	testenv.Exec(t, dsn, notifySchema...)
+	u, err := url.Parse(dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	testenv.Exec(t, dsn, `GRANT SELECT, TRIGGER ON ALL TABLES IN SCHEMA public TO `+role,
+		`GRANT CREATE ON DATABASE `+pgx.Identifier{strings.TrimPrefix(u.Path, "/")}.Sanitize()+` TO `+role)
+	u.User = url.User(role)
+	src, err := pgsource.New(u.String(), notifyCollections)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	if got, err := src.InstallNotify(ctx); err != nil || len(got) != 6 {
+		t.Fatalf("install as a role read-only by default = %v, %v; want 6 tables", got, err)
+	}
+	if _, _, err := src.RemoveNotify(ctx); err != nil {
+		t.Fatalf("remove as a role read-only by default: %v", err)
+	}
+
+	testenv.Exec(t, dsn, `CREATE FUNCTION refuse() RETURNS event_trigger LANGUAGE plpgsql AS $$
+		BEGIN RAISE EXCEPTION 'cannot execute CREATE TRIGGER in a read-only transaction' USING ERRCODE = 'read_only_sql_transaction'; END $$`,
+		`CREATE EVENT TRIGGER refuse ON ddl_command_start WHEN TAG IN ('CREATE TRIGGER') EXECUTE FUNCTION refuse()`)
+	_, err = src.InstallNotify(ctx)
+	t.Logf("refused as read-only: %v", err)
+	for _, want := range []string{"refuses writes", "primary", "watch.mode: stats"} {
+		if !errors.Is(err, pgsource.ErrNotifySetup) || !strings.Contains(fmt.Sprint(err), want) {
+			t.Errorf("install refused as a read-only transaction = %v; want ErrNotifySetup naming %q", err, want)
+		}
+	}
+}
