@@ -69,8 +69,14 @@ const notifyLockKey int64 = 0x736e6170666c6970
 // EXCLUSIVE, once per table): while it waits, the table's writers queue behind it.
 const notifyLockTimeout = "1s"
 
-// removeLockTimeout bounds RemoveNotify's wait for each table's lock.
-const removeLockTimeout = "5s"
+// RemoveNotify's DROP FUNCTION ... CASCADE locks each table with the trigger ACCESS
+// EXCLUSIVE in turn and holds the locks until it commits, so that every reader and
+// writer of those tables queues behind it meanwhile: it waits at most
+// removeLockTimeout for each table's lock, and removeStatementTimeout in all.
+const (
+	removeLockTimeout      = "1s"
+	removeStatementTimeout = "5s"
+)
 
 // listenKeepAlive is how long the listener waits in silence before it checks its
 // connection with a round trip: a connection dropped on the way (a NAT's idle
@@ -112,11 +118,6 @@ func (s *Source) RemoveNotify(ctx context.Context) (tables []string, found bool,
 	// READ WRITE, as for installing: a role read-only by default removes all the same.
 	rw := pgx.TxOptions{AccessMode: pgx.ReadWrite}
 	err = pgx.BeginTxFunc(ctx, conn, rw, func(tx pgx.Tx) error {
-		// Dropping a trigger locks its table ACCESS EXCLUSIVE: readers and writers
-		// queue behind a drop that waits for a long transaction, so it waits only so long.
-		if _, err := tx.Exec(ctx, "SET LOCAL lock_timeout = '"+removeLockTimeout+"'"); err != nil {
-			return err
-		}
 		if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock($1)", notifyLockKey); err != nil {
 			return err
 		}
@@ -136,18 +137,30 @@ func (s *Source) RemoveNotify(ctx context.Context) (tables []string, found bool,
 		}
 		slices.Sort(tables)
 		// Dropping the function drops the triggers that depend on it; unlike DROP
-		// TRIGGER, this needs ownership of the function only, not of each table.
-		if _, err := tx.Exec(ctx, "DROP FUNCTION "+NotifyFunction+" CASCADE"); err != nil {
-			switch {
-			case isCode(err, "42501"):
-				return fmt.Errorf("drop %s: %w: run this as the role that installed it (the syncer's) or as its owner", NotifyFunction, err)
-			case isCode(err, "55P03"):
-				return fmt.Errorf("drop %s: a table with its trigger was in use for over %s; nothing was removed, try again: %w",
-					NotifyFunction, removeLockTimeout, err)
-			}
-			return fmt.Errorf("drop %s: %w", NotifyFunction, err)
+		// TRIGGER, this needs ownership of the function only, not of each table. The
+		// timeouts bound how long it holds up the tables' readers and writers.
+		if _, err := tx.Exec(ctx, "SET LOCAL lock_timeout = '"+removeLockTimeout+"'"); err != nil {
+			return err
 		}
-		return nil
+		if _, err := tx.Exec(ctx, "SET LOCAL statement_timeout = '"+removeStatementTimeout+"'"); err != nil {
+			return err
+		}
+		_, err = tx.Exec(ctx, "DROP FUNCTION "+NotifyFunction+" CASCADE")
+		switch {
+		case err == nil:
+			return nil
+		case isCode(err, "42501"):
+			return fmt.Errorf("drop %s: %w: run this as the role that installed it (the syncer's) or as its owner", NotifyFunction, err)
+		case isCode(err, "55P03"):
+			return fmt.Errorf("drop %s: a table with its trigger was in use (a long transaction, or a busy table) for over %s, "+
+				"and the drop gave up rather than hold up its readers and writers longer; nothing was removed: try again at a "+
+				"quiet time: %w", NotifyFunction, removeLockTimeout, err)
+		case isCode(err, "57014") && ctx.Err() == nil:
+			return fmt.Errorf("drop %s: removing the trigger from %d %s took over %s, and the drop gave up rather than hold "+
+				"up their readers and writers longer; nothing was removed: try again at a quiet time: %w",
+				NotifyFunction, len(tables), plural(len(tables), "table", "tables"), removeStatementTimeout, err)
+		}
+		return fmt.Errorf("drop %s: %w", NotifyFunction, err)
 	})
 	if isCode(err, "25006") {
 		return nil, false, fmt.Errorf("the source refuses writes (a standby?): run this against the primary: %w", err)

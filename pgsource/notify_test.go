@@ -484,3 +484,51 @@ func TestNotifyInstallsAsARoleReadOnlyByDefault(t *testing.T) {
 		}
 	}
 }
+
+// Removing gives up when a table with the trigger is in use by a long transaction
+// (rather than hold up its readers and writers behind the ACCESS EXCLUSIVE lock it
+// queues for), says to try again at a quiet time, and removes nothing; once the
+// transaction ends, it removes.
+func TestNotifyRemoveGivesUpOnABusyTable(t *testing.T) {
+	dsn := testenv.Postgres(t)
+	testenv.Exec(t, dsn, notifySchema...)
+	src, err := pgsource.New(dsn, notifyCollections)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	if _, err := src.InstallNotify(ctx); err != nil {
+		t.Fatal(err)
+	}
+	reader, err := pgx.Connect(ctx, dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer reader.Close(ctx)
+	tx, err := reader.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tx.Exec(ctx, `SELECT count(*) FROM parts_b`); err != nil { // holds ACCESS SHARE until it ends
+		t.Fatal(err)
+	}
+	start := time.Now()
+	_, _, err = src.RemoveNotify(ctx)
+	t.Logf("remove while parts_b is read: %v (after %s)", err, time.Since(start).Round(time.Millisecond))
+	if err == nil || !strings.Contains(err.Error(), "try again at a quiet time") {
+		t.Errorf("remove while a transaction reads a table = %v; want an error saying to try again at a quiet time", err)
+	}
+	var triggers int
+	if err := reader.QueryRow(ctx, `SELECT count(*) FROM pg_trigger WHERE tgname = $1`, pgsource.NotifyTrigger).Scan(&triggers); err != nil {
+		t.Fatal(err)
+	}
+	if triggers != 6 {
+		t.Errorf("after the remove gave up: %d triggers; want all 6 still there", triggers)
+	}
+	if err := tx.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got, found, err := src.RemoveNotify(ctx); err != nil || !found || len(got) != 6 {
+		t.Errorf("remove once the transaction ended = %v, %v, %v; want 6 tables", got, found, err)
+	}
+}

@@ -22,6 +22,10 @@ whichever config installed it, and the schema ` + pgsource.NotifySchema + ` when
 It needs to run as the role that installed them (the syncer's), or as the function's
 owner; ownership of the tables is not needed. Nothing installed is not an error.
 
+Dropping the triggers locks each table ACCESS EXCLUSIVE until all are dropped, which
+holds up its readers and writers: unwatch waits at most 1 s for each table's lock and
+5 s in all, and otherwise removes nothing and says so. Run it again at a quiet time.
+
 A syncer still running in notify mode installs them again within a minute: set
 watch.mode to stats (or stop it) first. The same in SQL:
 
