@@ -35,8 +35,9 @@ import (
 // dropped or disabled), at the same cost as in the stats mode.
 
 // ErrNotifySetup reports that the notify mode cannot be set up on this source: the
-// role lacks a privilege it needs, the source is a standby, or a trigger of snapflip's
-// name is not snapflip's. Retrying does not help; watch.mode stats needs none of it.
+// role lacks a privilege it needs, the source is a standby (or refuses writes), a
+// trigger of snapflip's name is not snapflip's, or the installed function is another
+// role's or SECURITY DEFINER. Retrying does not help; watch.mode stats needs none of it.
 var ErrNotifySetup = errors.New("watch.mode notify cannot be set up")
 
 const (
@@ -121,10 +122,11 @@ func (s *Source) RemoveNotify(ctx context.Context) (tables []string, found bool,
 		if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock($1)", notifyLockKey); err != nil {
 			return err
 		}
-		fn, _, err := lookupNotifyFunction(ctx, tx)
-		if err != nil || fn == 0 {
+		f, err := lookupNotifyFunction(ctx, tx)
+		if err != nil || f.oid == 0 {
 			return err
 		}
+		fn := f.oid
 		found = true
 		rows, err := tx.Query(ctx, `SELECT format('%I.%I', n.nspname, c.relname) FROM pg_trigger t
 			JOIN pg_class c ON c.oid = t.tgrelid JOIN pg_namespace n ON n.oid = c.relnamespace
@@ -215,10 +217,14 @@ func installNotify(ctx context.Context, conn *pgx.Conn, oids []uint32) (tables, 
 	if err != nil {
 		return nil, nil, err
 	}
-	fn, body, err := lookupNotifyFunction(ctx, conn)
+	f, err := lookupNotifyFunction(ctx, conn)
 	if err != nil {
 		return nil, nil, err
 	}
+	if err := f.trusted(); err != nil {
+		return nil, nil, err
+	}
+	fn := f.oid
 	var missing, denied []string
 	for _, t := range targets {
 		tables = append(tables, t.name)
@@ -244,7 +250,7 @@ func installNotify(ctx context.Context, conn *pgx.Conn, oids []uint32) (tables, 
 			"(GRANT TRIGGER ON %s TO %s, or make the role %s owner); watch.mode: stats needs no privilege",
 			ErrNotifySetup, plural(n, "table", "tables"), list, who, plural(n, "it", "them"), list, who, plural(n, "its", "their"))
 	}
-	if fn == 0 || !sameBody(body) {
+	if fn == 0 || !sameBody(f.body) {
 		// Replacing keeps the function's oid: triggers calling it still do.
 		if err := createNotifyFunction(ctx, conn); err != nil {
 			return nil, nil, err
@@ -297,18 +303,52 @@ func notifyTargets(ctx context.Context, conn *pgx.Conn, oids []uint32) ([]notify
 	return out, skipped, nil
 }
 
-// lookupNotifyFunction returns the installed trigger function's oid and body; 0 when
-// there is none.
-func lookupNotifyFunction(ctx context.Context, q querier) (oid uint32, body string, err error) {
-	err = q.QueryRow(ctx, `SELECT p.oid, p.prosrc FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace
-		WHERE n.nspname = $1 AND p.proname = 'notify_change' AND p.pronargs = 0`, NotifySchema).Scan(&oid, &body)
+// notifyFunction is the installed trigger function, as found in the catalog.
+type notifyFunction struct {
+	oid     uint32 // 0 when there is none
+	body    string
+	owner   string // its owner's name
+	ours    bool   // owned by this role or one it is a member of, or this role is a superuser
+	definer bool   // SECURITY DEFINER
+}
+
+// lookupNotifyFunction returns the installed trigger function; its oid is 0 when there
+// is none.
+func lookupNotifyFunction(ctx context.Context, q querier) (notifyFunction, error) {
+	var f notifyFunction
+	err := q.QueryRow(ctx, `SELECT p.oid, p.prosrc, pg_get_userbyid(p.proowner),
+			pg_has_role(p.proowner, 'USAGE') OR coalesce((SELECT rolsuper FROM pg_roles WHERE rolname = current_user), false),
+			p.prosecdef
+		FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace
+		WHERE n.nspname = $1 AND p.proname = 'notify_change' AND p.pronargs = 0`, NotifySchema).Scan(&f.oid, &f.body, &f.owner, &f.ours, &f.definer)
 	if errors.Is(err, pgx.ErrNoRows) {
-		return 0, "", nil
+		return notifyFunction{}, nil
 	}
 	if err != nil {
-		return 0, "", fmt.Errorf("look up %s: %w", NotifyFunction, err)
+		return notifyFunction{}, fmt.Errorf("look up %s: %w", NotifyFunction, err)
 	}
-	return oid, body, nil
+	return f, nil
+}
+
+// trusted returns an error wrapping ErrNotifySetup unless the installed function may
+// be trusted: its body runs in every writer's transaction, so it must be this role's
+// (or a role's it is a member of; or this role is a superuser), for no one else to
+// change what the writers run, and not SECURITY DEFINER, for the writers not to run it
+// with its owner's privileges.
+func (f notifyFunction) trusted() error {
+	owner := f.owner
+	switch {
+	case f.oid == 0:
+		return nil
+	case !f.ours:
+		return fmt.Errorf("%w: %s is owned by role %s, which this role neither is nor is a member of; its body runs in "+
+			"every writer's transaction, so the syncer calls it only when it is the role's own: ALTER FUNCTION %s OWNER TO "+
+			"the syncer's role (or a role it is a member of), or drop it", ErrNotifySetup, NotifyFunction, owner, NotifyFunction)
+	case f.definer:
+		return fmt.Errorf("%w: %s (owned by role %s) is SECURITY DEFINER: writers would run it with its owner's privileges; "+
+			"ALTER FUNCTION %s SECURITY INVOKER, or drop it", ErrNotifySetup, NotifyFunction, owner, NotifyFunction)
+	}
+	return nil
 }
 
 // installTx runs fn in a transaction begun READ WRITE, so that a role whose
@@ -332,11 +372,14 @@ func createNotifyFunction(ctx context.Context, conn *pgx.Conn) error {
 		if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock($1)", notifyLockKey); err != nil {
 			return err
 		}
-		oid, body, err := lookupNotifyFunction(ctx, tx)
+		f, err := lookupNotifyFunction(ctx, tx)
 		if err != nil {
 			return err
 		}
-		if oid != 0 && sameBody(body) {
+		if err := f.trusted(); err != nil {
+			return err
+		}
+		if f.oid != 0 && sameBody(f.body) {
 			return nil
 		}
 		var schema bool

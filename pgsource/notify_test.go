@@ -358,8 +358,10 @@ func TestNotifyInstallIsIdempotentAndRemovable(t *testing.T) {
 
 // Without the TRIGGER privilege on a watched table the notify mode fails, naming the
 // table, the privilege and the stats mode, and Watch returns that error rather than
-// retry or fall back; without CREATE for the function's schema, it names that. With a
-// function a DBA installed, TRIGGER is enough; only the function's owner removes it.
+// retry or fall back; without CREATE for the function's schema, it names that. A
+// function another role owns, or a SECURITY DEFINER one, is not used; with a function
+// a DBA installed and gave the role, TRIGGER is enough; only the function's owner
+// removes it.
 func TestNotifyNeedsPrivileges(t *testing.T) {
 	admin := os.Getenv(testenv.EnvPostgres)
 	role := fmt.Sprintf("snapflip_watcher_%d_%d", os.Getpid(), time.Now().UnixNano()%1e9)
@@ -406,22 +408,34 @@ func TestNotifyNeedsPrivileges(t *testing.T) {
 		t.Errorf("install without CREATE = %v; want ErrNotifySetup naming CREATE on the database", err)
 	}
 
-	// A DBA installs the function instead, with README's SQL; the role then needs no
-	// CREATE, and leaves the DBA's function as it is.
+	// A DBA installs the function instead, with README's SQL. Until it is the role's,
+	// the role does not trust it (its body runs in every writer's transaction), nor
+	// may it remove it.
 	testenv.Exec(t, dsn, readmeFunctionSQL, `GRANT USAGE ON SCHEMA snapflip TO `+role)
-	if got, err := src.InstallNotify(ctx); err != nil || len(got) != 6 {
-		t.Errorf("install with README's function = %v, %v; want 6 tables", got, err)
+	_, err = src.InstallNotify(ctx)
+	t.Logf("with another role's function: %v", err)
+	for _, want := range []string{"owned by role postgres", "ALTER FUNCTION snapflip.notify_change() OWNER TO"} {
+		if !errors.Is(err, pgsource.ErrNotifySetup) || !strings.Contains(fmt.Sprint(err), want) {
+			t.Errorf("install with another role's function = %v; want ErrNotifySetup naming %q", err, want)
+		}
 	}
 	if _, _, err := src.RemoveNotify(ctx); err == nil || !strings.Contains(err.Error(), "as the role that installed it") {
 		t.Errorf("remove by a role that does not own the function = %v; want an error saying who can", err)
 	}
-	owner, err := pgsource.New(dsn, notifyCollections)
-	if err != nil {
-		t.Fatal(err)
+	// Given to the role, as README says, it is used and left as it is (the role needs
+	// no CREATE); SECURITY DEFINER, it is not.
+	testenv.Exec(t, dsn, `ALTER FUNCTION snapflip.notify_change() OWNER TO `+role, `ALTER FUNCTION snapflip.notify_change() SECURITY DEFINER`)
+	if _, err := src.InstallNotify(ctx); !errors.Is(err, pgsource.ErrNotifySetup) || !strings.Contains(fmt.Sprint(err), "SECURITY DEFINER") {
+		t.Errorf("install with a SECURITY DEFINER function = %v; want ErrNotifySetup naming SECURITY DEFINER", err)
 	}
-	if got, _, err := owner.RemoveNotify(ctx); err != nil || len(got) != 6 {
+	testenv.Exec(t, dsn, `ALTER FUNCTION snapflip.notify_change() SECURITY INVOKER`)
+	if got, err := src.InstallNotify(ctx); err != nil || len(got) != 6 {
+		t.Errorf("install with README's function, the role's = %v, %v; want 6 tables", got, err)
+	}
+	if got, _, err := src.RemoveNotify(ctx); err != nil || len(got) != 6 {
 		t.Errorf("remove by the function's owner = %v, %v; want 6 tables", got, err)
 	}
+	testenv.Exec(t, dsn, `DROP SCHEMA snapflip`) // the DBA's: the role leaves it
 
 	testenv.Exec(t, dsn, `GRANT CREATE ON DATABASE `+pgx.Identifier{strings.TrimPrefix(u.Path, "/")}.Sanitize()+` TO `+role)
 	if got, err := src.InstallNotify(ctx); err != nil || len(got) != 6 {
@@ -434,7 +448,8 @@ func TestNotifyNeedsPrivileges(t *testing.T) {
 }
 
 // readmeFunctionSQL is README's SQL for a DBA who installs the function for the
-// syncer (white space may differ from the syncer's own).
+// syncer (white space may differ from the syncer's own), up to its ALTER FUNCTION ...
+// OWNER TO and GRANT, which the test runs itself.
 const readmeFunctionSQL = `CREATE SCHEMA snapflip;
 CREATE FUNCTION snapflip.notify_change() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
