@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"slices"
 	"strings"
-	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -79,17 +78,13 @@ const (
 	removeStatementTimeout = "5s"
 )
 
-// listenKeepAlive is how long the listener waits in silence before it checks its
-// connection with a round trip: a connection dropped on the way (a NAT's idle
-// timeout) would otherwise leave it waiting forever, unnoticed, while the poll alone
-// carries on.
-var listenKeepAlive = 30 * time.Second
-
 // InstallNotify installs what the notify mode needs, as Watch does in that mode at
 // start and whenever it finds the watched tables again: the function, and the trigger
 // on each watched table and its ancestors that lacks it. It is idempotent, and returns
 // the tables that have the trigger now. An error wraps ErrNotifySetup when a privilege
-// is missing, naming the table or schema and the privilege.
+// is missing, naming the table or schema and the privilege; a table whose lock was not
+// had within a second is left without its trigger and named in the error, and the
+// others are installed.
 func (s *Source) InstallNotify(ctx context.Context) ([]string, error) {
 	conn, err := pgx.ConnectConfig(ctx, s.cfg)
 	if err != nil {
@@ -100,8 +95,11 @@ func (s *Source) InstallNotify(ctx context.Context) ([]string, error) {
 	if err != nil {
 		return nil, err
 	}
-	tables, _, err := installNotify(ctx, conn, oids)
-	return tables, err
+	res, err := installNotify(ctx, conn, oids, true, nil)
+	if err == nil {
+		err = res.err()
+	}
+	return res.tables, err
 }
 
 // RemoveNotify removes what the notify mode installed in the database: the function
@@ -201,68 +199,141 @@ type notifyTarget struct {
 	mayCreate bool // the role holds TRIGGER on it
 }
 
+// notifyInstall is what installNotify did.
+type notifyInstall struct {
+	// tables have the trigger (enabled or not), sorted: their notifications count.
+	tables []string
+	// pollOnly are left to the poll, sorted: the relations that cannot have a trigger,
+	// those whose trigger is disabled, and those still without one (failed, put off).
+	pollOnly []string
+	// failed are the tables whose trigger could not be created, sorted, and troubles
+	// why.
+	failed   []string
+	troubles []tableTrouble
+	// lockTimeouts, of failed, are those whose lock was not had within notifyLockTimeout.
+	lockTimeouts []string
+}
+
+// tableTrouble is why tables could not have the trigger; err wraps ErrNotifySetup when
+// a privilege is missing or a trigger of snapflip's name is not snapflip's.
+type tableTrouble struct {
+	tables []string
+	err    error
+}
+
+// err joins the troubles' errors; nil when there is none.
+func (r notifyInstall) err() error {
+	errs := make([]error, len(r.troubles))
+	for i, t := range r.troubles {
+		errs[i] = t.err
+	}
+	return errors.Join(errs...)
+}
+
 // installNotify installs the function and the missing triggers for the watched
-// relations oids. It returns the relations that have the trigger, sorted, and those
-// left to the poll: those that cannot have one, and those whose trigger is disabled.
-func installNotify(ctx context.Context, conn *pgx.Conn, oids []uint32) (tables, pollOnly []string, err error) {
+// relations oids, except on those putOff reports (nil: none). Strict, a table that
+// may not have the trigger (a missing privilege, a trigger of snapflip's name that is
+// not snapflip's) fails the install, before any DDL when it can be told from the
+// catalog; not strict, the others are installed and it is in the result's failed, as
+// is any table whose trigger could not be created. The error is for what fails the
+// install as a whole: a standby, the function (a privilege, an untrusted one), the
+// catalog not read.
+func installNotify(ctx context.Context, conn *pgx.Conn, oids []uint32, strict bool, putOff func(table string) bool) (notifyInstall, error) {
+	var res notifyInstall
 	var standby bool
 	if err := conn.QueryRow(ctx, "SELECT pg_is_in_recovery()").Scan(&standby); err != nil {
-		return nil, nil, err
+		return res, err
 	}
 	if standby {
-		return nil, nil, fmt.Errorf("%w: the source is a standby (in recovery), where triggers cannot be created and "+
+		return res, fmt.Errorf("%w: the source is a standby (in recovery), where triggers cannot be created and "+
 			"notifications are not sent: point postgres.dsn at the primary, or use watch.mode: stats, which works on a standby", ErrNotifySetup)
 	}
-	targets, pollOnly, err := notifyTargets(ctx, conn, oids)
+	targets, cannot, err := notifyTargets(ctx, conn, oids)
 	if err != nil {
-		return nil, nil, err
+		return res, err
 	}
+	res.pollOnly = cannot
 	f, err := lookupNotifyFunction(ctx, conn)
 	if err != nil {
-		return nil, nil, err
+		return res, err
 	}
 	if err := f.trusted(); err != nil {
-		return nil, nil, err
+		return res, err
 	}
 	fn := f.oid
 	var missing, denied []string
+	fail := func(err error, tables ...string) {
+		res.troubles = append(res.troubles, tableTrouble{tables, err})
+		res.failed = append(res.failed, tables...)
+	}
 	for _, t := range targets {
-		tables = append(tables, t.name)
 		switch {
+		case t.triggerFn == 0 && putOff != nil && putOff(t.name):
+			res.pollOnly = append(res.pollOnly, t.name)
 		case t.triggerFn == 0 && !t.mayCreate:
 			denied = append(denied, t.name)
 		case t.triggerFn == 0:
 			missing = append(missing, t.name)
 		case t.triggerFn != fn:
-			return nil, nil, fmt.Errorf("%w: table %s has a trigger named %s that does not call %s: rename or drop it",
+			err := fmt.Errorf("%w: table %s has a trigger named %s that does not call %s: rename or drop it",
 				ErrNotifySetup, t.name, NotifyTrigger, NotifyFunction)
-		case !t.enabled:
-			pollOnly = append(pollOnly, t.name) // someone disabled it; theirs to enable
+			if strict {
+				return res, err
+			}
+			fail(err, t.name)
+		default:
+			res.tables = append(res.tables, t.name)
+			if !t.enabled {
+				res.pollOnly = append(res.pollOnly, t.name) // someone disabled it; theirs to enable
+			}
 		}
 	}
 	if len(denied) > 0 {
-		var role string
-		if err := conn.QueryRow(ctx, "SELECT current_user").Scan(&role); err != nil {
-			return nil, nil, err
+		err := deniedError(ctx, conn, denied)
+		if strict || !errors.Is(err, ErrNotifySetup) {
+			return res, err
 		}
-		n, list, who := len(denied), strings.Join(denied, ", "), pgx.Identifier{role}.Sanitize()
-		return nil, nil, fmt.Errorf("%w: cannot create the change trigger on %s %s: role %s lacks the TRIGGER privilege on %s "+
-			"(GRANT TRIGGER ON %s TO %s, or make the role %s owner); watch.mode: stats needs no privilege",
-			ErrNotifySetup, plural(n, "table", "tables"), list, who, plural(n, "it", "them"), list, who, plural(n, "its", "their"))
+		fail(err, denied...)
 	}
 	if fn == 0 || !sameBody(f.body) {
 		// Replacing keeps the function's oid: triggers calling it still do.
 		if err := createNotifyFunction(ctx, conn); err != nil {
-			return nil, nil, err
+			return res, err
 		}
 	}
 	for _, name := range missing {
-		if err := createNotifyTrigger(ctx, conn, name); err != nil {
-			return nil, nil, err
+		err := createNotifyTrigger(ctx, conn, name)
+		switch {
+		case err == nil:
+			res.tables = append(res.tables, name)
+		case ctx.Err() != nil:
+			return res, ctx.Err()
+		case strict && errors.Is(err, ErrNotifySetup):
+			return res, err
+		default:
+			fail(err, name)
+			if isCode(err, "55P03") {
+				res.lockTimeouts = append(res.lockTimeouts, name)
+			}
 		}
 	}
-	slices.Sort(tables)
-	return tables, pollOnly, nil
+	res.pollOnly = append(res.pollOnly, res.failed...)
+	slices.Sort(res.tables)
+	slices.Sort(res.pollOnly)
+	slices.Sort(res.failed)
+	return res, nil
+}
+
+// deniedError is the error for tables on which the role may not create the trigger.
+func deniedError(ctx context.Context, conn *pgx.Conn, denied []string) error {
+	var role string
+	if err := conn.QueryRow(ctx, "SELECT current_user").Scan(&role); err != nil {
+		return err
+	}
+	n, list, who := len(denied), strings.Join(denied, ", "), pgx.Identifier{role}.Sanitize()
+	return fmt.Errorf("%w: cannot create the change trigger on %s %s: role %s lacks the TRIGGER privilege on %s "+
+		"(GRANT TRIGGER ON %s TO %s, or make the role %s owner); watch.mode: stats needs no privilege",
+		ErrNotifySetup, plural(n, "table", "tables"), list, who, plural(n, "it", "them"), list, who, plural(n, "its", "their"))
 }
 
 // notifyTargets returns the watched relations and their ancestors (partitioned and
@@ -443,114 +514,6 @@ func createNotifyTrigger(ctx context.Context, conn *pgx.Conn, table string) erro
 		}
 		return nil
 	})
-}
-
-// listener turns the notifications on a connection of its own into Changes.
-type listener struct {
-	notes chan Change
-	errc  chan error // the error that ended it (not ctx's)
-	done  chan struct{}
-}
-
-// listen connects, LISTENs and starts receiving; it stops, closing its connection,
-// when ctx ends or the connection fails.
-func (w *watch) listen(ctx context.Context) (*listener, error) {
-	conn, err := pgx.ConnectConfig(ctx, w.src.cfg)
-	if err != nil {
-		return nil, w.src.connectError(err)
-	}
-	if _, err := conn.Exec(ctx, "LISTEN "+NotifyChannel); err != nil {
-		_ = closeConn(ctx, conn)
-		return nil, fmt.Errorf("listen: %w", err)
-	}
-	l := &listener{notes: make(chan Change), errc: make(chan error, 1), done: make(chan struct{})}
-	go func() {
-		defer close(l.done)
-		defer closeConn(ctx, conn)
-		if err := w.receive(ctx, conn, l.notes); ctx.Err() == nil {
-			l.errc <- fmt.Errorf("listen for notifications: %w", err)
-		}
-	}()
-	return l, nil
-}
-
-// receive waits for notifications and sends one Change per batch of those naming a
-// watched table, with the position read after them.
-func (w *watch) receive(ctx context.Context, conn *pgx.Conn, notes chan<- Change) error {
-	for {
-		n, err := nextNotification(ctx, conn)
-		if err != nil {
-			return err
-		}
-		tables := w.notified(nil, n)
-		for n = buffered(conn); n != nil; n = buffered(conn) {
-			tables = w.notified(tables, n)
-		}
-		if len(tables) == 0 {
-			continue
-		}
-		// After the notifications: their transactions are finished in this snapshot.
-		var lsnText, xmaxText string
-		if err := conn.QueryRow(ctx, positionSQL).Scan(&lsnText, &xmaxText); err != nil {
-			return fmt.Errorf("read the position: %w", err)
-		}
-		lsn, xm, err := parsePosition(lsnText, xmaxText)
-		if err != nil {
-			return err
-		}
-		slices.Sort(tables)
-		select {
-		case notes <- Change{LSN: lsn, Xmax: xm, At: time.Now(), Reason: "notify", Tables: tables}:
-		case <-ctx.Done():
-			return ctx.Err()
-		}
-	}
-}
-
-// notified adds n's table to tables when n names a watched table not already there.
-func (w *watch) notified(tables []string, n *pgconn.Notification) []string {
-	if n == nil || n.Channel != NotifyChannel || slices.Contains(tables, n.Payload) {
-		return tables
-	}
-	if set := w.notify.Load(); set != nil && (*set)[n.Payload] {
-		tables = append(tables, n.Payload)
-	}
-	return tables
-}
-
-// nextNotification waits for a notification, checking the connection with a round
-// trip after each listenKeepAlive of silence.
-func nextNotification(ctx context.Context, conn *pgx.Conn) (*pgconn.Notification, error) {
-	for {
-		wctx, cancel := context.WithTimeout(ctx, listenKeepAlive)
-		n, err := conn.WaitForNotification(wctx)
-		cancel()
-		switch {
-		case err == nil:
-			return n, nil
-		case ctx.Err() != nil:
-			return nil, ctx.Err()
-		case !pgconn.Timeout(err) || conn.IsClosed():
-			return nil, err
-		}
-		// A timeout leaves the connection usable (pgconn closes it on other errors).
-		pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-		err = conn.Ping(pctx)
-		cancel()
-		if err != nil {
-			return nil, fmt.Errorf("keep-alive: %w", err)
-		}
-	}
-}
-
-// buffered returns a notification pgx has received already (during a query), or nil,
-// without waiting: WaitForNotification hands out a buffered one before it looks at its
-// context, and with a context already done it reads nothing from the connection.
-func buffered(conn *pgx.Conn) *pgconn.Notification {
-	ctx, cancel := context.WithCancel(context.Background())
-	cancel()
-	n, _ := conn.WaitForNotification(ctx)
-	return n
 }
 
 // sameBody reports whether an installed function's body is notifyFunctionBody but for

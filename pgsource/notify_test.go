@@ -4,10 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net/url"
 	"os"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -262,8 +264,9 @@ func TestNotifyReportsReadThenWriteWithinTheBudget(t *testing.T) {
 	}
 }
 
-// A dropped listening connection is replaced, with one baseline whose xmax covers a
-// commit made while it was down; notifications then flow again.
+// A dropped listening connection is replaced at once, with a new baseline, while the
+// poll carries on; a commit made meanwhile is reported (by the baseline's xmax, or by
+// a notification once listening again), and notifications then flow again.
 func TestNotifyWatchReconnectsWithABaseline(t *testing.T) {
 	dsn := testenv.Postgres(t)
 	testenv.Exec(t, dsn, notifySchema...)
@@ -279,17 +282,140 @@ func TestNotifyWatchReconnectsWithABaseline(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer conn.Close(ctx)
-	if err := conn.QueryRow(ctx, `SELECT pg_terminate_backend(pid) FROM pg_stat_activity
+	// Waiting (up to 10 s) until it has gone: the commit below comes after.
+	if err := conn.QueryRow(ctx, `SELECT pg_terminate_backend(pid, 10000) FROM pg_stat_activity
 		WHERE datname = current_database() AND query = 'LISTEN `+pgsource.NotifyChannel+`'`).Scan(&killed); err != nil || !killed {
 		t.Fatalf("terminate the listener: %v, %v", killed, err)
 	}
 	xid := commitTx(t, dsn, `UPDATE nums SET v = 'during the outage' WHERE id = 1`)
 	c := l.await(t, "a new baseline", 30*time.Second, func(c pgsource.Change) bool { return c.Reason == "watch started" })
 	if c.Xmax <= xid {
-		t.Errorf("the baseline after reconnecting has xmax %d; want it above the outage's commit %d", c.Xmax, xid)
+		// Listening again before the commit: then it is notified.
+		if c := l.awaitNotified(t, "the commit made while the listener was replaced", "public.nums"); c.Xmax <= xid {
+			t.Errorf("the commit made while the listener was replaced: reported %+v; want an xmax above %d", c, xid)
+		}
 	}
 	commitTx(t, dsn, `UPDATE nums SET v = 'after' WHERE id = 1`)
 	l.awaitNotified(t, "a commit after reconnecting", "public.nums")
+}
+
+// logBuffer is a log, written by the watch's goroutine and read by the test's.
+type logBuffer struct {
+	mu  sync.Mutex
+	buf strings.Builder
+}
+
+func (b *logBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *logBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+// await waits until a line of the log holds all of want, and returns it.
+func (b *logBuffer) await(t *testing.T, what string, want ...string) string {
+	t.Helper()
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		for _, line := range strings.Split(b.String(), "\n") {
+			if !slices.ContainsFunc(want, func(w string) bool { return !strings.Contains(line, w) }) {
+				return line
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: no line of the log holds %q within 30s; the log:\n%s", what, want, b.String())
+		}
+	}
+}
+
+// After start-up, notify trouble never stops the poll: a partition added later on
+// which the role may not create the trigger, and a table newly read whose lock a
+// writer holds past the install's lock timeout, are logged (an error, a warning) and
+// left to the poll, which still reports a commit to a watched table without the
+// trigger; notifications still flow; and once the lock is released, the trigger is
+// installed at a later resolve.
+func TestNotifyTroubleAfterStartLeavesThePollRunning(t *testing.T) {
+	admin := os.Getenv(testenv.EnvPostgres)
+	role := fmt.Sprintf("snapflip_later_%d_%d", os.Getpid(), time.Now().UnixNano()%1e9)
+	testenv.Exec(t, admin, `CREATE ROLE `+role+` LOGIN`)
+	t.Cleanup(func() { testenv.Exec(t, admin, `DROP ROLE IF EXISTS `+role) })
+	dsn := testenv.Postgres(t)
+	testenv.Exec(t, dsn, notifySchema...)
+	testenv.Exec(t, dsn, `CREATE TABLE extra (id int, v text)`)
+	u, err := url.Parse(dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	testenv.Exec(t, dsn, `GRANT SELECT, TRIGGER ON ALL TABLES IN SCHEMA public TO `+role,
+		`GRANT CREATE ON DATABASE `+pgx.Identifier{strings.TrimPrefix(u.Path, "/")}.Sanitize()+` TO `+role)
+	u.User = url.User(role)
+	src, err := pgsource.New(u.String(), notifyCollections)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var log logBuffer
+	l := startWatch(t, src, pgsource.WatchConfig{Mode: pgsource.WatchModeNotify, Interval: 50 * time.Millisecond,
+		Resolve: 200 * time.Millisecond, Log: slog.New(slog.NewTextHandler(&log, nil))})
+
+	// A partition the role may not put the trigger on.
+	testenv.Exec(t, dsn, `CREATE TABLE parts_c PARTITION OF parts FOR VALUES IN ('c')`)
+	line := log.await(t, "the new partition without the grant", "level=ERROR", "public.parts_c", "lacks the TRIGGER privilege")
+	t.Logf("logged: %s", line)
+	pollReports := func(what string) {
+		t.Helper()
+		xid := commitTx(t, dsn, `INSERT INTO parts_c VALUES (1, 'c')`) // fires no trigger: only the poll sees it
+		c := l.await(t, what, 30*time.Second, func(c pgsource.Change) bool { return c.Reason != "notify" && c.Xmax > xid })
+		t.Logf("%s: reported by %q", what, c.Reason)
+	}
+	pollReports("a commit to the partition without the trigger")
+	commitTx(t, dsn, `UPDATE nums SET v = 'still notified' WHERE id = 1`)
+	l.awaitNotified(t, "a commit to a table with the trigger", "public.nums")
+
+	// A table a writer holds, newly read by a view: its trigger waits for the lock
+	// and gives up.
+	ctx := context.Background()
+	writer, err := pgx.Connect(ctx, dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer writer.Close(ctx)
+	tx, err := writer.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(ctx)
+	if _, err := tx.Exec(ctx, `INSERT INTO extra VALUES (1, 'held')`); err != nil { // ROW EXCLUSIVE until it ends
+		t.Fatal(err)
+	}
+	testenv.Exec(t, dsn, `CREATE OR REPLACE VIEW odd AS SELECT * FROM base WHERE id % 2 = 1 UNION ALL SELECT id, v FROM extra`)
+	line = log.await(t, "the table whose lock a writer holds", "level=WARN", "public.extra", "SQLSTATE 55P03")
+	t.Logf("logged: %s", line)
+	pollReports("a commit to the partition without the trigger, while the lock is held")
+	commitTx(t, dsn, `UPDATE nums SET v = 'still notified' WHERE id = 2`)
+	l.awaitNotified(t, "a commit to a table with the trigger, while the lock is held", "public.nums")
+
+	if err := tx.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		var ok bool
+		if err := writer.QueryRow(ctx, `SELECT EXISTS (SELECT FROM pg_trigger WHERE tgrelid = 'extra'::regclass AND tgname = $1)`,
+			pgsource.NotifyTrigger).Scan(&ok); err != nil {
+			t.Fatal(err)
+		}
+		if ok {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the trigger on extra was not installed within 30s of the lock's release; the log:\n%s", log.String())
+		}
+	}
+	commitTx(t, dsn, `INSERT INTO extra VALUES (2, 'notified')`)
+	l.awaitNotified(t, "a commit to the table once it has the trigger", "public.extra")
 }
 
 // Installing twice (or four times at once) is the same as once, and skips what cannot

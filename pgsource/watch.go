@@ -90,8 +90,12 @@ type WatchStats struct {
 // after each poll, both from one goroutine. A failing connection is retried every few
 // seconds and logged, and each new connection reports a new baseline ("watch
 // started"). The error returned is ctx's, or, in notify mode, one wrapping
-// ErrNotifySetup when the triggers cannot be installed for want of a privilege or on a
-// standby: retrying would not help, and falling back to statistics alone would hide it.
+// ErrNotifySetup when the triggers cannot be installed at start-up for want of a
+// privilege or on a standby: retrying would not help, and falling back to statistics
+// alone would hide it. After start-up, notify trouble never stops the poll: a table
+// whose trigger cannot be installed (a new partition without the grant, a lock not had
+// within a second) is logged and left to the poll, and tried again when the tables are
+// next resolved; a listener that fails is logged and replaced, with a new baseline.
 func (s *Source) Watch(ctx context.Context, cfg WatchConfig, changed func(Change), polled func(WatchStats)) error {
 	if cfg.Interval <= 0 {
 		cfg.Interval = 200 * time.Millisecond
@@ -145,29 +149,57 @@ type watch struct {
 	// notifications count (the watched tables and their ancestors); the listener reads
 	// it while run resolves the tables again.
 	notify atomic.Pointer[map[string]bool]
+	// The notify mode's install state, which outlives a run (notify_watch.go): whether
+	// an install succeeded (start-up is over), the resolves so far, the backoff of the
+	// tables whose lock was not had in time, and the trouble logged last, of a kind
+	// (install, listen) and of a table.
+	started      bool
+	resolves     int
+	lockWaits    map[string]lockWait
+	installKey   string
+	trouble      map[string]string
+	tableTrouble map[string]string
 }
 
-// run polls on one connection until it fails or ctx ends; in notify mode it also
-// listens on a second one, and ends when either fails.
+// run polls on one connection until it fails or ctx ends. In notify mode it also
+// listens on a second one; notify trouble after start-up (a listener that fails, a
+// trigger that cannot be installed) is logged and never ends it: the poll carries on.
 func (w *watch) run(ctx context.Context) error {
 	conn, err := pgx.ConnectConfig(ctx, w.src.cfg)
 	if err != nil {
 		return w.src.connectError(err)
 	}
 	defer closeConn(ctx, conn)
-	var notes <-chan Change // nil, never ready, in stats mode
-	var listenErr <-chan error
+	var (
+		l         *listener     // nil when not listening
+		notes     <-chan Change // l's; nil, never ready, without it
+		listenErr <-chan error
+		relisten  <-chan time.Time // when to try listening again
+	)
+	defer func() { l.stop() }()
+	listen := func() error {
+		nl, err := w.listen(ctx)
+		if err != nil {
+			relisten = time.After(listenRetry)
+			return err
+		}
+		l, notes, listenErr, relisten = nl, nl.notes, nl.errc, nil
+		w.settled(ctx, "listen", "listening for notifications again")
+		return nil
+	}
 	if w.cfg.Mode == WatchModeNotify {
 		// Listening before the first poll: a commit after the baseline that poll reports
 		// is notified (once its table has the trigger, which it has before that poll).
-		lctx, stop := context.WithCancel(ctx)
-		l, err := w.listen(lctx)
-		if err != nil {
-			stop()
+		err := listen()
+		switch {
+		case err == nil:
+		case ctx.Err() != nil:
+			return ctx.Err()
+		case !w.started && errors.Is(err, ErrNotifySetup):
 			return err
+		default:
+			w.report(ctx, "listen", "cannot listen for notifications; the statistics poll carries on, and listening is tried again every few seconds", err)
 		}
-		defer func() { stop(); <-l.done }()
-		notes, listenErr = l.notes, l.errc
 	}
 	var (
 		oids        []uint32
@@ -187,20 +219,12 @@ func (w *watch) run(ctx context.Context) error {
 			key := fmt.Sprint(oids)
 			attrs := []any{"tables", len(oids), "interval", w.cfg.Interval.String(), "mode", w.cfg.Mode}
 			if w.cfg.Mode == WatchModeNotify {
-				triggered, pollOnly, err := installNotify(ctx, conn, oids)
+				more, err := w.install(ctx, conn, oids)
 				if err != nil {
 					return err
 				}
-				set := make(map[string]bool, len(triggered))
-				for _, t := range triggered {
-					set[t] = true
-				}
-				w.notify.Store(&set)
-				key += fmt.Sprint(triggered, pollOnly)
-				attrs = append(attrs, "triggers", len(triggered))
-				if len(pollOnly) > 0 {
-					attrs = append(attrs, "polled_only", pollOnly)
-				}
+				key += w.installKey
+				attrs = append(attrs, more...)
 			}
 			resolvedAt = time.Now()
 			if key != lastOIDsKey {
@@ -225,9 +249,9 @@ func (w *watch) run(ctx context.Context) error {
 		now := time.Now()
 		switch {
 		case first:
-			// A new baseline (start, reconnect, a new set of tables): a change reported
-			// before it, but after the last sync read, would otherwise wait for the
-			// schedule. One sync finds out; it is cheap when nothing changed.
+			// A new baseline (start, reconnect, a new set of tables, listening again): a
+			// change reported before it, but after the last sync read, would otherwise
+			// wait for the schedule. One sync finds out; it is cheap when nothing changed.
 			w.changed(Change{LSN: lsn, Xmax: xm, At: now, Reason: "watch started"})
 		case sig != last:
 			hotUntil = now.Add(w.cfg.Hot)
@@ -242,7 +266,23 @@ func (w *watch) run(ctx context.Context) error {
 			case <-ctx.Done():
 				return ctx.Err()
 			case err := <-listenErr:
-				return err
+				// Listening again at once; the poll carries on meanwhile.
+				l.stop()
+				l, notes, listenErr = nil, nil, nil
+				w.log.WarnContext(ctx, "listening for notifications failed; listening again", "err", err)
+				if err := listen(); err != nil {
+					w.report(ctx, "listen", "cannot listen for notifications; the statistics poll carries on, and listening is tried again every few seconds", err)
+					continue
+				}
+				first = true // the commits no one listened for: a new baseline
+				break wait
+			case <-relisten:
+				if err := listen(); err != nil {
+					w.report(ctx, "listen", "cannot listen for notifications; the statistics poll carries on, and listening is tried again every few seconds", err)
+					continue
+				}
+				first = true
+				break wait
 			case c := <-notes:
 				w.changed(c)
 			case <-ticker.C:
