@@ -28,10 +28,14 @@ import (
 // have triggers (materialized views, foreign tables, system catalogs) are left to the
 // poll.
 //
-// The poll keeps running beside the listener: it is the safety net for what fires no
-// trigger (writes with session_replication_role = replica, such as logical replication's
-// apply; a partition attached since the tables were last resolved; triggers someone
-// dropped or disabled), at the same cost as in the stats mode.
+// The poll keeps running beside the listener, at the same cost as in the stats mode:
+// it is the safety net for what fires no trigger on a table it polls (writes with
+// session_replication_role = replica, such as logical replication's apply; triggers
+// someone dropped or disabled; a table the trigger could not be installed on). A
+// partition attached since the tables were last resolved is in neither the triggers
+// nor the poll's list: a commit to it is caught by the new baseline ("watch started")
+// that the next resolve reports, when it has found the partition, up to
+// WatchConfig.Resolve later.
 
 // ErrNotifySetup reports that the notify mode cannot be set up on this source: the
 // role lacks a privilege it needs, the source is a standby (or refuses writes), a
