@@ -204,10 +204,10 @@ func TestNotifyWatchReportsCommitsToWatchedTables(t *testing.T) {
 // The gap the notify mode closes: a session that read something less than a second
 // before it commits a write, and then goes idle, reports its statistics only ~10 s
 // later (PGSTAT_IDLE_INTERVAL), so the stats mode (its "hot" window off here) sees the
-// commit that late; the notify mode must report it within the 2 s freshness budget.
-// The stats mode's delay is measured and logged, not asserted: it is Postgres'.
-func TestNotifyReportsReadThenWriteWithinTheBudget(t *testing.T) {
-	const budget = 2 * time.Second
+// commit that late; the notify mode reports it by its notification, before the
+// statistics. The delays are measured and logged, not asserted (STYLE.md: speed is
+// for benchmarks); the stats mode's is Postgres'.
+func TestNotifyReportsReadThenWriteByNotification(t *testing.T) {
 	dsn := testenv.Postgres(t)
 	testenv.Exec(t, dsn, notifySchema...)
 	src, err := pgsource.New(dsn, notifyCollections)
@@ -255,10 +255,10 @@ func TestNotifyReportsReadThenWriteWithinTheBudget(t *testing.T) {
 			}
 			committed := time.Now()
 			c := l.await(t, mode+": the commit", 30*time.Second, func(c pgsource.Change) bool { return c.Reason != "watch started" && c.Xmax > xid })
-			took := c.At.Sub(committed)
-			t.Logf("%s mode: the read-then-write commit was reported %s after it returned (reason %q)", mode, took.Round(time.Millisecond), c.Reason)
-			if mode == pgsource.WatchModeNotify && (took > budget || c.Reason != "notify") {
-				t.Errorf("notify mode: the commit was reported %s later, by %q; want a notification within %s", took, c.Reason, budget)
+			t.Logf("%s mode: the read-then-write commit was reported %s after it returned (reason %q)",
+				mode, c.At.Sub(committed).Round(time.Millisecond), c.Reason)
+			if mode == pgsource.WatchModeNotify && (c.Reason != "notify" || !slices.Equal(c.Tables, []string{"public.nums"})) {
+				t.Errorf("notify mode: the commit was first reported by %+v; want a notification naming public.nums", c)
 			}
 		})
 	}
@@ -284,7 +284,7 @@ func TestNotifyWatchReconnectsWithABaseline(t *testing.T) {
 	defer conn.Close(ctx)
 	// Waiting (up to 10 s) until it has gone: the commit below comes after.
 	if err := conn.QueryRow(ctx, `SELECT pg_terminate_backend(pid, 10000) FROM pg_stat_activity
-		WHERE datname = current_database() AND query = 'LISTEN `+pgsource.NotifyChannel+`'`).Scan(&killed); err != nil || !killed {
+		WHERE datname = current_database() AND application_name = 'snapflip-syncer`+pgsource.ListenSuffix+`'`).Scan(&killed); err != nil || !killed {
 		t.Fatalf("terminate the listener: %v, %v", killed, err)
 	}
 	xid := commitTx(t, dsn, `UPDATE nums SET v = 'during the outage' WHERE id = 1`)

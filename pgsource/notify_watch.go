@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"slices"
 	"time"
 
@@ -162,11 +163,19 @@ type listener struct {
 	done   chan struct{}
 }
 
+// ListenSuffix ends the application_name of the listening connection: the syncer's
+// ("snapflip-syncer", or the DSN's) followed by it, "snapflip-syncer-listen" by
+// default, so that DBAs can tell it in pg_stat_activity from the poll's connection.
+const ListenSuffix = "-listen"
+
 // listen connects, LISTENs and starts receiving; it stops, closing its connection,
 // when ctx ends, the connection fails, or stop is called. A standby (where LISTEN is
 // refused) is ErrNotifySetup.
 func (w *watch) listen(ctx context.Context) (*listener, error) {
-	conn, err := pgx.ConnectConfig(ctx, w.src.cfg)
+	cfg := w.src.cfg.Copy()
+	cfg.RuntimeParams = maps.Clone(w.src.cfg.RuntimeParams)
+	cfg.RuntimeParams["application_name"] += ListenSuffix
+	conn, err := pgx.ConnectConfig(ctx, cfg)
 	if err != nil {
 		return nil, w.src.connectError(err)
 	}
