@@ -87,13 +87,17 @@ func newWatchMetrics(reg *prometheus.Registry, labels prometheus.Labels) *watchM
 // changeAcquireTimeout bounds how long a change-driven sync waits for the lease.
 const changeAcquireTimeout = 5 * time.Second
 
-// runWatch watches the source and runs change-driven syncs until ctx ends.
+// runWatch watches the source and runs change-driven syncs until ctx ends. It returns
+// once the watch has, its connections closed.
 func (m *Syncer) runWatch(ctx context.Context, s *syncer) {
 	cfg := s.cfg.Watch
 	log := s.log.With("dataset", s.cfg.Dataset)
 	pend := newPending()
 	wm := s.metrics.watch
+	watching := make(chan struct{})
+	defer func() { <-watching }()
 	go func() {
+		defer close(watching)
 		err := s.src.Watch(ctx, pgsource.WatchConfig{Interval: cfg.Interval, Mode: cfg.Mode, Log: log},
 			func(c pgsource.Change) {
 				wm.changes.WithLabelValues(c.Reason).Inc()
@@ -109,7 +113,8 @@ func (m *Syncer) runWatch(ctx context.Context, s *syncer) {
 			})
 		if ctx.Err() == nil {
 			// Watch gives up only when retrying cannot help (notify mode without its
-			// privileges): say so loudly rather than carry on with the poll alone.
+			// privileges at start-up; later, trouble leaves tables to its poll): say so
+			// loudly rather than carry on with the poll alone.
 			wm.tables.Set(0)
 			log.Error("the change watch stopped: changes wait for the schedule until the syncer restarts", "mode", cfg.Mode, "err", err)
 		}
