@@ -3,25 +3,36 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"io"
+	"os"
+	"runtime"
+	"slices"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 
 	"github.com/snapflip/snapflip/internal/cli"
+	"github.com/snapflip/snapflip/pgsource"
 )
 
-// TestNotifyModeServesCommitsWithinTheBudget: with watch.mode notify, `syncer run`
-// serves within 2 s a commit made by a session that read less than a second before and
-// then went idle (which the stats mode sees ~10 s late), to a table collection and to
-// the table a query collection reads. The statistics poll runs once an hour here, so
-// only the triggers' notifications can start these syncs.
-func TestNotifyModeServesCommitsWithinTheBudget(t *testing.T) {
-	// Not parallel: it measures latency.
+// TestNotifyModeServesReadThenWriteCommits: with watch.mode notify, `syncer run`
+// serves a commit made by a session that read less than a second before and then went
+// idle (which the stats mode sees ~10 s late), to a table collection and to the table a
+// query collection reads, each reported by its table's notification. The statistics
+// poll runs once an hour here, so only the notifications can start these syncs. The
+// delays are logged, not asserted (STYLE.md: speed is for benchmarks). Once `syncer
+// run` returns, its watch has ended and its listening connection is gone.
+func TestNotifyModeServesReadThenWriteCommits(t *testing.T) {
+	// Not parallel: it measures latency, and looks for the watch's goroutines after.
 	e := start(t)
 	e.stopAPI()
 	e.startAPI(t, cli.EnvRefresh, "") // the default refresh
-	defer e.runSyncer(t, config+"watch: {mode: notify, interval: 1h}\n")()
+	var log syncLog
+	stop := e.runSyncerTo(t, config+"watch: {mode: notify, interval: 1h}\n", &log, "--log-level", "debug")
+	defer stop()
 	e.awaitServed(t, docPath("things", "plain"), `"id":"plain"`, time.Now(), 10*time.Second)
 
 	ctx := context.Background()
@@ -30,23 +41,30 @@ func TestNotifyModeServesCommitsWithinTheBudget(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer conn.Close(ctx)
-	// The watch starts after the first sync; it has LISTENed once the triggers exist.
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+	// The watch starts after the first sync; it has installed its triggers when its
+	// listener connects.
+	listener := "snapflip-syncer" + pgsource.ListenSuffix
+	listening := func() int {
+		t.Helper()
 		var n int
-		if err := conn.QueryRow(ctx, `SELECT count(*) FROM pg_trigger WHERE tgname = 'snapflip_notify'`).Scan(&n); err != nil {
+		if err := conn.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()
+			AND application_name = $1`, listener).Scan(&n); err != nil {
 			t.Fatal(err)
 		}
-		if n == 2 { // things, and flags (the query's table)
-			break
-		}
+		return n
+	}
+	for deadline := time.Now().Add(30 * time.Second); listening() == 0; time.Sleep(10 * time.Millisecond) {
 		if time.Now().After(deadline) {
-			t.Fatalf("%d tables have the trigger 10s after the first sync; want 2", n)
+			t.Fatalf("no connection named %s 30s after the first sync", listener)
 		}
 	}
+	notified := map[string]int{}
 	for i := range 6 {
-		read, write, path := `SELECT note FROM things WHERE id = 'plain'`, `UPDATE things SET note = 'notified-%d' WHERE id = 'plain'`, docPath("things", "plain")
+		table, read, write, path := "public.things", `SELECT note FROM things WHERE id = 'plain'`,
+			`UPDATE things SET note = 'notified-%d' WHERE id = 'plain'`, docPath("things", "plain")
 		if i%2 == 1 { // the query collection: SELECT key, value, gen FROM flags WHERE enabled
-			read, write, path = `SELECT value FROM flags WHERE key = 'on'`, `UPDATE flags SET value = 'notified-%d' WHERE key = 'on'`, docPath("flags", "on")
+			table, read, write, path = "public.flags", `SELECT value FROM flags WHERE key = 'on'`,
+				`UPDATE flags SET value = 'notified-%d' WHERE key = 'on'`, docPath("flags", "on")
 		}
 		if _, err := conn.Exec(ctx, read); err != nil {
 			t.Fatal(err)
@@ -55,10 +73,77 @@ func TestNotifyModeServesCommitsWithinTheBudget(t *testing.T) {
 			t.Fatal(err)
 		}
 		at := time.Now()
-		d := e.awaitServed(t, path, fmt.Sprintf("notified-%d", i), at, 20*time.Second)
-		t.Logf("read, then commit %d: served after %s", i, d.Round(time.Millisecond))
-		if d > freshnessBudget {
-			t.Errorf("read, then commit %d: served after %s; the budget is %s", i, d.Round(time.Millisecond), freshnessBudget)
+		d := e.awaitServed(t, path, fmt.Sprintf("notified-%d", i), at, 30*time.Second)
+		notified[table]++
+		log.await(t, fmt.Sprintf("commit %d's notification", i), notified[table], `msg="change notified"`, table)
+		t.Logf("read, then commit %d to %s: notified, served after %s", i, table, d.Round(time.Millisecond))
+	}
+
+	stop()
+	buf := make([]byte, 1<<22)
+	if stacks := string(buf[:runtime.Stack(buf, true)]); strings.Contains(stacks, "pgsource.(*Source).Watch(") {
+		t.Errorf("the watch still runs after syncer run returned:\n%s", stacks)
+	}
+	for deadline := time.Now().Add(10 * time.Second); listening() > 0; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s still connected 10s after syncer run returned", listener)
+		}
+	}
+}
+
+// runSyncerTo starts `syncer run` in-process with cfg, as runSyncer does, but with its
+// log written to stderr and args after "run". The function returned stops it and
+// waits for it to return, once.
+func (e *env) runSyncerTo(tb testing.TB, cfg string, stderr io.Writer, args ...string) func() {
+	tb.Helper()
+	if err := os.WriteFile(e.configPath, []byte(cfg), 0o600); err != nil {
+		tb.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	s := &cli.Syncer{Getenv: e.getenv, Stdout: io.Discard, Stderr: stderr}
+	go func() { done <- s.Run(ctx, append([]string{"run"}, args...)) }()
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			cancel()
+			if err := <-done; err != nil {
+				tb.Errorf("syncer run: %v", err)
+			}
+		})
+	}
+}
+
+// syncLog is a log written by the syncer's goroutines and read by the test's.
+type syncLog struct {
+	mu  sync.Mutex
+	buf strings.Builder
+}
+
+func (l *syncLog) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.buf.Write(p)
+}
+
+// await waits until n lines of the log hold all of want.
+func (l *syncLog) await(tb testing.TB, what string, n int, want ...string) {
+	tb.Helper()
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		l.mu.Lock()
+		text := l.buf.String()
+		l.mu.Unlock()
+		got := 0
+		for _, line := range strings.Split(text, "\n") {
+			if !slices.ContainsFunc(want, func(w string) bool { return !strings.Contains(line, w) }) {
+				got++
+			}
+		}
+		if got >= n {
+			return
+		}
+		if time.Now().After(deadline) {
+			tb.Fatalf("%s: %d lines of the log hold %q after 30s; want %d", what, got, want, n)
 		}
 	}
 }
