@@ -115,3 +115,48 @@ func TestRunRefusesNotifyWithoutPrivileges(t *testing.T) {
 		t.Fatal("syncer run in notify mode without the TRIGGER privilege kept running")
 	}
 }
+
+// TestCheckNamesNotifyProblems: `syncer check` with watch.mode notify names what would
+// keep `syncer run` from installing its triggers (the TRIGGER privilege, CREATE for
+// the function's schema), and passes once a DBA granted them; it installs nothing.
+func TestCheckNamesNotifyProblems(t *testing.T) {
+	admin := os.Getenv(testenv.EnvPostgres)
+	role := fmt.Sprintf("snapflip_check_%d_%d", os.Getpid(), time.Now().UnixNano()%1e9)
+	testenv.Exec(t, admin, `CREATE ROLE `+role+` LOGIN`)
+	t.Cleanup(func() { testenv.Exec(t, admin, `DROP ROLE IF EXISTS `+role) })
+	dsn := testenv.Postgres(t)
+	testenv.Exec(t, dsn, `CREATE TABLE things (id int PRIMARY KEY)`, `GRANT SELECT ON things TO `+role)
+	u, err := url.Parse(dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	u.User = url.User(role)
+	config := filepath.Join(t.TempDir(), "snapflip.yaml")
+	if err := os.WriteFile(config, []byte("dataset: notifycheck\nwatch: {mode: notify}\ncollections: [{name: things, table: things}]\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	getenv := env(map[string]string{EnvPostgresDSN: u.String(), EnvEmulatorHost: testenv.Bigtable(t)})
+	out, _, err := run(t, false, getenv, "check", "--config", config)
+	if !errors.Is(err, ErrCheckFailed) {
+		t.Fatalf("syncer check without the privileges = %v; want ErrCheckFailed\n%s", err, out)
+	}
+	for _, want := range []string{"lacks the TRIGGER privilege on it", "GRANT TRIGGER ON public.things", "CREATE on the database"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("syncer check printed no %q:\n%s", want, out)
+		}
+	}
+	testenv.Exec(t, dsn, `GRANT TRIGGER ON things TO `+role,
+		`GRANT CREATE ON DATABASE `+pgx.Identifier{strings.TrimPrefix(u.Path, "/")}.Sanitize()+` TO `+role)
+	if out, _, err := run(t, false, getenv, "check", "--config", config); err != nil {
+		t.Errorf("syncer check with the privileges = %v; want ok\n%s", err, out)
+	}
+	var triggers int
+	conn, err := pgx.Connect(context.Background(), dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(context.Background())
+	if err := conn.QueryRow(context.Background(), `SELECT count(*) FROM pg_trigger WHERE tgname = $1`, pgsource.NotifyTrigger).Scan(&triggers); err != nil || triggers != 0 {
+		t.Errorf("syncer check left %d triggers (%v); want none", triggers, err)
+	}
+}
