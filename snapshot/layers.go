@@ -167,7 +167,11 @@ func (p *Publisher) writeLayer(ctx context.Context, snap DeltaSnapshot, w Docume
 	defer cancel()
 	var pr *chainRun
 	if kind == LayerDelta {
-		pr = openChainRun(ctx, p.Store, p.Dataset, parent.Layers, name)
+		runs := p.Runs
+		if runs == nil {
+			runs = p.Store
+		}
+		pr = openChainRun(ctx, runs, p.Dataset, parent.Layers, name)
 		pr.keepDeleted = merge > 0
 	}
 	digest, err := ParseDigest(parent.Digest)

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"sync"
 	"testing"
 	"time"
 
@@ -424,4 +425,65 @@ func scanAll(tb testing.TB, st *store.Store, dataset string, chain []snapshot.Ve
 		tb.Fatal(err)
 	}
 	return out
+}
+
+// countingRuns counts the run reads that reach the store, per layer.
+type countingRuns struct {
+	snapshot.RunReader
+	mu    sync.Mutex
+	reads map[snapshot.Version]int
+}
+
+func (c *countingRuns) ScanRun(ctx context.Context, dataset string, layer snapshot.Version, collection string, fn func([]byte) bool) error {
+	c.mu.Lock()
+	c.reads[layer]++
+	c.mu.Unlock()
+	return c.RunReader.ScanRun(ctx, dataset, layer, collection, fn)
+}
+
+// A syncer's run cache reads each layer's run from the store once, however many
+// deltas are computed against it (merges included), and the versions are what they
+// are without it; a run over the cache's budget is read every time.
+func TestRunCacheReadsEachRunOnce(t *testing.T) {
+	r := newRig(t, twoCollections, twoTables...)
+	r.pub.Incremental, r.pub.MaxLayers, r.pub.RebaseRatio = true, 3, 100
+	full := r.twin()
+	counted := &countingRuns{RunReader: r.store, reads: map[snapshot.Version]int{}}
+	cache := snapshot.NewRunCache(counted, 1<<20)
+	r.pub.Runs = cache
+	base := r.publish(t, r.pub)
+	for i := range 6 {
+		r.exec(t, fmt.Sprintf(`UPDATE users SET name = 'gen %d' WHERE id = 'u%d'`, i, i+1), fmt.Sprintf(`DELETE FROM users WHERE id = 'u%d'`, 20+i))
+		m := r.publish(t, r.pub)
+		f := r.publish(t, full)
+		if d, c := m.Collections["users"], f.Collections["users"]; d.Digest != c.Digest || d.Rows != c.Rows {
+			t.Fatalf("delta %d with the run cache: %d rows, digest %s; the full copy %d, %s", i, d.Rows, d.Digest, c.Rows, c.Digest)
+		}
+		if got, want := scanAll(t, r.store, "ds", m.Chain("users")), scanAll(t, r.store, "full", f.Chain("users")); !slices.Equal(got, want) {
+			t.Fatalf("delta %d with the run cache reads %d documents; the full copy %d", i, len(got), len(want))
+		}
+	}
+	for layer, n := range counted.reads {
+		if n != 1 {
+			t.Errorf("layer %s's run was read from the store %d times; want once", layer, n)
+		}
+	}
+	if counted.reads[base.Version] != 1 {
+		t.Errorf("the base's run was read %d times; want once", counted.reads[base.Version])
+	}
+	if runs, bytes := cache.Cached(); runs == 0 || bytes <= 0 || bytes > 1<<20 {
+		t.Errorf("the cache holds %d runs, %d bytes; want some, within its budget", runs, bytes)
+	}
+
+	// A budget smaller than a run keeps none.
+	tiny := snapshot.NewRunCache(counted, 16)
+	r.pub.Runs = tiny
+	before := counted.reads[base.Version]
+	for i := range 2 {
+		r.exec(t, fmt.Sprintf(`UPDATE users SET name = 'tiny %d' WHERE id = 'u40'`, i))
+		r.publish(t, r.pub)
+	}
+	if runs, _ := tiny.Cached(); runs != 0 || counted.reads[base.Version] != before+2 {
+		t.Errorf("a 16-byte cache holds %d runs, and the base's run was read %d more times; want none, 2", runs, counted.reads[base.Version]-before)
+	}
 }

@@ -90,8 +90,11 @@ type Publisher struct {
 	// RebaseRatio writes a base once the chain's deltas hold more rows than this
 	// share of the base's (default DefaultRebaseRatio).
 	RebaseRatio float64
-	Now         func() time.Time
-	Log         *slog.Logger
+	// Runs is where the parent chain's fingerprint runs are read from; nil reads them
+	// from Store every time. A long-running syncer sets a RunCache over Store.
+	Runs RunReader
+	Now  func() time.Time
+	Log  *slog.Logger
 }
 
 // PublishOptions tune one publish.

@@ -2,6 +2,8 @@ package cli
 
 import (
 	"github.com/spf13/cobra"
+
+	"github.com/snapflip/snapflip/snapshot"
 )
 
 // runCommand is `syncer run`: sync on the config's schedule until SIGTERM or SIGINT.
@@ -24,6 +26,9 @@ cancels the running sync (which leaves the pointer as it was) and exits 0.`,
 				return err
 			}
 			defer stop()
+			// A process that syncs again and again keeps the fingerprint runs it reads:
+			// the next delta's parent chain is mostly the same layers.
+			s.ticker.Publisher.Runs = snapshot.NewRunCache(s.store, snapshot.DefaultRunCacheBytes)
 			return m.runSchedule(ctx, s)
 		},
 	}
