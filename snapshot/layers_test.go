@@ -157,10 +157,24 @@ func TestChainsStayBounded(t *testing.T) {
 		{`UPDATE users SET name = 'seven' WHERE id = 'u1'`, 2, 2, 3, 1},
 	}
 	prev := base
+	prevFull := r.publish(t, full)
 	for i, st := range steps {
 		r.exec(t, st.sql)
 		m := r.publish(t, r.pub)
 		f := r.publish(t, full)
+		// diff across a merge agrees with the full copies' diff.
+		dl, err := snapshot.Diff(ctx, r.store, "ds", prev.Version, m.Version, "users", 10)
+		if err != nil {
+			t.Fatal(err)
+		}
+		df, err := snapshot.Diff(ctx, r.store, "full", prevFull.Version, f.Version, "users", 10)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if a, b := dl["users"], df["users"]; a.Added != b.Added || a.Removed != b.Removed || a.Changed != b.Changed || !slices.Equal(a.Sample, b.Sample) {
+			t.Errorf("step %d: layered diff %+v; full diff %+v", i, a, b)
+		}
+		prevFull = f
 		u := m.Collections["users"]
 		if u.Own.Kind != snapshot.LayerDelta || len(u.Layers) != st.chain || u.Layers[0].Merged != st.merged ||
 			u.Own.Copied != st.copied || u.Layers[0].Tombstones != st.tombst || u.Layers[len(u.Layers)-1].Version != base.Version {
