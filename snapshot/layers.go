@@ -159,8 +159,8 @@ func (p *Publisher) writeLayer(ctx context.Context, snap DeltaSnapshot, w Docume
 	// id the parent's deltas name, over the parent's base (mergeDeltas).
 	merge := 0
 	if kind == LayerDelta && len(parent.Layers) >= p.maxLayers() {
-		merge = len(parent.Layers) - 1
-		log.InfoContext(ctx, "merging the chain's deltas into this version's layer", "deltas", merge)
+		merge = mergeCount(parent.Layers)
+		log.InfoContext(ctx, "merging the chain's newest deltas into this version's layer", "deltas", merge)
 	}
 
 	ctx, cancel := context.WithCancel(ctx)
@@ -351,6 +351,25 @@ func (p *Publisher) writeLayer(ctx context.Context, snap DeltaSnapshot, w Docume
 	log.InfoContext(ctx, "layer written", "kind", own.Kind, "mode", mode, "inserted", own.Inserted, "changed", own.Changed,
 		"deleted", own.Deleted, "rendered", own.Rendered, "copied", own.Copied, "chain", len(st.Layers))
 	return nil
+}
+
+// mergeCount returns how many of a full chain's newest layers (newest first, a base
+// last) the next delta merges, size-tiered: the fewest, at least two, after which the
+// next older delta holds more entries than they do together; or every delta. Layers so
+// grow older and larger in tiers, and a row is copied again only when its tier merges
+// into a larger one (a logarithmic number of times), not at every merge: under a
+// steady stream of changes a merge costs about what the newest tiers hold, not all the
+// deltas since the base.
+func mergeCount(layers []LayerRef) int {
+	deltas := len(layers) - 1
+	var sum int64
+	for k := range deltas {
+		sum += layers[k].Docs + layers[k].Tombstones
+		if k+1 >= 2 && k+1 < deltas && layers[k+1].Docs+layers[k+1].Tombstones > sum {
+			return k + 1
+		}
+	}
+	return deltas
 }
 
 // carryLayers copies the parent's layers into a new chain; a refresh of the parent

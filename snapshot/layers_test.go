@@ -501,3 +501,36 @@ func TestRunCacheReadsEachRunOnce(t *testing.T) {
 		t.Errorf("a 16-byte cache holds %d runs, and the base's run was read %d more times; want none, 2", runs, counted.reads[base.Version]-before)
 	}
 }
+
+// Merges are size-tiered: under a stream of small changes some merges leave an older,
+// larger delta below them, and every version still reads what a full copy does.
+func TestTieredMergesKeepOlderTiers(t *testing.T) {
+	r := newRig(t, twoCollections, twoTables...)
+	r.pub.Incremental, r.pub.MaxLayers, r.pub.RebaseRatio = true, 4, 100
+	full := r.twin()
+	r.publish(t, r.pub)
+	var tiered, copied int64
+	for i := range 16 {
+		r.exec(t, fmt.Sprintf(`UPDATE users SET name = 'tier %d' WHERE id = 'u%d'`, i, i+1))
+		m := r.publish(t, r.pub)
+		f := r.publish(t, full)
+		u := m.Collections["users"]
+		if len(u.Layers) > 4 {
+			t.Fatalf("publish %d: a chain of %d layers; max_layers is 4", i, len(u.Layers))
+		}
+		if l := u.Layers[0]; l.Merged > 0 && len(u.Layers) > 2 {
+			tiered++
+		}
+		copied += u.Own.Copied
+		if d, c := u, f.Collections["users"]; d.Digest != c.Digest || d.Rows != c.Rows {
+			t.Fatalf("publish %d: %d rows, digest %s; the full copy %d, %s", i, d.Rows, d.Digest, c.Rows, c.Digest)
+		}
+		if got, want := scanAll(t, r.store, "ds", m.Chain("users")), scanAll(t, r.store, "full", f.Chain("users")); !slices.Equal(got, want) {
+			t.Fatalf("publish %d: the chain reads %d documents; the full copy %d", i, len(got), len(want))
+		}
+	}
+	if tiered == 0 {
+		t.Error("no merge left an older delta below it: merges are not tiered")
+	}
+	t.Logf("16 one-row changes at max_layers 4: %d merges over an older tier, %d documents copied", tiered, copied)
+}
