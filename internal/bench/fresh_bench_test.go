@@ -11,7 +11,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -626,10 +625,6 @@ func BenchmarkCacheUnderFlips(b *testing.B) {
 		b.Fatal(err)
 	}
 	addr, emulator := testenv.StartEmulator(b) // stopped when the benchmark ends
-	// The API has a core of its own, as it has nodes of its own in production: the
-	// emulator and the syncers share the load generator's, in every phase alike, so
-	// that what is measured is what flips cost the API, not two cores' contention.
-	pinPID(b, emulator.Process.Pid, loadCPU)
 	testenv.Store(b, testenv.StoreConfig(addr))
 	hz := clockTicks()
 	pgConn, err := pgx.Connect(context.Background(), dsn)
@@ -706,7 +701,6 @@ func BenchmarkCacheUnderFlips(b *testing.B) {
 			sp = startSyncerRun(b, syncer, other, dsn, addr)
 		}
 		if sp != nil {
-			pinPID(b, sp.cmd.Process.Pid, loadCPU)
 			waitWatching(b, sp, time.Minute)
 			stopChanges = changes()
 		}
@@ -783,8 +777,8 @@ func BenchmarkCacheUnderFlips(b *testing.B) {
 		b.ReportMetric(flips.rps/control.rps, "flips/control")
 		b.ReportMetric(hitRate(flips), "flips_hit_%")
 		b.ReportMetric(flips.flipsPerSec, "flips/s")
-		b.Logf("metadata API, cache hits over a working set of %d ids (cache on, default size), %d rows, %d connections from wrk, %s each, best of %d;"+
-			" the API on CPU %d, wrk, the emulator and the syncer on CPU %d", hot, rows, conns, dur, rounds, serverCPU, loadCPU)
+		b.Logf("metadata API, cache hits over a working set of %d ids (cache on, default size), %d rows, %d connections from wrk, %s each, best of %d",
+			hot, rows, conns, dur, rounds)
 		b.Logf("  no flips                                %s  hit rate %.3f%%; every round: %s req/s",
 			none.load, hitRate(none), strings.Join(all["none"], ", "))
 		b.Logf("  control: 0.1%%/s changed, synced to another dataset   %s  hit rate %.3f%%; every round: %s req/s; %.0f versions (%.0f bases) of the other dataset",
@@ -801,18 +795,5 @@ func BenchmarkCacheUnderFlips(b *testing.B) {
 		b.Logf("  other processes' CPU in the best rounds, %% of one core: no flips: %s; control: %s; flips: %s", bg(none), bg(control), bg(flips))
 		b.Logf("  flips/no flips %.3f, best against best (target >= 0.90); per round (sorted) %s, median %.3f; flips/control %.3f",
 			ratio, fmt.Sprintf("%.3f", paired), pairedMedian, flips.rps/control.rps)
-	}
-}
-
-// pinPID moves every thread of a running process to one CPU (taskset -a -p), when
-// taskset and two CPUs are there.
-func pinPID(tb testing.TB, pid, cpu int) {
-	tb.Helper()
-	taskset, err := exec.LookPath("taskset")
-	if err != nil || runtime.NumCPU() < 2 {
-		return
-	}
-	if out, err := exec.Command(taskset, "-a", "-p", "-c", strconv.Itoa(cpu), strconv.Itoa(pid)).CombinedOutput(); err != nil {
-		tb.Fatalf("taskset %d: %v\n%s", pid, err, out)
 	}
 }
