@@ -673,3 +673,63 @@ func TestNotifyRemoveGivesUpOnABusyTable(t *testing.T) {
 		t.Errorf("remove once the transaction ended = %v, %v, %v; want 6 tables", got, found, err)
 	}
 }
+
+// A listener that cannot come back (here: the role's connection limit reached) leaves
+// the statistics poll reporting commits to watched tables, and the trouble logged; it
+// listens again, with a baseline, once it can.
+func TestNotifyListenerDownLeavesThePollRunning(t *testing.T) {
+	admin := os.Getenv(testenv.EnvPostgres)
+	role := fmt.Sprintf("snapflip_down_%d_%d", os.Getpid(), time.Now().UnixNano()%1e9)
+	testenv.Exec(t, admin, `CREATE ROLE `+role+` LOGIN`)
+	t.Cleanup(func() { testenv.Exec(t, admin, `DROP ROLE IF EXISTS `+role) })
+	dsn := testenv.Postgres(t)
+	testenv.Exec(t, dsn, notifySchema...)
+	u, err := url.Parse(dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	testenv.Exec(t, dsn, `GRANT SELECT, TRIGGER ON ALL TABLES IN SCHEMA public TO `+role,
+		`GRANT CREATE ON DATABASE `+pgx.Identifier{strings.TrimPrefix(u.Path, "/")}.Sanitize()+` TO `+role)
+	u.User = url.User(role)
+	src, err := pgsource.New(u.String(), notifyCollections)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var log logBuffer
+	l := startWatch(t, src, pgsource.WatchConfig{Mode: pgsource.WatchModeNotify, Interval: 50 * time.Millisecond,
+		Log: slog.New(slog.NewTextHandler(&log, nil))})
+
+	// The poll's connection stays; no other may open.
+	testenv.Exec(t, admin, `ALTER ROLE `+role+` CONNECTION LIMIT 1`)
+	ctx := context.Background()
+	conn, err := pgx.Connect(ctx, dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	var killed bool
+	if err := conn.QueryRow(ctx, `SELECT pg_terminate_backend(pid, 10000) FROM pg_stat_activity
+		WHERE datname = current_database() AND application_name = 'snapflip-syncer`+pgsource.ListenSuffix+`'`).Scan(&killed); err != nil || !killed {
+		t.Fatalf("terminate the listener: %v, %v", killed, err)
+	}
+	line := log.await(t, "the listener's failure", "too many connections for role")
+	t.Logf("logged: %s", line)
+
+	xid := commitTx(t, dsn, `UPDATE nums SET v = 'listener down' WHERE id = 1`)
+	c := l.await(t, "a commit while the listener is down", 30*time.Second, func(c pgsource.Change) bool { return c.Xmax > xid })
+	if c.Reason == "notify" {
+		t.Errorf("reported %+v by a notification; the listener was down", c)
+	}
+	var listeners int
+	if err := conn.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity
+		WHERE datname = current_database() AND application_name = 'snapflip-syncer`+pgsource.ListenSuffix+`'`).Scan(&listeners); err != nil || listeners != 0 {
+		t.Errorf("%d listeners (%v) while the role may not connect; want none", listeners, err)
+	}
+	t.Logf("reported by %q while the listener was down", c.Reason)
+
+	// Once it may connect again, it listens again, with a baseline.
+	testenv.Exec(t, admin, `ALTER ROLE `+role+` CONNECTION LIMIT -1`)
+	l.await(t, "the listener's baseline", 30*time.Second, func(c pgsource.Change) bool { return c.Reason == "watch started" })
+	commitTx(t, dsn, `UPDATE nums SET v = 'listening again' WHERE id = 1`)
+	l.awaitNotified(t, "a commit once listening again", "public.nums")
+}
