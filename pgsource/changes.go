@@ -21,7 +21,10 @@ import (
 // row needlessly, it never hides one. Subtransaction xids are above their top-level
 // xid, so savepoints are covered.
 
-var _ snapshot.DeltaSnapshot = (*snap)(nil)
+var (
+	_ snapshot.DeltaSnapshot  = (*snap)(nil)
+	_ snapshot.ChangedScanner = (*snap)(nil)
+)
 
 // systemID names the cluster, database and timeline, "<system identifier>:<database
 // oid>:<timeline>", or "" when pg_control_system() or pg_control_checkpoint() is not
@@ -93,6 +96,37 @@ func (r *snap) ScanSince(ctx context.Context, collection string, since *snapshot
 		return mode, fmt.Errorf("query %s: %w", describe(c), err)
 	}
 	return mode, readRows(rows, c, key, true, fn)
+}
+
+// ScanChanged streams only the rows whose row version is in the window since the
+// parent's snapshot; see snapshot.ChangedScanner. One scan counts the rows and the
+// changed ones; a second, filtered the same way, sends those in id byte order.
+func (r *snap) ScanChanged(ctx context.Context, collection string, since *snapshot.Position, max int64, fn func(snapshot.Document) error) (int64, bool, error) {
+	c, ok := r.src.byName[collection]
+	if !ok {
+		return 0, false, fmt.Errorf("collection %q: %w", collection, snapshot.ErrNotFound)
+	}
+	mode, lo, window, err := r.changeMode(ctx, c, since)
+	if err != nil || mode != "row-version" {
+		return 0, false, err
+	}
+	from := pgx.Identifier(c.tableParts()).Sanitize() + " AS " + rowAlias
+	changed := "((" + rowAlias + ".xmin::text::bigint - $1) & 4294967295) < $2"
+	var total, n int64
+	if err := r.tx.QueryRow(ctx, "SELECT count(*), count(*) FILTER (WHERE "+changed+") FROM "+from, int64(lo), int64(window)).Scan(&total, &n); err != nil {
+		return 0, false, fmt.Errorf("count %s: %w", describe(c), err)
+	}
+	if n > max {
+		return total, false, nil
+	}
+	key := r.keys[collection]
+	id := keySQL(key)
+	rows, err := r.tx.Query(ctx, "SELECT "+id+", to_json("+rowAlias+".*)::text FROM "+from+" WHERE "+changed+
+		" ORDER BY "+id+` COLLATE "C"`, int64(lo), int64(window))
+	if err != nil {
+		return 0, false, fmt.Errorf("query %s: %w", describe(c), err)
+	}
+	return total, true, readRows(rows, c, key, true, fn)
 }
 
 // changeMode decides how ScanSince finds changed rows: "row-version" with the xid

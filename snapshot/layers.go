@@ -167,11 +167,7 @@ func (p *Publisher) writeLayer(ctx context.Context, snap DeltaSnapshot, w Docume
 	defer cancel()
 	var pr *chainRun
 	if kind == LayerDelta {
-		runs := p.Runs
-		if runs == nil {
-			runs = p.Store
-		}
-		pr = openChainRun(ctx, runs, p.Dataset, parent.Layers, name)
+		pr = openChainRun(ctx, p.runReader(), p.Dataset, parent.Layers, name)
 		pr.keepDeleted = merge > 0
 	}
 	digest, err := ParseDigest(parent.Digest)
@@ -207,12 +203,35 @@ func (p *Publisher) writeLayer(ctx context.Context, snap DeltaSnapshot, w Docume
 		}
 		return w.Write(ctx, name, Document{ID: id, Body: body})
 	}
+	// A delta (not a merge) from a source that can send only the changed rows reads
+	// those alone when no row was deleted (changedOnly); the parent entries they
+	// replace are then all the join needs.
+	var changed []Document
+	var matched []RunEntry
+	sparse := false
+	if cs, ok := snap.(ChangedScanner); ok && kind == LayerDelta && merge == 0 {
+		if sparse, err = p.changedOnly(ctx, cs, pr, parent, name, since, &changed, &matched, &sourceRows, &parentSeen); err != nil {
+			return err
+		}
+		if !sparse { // the parent's run was read (its readers end with ctx): again, for the whole join
+			pr = openChainRun(ctx, p.runReader(), p.Dataset, parent.Layers, name)
+			changed, matched, sourceRows, parentSeen = nil, nil, 0, 0
+		}
+	}
+
 	// head is the parent's next entry not yet merged: a live one, or, when merging,
 	// a tombstone of a merged delta. headFrom is its layer's index in the chain.
 	var head RunEntry
 	var hasHead bool
 	var headFrom int
 	advance := func() error {
+		if sparse {
+			hasHead = len(matched) > 0
+			if hasHead {
+				head, headFrom, matched = matched[0], len(parent.Layers), matched[1:]
+			}
+			return nil
+		}
 		if pr == nil {
 			return nil
 		}
@@ -265,7 +284,7 @@ func (p *Publisher) writeLayer(ctx context.Context, snap DeltaSnapshot, w Docume
 		}
 		return advance()
 	}
-	mode, err := snap.ScanSince(ctx, name, since, func(doc Document) error {
+	onDoc := func(doc Document) error {
 		sourceRows++
 		prog.add(ctx, len(doc.Body))
 		for hasHead && head.ID < doc.ID {
@@ -313,7 +332,18 @@ func (p *Publisher) writeLayer(ctx context.Context, snap DeltaSnapshot, w Docume
 		digest.Add(sum)
 		bytes += int64(len(doc.Body))
 		return put(ctx, doc.ID, doc.Body, sum)
-	})
+	}
+	var mode string
+	if sparse {
+		mode = ModeChangedOnly
+		for _, doc := range changed {
+			if err = onDoc(doc); err != nil {
+				break
+			}
+		}
+	} else {
+		mode, err = snap.ScanSince(ctx, name, since, onDoc)
+	}
 	own.Mode = mode
 	if err != nil {
 		return err
@@ -433,4 +463,77 @@ func (c *copier) flush(ctx context.Context) error {
 	}
 	c.batch = c.batch[:0]
 	return nil
+}
+
+// ChangedScanner is a DeltaSnapshot that can send only the rows changed since a
+// parent, when it can tell them by row version.
+type ChangedScanner interface {
+	// ScanChanged calls fn with the collection's rows changed since the snapshot at
+	// since, with their JSON, in strictly increasing id byte order, and returns the
+	// collection's row count in this snapshot. ok is false, and fn never called, when
+	// the rows changed cannot be told apart (ScanSince's content modes) or more than
+	// max changed.
+	ScanChanged(ctx context.Context, collection string, since *Position, max int64, fn func(Document) error) (total int64, ok bool, err error)
+}
+
+// ModeChangedOnly is OwnLayer.Mode of a delta read from the changed rows alone.
+const ModeChangedOnly = "row-version, changed rows only"
+
+// maxChangedOnly bounds the changed rows held in memory to be read that way.
+const maxChangedOnly = 20_000
+
+// changedOnly reads the collection's changed rows alone and matches them with the
+// parent's run (pr, read to its end): the parent's entries for the changed ids go to
+// matched, in order. It reports whether they are the whole change: with I of them
+// not in the parent, no row was deleted exactly when the parent's count plus I is
+// the source's count (the source's other rows are, by row version, the parent's).
+// Otherwise (a row deleted, too many changed, no row versions) the caller reads every
+// id; sourceRows and parentSeen are set for the join's checks.
+func (p *Publisher) changedOnly(ctx context.Context, cs ChangedScanner, pr *chainRun, parent CollectionStats, name string,
+	since *Position, changed *[]Document, matched *[]RunEntry, sourceRows, parentSeen *int64) (bool, error) {
+	total, ok, err := cs.ScanChanged(ctx, name, since, maxChangedOnly, func(d Document) error {
+		*changed = append(*changed, d)
+		return nil
+	})
+	if err != nil || !ok {
+		return false, err
+	}
+	var seen, inParent int64
+	i := 0
+	for {
+		e, ok, err := pr.next()
+		if err != nil {
+			return false, err
+		}
+		if !ok {
+			break
+		}
+		seen++
+		for i < len(*changed) && (*changed)[i].ID < e.ID {
+			i++
+		}
+		if i < len(*changed) && (*changed)[i].ID == e.ID {
+			*matched = append(*matched, e)
+			inParent++
+			i++
+		}
+	}
+	if seen != parent.Rows {
+		return false, fmt.Errorf("%w: the parent's fingerprints hold %d ids, its manifest %d", errDeltaInconsistent, seen, parent.Rows)
+	}
+	inserted := int64(len(*changed)) - inParent
+	if parent.Rows+inserted != total {
+		return false, nil // rows were deleted (or a duplicate key added): every id is needed
+	}
+	*sourceRows = total - int64(len(*changed)) // onDoc counts the changed ones
+	*parentSeen = seen
+	return true, nil
+}
+
+// runReader is where the parent chain's runs are read from.
+func (p *Publisher) runReader() RunReader {
+	if p.Runs != nil {
+		return p.Runs
+	}
+	return p.Store
 }

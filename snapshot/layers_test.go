@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -533,4 +534,45 @@ func TestTieredMergesKeepOlderTiers(t *testing.T) {
 		t.Error("no merge left an older delta below it: merges are not tiered")
 	}
 	t.Logf("16 one-row changes at max_layers 4: %d merges over an older tier, %d documents copied", tiered, copied)
+}
+
+// A delta with no row deleted reads the changed rows alone (the source counts the
+// rest); one with a deletion, or a duplicate key added, reads every id as before.
+// Either way the version is exactly a full copy's.
+func TestDeltaReadsChangedRowsOnly(t *testing.T) {
+	r := newRig(t, twoCollections, twoTables...)
+	r.pub.Incremental = true
+	full := r.twin()
+	r.publish(t, r.pub)
+	r.publish(t, full)
+	check := func(what string, wantMode string, stmts ...string) {
+		t.Helper()
+		r.exec(t, stmts...)
+		m := r.publish(t, r.pub)
+		f := r.publish(t, full)
+		for name, c := range f.Collections {
+			if d := m.Collections[name]; d.Rows != c.Rows || d.Bytes != c.Bytes || d.Digest != c.Digest {
+				t.Errorf("%s: %s holds %d rows %d bytes %s; the full copy %d %d %s", what, name, d.Rows, d.Bytes, d.Digest, c.Rows, c.Bytes, c.Digest)
+			}
+		}
+		if got, want := scanAll(t, r.store, "ds", m.Chain("users")), scanAll(t, r.store, "full", f.Chain("users")); !slices.Equal(got, want) {
+			t.Errorf("%s: the chain reads %d users; the full copy %d", what, len(got), len(want))
+		}
+		if u := m.Collections["users"].Own; u.Mode != wantMode {
+			t.Errorf("%s: users read in mode %q; want %q (own %+v)", what, u.Mode, wantMode, *u)
+		}
+	}
+	check("updates and an insert", snapshot.ModeChangedOnly,
+		`UPDATE users SET name = 'a' WHERE id IN ('u1', 'u2')`, `INSERT INTO users VALUES ('u100', 'new')`)
+	check("the same value written again", snapshot.ModeChangedOnly, `UPDATE users SET name = name WHERE id = 'u3'`,
+		`UPDATE users SET name = 'b' WHERE id = 'u4'`)
+	check("a delete", "row-version", `DELETE FROM users WHERE id = 'u5'`, `UPDATE users SET name = 'c' WHERE id = 'u6'`)
+	check("a delete and an insert (the count alone would balance)", "row-version",
+		`DELETE FROM users WHERE id = 'u7'`, `INSERT INTO users VALUES ('u101', 'new')`)
+
+	// orders has no unique key: a duplicate id added is caught, not published.
+	r.exec(t, `INSERT INTO orders VALUES (1, 'u1')`)
+	if _, err := r.pub.Publish(context.Background(), snapshot.PublishOptions{}); err == nil || !strings.Contains(err.Error(), "duplicate key") {
+		t.Errorf("a duplicate id added to orders: publish = %v; want the duplicate key named", err)
+	}
 }
