@@ -15,6 +15,7 @@ import (
 	"log/slog"
 
 	"github.com/snapflip/snapflip/internal/testenv"
+	"github.com/snapflip/snapflip/pgsource"
 	"github.com/snapflip/snapflip/snapshot"
 	"github.com/snapflip/snapflip/store"
 )
@@ -537,7 +538,8 @@ func TestTieredMergesKeepOlderTiers(t *testing.T) {
 }
 
 // A delta with no row deleted reads the changed rows alone (the source counts the
-// rest); one with a deletion, or a duplicate key added, reads every id as before.
+// rest), when Postgres guarantees the key unique; one with a deletion, or a key not
+// guaranteed unique, reads every id as before.
 // Either way the version is exactly a full copy's.
 func TestDeltaReadsChangedRowsOnly(t *testing.T) {
 	r := newRig(t, twoCollections, twoTables...)
@@ -570,9 +572,24 @@ func TestDeltaReadsChangedRowsOnly(t *testing.T) {
 	check("a delete and an insert (the count alone would balance)", "row-version",
 		`DELETE FROM users WHERE id = 'u7'`, `INSERT INTO users VALUES ('u101', 'new')`)
 
-	// orders has no unique key: a duplicate id added is caught, not published.
-	r.exec(t, `INSERT INTO orders VALUES (1, 'u1')`)
+	// orders has no unique key: a duplicate id added is caught, not published, even
+	// when a deletion balances the count.
+	r.exec(t, `DELETE FROM orders WHERE id = 5`, `INSERT INTO orders VALUES (1, 'u1')`)
 	if _, err := r.pub.Publish(context.Background(), snapshot.PublishOptions{}); err == nil || !strings.Contains(err.Error(), "duplicate key") {
-		t.Errorf("a duplicate id added to orders: publish = %v; want the duplicate key named", err)
+		t.Errorf("a duplicate id added to orders and a row deleted: publish = %v; want the duplicate key named", err)
+	}
+}
+
+// A table with inheritance children: its primary key does not cover theirs, so a
+// duplicate id in a child with a row deleted (a balanced count) is still caught.
+func TestChangedRowsOnlyNotForInheritance(t *testing.T) {
+	r := newRig(t, []pgsource.Collection{{Name: "items", Table: "items", Key: "id"}},
+		`CREATE TABLE items (id int PRIMARY KEY, v text)`, `CREATE TABLE items_more () INHERITS (items)`,
+		`INSERT INTO items SELECT g, 'x' FROM generate_series(1, 20) g`)
+	r.pub.Incremental = true
+	r.publish(t, r.pub)
+	r.exec(t, `DELETE FROM items WHERE id = 5`, `INSERT INTO items_more VALUES (1, 'dup')`)
+	if _, err := r.pub.Publish(context.Background(), snapshot.PublishOptions{}); err == nil || !strings.Contains(err.Error(), "duplicate key") {
+		t.Errorf("a duplicate id in an inheritance child and a row deleted: publish = %v; want the duplicate key named", err)
 	}
 }
