@@ -509,6 +509,9 @@ func (r *genRun) checkTwin() []genMismatch {
 				if len(ci.Layers) > 0 && ci.Layers[0].Merged > 0 {
 					r.stats.merged++
 				}
+				if ci.Own.Mode == snapshot.ModeChangedOnly {
+					r.stats.changedOnly++
+				}
 			case snapshot.LayerBase:
 				r.stats.bases++
 			}

@@ -140,8 +140,8 @@ func TestGenerative(t *testing.T) {
 type genStats struct {
 	schemas, tables, columns, collections, syncs, published, failed, rowsChecked, gone int
 	// Of the incremental twin: layers written by kind, the longest chain, rollbacks.
-	deltas, merged, bases, longestChain, rollbacks, crashes int
-	types                                                   map[string]int
+	deltas, merged, changedOnly, bases, longestChain, rollbacks, crashes int
+	types                                                                map[string]int
 }
 
 func (s *genStats) add(o genStats) {
@@ -156,6 +156,7 @@ func (s *genStats) add(o genStats) {
 	s.gone += o.gone
 	s.deltas += o.deltas
 	s.merged += o.merged
+	s.changedOnly += o.changedOnly
 	s.bases += o.bases
 	s.longestChain = max(s.longestChain, o.longestChain)
 	s.rollbacks += o.rollbacks
@@ -174,9 +175,9 @@ func (s genStats) String() string {
 		kinds[strings.SplitN(k, " ", 2)[0]]++
 	}
 	return fmt.Sprintf("%d schemas, %d tables, %d columns of %d distinct types %v, %d collections, %d syncs (%d published, "+
-		"%d failed as they must), %d documents checked, %d gone ids checked; incremental: %d delta (%d merged) and %d base layers, "+
+		"%d failed as they must), %d documents checked, %d gone ids checked; incremental: %d delta (%d merged, %d read from the changed rows alone) and %d base layers, "+
 		"chains up to %d layers, %d rollbacks, %d syncs killed, each version equal to its full twin", s.schemas, s.tables, s.columns, len(s.types), kinds,
-		s.collections, s.syncs, s.published, s.failed, s.rowsChecked, s.gone, s.deltas, s.merged, s.bases, s.longestChain, s.rollbacks, s.crashes)
+		s.collections, s.syncs, s.published, s.failed, s.rowsChecked, s.gone, s.deltas, s.merged, s.changedOnly, s.bases, s.longestChain, s.rollbacks, s.crashes)
 }
 
 // genRun is one schema's history against one deployment, and its full-copy twin.
