@@ -210,10 +210,11 @@ func (p *Publisher) writeLayer(ctx context.Context, snap DeltaSnapshot, w Docume
 	var matched []RunEntry
 	sparse := false
 	if cs, ok := snap.(ChangedScanner); ok && kind == LayerDelta && merge == 0 {
-		if sparse, err = p.changedOnly(ctx, cs, pr, parent, name, since, &changed, &matched, &sourceRows, &parentSeen); err != nil {
+		var consumed bool
+		if sparse, consumed, err = p.changedOnly(ctx, cs, pr, parent, name, since, &changed, &matched, &sourceRows, &parentSeen); err != nil {
 			return err
 		}
-		if !sparse { // the parent's run was read (its readers end with ctx): again, for the whole join
+		if consumed && !sparse { // the parent's run was read (its readers end with ctx): again, for the whole join
 			pr = openChainRun(ctx, p.runReader(), p.Dataset, parent.Layers, name)
 			changed, matched, sourceRows, parentSeen = nil, nil, 0, 0
 		}
@@ -488,24 +489,25 @@ const maxChangedOnly = 20_000
 // not in the parent, no row was deleted exactly when the parent's count plus I is
 // the source's count (the source's other rows are, by row version, the parent's).
 // Otherwise (a row deleted, too many changed, no row versions) the caller reads every
-// id; sourceRows and parentSeen are set for the join's checks.
+// id, reading pr again if consumed; sourceRows and parentSeen are set for the join's
+// checks.
 func (p *Publisher) changedOnly(ctx context.Context, cs ChangedScanner, pr *chainRun, parent CollectionStats, name string,
-	since *Position, changed *[]Document, matched *[]RunEntry, sourceRows, parentSeen *int64) (bool, error) {
+	since *Position, changed *[]Document, matched *[]RunEntry, sourceRows, parentSeen *int64) (ok, consumed bool, err error) {
 	total, ok, err := cs.ScanChanged(ctx, name, since, maxChangedOnly, func(d Document) error {
 		*changed = append(*changed, d)
 		return nil
 	})
 	if err != nil || !ok {
-		return false, err
+		return false, false, err
 	}
 	var seen, inParent int64
 	i := 0
 	for {
-		e, ok, err := pr.next()
+		e, more, err := pr.next()
 		if err != nil {
-			return false, err
+			return false, true, err
 		}
-		if !ok {
+		if !more {
 			break
 		}
 		seen++
@@ -519,15 +521,15 @@ func (p *Publisher) changedOnly(ctx context.Context, cs ChangedScanner, pr *chai
 		}
 	}
 	if seen != parent.Rows {
-		return false, fmt.Errorf("%w: the parent's fingerprints hold %d ids, its manifest %d", errDeltaInconsistent, seen, parent.Rows)
+		return false, true, fmt.Errorf("%w: the parent's fingerprints hold %d ids, its manifest %d", errDeltaInconsistent, seen, parent.Rows)
 	}
 	inserted := int64(len(*changed)) - inParent
 	if parent.Rows+inserted != total {
-		return false, nil // rows were deleted (or a duplicate key added): every id is needed
+		return false, true, nil // rows were deleted: every id is needed
 	}
 	*sourceRows = total - int64(len(*changed)) // onDoc counts the changed ones
 	*parentSeen = seen
-	return true, nil
+	return true, true, nil
 }
 
 // runReader is where the parent chain's runs are read from.
