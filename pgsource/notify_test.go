@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net/url"
 	"os"
 	"slices"
 	"strings"
@@ -339,21 +338,13 @@ func (b *logBuffer) await(t *testing.T, what string, want ...string) string {
 // trigger; notifications still flow; and once the lock is released, the trigger is
 // installed at a later resolve.
 func TestNotifyTroubleAfterStartLeavesThePollRunning(t *testing.T) {
-	admin := os.Getenv(testenv.EnvPostgres)
-	role := fmt.Sprintf("snapflip_later_%d_%d", os.Getpid(), time.Now().UnixNano()%1e9)
-	testenv.Exec(t, admin, `CREATE ROLE `+role+` LOGIN`)
-	t.Cleanup(func() { testenv.Exec(t, admin, `DROP ROLE IF EXISTS `+role) })
+	role := testenv.Role(t, "snapflip_later")
 	dsn := testenv.Postgres(t)
 	testenv.Exec(t, dsn, notifySchema...)
 	testenv.Exec(t, dsn, `CREATE TABLE extra (id int, v text)`)
-	u, err := url.Parse(dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
 	testenv.Exec(t, dsn, `GRANT SELECT, TRIGGER ON ALL TABLES IN SCHEMA public TO `+role,
-		`GRANT CREATE ON DATABASE `+pgx.Identifier{strings.TrimPrefix(u.Path, "/")}.Sanitize()+` TO `+role)
-	u.User = url.User(role)
-	src, err := pgsource.New(u.String(), notifyCollections)
+		`GRANT CREATE ON DATABASE `+pgx.Identifier{testenv.Database(t, dsn)}.Sanitize()+` TO `+role)
+	src, err := pgsource.New(testenv.AsRole(t, dsn, role), notifyCollections)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -489,21 +480,11 @@ func TestNotifyInstallIsIdempotentAndRemovable(t *testing.T) {
 // a DBA installed and gave the role, TRIGGER is enough; only the function's owner
 // removes it.
 func TestNotifyNeedsPrivileges(t *testing.T) {
-	admin := os.Getenv(testenv.EnvPostgres)
-	role := fmt.Sprintf("snapflip_watcher_%d_%d", os.Getpid(), time.Now().UnixNano()%1e9)
-	testenv.Exec(t, admin, `CREATE ROLE `+role+` LOGIN`)
-	// Registered before the database's: cleanups run last first, so the role is dropped
-	// after the database that holds its objects and grants.
-	t.Cleanup(func() { testenv.Exec(t, admin, `DROP ROLE IF EXISTS `+role) })
+	role := testenv.Role(t, "snapflip_watcher")
 	dsn := testenv.Postgres(t)
 	testenv.Exec(t, dsn, notifySchema...)
 	testenv.Exec(t, dsn, `GRANT SELECT ON ALL TABLES IN SCHEMA public TO `+role)
-	u, err := url.Parse(dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	u.User = url.User(role)
-	src, err := pgsource.New(u.String(), notifyCollections)
+	src, err := pgsource.New(testenv.AsRole(t, dsn, role), notifyCollections)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -563,7 +544,7 @@ func TestNotifyNeedsPrivileges(t *testing.T) {
 	}
 	testenv.Exec(t, dsn, `DROP SCHEMA snapflip`) // the DBA's: the role leaves it
 
-	testenv.Exec(t, dsn, `GRANT CREATE ON DATABASE `+pgx.Identifier{strings.TrimPrefix(u.Path, "/")}.Sanitize()+` TO `+role)
+	testenv.Exec(t, dsn, `GRANT CREATE ON DATABASE `+pgx.Identifier{testenv.Database(t, dsn)}.Sanitize()+` TO `+role)
 	if got, err := src.InstallNotify(ctx); err != nil || len(got) != 6 {
 		t.Errorf("install with the privileges = %v, %v; want 6 tables", got, err)
 	}
@@ -590,19 +571,13 @@ $$;`
 // ErrNotifySetup, naming the primary and the stats mode.
 func TestNotifyInstallsAsARoleReadOnlyByDefault(t *testing.T) {
 	admin := os.Getenv(testenv.EnvPostgres)
-	role := fmt.Sprintf("snapflip_ro_%d_%d", os.Getpid(), time.Now().UnixNano()%1e9)
-	testenv.Exec(t, admin, `CREATE ROLE `+role+` LOGIN`, `ALTER ROLE `+role+` SET default_transaction_read_only = on`)
-	t.Cleanup(func() { testenv.Exec(t, admin, `DROP ROLE IF EXISTS `+role) })
+	role := testenv.Role(t, "snapflip_ro")
+	testenv.Exec(t, admin, `ALTER ROLE `+role+` SET default_transaction_read_only = on`)
 	dsn := testenv.Postgres(t)
 	testenv.Exec(t, dsn, notifySchema...)
-	u, err := url.Parse(dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
 	testenv.Exec(t, dsn, `GRANT SELECT, TRIGGER ON ALL TABLES IN SCHEMA public TO `+role,
-		`GRANT CREATE ON DATABASE `+pgx.Identifier{strings.TrimPrefix(u.Path, "/")}.Sanitize()+` TO `+role)
-	u.User = url.User(role)
-	src, err := pgsource.New(u.String(), notifyCollections)
+		`GRANT CREATE ON DATABASE `+pgx.Identifier{testenv.Database(t, dsn)}.Sanitize()+` TO `+role)
+	src, err := pgsource.New(testenv.AsRole(t, dsn, role), notifyCollections)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -679,19 +654,12 @@ func TestNotifyRemoveGivesUpOnABusyTable(t *testing.T) {
 // listens again, with a baseline, once it can.
 func TestNotifyListenerDownLeavesThePollRunning(t *testing.T) {
 	admin := os.Getenv(testenv.EnvPostgres)
-	role := fmt.Sprintf("snapflip_down_%d_%d", os.Getpid(), time.Now().UnixNano()%1e9)
-	testenv.Exec(t, admin, `CREATE ROLE `+role+` LOGIN`)
-	t.Cleanup(func() { testenv.Exec(t, admin, `DROP ROLE IF EXISTS `+role) })
+	role := testenv.Role(t, "snapflip_down")
 	dsn := testenv.Postgres(t)
 	testenv.Exec(t, dsn, notifySchema...)
-	u, err := url.Parse(dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
 	testenv.Exec(t, dsn, `GRANT SELECT, TRIGGER ON ALL TABLES IN SCHEMA public TO `+role,
-		`GRANT CREATE ON DATABASE `+pgx.Identifier{strings.TrimPrefix(u.Path, "/")}.Sanitize()+` TO `+role)
-	u.User = url.User(role)
-	src, err := pgsource.New(u.String(), notifyCollections)
+		`GRANT CREATE ON DATABASE `+pgx.Identifier{testenv.Database(t, dsn)}.Sanitize()+` TO `+role)
+	src, err := pgsource.New(testenv.AsRole(t, dsn, role), notifyCollections)
 	if err != nil {
 		t.Fatal(err)
 	}

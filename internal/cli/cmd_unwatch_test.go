@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
@@ -80,18 +79,10 @@ collections: [{name: things, table: things}, {name: parts, table: parts, key: id
 // may not create triggers on the watched table, exits at once with the error that
 // names the table and the grant, instead of running on the poll alone.
 func TestRunRefusesNotifyWithoutPrivileges(t *testing.T) {
-	admin := os.Getenv(testenv.EnvPostgres)
-	role := fmt.Sprintf("snapflip_run_%d_%d", os.Getpid(), time.Now().UnixNano()%1e9)
-	testenv.Exec(t, admin, `CREATE ROLE `+role+` LOGIN`)
-	t.Cleanup(func() { testenv.Exec(t, admin, `DROP ROLE IF EXISTS `+role) })
+	role := testenv.Role(t, "snapflip_run")
 	dsn := testenv.Postgres(t)
 	testenv.Exec(t, dsn, `CREATE TABLE things (id int PRIMARY KEY)`, `INSERT INTO things VALUES (1)`,
 		`GRANT SELECT ON things TO `+role)
-	u, err := url.Parse(dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	u.User = url.User(role)
 	config := filepath.Join(t.TempDir(), "snapflip.yaml")
 	if err := os.WriteFile(config, []byte("dataset: notify\nwatch: {mode: notify}\ncollections: [{name: things, table: things}]\n"), 0o600); err != nil {
 		t.Fatal(err)
@@ -100,7 +91,7 @@ func TestRunRefusesNotifyWithoutPrivileges(t *testing.T) {
 	defer cancel()
 	errc := make(chan error, 1)
 	go func() {
-		_, _, err := run(t, false, env(map[string]string{EnvPostgresDSN: u.String(), EnvEmulatorHost: testenv.Bigtable(t)}),
+		_, _, err := run(t, false, env(map[string]string{EnvPostgresDSN: testenv.AsRole(t, dsn, role), EnvEmulatorHost: testenv.Bigtable(t)}),
 			"run", "--config", config, "--log-level", "error")
 		errc <- err
 	}()
@@ -120,22 +111,14 @@ func TestRunRefusesNotifyWithoutPrivileges(t *testing.T) {
 // keep `syncer run` from installing its triggers (the TRIGGER privilege, CREATE for
 // the function's schema), and passes once a DBA granted them; it installs nothing.
 func TestCheckNamesNotifyProblems(t *testing.T) {
-	admin := os.Getenv(testenv.EnvPostgres)
-	role := fmt.Sprintf("snapflip_check_%d_%d", os.Getpid(), time.Now().UnixNano()%1e9)
-	testenv.Exec(t, admin, `CREATE ROLE `+role+` LOGIN`)
-	t.Cleanup(func() { testenv.Exec(t, admin, `DROP ROLE IF EXISTS `+role) })
+	role := testenv.Role(t, "snapflip_check")
 	dsn := testenv.Postgres(t)
 	testenv.Exec(t, dsn, `CREATE TABLE things (id int PRIMARY KEY)`, `GRANT SELECT ON things TO `+role)
-	u, err := url.Parse(dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	u.User = url.User(role)
 	config := filepath.Join(t.TempDir(), "snapflip.yaml")
 	if err := os.WriteFile(config, []byte("dataset: notifycheck\nwatch: {mode: notify}\ncollections: [{name: things, table: things}]\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	getenv := env(map[string]string{EnvPostgresDSN: u.String(), EnvEmulatorHost: testenv.Bigtable(t)})
+	getenv := env(map[string]string{EnvPostgresDSN: testenv.AsRole(t, dsn, role), EnvEmulatorHost: testenv.Bigtable(t)})
 	out, _, err := run(t, false, getenv, "check", "--config", config)
 	if !errors.Is(err, ErrCheckFailed) {
 		t.Fatalf("syncer check without the privileges = %v; want ErrCheckFailed\n%s", err, out)
@@ -146,7 +129,7 @@ func TestCheckNamesNotifyProblems(t *testing.T) {
 		}
 	}
 	testenv.Exec(t, dsn, `GRANT TRIGGER ON things TO `+role,
-		`GRANT CREATE ON DATABASE `+pgx.Identifier{strings.TrimPrefix(u.Path, "/")}.Sanitize()+` TO `+role)
+		`GRANT CREATE ON DATABASE `+pgx.Identifier{testenv.Database(t, dsn)}.Sanitize()+` TO `+role)
 	if out, _, err := run(t, false, getenv, "check", "--config", config); err != nil {
 		t.Errorf("syncer check with the privileges = %v; want ok\n%s", err, out)
 	}

@@ -73,6 +73,39 @@ func Postgres(tb testing.TB) string {
 	return u.String()
 }
 
+// Role creates a login role on the test server, named prefix plus a unique suffix,
+// and drops it when the test ends. Call it before Postgres: cleanups run last first,
+// so the role is dropped after the database that holds its objects and grants.
+func Role(tb testing.TB, prefix string) string {
+	tb.Helper()
+	admin := os.Getenv(EnvPostgres)
+	role := fmt.Sprintf("%s_%d_%d", prefix, os.Getpid(), time.Now().UnixNano()%1e9)
+	Exec(tb, admin, "CREATE ROLE "+role+" LOGIN")
+	tb.Cleanup(func() { Exec(tb, admin, "DROP ROLE IF EXISTS "+role) })
+	return role
+}
+
+// AsRole returns dsn with role as its user.
+func AsRole(tb testing.TB, dsn, role string) string {
+	tb.Helper()
+	u, err := url.Parse(dsn)
+	if err != nil {
+		tb.Fatalf("parse dsn: %v", err)
+	}
+	u.User = url.User(role)
+	return u.String()
+}
+
+// Database returns the name of the database at dsn.
+func Database(tb testing.TB, dsn string) string {
+	tb.Helper()
+	u, err := url.Parse(dsn)
+	if err != nil {
+		tb.Fatalf("parse dsn: %v", err)
+	}
+	return strings.TrimPrefix(u.Path, "/")
+}
+
 // Exec runs SQL statements on the database at dsn, failing the test on error.
 func Exec(tb testing.TB, dsn string, sql ...string) {
 	tb.Helper()
