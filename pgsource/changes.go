@@ -148,9 +148,35 @@ func (r *snap) ScanChanged(ctx context.Context, collection string, since *snapsh
 	return total, true, readRows(rows, c, key, true, fn)
 }
 
+type modeKey struct {
+	collection string
+	since      *snapshot.Position
+}
+
+type changeModeResult struct {
+	mode       string
+	lo, window uint64
+}
+
 // changeMode decides how ScanSince finds changed rows: "row-version" with the xid
-// window [lo, lo+window) (mod 2^32) of rows to render, or "content: <why>".
+// window [lo, lo+window) (mod 2^32) of rows to render, or "content: <why>". It asks
+// once per collection and parent.
 func (r *snap) changeMode(ctx context.Context, c Collection, since *snapshot.Position) (mode string, lo, window uint64, err error) {
+	k := modeKey{c.Name, since}
+	if m, ok := r.modes[k]; ok {
+		return m.mode, m.lo, m.window, nil
+	}
+	mode, lo, window, err = r.decideMode(ctx, c, since)
+	if err == nil {
+		if r.modes == nil {
+			r.modes = map[modeKey]changeModeResult{}
+		}
+		r.modes[k] = changeModeResult{mode, lo, window}
+	}
+	return mode, lo, window, err
+}
+
+func (r *snap) decideMode(ctx context.Context, c Collection, since *snapshot.Position) (mode string, lo, window uint64, err error) {
 	switch {
 	case since == nil:
 		return "content: no parent to compare with", 0, 0, nil

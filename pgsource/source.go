@@ -308,6 +308,10 @@ type snap struct {
 
 	mu    sync.Mutex
 	extra map[int]*pgx.Conn // partition → its connection, in the exported snapshot
+
+	// modes holds changeMode's answer per collection and parent, so that ScanChanged
+	// and a ScanSince that follows it ask the catalog once.
+	modes map[modeKey]changeModeResult
 }
 
 var _ snapshot.PartitionedSnapshot = (*snap)(nil)
