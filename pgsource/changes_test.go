@@ -3,9 +3,11 @@ package pgsource_test
 import (
 	"context"
 	"fmt"
+	"math/rand/v2"
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/snapflip/snapflip/internal/testenv"
 	"github.com/snapflip/snapflip/pgsource"
@@ -131,5 +133,86 @@ func TestScanSinceRendersOnlyRowsWrittenSince(t *testing.T) {
 	future.Snapshot = fmt.Sprintf("%d:%d:", uint64(1)<<40, uint64(1)<<40)
 	if _, _, mode, _ := scanSince(t, src, "parts", &future); !strings.Contains(mode, "backwards") {
 		t.Errorf("a parent with later xids: mode %q", mode)
+	}
+}
+
+// ScanChanged sends exactly the rows ScanSince renders, with the same documents, in
+// the same order, and the collection's count, after random writes; it declines (no
+// row sent) for a key Postgres does not guarantee unique, a table with inheritance
+// children, a query, no parent, and more changed rows than its limit.
+func TestScanChangedMatchesScanSince(t *testing.T) {
+	dsn := testenv.Postgres(t)
+	testenv.Exec(t, dsn,
+		`CREATE TABLE items (id int PRIMARY KEY, v text)`, `INSERT INTO items SELECT g, 'v' || g FROM generate_series(1, 500) g`,
+		`CREATE TABLE loose (id int, v text)`, `INSERT INTO loose SELECT g, 'v' FROM generate_series(1, 50) g`,
+		`CREATE TABLE fam (id int PRIMARY KEY, v text)`, `CREATE TABLE fam_kid () INHERITS (fam)`, `INSERT INTO fam VALUES (1, 'a')`)
+	src, err := pgsource.New(dsn, []pgsource.Collection{
+		{Name: "items", Table: "items"}, {Name: "loose", Table: "loose", Key: "id"}, {Name: "fam", Table: "fam"},
+		{Name: "q", Query: "SELECT * FROM items", Key: "id"},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, _, _, parent := scanSince(t, src, "items", nil)
+	rng := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 11))
+	var stmts []string
+	for range 40 {
+		id := 1 + rng.IntN(600)
+		switch rng.IntN(3) {
+		case 0:
+			stmts = append(stmts, fmt.Sprintf(`UPDATE items SET v = 'u%d' WHERE id = %d`, rng.IntN(1000), id))
+		case 1:
+			stmts = append(stmts, fmt.Sprintf(`INSERT INTO items VALUES (%d, 'i') ON CONFLICT (id) DO UPDATE SET v = 'c'`, id))
+		default:
+			stmts = append(stmts, fmt.Sprintf(`DELETE FROM items WHERE id = %d`, id))
+		}
+	}
+	testenv.Exec(t, dsn, append(stmts, `UPDATE loose SET v = 'x' WHERE id = 3`, `UPDATE fam SET v = 'b'`)...)
+
+	ctx := context.Background()
+	sn, err := src.Open(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sn.Close(ctx)
+	cs := sn.(snapshot.ChangedScanner)
+	ds := sn.(snapshot.DeltaSnapshot)
+	var want []string
+	var count int64
+	if _, err := ds.ScanSince(ctx, "items", &parent, func(d snapshot.Document) error {
+		count++
+		if d.Body != nil {
+			want = append(want, d.ID+"="+string(d.Body))
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	total, ok, err := cs.ScanChanged(ctx, "items", &parent, 1_000, func(d snapshot.Document) error {
+		got = append(got, d.ID+"="+string(d.Body))
+		return nil
+	})
+	if err != nil || !ok || total != count || !slices.Equal(got, want) {
+		t.Errorf("ScanChanged(items) = %d rows, ok %v, %v, total %d;\nScanSince rendered %d rows of %d (%v)", len(got), ok, err, total, len(want), count, stmts)
+	}
+	if len(want) > 1 {
+		if _, ok, err := cs.ScanChanged(ctx, "items", &parent, int64(len(want)-1), func(snapshot.Document) error {
+			t.Error("ScanChanged over its limit sent a row")
+			return nil
+		}); ok || err != nil {
+			t.Errorf("ScanChanged with %d changed and a limit of %d = ok %v, %v; want declined", len(want), len(want)-1, ok, err)
+		}
+	}
+	for _, tt := range []struct {
+		coll  string
+		since *snapshot.Position
+	}{{"loose", &parent}, {"fam", &parent}, {"q", &parent}, {"items", nil}} {
+		if _, ok, err := cs.ScanChanged(ctx, tt.coll, tt.since, 1_000, func(snapshot.Document) error {
+			t.Errorf("ScanChanged(%s) sent a row; want it declined", tt.coll)
+			return nil
+		}); ok || err != nil {
+			t.Errorf("ScanChanged(%s, parent %v) = ok %v, %v; want declined", tt.coll, tt.since != nil, ok, err)
+		}
 	}
 }
