@@ -158,8 +158,11 @@ type RunReader interface {
 	ScanRun(ctx context.Context, dataset string, layer Version, collection string, fn func(chunk []byte) bool) error
 }
 
-// runIter pulls one layer's entries in order, reading its chunks in the background.
+// runIter pulls one layer's entries in order: from a decoded run held by a
+// RunCache, or reading and decoding its chunks in the background.
 type runIter struct {
+	run  *decodedRun // the run decoded, when cached; pos is the next entry
+	pos  int
 	ch   chan []RunEntry
 	errc chan error
 	buf  []RunEntry
@@ -167,7 +170,19 @@ type runIter struct {
 	done bool
 }
 
-func newRunIter(ctx context.Context, st RunReader, dataset string, layer Version, collection string) *runIter {
+// newRunIter reads the layer's run from cache when it is not nil (streaming it from
+// the cache's store when it is over the budget), otherwise from st.
+func newRunIter(ctx context.Context, st RunReader, cache *RunCache, dataset string, layer Version, collection string) *runIter {
+	if cache != nil {
+		r, err := cache.run(ctx, dataset, layer, collection)
+		if err != nil {
+			return &runIter{done: true, err: err}
+		}
+		if r != nil {
+			return &runIter{run: r}
+		}
+		st = cache.st
+	}
 	it := &runIter{ch: make(chan []RunEntry, 2), errc: make(chan error, 1)}
 	go func() {
 		defer close(it.ch)
@@ -198,6 +213,12 @@ func newRunIter(ctx context.Context, st RunReader, dataset string, layer Version
 
 // peek returns the next entry without consuming it; ok is false at the end.
 func (it *runIter) peek() (RunEntry, bool, error) {
+	if it.run != nil {
+		if it.pos < it.run.len() {
+			return it.run.at(it.pos), true, nil
+		}
+		return RunEntry{}, false, nil
+	}
 	for len(it.buf) == 0 {
 		if it.done {
 			return RunEntry{}, false, it.err
@@ -212,7 +233,13 @@ func (it *runIter) peek() (RunEntry, bool, error) {
 	return it.buf[0], true, nil
 }
 
-func (it *runIter) pop() { it.buf = it.buf[1:] }
+func (it *runIter) pop() {
+	if it.run != nil {
+		it.pos++
+		return
+	}
+	it.buf = it.buf[1:]
+}
 
 // chainRun merges the runs of a chain's layers (newest first) into the live entries
 // of the version: per id the newest layer's entry, tombstones dropped.
@@ -227,11 +254,12 @@ type chainRun struct {
 	from int
 }
 
-// openChainRun starts reading every layer's run; cancel ctx to stop early.
-func openChainRun(ctx context.Context, st RunReader, dataset string, layers []LayerRef, collection string) *chainRun {
+// openChainRun starts reading every layer's run, through cache when not nil;
+// cancel ctx to stop early.
+func openChainRun(ctx context.Context, st RunReader, cache *RunCache, dataset string, layers []LayerRef, collection string) *chainRun {
 	c := &chainRun{}
 	for _, l := range layers {
-		c.its = append(c.its, newRunIter(ctx, st, dataset, l.Version, collection))
+		c.its = append(c.its, newRunIter(ctx, st, cache, dataset, l.Version, collection))
 	}
 	return c
 }

@@ -125,7 +125,7 @@ func TestChainRunMatchesAModel(t *testing.T) {
 			runs[v] = encodeRun(t, entries, 1+r.IntN(200))
 			layers = append([]LayerRef{{Version: v}}, layers...)
 		}
-		cr := openChainRun(context.Background(), runs, "ds", layers, "c")
+		cr := openChainRun(context.Background(), runs, nil, "ds", layers, "c")
 		var got []RunEntry
 		for {
 			e, ok, err := cr.next()

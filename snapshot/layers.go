@@ -167,7 +167,7 @@ func (p *Publisher) writeLayer(ctx context.Context, snap DeltaSnapshot, w Docume
 	defer cancel()
 	var pr *chainRun
 	if kind == LayerDelta {
-		pr = openChainRun(ctx, p.runReader(), p.Dataset, parent.Layers, name)
+		pr = openChainRun(ctx, p.Store, p.Runs, p.Dataset, parent.Layers, name)
 		pr.keepDeleted = merge > 0
 	}
 	digest, err := ParseDigest(parent.Digest)
@@ -215,7 +215,7 @@ func (p *Publisher) writeLayer(ctx context.Context, snap DeltaSnapshot, w Docume
 			return err
 		}
 		if consumed && !sparse { // the parent's run was read (its readers end with ctx): again, for the whole join
-			pr = openChainRun(ctx, p.runReader(), p.Dataset, parent.Layers, name)
+			pr = openChainRun(ctx, p.Store, p.Runs, p.Dataset, parent.Layers, name)
 			changed, matched, sourceRows, parentSeen = nil, nil, 0, 0
 		}
 	}
@@ -484,8 +484,9 @@ const ModeChangedOnly = "row-version, changed rows only"
 const maxChangedOnly = 20_000
 
 // changedOnly reads the collection's changed rows alone and matches them with the
-// parent's run (pr, read to its end): the parent's entries for the changed ids go to
-// matched, in order. It reports whether they are the whole change: with I of them
+// parent's chain: looked up in the run cache's decoded runs when every run of the
+// chain is there, otherwise by reading pr to its end. The parent's entries for the
+// changed ids go to matched, in order. It reports whether they are the whole change: with I of them
 // not in the parent, no row was deleted exactly when the parent's count plus I is
 // the source's count (the source's other rows are, by row version, the parent's).
 // Otherwise (a row deleted, too many changed, no row versions) the caller reads every
@@ -501,6 +502,24 @@ func (p *Publisher) changedOnly(ctx context.Context, cs ChangedScanner, pr *chai
 		return false, false, err
 	}
 	var seen, inParent int64
+	if runs, err := p.cachedRuns(ctx, parent, name); err != nil || runs != nil {
+		if err != nil {
+			return false, false, err
+		}
+		// Each changed id's parent entry is its newest layer's: looked up, not merged.
+		for _, d := range *changed {
+			for _, r := range runs {
+				if e, ok := r.find(d.ID); ok {
+					if !e.Deleted {
+						*matched = append(*matched, e)
+						inParent++
+					}
+					break
+				}
+			}
+		}
+		return wholeChange(parent, total, *changed, inParent, parent.Rows, sourceRows, parentSeen), false, nil
+	}
 	i := 0
 	for {
 		e, more, err := pr.next()
@@ -523,19 +542,40 @@ func (p *Publisher) changedOnly(ctx context.Context, cs ChangedScanner, pr *chai
 	if seen != parent.Rows {
 		return false, true, fmt.Errorf("%w: the parent's fingerprints hold %d ids, its manifest %d", errDeltaInconsistent, seen, parent.Rows)
 	}
-	inserted := int64(len(*changed)) - inParent
-	if parent.Rows+inserted != total {
-		return false, true, nil // rows were deleted: every id is needed
-	}
-	*sourceRows = total - int64(len(*changed)) // onDoc counts the changed ones
-	*parentSeen = seen
-	return true, true, nil
+	return wholeChange(parent, total, *changed, inParent, seen, sourceRows, parentSeen), true, nil
 }
 
-// runReader is where the parent chain's runs are read from.
-func (p *Publisher) runReader() RunReader {
-	if p.Runs != nil {
-		return p.Runs
+// wholeChange reports whether the changed rows, inParent of them in the parent, are
+// the whole change (see changedOnly): no row was deleted exactly when the parent's
+// count plus the new ids is the source's total. If so it sets the join's counts.
+func wholeChange(parent CollectionStats, total int64, changed []Document, inParent, seen int64, sourceRows, parentSeen *int64) bool {
+	if parent.Rows+int64(len(changed))-inParent != total {
+		return false // rows were deleted: every id is needed
 	}
-	return p.Store
+	*sourceRows = total - int64(len(changed)) // onDoc counts the changed ones
+	*parentSeen = seen
+	return true
+}
+
+// cachedRuns returns the parent chain's runs (newest first) decoded from the run
+// cache, for lookups; nil when there is no cache or a run is over its budget. Each
+// run's live entries and tombstones are checked against its layer's counts, which is
+// what the whole-chain merge's count check would catch of a run cut short.
+func (p *Publisher) cachedRuns(ctx context.Context, parent CollectionStats, name string) ([]*decodedRun, error) {
+	if p.Runs == nil {
+		return nil, nil
+	}
+	runs := make([]*decodedRun, len(parent.Layers))
+	for i, l := range parent.Layers {
+		r, err := p.Runs.run(ctx, p.Dataset, l.Version, name)
+		if err != nil || r == nil {
+			return nil, err
+		}
+		if r.docs != l.Docs || r.tomb != l.Tombstones {
+			return nil, fmt.Errorf("%w: layer %s's fingerprints of %s hold %d documents and %d tombstones, its manifest %d and %d",
+				errDeltaInconsistent, l.Version, name, r.docs, r.tomb, l.Docs, l.Tombstones)
+		}
+		runs[i] = r
+	}
+	return runs, nil
 }

@@ -90,9 +90,9 @@ type Publisher struct {
 	// RebaseRatio writes a base once the chain's deltas hold more rows than this
 	// share of the base's (default DefaultRebaseRatio).
 	RebaseRatio float64
-	// Runs is where the parent chain's fingerprint runs are read from; nil reads them
-	// from Store every time. A long-running syncer sets a RunCache over Store.
-	Runs RunReader
+	// Runs keeps the parent chain's fingerprint runs decoded; nil reads them from
+	// Store every time. A long-running syncer sets a RunCache over Store.
+	Runs *RunCache
 	Now  func() time.Time
 	Log  *slog.Logger
 }

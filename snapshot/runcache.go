@@ -2,22 +2,29 @@ package snapshot
 
 import (
 	"context"
+	"fmt"
+	"sort"
+	"strings"
 	"sync"
 )
 
-// RunCache keeps the fingerprint runs a long-running syncer reads whole, in memory,
-// so that a sync per second does not read the parent chain's runs from Bigtable every
-// time (at 1M rows a base's run is about 25 MB). A layer never changes once written (a
-// version id is never reused; a refresh rewrites the same bytes), so a run cached by
-// (dataset, layer, collection) is never stale. The least recently used runs go first
-// once the cache holds more than its byte budget; a run larger than the budget is not
-// kept.
+// RunCache keeps the fingerprint runs a long-running syncer reads, decoded, in
+// memory, so that a sync per second neither reads the parent chain's runs from
+// Bigtable nor decodes them again (at 1M rows a base's run is about 25 MB stored and
+// 36 MB decoded). A decoded run also answers point lookups, so a delta of a few
+// changed rows looks their parent entries up instead of merging the whole chain
+// (changedOnly). A layer never changes once written (a version id is never reused; a
+// refresh rewrites the same bytes), so a run cached by (dataset, layer, collection)
+// is never stale. The least recently used runs go first once the cache holds more
+// than its byte budget; a run larger than the budget is not kept, and is streamed
+// from the store instead.
 type RunCache struct {
 	st  RunReader
 	max int64
 
 	mu    sync.Mutex
-	runs  map[runKey]*cachedRun
+	runs  map[runKey]*decodedRun
+	big   map[runKey]bool // runs found over the budget, streamed from now on
 	size  int64
 	clock int64
 }
@@ -28,58 +35,125 @@ type runKey struct {
 	collection string
 }
 
-type cachedRun struct {
-	chunks [][]byte
-	size   int64
-	used   int64
+// decodedRun is one layer's run, decoded: entry i's id is ids[ends[i-1]:ends[i]].
+type decodedRun struct {
+	ids        string
+	ends       []uint32
+	lens       []int64
+	sums       []Digest
+	dead       []bool
+	docs, tomb int64 // live entries and tombstones
+	size       int64 // bytes held
+	used       int64 // the cache's clock when last used
+}
+
+// decodedEntryBytes is what an entry costs decoded, besides its id.
+const decodedEntryBytes = 4 + 8 + 16 + 1
+
+func (r *decodedRun) len() int { return len(r.ends) }
+
+func (r *decodedRun) id(i int) string {
+	start := uint32(0)
+	if i > 0 {
+		start = r.ends[i-1]
+	}
+	return r.ids[start:r.ends[i]]
+}
+
+func (r *decodedRun) at(i int) RunEntry {
+	return RunEntry{ID: r.id(i), Deleted: r.dead[i], Len: r.lens[i], Sum: r.sums[i]}
+}
+
+// find returns the layer's own entry for id, a tombstone included.
+func (r *decodedRun) find(id string) (RunEntry, bool) {
+	i := sort.Search(r.len(), func(i int) bool { return r.id(i) >= id })
+	if i < r.len() && r.id(i) == id {
+		return r.at(i), true
+	}
+	return RunEntry{}, false
 }
 
 // DefaultRunCacheBytes is the budget syncer run gives its run cache: a 1M-row base's
 // run and its deltas' with room to spare.
 const DefaultRunCacheBytes = 64 << 20
 
-// NewRunCache returns a RunCache over st holding at most maxBytes of runs.
+// NewRunCache returns a RunCache over st holding at most maxBytes of decoded runs.
 func NewRunCache(st RunReader, maxBytes int64) *RunCache {
-	return &RunCache{st: st, max: maxBytes, runs: map[runKey]*cachedRun{}}
+	return &RunCache{st: st, max: maxBytes, runs: map[runKey]*decodedRun{}, big: map[runKey]bool{}}
 }
 
-// ScanRun calls fn with each chunk of the run, from memory when the run is cached,
-// otherwise from the store, keeping the run when it was read to its end.
-func (c *RunCache) ScanRun(ctx context.Context, dataset string, layer Version, collection string, fn func(chunk []byte) bool) error {
+// Entry returns the layer's own entry for id in its run for the collection (a
+// tombstone included); ok is false when the run names no such id. cached is false,
+// and nothing else returned, when the run is over the cache's budget.
+func (c *RunCache) Entry(ctx context.Context, dataset string, layer Version, collection, id string) (e RunEntry, ok, cached bool, err error) {
+	r, err := c.run(ctx, dataset, layer, collection)
+	if err != nil || r == nil {
+		return RunEntry{}, false, false, err
+	}
+	e, ok = r.find(id)
+	return e, ok, true, nil
+}
+
+// run returns the layer's run decoded, from memory or read and decoded whole from
+// the store and kept; nil when it is over the budget.
+func (c *RunCache) run(ctx context.Context, dataset string, layer Version, collection string) (*decodedRun, error) {
 	k := runKey{dataset, layer, collection}
 	c.mu.Lock()
 	r, ok := c.runs[k]
+	big := c.big[k]
 	if ok {
 		c.clock++
 		r.used = c.clock
 	}
 	c.mu.Unlock()
-	if ok {
-		for _, chunk := range r.chunks {
-			if !fn(chunk) {
-				return nil
-			}
-		}
-		return nil
+	if ok || big {
+		return r, nil
 	}
-	var chunks [][]byte
-	var size int64
-	whole := true
+	r = &decodedRun{}
+	var ids strings.Builder
+	var derr error
+	over := false
 	err := c.st.ScanRun(ctx, dataset, layer, collection, func(chunk []byte) bool {
-		if size += int64(len(chunk)); size <= c.max {
-			chunks = append(chunks, chunk)
-		}
-		if !fn(chunk) {
-			whole = false
-			return false
-		}
-		return true
+		derr = DecodeRunChunk(chunk, func(e RunEntry) error {
+			if r.size += int64(len(e.ID)) + decodedEntryBytes; r.size > c.max || int64(ids.Len()+len(e.ID)) > 1<<32-1 {
+				over = true
+				return errRunOverBudget
+			}
+			ids.WriteString(e.ID)
+			r.ends = append(r.ends, uint32(ids.Len()))
+			r.lens = append(r.lens, e.Len)
+			r.sums = append(r.sums, e.Sum)
+			r.dead = append(r.dead, e.Deleted)
+			if e.Deleted {
+				r.tomb++
+			} else {
+				r.docs++
+			}
+			return nil
+		})
+		return derr == nil
 	})
-	if err == nil && whole && size <= c.max {
-		c.put(k, &cachedRun{chunks: chunks, size: size})
+	if over {
+		c.mu.Lock()
+		if len(c.big) >= 1024 { // old layers' keys are of no more use
+			clear(c.big)
+		}
+		c.big[k] = true
+		c.mu.Unlock()
+		return nil, nil
 	}
-	return err
+	if err == nil {
+		err = derr
+	}
+	if err != nil {
+		return nil, fmt.Errorf("fingerprints of %s at layer %s: %w", collection, layer, err)
+	}
+	r.ids = ids.String()
+	c.put(k, r)
+	return r, nil
 }
+
+var errRunOverBudget = fmt.Errorf("fingerprint run over the cache's budget")
 
 // Cached returns how many runs and bytes the cache holds.
 func (c *RunCache) Cached() (runs int, bytes int64) {
@@ -88,7 +162,7 @@ func (c *RunCache) Cached() (runs int, bytes int64) {
 	return len(c.runs), c.size
 }
 
-func (c *RunCache) put(k runKey, r *cachedRun) {
+func (c *RunCache) put(k runKey, r *decodedRun) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if old, ok := c.runs[k]; ok {

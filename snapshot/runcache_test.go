@@ -1,55 +1,81 @@
-package snapshot_test
+package snapshot
 
 import (
 	"context"
+	"fmt"
 	"testing"
-
-	"github.com/snapflip/snapflip/snapshot"
 )
 
-// fixedRuns serves a 100-byte run for every layer and counts the reads per layer.
-type fixedRuns struct{ reads map[snapshot.Version]int }
-
-func (f *fixedRuns) ScanRun(_ context.Context, _ string, layer snapshot.Version, _ string, fn func([]byte) bool) error {
-	f.reads[layer]++
-	for range 2 {
-		if !fn(make([]byte, 50)) {
-			return nil
-		}
-	}
-	return nil
+// countedRuns serves the runs of memRuns and counts the reads per layer.
+type countedRuns struct {
+	memRuns
+	reads map[Version]int
 }
 
-// The run cache keeps whole runs within its budget and lets the least recently used
-// go first; a run read only in part is not kept.
+func (c *countedRuns) ScanRun(ctx context.Context, dataset string, layer Version, collection string, fn func([]byte) bool) error {
+	c.reads[layer]++
+	return c.memRuns.ScanRun(ctx, dataset, layer, collection, fn)
+}
+
+// The run cache keeps whole runs decoded within its budget and lets the least
+// recently used go first; a run over the budget is not kept, and is not read again
+// to find that out.
 func TestRunCacheEvictsTheLeastRecentlyUsed(t *testing.T) {
 	ctx := context.Background()
-	f := &fixedRuns{reads: map[snapshot.Version]int{}}
-	c := snapshot.NewRunCache(f, 250) // two runs of 100 bytes fit, not three
-	read := func(v snapshot.Version) {
+	runs := &countedRuns{memRuns: memRuns{}, reads: map[Version]int{}}
+	entries := func(n int) []RunEntry {
+		var es []RunEntry
+		for i := range n {
+			es = append(es, RunEntry{ID: fmt.Sprintf("id%03d", i), Len: int64(i + 1), Sum: Digest{uint64(i), 7}, Deleted: i == 3})
+		}
+		return es
+	}
+	for _, v := range []Version{"a", "b", "c"} {
+		runs.memRuns[v] = encodeRun(t, entries(10), 40)
+	}
+	runs.memRuns["huge"] = encodeRun(t, entries(30), 40)
+	one := int64(10 * (5 + decodedEntryBytes)) // ten entries with 5-byte ids
+	c := NewRunCache(runs, 2*one+one/2)         // two runs fit, not three
+	read := func(v Version, id string) (RunEntry, bool, bool) {
 		t.Helper()
-		if err := c.ScanRun(ctx, "ds", v, "c", func([]byte) bool { return true }); err != nil {
+		e, ok, cached, err := c.Entry(ctx, "ds", v, "c", id)
+		if err != nil {
 			t.Fatal(err)
 		}
+		return e, ok, cached
 	}
-	read("a")
-	read("b")
-	read("a") // a is now the more recently used
-	read("c") // evicts b
-	read("a")
-	read("b")
-	if want := map[snapshot.Version]int{"a": 1, "b": 2, "c": 1}; f.reads["a"] != want["a"] || f.reads["b"] != want["b"] || f.reads["c"] != want["c"] {
-		t.Errorf("store reads %v; want %v", f.reads, want)
+	read("a", "id001")
+	read("b", "id001")
+	read("a", "id001") // a is now the more recently used
+	read("c", "id001") // evicts b
+	read("a", "id001")
+	read("b", "id001")
+	if want := map[Version]int{"a": 1, "b": 2, "c": 1}; runs.reads["a"] != want["a"] || runs.reads["b"] != want["b"] || runs.reads["c"] != want["c"] {
+		t.Errorf("store reads %v; want %v", runs.reads, want)
 	}
-	if runs, bytes := c.Cached(); runs != 2 || bytes != 200 {
-		t.Errorf("cached %d runs, %d bytes; want 2, 200", runs, bytes)
+	if n, bytes := c.Cached(); n != 2 || bytes != 2*one {
+		t.Errorf("cached %d runs, %d bytes; want 2, %d", n, bytes, 2*one)
 	}
-	// A run the caller stopped reading is not kept.
-	if err := c.ScanRun(ctx, "ds", "d", "c", func([]byte) bool { return false }); err != nil {
-		t.Fatal(err)
+	// Lookups answer what the run holds, tombstones included.
+	if e, ok, cached := read("a", "id005"); !ok || !cached || e != (RunEntry{ID: "id005", Len: 6, Sum: Digest{5, 7}}) {
+		t.Errorf("entry id005: %+v ok %v cached %v", e, ok, cached)
 	}
-	read("d")
-	if f.reads["d"] != 2 {
-		t.Errorf("a run read in part was kept: %d store reads of it; want 2", f.reads["d"])
+	if e, ok, _ := read("a", "id003"); !ok || !e.Deleted {
+		t.Errorf("entry id003: %+v ok %v; want its tombstone", e, ok)
+	}
+	if _, ok, cached := read("a", "id0055"); ok || !cached {
+		t.Errorf("an id the run does not name: ok %v cached %v; want false, true", ok, cached)
+	}
+	// A run over the budget is not kept, and is known to be over it from then on.
+	for range 2 {
+		if _, ok, cached := read("huge", "id001"); ok || cached {
+			t.Errorf("a run over the budget: ok %v cached %v; want neither", ok, cached)
+		}
+	}
+	if runs.reads["huge"] != 1 {
+		t.Errorf("the run over the budget was read %d times; want once", runs.reads["huge"])
+	}
+	if n, _ := c.Cached(); n != 2 {
+		t.Errorf("cached %d runs after one over the budget; want 2", n)
 	}
 }
