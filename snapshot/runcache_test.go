@@ -35,7 +35,7 @@ func TestRunCacheEvictsTheLeastRecentlyUsed(t *testing.T) {
 	}
 	runs.memRuns["huge"] = encodeRun(t, entries(30), 40)
 	one := int64(10 * (5 + decodedEntryBytes)) // ten entries with 5-byte ids
-	c := NewRunCache(runs, 2*one+one/2)         // two runs fit, not three
+	c := NewRunCache(runs, 2*one+one/2)        // two runs fit, not three
 	read := func(v Version, id string) (RunEntry, bool, bool) {
 		t.Helper()
 		e, ok, cached, err := c.Entry(ctx, "ds", v, "c", id)
