@@ -297,6 +297,58 @@ func TestTickerFailsAbandonedVersions(t *testing.T) {
 	}
 }
 
+// A replica looks for abandoned versions in its first cycle and then once every
+// AbandonCheckEvery, not in every cycle (that lists every manifest).
+func TestAbandonedVersionsAreLookedForOnceAMinute(t *testing.T) {
+	r := newRig(t, twoCollections, twoTables...)
+	ctx := context.Background()
+	now := time.Now()
+	r.pub.Now = func() time.Time { return now }
+	lease, err := r.store.NewLease("publish/ds", store.LeaseConfig{Holder: "me"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tk := &snapshot.Ticker{Publisher: r.pub, Lease: lease, Slots: r.store, Holder: "me", Log: slog.New(slog.DiscardHandler)}
+	abandon := func() snapshot.Version {
+		t.Helper()
+		m := snapshot.Manifest{Dataset: "ds", Version: r.pub.Versions.Next(), State: snapshot.StateWriting, Token: 0, Writer: "dead"}
+		if err := r.store.CreateManifest(ctx, m); err != nil {
+			t.Fatal(err)
+		}
+		return m.Version
+	}
+	state := func(v snapshot.Version) snapshot.State {
+		t.Helper()
+		m, err := r.store.ReadManifest(ctx, "ds", v)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return m.State
+	}
+	cycle := func() {
+		t.Helper()
+		if _, _, err := tk.PublishLeased(ctx, snapshot.PublishOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	first := abandon()
+	cycle()
+	if got := state(first); got != snapshot.StateFailed {
+		t.Errorf("after the first cycle the abandoned version is %s; want failed", got)
+	}
+	second := abandon()
+	now = now.Add(snapshot.AbandonCheckEvery - time.Second)
+	cycle()
+	if got := state(second); got != snapshot.StateWriting {
+		t.Errorf("a cycle within %s of the last look marked the version %s; want it left writing", snapshot.AbandonCheckEvery, got)
+	}
+	now = now.Add(time.Second)
+	cycle()
+	if got := state(second); got != snapshot.StateFailed {
+		t.Errorf("a cycle %s after the last look left the abandoned version %s; want failed", snapshot.AbandonCheckEvery, got)
+	}
+}
+
 func TestValidationGatesRefuseAndLeaveThePointer(t *testing.T) {
 	tests := []struct {
 		name   string

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync"
 	"time"
 )
 
@@ -28,7 +29,18 @@ type Ticker struct {
 	// AcquireTimeout bounds the wait for the lease; default 1 minute.
 	AcquireTimeout time.Duration
 	Log            *slog.Logger
+
+	mu sync.Mutex
+	// abandonChecked is when this replica last looked for abandoned versions.
+	abandonChecked time.Time
 }
+
+// AbandonCheckEvery is how often a replica's cycles look for versions abandoned by
+// earlier lease holders: its first cycle does, and then one a minute. That lists every
+// manifest of the dataset, which a sync per second must not pay each time; a version
+// abandoned meanwhile can never be flipped (its writer's token is fenced out), it only
+// shows as writing until then.
+const AbandonCheckEvery = time.Minute
 
 // TickResult says what one tick did.
 type TickResult struct {
@@ -56,18 +68,23 @@ func (t *Ticker) Tick(ctx context.Context, slot int64, opts PublishOptions) (Tic
 	}
 	res.Claimed = true
 	opts.Slot = slot
-	pub, token, err := t.publishLeased(ctx, opts)
+	pub, token, err := t.publishLeased(ctx, t.AcquireTimeout, opts)
 	res.Publish, res.Token = pub, token
 	return res, err
 }
 
 // PublishLeased takes the lease and publishes once under its token (syncer once).
 func (t *Ticker) PublishLeased(ctx context.Context, opts PublishOptions) (PublishResult, uint64, error) {
-	return t.publishLeased(ctx, opts)
+	return t.publishLeased(ctx, t.AcquireTimeout, opts)
 }
 
-func (t *Ticker) publishLeased(ctx context.Context, opts PublishOptions) (PublishResult, uint64, error) {
-	timeout := t.AcquireTimeout
+// PublishLeasedWithin is PublishLeased waiting at most wait for the lease, rather than
+// AcquireTimeout.
+func (t *Ticker) PublishLeasedWithin(ctx context.Context, wait time.Duration, opts PublishOptions) (PublishResult, uint64, error) {
+	return t.publishLeased(ctx, wait, opts)
+}
+
+func (t *Ticker) publishLeased(ctx context.Context, timeout time.Duration, opts PublishOptions) (PublishResult, uint64, error) {
 	if timeout <= 0 {
 		timeout = time.Minute
 	}
@@ -95,9 +112,7 @@ func (t *Ticker) publishLeased(ctx context.Context, opts PublishOptions) (Publis
 	})
 	defer stop()
 
-	if _, err := t.Publisher.FailAbandoned(pctx, hold.Token()); err != nil {
-		t.log().WarnContext(ctx, "mark abandoned versions", "err", err)
-	}
+	t.failAbandoned(pctx, hold.Token())
 	opts, kept, done, err := t.Publisher.KeepAlive(pctx, opts)
 	if err != nil || done {
 		return kept, hold.Token(), err
@@ -108,6 +123,24 @@ func (t *Ticker) publishLeased(ctx context.Context, opts PublishOptions) (Publis
 		err = fmt.Errorf("%w (token %d): %v", ErrLeaseLost, hold.Token(), err)
 	}
 	return res, hold.Token(), err
+}
+
+// failAbandoned marks abandoned versions failed, at most every AbandonCheckEvery.
+func (t *Ticker) failAbandoned(ctx context.Context, token uint64) {
+	now := t.Publisher.now()
+	t.mu.Lock()
+	due := t.abandonChecked.IsZero() || now.Sub(t.abandonChecked) >= AbandonCheckEvery
+	t.mu.Unlock()
+	if !due {
+		return
+	}
+	if _, err := t.Publisher.FailAbandoned(ctx, token); err != nil {
+		t.log().WarnContext(ctx, "mark abandoned versions", "err", err)
+		return
+	}
+	t.mu.Lock()
+	t.abandonChecked = now
+	t.mu.Unlock()
 }
 
 func (t *Ticker) log() *slog.Logger {

@@ -122,8 +122,7 @@ func (m *Syncer) runWatch(ctx context.Context, s *syncer) {
 	// A change-driven sync gives up on the lease after a few seconds (and tries again
 	// after min_interval), so that it never holds this process's scheduled ticks up
 	// for the whole acquire timeout, as during a Bigtable outage.
-	tk := *s.ticker
-	tk.AcquireTimeout = min(max(tk.AcquireTimeout, time.Second), changeAcquireTimeout)
+	leaseWait := min(max(s.ticker.AcquireTimeout, time.Second), changeAcquireTimeout)
 	var lastStart time.Time
 	for {
 		select {
@@ -147,7 +146,7 @@ func (m *Syncer) runWatch(ctx context.Context, s *syncer) {
 		lastStart = time.Now()
 		clog := log.With("change_seen", first.UTC().Format(time.RFC3339Nano), "reason", reason)
 		s.cycle.Lock()
-		res, _, err := tk.PublishLeased(ctx, snapshot.PublishOptions{ChangeXmax: xmax, ChangeSeen: first})
+		res, _, err := s.ticker.PublishLeasedWithin(ctx, leaseWait, snapshot.PublishOptions{ChangeXmax: xmax, ChangeSeen: first})
 		s.cycle.Unlock()
 		switch {
 		case err != nil && ctx.Err() != nil:
