@@ -203,20 +203,26 @@ func (p *Publisher) writeLayer(ctx context.Context, snap DeltaSnapshot, w Docume
 		}
 		return w.Write(ctx, name, Document{ID: id, Body: body})
 	}
-	// A delta (not a merge) from a source that can send only the changed rows reads
-	// those alone when no row was deleted (changedOnly); the parent entries they
-	// replace are then all the join needs.
+	// A delta from a source that can send only the changed rows reads those alone
+	// when no row was deleted (changedOnly); the parent entries they replace are then
+	// all the join needs, and, for a merge, the merged deltas' entries (sparseMerge).
 	var changed []Document
-	var matched []RunEntry
+	var matched []fromEntry
 	sparse := false
-	if cs, ok := snap.(ChangedScanner); ok && kind == LayerDelta && merge == 0 {
+	if cs, ok := snap.(ChangedScanner); ok && kind == LayerDelta {
 		var consumed bool
 		if sparse, consumed, err = p.changedOnly(ctx, cs, pr, parent, name, since, &changed, &matched, &sourceRows, &parentSeen); err != nil {
 			return err
 		}
 		if consumed && !sparse { // the parent's run was read (its readers end with ctx): again, for the whole join
 			pr = openChainRun(ctx, p.Store, p.Runs, p.Dataset, parent.Layers, name)
+			pr.keepDeleted = merge > 0
 			changed, matched, sourceRows, parentSeen = nil, nil, 0, 0
+		}
+		if sparse && merge > 0 {
+			if changed, matched, err = p.sparseMerge(ctx, parent, name, merge, changed, matched, &sourceRows); err != nil {
+				return err
+			}
 		}
 	}
 
@@ -229,7 +235,7 @@ func (p *Publisher) writeLayer(ctx context.Context, snap DeltaSnapshot, w Docume
 		if sparse {
 			hasHead = len(matched) > 0
 			if hasHead {
-				head, headFrom, matched = matched[0], len(parent.Layers), matched[1:]
+				head, headFrom, matched = matched[0].RunEntry, matched[0].from, matched[1:]
 			}
 			return nil
 		}
@@ -493,7 +499,7 @@ const maxChangedOnly = 20_000
 // id, reading pr again if consumed; sourceRows and parentSeen are set for the join's
 // checks.
 func (p *Publisher) changedOnly(ctx context.Context, cs ChangedScanner, pr *chainRun, parent CollectionStats, name string,
-	since *Position, changed *[]Document, matched *[]RunEntry, sourceRows, parentSeen *int64) (ok, consumed bool, err error) {
+	since *Position, changed *[]Document, matched *[]fromEntry, sourceRows, parentSeen *int64) (ok, consumed bool, err error) {
 	total, ok, err := cs.ScanChanged(ctx, name, since, maxChangedOnly, func(d Document) error {
 		*changed = append(*changed, d)
 		return nil
@@ -508,10 +514,10 @@ func (p *Publisher) changedOnly(ctx context.Context, cs ChangedScanner, pr *chai
 		}
 		// Each changed id's parent entry is its newest layer's: looked up, not merged.
 		for _, d := range *changed {
-			for _, r := range runs {
+			for i, r := range runs {
 				if e, ok := r.find(d.ID); ok {
 					if !e.Deleted {
-						*matched = append(*matched, e)
+						*matched = append(*matched, fromEntry{e, i})
 						inParent++
 					}
 					break
@@ -529,12 +535,15 @@ func (p *Publisher) changedOnly(ctx context.Context, cs ChangedScanner, pr *chai
 		if !more {
 			break
 		}
+		if e.Deleted { // a merge's chain run names tombstones too
+			continue
+		}
 		seen++
 		for i < len(*changed) && (*changed)[i].ID < e.ID {
 			i++
 		}
 		if i < len(*changed) && (*changed)[i].ID == e.ID {
-			*matched = append(*matched, e)
+			*matched = append(*matched, fromEntry{e, pr.from})
 			inParent++
 			i++
 		}
@@ -543,6 +552,53 @@ func (p *Publisher) changedOnly(ctx context.Context, cs ChangedScanner, pr *chai
 		return false, true, fmt.Errorf("%w: the parent's fingerprints hold %d ids, its manifest %d", errDeltaInconsistent, seen, parent.Rows)
 	}
 	return wholeChange(parent, total, *changed, inParent, seen, sourceRows, parentSeen), true, nil
+}
+
+// fromEntry is a parent entry with the index in the chain of the layer it is from.
+type fromEntry struct {
+	RunEntry
+	from int
+}
+
+// sparseMerge adds to a merge read from the changed rows alone (changed, and their
+// parent entries matched) every entry of the merged deltas (the chain's newest merge
+// layers) whose id did not change: as a parent entry, and, when live, as a document
+// unchanged since the parent, so that the join keeps it (copies it, or keeps its
+// tombstone) as it does reading every id. sourceRows is lowered by the unchanged
+// documents added, which the join counts.
+func (p *Publisher) sparseMerge(ctx context.Context, parent CollectionStats, name string, merge int,
+	changed []Document, matched []fromEntry, sourceRows *int64) ([]Document, []fromEntry, error) {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	mr := openChainRun(ctx, p.Store, p.Runs, p.Dataset, parent.Layers[:merge], name)
+	mr.keepDeleted = true
+	docs := make([]Document, 0, len(changed))
+	heads := make([]fromEntry, 0, len(matched))
+	i, j := 0, 0
+	for {
+		e, ok, err := mr.next()
+		if err != nil {
+			return nil, nil, err
+		}
+		if !ok {
+			break
+		}
+		for ; i < len(changed) && changed[i].ID < e.ID; i++ {
+			docs = append(docs, changed[i])
+		}
+		for ; j < len(matched) && matched[j].ID < e.ID; j++ {
+			heads = append(heads, matched[j])
+		}
+		if i < len(changed) && changed[i].ID == e.ID {
+			continue // changed: its document and parent entry follow
+		}
+		heads = append(heads, fromEntry{e, mr.from})
+		if !e.Deleted {
+			docs = append(docs, Document{ID: e.ID}) // no body: unchanged since the parent
+			*sourceRows--
+		}
+	}
+	return append(docs, changed[i:]...), append(heads, matched[j:]...), nil
 }
 
 // wholeChange reports whether the changed rows, inParent of them in the parent, are

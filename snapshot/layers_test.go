@@ -135,8 +135,18 @@ func TestIncrementalPublishWritesOnlyChanges(t *testing.T) {
 // version reads exactly what a full copy of the same source holds. Deltas large
 // against their base (rebase_ratio) get a base.
 func TestChainsStayBounded(t *testing.T) {
+	// Without a run cache the parent chain's runs are merged; with one, the changed
+	// ids are looked up. A merge with no row deleted reads the changed rows alone.
+	t.Run("merged runs", func(t *testing.T) { testChainsStayBounded(t, false) })
+	t.Run("run cache lookups", func(t *testing.T) { testChainsStayBounded(t, true) })
+}
+
+func testChainsStayBounded(t *testing.T, cached bool) {
 	r := newRig(t, twoCollections, twoTables...)
 	r.pub.Incremental, r.pub.MaxLayers, r.pub.RebaseRatio = true, 3, 100
+	if cached {
+		r.pub.Runs = snapshot.NewRunCache(r.store, 1<<20)
+	}
 	full := r.twin()
 	ctx := context.Background()
 	base := r.publish(t, r.pub)
@@ -182,6 +192,9 @@ func TestChainsStayBounded(t *testing.T) {
 			u.Own.Copied != st.copied || u.Layers[0].Tombstones != st.tombst || u.Layers[len(u.Layers)-1].Version != base.Version {
 			t.Fatalf("step %d (%s): own %+v, chain %+v;\nwant a delta, chain %d, merged %d, copied %d, tombstones %d, over the base",
 				i, st.sql, *u.Own, u.Layers, st.chain, st.merged, st.copied, st.tombst)
+		}
+		if wantMode := snapshot.ModeChangedOnly; !strings.Contains(st.sql, "DELETE") && u.Own.Mode != wantMode {
+			t.Errorf("step %d (%s): read in mode %q; want %q", i, st.sql, u.Own.Mode, wantMode)
 		}
 		if pc := prev.Collections["users"]; st.merged > 0 && !slices.Equal(versionsOf(u.Layers[1:]), versionsOf(pc.Layers[st.merged:])) {
 			t.Errorf("step %d: merged chain %+v does not end in the parent's %+v without its %d newest", i, u.Layers, pc.Layers, st.merged)
