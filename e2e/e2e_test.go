@@ -27,6 +27,8 @@ import (
 type env struct {
 	dsn, btAddr, base, configPath string
 	stopAPI                       func()
+	// runs, when set, is the run cache every sync of this env shares, as in syncer run.
+	runs *snapshot.RunCache
 }
 
 const config = `dataset: e2e
@@ -135,7 +137,7 @@ func (e *env) startAPI(tb testing.TB, overrides ...string) {
 func (e *env) sync(tb testing.TB, args ...string) (string, error) {
 	tb.Helper()
 	var out bytes.Buffer
-	s := &cli.Syncer{Getenv: e.getenv, Stdout: &out, Stderr: io.Discard}
+	s := &cli.Syncer{Getenv: e.getenv, Stdout: &out, Stderr: io.Discard, Runs: e.runs}
 	err := s.Run(context.Background(), append(args, "once"))
 	return out.String(), err
 }

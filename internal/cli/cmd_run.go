@@ -28,7 +28,9 @@ cancels the running sync (which leaves the pointer as it was) and exits 0.`,
 			defer stop()
 			// A process that syncs again and again keeps the fingerprint runs it reads:
 			// the next delta's parent chain is mostly the same layers.
-			s.ticker.Publisher.Runs = snapshot.NewRunCache(s.store, snapshot.DefaultRunCacheBytes)
+			if s.ticker.Publisher.Runs == nil {
+				s.ticker.Publisher.Runs = snapshot.NewRunCache(s.store, snapshot.DefaultRunCacheBytes)
+			}
 			return m.runSchedule(ctx, s)
 		},
 	}

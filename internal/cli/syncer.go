@@ -30,6 +30,10 @@ type Syncer struct {
 	Ticks <-chan time.Time
 	// OnTick, when set, is called after every scheduled tick with its outcome (tests).
 	OnTick func(snapshot.TickResult, error)
+	// Runs, when set, is the fingerprint run cache of every sync, kept across Run
+	// calls (tests: a sequence of `once` commands syncs as `run` does); otherwise
+	// syncer run makes its own and once keeps none.
+	Runs *snapshot.RunCache
 }
 
 // startupTimeout bounds connecting to Bigtable and Postgres at start.
@@ -164,6 +168,7 @@ func (m *Syncer) start(ctx context.Context, g *syncerFlags, metricsAddr string) 
 		return nil, nil, err
 	}
 	s.ticker.Publisher.Crash = crashHook(m.Getenv)
+	s.ticker.Publisher.Runs = m.Runs
 	stopMetrics, err := serveMetrics(ctx, metricsAddr, s.metrics.reg, log)
 	if err != nil {
 		s.store.Close()
