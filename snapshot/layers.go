@@ -492,9 +492,10 @@ const maxChangedOnly = 20_000
 // changedOnly reads the collection's changed rows alone and matches them with the
 // parent's chain: looked up in the run cache's decoded runs when every run of the
 // chain is there, otherwise by reading pr to its end. The parent's entries for the
-// changed ids go to matched, in order. It reports whether they are the whole change: with I of them
-// not in the parent, no row was deleted exactly when the parent's count plus I is
-// the source's count (the source's other rows are, by row version, the parent's).
+// changed ids go to matched, in order. It reports whether they are the whole change:
+// with I of them not in the parent, no row was deleted exactly when the parent's
+// count plus I is the source's count (the source's other rows are, by row version,
+// the parent's).
 // Otherwise (a row deleted, too many changed, no row versions) the caller reads every
 // id, reading pr again if consumed; sourceRows and parentSeen are set for the join's
 // checks.

@@ -3,6 +3,7 @@ package snapshot
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -148,7 +149,9 @@ func (c *RunCache) run(ctx context.Context, dataset string, layer Version, colle
 	if err != nil {
 		return nil, fmt.Errorf("fingerprints of %s at layer %s: %w", collection, layer, err)
 	}
-	r.ids = ids.String()
+	// Kept at their size: the slices grew by doubling.
+	r.ids = strings.Clone(ids.String())
+	r.ends, r.lens, r.sums, r.dead = slices.Clone(r.ends), slices.Clone(r.lens), slices.Clone(r.sums), slices.Clone(r.dead)
 	c.put(k, r)
 	return r, nil
 }

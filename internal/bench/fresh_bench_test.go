@@ -85,6 +85,21 @@ func (p *syncerProc) stop() {
 	})
 }
 
+// peakMiB is the process's peak resident set so far (VmHWM), in MiB; 0 if unknown.
+func (p *syncerProc) peakMiB() float64 {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", p.cmd.Process.Pid))
+	if err != nil {
+		return 0
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if f := strings.Fields(line); len(f) == 3 && f[0] == "VmHWM:" {
+			kb, _ := strconv.ParseFloat(f[1], 64)
+			return kb / 1024
+		}
+	}
+	return 0
+}
+
 // logTail returns the end of the syncer's log, for failure messages.
 func (p *syncerProc) logTail() string {
 	b, _ := os.ReadFile(p.logPath)
@@ -381,6 +396,9 @@ func BenchmarkCommitToVisible(b *testing.B) {
 						1000*d("snapflip_commit_to_publish_seconds_sum")/n, n,
 						1000*d("snapflip_sync_duration_seconds_sum")/d("snapflip_sync_duration_seconds_count"), d("snapflip_sync_duration_seconds_count"))
 				}
+				b.Logf("  syncer run: peak RSS %.1f MiB (its run cache holds the chain's runs decoded), CPU %.1f s over the commits",
+					sp.peakMiB(), d("process_cpu_seconds_total"))
+				b.ReportMetric(sp.peakMiB(), "syncer_peak_MiB")
 				b.Logf("  a commit < 1s after a read on the same session, watch cold (not in the figures above): %s", strings.Join(probes, ", "))
 			}
 		})
