@@ -77,10 +77,9 @@ const notifyLockTimeout = "1s"
 // EXCLUSIVE in turn and holds the locks until it commits, so that every reader and
 // writer of those tables queues behind it meanwhile: it waits at most
 // removeLockTimeout for each table's lock, and removeStatementTimeout in all.
-const (
-	removeLockTimeout      = "1s"
-	removeStatementTimeout = "5s"
-)
+const removeLockTimeout = "1s"
+
+var removeStatementTimeout = "5s" // a variable for its test
 
 // InstallNotify installs what the notify mode needs, as Watch does in that mode at
 // start and whenever it finds the watched tables again: the function, and the trigger

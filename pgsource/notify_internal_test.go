@@ -3,6 +3,7 @@ package pgsource
 import (
 	"context"
 	"errors"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -133,5 +134,52 @@ func TestNotifyLockTimeoutSparesTheAdvisoryLock(t *testing.T) {
 	}
 	if err := <-errc; err != nil {
 		t.Errorf("install after waiting 1.5s for another's advisory lock = %v; want it installed", err)
+	}
+}
+
+// TestRemoveNotifyGivesUpAfterItsStatementTimeout: a drop that takes longer than
+// removeStatementTimeout in all (here: a table's lock held by a long transaction,
+// each lock wait still under removeLockTimeout) gives up with an error that says so,
+// removes nothing, and succeeds once the table is free.
+func TestRemoveNotifyGivesUpAfterItsStatementTimeout(t *testing.T) {
+	dsn := testenv.Postgres(t)
+	testenv.Exec(t, dsn, `CREATE TABLE nums (id int PRIMARY KEY, v text)`)
+	src, err := New(dsn, []Collection{{Name: "nums", Table: "nums"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	if _, err := src.InstallNotify(ctx); err != nil {
+		t.Fatal(err)
+	}
+	defer func(d string) { removeStatementTimeout = d }(removeStatementTimeout)
+	removeStatementTimeout = "300ms" // under the 1s lock timeout: the statement's gives out first
+
+	holder, err := pgx.Connect(ctx, dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer holder.Close(ctx)
+	tx, err := holder.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tx.Exec(ctx, `SELECT count(*) FROM nums`); err != nil { // a reader's ACCESS SHARE lock, held
+		t.Fatal(err)
+	}
+	_, _, err = src.RemoveNotify(ctx)
+	if err == nil || !strings.Contains(err.Error(), "took over 300ms") || !strings.Contains(err.Error(), "nothing was removed") {
+		t.Fatalf("RemoveNotify with the table's lock held past the statement timeout = %v; want it to give up, saying so", err)
+	}
+	var triggers int
+	if err := tx.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := holder.QueryRow(ctx, `SELECT count(*) FROM pg_trigger WHERE tgname = $1`, NotifyTrigger).Scan(&triggers); err != nil || triggers != 1 {
+		t.Fatalf("after the drop gave up: %d triggers named %s (%v); want the one, untouched", triggers, NotifyTrigger, err)
+	}
+	tables, found, err := src.RemoveNotify(ctx)
+	if err != nil || !found || len(tables) != 1 {
+		t.Fatalf("RemoveNotify once the table is free = %v, %v, %v; want the one table", tables, found, err)
 	}
 }
