@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -332,6 +333,78 @@ func TestDataTimeIsTheChainsOldest(t *testing.T) {
 // A flip keeps the document cache: after it, only the ids the new version's layer
 // changed are read from storage; the others are the parent's cached answers, also two
 // flips back, and a deleted id is not carried.
+// readCounter counts the manifest and run reads that reach the store.
+type readCounter struct {
+	snapshot.ReadStore
+	manifests, runs atomic.Int64
+}
+
+func (c *readCounter) ReadManifest(ctx context.Context, dataset string, v snapshot.Version) (snapshot.Manifest, error) {
+	c.manifests.Add(1)
+	return c.ReadStore.ReadManifest(ctx, dataset, v)
+}
+
+func (c *readCounter) ScanRun(ctx context.Context, dataset string, layer snapshot.Version, collection string, fn func([]byte) bool) error {
+	c.runs.Add(1)
+	return c.ReadStore.ScanRun(ctx, dataset, layer, collection, fn)
+}
+
+// A flip is loaded (the new version's manifest, and what its layer changed) by the
+// pointer refresh before requests see it: the first requests after it read neither
+// from the store, and still carry every unchanged answer.
+func TestFlipsAreLoadedBeforeTheyAreServed(t *testing.T) {
+	r := newRig(t, twoCollections, twoTables...)
+	r.pub.Incremental = true
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	v1 := r.publish(t, r.pub)
+	st := &readCounter{ReadStore: r.store}
+	res := snapshot.NewResolver("ds", st, snapshot.ResolverConfig{Refresh: 20 * time.Millisecond}, nil)
+	go res.Run(ctx)
+	// serving waits until the pointer names v (Pointer reads no manifest), then
+	// returns the current view.
+	serving := func(v snapshot.Version, before func()) snapshot.View {
+		t.Helper()
+		for deadline := time.Now().Add(10 * time.Second); ; {
+			p, err := res.Pointer(ctx)
+			if err == nil && p.Version == v {
+				before()
+				view, err := res.Current(ctx)
+				if err != nil {
+					t.Fatal(err)
+				}
+				return view
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("the resolver does not serve %s after 10s (pointer %s, %v)", v, p.Version, err)
+			}
+			time.Sleep(5 * time.Millisecond) // awaiting the refresh: a poll, not a wait for time to pass
+		}
+	}
+	readAll := func(view snapshot.View) {
+		t.Helper()
+		for i := 1; i <= 50; i++ {
+			if _, err := res.Get(ctx, view, "users", fmt.Sprintf("u%d", i)); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	readAll(serving(v1.Version, func() {}))
+	r.exec(t, `UPDATE users SET name = 'changed' WHERE id = 'u7'`)
+	v2 := r.publish(t, r.pub)
+	_, missesBefore := res.CacheStats()
+	carriedBefore := res.CarriedHits()
+	// Counted from when the pointer names v2, until every user was read at it.
+	var m0, r0 int64
+	readAll(serving(v2.Version, func() { m0, r0 = st.manifests.Load(), st.runs.Load() }))
+	if m, n := st.manifests.Load()-m0, st.runs.Load()-r0; m != 0 || n != 0 {
+		t.Errorf("requests after the flip read %d manifests and %d runs from the store; want none (the refresh loaded them)", m, n)
+	}
+	if _, misses := res.CacheStats(); misses-missesBefore != 1 || res.CarriedHits()-carriedBefore != 49 {
+		t.Errorf("after the flip: %d misses, %d carried; want 1 (u7), 49", misses-missesBefore, res.CarriedHits()-carriedBefore)
+	}
+}
+
 func TestCacheSurvivesFlips(t *testing.T) {
 	r := newRig(t, twoCollections, twoTables...)
 	r.pub.Incremental = true

@@ -126,15 +126,38 @@ func NewResolver(dataset string, store ReadStore, cfg ResolverConfig, now func()
 		cfg.CacheSize = def.CacheSize
 	}
 	r := &Resolver{dataset: dataset, store: store, cfg: cfg, now: now,
-		ptr: &pointerCache{refresh: cfg.Refresh, timeout: cfg.Timeout, maxStale: cfg.MaxStale, now: now,
-			read: func(ctx context.Context) (Pointer, error) { return store.ReadPointer(ctx, dataset) }},
 		fetch: &fetcher{store: store, dataset: dataset, timeout: cfg.Timeout}}
+	r.ptr = &pointerCache{refresh: cfg.Refresh, timeout: cfg.Timeout, maxStale: cfg.MaxStale, now: now, read: r.readPointer}
 	r.manifests, _ = lru.New[Version, Manifest](maxCachedManifests)
 	if cfg.CacheSize > 0 {
 		r.docs, _ = lru.New[cacheKey, *cacheEntry](cfg.CacheSize)
 		r.carry, _ = lru.New[carryKey, *changeSet](maxCachedManifests)
 	}
 	return r
+}
+
+// readPointer reads the pointer and, when it names a version not seen yet, loads that
+// version's manifest and what its layers changed (the cache carry) before the pointer
+// is served. Requests keep the old pointer meanwhile (a read in flight, within the
+// staleness bound), so a flip never makes them wait on Bigtable, however many arrive
+// at once. Loading is best effort: what fails here is read again on the request path,
+// which reports it.
+func (r *Resolver) readPointer(ctx context.Context) (Pointer, error) {
+	p, err := r.store.ReadPointer(ctx, r.dataset)
+	if err != nil || p.Version == "" {
+		return p, err
+	}
+	if _, ok := r.manifests.Peek(p.Version); ok {
+		return p, nil
+	}
+	view, verr := r.View(ctx, p.Version)
+	if verr != nil || r.carry == nil {
+		return p, nil
+	}
+	for _, name := range view.Manifest.CollectionNames() {
+		r.changes(ctx, p.Version, name)
+	}
+	return p, nil
 }
 
 // Pointer returns the pointer read at most one refresh interval ago, or at most one
