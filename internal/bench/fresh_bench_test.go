@@ -15,6 +15,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -622,25 +623,33 @@ func BenchmarkWatchCost(b *testing.B) {
 
 // BenchmarkCacheUnderFlips measures cache-hit reads of the metadata API (cache on,
 // its default size; a working set of 10,000 ids, warmed first; wrk at 32 connections
-// as in BenchmarkAPI's hit case, the API on CPU 0 and wrk on CPU 1) over 100,000
-// rows: with no flips; while a random 0.1% of the rows change every second and
-// `syncer run` (default watch) publishes them, so the pointer the API serves flips
-// about every second; and, as a control, under the same writes and syncs published
-// to another dataset, so the API sees no flip. Run it with -benchtime 1x.
+// as in BenchmarkAPI's hit case, the API on CPU 0 and wrk on CPU 1) over 100,000 rows,
+// in three kinds of phase: no flips (nothing changes); flips (a random 0.1% of the
+// served table's rows change every second and its `syncer run`, default watch,
+// publishes them, so the pointer the API serves flips about every second); and, as a
+// control, the same writes and syncs on another table of the same size published to
+// another dataset, so the API sees no flip. The same processes run throughout (two
+// syncers, the API, the emulator, Postgres): a phase differs from the others only in
+// which table, if any, takes the writes, so that no flips is the same deployment at
+// rest. Short phases in many rounds, each round in another order, pair each flips
+// phase with the no-flips phase next to it: the machine's own speed drifts by tens of
+// percent over minutes, more than the effect measured. Run it with -benchtime 1x.
 func BenchmarkCacheUnderFlips(b *testing.B) {
 	const rows, hot, stride, conns = 100_000, 10_000, 10, 32
-	const dur, rounds = 10 * time.Second, 3
+	const dur, warm, rounds = 5 * time.Second, 2 * time.Second, 6
 	const changedPerSec = rows / 1000 // 0.1%
 	defaultEnv(b)
 	dsn := testenv.Postgres(b)
-	loadItems(b, dsn, "items", rows)
-	settle(b, dsn, "items")
+	for _, t := range []string{"items", "items_other"} {
+		loadItems(b, dsn, t, rows)
+		settle(b, dsn, t)
+	}
 	dir := b.TempDir()
 	syncer := build(b, dir, "github.com/snapflip/snapflip/cmd/syncer")
 	apiBin := build(b, dir, "github.com/snapflip/snapflip/cmd/metadata-api")
 	served := writeConfig(b, dir, "served", "items", `schedule: "@every 1h"`)
 	other := filepath.Join(dir, "other.yaml")
-	if err := os.WriteFile(other, []byte("dataset: bench2\nschedule: \"@every 1h\"\ncollections:\n  - {name: items, table: items, key: id}\n"), 0o600); err != nil {
+	if err := os.WriteFile(other, []byte("dataset: bench2\nschedule: \"@every 1h\"\ncollections:\n  - {name: items, table: items_other, key: id}\n"), 0o600); err != nil {
 		b.Fatal(err)
 	}
 	addr, emulator := testenv.StartEmulator(b) // stopped when the benchmark ends
@@ -658,6 +667,10 @@ func BenchmarkCacheUnderFlips(b *testing.B) {
 		}
 	}
 	api := startAPI(b, apiBin, addr, serverCPU) // the default cache size and refresh
+	servedSyncer := startSyncerRun(b, syncer, served, dsn, addr)
+	otherSyncer := startSyncerRun(b, syncer, other, dsn, addr)
+	waitWatching(b, servedSyncer, time.Minute)
+	waitWatching(b, otherSyncer, time.Minute)
 
 	// The working set: every stride-th id, so the changed rows touch it as often as any.
 	script := filepath.Join(dir, "hot.lua")
@@ -667,88 +680,85 @@ func BenchmarkCacheUnderFlips(b *testing.B) {
 	}
 	wrk(b, conns, 3*time.Second, loadCPU, api, script) // warm the cache
 
-	// changes updates a random 0.1% of the rows once a second until stopped.
-	changes := func() (stop func()) {
-		ctx, cancel := context.WithCancel(context.Background())
-		done := make(chan struct{})
-		conn, err := pgx.Connect(ctx, dsn)
-		if err != nil {
-			b.Fatal(err)
-		}
-		go func() {
-			defer conn.Close(context.Background())
-			defer close(done)
-			rng := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 7))
-			t := time.NewTicker(time.Second)
-			defer t.Stop()
-			for {
+	// The writer updates a random 0.1% of the rows of the table target names (none
+	// when empty) once a second, until the benchmark ends.
+	var target atomic.Value
+	target.Store("")
+	ctx, cancel := context.WithCancel(context.Background())
+	writerDone := make(chan struct{})
+	conn, err := pgx.Connect(ctx, dsn)
+	if err != nil {
+		b.Fatal(err)
+	}
+	go func() {
+		defer conn.Close(context.Background())
+		defer close(writerDone)
+		rng := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 7))
+		t := time.NewTicker(time.Second)
+		defer t.Stop()
+		for {
+			if table := target.Load().(string); table != "" {
 				ids := make([]int64, 0, changedPerSec)
 				for len(ids) < changedPerSec {
 					ids = append(ids, int64(1+rng.IntN(rows)))
 				}
-				if _, err := conn.Exec(ctx, `UPDATE items SET qty = qty + 1, updated_at = now() WHERE id = ANY($1)`, ids); err != nil && ctx.Err() == nil {
-					b.Errorf("update: %v", err)
-				}
-				select {
-				case <-ctx.Done():
-					return
-				case <-t.C:
+				if _, err := conn.Exec(ctx, `UPDATE `+table+` SET qty = qty + 1, updated_at = now() WHERE id = ANY($1)`, ids); err != nil && ctx.Err() == nil {
+					b.Errorf("update %s: %v", table, err)
 				}
 			}
-		}()
-		return func() { cancel(); <-done }
-	}
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+			}
+		}
+	}()
+	defer func() { cancel(); <-writerDone }()
 
 	type result struct {
 		load
 		hits, misses      float64
-		apiCPU, syncerCPU float64 // seconds of CPU the API and syncer processes used
+		apiCPU, syncerCPU float64 // seconds of CPU the API and both syncers used
 		emuCPU, pgCPU     float64 // and the emulator and the database's backends
-		published, bases  float64
-		failed, unchanged float64
+		published, bases  float64 // versions of the dataset the phase writes for
+		failed            float64
 		flipsPerSec       float64
 	}
-	// phase measures one case: "none" (no writes, no syncer), "flips" (the served
-	// dataset's syncer), "control" (the other dataset's syncer).
+	// phase measures one kind: "none" (no writes), "flips" (writes to the served
+	// table), "control" (writes to the other table).
 	phase := func(kind string) result {
-		var sp *syncerProc
-		var stopChanges func()
-		switch kind {
-		case "flips":
-			sp = startSyncerRun(b, syncer, served, dsn, addr)
-		case "control":
-			sp = startSyncerRun(b, syncer, other, dsn, addr)
+		written := map[string]string{"none": "", "flips": "items", "control": "items_other"}[kind]
+		target.Store(written)
+		wrk(b, conns, warm, loadCPU, api, script) // the writes and syncs under way, or the last one done
+		sp := servedSyncer
+		if kind == "control" {
+			sp = otherSyncer
 		}
-		if sp != nil {
-			waitWatching(b, sp, time.Minute)
-			stopChanges = changes()
-		}
-		wrk(b, conns, 2*time.Second, loadCPU, api, script) // warm; the flips under way
-		var s0 metricsOf
-		if sp != nil {
-			s0 = scrape(sp.metrics)
-		}
+		s0, o0 := scrape(servedSyncer.metrics), scrape(otherSyncer.metrics)
 		a0, e0, pg0 := scrape(api+"/metrics"), procCPU(b, emulator.Process.Pid, hz), backendsCPU(b, pgConn, hz)
 		l := wrk(b, conns, dur, loadCPU, api, script)
 		a1, e1, pg1 := scrape(api+"/metrics"), procCPU(b, emulator.Process.Pid, hz), backendsCPU(b, pgConn, hz)
+		s1, o1 := scrape(servedSyncer.metrics), scrape(otherSyncer.metrics)
 		r := result{load: l, emuCPU: (e1 - e0).Seconds(), pgCPU: cpuSince(pg0, pg1).Seconds()}
 		r.hits = a1.sum("snapflip_api_cache_hits_total") - a0.sum("snapflip_api_cache_hits_total")
 		r.misses = a1.sum("snapflip_api_cache_misses_total") - a0.sum("snapflip_api_cache_misses_total")
 		r.apiCPU = a1.sum("process_cpu_seconds_total") - a0.sum("process_cpu_seconds_total")
-		if sp != nil {
-			s1 := scrape(sp.metrics)
-			d := func(name string, match ...string) float64 { return s1.sum(name, match...) - s0.sum(name, match...) }
-			r.published = d("snapflip_syncs_total", `result="published"`)
-			r.unchanged = d("snapflip_syncs_total", `result="unchanged"`)
-			r.failed = d("snapflip_syncs_total", `result="failed"`)
-			r.bases = d("snapflip_sync_layers_total", `kind="base"`)
-			r.syncerCPU = d("process_cpu_seconds_total")
-			r.flipsPerSec = r.published / dur.Seconds()
-			stopChanges()
-			sp.stop()
+		r.syncerCPU = s1.sum("process_cpu_seconds_total") - s0.sum("process_cpu_seconds_total") +
+			o1.sum("process_cpu_seconds_total") - o0.sum("process_cpu_seconds_total")
+		m0, m1 := s0, s1
+		if sp == otherSyncer {
+			m0, m1 = o0, o1
 		}
+		d := func(name string, match ...string) float64 { return m1.sum(name, match...) - m0.sum(name, match...) }
+		r.published = d("snapflip_syncs_total", `result="published"`)
+		r.failed = d("snapflip_syncs_total", `result="failed"`)
+		r.bases = d("snapflip_sync_layers_total", `kind="base"`)
+		r.flipsPerSec = r.published / dur.Seconds()
 		if l.errors > 0 {
 			b.Errorf("%s: %d errors under load", kind, l.errors)
+		}
+		if kind == "none" && s1.sum("snapflip_syncs_total", `result="published"`) != s0.sum("snapflip_syncs_total", `result="published"`) {
+			b.Errorf("no flips: the served dataset flipped during the phase")
 		}
 		return r
 	}
@@ -757,7 +767,7 @@ func BenchmarkCacheUnderFlips(b *testing.B) {
 		kinds := []string{"none", "control", "flips"}
 		best := map[string]result{}
 		all := map[string][]string{}
-		var paired []float64 // flips/no flips within each round
+		var paired, pairedControl []float64 // flips/no flips and flips/control within each round
 		for r := range rounds {
 			this := map[string]float64{}
 			for j := range kinds {
@@ -765,10 +775,10 @@ func BenchmarkCacheUnderFlips(b *testing.B) {
 				res := phase(k)
 				this[k] = res.rps
 				round := fmt.Sprintf("%.0f", res.rps)
-				if res.hits+res.misses > 0 && res.hits < res.hits+res.misses {
-					round += fmt.Sprintf(" (hits %.2f%%", 100*res.hits/(res.hits+res.misses))
-					if k != "none" {
-						round += fmt.Sprintf(", %.0f versions, %.0f bases", res.published, res.bases)
+				if k != "none" {
+					round += fmt.Sprintf(" (%.0f versions", res.published)
+					if res.hits+res.misses > 0 && res.hits < res.hits+res.misses {
+						round += fmt.Sprintf(", hits %.2f%%", 100*res.hits/(res.hits+res.misses))
 					}
 					round += ")"
 				}
@@ -776,11 +786,16 @@ func BenchmarkCacheUnderFlips(b *testing.B) {
 				if res.rps > best[k].rps {
 					best[k] = res
 				}
+				if k == "flips" && res.failed > 0 {
+					b.Errorf("flips: %.0f syncs failed", res.failed)
+				}
 			}
 			paired = append(paired, this["flips"]/this["none"])
+			pairedControl = append(pairedControl, this["flips"]/this["control"])
 		}
 		slices.Sort(paired)
-		pairedMedian := paired[len(paired)/2]
+		slices.Sort(pairedControl)
+		median := func(xs []float64) float64 { return (xs[(len(xs)-1)/2] + xs[len(xs)/2]) / 2 }
 		none, control, flips := best["none"], best["control"], best["flips"]
 		ratio := flips.rps / none.rps
 		hitRate := func(r result) float64 {
@@ -792,27 +807,27 @@ func BenchmarkCacheUnderFlips(b *testing.B) {
 		b.ReportMetric(none.rps, "noflip_req/s")
 		b.ReportMetric(flips.rps, "flips_req/s")
 		b.ReportMetric(ratio, "flips/noflip")
-		b.ReportMetric(pairedMedian, "flips/noflip_median")
-		b.ReportMetric(flips.rps/control.rps, "flips/control")
+		b.ReportMetric(median(paired), "flips/noflip_median")
+		b.ReportMetric(median(pairedControl), "flips/control_median")
 		b.ReportMetric(hitRate(flips), "flips_hit_%")
 		b.ReportMetric(flips.flipsPerSec, "flips/s")
-		b.Logf("metadata API, cache hits over a working set of %d ids (cache on, default size), %d rows, %d connections from wrk, %s each, best of %d",
-			hot, rows, conns, dur, rounds)
-		b.Logf("  no flips                                %s  hit rate %.3f%%; every round: %s req/s",
+		b.Logf("metadata API, cache hits over a working set of %d ids (cache on, default size), %d rows, %d connections from wrk, %d rounds of three %s phases (after %s of warm-up each)",
+			hot, rows, conns, rounds, dur, warm)
+		b.Logf("  no flips (nothing written)                  best %s  hit rate %.3f%%; every round: %s req/s",
 			none.load, hitRate(none), strings.Join(all["none"], ", "))
-		b.Logf("  control: 0.1%%/s changed, synced to another dataset   %s  hit rate %.3f%%; every round: %s req/s; %.0f versions (%.0f bases) of the other dataset",
-			control.load, hitRate(control), strings.Join(all["control"], ", "), control.published, control.bases)
-		b.Logf("  flips: 0.1%%/s changed, served dataset   %s  hit rate %.3f%%; every round: %s req/s; %.0f flips (%.2f/s; %.0f of them rebases), %.0f syncs unchanged, %.0f failed",
-			flips.load, hitRate(flips), strings.Join(all["flips"], ", "), flips.published, flips.flipsPerSec, flips.bases, flips.unchanged, flips.failed)
+		b.Logf("  control: 0.1%%/s of another table changed, synced to another dataset   best %s; every round: %s req/s",
+			control.load, strings.Join(all["control"], ", "))
+		b.Logf("  flips: 0.1%%/s of the served table changed   best %s  hit rate %.3f%%; every round: %s req/s; best round: %.0f flips (%.2f/s; %.0f of them new bases)",
+			flips.load, hitRate(flips), strings.Join(all["flips"], ", "), flips.published, flips.flipsPerSec, flips.bases)
 		perReq := func(r result) float64 { return 1e6 * r.apiCPU / float64(max(r.requests, 1)) }
 		b.ReportMetric(perReq(flips)/perReq(none), "flips/noflip_cpu_per_req")
 		b.Logf("  API CPU per request (its process_cpu_seconds over wrk's requests, best rounds): no flips %.1fµs, control %.1fµs, flips %.1fµs (flips/no flips %.3f)",
 			perReq(none), perReq(control), perReq(flips), perReq(flips)/perReq(none))
 		bg := func(r result) string {
-			return fmt.Sprintf("syncer %.0f%%, emulator %.0f%%, Postgres backends %.0f%%", 100*r.syncerCPU/dur.Seconds(), 100*r.emuCPU/dur.Seconds(), 100*r.pgCPU/dur.Seconds())
+			return fmt.Sprintf("syncers %.0f%%, emulator %.0f%%, Postgres backends %.0f%%", 100*r.syncerCPU/dur.Seconds(), 100*r.emuCPU/dur.Seconds(), 100*r.pgCPU/dur.Seconds())
 		}
 		b.Logf("  other processes' CPU in the best rounds, %% of one core: no flips: %s; control: %s; flips: %s", bg(none), bg(control), bg(flips))
-		b.Logf("  flips/no flips %.3f, best against best (target >= 0.90); per round (sorted) %s, median %.3f; flips/control %.3f",
-			ratio, fmt.Sprintf("%.3f", paired), pairedMedian, flips.rps/control.rps)
+		b.Logf("  flips/no flips: median of the rounds' pairs %.3f (target >= 0.90), per round (sorted) %s; best against best %.3f; flips/control: median %.3f, per round %s",
+			median(paired), fmt.Sprintf("%.3f", paired), ratio, median(pairedControl), fmt.Sprintf("%.3f", pairedControl))
 	}
 }
