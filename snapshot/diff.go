@@ -95,7 +95,7 @@ func diffLayers(ctx context.Context, st DiffStore, dataset string, a, b []Versio
 	// The union of the ids the unique layers name, tombstones included, in order.
 	run := &chainRun{keepDeleted: true}
 	for _, l := range append(append([]LayerRef{}, ua...), ub...) {
-		run.its = append(run.its, newRunIter(ctx, st, nil, dataset, l.Version, name))
+		run.its = append(run.its, newRunIter(ctx, st, nil, dataset, l, name))
 	}
 	var batch []string
 	flush := func() error {

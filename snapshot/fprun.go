@@ -172,9 +172,9 @@ type runIter struct {
 
 // newRunIter reads the layer's run from cache when it is not nil (streaming it from
 // the cache's store when it is over the budget), otherwise from st.
-func newRunIter(ctx context.Context, st RunReader, cache *RunCache, dataset string, layer Version, collection string) *runIter {
+func newRunIter(ctx context.Context, st RunReader, cache *RunCache, dataset string, layer LayerRef, collection string) *runIter {
 	if cache != nil {
-		r, err := cache.run(ctx, dataset, layer, collection)
+		r, err := cache.run(ctx, dataset, layer.Version, collection, layer.Docs+layer.Tombstones)
 		if err != nil {
 			return &runIter{done: true, err: err}
 		}
@@ -187,7 +187,7 @@ func newRunIter(ctx context.Context, st RunReader, cache *RunCache, dataset stri
 	go func() {
 		defer close(it.ch)
 		var derr error
-		err := st.ScanRun(ctx, dataset, layer, collection, func(chunk []byte) bool {
+		err := st.ScanRun(ctx, dataset, layer.Version, collection, func(chunk []byte) bool {
 			var es []RunEntry
 			if derr = DecodeRunChunk(chunk, func(e RunEntry) error { es = append(es, e); return nil }); derr != nil {
 				return false
@@ -204,7 +204,7 @@ func newRunIter(ctx context.Context, st RunReader, cache *RunCache, dataset stri
 			err = derr
 		}
 		if err != nil {
-			err = fmt.Errorf("fingerprints of %s at layer %s: %w", collection, layer, err)
+			err = fmt.Errorf("fingerprints of %s at layer %s: %w", collection, layer.Version, err)
 		}
 		it.errc <- err
 	}()
@@ -259,7 +259,7 @@ type chainRun struct {
 func openChainRun(ctx context.Context, st RunReader, cache *RunCache, dataset string, layers []LayerRef, collection string) *chainRun {
 	c := &chainRun{}
 	for _, l := range layers {
-		c.its = append(c.its, newRunIter(ctx, st, cache, dataset, l.Version, collection))
+		c.its = append(c.its, newRunIter(ctx, st, cache, dataset, l, collection))
 	}
 	return c
 }

@@ -624,7 +624,7 @@ func (p *Publisher) cachedRuns(ctx context.Context, parent CollectionStats, name
 	}
 	runs := make([]*decodedRun, len(parent.Layers))
 	for i, l := range parent.Layers {
-		r, err := p.Runs.run(ctx, p.Dataset, l.Version, name)
+		r, err := p.Runs.run(ctx, p.Dataset, l.Version, name, l.Docs+l.Tombstones)
 		if err != nil || r == nil {
 			return nil, err
 		}

@@ -3,7 +3,6 @@ package snapshot
 import (
 	"context"
 	"fmt"
-	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -87,7 +86,7 @@ func NewRunCache(st RunReader, maxBytes int64) *RunCache {
 // tombstone included); ok is false when the run names no such id. cached is false,
 // and nothing else returned, when the run is over the cache's budget.
 func (c *RunCache) Entry(ctx context.Context, dataset string, layer Version, collection, id string) (e RunEntry, ok, cached bool, err error) {
-	r, err := c.run(ctx, dataset, layer, collection)
+	r, err := c.run(ctx, dataset, layer, collection, 0)
 	if err != nil || r == nil {
 		return RunEntry{}, false, false, err
 	}
@@ -96,8 +95,10 @@ func (c *RunCache) Entry(ctx context.Context, dataset string, layer Version, col
 }
 
 // run returns the layer's run decoded, from memory or read and decoded whole from
-// the store and kept; nil when it is over the budget.
-func (c *RunCache) run(ctx context.Context, dataset string, layer Version, collection string) (*decodedRun, error) {
+// the store and kept; nil when it is over the budget. entries, when known (the
+// layer's documents and tombstones), sizes the arrays up front, so that decoding a
+// large run leaves no garbage of grown copies behind.
+func (c *RunCache) run(ctx context.Context, dataset string, layer Version, collection string, entries int64) (*decodedRun, error) {
 	k := runKey{dataset, layer, collection}
 	c.mu.Lock()
 	r, ok := c.runs[k]
@@ -110,7 +111,14 @@ func (c *RunCache) run(ctx context.Context, dataset string, layer Version, colle
 	if ok || big {
 		return r, nil
 	}
+	if entries*decodedEntryBytes > c.max {
+		c.markBig(k) // over the budget by its entries alone: not read to find that out
+		return nil, nil
+	}
 	r = &decodedRun{}
+	if n := int(entries); n > 0 && int64(n)*decodedEntryBytes <= c.max {
+		r.ends, r.lens, r.sums, r.dead = make([]uint32, 0, n), make([]int64, 0, n), make([]Digest, 0, n), make([]bool, 0, n)
+	}
 	var ids strings.Builder
 	var derr error
 	over := false
@@ -135,12 +143,7 @@ func (c *RunCache) run(ctx context.Context, dataset string, layer Version, colle
 		return derr == nil
 	})
 	if over {
-		c.mu.Lock()
-		if len(c.big) >= 1024 { // old layers' keys are of no more use
-			clear(c.big)
-		}
-		c.big[k] = true
-		c.mu.Unlock()
+		c.markBig(k)
 		return nil, nil
 	}
 	if err == nil {
@@ -149,11 +152,19 @@ func (c *RunCache) run(ctx context.Context, dataset string, layer Version, colle
 	if err != nil {
 		return nil, fmt.Errorf("fingerprints of %s at layer %s: %w", collection, layer, err)
 	}
-	// Kept at their size: the slices grew by doubling.
-	r.ids = strings.Clone(ids.String())
-	r.ends, r.lens, r.sums, r.dead = slices.Clone(r.ends), slices.Clone(r.lens), slices.Clone(r.sums), slices.Clone(r.dead)
+	r.ids = ids.String()
 	c.put(k, r)
 	return r, nil
+}
+
+// markBig remembers that the run is over the budget.
+func (c *RunCache) markBig(k runKey) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if len(c.big) >= 1024 { // old layers' keys are of no more use
+		clear(c.big)
+	}
+	c.big[k] = true
 }
 
 var errRunOverBudget = fmt.Errorf("fingerprint run over the cache's budget")
