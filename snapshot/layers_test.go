@@ -680,6 +680,43 @@ func testDeltaReadsChangedRowsOnly(t *testing.T, cached bool) {
 	}
 }
 
+// A merge read from the changed rows alone keeps (copies) a merged delta's document
+// that the source wrote again with the same value: its row version changed, its
+// content did not, and the merged delta it lived in is replaced.
+func TestSparseMergeKeepsRewrittenUnchangedRows(t *testing.T) {
+	for _, cached := range []bool{false, true} {
+		t.Run(fmt.Sprintf("run cache %v", cached), func(t *testing.T) {
+			r := newRig(t, twoCollections, twoTables...)
+			r.pub.Incremental, r.pub.MaxLayers, r.pub.RebaseRatio = true, 3, 100
+			if cached {
+				r.pub.Runs = snapshot.NewRunCache(r.store, 1<<20)
+			}
+			full := r.twin()
+			r.publish(t, r.pub)
+			var m snapshot.Manifest
+			for _, stmt := range []string{
+				`UPDATE users SET name = 'one' WHERE id = 'u1'`,
+				`UPDATE users SET name = 'two' WHERE id = 'u2'`,
+				// The merge: u1 (in the merged deltas) written again unchanged, u3 changed.
+				`UPDATE users SET name = name WHERE id = 'u1'; UPDATE users SET name = 'three' WHERE id = 'u3'`,
+			} {
+				r.exec(t, stmt)
+				m = r.publish(t, r.pub)
+				f := r.publish(t, full)
+				if got, want := scanAll(t, r.store, "ds", m.Chain("users")), scanAll(t, r.store, "full", f.Chain("users")); !slices.Equal(got, want) {
+					t.Fatalf("after %q the chain reads %v;\nthe full copy %v", stmt, got, want)
+				}
+				if d, c := m.Collections["users"], f.Collections["users"]; d.Digest != c.Digest || d.Rows != c.Rows {
+					t.Fatalf("after %q: %d rows %s; the full copy %d %s", stmt, d.Rows, d.Digest, c.Rows, c.Digest)
+				}
+			}
+			if u := m.Collections["users"]; u.Layers[0].Merged != 2 || u.Own.Mode != snapshot.ModeChangedOnly || u.Own.Copied != 2 {
+				t.Errorf("the merge: layer %+v, own %+v; want two deltas merged from the changed rows alone, u1 and u2 copied", u.Layers[0], *u.Own)
+			}
+		})
+	}
+}
+
 // A table with inheritance children: its primary key does not cover theirs, so a
 // duplicate id in a child with a row deleted (a balanced count) is still caught.
 func TestChangedRowsOnlyNotForInheritance(t *testing.T) {
