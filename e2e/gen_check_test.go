@@ -506,11 +506,15 @@ func (r *genRun) checkTwin() []genMismatch {
 			switch ci.Own.Kind {
 			case snapshot.LayerDelta:
 				r.stats.deltas++
-				if len(ci.Layers) > 0 && ci.Layers[0].Merged > 0 {
+				merged := len(ci.Layers) > 0 && ci.Layers[0].Merged > 0
+				if merged {
 					r.stats.merged++
 				}
 				if ci.Own.Mode == snapshot.ModeChangedOnly {
 					r.stats.changedOnly++
+					if merged {
+						r.stats.mergedChangedOnly++
+					}
 				}
 			case snapshot.LayerBase:
 				r.stats.bases++

@@ -141,6 +141,8 @@ type genStats struct {
 	schemas, tables, columns, collections, syncs, published, failed, rowsChecked, gone int
 	// Of the incremental twin: layers written by kind, the longest chain, rollbacks.
 	deltas, merged, changedOnly, bases, longestChain, rollbacks, crashes int
+	mergedChangedOnly                                                    int // merges read from the changed rows alone
+	cached                                                               int // histories synced with a run cache
 	types                                                                map[string]int
 }
 
@@ -157,6 +159,8 @@ func (s *genStats) add(o genStats) {
 	s.deltas += o.deltas
 	s.merged += o.merged
 	s.changedOnly += o.changedOnly
+	s.mergedChangedOnly += o.mergedChangedOnly
+	s.cached += o.cached
 	s.bases += o.bases
 	s.longestChain = max(s.longestChain, o.longestChain)
 	s.rollbacks += o.rollbacks
@@ -175,9 +179,9 @@ func (s genStats) String() string {
 		kinds[strings.SplitN(k, " ", 2)[0]]++
 	}
 	return fmt.Sprintf("%d schemas, %d tables, %d columns of %d distinct types %v, %d collections, %d syncs (%d published, "+
-		"%d failed as they must), %d documents checked, %d gone ids checked; incremental: %d delta (%d merged, %d read from the changed rows alone) and %d base layers, "+
+		"%d failed as they must), %d documents checked, %d gone ids checked; incremental (%d histories with a run cache): %d delta (%d merged, %d read from the changed rows alone, %d of them merges) and %d base layers, "+
 		"chains up to %d layers, %d rollbacks, %d syncs killed, each version equal to its full twin", s.schemas, s.tables, s.columns, len(s.types), kinds,
-		s.collections, s.syncs, s.published, s.failed, s.rowsChecked, s.gone, s.deltas, s.merged, s.changedOnly, s.bases, s.longestChain, s.rollbacks, s.crashes)
+		s.collections, s.syncs, s.published, s.failed, s.rowsChecked, s.gone, s.cached, s.deltas, s.merged, s.changedOnly, s.mergedChangedOnly, s.bases, s.longestChain, s.rollbacks, s.crashes)
 }
 
 // genRun is one schema's history against one deployment, and its full-copy twin.
@@ -251,6 +255,7 @@ func newGenRun(t *testing.T, seed uint64, sz genSizes, s *sqlgen.Schema, colls [
 		// Half the histories sync as syncer run does: a run cache across syncs, so
 		// changed ids are looked up in the decoded runs rather than merged.
 		r.e.runs = snapshot.NewRunCache(testenv.Store(t, testenv.StoreConfig(r.e.btAddr)), snapshot.DefaultRunCacheBytes)
+		r.stats.cached = 1
 	}
 	return r
 }
