@@ -13,16 +13,24 @@ import (
 	"github.com/snapflip/snapflip/internal/testenv"
 )
 
-// TestListenerKeepAlive: after each silence of listenKeepAlive the listener checks
-// its connection with a round trip, and the timeout before it leaves the connection
-// listening: a commit after a few of them is still notified.
-func TestListenerKeepAlive(t *testing.T) {
+// numsSource returns a database with the table nums (id int PRIMARY KEY, v text),
+// after sql, and a Source serving it as the collection nums.
+func numsSource(t *testing.T, sql ...string) (string, *Source) {
+	t.Helper()
 	dsn := testenv.Postgres(t)
-	testenv.Exec(t, dsn, `CREATE TABLE nums (id int PRIMARY KEY, v text)`, `INSERT INTO nums VALUES (1, 'x')`)
+	testenv.Exec(t, dsn, append([]string{`CREATE TABLE nums (id int PRIMARY KEY, v text)`}, sql...)...)
 	src, err := New(dsn, []Collection{{Name: "nums", Table: "nums"}})
 	if err != nil {
 		t.Fatal(err)
 	}
+	return dsn, src
+}
+
+// TestListenerKeepAlive: after each silence of listenKeepAlive the listener checks
+// its connection with a round trip, and the timeout before it leaves the connection
+// listening: a commit after a few of them is still notified.
+func TestListenerKeepAlive(t *testing.T) {
+	dsn, src := numsSource(t, `INSERT INTO nums VALUES (1, 'x')`)
 	defer func(d time.Duration) { listenKeepAlive = d }(listenKeepAlive)
 	listenKeepAlive = 20 * time.Millisecond // set before the watch starts and restored after it ends
 
@@ -94,12 +102,7 @@ func TestListenerKeepAlive(t *testing.T) {
 // notifyLockTimeout for another one's advisory lock still installs its trigger: the
 // timeout is for the table's writers only.
 func TestNotifyLockTimeoutSparesTheAdvisoryLock(t *testing.T) {
-	dsn := testenv.Postgres(t)
-	testenv.Exec(t, dsn, `CREATE TABLE nums (id int PRIMARY KEY, v text)`)
-	src, err := New(dsn, []Collection{{Name: "nums", Table: "nums"}})
-	if err != nil {
-		t.Fatal(err)
-	}
+	dsn, src := numsSource(t)
 	ctx := context.Background()
 	if _, err := src.InstallNotify(ctx); err != nil {
 		t.Fatal(err)
@@ -142,12 +145,7 @@ func TestNotifyLockTimeoutSparesTheAdvisoryLock(t *testing.T) {
 // each lock wait still under removeLockTimeout) gives up with an error that says so,
 // removes nothing, and succeeds once the table is free.
 func TestRemoveNotifyGivesUpAfterItsStatementTimeout(t *testing.T) {
-	dsn := testenv.Postgres(t)
-	testenv.Exec(t, dsn, `CREATE TABLE nums (id int PRIMARY KEY, v text)`)
-	src, err := New(dsn, []Collection{{Name: "nums", Table: "nums"}})
-	if err != nil {
-		t.Fatal(err)
-	}
+	dsn, src := numsSource(t)
 	ctx := context.Background()
 	if _, err := src.InstallNotify(ctx); err != nil {
 		t.Fatal(err)
@@ -155,19 +153,9 @@ func TestRemoveNotifyGivesUpAfterItsStatementTimeout(t *testing.T) {
 	defer func(d string) { removeStatementTimeout = d }(removeStatementTimeout)
 	removeStatementTimeout = "300ms" // under the 1s lock timeout: the statement's gives out first
 
-	holder, err := pgx.Connect(ctx, dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer holder.Close(ctx)
-	tx, err := holder.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := tx.Exec(ctx, `SELECT count(*) FROM nums`); err != nil { // a reader's ACCESS SHARE lock, held
-		t.Fatal(err)
-	}
-	_, _, err = src.RemoveNotify(ctx)
+	tx := testenv.OpenTx(t, dsn, `SELECT count(*) FROM nums`) // a reader's ACCESS SHARE lock, held
+	holder := tx.Conn()
+	_, _, err := src.RemoveNotify(ctx)
 	if err == nil || !strings.Contains(err.Error(), "took over 300ms") || !strings.Contains(err.Error(), "nothing was removed") {
 		t.Fatalf("RemoveNotify with the table's lock held past the statement timeout = %v; want it to give up, saying so", err)
 	}

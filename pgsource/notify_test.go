@@ -166,15 +166,8 @@ func TestNotifyWatchReportsCommitsToWatchedTables(t *testing.T) {
 	none("a rolled-back write")
 
 	ctx := context.Background()
-	open, err := pgx.Connect(ctx, dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer open.Close(ctx)
-	tx, err := open.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
+	tx := testenv.OpenTx(t, dsn)
+	open := tx.Conn()
 	var xid uint64
 	if err := tx.QueryRow(ctx, `UPDATE nums SET v = 'later' WHERE id = 1 RETURNING pg_current_xact_id()::text::bigint`).Scan(&xid); err != nil {
 		t.Fatal(err)
@@ -369,19 +362,8 @@ func TestNotifyTroubleAfterStartLeavesThePollRunning(t *testing.T) {
 	// A table a writer holds, newly read by a view: its trigger waits for the lock
 	// and gives up.
 	ctx := context.Background()
-	writer, err := pgx.Connect(ctx, dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer writer.Close(ctx)
-	tx, err := writer.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer tx.Rollback(ctx)
-	if _, err := tx.Exec(ctx, `INSERT INTO extra VALUES (1, 'held')`); err != nil { // ROW EXCLUSIVE until it ends
-		t.Fatal(err)
-	}
+	tx := testenv.OpenTx(t, dsn, `INSERT INTO extra VALUES (1, 'held')`) // ROW EXCLUSIVE until it ends
+	writer := tx.Conn()
 	testenv.Exec(t, dsn, `CREATE OR REPLACE VIEW odd AS SELECT * FROM base WHERE id % 2 = 1 UNION ALL SELECT id, v FROM extra`)
 	line = log.await(t, "the table whose lock a writer holds", "level=WARN", "public.extra", "SQLSTATE 55P03")
 	t.Logf("logged: %s", line)
@@ -616,18 +598,8 @@ func TestNotifyRemoveGivesUpOnABusyTable(t *testing.T) {
 	if _, err := src.InstallNotify(ctx); err != nil {
 		t.Fatal(err)
 	}
-	reader, err := pgx.Connect(ctx, dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer reader.Close(ctx)
-	tx, err := reader.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := tx.Exec(ctx, `SELECT count(*) FROM parts_b`); err != nil { // holds ACCESS SHARE until it ends
-		t.Fatal(err)
-	}
+	tx := testenv.OpenTx(t, dsn, `SELECT count(*) FROM parts_b`) // holds ACCESS SHARE until it ends
+	reader := tx.Conn()
 	start := time.Now()
 	_, _, err = src.RemoveNotify(ctx)
 	t.Logf("remove while parts_b is read: %v (after %s)", err, time.Since(start).Round(time.Millisecond))

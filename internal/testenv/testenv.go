@@ -123,6 +123,31 @@ func Exec(tb testing.TB, dsn string, sql ...string) {
 	}
 }
 
+// OpenTx begins a transaction on a session of its own, runs sql in it, and leaves it
+// open: it holds what its statements locked until the test commits or rolls it back
+// (tx.Conn() is its session). When the test ends it is rolled back if still open, and
+// its session closed.
+func OpenTx(tb testing.TB, dsn string, sql ...string) pgx.Tx {
+	tb.Helper()
+	ctx := context.Background()
+	conn, err := pgx.Connect(ctx, dsn)
+	if err != nil {
+		tb.Fatalf("connect: %v", err)
+	}
+	tb.Cleanup(func() { conn.Close(ctx) })
+	tx, err := conn.Begin(ctx)
+	if err != nil {
+		tb.Fatalf("begin: %v", err)
+	}
+	tb.Cleanup(func() { _ = tx.Rollback(ctx) }) // runs first; a no-op once the test ended it
+	for _, s := range sql {
+		if _, err := tx.Exec(ctx, s); err != nil {
+			tb.Fatalf("exec %.80q: %v", s, err)
+		}
+	}
+	return tx
+}
+
 // EnvEmulator names the variable holding the path of a built Bigtable emulator
 // (cloud.google.com/go/bigtable/cmd/emulator). `make test` sets it; without it, the
 // first test that needs one builds it.
