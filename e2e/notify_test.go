@@ -6,7 +6,6 @@ import (
 	"io"
 	"os"
 	"runtime"
-	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -15,6 +14,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/snapflip/snapflip/internal/cli"
+	"github.com/snapflip/snapflip/internal/testenv"
 	"github.com/snapflip/snapflip/pgsource"
 )
 
@@ -30,7 +30,7 @@ func TestNotifyModeServesReadThenWriteCommits(t *testing.T) {
 	e := start(t)
 	e.stopAPI()
 	e.startAPI(t, cli.EnvRefresh, "") // the default refresh
-	var log syncLog
+	var log testenv.Log
 	stop := e.runSyncerTo(t, config+"watch: {mode: notify, interval: 1h}\n", &log, "--log-level", "debug")
 	defer stop()
 	e.awaitServed(t, docPath("things", "plain"), `"id":"plain"`, time.Now(), 10*time.Second)
@@ -75,7 +75,7 @@ func TestNotifyModeServesReadThenWriteCommits(t *testing.T) {
 		at := time.Now()
 		d := e.awaitServed(t, path, fmt.Sprintf("notified-%d", i), at, 30*time.Second)
 		notified[table]++
-		log.await(t, fmt.Sprintf("commit %d's notification", i), notified[table], `msg="change notified"`, table)
+		log.Await(t, fmt.Sprintf("commit %d's notification", i), notified[table], `msg="change notified"`, table)
 		t.Logf("read, then commit %d to %s: notified, served after %s", i, table, d.Round(time.Millisecond))
 	}
 
@@ -111,39 +111,5 @@ func (e *env) runSyncerTo(tb testing.TB, cfg string, stderr io.Writer, args ...s
 				tb.Errorf("syncer run: %v", err)
 			}
 		})
-	}
-}
-
-// syncLog is a log written by the syncer's goroutines and read by the test's.
-type syncLog struct {
-	mu  sync.Mutex
-	buf strings.Builder
-}
-
-func (l *syncLog) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.buf.Write(p)
-}
-
-// await waits until n lines of the log hold all of want.
-func (l *syncLog) await(tb testing.TB, what string, n int, want ...string) {
-	tb.Helper()
-	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(10 * time.Millisecond) {
-		l.mu.Lock()
-		text := l.buf.String()
-		l.mu.Unlock()
-		got := 0
-		for _, line := range strings.Split(text, "\n") {
-			if !slices.ContainsFunc(want, func(w string) bool { return !strings.Contains(line, w) }) {
-				got++
-			}
-		}
-		if got >= n {
-			return
-		}
-		if time.Now().After(deadline) {
-			tb.Fatalf("%s: %d lines of the log hold %q after 30s; want %d", what, got, want, n)
-		}
 	}
 }

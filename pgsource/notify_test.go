@@ -8,7 +8,6 @@ import (
 	"os"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -291,39 +290,6 @@ func TestNotifyWatchReconnectsWithABaseline(t *testing.T) {
 	l.awaitNotified(t, "a commit after reconnecting", "public.nums")
 }
 
-// logBuffer is a log, written by the watch's goroutine and read by the test's.
-type logBuffer struct {
-	mu  sync.Mutex
-	buf strings.Builder
-}
-
-func (b *logBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *logBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
-
-// await waits until a line of the log holds all of want, and returns it.
-func (b *logBuffer) await(t *testing.T, what string, want ...string) string {
-	t.Helper()
-	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(10 * time.Millisecond) {
-		for _, line := range strings.Split(b.String(), "\n") {
-			if !slices.ContainsFunc(want, func(w string) bool { return !strings.Contains(line, w) }) {
-				return line
-			}
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: no line of the log holds %q within 30s; the log:\n%s", what, want, b.String())
-		}
-	}
-}
-
 // After start-up, notify trouble never stops the poll: a partition added later on
 // which the role may not create the trigger, and a table newly read whose lock a
 // writer holds past the install's lock timeout, are logged (an error, a warning) and
@@ -341,13 +307,13 @@ func TestNotifyTroubleAfterStartLeavesThePollRunning(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var log logBuffer
+	var log testenv.Log
 	l := startWatch(t, src, pgsource.WatchConfig{Mode: pgsource.WatchModeNotify, Interval: 50 * time.Millisecond,
 		Resolve: 200 * time.Millisecond, Log: slog.New(slog.NewTextHandler(&log, nil))})
 
 	// A partition the role may not put the trigger on.
 	testenv.Exec(t, dsn, `CREATE TABLE parts_c PARTITION OF parts FOR VALUES IN ('c')`)
-	line := log.await(t, "the new partition without the grant", "level=ERROR", "public.parts_c", "lacks the TRIGGER privilege")
+	line := log.Await(t, "the new partition without the grant", 1, "level=ERROR", "public.parts_c", "lacks the TRIGGER privilege")
 	t.Logf("logged: %s", line)
 	pollReports := func(what string) {
 		t.Helper()
@@ -365,7 +331,7 @@ func TestNotifyTroubleAfterStartLeavesThePollRunning(t *testing.T) {
 	tx := testenv.OpenTx(t, dsn, `INSERT INTO extra VALUES (1, 'held')`) // ROW EXCLUSIVE until it ends
 	writer := tx.Conn()
 	testenv.Exec(t, dsn, `CREATE OR REPLACE VIEW odd AS SELECT * FROM base WHERE id % 2 = 1 UNION ALL SELECT id, v FROM extra`)
-	line = log.await(t, "the table whose lock a writer holds", "level=WARN", "public.extra", "SQLSTATE 55P03")
+	line = log.Await(t, "the table whose lock a writer holds", 1, "level=WARN", "public.extra", "SQLSTATE 55P03")
 	t.Logf("logged: %s", line)
 	pollReports("a commit to the partition without the trigger, while the lock is held")
 	commitTx(t, dsn, `UPDATE nums SET v = 'still notified' WHERE id = 2`)
@@ -635,7 +601,7 @@ func TestNotifyListenerDownLeavesThePollRunning(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var log logBuffer
+	var log testenv.Log
 	l := startWatch(t, src, pgsource.WatchConfig{Mode: pgsource.WatchModeNotify, Interval: 50 * time.Millisecond,
 		Log: slog.New(slog.NewTextHandler(&log, nil))})
 
@@ -652,7 +618,7 @@ func TestNotifyListenerDownLeavesThePollRunning(t *testing.T) {
 		WHERE datname = current_database() AND application_name = 'snapflip-syncer`+pgsource.ListenSuffix+`'`).Scan(&killed); err != nil || !killed {
 		t.Fatalf("terminate the listener: %v, %v", killed, err)
 	}
-	line := log.await(t, "the listener's failure", "too many connections for role")
+	line := log.Await(t, "the listener's failure", 1, "too many connections for role")
 	t.Logf("logged: %s", line)
 
 	xid := commitTx(t, dsn, `UPDATE nums SET v = 'listener down' WHERE id = 1`)

@@ -14,6 +14,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -146,6 +147,44 @@ func OpenTx(tb testing.TB, dsn string, sql ...string) pgx.Tx {
 		}
 	}
 	return tx
+}
+
+// Log is a log that other goroutines write (a logger's output) and the test reads.
+type Log struct {
+	mu  sync.Mutex
+	buf strings.Builder
+}
+
+func (l *Log) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.buf.Write(p)
+}
+
+func (l *Log) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.buf.String()
+}
+
+// Await waits up to 30 s until n lines of the log hold every one of want, and
+// returns the first of them.
+func (l *Log) Await(tb testing.TB, what string, n int, want ...string) string {
+	tb.Helper()
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		var found []string
+		for _, line := range strings.Split(l.String(), "\n") {
+			if !slices.ContainsFunc(want, func(w string) bool { return !strings.Contains(line, w) }) {
+				found = append(found, line)
+			}
+		}
+		if len(found) >= n {
+			return found[0]
+		}
+		if time.Now().After(deadline) {
+			tb.Fatalf("%s: %d lines of the log hold %q after 30s; want %d. The log:\n%s", what, len(found), want, n, l.String())
+		}
+	}
 }
 
 // EnvEmulator names the variable holding the path of a built Bigtable emulator
