@@ -82,18 +82,6 @@ func NewRunCache(st RunReader, maxBytes int64) *RunCache {
 	return &RunCache{st: st, max: maxBytes, runs: map[runKey]*decodedRun{}, big: map[runKey]bool{}}
 }
 
-// Entry returns the layer's own entry for id in its run for the collection (a
-// tombstone included); ok is false when the run names no such id. cached is false,
-// and nothing else returned, when the run is over the cache's budget.
-func (c *RunCache) Entry(ctx context.Context, dataset string, layer Version, collection, id string) (e RunEntry, ok, cached bool, err error) {
-	r, err := c.run(ctx, dataset, layer, collection, 0)
-	if err != nil || r == nil {
-		return RunEntry{}, false, false, err
-	}
-	e, ok = r.find(id)
-	return e, ok, true, nil
-}
-
 // run returns the layer's run decoded, from memory or read and decoded whole from
 // the store and kept; nil when it is over the budget. entries, when known (the
 // layer's documents and tombstones), sizes the arrays up front, so that decoding a

@@ -36,13 +36,18 @@ func TestRunCacheEvictsTheLeastRecentlyUsed(t *testing.T) {
 	runs.memRuns["huge"] = encodeRun(t, entries(30), 40)
 	one := int64(10 * (5 + decodedEntryBytes)) // ten entries with 5-byte ids
 	c := NewRunCache(runs, 2*one+one/2)        // two runs fit, not three
-	read := func(v Version, id string) (RunEntry, bool, bool) {
+	// read looks id up in the layer's run; cached is false when the run is over the budget.
+	read := func(v Version, id string) (e RunEntry, ok, cached bool) {
 		t.Helper()
-		e, ok, cached, err := c.Entry(ctx, "ds", v, "c", id)
+		r, err := c.run(ctx, "ds", v, "c", 0)
 		if err != nil {
 			t.Fatal(err)
 		}
-		return e, ok, cached
+		if r == nil {
+			return RunEntry{}, false, false
+		}
+		e, ok = r.find(id)
+		return e, ok, true
 	}
 	read("a", "id001")
 	read("b", "id001")
