@@ -615,9 +615,10 @@ func wholeChange(parent CollectionStats, total int64, changed []Document, inPare
 }
 
 // cachedRuns returns the parent chain's runs (newest first) decoded from the run
-// cache, for lookups; nil when there is no cache or a run is over its budget. Each
-// run's live entries and tombstones are checked against its layer's counts, which is
-// what the whole-chain merge's count check would catch of a run cut short.
+// cache, for lookups; nil when there is no cache or a run is over its budget. It
+// checks what the whole-chain merge checks: each run's live entries and tombstones
+// against its layer's counts, and the ids the chain holds live against the parent's
+// row count (RunCache.liveCount).
 func (p *Publisher) cachedRuns(ctx context.Context, parent CollectionStats, name string) ([]*decodedRun, error) {
 	if p.Runs == nil {
 		return nil, nil
@@ -633,6 +634,9 @@ func (p *Publisher) cachedRuns(ctx context.Context, parent CollectionStats, name
 				errDeltaInconsistent, l.Version, name, r.docs, r.tomb, l.Docs, l.Tombstones)
 		}
 		runs[i] = r
+	}
+	if live := p.Runs.liveCount(p.Dataset, name, parent.Layers, runs); live != parent.Rows {
+		return nil, fmt.Errorf("%w: the parent's fingerprints hold %d ids, its manifest %d", errDeltaInconsistent, live, parent.Rows)
 	}
 	return runs, nil
 }

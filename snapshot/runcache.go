@@ -24,7 +24,8 @@ type RunCache struct {
 
 	mu    sync.Mutex
 	runs  map[runKey]*decodedRun
-	big   map[runKey]bool // runs found over the budget, streamed from now on
+	big   map[runKey]bool  // runs found over the budget, streamed from now on
+	live  map[string]int64 // ids a chain holds live, by dataset, collection and chain
 	size  int64
 	clock int64
 }
@@ -79,7 +80,7 @@ const DefaultRunCacheBytes = 64 << 20
 
 // NewRunCache returns a RunCache over st holding at most maxBytes of decoded runs.
 func NewRunCache(st RunReader, maxBytes int64) *RunCache {
-	return &RunCache{st: st, max: maxBytes, runs: map[runKey]*decodedRun{}, big: map[runKey]bool{}}
+	return &RunCache{st: st, max: maxBytes, runs: map[runKey]*decodedRun{}, big: map[runKey]bool{}, live: map[string]int64{}}
 }
 
 // run returns the layer's run decoded, from memory or read and decoded whole from
@@ -143,6 +144,61 @@ func (c *RunCache) run(ctx context.Context, dataset string, layer Version, colle
 	r.ids = ids.String()
 	c.put(k, r)
 	return r, nil
+}
+
+// liveCount returns how many ids the chain holds live (layers newest first, with
+// their decoded runs): the oldest layer's documents, then for each newer layer, its
+// live entries over ids not live below it, less its tombstones over ids live below
+// it. Counts are remembered per chain, so a chain one delta longer than one seen
+// costs lookups of that delta's entries alone.
+func (c *RunCache) liveCount(dataset, collection string, layers []LayerRef, runs []*decodedRun) int64 {
+	key := func(ls []LayerRef) string {
+		var b strings.Builder
+		b.WriteString(dataset + "\x00" + collection)
+		for _, l := range ls {
+			b.WriteString("\x00" + string(l.Version))
+		}
+		return b.String()
+	}
+	k := key(layers)
+	c.mu.Lock()
+	n, ok := c.live[k]
+	c.mu.Unlock()
+	if ok {
+		return n
+	}
+	last := len(runs) - 1
+	if last < 0 {
+		return 0
+	}
+	if last == 0 {
+		n = runs[0].docs
+	} else {
+		n = c.liveCount(dataset, collection, layers[1:], runs[1:])
+		top, below := runs[0], runs[1:]
+		for i := range top.len() {
+			liveBelow := false
+			for _, r := range below {
+				if e, ok := r.find(top.id(i)); ok {
+					liveBelow = !e.Deleted
+					break
+				}
+			}
+			switch {
+			case !top.dead[i] && !liveBelow:
+				n++
+			case top.dead[i] && liveBelow:
+				n--
+			}
+		}
+	}
+	c.mu.Lock()
+	if len(c.live) >= 1024 { // old chains' counts are of no more use
+		clear(c.live)
+	}
+	c.live[k] = n
+	c.mu.Unlock()
+	return n
 }
 
 // markBig remembers that the run is over the budget.
