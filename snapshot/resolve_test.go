@@ -374,3 +374,18 @@ func TestResolverNeverGoesBack(t *testing.T) {
 	}
 	wg.Wait()
 }
+
+// A flip the pointer refresh cannot load (here: the version is not servable) is still
+// swapped in, and the request path reads it again and reports why it cannot serve it.
+func TestFlipThatFailsToLoadIsReportedByRequests(t *testing.T) {
+	st := &countingStore{ptr: Pointer{Version: "v2"}, states: map[Version]State{"v1": StatePublished, "v2": StateWriting}}
+	r := NewResolver("ds", st, ResolverConfig{Refresh: time.Second}, nil)
+	ctx := context.Background()
+	if p, err := r.Pointer(ctx); err != nil || p.Version != "v2" {
+		t.Fatalf("Pointer = %v, %v; want v2 (loading it failed, reading it did not)", p.Version, err)
+	}
+	_, err := r.Current(ctx)
+	if !errors.Is(err, ErrCurrentExpired) || !strings.Contains(err.Error(), "v2 is writing, never served") {
+		t.Errorf("Current through a pointer to a version writing = %v; want ErrCurrentExpired naming its state", err)
+	}
+}
