@@ -144,6 +144,54 @@ func TestChainRunMatchesAModel(t *testing.T) {
 		if !slices.Equal(got, want) {
 			t.Fatalf("trial %d: merged run has %d entries, the model %d", trial, len(got), len(want))
 		}
+
+		// Through a run cache: the same merge from decoded runs, the same live count
+		// (the shorter chain's remembered first), and lookups newest layer first that
+		// answer what the model holds.
+		cache := NewRunCache(runs, 1<<30)
+		cr = openChainRun(context.Background(), nil, cache, "ds", layers, "c")
+		var cached []RunEntry
+		for {
+			e, ok, err := cr.next()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !ok {
+				break
+			}
+			cached = append(cached, e)
+		}
+		if !slices.Equal(cached, want) {
+			t.Fatalf("trial %d: merged through the cache, %d entries; the model %d", trial, len(cached), len(want))
+		}
+		decoded := make([]*decodedRun, len(layers))
+		for i, l := range layers {
+			var err error
+			if decoded[i], err = cache.run(context.Background(), "ds", l.Version, "c", 0); err != nil || decoded[i] == nil {
+				t.Fatalf("trial %d: run %s: %v", trial, l.Version, err)
+			}
+		}
+		cache.liveCount("ds", "c", layers[1:], decoded[1:])
+		if n := cache.liveCount("ds", "c", layers, decoded); n != int64(len(model)) {
+			t.Fatalf("trial %d: live count %d; the model holds %d", trial, n, len(model))
+		}
+		for range 50 {
+			id := randomID(r)
+			if len(want) > 0 && r.IntN(2) == 0 {
+				id = want[r.IntN(len(want))].ID
+			}
+			var found RunEntry
+			live := false
+			for _, d := range decoded {
+				if e, ok := d.find(id); ok {
+					found, live = e, !e.Deleted
+					break
+				}
+			}
+			if m, ok := model[id]; ok != live || (live && found != m) {
+				t.Fatalf("trial %d: lookup of %q found %+v (live %v); the model %+v (%v)", trial, id, found, live, m, ok)
+			}
+		}
 	}
 }
 
