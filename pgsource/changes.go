@@ -83,7 +83,7 @@ func (r *snap) ScanSince(ctx context.Context, collection string, since *snapshot
 	if mode == "row-version" {
 		// FROM the table itself (not a subquery) so that xmin is there; t.* is the
 		// same columns in the same order as SELECT * FROM the table.
-		q = "SELECT " + id + ", CASE WHEN ((" + rowAlias + ".xmin::text::bigint - $1) & 4294967295) < $2 THEN to_json(" +
+		q = "SELECT " + id + ", CASE WHEN " + changedSQL + " THEN to_json(" +
 			rowAlias + ".*)::text END FROM " + pgx.Identifier(c.tableParts()).Sanitize() + " AS " + rowAlias +
 			" ORDER BY " + id + ` COLLATE "C"`
 		args = []any{int64(lo), int64(window)}
@@ -99,8 +99,7 @@ func (r *snap) ScanSince(ctx context.Context, collection string, since *snapshot
 }
 
 // ScanChanged streams only the rows whose row version is in the window since the
-// parent's snapshot; see snapshot.ChangedScanner. One scan counts the rows and the
-// changed ones; a second, filtered the same way, sends those in id byte order.
+// parent's snapshot, in id byte order; see snapshot.ChangedScanner.
 func (r *snap) ScanChanged(ctx context.Context, collection string, since *snapshot.Position, max int64, fn func(snapshot.Document) error) (int64, bool, error) {
 	c, ok := r.src.byName[collection]
 	if !ok {
@@ -130,23 +129,59 @@ func (r *snap) ScanChanged(ctx context.Context, collection string, since *snapsh
 			return 0, false, nil
 		}
 	}
+	// Open counted the rows in this snapshot. The changed ones are found in one scan
+	// that stops after max+1, and sorted; the first row says how many there were.
+	total := r.rows[collection]
 	from := pgx.Identifier(c.tableParts()).Sanitize() + " AS " + rowAlias
-	changed := "((" + rowAlias + ".xmin::text::bigint - $1) & 4294967295) < $2"
-	var total, n int64
-	if err := r.tx.QueryRow(ctx, "SELECT count(*), count(*) FILTER (WHERE "+changed+") FROM "+from, int64(lo), int64(window)).Scan(&total, &n); err != nil {
-		return 0, false, fmt.Errorf("count %s: %w", describe(c), err)
-	}
-	if n > max {
-		return total, false, nil
-	}
-	id := keySQL(key)
-	rows, err := r.tx.Query(ctx, "SELECT "+id+", to_json("+rowAlias+".*)::text FROM "+from+" WHERE "+changed+
-		" ORDER BY "+id+` COLLATE "C"`, int64(lo), int64(window))
+	rows, err := r.tx.Query(ctx, "SELECT id, doc, (count(*) OVER ())::text FROM (SELECT "+keySQL(key)+" AS id, to_json("+rowAlias+".*)::text AS doc FROM "+from+
+		" WHERE "+changedSQL+" LIMIT $3) AS changed ORDER BY id COLLATE \"C\"", int64(lo), int64(window), max+1)
 	if err != nil {
 		return 0, false, fmt.Errorf("query %s: %w", describe(c), err)
 	}
-	return total, true, readRows(rows, c, key, true, fn)
+	if !rows.Next() {
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return 0, false, fmt.Errorf("query %s: %w", describe(c), err)
+		}
+		return total, true, nil
+	}
+	if n, err := strconv.ParseInt(string(rows.RawValues()[2]), 10, 64); err != nil || n > max {
+		rows.Close()
+		return total, false, err
+	}
+	return total, true, readRows(&peeked{Rows: rows, first: true}, c, key, true, fn)
 }
+
+// peeked is rows whose first row Next has been called for already.
+type peeked struct {
+	pgx.Rows
+	first bool
+}
+
+func (p *peeked) Next() bool {
+	if p.first {
+		p.first = false
+		return true
+	}
+	return p.Rows.Next()
+}
+
+// xminSQL is the raw 32-bit xmin of the row version rowAlias as a bigint, as
+// xmin::text::bigint says it, without that text round trip, which costs as much as
+// the rest of a scan.
+var xminSQL = xminFrom("(SELECT age('3'::xid))", "age("+rowAlias+".xmin)", rowAlias+".xmin::text::bigint")
+
+// xminFrom restores a transaction id x from age3 = age('3') and agex = age(x): age(y)
+// is the distance, modulo 2^32 and as a signed 32-bit integer, back to y from one id
+// that stays the same for the transaction, so x = age3 + 3 - agex modulo 2^32. age
+// saturates at 2^31-1 only for the permanent ids (0, 1, 2), which take raw instead.
+func xminFrom(age3, agex, raw string) string {
+	return "(CASE WHEN " + agex + " = 2147483647 THEN " + raw + " ELSE (" + age3 + "::bigint + 3 - " + agex + ") & 4294967295 END)"
+}
+
+// changedSQL is true for a row version whose xmin is in the window [$1, $1+$2)
+// (modulo 2^32).
+var changedSQL = "((" + xminSQL + " - $1) & 4294967295) < $2"
 
 type modeKey struct {
 	collection string

@@ -222,7 +222,8 @@ func tableFingerprint(ctx context.Context, tx pgx.Tx, c Collection) (fp, defs st
 		return "", "", 0, nil
 	}
 	var xsum, cols string
-	err = tx.QueryRow(ctx, `SELECT count(*), coalesce(sum(hashint8extended(xmin::text::bigint, 0)::numeric), 0)::text FROM `+name).Scan(&rows, &xsum)
+	// sum over bigint adds in numeric, so no hash overflows.
+	err = tx.QueryRow(ctx, `SELECT count(*), coalesce(sum(hashint8extended(`+xminSQL+`, 0)), 0)::text FROM `+name+` AS `+rowAlias).Scan(&rows, &xsum)
 	if err != nil {
 		return "", "", 0, err
 	}

@@ -31,6 +31,7 @@ type load struct {
 	errors   int
 	rps      float64
 	p50, p99 time.Duration
+	cpu      time.Duration // wrk's own CPU time (user + system), where wrk made the load
 }
 
 func (l load) String() string {
@@ -91,11 +92,12 @@ func wrk(tb testing.TB, conns int, d time.Duration, cpu int, url, script string)
 	if script != "" {
 		args = append(args, "-s", script)
 	}
-	out, err := pinned(cpu, exec.Command(path, append(args, url)...)).CombinedOutput()
+	cmd := pinned(cpu, exec.Command(path, append(args, url)...))
+	out, err := cmd.CombinedOutput()
 	if err != nil {
 		tb.Fatalf("wrk: %v\n%s", err, out)
 	}
-	var l load
+	l := load{cpu: cmd.ProcessState.UserTime() + cmd.ProcessState.SystemTime()}
 	for _, line := range strings.Split(string(out), "\n") {
 		f := strings.Fields(line)
 		switch {

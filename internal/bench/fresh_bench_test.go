@@ -444,6 +444,91 @@ func cpuOf(pid int, hz float64) (time.Duration, error) {
 	return time.Duration((ut + st) / hz * float64(time.Second)), nil
 }
 
+// postmasterPID returns the process id of the Postgres server at dsn (it must run on
+// this machine): the parent of a backend.
+func postmasterPID(tb testing.TB, dsn string) int {
+	tb.Helper()
+	conn, err := pgx.Connect(context.Background(), dsn)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	defer conn.Close(context.Background())
+	var pid int
+	if err := conn.QueryRow(context.Background(), `SELECT pg_backend_pid()`).Scan(&pid); err != nil {
+		tb.Fatal(err)
+	}
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		tb.Fatalf("read the backend's parent (Postgres must run on this machine): %v", err)
+	}
+	s := string(b)
+	ppid, err := strconv.Atoi(strings.Fields(s[strings.LastIndexByte(s, ')')+1:])[1])
+	if err != nil {
+		tb.Fatalf("/proc/%d/stat: %q", pid, s)
+	}
+	return ppid
+}
+
+// treeCPU returns the CPU time (user + system) process pid, its children that ended
+// and its children still running have used so far: all of Postgres's, for its
+// postmaster, backends that came and went included.
+func treeCPU(pid int, hz float64) time.Duration {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0 // ended since
+	}
+	s := string(b)
+	f := strings.Fields(s[strings.LastIndexByte(s, ')')+1:]) // f[0] is field 3, state
+	var t float64
+	for _, i := range []int{11, 12, 13, 14} { // utime stime cutime cstime
+		v, _ := strconv.ParseFloat(f[i], 64)
+		t += v
+	}
+	total := time.Duration(t / hz * float64(time.Second))
+	entries, _ := os.ReadDir("/proc")
+	for _, e := range entries {
+		child, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", child))
+		if err != nil {
+			continue
+		}
+		s := string(b)
+		f := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
+		if len(f) > 1 && f[1] == strconv.Itoa(pid) {
+			total += treeCPU(child, hz)
+		}
+	}
+	return total
+}
+
+// cpusBusy returns the time each CPU of the machine has been busy so far (all but
+// idle and iowait, from /proc/stat), by CPU number.
+func cpusBusy(tb testing.TB, hz float64) []time.Duration {
+	tb.Helper()
+	b, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	var out []time.Duration
+	for _, line := range strings.Split(string(b), "\n") {
+		f := strings.Fields(line)
+		if len(f) < 9 || !strings.HasPrefix(f[0], "cpu") || f[0] == "cpu" {
+			continue
+		}
+		var busy float64
+		for i, v := range f[1:9] { // user nice system idle iowait irq softirq steal
+			if n, err := strconv.ParseFloat(v, 64); err == nil && i != 3 && i != 4 {
+				busy += n
+			}
+		}
+		out = append(out, time.Duration(busy/hz*float64(time.Second)))
+	}
+	return out
+}
+
 // backendsCPU returns the CPU time so far of each backend connected to conn's
 // database but conn's own.
 func backendsCPU(tb testing.TB, conn *pgx.Conn, hz float64) map[int]time.Duration {
@@ -655,11 +740,7 @@ func BenchmarkCacheUnderFlips(b *testing.B) {
 	addr, emulator := testenv.StartEmulator(b) // stopped when the benchmark ends
 	testenv.Store(b, testenv.StoreConfig(addr))
 	hz := clockTicks()
-	pgConn, err := pgx.Connect(context.Background(), dsn)
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer pgConn.Close(context.Background())
+	postmaster := postmasterPID(b, dsn)
 	env := []string{"SNAPFLIP_POSTGRES_DSN=" + dsn, "BIGTABLE_EMULATOR_HOST=" + addr}
 	for _, c := range []string{served, other} {
 		if out := runProc(b, env, syncer, "--config", c, "--log-level", "warn", "once"); !strings.HasPrefix(out.out, "published") {
@@ -719,7 +800,8 @@ func BenchmarkCacheUnderFlips(b *testing.B) {
 		load
 		hits, misses      float64
 		apiCPU, syncerCPU float64 // seconds of CPU the API and both syncers used
-		emuCPU, pgCPU     float64 // and the emulator and the database's backends
+		emuCPU, pgCPU     float64 // and the emulator and all of Postgres
+		busy              []float64 // seconds each CPU of the machine was busy
 		published, bases  float64 // versions of the dataset the phase writes for
 		failed            float64
 		flipsPerSec       float64
@@ -735,11 +817,14 @@ func BenchmarkCacheUnderFlips(b *testing.B) {
 			sp = otherSyncer
 		}
 		s0, o0 := scrape(servedSyncer.metrics), scrape(otherSyncer.metrics)
-		a0, e0, pg0 := scrape(api+"/metrics"), procCPU(b, emulator.Process.Pid, hz), backendsCPU(b, pgConn, hz)
+		a0, e0, pg0, c0 := scrape(api+"/metrics"), procCPU(b, emulator.Process.Pid, hz), treeCPU(postmaster, hz), cpusBusy(b, hz)
 		l := wrk(b, conns, dur, loadCPU, api, script)
-		a1, e1, pg1 := scrape(api+"/metrics"), procCPU(b, emulator.Process.Pid, hz), backendsCPU(b, pgConn, hz)
+		a1, e1, pg1, c1 := scrape(api+"/metrics"), procCPU(b, emulator.Process.Pid, hz), treeCPU(postmaster, hz), cpusBusy(b, hz)
 		s1, o1 := scrape(servedSyncer.metrics), scrape(otherSyncer.metrics)
-		r := result{load: l, emuCPU: (e1 - e0).Seconds(), pgCPU: cpuSince(pg0, pg1).Seconds()}
+		r := result{load: l, emuCPU: (e1 - e0).Seconds(), pgCPU: (pg1 - pg0).Seconds()}
+		for i := range c1 {
+			r.busy = append(r.busy, (c1[i]-c0[i]).Seconds())
+		}
 		r.hits = a1.sum("snapflip_api_cache_hits_total") - a0.sum("snapflip_api_cache_hits_total")
 		r.misses = a1.sum("snapflip_api_cache_misses_total") - a0.sum("snapflip_api_cache_misses_total")
 		r.apiCPU = a1.sum("process_cpu_seconds_total") - a0.sum("process_cpu_seconds_total")
@@ -824,9 +909,17 @@ func BenchmarkCacheUnderFlips(b *testing.B) {
 		b.Logf("  API CPU per request (its process_cpu_seconds over wrk's requests, best rounds): no flips %.1fµs, control %.1fµs, flips %.1fµs (flips/no flips %.3f)",
 			perReq(none), perReq(control), perReq(flips), perReq(flips)/perReq(none))
 		bg := func(r result) string {
-			return fmt.Sprintf("syncers %.0f%%, emulator %.0f%%, Postgres backends %.0f%%", 100*r.syncerCPU/dur.Seconds(), 100*r.emuCPU/dur.Seconds(), 100*r.pgCPU/dur.Seconds())
+			pct := func(s float64) float64 { return 100 * s / dur.Seconds() }
+			other := -r.apiCPU - r.cpu.Seconds() - r.syncerCPU - r.emuCPU - r.pgCPU
+			busy := ""
+			for i, s := range r.busy {
+				other += s
+				busy += fmt.Sprintf("cpu%d %.0f%%, ", i, pct(s))
+			}
+			return fmt.Sprintf("API %.0f%%, wrk %.0f%%, syncers %.0f%%, emulator %.0f%%, Postgres %.0f%%, the rest %.0f%% (busy: %s)",
+				pct(r.apiCPU), pct(r.cpu.Seconds()), pct(r.syncerCPU), pct(r.emuCPU), pct(r.pgCPU), pct(other), strings.TrimSuffix(busy, ", "))
 		}
-		b.Logf("  other processes' CPU in the best rounds, %% of one core: no flips: %s; control: %s; flips: %s", bg(none), bg(control), bg(flips))
+		b.Logf("  CPU in the best rounds, %% of one core: no flips: %s; control: %s; flips: %s", bg(none), bg(control), bg(flips))
 		b.Logf("  flips/no flips: median of the rounds' pairs %.3f (target >= 0.90), per round (sorted) %s; best against best %.3f; flips/control: median %.3f, per round %s",
 			median(paired), fmt.Sprintf("%.3f", paired), ratio, median(pairedControl), fmt.Sprintf("%.3f", pairedControl))
 	}
