@@ -799,10 +799,10 @@ func BenchmarkCacheUnderFlips(b *testing.B) {
 	type result struct {
 		load
 		hits, misses      float64
-		apiCPU, syncerCPU float64 // seconds of CPU the API and both syncers used
-		emuCPU, pgCPU     float64 // and the emulator and all of Postgres
+		apiCPU, syncerCPU float64   // seconds of CPU the API and both syncers used
+		emuCPU, pgCPU     float64   // and the emulator and all of Postgres
 		busy              []float64 // seconds each CPU of the machine was busy
-		published, bases  float64 // versions of the dataset the phase writes for
+		published, bases  float64   // versions of the dataset the phase writes for
 		failed            float64
 		flipsPerSec       float64
 	}
@@ -823,7 +823,7 @@ func BenchmarkCacheUnderFlips(b *testing.B) {
 		s1, o1 := scrape(servedSyncer.metrics), scrape(otherSyncer.metrics)
 		r := result{load: l, emuCPU: (e1 - e0).Seconds(), pgCPU: (pg1 - pg0).Seconds()}
 		for i := range c1 {
-			r.busy = append(r.busy, (c1[i]-c0[i]).Seconds())
+			r.busy = append(r.busy, (c1[i] - c0[i]).Seconds())
 		}
 		r.hits = a1.sum("snapflip_api_cache_hits_total") - a0.sum("snapflip_api_cache_hits_total")
 		r.misses = a1.sum("snapflip_api_cache_misses_total") - a0.sum("snapflip_api_cache_misses_total")
