@@ -29,6 +29,11 @@ const DefaultConnectTimeout = 10 * time.Second
 // a cancelled read still says goodbye (the server then ends its transaction at once).
 const closeTimeout = 5 * time.Second
 
+// rollbackTimeout bounds ending a snapshot's transaction to keep its connection, and
+// beginning the next one on it: a server that does not answer at once has the
+// connection closed instead (and Open connects anew).
+const rollbackTimeout = time.Second
+
 // Source reads collections from the Postgres database at a DSN.
 type Source struct {
 	// Readers is how many connections read one large table at once, each a hash
@@ -41,6 +46,9 @@ type Source struct {
 	cfg         *pgx.ConnConfig
 	collections []Collection
 	byName      map[string]Collection
+
+	mu   sync.Mutex
+	idle *pgx.Conn // the last snapshot's connection, its transaction ended, for the next Open
 }
 
 var _ snapshot.Source = (*Source)(nil)
@@ -128,19 +136,82 @@ func (s *Source) connectError(err error) error {
 	return fmt.Errorf("connect to postgres at %s:%d database %s: %w", s.cfg.Host, s.cfg.Port, s.cfg.Database, err)
 }
 
+var snapshotTx = pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}
+
+// begin begins the snapshot transaction on the connection the last snapshot left
+// (a new backend costs Postgres about as much CPU as a small delta's scans, and
+// starts with its catalog caches cold), or on a new one when there is none or it no
+// longer answers within rollbackTimeout.
+func (s *Source) begin(ctx context.Context) (*pgx.Conn, pgx.Tx, error) {
+	s.mu.Lock()
+	conn := s.idle
+	s.idle = nil
+	s.mu.Unlock()
+	if conn != nil {
+		bctx, cancel := context.WithTimeout(ctx, min(s.cfg.ConnectTimeout, rollbackTimeout))
+		tx, err := conn.BeginTx(bctx, snapshotTx)
+		cancel()
+		if err == nil {
+			return conn, tx, nil
+		}
+		_ = closeConn(ctx, conn)
+		if ctx.Err() != nil {
+			return nil, nil, ctx.Err()
+		}
+	}
+	conn, err := pgx.ConnectConfig(ctx, s.cfg)
+	if err != nil {
+		return nil, nil, s.connectError(err)
+	}
+	tx, err := conn.BeginTx(ctx, snapshotTx)
+	if err != nil {
+		_ = closeConn(ctx, conn)
+		return nil, nil, fmt.Errorf("begin snapshot transaction: %w", err)
+	}
+	return conn, tx, nil
+}
+
+// keep ends conn's transaction and keeps conn for the next Open, or closes it when
+// the transaction does not end at once or a connection is kept already.
+func (s *Source) keep(ctx context.Context, conn *pgx.Conn, tx pgx.Tx) error {
+	if !conn.IsClosed() {
+		rctx, cancel := snapshot.Detach(ctx, rollbackTimeout)
+		err := tx.Rollback(rctx)
+		cancel()
+		if err == nil && conn.PgConn().TxStatus() == 'I' {
+			s.mu.Lock()
+			if s.idle == nil {
+				s.idle, conn = conn, nil
+			}
+			s.mu.Unlock()
+			if conn == nil {
+				return nil
+			}
+		}
+	}
+	return closeConn(ctx, conn)
+}
+
+// Close closes the connection Open keeps between snapshots, if any.
+func (s *Source) Close(ctx context.Context) error {
+	s.mu.Lock()
+	conn := s.idle
+	s.idle = nil
+	s.mu.Unlock()
+	if conn == nil {
+		return nil
+	}
+	return closeConn(ctx, conn)
+}
+
 // Open connects and begins one REPEATABLE READ, READ ONLY transaction, whose first
 // statement takes the snapshot and records the WAL position inside it. The key of a
 // table collection that names none is inferred then, inside the snapshot; Open fails,
 // naming the collection, when it cannot be.
 func (s *Source) Open(ctx context.Context) (snapshot.SourceSnapshot, error) {
-	conn, err := pgx.ConnectConfig(ctx, s.cfg)
+	conn, tx, err := s.begin(ctx)
 	if err != nil {
-		return nil, s.connectError(err)
-	}
-	tx, err := conn.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly})
-	if err != nil {
-		_ = closeConn(ctx, conn)
-		return nil, fmt.Errorf("begin snapshot transaction: %w", err)
+		return nil, err
 	}
 	var lsnText, snapText string
 	err = tx.QueryRow(ctx, `SELECT (CASE WHEN pg_is_in_recovery() THEN pg_last_wal_replay_lsn()
@@ -466,9 +537,10 @@ func describe(c Collection) string {
 	return "query"
 }
 
-// Close ends the transactions by closing their connections, each within closeTimeout
-// even when ctx has ended. (No ROLLBACK first: it would wait for an answer from a
-// server that may not give one, and closing ends a transaction anyway.)
+// Close ends the transactions: the partitions' by closing their connections, each
+// within closeTimeout even when ctx has ended, and the snapshot's own by a ROLLBACK
+// within rollbackTimeout, which keeps its connection for the source's next Open, or
+// else by closing it too.
 func (r *snap) Close(ctx context.Context) error {
 	r.mu.Lock()
 	for part, c := range r.extra {
@@ -479,7 +551,7 @@ func (r *snap) Close(ctx context.Context) error {
 	if r.conn == nil {
 		return nil
 	}
-	err := closeConn(ctx, r.conn)
+	err := r.src.keep(ctx, r.conn, r.tx)
 	r.conn = nil
 	return err
 }

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/jackc/pgx/v5"
 
 	"github.com/snapflip/snapflip/internal/testenv"
 	"github.com/snapflip/snapflip/pgsource"
@@ -483,6 +484,115 @@ func TestColumnsNamedLikeTheGeneratedSQL(t *testing.T) {
 			} else if d := got[k1]; d != want {
 				t.Errorf("%s, %d readers: k1 = %s; want %s", c.Name, readers, d, want)
 			}
+		}
+	}
+}
+
+// TestOpenKeepsItsConnection: a snapshot's Close ends its transaction and leaves its
+// session idle for the next Open, which takes a new snapshot on it (it sees what was
+// committed in between, and a table changed since); a kept session that was
+// terminated is replaced by a new one without an error; the source's Close ends it.
+func TestOpenKeepsItsConnection(t *testing.T) {
+	dsn := testenv.Postgres(t)
+	testenv.Exec(t, dsn, `CREATE TABLE kv (id int PRIMARY KEY, v text)`, `INSERT INTO kv VALUES (1, 'one')`)
+	src, err := pgsource.New(dsn+"&application_name=kept", []pgsource.Collection{{Name: "kv", Table: "kv", Key: "id"},
+		{Name: "broken", Query: "SELECT id / (id - id) AS id FROM kv", Key: "id"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	admin, err := pgx.Connect(ctx, dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer admin.Close(ctx)
+	// sessions returns the pid and state of each session of the source.
+	sessions := func() map[int]string {
+		t.Helper()
+		rows, err := admin.Query(ctx, `SELECT pid, state FROM pg_stat_activity WHERE application_name = 'kept'`)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out := map[int]string{}
+		for rows.Next() {
+			var pid int
+			var state string
+			if err := rows.Scan(&pid, &state); err != nil {
+				t.Fatal(err)
+			}
+			out[pid] = state
+		}
+		return out
+	}
+	onlyIdle := func() int {
+		t.Helper()
+		s := sessions()
+		if len(s) != 1 {
+			t.Fatalf("%d sessions after Close (%v), want the one kept", len(s), s)
+		}
+		for pid, state := range s {
+			if state != "idle" {
+				t.Fatalf("the kept session is %q, want idle (its transaction ended)", state)
+			}
+			return pid
+		}
+		return 0
+	}
+	count := func() int {
+		t.Helper()
+		docs, _, err := scanAll(t, src, "kv")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return len(docs)
+	}
+	if n := count(); n != 1 {
+		t.Fatalf("first snapshot: %d rows, want 1", n)
+	}
+	first := onlyIdle()
+	testenv.Exec(t, dsn, `INSERT INTO kv VALUES (2, 'two')`)
+	if n := count(); n != 2 {
+		t.Fatalf("a snapshot on the kept session: %d rows, want 2 (a new snapshot)", n)
+	}
+	if again := onlyIdle(); again != first {
+		t.Errorf("the second snapshot ran on session %d, not on the kept %d", again, first)
+	}
+
+	testenv.Exec(t, dsn, fmt.Sprintf(`SELECT pg_terminate_backend(%d, 10000)`, first))
+	if n := count(); n != 2 {
+		t.Fatalf("after the kept session was terminated: %d rows, want 2", n)
+	}
+	second := onlyIdle()
+	if second == first {
+		t.Fatalf("the terminated session %d is still there", first)
+	}
+
+	// The table changed between snapshots (the kept session has its statements
+	// prepared), and a snapshot whose statement failed in the server: the next
+	// snapshot reads the table as it is now.
+	testenv.Exec(t, dsn, `ALTER TABLE kv ADD COLUMN w int DEFAULT 7`)
+	snap, err := src.Open(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := snap.Scan(ctx, "broken", func(snapshot.Document) error { return nil }); err == nil || !strings.Contains(err.Error(), "division by zero") {
+		t.Fatalf("Scan of a query that divides by zero: %v", err)
+	}
+	if err := snap.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	docs, _, err := scanAll(t, src, "kv")
+	if err != nil || len(docs) != 2 || !strings.Contains(string(docs[0].Body), `"w":7`) {
+		t.Fatalf("after the table changed: %v, %s", err, docs)
+	}
+
+	if err := src.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// The backend ends on its own time after the goodbye.
+	for deadline := time.Now().Add(10 * time.Second); len(sessions()) != 0; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("sessions 10s after the source's Close: %v, want none", sessions())
 		}
 	}
 }

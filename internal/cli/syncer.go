@@ -174,7 +174,11 @@ func (m *Syncer) start(ctx context.Context, g *syncerFlags, metricsAddr string) 
 		s.store.Close()
 		return nil, nil, err
 	}
-	return s, func() { stopMetrics(); s.store.Close() }, nil
+	return s, func() {
+		stopMetrics()
+		_ = s.src.Close(context.Background())
+		s.store.Close()
+	}, nil
 }
 
 // metricsFlag defines --metrics-addr, of the commands that sync.

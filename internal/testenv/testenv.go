@@ -345,9 +345,10 @@ func (p *PostgresProcess) Restart() { p.tb.Helper(); p.run("restart") }
 // are refused from then on.
 func (p *PostgresProcess) Stop() { p.tb.Helper(); p.run("stop") }
 
-// Freeze stops the server's main process (SIGSTOP) until the test ends, like a host
-// that went away without closing anything: new connections are accepted by the
-// kernel and then never answered. Sessions already open carry on.
+// Freeze stops the server's processes (SIGSTOP), its main process and every backend,
+// until the test ends, like a host that went away without closing anything: new
+// connections are accepted by the kernel and then never answered, and sessions
+// already open answer nothing more.
 func (p *PostgresProcess) Freeze() {
 	p.tb.Helper()
 	pidFile := filepath.Join("/tmp", "snapflip-pg-"+p.port, "data", "postmaster.pid") // where postgres.sh keeps it
@@ -360,9 +361,36 @@ func (p *PostgresProcess) Freeze() {
 	if err != nil {
 		p.tb.Fatalf("freeze postgres: %s: %v", pidFile, err)
 	}
+	// The main process first, so that it starts no backend after its children are
+	// listed.
+	pids := []int{pid}
 	if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
 		p.tb.Fatalf("freeze postgres (pid %d): %v", pid, err)
 	}
+	entries, err := os.ReadDir("/proc")
+	if err != nil {
+		p.tb.Fatalf("freeze postgres: %v", err)
+	}
+	for _, e := range entries {
+		child, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		b, err := os.ReadFile(filepath.Join("/proc", e.Name(), "stat"))
+		if err != nil {
+			continue
+		}
+		stat := string(b)
+		if f := strings.Fields(stat[strings.LastIndexByte(stat, ')')+1:]); len(f) > 1 && f[1] == strconv.Itoa(pid) {
+			if syscall.Kill(child, syscall.SIGSTOP) == nil {
+				pids = append(pids, child)
+			}
+		}
+	}
 	// Cleanups run last first: the server is thawed before it is stopped.
-	p.tb.Cleanup(func() { _ = syscall.Kill(pid, syscall.SIGCONT) })
+	p.tb.Cleanup(func() {
+		for _, pid := range pids {
+			_ = syscall.Kill(pid, syscall.SIGCONT)
+		}
+	})
 }
