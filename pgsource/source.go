@@ -34,6 +34,11 @@ const closeTimeout = 5 * time.Second
 // connection closed instead (and Open connects anew).
 const rollbackTimeout = time.Second
 
+// keepFor is how long a connection is used for snapshots from when it connected. A
+// session keeps the settings it connected with (a role's or database's search_path,
+// for one), so a change to them is seen within this time.
+var keepFor = 10 * time.Minute
+
 // Source reads collections from the Postgres database at a DSN.
 type Source struct {
 	// Readers is how many connections read one large table at once, each a hash
@@ -47,8 +52,9 @@ type Source struct {
 	collections []Collection
 	byName      map[string]Collection
 
-	mu   sync.Mutex
-	idle *pgx.Conn // the last snapshot's connection, its transaction ended, for the next Open
+	mu       sync.Mutex
+	idle     *pgx.Conn // the last snapshot's connection, its transaction ended, for the next Open
+	idleBorn time.Time // when idle connected
 }
 
 var _ snapshot.Source = (*Source)(nil)
@@ -142,46 +148,46 @@ var snapshotTx = pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.Rea
 // (a new backend costs Postgres about as much CPU as a small delta's scans, and
 // starts with its catalog caches cold), or on a new one when there is none or it no
 // longer answers within rollbackTimeout.
-func (s *Source) begin(ctx context.Context) (*pgx.Conn, pgx.Tx, error) {
+func (s *Source) begin(ctx context.Context) (conn *pgx.Conn, born time.Time, tx pgx.Tx, err error) {
 	s.mu.Lock()
-	conn := s.idle
+	conn, born = s.idle, s.idleBorn
 	s.idle = nil
 	s.mu.Unlock()
 	if conn != nil {
 		bctx, cancel := context.WithTimeout(ctx, min(s.cfg.ConnectTimeout, rollbackTimeout))
-		tx, err := conn.BeginTx(bctx, snapshotTx)
+		tx, err = conn.BeginTx(bctx, snapshotTx)
 		cancel()
 		if err == nil {
-			return conn, tx, nil
+			return conn, born, tx, nil
 		}
 		_ = closeConn(ctx, conn)
 		if ctx.Err() != nil {
-			return nil, nil, ctx.Err()
+			return nil, born, nil, ctx.Err()
 		}
 	}
-	conn, err := pgx.ConnectConfig(ctx, s.cfg)
-	if err != nil {
-		return nil, nil, s.connectError(err)
+	born = time.Now()
+	if conn, err = pgx.ConnectConfig(ctx, s.cfg); err != nil {
+		return nil, born, nil, s.connectError(err)
 	}
-	tx, err := conn.BeginTx(ctx, snapshotTx)
-	if err != nil {
+	if tx, err = conn.BeginTx(ctx, snapshotTx); err != nil {
 		_ = closeConn(ctx, conn)
-		return nil, nil, fmt.Errorf("begin snapshot transaction: %w", err)
+		return nil, born, nil, fmt.Errorf("begin snapshot transaction: %w", err)
 	}
-	return conn, tx, nil
+	return conn, born, tx, nil
 }
 
 // keep ends conn's transaction and keeps conn for the next Open, or closes it when
-// the transaction does not end at once or a connection is kept already.
-func (s *Source) keep(ctx context.Context, conn *pgx.Conn, tx pgx.Tx) error {
-	if !conn.IsClosed() {
+// the transaction does not end at once, conn connected keepFor ago or more, or a
+// connection is kept already.
+func (s *Source) keep(ctx context.Context, conn *pgx.Conn, born time.Time, tx pgx.Tx) error {
+	if !conn.IsClosed() && time.Since(born) < keepFor {
 		rctx, cancel := snapshot.Detach(ctx, rollbackTimeout)
 		err := tx.Rollback(rctx)
 		cancel()
 		if err == nil && conn.PgConn().TxStatus() == 'I' {
 			s.mu.Lock()
 			if s.idle == nil {
-				s.idle, conn = conn, nil
+				s.idle, s.idleBorn, conn = conn, born, nil
 			}
 			s.mu.Unlock()
 			if conn == nil {
@@ -209,7 +215,7 @@ func (s *Source) Close(ctx context.Context) error {
 // table collection that names none is inferred then, inside the snapshot; Open fails,
 // naming the collection, when it cannot be.
 func (s *Source) Open(ctx context.Context) (snapshot.SourceSnapshot, error) {
-	conn, tx, err := s.begin(ctx)
+	conn, born, tx, err := s.begin(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -244,7 +250,7 @@ func (s *Source) Open(ctx context.Context) (snapshot.SourceSnapshot, error) {
 	}
 	pos := snapshot.Position{LSN: lsn, Snapshot: snapText, Config: fingerprint(s.collections, keys),
 		Fingerprints: map[string]string{}, Definitions: map[string]string{}, System: system}
-	sn := &snap{src: s, conn: conn, tx: tx, pos: pos, keys: keys, byteOrder: byteOrder, rows: map[string]int64{}, parts: map[string]int{}, extra: map[int]*pgx.Conn{}}
+	sn := &snap{src: s, conn: conn, born: born, tx: tx, pos: pos, keys: keys, byteOrder: byteOrder, rows: map[string]int64{}, parts: map[string]int{}, extra: map[int]*pgx.Conn{}}
 	for _, c := range s.collections {
 		fp, defs, rows, err := tableFingerprint(ctx, tx, c)
 		if err != nil {
@@ -368,6 +374,7 @@ func ParseLSN(s string) (uint64, error) {
 type snap struct {
 	src  *Source
 	conn *pgx.Conn
+	born time.Time // when conn connected
 	tx   pgx.Tx
 	pos  snapshot.Position
 	keys map[string][]string // every collection's key columns, configured or inferred
@@ -551,7 +558,7 @@ func (r *snap) Close(ctx context.Context) error {
 	if r.conn == nil {
 		return nil
 	}
-	err := r.src.keep(ctx, r.conn, r.tx)
+	err := r.src.keep(ctx, r.conn, r.born, r.tx)
 	r.conn = nil
 	return err
 }

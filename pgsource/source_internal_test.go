@@ -5,10 +5,12 @@ import (
 	"math/rand/v2"
 	"strconv"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 
 	"github.com/snapflip/snapflip/internal/testenv"
+	"github.com/snapflip/snapflip/snapshot"
 )
 
 // TestXminWithoutText: xminSQL says what xmin::text::bigint says of every row version,
@@ -71,5 +73,49 @@ func TestXminWithoutText(t *testing.T) {
 		if got != int64(x) {
 			t.Fatalf("origin %d, id %d: restored %d", o, x, got)
 		}
+	}
+}
+
+// TestKeptConnectionIsRenewed: a snapshot runs on the connection the last one left
+// while that connected less than keepFor ago, and on a new one after, which has the
+// role's settings as they are now.
+func TestKeptConnectionIsRenewed(t *testing.T) {
+	role := testenv.Role(t, "renewed")
+	dsn := testenv.Postgres(t)
+	testenv.Exec(t, dsn, `CREATE SCHEMA other`, `CREATE TABLE public.kv (id int PRIMARY KEY)`, `CREATE TABLE other.kv (id int PRIMARY KEY)`,
+		`INSERT INTO other.kv VALUES (1)`, `GRANT USAGE ON SCHEMA other TO `+role, `GRANT SELECT ON public.kv, other.kv TO `+role)
+	src, err := New(testenv.AsRole(t, dsn, role), []Collection{{Name: "kv", Table: "kv", Key: "id"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	defer src.Close(ctx)
+	// open reads the collection and returns its row count and the session's pid.
+	open := func() (int, uint32) {
+		t.Helper()
+		sn, err := src.Open(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer sn.Close(ctx)
+		n := 0
+		if err := sn.Scan(ctx, "kv", func(snapshot.Document) error { n++; return nil }); err != nil {
+			t.Fatal(err)
+		}
+		return n, sn.(*snap).conn.PgConn().PID()
+	}
+	n, first := open()
+	if n != 0 {
+		t.Fatalf("read %d rows of public.kv, want 0", n)
+	}
+	testenv.Exec(t, dsn, `ALTER ROLE `+role+` SET search_path = other`)
+	if n, pid := open(); pid != first || n != 0 {
+		t.Fatalf("second snapshot: session %d (first %d), %d rows; want the kept session, which reads public.kv still", pid, first, n)
+	}
+	defer func(d time.Duration) { keepFor = d }(keepFor)
+	keepFor = 0
+	_, _ = open() // closes the kept session after its snapshot
+	if n, pid := open(); pid == first || n != 1 {
+		t.Fatalf("after keepFor: session %d (first %d), %d rows; want a new session, which reads other.kv (1 row)", pid, first, n)
 	}
 }
