@@ -529,37 +529,6 @@ func cpusBusy(tb testing.TB, hz float64) []time.Duration {
 	return out
 }
 
-// backendsCPU returns the CPU time so far of each backend connected to conn's
-// database but conn's own.
-func backendsCPU(tb testing.TB, conn *pgx.Conn, hz float64) map[int]time.Duration {
-	tb.Helper()
-	rs, err := conn.Query(context.Background(), `SELECT pid FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid()`)
-	if err != nil {
-		tb.Fatal(err)
-	}
-	pids, err := pgx.CollectRows(rs, pgx.RowTo[int32])
-	if err != nil {
-		tb.Fatal(err)
-	}
-	out := map[int]time.Duration{}
-	for _, p := range pids {
-		if d, err := cpuOf(int(p), hz); err == nil {
-			out[int(p)] = d
-		}
-	}
-	return out
-}
-
-// cpuSince returns the CPU the backends of after used since before (all of it for
-// a backend that started since); backends that ended in between are not counted.
-func cpuSince(before, after map[int]time.Duration) time.Duration {
-	var t time.Duration
-	for p, d := range after {
-		t += d - before[p]
-	}
-	return t
-}
-
 // BenchmarkWatchCost measures the Postgres CPU the watch of `syncer run` costs: the
 // CPU time of the backend that runs its poll (from /proc; Postgres runs on this
 // machine), over 25 s with no writes at all, and over 25 s while another,
