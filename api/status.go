@@ -182,7 +182,7 @@ func ownSummary(o *snapshot.OwnLayer) string {
 		s = fmt.Sprintf("%s: %d inserted, %d changed, %d deleted; %d rendered", o.Kind, o.Inserted, o.Changed, o.Deleted, o.Rendered)
 	}
 	if o.Mode != "" {
-		s += " (" + o.Mode + ")"
+		s += " (" + string(o.Mode) + ")"
 	}
 	return s
 }

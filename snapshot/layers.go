@@ -26,25 +26,25 @@ const (
 // trusted, so the publish is redone as bases.
 var errDeltaInconsistent = errors.New("delta inconsistent with its parent")
 
-// baseReason returns why collection name's next layer must be a base, or "" when a
-// delta will do.
-func (p *Publisher) baseReason(cur *Manifest, pos Position, name string, forced bool) string {
+// nextKind returns the kind of collection name's next layer: LayerDelta, or
+// LayerBase with why a delta will not do.
+func (p *Publisher) nextKind(cur *Manifest, pos Position, name string, forced bool) (kind, why string) {
 	if forced {
-		return "the last delta was inconsistent with its parent"
+		return LayerBase, "the last delta was inconsistent with its parent"
 	}
 	if cur == nil {
-		return "first version"
+		return LayerBase, "first version"
 	}
 	pc, ok := cur.Collections[name]
 	switch {
 	case !ok:
-		return "new collection"
+		return LayerBase, "new collection"
 	case len(pc.Layers) == 0:
-		return "the parent is a full copy, without fingerprints"
+		return LayerBase, "the parent is a full copy, without fingerprints"
 	case cur.Source.Config != pos.Config:
-		return "the collection definitions changed"
+		return LayerBase, "the collection definitions changed"
 	case p.maxLayers() < 2:
-		return fmt.Sprintf("max_layers is %d", p.maxLayers())
+		return LayerBase, fmt.Sprintf("max_layers is %d", p.maxLayers())
 	}
 	var deltaRows, baseRows int64
 	for _, l := range pc.Layers {
@@ -55,15 +55,15 @@ func (p *Publisher) baseReason(cur *Manifest, pos Position, name string, forced 
 		}
 	}
 	if float64(deltaRows) > p.rebaseRatio()*float64(max(baseRows, 1)) {
-		return fmt.Sprintf("the deltas hold %d rows against the base's %d (rebase_ratio %g)", deltaRows, baseRows, p.rebaseRatio())
+		return LayerBase, fmt.Sprintf("the deltas hold %d rows against the base's %d (rebase_ratio %g)", deltaRows, baseRows, p.rebaseRatio())
 	}
 	if p.TTL > 0 {
 		oldest := layersDataTime(cur, pc.Layers)
 		if age := p.now().Sub(oldest); age >= p.TTL/2 {
-			return fmt.Sprintf("the chain's oldest layer is %s old, past half the TTL", age.Round(time.Second))
+			return LayerBase, fmt.Sprintf("the chain's oldest layer is %s old, past half the TTL", age.Round(time.Second))
 		}
 	}
-	return ""
+	return LayerDelta, ""
 }
 
 // layersDataTime returns the oldest data time of the layers as version m records
@@ -133,12 +133,10 @@ func (p *Publisher) writeLayers(ctx context.Context, snap DeltaSnapshot, m *Mani
 // absent from the source → tombstone.
 func (p *Publisher) writeLayer(ctx context.Context, snap DeltaSnapshot, w DocumentWriter, m *Manifest, cur *Manifest, name string, forceBase bool) error {
 	log := p.log().With("dataset", p.Dataset, "version", m.Version, "collection", name)
-	why := p.baseReason(cur, m.Source, name, forceBase)
+	kind, why := p.nextKind(cur, m.Source, name, forceBase)
 	var parent CollectionStats
 	var since *Position
-	kind := LayerBase
-	if why == "" {
-		kind = LayerDelta
+	if kind == LayerDelta {
 		parent = cur.Collections[name]
 		since = &cur.Source
 		if fp := m.Source.Fingerprints[name]; fp != "" && fp == cur.Source.Fingerprints[name] &&
@@ -146,7 +144,7 @@ func (p *Publisher) writeLayer(ctx context.Context, snap DeltaSnapshot, w Docume
 			// The table's row versions and definitions are the parent's: nothing to read.
 			st := parent
 			st.Layers = carryLayers(cur, parent.Layers)
-			st.Own = &OwnLayer{Mode: "unchanged: same fingerprint"}
+			st.Own = &OwnLayer{Mode: ModeSameFingerprint}
 			st.Written = st.Rows
 			m.Collections[name] = st
 			return nil
@@ -340,7 +338,7 @@ func (p *Publisher) writeLayer(ctx context.Context, snap DeltaSnapshot, w Docume
 		bytes += int64(len(doc.Body))
 		return put(ctx, doc.ID, doc.Body, sum)
 	}
-	var mode string
+	var mode LayerMode
 	if sparse {
 		mode = ModeChangedOnly
 		for _, doc := range changed {
@@ -349,7 +347,9 @@ func (p *Publisher) writeLayer(ctx context.Context, snap DeltaSnapshot, w Docume
 			}
 		}
 	} else {
-		mode, err = snap.ScanSince(ctx, name, since, onDoc)
+		var scanned string
+		scanned, err = snap.ScanSince(ctx, name, since, onDoc)
+		mode = LayerMode(scanned)
 	}
 	own.Mode = mode
 	if err != nil {
@@ -483,8 +483,17 @@ type ChangedScanner interface {
 	ScanChanged(ctx context.Context, collection string, since *Position, max int64, fn func(Document) error) (total int64, ok bool, err error)
 }
 
-// ModeChangedOnly is OwnLayer.Mode of a delta read from the changed rows alone.
-const ModeChangedOnly = "row-version, changed rows only"
+// LayerMode says how a publish found a collection's changed rows (OwnLayer.Mode).
+type LayerMode string
+
+// Layer modes of the publisher's own; a source's ScanSince names the others.
+const (
+	// ModeChangedOnly: a delta read from the changed rows alone.
+	ModeChangedOnly LayerMode = "row-version, changed rows only"
+	// ModeSameFingerprint: nothing read, the table's row versions and definitions
+	// being the parent's.
+	ModeSameFingerprint LayerMode = "unchanged: same fingerprint"
+)
 
 // maxChangedOnly bounds the changed rows held in memory to be read that way.
 const maxChangedOnly = 20_000

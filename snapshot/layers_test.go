@@ -680,7 +680,7 @@ func testDeltaReadsChangedRowsOnly(t *testing.T, cached bool) {
 	full := r.twin()
 	r.publish(t, r.pub)
 	r.publish(t, full)
-	check := func(what string, wantMode string, stmts ...string) {
+	check := func(what string, wantMode snapshot.LayerMode, stmts ...string) {
 		t.Helper()
 		r.exec(t, stmts...)
 		m := r.publish(t, r.pub)

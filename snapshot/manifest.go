@@ -100,12 +100,13 @@ type LayerRef struct {
 // OwnLayer is what one publish did for one collection.
 type OwnLayer struct {
 	Kind string `json:"kind"` // base, delta, or "" when nothing changed (no layer)
-	// Mode says how changed rows were found: "row-version", or "content: <why>"
-	// when every row was rendered and compared by content.
-	Mode     string `json:"mode,omitempty"`
-	Inserted int64  `json:"inserted"`
-	Changed  int64  `json:"changed"`
-	Deleted  int64  `json:"deleted"`
+	// Mode says how changed rows were found: as the source's ScanSince reports it
+	// ("row-version", or "content: <why>" when every row was rendered and compared by
+	// content), ModeChangedOnly, or ModeSameFingerprint.
+	Mode     LayerMode `json:"mode,omitempty"`
+	Inserted int64     `json:"inserted"`
+	Changed  int64     `json:"changed"`
+	Deleted  int64     `json:"deleted"`
 	// Rendered counts the rows the source turned into JSON.
 	Rendered int64 `json:"rendered"`
 	// Copied counts the unchanged documents and tombstones a merged delta copied

@@ -120,9 +120,9 @@ type PublishOptions struct {
 	// the manifest for the commit-to-publish delay.
 	ChangeSeen time.Time
 
-	reason  string       // why a republish runs, for the result
-	current *currentRead // the pointer and its manifest as KeepAlive read them this tick
-	base    bool         // write every layer as a base (a delta was inconsistent)
+	reason  PublishReason // why a republish runs, for the result
+	current *currentRead  // the pointer and its manifest as KeepAlive read them this tick
+	base    bool          // write every layer as a base (a delta was inconsistent)
 }
 
 // currentRead is the pointer and the manifest of the version it names.
@@ -147,9 +147,24 @@ type PublishResult struct {
 	// Refreshed counts the documents of the pinned version rewritten to keep them
 	// from expiring.
 	Refreshed int64
-	// Reason says why a publish that was not scheduled by a change ran ("ttl").
-	Reason string
+	// Reason says why a publish that was not scheduled by a change ran (ReasonTTL),
+	// or why a change-driven one did nothing (ReasonPublishedAlready).
+	Reason PublishReason
 }
+
+// PublishReason says why a publish ran, or did nothing, when neither a change nor
+// the schedule explains it (PublishResult.Reason); its text is recorded in the audit
+// trail and logs.
+type PublishReason string
+
+// Publish reasons.
+const (
+	// ReasonTTL: the current version's data was past half the TTL (KeepAlive).
+	ReasonTTL PublishReason = "ttl"
+	// ReasonPublishedAlready: the change was published already, by another replica
+	// (PublishOptions.ChangeXmax); nothing was read.
+	ReasonPublishedAlready PublishReason = "published already"
+)
 
 // cleanupTimeout bounds the bookkeeping done after a failure.
 const cleanupTimeout = 10 * time.Second
@@ -174,7 +189,7 @@ func (p *Publisher) Publish(ctx context.Context, opts PublishOptions) (PublishRe
 		curManifest = &cm
 	}
 	if hasCurrent && opts.ChangeXmax > 0 && !opts.Force && !opts.Republish && curManifest.Source.SnapshotXmin() >= opts.ChangeXmax {
-		return PublishResult{Previous: cur.Version, NoOp: true, Reason: "published already"}, nil
+		return PublishResult{Previous: cur.Version, NoOp: true, Reason: ReasonPublishedAlready}, nil
 	}
 
 	snap, err := p.Source.Open(ctx)
@@ -311,7 +326,7 @@ func (p *Publisher) Publish(ctx context.Context, opts PublishOptions) (PublishRe
 	}
 	if p.Audit != nil {
 		e := AuditEntry{Dataset: p.Dataset, At: flip.At, Action: ActionFlip, From: cur.Version, To: m.Version,
-			Token: flip.Token, By: p.Writer, Reason: opts.reason}
+			Token: flip.Token, By: p.Writer, Reason: string(opts.reason)}
 		if err := p.Audit.AppendAudit(bg, e); err != nil {
 			log.WarnContext(ctx, "record flip in the audit trail", "err", err)
 		}

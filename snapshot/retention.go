@@ -43,7 +43,7 @@ func (p *Publisher) KeepAlive(ctx context.Context, opts PublishOptions) (Publish
 	case due:
 		log.InfoContext(ctx, "current version past half its TTL: republishing")
 		opts.Republish = true
-		opts.reason = "ttl"
+		opts.reason = ReasonTTL
 	}
 	return opts, res, false, nil
 }

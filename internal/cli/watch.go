@@ -165,7 +165,7 @@ func (m *Syncer) runWatch(ctx context.Context, s *syncer) {
 			wm.lastLag.Set(lag.Seconds())
 			clog.Info("published a change", "version", res.Manifest.Version, "commit_to_publish", lag.Round(time.Millisecond).String())
 		}
-		if res.Reason != "published already" {
+		if res.Reason != snapshot.ReasonPublishedAlready {
 			s.metrics.observe(res, err, time.Since(lastStart))
 		}
 		s.metrics.observeCurrent(ctx, s.store, s.cfg.Dataset, s.cfg.TTL)
