@@ -106,7 +106,7 @@ type PublishOptions struct {
 	// validation gates (syncer once --force).
 	Force bool
 	// Republish publishes even when the source has not changed, gates still applied
-	// (the TTL keep-alive).
+	// (the TTL keep-alive: the result's and the audit entry's reason is ReasonTTL).
 	Republish bool
 	// Slot is the scheduled tick this publish is for, recorded in the manifest.
 	Slot int64
@@ -119,10 +119,22 @@ type PublishOptions struct {
 	// ChangeSeen is when the change this publish is for was first seen, recorded in
 	// the manifest for the commit-to-publish delay.
 	ChangeSeen time.Time
+}
 
-	reason  PublishReason // why a republish runs, for the result
-	current *currentRead  // the pointer and its manifest as KeepAlive read them this tick
-	base    bool          // write every layer as a base (a delta was inconsistent)
+// publishRun is one publish as the publisher runs it: the caller's options and what
+// the publisher adds to them.
+type publishRun struct {
+	opts    PublishOptions
+	current *currentRead // the pointer and its manifest as the tick's keep-alive read them; nil to read them
+	base    bool         // write every layer as a base (a delta was inconsistent)
+}
+
+// reason is why the publish runs, for the result and the audit trail.
+func (r publishRun) reason() PublishReason {
+	if r.opts.Republish {
+		return ReasonTTL
+	}
+	return ""
 }
 
 // currentRead is the pointer and the manifest of the version it names.
@@ -174,24 +186,38 @@ const cleanupTimeout = 10 * time.Second
 // and flip the pointer with a fenced conditional write. Whatever fails, the pointer is
 // left as it was and the half-written version is marked failed and left to expire.
 func (p *Publisher) Publish(ctx context.Context, opts PublishOptions) (PublishResult, error) {
-	now := p.now()
-	cur, curManifest, err := p.readCurrent(ctx, opts.current)
-	if err != nil {
-		return PublishResult{}, err
-	}
-	hasCurrent := curManifest != nil
-	if hasCurrent && cur.Pinned {
-		return PublishResult{Previous: cur.Version}, fmt.Errorf("dataset %s is pinned to %s (%s): unpin it to publish: %w",
-			p.Dataset, cur.Version, cur.Reason, ErrPinned)
-	}
-	if hasCurrent && curManifest.State == StateSealed {
-		cm := p.confirmFlip(ctx, *curManifest, cur)
-		curManifest = &cm
-	}
-	if hasCurrent && opts.ChangeXmax > 0 && !opts.Force && !opts.Republish && curManifest.Source.SnapshotXmin() >= opts.ChangeXmax {
-		return PublishResult{Previous: cur.Version, NoOp: true, Reason: ReasonPublishedAlready}, nil
-	}
+	return p.publish(ctx, publishRun{opts: opts})
+}
 
+// publish runs Publish's attempt, and once more with every layer a base when a delta
+// was inconsistent with its parent (the attempt has marked its version failed).
+func (p *Publisher) publish(ctx context.Context, run publishRun) (PublishResult, error) {
+	for {
+		a := &attempt{p: p, run: run, started: p.now()}
+		res, err := a.publish(ctx)
+		if run.base || !errors.Is(err, errDeltaInconsistent) {
+			return res, err
+		}
+		run.base = true
+	}
+}
+
+// attempt is one try at a publish: the state it starts from and the version it writes.
+type attempt struct {
+	p       *Publisher
+	run     publishRun
+	started time.Time
+	cur     Pointer   // the pointer as read; zero when nothing is published
+	current *Manifest // the manifest of the version it names; nil when none
+	m       Manifest  // the new version
+	log     *slog.Logger
+}
+
+func (a *attempt) publish(ctx context.Context) (PublishResult, error) {
+	p, opts := a.p, a.run.opts
+	if res, err := a.begin(ctx); err != nil || res.NoOp {
+		return res, err
+	}
 	snap, err := p.Source.Open(ctx)
 	if err != nil {
 		return PublishResult{}, fmt.Errorf("open source: %w", err)
@@ -204,20 +230,69 @@ func (p *Publisher) Publish(ctx context.Context, opts PublishOptions) (PublishRe
 	pos := snap.Position()
 	crash(p.Crash, CrashAfterOpen, 0)
 
-	if hasCurrent && !opts.Force && !opts.Republish && curManifest.Source.SameContents(pos, p.Source.Collections()) {
+	if a.current != nil && !opts.Force && !opts.Republish && a.current.Source.SameContents(pos, p.Source.Collections()) {
 		p.log().InfoContext(ctx, "source unchanged; nothing to publish",
-			"dataset", p.Dataset, "version", cur.Version, "source_lsn", pos.String())
-		return PublishResult{Previous: cur.Version, NoOp: true}, nil
+			"dataset", p.Dataset, "version", a.cur.Version, "source_lsn", pos.String())
+		return PublishResult{Previous: a.cur.Version, NoOp: true}, nil
 	}
+	if err := a.write(ctx, snap); err != nil {
+		return PublishResult{}, err
+	}
+	// The snapshot is no longer needed; end the transaction before the flip.
+	_ = snap.Close(ctx)
 
-	m := Manifest{
+	if res, err := a.vet(ctx); err != nil || res.NoOp {
+		return res, err
+	}
+	if err := a.seal(ctx); err != nil {
+		return PublishResult{}, err
+	}
+	flip, err := a.flip(ctx)
+	if err != nil {
+		return PublishResult{}, err
+	}
+	return a.published(ctx, flip), nil
+}
+
+// begin reads the current state. A result that is a no-op, or an error, is the
+// publish's: the dataset is pinned, or the change was published already.
+func (a *attempt) begin(ctx context.Context) (PublishResult, error) {
+	p, opts := a.p, a.run.opts
+	cur, cm, err := p.readCurrent(ctx, a.run.current)
+	if err != nil {
+		return PublishResult{}, err
+	}
+	a.cur, a.current = cur, cm
+	if cm == nil {
+		return PublishResult{}, nil
+	}
+	if cur.Pinned {
+		return PublishResult{Previous: cur.Version}, fmt.Errorf("dataset %s is pinned to %s (%s): unpin it to publish: %w",
+			p.Dataset, cur.Version, cur.Reason, ErrPinned)
+	}
+	if cm.State == StateSealed {
+		confirmed := p.confirmFlip(ctx, *cm, cur)
+		a.current = &confirmed
+	}
+	if opts.ChangeXmax > 0 && !opts.Force && !opts.Republish && a.current.Source.SnapshotXmin() >= opts.ChangeXmax {
+		return PublishResult{Previous: cur.Version, NoOp: true, Reason: ReasonPublishedAlready}, nil
+	}
+	return PublishResult{}, nil
+}
+
+// write creates the new version's manifest and writes its documents: layers against
+// the current version, or a full copy. A version that fails is marked failed.
+func (a *attempt) write(ctx context.Context, snap SourceSnapshot) error {
+	p, opts := a.p, a.run.opts
+	pos := snap.Position()
+	a.m = Manifest{
 		Dataset:     p.Dataset,
 		Version:     p.Versions.Next(),
 		State:       StateWriting,
 		Collections: map[string]CollectionStats{},
 		Source:      pos,
 		Writer:      p.Writer,
-		StartedAt:   now,
+		StartedAt:   a.started,
 		Token:       opts.Token,
 		Slot:        opts.Slot,
 		TTL:         p.TTL,
@@ -226,75 +301,93 @@ func (p *Publisher) Publish(ctx context.Context, opts PublishOptions) (PublishRe
 	ds, layered := snap.(DeltaSnapshot)
 	layered = layered && p.Incremental
 	if layered {
-		m.Format = FormatLayered
-		if hasCurrent {
-			m.Parent = cur.Version
+		a.m.Format = FormatLayered
+		if a.current != nil {
+			a.m.Parent = a.cur.Version
 		}
 	}
-	if err := p.Store.CreateManifest(ctx, m); err != nil {
-		return PublishResult{}, fmt.Errorf("create manifest %s: %w", m.Version, err)
+	if err := p.Store.CreateManifest(ctx, a.m); err != nil {
+		return fmt.Errorf("create manifest %s: %w", a.m.Version, err)
 	}
-	log := p.log().With("dataset", p.Dataset, "version", m.Version)
-	log.InfoContext(ctx, "sync started", "source_lsn", pos.String(), "forced", opts.Force)
+	a.log = p.log().With("dataset", p.Dataset, "version", a.m.Version)
+	a.log.InfoContext(ctx, "sync started", "source_lsn", pos.String(), "forced", opts.Force)
 
+	var err error
+	if layered {
+		err = p.writeLayers(ctx, ds, &a.m, a.current, a.run.base)
+	} else {
+		err = p.write(ctx, snap, &a.m, a.expected())
+	}
+	if err != nil {
+		p.fail(ctx, a.m, StateWriting, err)
+		if errors.Is(err, errDeltaInconsistent) && !a.run.base {
+			a.log.WarnContext(ctx, "the delta disagrees with its parent: publishing again with base layers", "err", err)
+		}
+		return err
+	}
+	if err := a.m.CheckComplete(); err != nil {
+		p.fail(ctx, a.m, StateWriting, err)
+		return err
+	}
+	return nil
+}
+
+// expected returns the current version's row count per collection.
+func (a *attempt) expected() map[string]int64 {
 	expected := map[string]int64{}
-	if curManifest != nil {
-		for name, c := range curManifest.Collections {
+	if a.current != nil {
+		for name, c := range a.current.Collections {
 			expected[name] = c.Rows
 		}
 	}
-	var werr error
-	if layered {
-		werr = p.writeLayers(ctx, ds, &m, curManifest, opts.base)
-	} else {
-		werr = p.write(ctx, snap, &m, expected)
-	}
-	if werr != nil {
-		p.fail(ctx, m, StateWriting, werr)
-		if errors.Is(werr, errDeltaInconsistent) && !opts.base {
-			log.WarnContext(ctx, "the delta disagrees with its parent: publishing again with base layers", "err", werr)
-			_ = snap.Close(ctx)
-			opts.base = true
-			return p.Publish(ctx, opts)
-		}
-		return PublishResult{}, werr
-	}
-	if err := m.CheckComplete(); err != nil {
-		p.fail(ctx, m, StateWriting, err)
-		return PublishResult{}, err
-	}
-	// The snapshot is no longer needed; end the transaction before the flip.
-	_ = snap.Close(ctx)
+	return expected
+}
 
-	if curManifest != nil && !opts.Force && !opts.Republish && sameCollections(*curManifest, m) {
-		log.InfoContext(ctx, "source unchanged (same digests); not flipping", "current", cur.Version)
-		p.fail(ctx, m, StateWriting, fmt.Errorf("unchanged: identical to %s", cur.Version))
-		return PublishResult{Previous: cur.Version, NoOp: true}, nil
+// vet checks the written version before it is sealed. A result that is a no-op (the
+// same digests as the current version), or an error (a gate refused it), is the
+// publish's; the version is then marked failed.
+func (a *attempt) vet(ctx context.Context) (PublishResult, error) {
+	p, opts := a.p, a.run.opts
+	if a.current != nil && !opts.Force && !opts.Republish && sameCollections(*a.current, a.m) {
+		a.log.InfoContext(ctx, "source unchanged (same digests); not flipping", "current", a.cur.Version)
+		p.fail(ctx, a.m, StateWriting, fmt.Errorf("unchanged: identical to %s", a.cur.Version))
+		return PublishResult{Previous: a.cur.Version, NoOp: true}, nil
 	}
 	if !opts.Force {
-		if err := p.checkGates(curManifest, m); err != nil {
-			log.WarnContext(ctx, "publish refused", "err", err)
-			p.fail(ctx, m, StateWriting, err)
-			return PublishResult{Previous: cur.Version}, err
+		if err := p.checkGates(a.current, a.m); err != nil {
+			a.log.WarnContext(ctx, "publish refused", "err", err)
+			p.fail(ctx, a.m, StateWriting, err)
+			return PublishResult{Previous: a.cur.Version}, err
 		}
 	}
+	return PublishResult{}, nil
+}
 
-	sealed := m
+// seal marks the written version sealed: complete, and servable once flipped to.
+func (a *attempt) seal(ctx context.Context) error {
+	p := a.p
+	sealed := a.m
 	sealed.State = StateSealed
 	sealed.SealedAt = p.now()
 	if err := p.Store.UpdateManifest(ctx, sealed, StateWriting); err != nil {
-		err = fmt.Errorf("seal version %s: %w", m.Version, err)
-		p.fail(ctx, m, StateWriting, err)
-		return PublishResult{}, err
+		err = fmt.Errorf("seal version %s: %w", a.m.Version, err)
+		p.fail(ctx, a.m, StateWriting, err)
+		return err
 	}
-	m = sealed
-	crash(p.Crash, CrashAfterSeal, m.Rows())
+	a.m = sealed
+	crash(p.Crash, CrashAfterSeal, a.m.Rows())
+	return nil
+}
 
-	flip := Flip{Version: m.Version, Token: opts.Token, Source: pos, By: p.Writer, At: p.now()}
-	if hasCurrent {
-		flip.Expected = cur.Version
+// flip points the dataset at the sealed version, fenced by the options' token or,
+// optimistically, the stored fence plus one.
+func (a *attempt) flip(ctx context.Context) (Flip, error) {
+	p, m := a.p, a.m
+	flip := Flip{Version: m.Version, Token: a.run.opts.Token, Source: m.Source, By: p.Writer, At: p.now()}
+	if a.current != nil {
+		flip.Expected = a.cur.Version
 		if flip.Token == 0 {
-			flip.Token = cur.Fence + 1
+			flip.Token = a.cur.Fence + 1
 		}
 	} else if flip.Token == 0 {
 		flip.Token = 1
@@ -306,34 +399,39 @@ func (p *Publisher) Publish(ctx context.Context, opts PublishOptions) (PublishRe
 		}
 		// Unknown: the pointer may name the version, so it stays sealed (servable);
 		// the next run sees which.
-		return PublishResult{}, err
+		return flip, err
 	}
-
 	crash(p.Crash, CrashAfterFlip, m.Rows())
-	published := m
+	return flip, nil
+}
+
+// published does the bookkeeping after the flip: the version marked published, the
+// replaced one retired, the flip audited. The pointer already names the version, so
+// failures here are logged, not returned: the publish has happened.
+func (a *attempt) published(ctx context.Context, flip Flip) PublishResult {
+	p := a.p
+	published := a.m
 	published.State = StatePublished
 	published.PublishedAt = flip.At
 	published.Token = flip.Token
-	// The pointer already names the version: bookkeeping failures from here on are
-	// logged, not returned, because the publish has happened.
 	bg, cancel := Detach(ctx, cleanupTimeout)
 	defer cancel()
 	if err := p.Store.UpdateManifest(bg, published, StateSealed); err != nil {
-		log.WarnContext(ctx, "mark version published", "err", err)
+		a.log.WarnContext(ctx, "mark version published", "err", err)
 	}
-	if hasCurrent {
-		p.retire(bg, cur.Version, log)
+	if a.current != nil {
+		p.retire(bg, a.cur.Version, a.log)
 	}
 	if p.Audit != nil {
-		e := AuditEntry{Dataset: p.Dataset, At: flip.At, Action: ActionFlip, From: cur.Version, To: m.Version,
-			Token: flip.Token, By: p.Writer, Reason: string(opts.reason)}
+		e := AuditEntry{Dataset: p.Dataset, At: flip.At, Action: ActionFlip, From: a.cur.Version, To: published.Version,
+			Token: flip.Token, By: p.Writer, Reason: string(a.run.reason())}
 		if err := p.Audit.AppendAudit(bg, e); err != nil {
-			log.WarnContext(ctx, "record flip in the audit trail", "err", err)
+			a.log.WarnContext(ctx, "record flip in the audit trail", "err", err)
 		}
 	}
-	log.InfoContext(ctx, "published", "previous", cur.Version, "token", flip.Token,
-		"rows", published.Rows(), "duration", p.now().Sub(now).String())
-	return PublishResult{Manifest: published, Previous: cur.Version, Reason: opts.reason}, nil
+	a.log.InfoContext(ctx, "published", "previous", a.cur.Version, "token", flip.Token,
+		"rows", published.Rows(), "duration", p.now().Sub(a.started).String())
+	return PublishResult{Manifest: published, Previous: a.cur.Version, Reason: a.run.reason()}
 }
 
 // FailAbandoned marks failed every version still writing under a fencing token older

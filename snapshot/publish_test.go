@@ -528,13 +528,14 @@ func TestTickReadsTheCurrentStateOnce(t *testing.T) {
 	if _, err := r.pub.Publish(ctx, snapshot.PublishOptions{}); err != nil {
 		t.Fatal(err)
 	}
+	lease, err := r.store.NewLease("publish/ds", store.LeaseConfig{Holder: "me"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tk := &snapshot.Ticker{Publisher: r.pub, Lease: lease, Slots: r.store, Holder: "me", Log: slog.New(slog.DiscardHandler)}
 	c := &countingStore{PublishStore: r.pub.Store}
 	r.pub.Store = c
-	opts, _, done, err := r.pub.KeepAlive(ctx, snapshot.PublishOptions{})
-	if err != nil || done {
-		t.Fatalf("KeepAlive = %v, done %t", err, done)
-	}
-	res, err := r.pub.Publish(ctx, opts)
+	res, _, err := tk.PublishLeased(ctx, snapshot.PublishOptions{})
 	if err != nil || !res.NoOp {
 		t.Fatalf("publish of an unchanged source = %+v, %v; want a no-op", res, err)
 	}

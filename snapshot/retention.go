@@ -18,15 +18,23 @@ import (
 // refreshes the pinned version in place when due and returns done = true with what it
 // did: nothing is to be published while pinned.
 func (p *Publisher) KeepAlive(ctx context.Context, opts PublishOptions) (PublishOptions, PublishResult, bool, error) {
+	run, res, done, err := p.keepAlive(ctx, opts)
+	return run.opts, res, done, err
+}
+
+// keepAlive is KeepAlive returning the publish to run, which shares its read of the
+// pointer and the current manifest (a Ticker's cycle).
+func (p *Publisher) keepAlive(ctx context.Context, opts PublishOptions) (publishRun, PublishResult, bool, error) {
+	run := publishRun{opts: opts}
 	cur, cm, err := p.readCurrent(ctx, nil)
 	if err != nil || cm == nil {
-		return opts, PublishResult{}, false, err
+		return run, PublishResult{}, false, err
 	}
 	m := *cm
-	opts.current = &currentRead{ptr: cur, manifest: m} // Publish need not read them again
+	run.current = &currentRead{ptr: cur, manifest: m} // the publish need not read them again
 	res := PublishResult{Previous: cur.Version, NoOp: true, Pinned: cur.Pinned}
 	if p.TTL <= 0 {
-		return opts, res, cur.Pinned, nil
+		return run, res, cur.Pinned, nil
 	}
 	age := p.now().Sub(m.DataTime())
 	due := age >= p.TTL/2
@@ -36,16 +44,15 @@ func (p *Publisher) KeepAlive(ctx context.Context, opts PublishOptions) (Publish
 		log.InfoContext(ctx, "pinned version past half its TTL: refreshing its cells in place")
 		n, err := p.refresh(ctx, m)
 		res.Refreshed = n
-		return opts, res, true, err
+		return run, res, true, err
 	case cur.Pinned:
 		log.InfoContext(ctx, "dataset pinned: not publishing (syncer unpin resumes)", "reason", cur.Reason)
-		return opts, res, true, nil
+		return run, res, true, nil
 	case due:
 		log.InfoContext(ctx, "current version past half its TTL: republishing")
-		opts.Republish = true
-		opts.reason = ReasonTTL
+		run.opts.Republish = true
 	}
-	return opts, res, false, nil
+	return run, res, false, nil
 }
 
 // refresh rewrites a version's cells with fresh timestamps, then records when.

@@ -113,12 +113,12 @@ func (t *Ticker) publishLeased(ctx context.Context, timeout time.Duration, opts 
 	defer stop()
 
 	t.failAbandoned(pctx, hold.Token())
-	opts, kept, done, err := t.Publisher.KeepAlive(pctx, opts)
+	run, kept, done, err := t.Publisher.keepAlive(pctx, opts)
 	if err != nil || done {
 		return kept, hold.Token(), err
 	}
-	opts.Token = hold.Token()
-	res, err := t.Publisher.Publish(pctx, opts)
+	run.opts.Token = hold.Token()
+	res, err := t.Publisher.publish(pctx, run)
 	if err != nil && context.Cause(pctx) == ErrLeaseLost {
 		err = fmt.Errorf("%w (token %d): %v", ErrLeaseLost, hold.Token(), err)
 	}
