@@ -1,0 +1,219 @@
+package snapshot
+
+import (
+	"context"
+	"fmt"
+)
+
+// A delta from a source that can send only the changed rows reads those alone when
+// no row was deleted: the parent entries they replace are then all the join needs,
+// and, for a merge, the merged deltas' entries (sparseMerge).
+
+// ChangedScanner is a DeltaSnapshot that can send only the rows changed since a
+// parent, when it can tell them by row version.
+type ChangedScanner interface {
+	// ScanChanged calls fn with the collection's rows changed since the snapshot at
+	// since, with their JSON, in strictly increasing id byte order, and returns the
+	// collection's row count in this snapshot. ok is false, and fn never called, when
+	// the rows changed cannot be told apart (ScanSince's content modes) or more than
+	// max changed.
+	ScanChanged(ctx context.Context, collection string, since *Position, max int64, fn func(Document) error) (total int64, ok bool, err error)
+}
+
+// maxChangedOnly bounds the changed rows held in memory to be read that way.
+const maxChangedOnly = 20_000
+
+// fromEntry is a parent entry with the index in the chain of the layer it is from.
+type fromEntry struct {
+	RunEntry
+	from int
+}
+
+// changedRows is what changedOnly read.
+type changedRows struct {
+	docs    []Document  // the changed rows, in id order
+	matched []fromEntry // the parent's entries of those the parent holds, in id order
+	// whole reports that they are the whole change: no row was deleted.
+	whole bool
+	// consumed reports that the parent's chain run was read to its end.
+	consumed bool
+	// sourceRows and parentSeen are, when whole, the join's counts of what it does
+	// not read: the source's unchanged rows, and the parent's live ids.
+	sourceRows, parentSeen int64
+}
+
+// readChanged reads the changed rows alone (changedOnly) and, when they are the
+// whole change, sets the join up to read only them. Otherwise the join reads every
+// row, and the parent's run again if it was read.
+func (lw *layerWriter) readChanged(ctx context.Context, cs ChangedScanner) error {
+	c, err := lw.changedOnly(ctx, cs)
+	if err != nil {
+		return err
+	}
+	if !c.whole {
+		if c.consumed { // the parent's run was read (its readers end with ctx): again, for the whole join
+			lw.head.run = lw.openParent(ctx)
+		}
+		return nil
+	}
+	if lw.merge > 0 {
+		if c, err = lw.sparseMerge(ctx, c); err != nil {
+			return err
+		}
+	}
+	lw.changed, lw.sourceRows = c.docs, c.sourceRows
+	lw.head.sparse, lw.head.matched, lw.head.seen = true, c.matched, c.parentSeen
+	return nil
+}
+
+// changedOnly reads the collection's changed rows alone and matches them with the
+// parent's chain: looked up in the run cache's decoded runs when every run of the
+// chain is there, otherwise by reading the parent's chain run to its end. They are
+// the whole change when, with I of them not in the parent, the parent's count plus I
+// is the source's count (the source's other rows are, by row version, the parent's).
+// Otherwise (a row deleted, too many changed, no row versions) the join reads every
+// id.
+func (lw *layerWriter) changedOnly(ctx context.Context, cs ChangedScanner) (changedRows, error) {
+	var c changedRows
+	total, ok, err := cs.ScanChanged(ctx, lw.name, lw.since, maxChangedOnly, func(d Document) error {
+		c.docs = append(c.docs, d)
+		return nil
+	})
+	if err != nil || !ok {
+		return changedRows{}, err
+	}
+	runs, err := lw.p.cachedRuns(ctx, lw.parent, lw.name)
+	if err != nil {
+		return changedRows{}, err
+	}
+	seen := lw.parent.Rows
+	if runs != nil {
+		c.matched = lookUp(runs, c.docs)
+	} else {
+		c.consumed = true
+		if c.matched, seen, err = matchRun(lw.head.run, c.docs); err != nil {
+			return c, err
+		}
+		if seen != lw.parent.Rows {
+			return c, fmt.Errorf("%w: the parent's fingerprints hold %d ids, its manifest %d", errDeltaInconsistent, seen, lw.parent.Rows)
+		}
+	}
+	changed, inParent := int64(len(c.docs)), int64(len(c.matched))
+	if lw.parent.Rows+changed-inParent == total {
+		c.whole = true
+		c.sourceRows = total - changed // the join counts the changed ones
+		c.parentSeen = seen
+	}
+	return c, nil
+}
+
+// lookUp returns the parent's entries of the changed ids, each its newest layer's
+// (runs are the chain's, newest first): looked up, not merged.
+func lookUp(runs []*decodedRun, docs []Document) []fromEntry {
+	var matched []fromEntry
+	for _, d := range docs {
+		for i, r := range runs {
+			if e, ok := r.find(d.ID); ok {
+				if !e.Deleted {
+					matched = append(matched, fromEntry{e, i})
+				}
+				break
+			}
+		}
+	}
+	return matched
+}
+
+// matchRun reads the parent's chain run to its end and returns its entries for the
+// changed ids, and how many live ids it holds.
+func matchRun(pr *chainRun, docs []Document) (matched []fromEntry, seen int64, err error) {
+	i := 0
+	for {
+		e, more, err := pr.next()
+		if err != nil {
+			return matched, seen, err
+		}
+		if !more {
+			return matched, seen, nil
+		}
+		if e.Deleted { // a merge's chain run names tombstones too
+			continue
+		}
+		seen++
+		for i < len(docs) && docs[i].ID < e.ID {
+			i++
+		}
+		if i < len(docs) && docs[i].ID == e.ID {
+			matched = append(matched, fromEntry{e, pr.from})
+			i++
+		}
+	}
+}
+
+// sparseMerge adds to a merge read from the changed rows alone every entry of the
+// merged deltas (the chain's newest merge layers) whose id did not change: as a
+// parent entry, and, when live, as a document unchanged since the parent, so that the
+// join keeps it (copies it, or keeps its tombstone) as it does reading every id. The
+// source rows the join does not read go down by the unchanged documents added, which
+// it counts.
+func (lw *layerWriter) sparseMerge(ctx context.Context, c changedRows) (changedRows, error) {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	mr := openChainRun(ctx, lw.p.Store, lw.p.Runs, lw.p.Dataset, lw.parent.Layers[:lw.merge], lw.name)
+	mr.keepDeleted = true
+	docs := make([]Document, 0, len(c.docs))
+	heads := make([]fromEntry, 0, len(c.matched))
+	i, j := 0, 0
+	for {
+		e, ok, err := mr.next()
+		if err != nil {
+			return changedRows{}, err
+		}
+		if !ok {
+			break
+		}
+		for ; i < len(c.docs) && c.docs[i].ID < e.ID; i++ {
+			docs = append(docs, c.docs[i])
+		}
+		for ; j < len(c.matched) && c.matched[j].ID < e.ID; j++ {
+			heads = append(heads, c.matched[j])
+		}
+		if i < len(c.docs) && c.docs[i].ID == e.ID {
+			continue // changed: its document and parent entry follow
+		}
+		heads = append(heads, fromEntry{e, mr.from})
+		if !e.Deleted {
+			docs = append(docs, Document{ID: e.ID}) // no body: unchanged since the parent
+			c.sourceRows--
+		}
+	}
+	c.docs, c.matched = append(docs, c.docs[i:]...), append(heads, c.matched[j:]...)
+	return c, nil
+}
+
+// cachedRuns returns the parent chain's runs (newest first) decoded from the run
+// cache, for lookups; nil when there is no cache or a run is over its budget. It
+// checks what the whole-chain merge checks: each run's live entries and tombstones
+// against its layer's counts, and the ids the chain holds live against the parent's
+// row count (RunCache.liveCount).
+func (p *Publisher) cachedRuns(ctx context.Context, parent CollectionStats, name string) ([]*decodedRun, error) {
+	if p.Runs == nil {
+		return nil, nil
+	}
+	runs := make([]*decodedRun, len(parent.Layers))
+	for i, l := range parent.Layers {
+		r, err := p.Runs.run(ctx, p.Dataset, l.Version, name, l.Docs+l.Tombstones)
+		if err != nil || r == nil {
+			return nil, err
+		}
+		if r.docs != l.Docs || r.tomb != l.Tombstones {
+			return nil, fmt.Errorf("%w: layer %s's fingerprints of %s hold %d documents and %d tombstones, its manifest %d and %d",
+				errDeltaInconsistent, l.Version, name, r.docs, r.tomb, l.Docs, l.Tombstones)
+		}
+		runs[i] = r
+	}
+	if live := p.Runs.liveCount(p.Dataset, name, parent.Layers, runs); live != parent.Rows {
+		return nil, fmt.Errorf("%w: the parent's fingerprints hold %d ids, its manifest %d", errDeltaInconsistent, live, parent.Rows)
+	}
+	return runs, nil
+}
