@@ -213,6 +213,7 @@ type attempt struct {
 	log     *slog.Logger
 }
 
+// publish runs the attempt's steps (see Publish), each of which may end it.
 func (a *attempt) publish(ctx context.Context) (PublishResult, error) {
 	p, opts := a.p, a.run.opts
 	if res, err := a.begin(ctx); err != nil || res.NoOp {
