@@ -212,3 +212,64 @@ func TestDigestSubAndParse(t *testing.T) {
 		t.Error("ParseDigest accepted zz")
 	}
 }
+
+// benchChain returns the runs of a chain of a 100,000-entry base and three deltas of
+// 1,000 entries each (a quarter of them tombstones), newest first.
+func benchChain(b *testing.B) (memRuns, []LayerRef) {
+	b.Helper()
+	r := rand.New(rand.NewPCG(5, 6))
+	runs := memRuns{}
+	var layers []LayerRef
+	for l, n := range []int{100_000, 1_000, 1_000, 1_000} {
+		v := Version(fmt.Sprintf("layer-%d", l))
+		ids := map[string]bool{}
+		for len(ids) < n {
+			ids[fmt.Sprintf("id-%07d", r.IntN(200_000))] = true
+		}
+		var entries []RunEntry
+		for _, id := range slices.Sorted(maps.Keys(ids)) {
+			e := RunEntry{ID: id, Len: 100, Sum: Digest{r.Uint64(), 1}}
+			if l > 0 && r.IntN(4) == 0 {
+				e = RunEntry{ID: id, Deleted: true}
+			}
+			entries = append(entries, e)
+		}
+		runs[v] = encodeRun(b, entries, 0)
+		layers = append([]LayerRef{{Version: v, Docs: int64(n)}}, layers...)
+	}
+	return runs, layers
+}
+
+// Merging a chain's runs, decoded in a run cache (a syncer's steady state) and
+// streamed from the store.
+func BenchmarkChainRun(b *testing.B) {
+	runs, layers := benchChain(b)
+	scan := func(b *testing.B, open func() *chainRun) {
+		for b.Loop() {
+			cr := open()
+			for {
+				_, ok, err := cr.next()
+				if err != nil {
+					b.Fatal(err)
+				}
+				if !ok {
+					break
+				}
+			}
+		}
+	}
+	b.Run("cached", func(b *testing.B) {
+		cache := NewRunCache(runs, 1<<30)
+		for _, l := range layers { // decoded before the clock starts
+			if r, err := cache.run(context.Background(), "ds", l.Version, "c", l.Docs); err != nil || r == nil {
+				b.Fatalf("run %s: %v", l.Version, err)
+			}
+		}
+		b.ReportAllocs()
+		scan(b, func() *chainRun { return openChainRun(context.Background(), nil, cache, "ds", layers, "c") })
+	})
+	b.Run("streamed", func(b *testing.B) {
+		b.ReportAllocs()
+		scan(b, func() *chainRun { return openChainRun(context.Background(), runs, nil, "ds", layers, "c") })
+	})
+}
