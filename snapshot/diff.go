@@ -93,10 +93,8 @@ func diffLayers(ctx context.Context, st DiffStore, dataset string, a, b []Versio
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	// The union of the ids the unique layers name, tombstones included, in order.
-	run := &chainRun{keepDeleted: true}
-	for _, l := range append(append([]LayerRef{}, ua...), ub...) {
-		run.its = append(run.its, newRunIter(ctx, st, nil, dataset, l, name))
-	}
+	run := openChainRun(ctx, st, nil, dataset, append(append([]LayerRef{}, ua...), ub...), name)
+	run.keepDeleted = true
 	var batch []string
 	flush := func() error {
 		if len(batch) == 0 {

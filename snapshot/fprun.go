@@ -3,7 +3,6 @@ package snapshot
 import (
 	"context"
 	"encoding/binary"
-	"errors"
 	"fmt"
 )
 
@@ -211,8 +210,8 @@ func newRunIter(ctx context.Context, st RunReader, cache *RunCache, dataset stri
 	return it
 }
 
-// peek returns the next entry without consuming it; ok is false at the end.
-func (it *runIter) peek() (RunEntry, bool, error) {
+// Peek returns the next entry without consuming it; ok is false at the end.
+func (it *runIter) Peek() (RunEntry, bool, error) {
 	if it.run != nil {
 		if it.pos < it.run.len() {
 			return it.run.at(it.pos), true, nil
@@ -233,7 +232,8 @@ func (it *runIter) peek() (RunEntry, bool, error) {
 	return it.buf[0], true, nil
 }
 
-func (it *runIter) pop() {
+// Pop consumes the entry Peek returned.
+func (it *runIter) Pop() {
 	if it.run != nil {
 		it.pos++
 		return
@@ -242,14 +242,12 @@ func (it *runIter) pop() {
 }
 
 // chainRun merges the runs of a chain's layers (newest first) into the live entries
-// of the version: per id the newest layer's entry, tombstones dropped.
+// of the version (a ChainMerge of their runs): per id the newest layer's entry,
+// tombstones dropped.
 type chainRun struct {
-	its []*runIter
+	merge *ChainMerge[RunEntry]
 	// keepDeleted returns tombstones too (the ids a set of layers names).
 	keepDeleted bool
-	// prev checks that the merged stream is strictly increasing.
-	prev    string
-	started bool
 	// from is the index in the chain of the layer the last entry came from.
 	from int
 }
@@ -257,48 +255,20 @@ type chainRun struct {
 // openChainRun starts reading every layer's run, through cache when not nil;
 // cancel ctx to stop early.
 func openChainRun(ctx context.Context, st RunReader, cache *RunCache, dataset string, layers []LayerRef, collection string) *chainRun {
-	c := &chainRun{}
-	for _, l := range layers {
-		c.its = append(c.its, newRunIter(ctx, st, cache, dataset, l, collection))
+	its := make([]LayerReader[RunEntry], len(layers))
+	for i, l := range layers {
+		its[i] = newRunIter(ctx, st, cache, dataset, l, collection)
 	}
-	return c
+	return &chainRun{merge: NewChainMerge(its, runEntryID, runEntryDeleted)}
 }
+
+func runEntryID(e RunEntry) string    { return e.ID }
+func runEntryDeleted(e RunEntry) bool { return e.Deleted }
 
 // next returns the next live entry; ok is false at the end.
 func (c *chainRun) next() (RunEntry, bool, error) {
-	for {
-		var best RunEntry
-		found := false
-		for _, it := range c.its {
-			e, ok, err := it.peek()
-			if err != nil {
-				return RunEntry{}, false, err
-			}
-			if ok && (!found || e.ID < best.ID) {
-				best, found = e, true
-			}
-		}
-		if !found {
-			return RunEntry{}, false, nil
-		}
-		// The newest layer holding the id wins; every layer's entry for it is consumed.
-		won := false
-		var winner RunEntry
-		for i, it := range c.its {
-			e, ok, _ := it.peek()
-			if ok && e.ID == best.ID {
-				if !won {
-					winner, won, c.from = e, true, i
-				}
-				it.pop()
-			}
-		}
-		if c.started && winner.ID <= c.prev {
-			return RunEntry{}, false, errors.New("fingerprint runs out of order")
-		}
-		c.started, c.prev = true, winner.ID
-		if !winner.Deleted || c.keepDeleted {
-			return winner, true, nil
-		}
-	}
+	c.merge.Tombstones = c.keepDeleted
+	e, ok, err := c.merge.Next()
+	c.from = c.merge.From()
+	return e, ok, err
 }
