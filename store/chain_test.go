@@ -8,6 +8,8 @@ import (
 	"slices"
 	"testing"
 
+	"github.com/google/go-cmp/cmp"
+
 	"github.com/snapflip/snapflip/snapshot"
 )
 
@@ -179,5 +181,78 @@ func TestRunChunksAndRefresh(t *testing.T) {
 	}
 	if got, err := st.GetDocument(ctx, "ds", chain[1:], "c", "a"); err != nil || string(got) != `{"x":1}` {
 		t.Errorf("the base after refresh: %s, %v", got, err)
+	}
+}
+
+// Random chains (1 to 5 layers, awkward ids written into several layers, tombstones
+// in any layer, the oldest too) read as the model says: newest layer wins, a tombstone
+// hides the id. Whole scans, and listings page by page at random limits.
+func TestChainReadsMatchAModelOverRandomChains(t *testing.T) {
+	st := newStore(t)
+	ctx := context.Background()
+	r := rand.New(rand.NewPCG(13, 14))
+	stems := []string{"a", "a#", "a$", "a#b", "b", "ü", "x\x00", "%", "#", "$"}
+	for trial := range 12 {
+		model := map[string]string{}
+		var chain []snapshot.Version // newest first
+		for layer := range 1 + r.IntN(5) {
+			v := version(t)
+			w := st.NewWriter(ctx, "ds", v)
+			written := map[string]bool{}
+			for range r.IntN(80) {
+				id := fmt.Sprintf("%s%d", stems[r.IntN(len(stems))], r.IntN(12))
+				if written[id] {
+					continue
+				}
+				written[id] = true
+				body := fmt.Sprintf(`{"id":%q,"layer":%d}`, id, layer)
+				if r.IntN(3) == 0 {
+					body = ""
+				}
+				if err := w.Write(ctx, "c", snapshot.Document{ID: id, Body: []byte(body)}); err != nil {
+					t.Fatal(err)
+				}
+				if body == "" {
+					delete(model, id)
+				} else {
+					model[id] = body
+				}
+			}
+			if _, err := w.Close(ctx); err != nil {
+				t.Fatal(err)
+			}
+			chain = append([]snapshot.Version{v}, chain...)
+		}
+		var want []snapshot.Document
+		for _, id := range slices.Sorted(maps.Keys(model)) {
+			want = append(want, snapshot.Document{ID: id, Body: []byte(model[id])})
+		}
+
+		var scanned []snapshot.Document
+		if err := st.ScanDocuments(ctx, "ds", chain, "c", func(d snapshot.Document) bool {
+			scanned = append(scanned, d)
+			return true
+		}); err != nil {
+			t.Fatal(err)
+		}
+		if diff := cmp.Diff(want, scanned); diff != "" {
+			t.Fatalf("trial %d (%d layers): ScanDocuments differs from the model (-want +got):\n%s", trial, len(chain), diff)
+		}
+		limit := 1 + r.IntN(10)
+		var listed []snapshot.Document
+		for after := ""; ; {
+			docs, more, err := st.ScanPage(ctx, "ds", chain, "c", after, limit)
+			if err != nil {
+				t.Fatal(err)
+			}
+			listed = append(listed, docs...)
+			if !more {
+				break
+			}
+			after = docs[len(docs)-1].ID
+		}
+		if diff := cmp.Diff(want, listed); diff != "" {
+			t.Fatalf("trial %d (%d layers): pages of %d differ from the model (-want +got):\n%s", trial, len(chain), limit, diff)
+		}
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"sort"
 	"strings"
 	"sync/atomic"
 
@@ -131,7 +132,7 @@ func chainName(chain []snapshot.Version) string {
 func (s *Store) ScanDocuments(ctx context.Context, dataset string, chain []snapshot.Version, collection string, fn func(snapshot.Document) bool) error {
 	if len(chain) == 1 {
 		return s.scanLayer(ctx, dataset, chain[0], collection, func(d snapshot.Document) bool {
-			if len(d.Body) == 0 {
+			if isTombstone(d) {
 				return true
 			}
 			return fn(d)
@@ -141,74 +142,75 @@ func (s *Store) ScanDocuments(ctx context.Context, dataset string, chain []snaps
 	defer cancel()
 	g, gctx := errgroup.WithContext(ctx)
 	var failed atomic.Bool
-	heads := make([]chan snapshot.Document, len(chain))
+	layers := make([]snapshot.LayerReader[snapshot.Document], len(chain))
 	for i, v := range chain {
-		ch := make(chan snapshot.Document, 256)
-		heads[i] = ch
+		l := &layerStream{ch: make(chan snapshot.Document, 256)}
+		layers[i] = l
 		g.Go(func() error {
 			err := s.scanLayer(gctx, dataset, v, collection, func(d snapshot.Document) bool {
 				select {
-				case ch <- d:
+				case l.ch <- d:
 					return true
 				case <-gctx.Done():
 					return false
 				}
 			})
 			if err != nil {
+				l.err = err
 				failed.Store(true) // before close: the merge sees it when it sees the end
 			}
-			close(ch)
+			close(l.ch)
 			return err
 		})
 	}
-	stopped := false
-	mergeLayers(heads, func(d snapshot.Document) bool {
-		if failed.Load() || gctx.Err() != nil {
-			return false // a layer failed: what is merged from here on is wrong
+	merge := snapshot.NewChainMerge(layers, docID, isTombstone)
+	for {
+		d, ok, err := merge.Next()
+		if err != nil && !failed.Load() { // ids out of order, though every layer read
+			cancel()
+			_ = g.Wait()
+			return fmt.Errorf("scan %s at %s: %w", collection, chainName(chain), err)
+		}
+		if err != nil || !ok || failed.Load() || gctx.Err() != nil {
+			break // the end, or a layer failed: what is merged from here on is wrong
 		}
 		if !fn(d) {
-			stopped = true
-			return false
+			cancel() // the caller has what it wanted; the layers' reads end cancelled
+			_ = g.Wait()
+			return nil
 		}
-		return true
-	})
-	if stopped {
-		cancel() // the caller has what it wanted; the layers' reads end cancelled
-		_ = g.Wait()
-		return nil
 	}
 	return g.Wait()
 }
 
-// mergeLayers merges id-ordered streams of a chain's layers (newest first): per id the
-// newest layer's row, tombstones dropped. It stops when fn returns false.
-func mergeLayers(heads []chan snapshot.Document, fn func(snapshot.Document) bool) {
-	cur := make([]snapshot.Document, len(heads))
-	ok := make([]bool, len(heads))
-	for i, h := range heads {
-		cur[i], ok[i] = <-h
-	}
-	for {
-		best := -1
-		for i := range heads {
-			if ok[i] && (best < 0 || cur[i].ID < cur[best].ID) {
-				best = i
-			}
-		}
-		if best < 0 {
-			return
-		}
-		d := cur[best]
-		for i := range heads {
-			if ok[i] && cur[i].ID == d.ID {
-				cur[i], ok[i] = <-heads[i]
-			}
-		}
-		if len(d.Body) > 0 && !fn(d) {
-			return
-		}
-	}
+// layerStream is one layer's rows as its scan sends them, for a chain's merge.
+type layerStream struct {
+	ch   chan snapshot.Document
+	err  error // why the scan ended early, set before ch is closed
+	head snapshot.Document
+	has  bool // head holds the next row
+	done bool // ch is closed
 }
+
+// Peek returns the layer's next row, waiting for it; at the end, the scan's error.
+func (l *layerStream) Peek() (snapshot.Document, bool, error) {
+	if !l.has && !l.done {
+		l.head, l.has = <-l.ch
+		l.done = !l.has
+	}
+	if l.done {
+		return snapshot.Document{}, false, l.err
+	}
+	return l.head, true, nil
+}
+
+// Pop consumes the row Peek returned.
+func (l *layerStream) Pop() { l.has = false }
+
+// docID and isTombstone are what a chain's merge needs of a row: an empty body is a
+// tombstone (colDoc).
+func docID(d snapshot.Document) string     { return d.ID }
+func isTombstone(d snapshot.Document) bool { return len(d.Body) == 0 }
 
 // scanLayer reads one layer's rows of a collection, tombstones included.
 func (s *Store) scanLayer(ctx context.Context, dataset string, v snapshot.Version, collection string, fn func(snapshot.Document) bool) error {
@@ -324,7 +326,7 @@ func (s *Store) ScanPage(ctx context.Context, dataset string, chain []snapshot.V
 		if err != nil {
 			return nil, false, err
 		}
-		if !slices.ContainsFunc(got, func(d snapshot.Document) bool { return len(d.Body) == 0 }) {
+		if !slices.ContainsFunc(got, isTombstone) {
 			if len(got) > limit {
 				return got[:limit], true, nil
 			}
@@ -361,21 +363,25 @@ func (s *Store) ScanPage(ctx context.Context, dataset string, chain []snapshot.V
 				}
 			}
 		}
-		heads := make([]chan snapshot.Document, len(chain))
+		layers := make([]snapshot.LayerReader[snapshot.Document], len(chain))
 		for i, r := range reads {
-			ch := make(chan snapshot.Document, len(r.docs))
-			for _, d := range r.docs {
-				if !bounded || d.ID <= bound {
-					ch <- d
-				}
+			l := snapshot.LayerSlice[snapshot.Document](r.docs)
+			if bounded {
+				l = l[:sort.Search(len(l), func(j int) bool { return l[j].ID > bound })]
 			}
-			close(ch)
-			heads[i] = ch
+			layers[i] = &l
 		}
-		mergeLayers(heads, func(d snapshot.Document) bool {
+		merge := snapshot.NewChainMerge(layers, docID, isTombstone)
+		for len(docs) <= limit {
+			d, ok, err := merge.Next()
+			if err != nil {
+				return nil, false, fmt.Errorf("scan %s at %s: %w", collection, chainName(chain), err)
+			}
+			if !ok {
+				break
+			}
 			docs = append(docs, d)
-			return len(docs) <= limit
-		})
+		}
 		if len(docs) > limit {
 			return docs[:limit], true, nil
 		}
