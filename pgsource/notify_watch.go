@@ -11,6 +11,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/snapflip/snapflip/internal/retry"
 )
 
 // The watch's side of the notify mode (notify.go): installing the triggers at each
@@ -72,7 +74,7 @@ func (w *watch) install(ctx context.Context, conn *pgx.Conn, oids []uint32) ([]a
 	for _, t := range res.lockTimeouts {
 		lw := w.lockWaits[t]
 		lw.fails++
-		lw.next = w.resolves + min(1<<min(lw.fails-1, 16), maxLockBackoff)
+		lw.next = w.resolves + retry.Doubling(1, maxLockBackoff, lw.fails-1)
 		w.lockWaits[t] = lw
 	}
 	w.settled(ctx, "install", "the notify watch installs its triggers again")

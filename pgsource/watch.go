@@ -13,6 +13,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/snapflip/snapflip/internal/retry"
 	"github.com/snapflip/snapflip/snapshot"
 )
 
@@ -86,6 +87,9 @@ type WatchStats struct {
 	Tables   int
 }
 
+// watchRetry is the wait before the watch connects again after its connection failed.
+const watchRetry = 3 * time.Second
+
 // Watch polls until ctx ends, calling changed for each possible change and polled
 // after each poll, both from one goroutine. A failing connection is retried every few
 // seconds and logged, and each new connection reports a new baseline ("watch
@@ -127,12 +131,8 @@ func (s *Source) Watch(ctx context.Context, cfg WatchConfig, changed func(Change
 			return err
 		}
 		log.WarnContext(ctx, "watching the source failed; retrying (the schedule still runs)", "err", err)
-		t := time.NewTimer(3 * time.Second)
-		select {
-		case <-ctx.Done():
-			t.Stop()
+		if retry.Sleep(ctx, watchRetry) != nil {
 			return ctx.Err()
-		case <-t.C:
 		}
 	}
 }

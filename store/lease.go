@@ -6,12 +6,12 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"math/rand/v2"
 	"sync"
 	"time"
 
 	"cloud.google.com/go/bigtable"
 
+	"github.com/snapflip/snapflip/internal/retry"
 	"github.com/snapflip/snapflip/snapshot"
 )
 
@@ -270,8 +270,7 @@ func (l *Lease) Acquire(ctx context.Context) (snapshot.Hold, error) {
 					HeldBy: held.holder, TakeoverAt: held.takeoverAt})
 			}
 		}
-		ceil := min(l.cfg.RetryMax, 20*time.Millisecond<<min(attempt, 10))
-		wait := time.Duration(rand.Int64N(int64(ceil) + 1))
+		wait := retry.Backoff{Initial: 20 * time.Millisecond, Max: l.cfg.RetryMax, Jitter: true}.Delay(attempt)
 		l.mu.Lock()
 		if l.seen != nil {
 			if until := time.Until(l.seenNext); until >= 0 && until < wait {
@@ -279,7 +278,7 @@ func (l *Lease) Acquire(ctx context.Context) (snapshot.Hold, error) {
 			}
 		}
 		l.mu.Unlock()
-		if !sleep(ctx, wait) {
+		if retry.Sleep(ctx, wait) != nil {
 			return nil, giveUp(ctx, err)
 		}
 	}

@@ -5,12 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"maps"
-	"math/rand/v2"
 	"sync"
 	"time"
 
 	"cloud.google.com/go/bigtable"
 
+	"github.com/snapflip/snapflip/internal/retry"
 	"github.com/snapflip/snapflip/snapshot"
 )
 
@@ -267,8 +267,8 @@ func (w *Writer) apply(b *batch) error {
 			}
 			keys, muts = k2, m2
 		}
-		if !sleep(w.ctx, backoff(attempt)) {
-			return fmt.Errorf("write documents of %s: %w", w.version, context.Cause(w.ctx))
+		if err := retry.Sleep(w.ctx, rowBackoff.Delay(attempt)); err != nil {
+			return fmt.Errorf("write documents of %s: %w", w.version, err)
 		}
 	}
 }
@@ -282,21 +282,6 @@ func firstRowError(keys []string, errs []error) error {
 	return errors.New("ApplyBulk reported failures without a row error")
 }
 
-// backoff returns a full-jitter delay for the attempt: uniform in [0, min(2s, 50ms·2^n)].
-func backoff(attempt int) time.Duration {
-	ceil := 50 * time.Millisecond << min(attempt, 6)
-	ceil = min(ceil, 2*time.Second)
-	return time.Duration(rand.Int64N(int64(ceil) + 1))
-}
-
-// sleep waits d or until ctx ends; it reports whether the full wait happened.
-func sleep(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return true
-	case <-ctx.Done():
-		return false
-	}
-}
+// rowBackoff spaces out a batch's retries of its failed rows: retry n waits uniformly
+// in [0, min(2s, 50ms·2ⁿ)].
+var rowBackoff = retry.Backoff{Initial: 50 * time.Millisecond, Max: 2 * time.Second, Jitter: true}
