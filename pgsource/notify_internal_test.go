@@ -43,7 +43,7 @@ func TestListenerKeepAlive(t *testing.T) {
 	go func() {
 		done <- src.Watch(ctx, WatchConfig{Mode: WatchModeNotify, Interval: time.Hour}, func(c Change) {
 			mu.Lock()
-			reasons = append(reasons, c.Reason)
+			reasons = append(reasons, string(c.Reason))
 			mu.Unlock()
 		}, nil)
 	}()

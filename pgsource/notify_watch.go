@@ -235,7 +235,7 @@ func (w *watch) receive(ctx context.Context, conn *pgx.Conn, notes chan<- Change
 		}
 		slices.Sort(tables)
 		select {
-		case notes <- Change{LSN: lsn, Xmax: xm, At: time.Now(), Reason: "notify", Tables: tables}:
+		case notes <- Change{LSN: lsn, Xmax: xm, At: time.Now(), Reason: ReasonNotify, Tables: tables}:
 		case <-ctx.Done():
 			return ctx.Err()
 		}

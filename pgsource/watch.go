@@ -71,14 +71,30 @@ type Change struct {
 	Xmax uint64
 	// At is when the watch saw it (this process's clock).
 	At time.Time
-	// Reason is "statistics" (a watched table's counters moved), "commit while hot",
-	// "notify" (a watched table's trigger notified a commit) or "watch started" (a new
-	// baseline: start, reconnect, a new set of tables).
-	Reason string
-	// Tables, for Reason "notify", are the watched tables the notifications named, as
+	// Reason says why the watch reported it.
+	Reason ChangeReason
+	// Tables, for ReasonNotify, are the watched tables the notifications named, as
 	// quoted schema-qualified names.
 	Tables []string
 }
+
+// ChangeReason says why the watch reported a Change. Its string is what logs and the
+// changes metric's reason label print.
+type ChangeReason string
+
+// The reasons for a Change.
+const (
+	// ReasonStatistics: a watched table's statistics counters moved.
+	ReasonStatistics ChangeReason = "statistics"
+	// ReasonCommitWhileHot: a transaction committed elsewhere while a watched table's
+	// counters had moved within WatchConfig.Hot.
+	ReasonCommitWhileHot ChangeReason = "commit while hot"
+	// ReasonNotify: a watched table's trigger notified a commit (notify mode).
+	ReasonNotify ChangeReason = "notify"
+	// ReasonWatchStarted: a new baseline (start, reconnect, a new set of tables,
+	// listening again).
+	ReasonWatchStarted ChangeReason = "watch started"
+)
 
 // WatchStats counts what the watch did, for metrics.
 type WatchStats struct {
@@ -252,12 +268,12 @@ func (w *watch) run(ctx context.Context) error {
 			// A new baseline (start, reconnect, a new set of tables, listening again): a
 			// change reported before it, but after the last sync read, would otherwise
 			// wait for the schedule. One sync finds out; it is cheap when nothing changed.
-			w.changed(Change{LSN: lsn, Xmax: xm, At: now, Reason: "watch started"})
+			w.changed(Change{LSN: lsn, Xmax: xm, At: now, Reason: ReasonWatchStarted})
 		case sig != last:
 			hotUntil = now.Add(w.cfg.Hot)
-			w.changed(Change{LSN: lsn, Xmax: xm, At: now, Reason: "statistics"})
+			w.changed(Change{LSN: lsn, Xmax: xm, At: now, Reason: ReasonStatistics})
 		case xmaxText != xmax && now.Before(hotUntil):
-			w.changed(Change{LSN: lsn, Xmax: xm, At: now, Reason: "commit while hot"})
+			w.changed(Change{LSN: lsn, Xmax: xm, At: now, Reason: ReasonCommitWhileHot})
 		}
 		first, last, xmax = false, sig, xmaxText
 	wait:

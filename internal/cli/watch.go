@@ -26,7 +26,7 @@ type pending struct {
 	first  time.Time // when the oldest pending change was seen
 	xmax   uint64    // the latest snapshot xmax a pending change was seen at
 	wake   chan struct{}
-	reason string
+	reason pgsource.ChangeReason
 }
 
 func newPending() *pending { return &pending{wake: make(chan struct{}, 1)} }
@@ -45,7 +45,7 @@ func (p *pending) add(c pgsource.Change) {
 }
 
 // take returns and clears what is pending.
-func (p *pending) take() (ok bool, first time.Time, xmax uint64, reason string) {
+func (p *pending) take() (ok bool, first time.Time, xmax uint64, reason pgsource.ChangeReason) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	ok, first, xmax, reason = p.any, p.first, p.xmax, p.reason
@@ -100,8 +100,8 @@ func (m *Syncer) runWatch(ctx context.Context, s *syncer) {
 		defer close(watching)
 		err := s.src.Watch(ctx, pgsource.WatchConfig{Interval: cfg.Interval, Mode: cfg.Mode, Log: log},
 			func(c pgsource.Change) {
-				wm.changes.WithLabelValues(c.Reason).Inc()
-				if c.Reason == "notify" {
+				wm.changes.WithLabelValues(string(c.Reason)).Inc()
+				if c.Reason == pgsource.ReasonNotify {
 					log.Debug("change notified", "tables", c.Tables)
 				}
 				pend.add(c)
