@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -121,6 +122,8 @@ type deltaResult struct {
 // Run it with -benchtime 1x: one iteration is two measurements, of which it keeps the
 // fastest of each side.
 func BenchmarkDeltaSync(b *testing.B) {
+	results := map[deltaCase]deltaResult{}
+	defer recordDelta(b, results)
 	dir := b.TempDir()
 	syncer := build(b, dir, "github.com/snapflip/snapflip/cmd/syncer")
 	incremental := writeConfig(b, dir, "incremental", "items", "versions: incremental")
@@ -188,6 +191,7 @@ func BenchmarkDeltaSync(b *testing.B) {
 							rss = max(rss, m.delta.rssMiB)
 						}
 						r.delta.rssMiB = rss
+						results[deltaCase{size.rows, share.percent}] = r
 						d, f := r.delta, r.full
 						bytesRatio := float64(d.man.BytesWritten) / float64(f.man.BytesWritten)
 						timeRatio := d.took.Seconds() / f.took.Seconds()
@@ -233,5 +237,68 @@ func BenchmarkDeltaSync(b *testing.B) {
 				})
 			}
 		})
+	}
+}
+
+// deltaCase is one of BenchmarkDeltaSync's measurements: the table's rows, and the
+// percentage of them changed.
+type deltaCase struct {
+	rows    int
+	percent float64
+}
+
+// recordDelta records BenchmarkDeltaSync's figures, each measurement's sizes in
+// adjacent rows. Memory and a base's size are figures of the largest table only.
+func recordDelta(b *testing.B, results map[deltaCase]deltaResult) {
+	var sizes []int
+	for c := range results {
+		if !slices.Contains(sizes, c.rows) {
+			sizes = append(sizes, c.rows)
+		}
+	}
+	slices.Sort(sizes)
+	each := func(percent float64, add func(what string, r deltaResult)) {
+		for _, n := range sizes {
+			if r, ok := results[deltaCase{n, percent}]; ok {
+				add(fmt.Sprintf("%g%% of %s rows changed", percent, thousands(n)), r)
+			}
+		}
+	}
+	each(0.1, func(what string, r deltaResult) {
+		ratio := r.delta.took.Seconds() / r.full.took.Seconds()
+		record(b, Figure{Measurement: "delta cycle against a full sync (`syncer once`), " + what,
+			Figure: fmt.Sprintf("%.2f s vs %.2f s: %.3f", r.delta.took.Seconds(), r.full.took.Seconds(), ratio),
+			Target: "≤ 0.20", Missed: ratio > 0.20})
+	})
+	bytesSent := func(target bool) func(string, deltaResult) {
+		return func(what string, r deltaResult) {
+			share := float64(r.delta.man.BytesWritten) / float64(r.full.man.BytesWritten)
+			f := Figure{Measurement: "bytes sent, " + what,
+				Figure: fmt.Sprintf("%s of %s (%.3g%%)", sizeSI(r.delta.man.BytesWritten), sizeSI(r.full.man.BytesWritten), 100*share)}
+			if target {
+				f.Target, f.Missed = "≤ 5% of a full copy", share > 0.05
+			}
+			record(b, f)
+		}
+	}
+	each(0.1, bytesSent(true))
+	each(10, bytesSent(false))
+	each(0.1, func(what string, r deltaResult) {
+		record(b, Figure{Measurement: "Postgres time of the delta cycle, " + what, Figure: fmt.Sprintf("%.2f s", r.delta.pg.Seconds())})
+	})
+	if len(sizes) == 0 {
+		return
+	}
+	largest := sizes[len(sizes)-1]
+	for _, percent := range []float64{0.1, 10} {
+		if r, ok := results[deltaCase{largest, percent}]; ok {
+			record(b, Figure{Measurement: fmt.Sprintf("syncer peak RSS, delta cycle, %g%% of %s rows changed", percent, thousands(largest)),
+				Figure: fmt.Sprintf("%.0f MiB", r.delta.rssMiB), Target: "< 200 MB", Missed: !underMB(r.delta.rssMiB, 200)})
+		}
+	}
+	if r, ok := results[deltaCase{largest, 0.1}]; ok {
+		base, full := r.base.man.BytesWritten, r.full.man.BytesWritten
+		record(b, Figure{Measurement: fmt.Sprintf("bytes sent, a base layer against a full copy, %s rows", thousands(largest)),
+			Figure: fmt.Sprintf("%s vs %s (%+.0f%%)", sizeSI(base), sizeSI(full), 100*(float64(base)/float64(full)-1))})
 	}
 }

@@ -105,7 +105,7 @@ func BenchmarkSync(b *testing.B) {
 	}
 	// rollback publishes two versions of a table on a fresh emulator, then times
 	// `syncer rollback --previous` (the process, and the rollback itself as it reports).
-	rollback := func(table string) string {
+	rollback := func(table string) (took, process time.Duration) {
 		addr, stop := freshEmulator(b)
 		defer stop()
 		runProc(b, env(addr), syncer, "--config", config(table), "--log-level", "warn", "once")
@@ -113,16 +113,18 @@ func BenchmarkSync(b *testing.B) {
 		runProc(b, env(addr), syncer, "--config", config(table), "--log-level", "warn", "once")
 		testenv.Exec(b, dsn, "UPDATE "+table+" SET qty = qty - 1 WHERE id = 1")
 		r := runProc(b, env(addr), syncer, "--config", config(table), "--log-level", "warn", "rollback", "--previous", "--reason", "bench")
-		took := ""
+		took = -1
 		for _, line := range strings.Split(r.out, "\n") {
 			if f := strings.Fields(line); len(f) == 2 && f[0] == "took" {
-				took = f[1]
+				if d, err := time.ParseDuration(f[1]); err == nil {
+					took = d
+				}
 			}
 		}
-		if took == "" {
+		if took < 0 {
 			b.Fatalf("rollback said: %s", r.out)
 		}
-		return fmt.Sprintf("%s (process %s)", took, r.took.Round(time.Millisecond))
+		return took, r.took
 	}
 	minimal := func(mode string, rows int) measured {
 		addr, stop := freshEmulator(b)
@@ -145,8 +147,8 @@ func BenchmarkSync(b *testing.B) {
 			}
 		}
 		smallSync, _ := syncOnce("items_small")
-		rollSmall := rollback("items_small")
-		rollBig := rollback("items")
+		rollSmall, rollSmallProc := rollback("items_small")
+		rollBig, rollBigProc := rollback("items")
 		read := minimal("read", 0)
 		write := minimal("write", big)
 		// The naive loop is one loopback round trip per row, and its rate varies from
@@ -177,10 +179,35 @@ full sync of %d rows (fresh emulator process each)
   no-op cycle             %8.2fs  (%.1f%% of a full sync; target < 5%%)
   naive loop, %d rows  %8.2fs  %9.0f rows/s  (fastest of 3; syncer is %.1fx; target >= 20x)
   syncer, %d rows       %8.2fs  peak RSS %6.1f MiB (1M/100k = %.2f; target <= 1.5, and < 200 MB)
-  rollback --previous: %s at 100,000 rows, %s at 1,000,000 rows (target: well under a second)
+  rollback --previous: %s (process %s) at 100,000 rows, %s (process %s) at 1,000,000 rows (target: well under a second)
 `, big, syncBest.took.Seconds(), rowsPerSec, syncBest.rssMiB, minBest.took.Seconds(), syncBest.took.Seconds()/minBest.took.Seconds(),
 			read.took.Seconds(), write.took.Seconds(), noop.took.Seconds(), 100*noop.took.Seconds()/syncBest.took.Seconds(),
 			naiveRows, naive.took.Seconds(), naivePerSec, rowsPerSec/naivePerSec,
-			small, smallSync.took.Seconds(), smallSync.rssMiB, syncBest.rssMiB/smallSync.rssMiB, rollSmall, rollBig)
+			small, smallSync.took.Seconds(), smallSync.rssMiB, syncBest.rssMiB/smallSync.rssMiB,
+			rollSmall, rollSmallProc.Round(time.Millisecond), rollBig, rollBigProc.Round(time.Millisecond))
+
+		syncRatio, rssRatio, noopShare := syncBest.took.Seconds()/minBest.took.Seconds(), syncBest.rssMiB/smallSync.rssMiB, noop.took.Seconds()/syncBest.took.Seconds()
+		record(b, Figure{Measurement: fmt.Sprintf("syncer, full sync of %s rows", thousands(big)),
+			Figure: fmt.Sprintf("%.2f s, %s rows/s", syncBest.took.Seconds(), thousands(rowsPerSec))})
+		record(b, Figure{Measurement: "minimal pipelined copy of the same rows",
+			Figure: fmt.Sprintf("%.2f s: syncer %.2f×", minBest.took.Seconds(), syncRatio),
+			Target: "syncer ≤ 1.15×", Missed: syncRatio > 1.15})
+		record(b, Figure{Measurement: "reading alone / writing alone",
+			Figure: fmt.Sprintf("%.2f s / %.2f s", read.took.Seconds(), write.took.Seconds())})
+		record(b, Figure{Measurement: fmt.Sprintf("naive loop (one `Apply` per row), %s rows, fastest of 3", thousands(naiveRows)),
+			Figure: fmt.Sprintf("%.2f s, %s rows/s: syncer %.1f×", naive.took.Seconds(), thousands(naivePerSec), rowsPerSec/naivePerSec),
+			Target: "syncer ≥ 20×", Missed: rowsPerSec/naivePerSec < 20})
+		record(b, Figure{Measurement: fmt.Sprintf("syncer peak RSS, %s vs %s rows", thousands(big), thousands(small)),
+			Figure: fmt.Sprintf("%.1f MiB vs %.1f MiB: %.2f×", syncBest.rssMiB, smallSync.rssMiB, rssRatio),
+			Target: "≤ 1.5×, < 200 MB", Missed: rssRatio > 1.5 || !underMB(syncBest.rssMiB, 200)})
+		record(b, Figure{Measurement: fmt.Sprintf("no-op cycle on the unchanged %s rows", thousands(big)),
+			Figure: fmt.Sprintf("%.2f s: %.1f%% of a full sync", noop.took.Seconds(), 100*noopShare),
+			Target: "< 5%", Missed: noopShare >= 0.05})
+		record(b, Figure{Measurement: fmt.Sprintf("`syncer rollback --previous`, %s / %s rows", thousands(small), thousands(big)),
+			Figure: fmt.Sprintf("%s / %s (the whole process: %s / %s)", msFigure(rollSmall), msFigure(rollBig), msFigure(rollSmallProc), msFigure(rollBigProc)),
+			Target: "well under a second"})
 	}
 }
+
+// msFigure formats d in whole milliseconds: 27 ms.
+func msFigure(d time.Duration) string { return fmt.Sprintf("%.0f ms", ms(d)) }
