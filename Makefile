@@ -47,12 +47,17 @@ chaos:
 	  $(GO) test -race -count=1 -timeout 60m -run 'Crash|Fault|LoadWithFlips|Linearizab|Generative' -v ./e2e/ ./store/ || status=$$?; \
 	  deploy/local/postgres.sh stop $(TEST_PG_PORT); exit $$status
 
-## bench: the benchmarks (needs the same throwaway Postgres)
+## bench: the benchmarks (needs the same throwaway Postgres), then the table of figures
+## in docs/performance.md's format; BENCH=regexp runs only the matching benchmarks,
+## BENCH_DOCS=1 also writes the table into docs/performance.md
 bench:
 	@command -v wrk >/dev/null || { echo "installing wrk (the HTTP load generator) with apt-get"; apt-get update -qq && apt-get install -y -qq wrk; }
 	@$(GO) build -o bin/bigtable-emulator cloud.google.com/go/bigtable/cmd/emulator
 	@deploy/local/postgres.sh start $(TEST_PG_PORT)
-	@status=0; SNAPFLIP_TEST_POSTGRES_DSN='$(TEST_PG_DSN)' SNAPFLIP_TEST_EMULATOR=$(CURDIR)/bin/bigtable-emulator $(GO) test -run '^$$' -bench . -benchtime 1x -timeout 60m ./... || status=$$?; \
+	@rm -f bin/bench-figures.jsonl; status=0; \
+	  SNAPFLIP_BENCH_FIGURES=$(CURDIR)/bin/bench-figures.jsonl SNAPFLIP_TEST_POSTGRES_DSN='$(TEST_PG_DSN)' SNAPFLIP_TEST_EMULATOR=$(CURDIR)/bin/bigtable-emulator \
+	  $(GO) test -run '^$$' -bench '$(or $(BENCH),.)' -benchtime 1x -timeout 60m ./... || status=$$?; \
+	  SNAPFLIP_TEST_POSTGRES_DSN='$(TEST_PG_DSN)' $(GO) run ./internal/bench/perftable -figures bin/bench-figures.jsonl $(if $(BENCH_DOCS),-docs docs/performance.md) || status=$$?; \
 	  deploy/local/postgres.sh stop $(TEST_PG_PORT); exit $$status
 
 ## screenshot: render the status page of a demo in headless Chromium into docs/status.png
