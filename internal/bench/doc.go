@@ -6,4 +6,6 @@
 // their own processes against a Bigtable emulator process started fresh for it.
 // Change-driven syncs: commit to served (BenchmarkCommitToVisible), the watch's cost to
 // Postgres (BenchmarkWatchCost), cache hits while the pointer flips (BenchmarkCacheUnderFlips).
+// Each benchmark records its figures, one row each, to the file EnvFigures names, and
+// `make bench` ends by printing them (perftable) as docs/performance.md's table.
 package bench

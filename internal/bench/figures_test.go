@@ -5,6 +5,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -79,5 +80,41 @@ func TestReplaceTable(t *testing.T) {
 	}
 	if _, err := ReplaceTable([]byte("# T\n"), "new\n"); !errors.Is(err, ErrNoMarkers) {
 		t.Errorf("ReplaceTable without markers: err %v, want ErrNoMarkers", err)
+	}
+}
+
+// TestPerformanceDoc checks that docs/performance.md holds, between its markers,
+// exactly what Table prints, so that the next `make bench` output replaces it.
+func TestPerformanceDoc(t *testing.T) {
+	doc, err := os.ReadFile("../../docs/performance.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := string(doc)
+	i, j := strings.Index(s, BeginMarker), strings.Index(s, EndMarker)
+	if i < 0 || j < i {
+		t.Fatalf("docs/performance.md lacks the markers %q and %q", BeginMarker, EndMarker)
+	}
+	block := strings.TrimPrefix(s[i+len(BeginMarker):j], "\n\n")
+	head, table, ok := strings.Cut(block, "\n\n")
+	machine, isMachine := strings.CutPrefix(head, "Machine: ")
+	if !ok || !isMachine {
+		t.Fatalf("the block does not start with a machine line and a blank line:\n%s", block)
+	}
+	lines := strings.Split(strings.TrimSuffix(table, "\n\n"), "\n")
+	if len(lines) < 3 {
+		t.Fatalf("the block holds no table:\n%s", block)
+	}
+	var rows []Figure
+	for _, line := range lines[2:] {
+		cells := strings.Split(strings.TrimSuffix(strings.TrimPrefix(line, "| "), " |"), " | ")
+		if len(cells) != 3 {
+			t.Fatalf("not a row of three cells: %q", line)
+		}
+		target, missed := strings.CutSuffix(cells[2], ": **missed**")
+		rows = append(rows, Figure{Measurement: cells[0], Figure: cells[1], Target: target, Missed: missed})
+	}
+	if diff := cmp.Diff(Table(machine, rows)+"\n", block); diff != "" {
+		t.Errorf("docs/performance.md's block is not in Table's format (-want +got):\n%s", diff)
 	}
 }
