@@ -196,7 +196,7 @@ func splitTable(s string) ([]string, error) {
 // fingerprint hashes the collection definitions with their keys (configured or
 // inferred), so that a version read with other definitions, or whose ids were made
 // from other columns, is never taken for an unchanged source. A key of one column
-// hashes as its name alone, as before keys could have several columns.
+// hashes as its name alone, so that manifests written before composite keys still match.
 func fingerprint(cs []Collection, keys map[string][]string) string {
 	h := sha256.New()
 	for _, c := range cs {

@@ -57,7 +57,7 @@ const (
 
 // notifyFunctionBody is the trigger function's body. An installed function whose body
 // differs but for white space (an older release's) is replaced; one a DBA created from
-// README's SQL is not.
+// docs/freshness.md's SQL is not.
 const notifyFunctionBody = `
 BEGIN
 	PERFORM pg_catalog.pg_notify('snapflip_changes', pg_catalog.format('%I.%I', TG_TABLE_SCHEMA, TG_TABLE_NAME));
@@ -464,7 +464,7 @@ func createNotifyFunction(ctx context.Context, conn *pgx.Conn) error {
 			if _, err := tx.Exec(ctx, "CREATE SCHEMA "+NotifySchema); err != nil {
 				if isCode(err, "42501") {
 					return fmt.Errorf("%w: create schema %s for the trigger function: %v: the role needs CREATE on the database, "+
-						"or a DBA can create the schema and grant CREATE on it (or install the function: see README); "+
+						"or a DBA can create the schema and grant CREATE on it (or install the function: see docs/freshness.md); "+
 						"watch.mode: stats needs no privilege", ErrNotifySetup, NotifySchema, err)
 				}
 				return fmt.Errorf("create schema %s: %w", NotifySchema, err)

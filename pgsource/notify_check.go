@@ -68,7 +68,7 @@ func (s *Source) CheckNotify(ctx context.Context) ([]string, error) {
 	case !mayCreate:
 		problems = append(problems, fmt.Sprintf("%v: %s is not installed and the role may not create schema %s for it: it "+
 			"needs CREATE on the database, or a DBA can create the schema and grant CREATE on it (or install the function: "+
-			"see README)", ErrNotifySetup, NotifyFunction, NotifySchema))
+			"see docs/freshness.md)", ErrNotifySetup, NotifyFunction, NotifySchema))
 	}
 	return problems, nil
 }

@@ -173,7 +173,7 @@ func (r *Resolver) Pointer(ctx context.Context) (Pointer, error) {
 
 // Run reads the pointer once per refresh interval until ctx ends, so that a replica,
 // however idle, resolves every read through a pointer younger than the interval
-// without waiting for it (DESIGN.md invariant 8). The API runs it for the life of the
+// without waiting for it (bounded staleness, docs/design.md). The API runs it for the life of the
 // process; without it, the first request after a quiet spell waits for a read.
 func (r *Resolver) Run(ctx context.Context) { r.ptr.run(ctx) }
 

@@ -319,7 +319,7 @@ func (s *Store) ScanPage(ctx context.Context, dataset string, chain []snapshot.V
 	ctx, cancel := s.op(ctx)
 	defer cancel()
 	if len(chain) == 1 && limit < maxDirectPage {
-		// One layer (a full copy or a base): one read, as before layers existed.
+		// One layer (a full copy or a base): one read, no merge.
 		// Tombstones are not expected there; one would only shorten the page, so the
 		// merged rounds below handle it.
 		got, err := s.readRange(ctx, dataset, chain[0], collection, after, after == "", limit+1)

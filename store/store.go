@@ -47,7 +47,7 @@ type Config struct {
 	SlotRetention time.Duration
 	// AuditRetention is how long audit entries live; default 90 days.
 	AuditRetention time.Duration
-	// BatchRows bounds the rows of one ApplyBulk; default 1000 (measured: see README).
+	// BatchRows bounds the rows of one ApplyBulk; default 1000 (measured: see docs/performance.md).
 	BatchRows int
 	// BatchBytes bounds the bytes of one ApplyBulk; default 4 MiB.
 	BatchBytes int

@@ -133,7 +133,7 @@ func usageErrorf(cmd *cobra.Command, format string, args ...any) error {
 }
 
 // Report prints err as "prog: error" on w, ending in exactly one newline, and returns
-// the exit code documented in README: 0 when err is nil, 2 for a usage mistake
+// the exit code documented in docs/configuration.md: 0 when err is nil, 2 for a usage mistake
 // (ErrUsage), 1 for any other failure.
 func Report(w io.Writer, prog string, err error) int {
 	if err == nil {

@@ -44,7 +44,7 @@ type BigtableConfig struct {
 	Table string `yaml:"table"`
 	// AppProfile must use single-cluster routing (conditional writes need it).
 	AppProfile string `yaml:"app_profile"`
-	// BatchRows bounds the rows of one ApplyBulk; default 1000 (measured: see README).
+	// BatchRows bounds the rows of one ApplyBulk; default 1000 (measured: see docs/performance.md).
 	BatchRows int `yaml:"batch_rows"`
 	// BatchBytes bounds the bytes of one ApplyBulk; default 4 MiB.
 	BatchBytes int `yaml:"batch_bytes"`
@@ -123,7 +123,7 @@ type WatchConfig struct {
 	// Interval (no DDL, no privilege; a commit by a session that ran a statement less
 	// than a second before can be seen ~10 s late), "notify" also installs a statement
 	// trigger on every watched table and listens for its notifications (needs the
-	// TRIGGER privilege; see README, "Watch modes"). Default stats.
+	// TRIGGER privilege; see docs/freshness.md). Default stats.
 	Mode string `yaml:"mode"`
 }
 
@@ -133,7 +133,7 @@ type PostgresConfig struct {
 	DSN string `yaml:"dsn"`
 	// Readers is how many connections read one large table at once, each a hash
 	// partition of its keys, in one exported snapshot; default 1 (on the 2-core
-	// benchmark machine 2 and 4 readers were no faster: see README).
+	// benchmark machine 2 and 4 readers were no faster: see docs/performance.md).
 	Readers int `yaml:"readers"`
 	// PartitionMinRows is the row count from which a table is read in parallel;
 	// default 200000.
