@@ -171,20 +171,23 @@ func (l *Log) String() string {
 // returns the first of them.
 func (l *Log) Await(tb testing.TB, what string, n int, want ...string) string {
 	tb.Helper()
-	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(10 * time.Millisecond) {
-		var found []string
+	var found []string
+	err := Poll(30*time.Second, func() error {
+		found = found[:0]
 		for _, line := range strings.Split(l.String(), "\n") {
 			if !slices.ContainsFunc(want, func(w string) bool { return !strings.Contains(line, w) }) {
 				found = append(found, line)
 			}
 		}
-		if len(found) >= n {
-			return found[0]
+		if len(found) < n {
+			return fmt.Errorf("%s: %d lines of the log hold %q; want %d", what, len(found), want, n)
 		}
-		if time.Now().After(deadline) {
-			tb.Fatalf("%s: %d lines of the log hold %q after 30s; want %d. The log:\n%s", what, len(found), want, n, l.String())
-		}
+		return nil
+	})
+	if err != nil {
+		tb.Fatalf("%v. The log:\n%s", err, l.String())
 	}
+	return found[0]
 }
 
 // EnvEmulator names the variable holding the path of a built Bigtable emulator
