@@ -3,6 +3,7 @@ package pgsource
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"sync"
 	"testing"
@@ -71,7 +72,7 @@ func TestListenerKeepAlive(t *testing.T) {
 	defer conn.Close(context.Background())
 	// A keep-alive's statement shows as the listener's last query; wait for three.
 	pings := map[time.Time]bool{}
-	for deadline := time.Now().Add(30 * time.Second); len(pings) < 3; time.Sleep(5 * time.Millisecond) {
+	testenv.Eventually(t, 30*time.Second, func() error {
 		var at *time.Time
 		if err := conn.QueryRow(context.Background(), `SELECT max(query_start) FROM pg_stat_activity
 			WHERE datname = current_database() AND query = '-- ping'`).Scan(&at); err != nil {
@@ -80,19 +81,21 @@ func TestListenerKeepAlive(t *testing.T) {
 		if at != nil {
 			pings[*at] = true
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%d keep-alive round trips seen in 30s; want 3", len(pings))
+		if len(pings) < 3 {
+			return fmt.Errorf("%d keep-alive round trips seen; want 3", len(pings))
 		}
-	}
+		return nil
+	})
 	if n := count("notify"); n > 0 {
 		t.Fatalf("%d notifications before any commit", n)
 	}
 	testenv.Exec(t, dsn, `UPDATE nums SET v = 'y'`)
-	for deadline := time.Now().Add(10 * time.Second); count("notify") == 0; time.Sleep(5 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatal("the commit was not notified after the keep-alives")
+	testenv.Eventually(t, 10*time.Second, func() error {
+		if count("notify") == 0 {
+			return errors.New("the commit was not notified after the keep-alives")
 		}
-	}
+		return nil
+	})
 	if n := count("watch started"); n != 1 {
 		t.Errorf("%d baselines; want one (no reconnect)", n)
 	}
@@ -118,18 +121,16 @@ func TestNotifyLockTimeoutSparesTheAdvisoryLock(t *testing.T) {
 	}
 	errc := make(chan error, 1)
 	go func() { _, err := src.InstallNotify(ctx); errc <- err }()
-	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+	testenv.Eventually(t, 30*time.Second, func() error {
 		var waiting bool
 		if err := other.QueryRow(ctx, `SELECT EXISTS (SELECT FROM pg_locks WHERE locktype = 'advisory' AND NOT granted)`).Scan(&waiting); err != nil {
 			t.Fatal(err)
 		}
-		if waiting {
-			break
+		if !waiting {
+			return errors.New("the install never waited for the advisory lock")
 		}
-		if time.Now().After(deadline) {
-			t.Fatal("the install never waited for the advisory lock")
-		}
-	}
+		return nil
+	})
 	// Held past notifyLockTimeout (1s): a wait, not a condition to await.
 	time.Sleep(1500 * time.Millisecond)
 	if _, err := other.Exec(ctx, "SELECT pg_advisory_unlock($1)", notifyLockKey); err != nil {

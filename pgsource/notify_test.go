@@ -40,20 +40,22 @@ func startWatch(t *testing.T, src *pgsource.Source, cfg pgsource.WatchConfig) *c
 // returns it; the test fails after limit.
 func (l *changeLog) await(t *testing.T, what string, limit time.Duration, match func(pgsource.Change) bool) pgsource.Change {
 	t.Helper()
-	for deadline := time.Now().Add(limit); ; time.Sleep(5 * time.Millisecond) {
+	var c pgsource.Change
+	err := testenv.Poll(limit, func() error {
 		l.mu.Lock()
+		defer l.mu.Unlock()
 		i := slices.IndexFunc(l.changes, match)
-		if i >= 0 {
-			c := l.changes[i]
-			l.changes = l.changes[i+1:]
-			l.mu.Unlock()
-			return c
+		if i < 0 {
+			return errors.New(what + ": not seen")
 		}
-		l.mu.Unlock()
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not seen within %s (changes: %+v)", what, limit, l.take())
-		}
+		c = l.changes[i]
+		l.changes = l.changes[i+1:]
+		return nil
+	})
+	if err != nil {
+		t.Fatalf("%v (changes: %+v)", err, l.take())
 	}
+	return c
 }
 
 // awaitNotified waits until notify changes have named every one of the tables (one
@@ -213,18 +215,16 @@ func TestNotifyReportsReadThenWriteByNotification(t *testing.T) {
 	defer admin.Close(ctx)
 	// The setup's statistics reach the counters first, so that they are not taken for
 	// the timed commit.
-	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+	testenv.Eventually(t, 30*time.Second, func() error {
 		var n int64
 		if err := admin.QueryRow(ctx, `SELECT coalesce(sum(n_tup_ins), 0) FROM pg_stat_user_tables WHERE relname = 'nums'`).Scan(&n); err != nil {
 			t.Fatal(err)
 		}
-		if n == 10 {
-			break
+		if n != 10 {
+			return fmt.Errorf("the setup's statistics never arrived: %d inserts counted; want 10", n)
 		}
-		if time.Now().After(deadline) {
-			t.Fatal("the setup's statistics never arrived")
-		}
-	}
+		return nil
+	})
 	for _, mode := range []string{pgsource.WatchModeNotify, pgsource.WatchModeStats} {
 		t.Run(mode, func(t *testing.T) {
 			l := startWatch(t, src, pgsource.WatchConfig{Mode: mode, Hot: time.Nanosecond})
@@ -340,18 +340,19 @@ func TestNotifyTroubleAfterStartLeavesThePollRunning(t *testing.T) {
 	if err := tx.Rollback(ctx); err != nil {
 		t.Fatal(err)
 	}
-	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+	err = testenv.Poll(30*time.Second, func() error {
 		var ok bool
 		if err := writer.QueryRow(ctx, `SELECT EXISTS (SELECT FROM pg_trigger WHERE tgrelid = 'extra'::regclass AND tgname = $1)`,
 			pgsource.NotifyTrigger).Scan(&ok); err != nil {
 			t.Fatal(err)
 		}
-		if ok {
-			break
+		if !ok {
+			return errors.New("the trigger on extra was not installed after the lock's release")
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the trigger on extra was not installed within 30s of the lock's release; the log:\n%s", log.String())
-		}
+		return nil
+	})
+	if err != nil {
+		t.Fatalf("%v; the log:\n%s", err, log.String())
 	}
 	commitTx(t, dsn, `INSERT INTO extra VALUES (2, 'notified')`)
 	l.awaitNotified(t, "a commit to the table once it has the trigger", "public.extra")

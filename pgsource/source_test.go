@@ -590,9 +590,10 @@ func TestOpenKeepsItsConnection(t *testing.T) {
 		t.Fatal(err)
 	}
 	// The backend ends on its own time after the goodbye.
-	for deadline := time.Now().Add(10 * time.Second); len(sessions()) != 0; time.Sleep(10 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("sessions 10s after the source's Close: %v, want none", sessions())
+	testenv.Eventually(t, 10*time.Second, func() error {
+		if s := sessions(); len(s) != 0 {
+			return fmt.Errorf("sessions after the source's Close: %v, want none", s)
 		}
-	}
+		return nil
+	})
 }
