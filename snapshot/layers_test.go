@@ -401,21 +401,18 @@ func TestFlipsAreLoadedBeforeTheyAreServed(t *testing.T) {
 	// returns the current view.
 	serving := func(v snapshot.Version, before func()) snapshot.View {
 		t.Helper()
-		for deadline := time.Now().Add(10 * time.Second); ; {
-			p, err := res.Pointer(ctx)
-			if err == nil && p.Version == v {
-				before()
-				view, err := res.Current(ctx)
-				if err != nil {
-					t.Fatal(err)
-				}
-				return view
+		testenv.Eventually(t, 10*time.Second, func() error {
+			if p, err := res.Pointer(ctx); err != nil || p.Version != v {
+				return fmt.Errorf("the resolver does not serve %s (pointer %s, %v)", v, p.Version, err)
 			}
-			if time.Now().After(deadline) {
-				t.Fatalf("the resolver does not serve %s after 10s (pointer %s, %v)", v, p.Version, err)
-			}
-			time.Sleep(5 * time.Millisecond) // awaiting the refresh: a poll, not a wait for time to pass
+			return nil
+		})
+		before()
+		view, err := res.Current(ctx)
+		if err != nil {
+			t.Fatal(err)
 		}
+		return view
 	}
 	readAll := func(view snapshot.View) {
 		t.Helper()

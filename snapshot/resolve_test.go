@@ -22,11 +22,16 @@ type countingStore struct {
 	states  map[Version]State
 	formats map[Version]int // a manifest's format; 0 when absent
 	getDocs atomic.Int64
+	readc   chan struct{} // closed at the next pointer read; see awaitReads
 }
 
 func (s *countingStore) ReadPointer(ctx context.Context, _ string) (Pointer, error) {
-	s.reads.Add(1)
 	s.mu.Lock()
+	s.reads.Add(1)
+	if s.readc != nil {
+		close(s.readc)
+		s.readc = nil
+	}
 	gate := s.gate
 	s.mu.Unlock()
 	if gate != nil {
@@ -35,6 +40,31 @@ func (s *countingStore) ReadPointer(ctx context.Context, _ string) (Pointer, err
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.ptr, s.ptrErr
+}
+
+// awaitReads waits until n pointer reads have begun, and fails the test if they have
+// not within 10 s. (It is told of each read rather than polling: this package's tests
+// cannot use testenv, which imports store.)
+func (s *countingStore) awaitReads(tb testing.TB, n int64) {
+	tb.Helper()
+	timeout := time.After(10 * time.Second)
+	for {
+		s.mu.Lock()
+		if s.reads.Load() >= n {
+			s.mu.Unlock()
+			return
+		}
+		if s.readc == nil {
+			s.readc = make(chan struct{})
+		}
+		readc := s.readc
+		s.mu.Unlock()
+		select {
+		case <-readc:
+		case <-timeout:
+			tb.Fatalf("%d pointer reads after 10s; want %d", s.reads.Load(), n)
+		}
+	}
 }
 
 func (s *countingStore) ReadManifest(_ context.Context, _ string, v Version) (Manifest, error) {
@@ -90,9 +120,7 @@ func TestResolverReadsThePointerAtMostOncePerRefresh(t *testing.T) {
 		t.Fatal(err)
 	}
 	// The pointer is a refresh interval old: the request waits for a new read.
-	for deadline := time.Now().Add(5 * time.Second); st.reads.Load() < 2 && time.Now().Before(deadline); {
-		time.Sleep(time.Millisecond)
-	}
+	st.awaitReads(t, 2)
 	if got := st.reads.Load(); got != 2 {
 		t.Errorf("after the interval the pointer was read %d times; want 2", got)
 	}
@@ -112,9 +140,7 @@ func TestResolverOneRefreshInFlight(t *testing.T) {
 		}()
 	}
 	// Wait until the one refresh is in flight, then let it finish.
-	for st.reads.Load() == 0 {
-		time.Sleep(time.Millisecond)
-	}
+	st.awaitReads(t, 1)
 	close(st.gate)
 	wg.Wait()
 	if got := st.reads.Load(); got != 1 {
@@ -199,9 +225,7 @@ func TestResolverIdleReplicaServesTheNewPointer(t *testing.T) {
 	st.mu.Unlock()
 	// No request for a while; the refresher keeps reading.
 	before := st.reads.Load()
-	for st.reads.Load() < before+2 {
-		time.Sleep(time.Millisecond)
-	}
+	st.awaitReads(t, before+2)
 	// From now on a pointer read would block: the request must not need one.
 	st.mu.Lock()
 	st.gate = make(chan struct{})
@@ -318,9 +342,7 @@ func TestResolverServesStaleAfterASlowFailure(t *testing.T) {
 	st.mu.Unlock()
 	got := make(chan error, 1)
 	go func() { _, err := r.Pointer(ctx); got <- err }()
-	for st.reads.Load() < 2 {
-		time.Sleep(time.Millisecond)
-	}
+	st.awaitReads(t, 2)
 	mu.Lock()
 	now = now.Add(5 * time.Second) // the read takes its whole timeout to fail
 	mu.Unlock()
