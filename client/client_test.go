@@ -505,20 +505,18 @@ func TestGoneAfterExpiry(t *testing.T) {
 	if d, err := snap.Get(ctx, "docs", "plain"); err != nil || d.Version != v {
 		t.Fatalf("pinned Get before expiry = %s, %v", d.Version, err)
 	}
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		_, err := snap.Get(ctx, "docs", "plain")
-		if errors.Is(err, ErrGone) {
-			var ae *Error
-			if !errors.As(err, &ae) || ae.Version != v || !strings.Contains(ae.Detail, "expired") {
-				t.Errorf("expired: %v; want a 410 naming %s and saying it expired", err, v)
-			}
-			break
-		}
-		if err != nil || time.Now().After(deadline) {
+	testenv.Eventually(t, 20*time.Second, func() error {
+		_, err = snap.Get(ctx, "docs", "plain")
+		if err != nil && !errors.Is(err, ErrGone) {
 			t.Fatalf("pinned Get of a version with a 2s TTL = %v; want ErrGone once it expires", err)
 		}
-		time.Sleep(50 * time.Millisecond)
+		if err == nil {
+			return fmt.Errorf("pinned Get of a version with a 2s TTL still answers; want ErrGone once it expires")
+		}
+		return nil
+	})
+	if ae := (*Error)(nil); !errors.As(err, &ae) || ae.Version != v || !strings.Contains(ae.Detail, "expired") {
+		t.Errorf("expired: %v; want a 410 naming %s and saying it expired", err, v)
 	}
 	if _, err := c.Get(ctx, "docs", "plain"); !errors.Is(err, ErrUnavailable) {
 		t.Errorf("Get of the expired current version = %v; want ErrUnavailable", err)

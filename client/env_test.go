@@ -135,17 +135,12 @@ func (e *env) sync(tb testing.TB, args ...string) string {
 func (e *env) await(tb testing.TB, v string) {
 	tb.Helper()
 	c := newClient(tb, e.base, nil)
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		d, err := c.Get(context.Background(), "docs", "plain")
-		if err == nil && d.Version == v {
-			return
+	testenv.Eventually(tb, 10*time.Second, func() error {
+		if d, err := c.Get(context.Background(), "docs", "plain"); err != nil || d.Version != v {
+			return fmt.Errorf("the API still answers from %q (%v); want %s", d.Version, err, v)
 		}
-		if time.Now().After(deadline) {
-			tb.Fatalf("the API still answers from %q (%v); want %s", d.Version, err, v)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		return nil
+	})
 }
 
 // sourceDocs returns what Postgres itself makes of each row of docs: id → to_json text.

@@ -177,17 +177,17 @@ func TestPinnedReadsAfterFlipsAndGone(t *testing.T) {
 		t.Errorf("a version that never existed = %d; want 410", r.status)
 	}
 	// v1 was written with a 2s TTL: it expires, and then answers 410.
-	deadline := time.Now().Add(15 * time.Second)
-	for {
-		r := e.get(t, docPath("things", "plain")+"?version="+v1)
-		if r.status == http.StatusGone {
-			break
-		}
-		if r.status != 200 || time.Now().After(deadline) {
+	testenv.Eventually(t, 15*time.Second, func() error {
+		switch r := e.get(t, docPath("things", "plain")+"?version="+v1); r.status {
+		case http.StatusGone:
+			return nil
+		case http.StatusOK:
+			return fmt.Errorf("pinned read of an expiring version = %d; want 410 once it expires", r.status)
+		default:
 			t.Fatalf("pinned read of an expiring version = %d %s; want 200 until it expires, then 410", r.status, r.body)
+			return nil
 		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	})
 }
 
 // TestVersionsAndCollections: the administrative reads.

@@ -214,17 +214,14 @@ func sourceRows(tb testing.TB, dsn, query string) [][]string {
 // when v is "" (the pointer refresh is 20ms), failing after 10s.
 func (e *env) awaitVersion(tb testing.TB, path, v string) response {
 	tb.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		r := e.get(tb, path)
-		if (v == "" || r.version == v) && r.status == http.StatusOK {
-			return r
+	var r response
+	testenv.Eventually(tb, 10*time.Second, func() error {
+		if r = e.get(tb, path); (v != "" && r.version != v) || r.status != http.StatusOK {
+			return fmt.Errorf("GET %s still answers from %q (status %d); want %s", path, r.version, r.status, v)
 		}
-		if time.Now().After(deadline) {
-			tb.Fatalf("GET %s still answers from %q (status %d); want %s", path, r.version, r.status, v)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		return nil
+	})
+	return r
 }
 
 func publishedVersion(tb testing.TB, out string) string {

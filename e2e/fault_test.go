@@ -2,6 +2,8 @@ package e2e
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"net/http"
 	"os/exec"
 	"strings"
@@ -42,15 +44,12 @@ func TestFaultEmulatorStopsMidSync(t *testing.T) {
 	go func() { _, err := e.sync(t); errc <- err }()
 	// Wait until the copy is under way (a manifest in state writing), then stop Bigtable.
 	st := testenv.Store(t, testenv.StoreConfig(addr))
-	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(5 * time.Millisecond) {
-		ms, _ := st.ListManifests(context.Background(), "e2e")
-		if len(ms) > 0 && ms[len(ms)-1].State == "writing" {
-			break
+	testenv.Eventually(t, 20*time.Second, func() error {
+		if ms, _ := st.ListManifests(context.Background(), "e2e"); len(ms) == 0 || ms[len(ms)-1].State != "writing" {
+			return errors.New("the second sync never started writing")
 		}
-		if time.Now().After(deadline) {
-			t.Fatal("the second sync never started writing")
-		}
-	}
+		return nil
+	})
 	_ = emu.Process.Kill()
 	_ = emu.Wait()
 	stopped := time.Now()
@@ -70,27 +69,25 @@ func TestFaultEmulatorStopsMidSync(t *testing.T) {
 	}
 
 	// Past max-stale, reads answer 503 (never 500) and the API reports not ready.
-	for deadline := time.Now().Add(15 * time.Second); ; time.Sleep(50 * time.Millisecond) {
-		if r := e.get(t, "/readyz"); r.status == http.StatusServiceUnavailable {
-			// Answers come at once: nobody waits for a doomed pointer read, and the
-			// status page an operator opens now renders within its bound.
-			for _, path := range []string{docPath("things", "nope"), docPath("things", "plain"), "/readyz", "/"} {
-				asked := time.Now()
-				r := e.get(t, path)
-				took := time.Since(asked)
-				want, bound := http.StatusServiceUnavailable, time.Second
-				if path == "/" {
-					want, bound = http.StatusOK, 4*time.Second
-				}
-				if r.status != want || took > bound {
-					t.Errorf("GET %s with Bigtable down past max-stale = %d after %s; want %d within %s",
-						path, r.status, took.Round(time.Millisecond), want, bound)
-				}
-			}
-			break
+	testenv.Eventually(t, 15*time.Second, func() error {
+		if r := e.get(t, "/readyz"); r.status != http.StatusServiceUnavailable {
+			return fmt.Errorf("/readyz = %d after Bigtable stopped (max-stale 2s); want 503", r.status)
 		}
-		if time.Now().After(deadline) {
-			t.Fatal("/readyz still ready 15s after Bigtable stopped (max-stale 2s)")
+		return nil
+	})
+	// Answers come at once: nobody waits for a doomed pointer read, and the status
+	// page an operator opens now renders within its bound.
+	for _, path := range []string{docPath("things", "nope"), docPath("things", "plain"), "/readyz", "/"} {
+		asked := time.Now()
+		r := e.get(t, path)
+		took := time.Since(asked)
+		want, bound := http.StatusServiceUnavailable, time.Second
+		if path == "/" {
+			want, bound = http.StatusOK, 4*time.Second
+		}
+		if r.status != want || took > bound {
+			t.Errorf("GET %s with Bigtable down past max-stale = %d after %s; want %d within %s",
+				path, r.status, took.Round(time.Millisecond), want, bound)
 		}
 	}
 
@@ -103,14 +100,15 @@ func TestFaultEmulatorStopsMidSync(t *testing.T) {
 	}
 	t.Cleanup(func() { _ = restarted.Process.Kill(); _ = restarted.Wait() })
 	var out string
-	var err error
-	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(100 * time.Millisecond) {
-		if out, err = e.sync(t); err == nil || time.Now().After(deadline) {
-			break
+	testenv.Eventually(t, 20*time.Second, func() error {
+		var err error
+		if out, err = e.sync(t); err != nil {
+			return fmt.Errorf("sync after Bigtable came back: %v", err)
 		}
-	}
-	if err != nil || !strings.HasPrefix(out, "published") {
-		t.Fatalf("sync after Bigtable came back = %q, %v", out, err)
+		return nil
+	})
+	if !strings.HasPrefix(out, "published") {
+		t.Fatalf("sync after Bigtable came back = %q", out)
 	}
 	// Recovery is bounded whatever the outage's length: gRPC's reconnect backoff,
 	// which grows during an outage, once kept the API unready for 10 s and more.
@@ -183,26 +181,22 @@ func TestFaultPostgresRestartsMidSync(t *testing.T) {
 	go func() { _, err := e.sync(t); errc <- err }()
 	st := testenv.Store(t, testenv.StoreConfig(e.btAddr))
 	var writing snapshot.Version
-	for deadline := time.Now().Add(20 * time.Second); writing == ""; time.Sleep(5 * time.Millisecond) {
+	testenv.Eventually(t, 20*time.Second, func() error {
 		ms, _ := st.ListManifests(context.Background(), "e2e")
-		if len(ms) > 0 && ms[len(ms)-1].State == "writing" {
-			writing = ms[len(ms)-1].Version
+		if len(ms) == 0 || ms[len(ms)-1].State != "writing" {
+			return errors.New("the second sync never started writing")
 		}
-		if time.Now().After(deadline) {
-			t.Fatal("the second sync never started writing")
-		}
-	}
+		writing = ms[len(ms)-1].Version
+		return nil
+	})
 	// Let it write some documents of the new version first, so the restart lands with
 	// the copy half done.
-	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(5 * time.Millisecond) {
-		docs, _, _ := st.ScanPage(context.Background(), "e2e", []snapshot.Version{writing}, "things", "", 1)
-		if len(docs) > 0 {
-			break
+	testenv.Eventually(t, 20*time.Second, func() error {
+		if docs, _, _ := st.ScanPage(context.Background(), "e2e", []snapshot.Version{writing}, "things", "", 1); len(docs) == 0 {
+			return errors.New("the second sync wrote no document")
 		}
-		if time.Now().After(deadline) {
-			t.Fatal("the second sync wrote no document in 20s")
-		}
-	}
+		return nil
+	})
 	restart()
 	select {
 	case err := <-errc:

@@ -44,6 +44,7 @@ func TestLoadWithFlips(t *testing.T) {
 		return r.version, []int{gen(t, r.body)}, nil
 	})
 	flips := 0
+	// Flips for secs seconds, paced: the readers' load over time is what is under test.
 	for end := time.Now().Add(time.Duration(secs) * time.Second); time.Now().Before(end); time.Sleep(100 * time.Millisecond) {
 		flipToNext(t, st, vs)
 		flips++

@@ -53,11 +53,12 @@ func TestNotifyModeServesReadThenWriteCommits(t *testing.T) {
 		}
 		return n
 	}
-	for deadline := time.Now().Add(30 * time.Second); listening() == 0; time.Sleep(10 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("no connection named %s 30s after the first sync", listener)
+	testenv.Eventually(t, 30*time.Second, func() error {
+		if listening() == 0 {
+			return fmt.Errorf("no connection named %s after the first sync", listener)
 		}
-	}
+		return nil
+	})
 	notified := map[string]int{}
 	for i := range 6 {
 		table, read, write, path := "public.things", `SELECT note FROM things WHERE id = 'plain'`,
@@ -84,11 +85,12 @@ func TestNotifyModeServesReadThenWriteCommits(t *testing.T) {
 	if stacks := string(buf[:runtime.Stack(buf, true)]); strings.Contains(stacks, "pgsource.(*Source).Watch(") {
 		t.Errorf("the watch still runs after syncer run returned:\n%s", stacks)
 	}
-	for deadline := time.Now().Add(10 * time.Second); listening() > 0; time.Sleep(10 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("%s still connected 10s after syncer run returned", listener)
+	testenv.Eventually(t, 10*time.Second, func() error {
+		if listening() > 0 {
+			return fmt.Errorf("%s still connected after syncer run returned", listener)
 		}
-	}
+		return nil
+	})
 }
 
 // runSyncerTo starts `syncer run` in-process with cfg, as runSyncer does, but with its

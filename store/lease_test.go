@@ -317,17 +317,24 @@ func TestLostRenewalRequestKeepsTheLease(t *testing.T) {
 				t.Fatal(err)
 			}
 			d.mode.Store(mode) // the next renewal meets the fault
-			for d.mode.Load() != 0 || (mode == 3 && d.landed.Load() == 0) {
-				time.Sleep(10 * time.Millisecond) // until it has (and a late write landed)
-			}
+			testenv.Eventually(t, 10*time.Second, func() error {
+				if d.mode.Load() != 0 || (mode == 3 && d.landed.Load() == 0) {
+					return errors.New("no renewal met the fault (or no late write landed)")
+				}
+				return nil
+			})
 			seen := d.calls.Load()
-			for d.calls.Load() < seen+3 { // three more renewals
+			testenv.Eventually(t, 10*time.Second, func() error {
 				select {
 				case <-h.Lost():
 					t.Fatalf("the hold was lost after one faulty renewal: %v", h.Release(ctx))
-				case <-time.After(10 * time.Millisecond):
+				default:
 				}
-			}
+				if n := d.calls.Load() - seen; n < 3 {
+					return fmt.Errorf("%d renewals since the faulty one; want 3", n)
+				}
+				return nil
+			})
 			if _, err := newLease(t, st, "other", 900*time.Millisecond).TryAcquire(ctx); !errors.Is(err, snapshot.ErrHeld) {
 				t.Errorf("another contender's TryAcquire = %v; want ErrHeld", err)
 			}
