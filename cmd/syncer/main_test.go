@@ -1,16 +1,22 @@
 package main
 
 import (
+	"os"
 	"testing"
 
 	"github.com/snapflip/snapflip/internal/testenv"
 )
 
-// TestExitStatusAndMessages runs the built binary: help on stdout with exit status 0,
-// usage mistakes with 2, failures with 1, and every error printed once on stderr as one
-// line "syncer: ..." ending in a newline.
+func TestMain(m *testing.M) { testenv.MainOrTests(m, main) }
+
+// TestExitStatusAndMessages runs the command's main, in this test binary, as a
+// process: help on stdout with exit status 0, usage mistakes with 2, failures with 1,
+// and every error printed once on stderr as one line "syncer: ..." ending in a newline.
 func TestExitStatusAndMessages(t *testing.T) {
-	bin := testenv.Build(t, "github.com/snapflip/snapflip/cmd/syncer")
+	bin, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
 	testenv.CheckInvocations(t, bin, "syncer", []testenv.Invocation{
 		{Args: []string{"--help"}, Code: 0, Stdout: "syncer once --config snapflip.yaml", Stderr: ""},
 		{Args: []string{"once", "-h"}, Code: 0, Stdout: "syncer once --config snapflip.yaml", Stderr: ""},

@@ -2,10 +2,27 @@ package testenv
 
 import (
 	"errors"
+	"os"
 	"os/exec"
 	"strings"
 	"testing"
 )
+
+// EnvRunMain, when set, asks a command's test binary to be the command: its TestMain
+// runs main instead of the tests (MainOrTests). CheckInvocations sets it.
+const EnvRunMain = "SNAPFLIP_TEST_RUN_MAIN"
+
+// MainOrTests is a command's TestMain: it runs main when the process was started with
+// EnvRunMain set (CheckInvocations on the test binary itself), and the tests
+// otherwise. The tests then run the command's own main as a process of its own,
+// without building the command a second time.
+func MainOrTests(m *testing.M, main func()) {
+	if os.Getenv(EnvRunMain) != "" {
+		main()
+		os.Exit(0)
+	}
+	os.Exit(m.Run())
+}
 
 // Invocation is one run of a built binary and what it must do: exit with Code, and
 // print Stdout and Stderr (substrings wanted in each).
@@ -16,13 +33,13 @@ type Invocation struct {
 }
 
 // CheckInvocations runs the binary bin (named prog in its messages) once per
-// invocation, with an empty environment, and checks its exit status and output: an
+// invocation, with an environment empty but for HOME and EnvRunMain, and checks its exit status and output: an
 // error is one line on stderr, "prog: ...\n"; a success prints nothing on stderr.
 func CheckInvocations(tb testing.TB, bin, prog string, runs []Invocation) {
 	tb.Helper()
 	for _, tt := range runs {
 		cmd := exec.Command(bin, tt.Args...)
-		cmd.Env = []string{"HOME=" + tb.TempDir()}
+		cmd.Env = []string{"HOME=" + tb.TempDir(), EnvRunMain + "=1"}
 		var stdout, stderr strings.Builder
 		cmd.Stdout, cmd.Stderr = &stdout, &stderr
 		err := cmd.Run()

@@ -201,6 +201,7 @@ var (
 )
 
 // Build compiles a main package once per test process and returns the binary's path.
+// In a test built with -race, so is the binary.
 func Build(tb testing.TB, pkg string) string {
 	tb.Helper()
 	buildMu.Lock()
@@ -213,7 +214,13 @@ func Build(tb testing.TB, pkg string) string {
 		tb.Fatal(err)
 	}
 	bin := filepath.Join(dir, filepath.Base(pkg))
-	if out, err := exec.Command("go", "build", "-o", bin, pkg).CombinedOutput(); err != nil {
+	args := []string{"build", "-o", bin}
+	if raceEnabled {
+		// As the test binary was: its packages are then in the build cache already,
+		// and only main is compiled, instead of every dependency a second time.
+		args = append(args, "-race")
+	}
+	if out, err := exec.Command("go", append(args, pkg)...).CombinedOutput(); err != nil {
 		tb.Fatalf("build %s: %v\n%s", pkg, err, out)
 	}
 	built[pkg] = bin
