@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -110,6 +111,7 @@ func genOptions(seed uint64, opt sqlgen.Options) sqlgen.Options {
 }
 
 func TestGenerative(t *testing.T) {
+	t.Parallel()
 	sz := genSizesFromEnv(t)
 	base := uint64(time.Now().UnixNano())
 	if s := os.Getenv(envGenSeed); s != "" {
@@ -120,20 +122,24 @@ func TestGenerative(t *testing.T) {
 	}
 	t.Logf("seeds %d..%d: %d schemas × %d syncs (tables ≤ %d, columns ≤ %d, rows ≤ %d); replay the first with\n  %s",
 		base, base+uint64(sz.schemas)-1, sz.schemas, sz.syncs, sz.opt.Tables, sz.opt.Columns, sz.opt.Rows, sz.replay(base))
+	// Each history has a database and emulators of its own: they run in parallel, and
+	// the total is logged once the last has ended.
+	var mu sync.Mutex
 	var total genStats
+	add := func(s genStats) { mu.Lock(); defer mu.Unlock(); total.add(s) }
 	start := time.Now()
+	t.Cleanup(func() { t.Logf("covered in %v: %s", time.Since(start).Round(time.Millisecond), total) })
 	for i := range sz.schemas {
 		seed := base + uint64(i)
 		szi := sz
 		szi.opt = genOptions(seed, sz.opt)
-		t.Run(fmt.Sprintf("seed=%d", seed), func(t *testing.T) { total.add(runGenerated(t, seed, szi)) })
+		t.Run(fmt.Sprintf("seed=%d", seed), func(t *testing.T) { t.Parallel(); add(runGenerated(t, seed, szi)) })
 	}
 	// The long form runs every seed of the bugs found; the short form the first.
 	long := sz.schemas > genDefault.schemas
 	for _, b := range fixedBugs {
-		t.Run("fixed/"+b.name, func(t *testing.T) { total.add(b.run(t, "fixed/"+b.name, long)) })
+		t.Run("fixed/"+b.name, func(t *testing.T) { t.Parallel(); add(b.run(t, "fixed/"+b.name, long)) })
 	}
-	t.Logf("covered in %v: %s", time.Since(start).Round(time.Millisecond), total)
 }
 
 // genStats counts what a run covered.

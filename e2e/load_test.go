@@ -16,13 +16,13 @@ import (
 )
 
 // TestLoadWithFlips: 16 readers load the API while the pointer flips every 100 ms
-// between versions of different generations: no 5xx, no torn or mixed answer. 10 s
+// between versions of different generations: no 5xx, no torn or mixed answer. 5 s
 // here; SNAPFLIP_LOAD_SECONDS (make chaos: 60) in the long form.
 func TestLoadWithFlips(t *testing.T) {
 	t.Parallel()
-	secs := 10
+	secs := 5
 	if n, err := fmt.Sscan(os.Getenv("SNAPFLIP_LOAD_SECONDS"), &secs); n != 1 || err != nil || secs <= 0 {
-		secs = 10
+		secs = 5
 	}
 	e := start(t)
 	vs := e.publishGens(t, 1, 2, 3)

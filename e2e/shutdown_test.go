@@ -212,6 +212,7 @@ func itemsSource(tb testing.TB, dsn string) {
 
 // TestShutdownAfterBigtableStops: the emulator dies under a running `syncer run`.
 func TestShutdownAfterBigtableStops(t *testing.T) {
+	t.Parallel()
 	dsn := testenv.Postgres(t)
 	itemsSource(t, dsn)
 	addr, emu := testenv.StartEmulator(t)
@@ -224,13 +225,21 @@ func TestShutdownAfterBigtableStops(t *testing.T) {
 
 // TestShutdownAfterPostgresStops: Postgres goes away under a running `syncer run`,
 // either shut down (connections are refused) or frozen (connections are accepted and
-// never answered, as by a host that vanished).
+// never answered, as by a host that vanished). The frozen server's DSN sets a
+// connect_timeout of 2 s, so that each tick fails in seconds rather than after the
+// default 10 s (pgsource's TestConnectTimeoutByDefault covers the default).
 func TestShutdownAfterPostgresStops(t *testing.T) {
+	t.Parallel()
 	for _, how := range []string{"stopped", "frozen"} {
 		t.Run(how, func(t *testing.T) {
+			t.Parallel()
 			pg := testenv.StartPostgres(t)
 			itemsSource(t, pg.DSN)
-			r := startSyncerRun(t, shutdownConfig, pg.DSN, testenv.Bigtable(t))
+			dsn := pg.DSN
+			if how == "frozen" {
+				dsn += "&connect_timeout=2"
+			}
+			r := startSyncerRun(t, shutdownConfig, dsn, testenv.Bigtable(t))
 			takeAway := pg.Stop
 			if how == "frozen" {
 				takeAway = pg.Freeze
