@@ -118,14 +118,15 @@ func TestPausedHolderIsFenced(t *testing.T) {
 	// The paused holder talks through its own connection, whose calls hang while
 	// paused: to everyone else it looks exactly like a stopped process.
 	var paused atomic.Bool
+	resumed := make(chan struct{}) // closed when the pause ends
 	pcfg := testenv.StoreConfig(addr)
 	pcfg.DialOptions = []grpc.DialOption{grpc.WithUnaryInterceptor(func(ctx context.Context, method string, req, reply any,
 		cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
-		for paused.Load() {
+		if paused.Load() {
 			select {
 			case <-ctx.Done():
 				return ctx.Err()
-			case <-time.After(5 * time.Millisecond):
+			case <-resumed:
 			}
 		}
 		return invoker(ctx, method, req, reply, cc, opts...)
@@ -170,6 +171,7 @@ func TestPausedHolderIsFenced(t *testing.T) {
 	}
 	// It resumes and flips anyway, with its old token: Bigtable refuses.
 	paused.Store(false)
+	close(resumed)
 	_, err = pst.FlipPointer(ctx, "ds", snapshot.Flip{Version: v2, Expected: v1, Token: old.Token(), At: time.Now()})
 	if !errors.Is(err, snapshot.ErrFenced) {
 		t.Errorf("paused holder's flip = %v; want ErrFenced", err)
