@@ -8,7 +8,7 @@ DEMO_EMULATOR_PORT ?= 8086
 DEMO_API_ADDR ?= 127.0.0.1:8080
 
 TEST_PG_DSN := postgres://postgres@127.0.0.1:$(TEST_PG_PORT)/postgres?sslmode=disable
-GOTEST_FLAGS ?= -race -count=1 -timeout 20m -parallel 8
+GOTEST_FLAGS ?= -race -count=1 -timeout 20m -parallel 8 -p 3
 
 .PHONY: all build build-static chaos test test-go demo bench lint fmt vet emulator pg-start pg-stop clean screenshot
 
