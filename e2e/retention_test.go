@@ -38,7 +38,8 @@ func (e *env) runSyncer(tb testing.TB, cfg string) func() {
 }
 
 // readFor reads path through the API every 25ms for d and fails on any answer but
-// 200; it returns the versions seen.
+// 200; it returns the versions seen. (Reading for a span of time is the point: the
+// current version must stay readable across several TTLs.)
 func (e *env) readFor(tb testing.TB, path string, d time.Duration) map[string]int {
 	tb.Helper()
 	seen := map[string]int{}
