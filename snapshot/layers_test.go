@@ -138,12 +138,15 @@ func TestIncrementalPublishWritesOnlyChanges(t *testing.T) {
 func TestChainsStayBounded(t *testing.T) {
 	// Without a run cache the parent chain's runs are merged; with one, the changed
 	// ids are looked up. A merge with no row deleted reads the changed rows alone.
+	// Each has a Postgres server of its own, for the exact count of rendered rows
+	// (see TestIncrementalPublishWritesOnlyChanges).
 	t.Run("merged runs", func(t *testing.T) { testChainsStayBounded(t, false) })
 	t.Run("run cache lookups", func(t *testing.T) { testChainsStayBounded(t, true) })
 }
 
 func testChainsStayBounded(t *testing.T, cached bool) {
-	r := newRig(t, twoCollections, twoTables...)
+	dsn, _ := testenv.PostgresServer(t)
+	r := newRigOn(t, dsn, twoCollections, twoTables...)
 	r.pub.Incremental, r.pub.MaxLayers, r.pub.RebaseRatio = true, 3, 100
 	if cached {
 		r.pub.Runs = snapshot.NewRunCache(r.store, 1<<20)
