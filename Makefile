@@ -26,14 +26,18 @@ build-static:
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags="-s -w" -o bin/static/syncer ./cmd/syncer
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags="-s -w" -o bin/static/metadata-api ./cmd/metadata-api
 
-## test: start a throwaway Postgres, run every test with -race, stop Postgres (deploy/'s
-## module, which needs neither, is tested meanwhile)
+## test: start a throwaway Postgres, run every test with -race, stop Postgres. The
+## emulator is built while the tests compile (a test that needs it first waits while
+## bin/bigtable-emulator.building exists), and deploy/'s module, which needs neither, is
+## tested meanwhile.
 test:
-	@$(GO) build -o bin/bigtable-emulator cloud.google.com/go/bigtable/cmd/emulator
 	@deploy/local/postgres.sh start $(TEST_PG_PORT)
-	@status=0; (cd deploy && $(GO) test $(GOTEST_FLAGS) ./...) & deploy=$$!; \
+	@status=0; mkdir -p bin; rm -f bin/bigtable-emulator; touch bin/bigtable-emulator.building; \
+	  ($(GO) build -o bin/bigtable-emulator.tmp cloud.google.com/go/bigtable/cmd/emulator && mv bin/bigtable-emulator.tmp bin/bigtable-emulator; \
+	    s=$$?; rm -f bin/bigtable-emulator.building; exit $$s) & emulator=$$!; \
+	  (cd deploy && $(GO) test $(GOTEST_FLAGS) ./...) & deploy=$$!; \
 	  SNAPFLIP_TEST_POSTGRES_DSN='$(TEST_PG_DSN)' SNAPFLIP_TEST_EMULATOR=$(CURDIR)/bin/bigtable-emulator $(GO) test $(GOTEST_FLAGS) ./... || status=$$?; \
-	  wait $$deploy || status=$$?; \
+	  wait $$emulator || status=$$?; wait $$deploy || status=$$?; \
 	  deploy/local/postgres.sh stop $(TEST_PG_PORT); exit $$status
 
 ## demo: Postgres with the example schema, the Bigtable emulator, the syncer on a schedule

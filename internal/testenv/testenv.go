@@ -227,13 +227,26 @@ func Build(tb testing.TB, pkg string) string {
 	return bin
 }
 
-// emulatorPath returns the emulator binary: EnvEmulator, or one built once.
+// emulatorBuilding, appended to EnvEmulator's path, names a file that exists while
+// the binary is being built: `make test` builds the emulator while the tests compile,
+// and moves it into place when done.
+const emulatorBuilding = ".building"
+
+// emulatorPath returns the emulator binary: EnvEmulator, once it is built, or one
+// built once.
 func emulatorPath(tb testing.TB) string {
 	tb.Helper()
-	if p := os.Getenv(EnvEmulator); p != "" {
-		return p
+	p := os.Getenv(EnvEmulator)
+	if p == "" {
+		return Build(tb, "cloud.google.com/go/bigtable/cmd/emulator")
 	}
-	return Build(tb, "cloud.google.com/go/bigtable/cmd/emulator")
+	Eventually(tb, 10*time.Minute, func() error {
+		if _, err := os.Stat(p + emulatorBuilding); err == nil {
+			return fmt.Errorf("%s is still being built", p)
+		}
+		return nil
+	})
+	return p
 }
 
 // Bigtable starts a fresh Bigtable emulator process for the test, stops it when the
