@@ -16,7 +16,7 @@ import (
 	"github.com/snapflip/snapflip/snapshot"
 )
 
-// freshnessBudget is the time from a commit to the API serving it (issue 15).
+// freshnessBudget is the time from a commit to the API serving it.
 const freshnessBudget = 2 * time.Second
 
 // awaitServed polls GET path until its body holds want, and returns how long that took

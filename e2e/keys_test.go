@@ -44,7 +44,7 @@ collections:
     key: id
 `
 
-// keyID is the composite id rule as README documents it, written out for the test:
+// keyID is the composite id rule as docs/configuration.md documents it, written out for the test:
 // each component's text with '%' as %25 and ',' as %2C, joined by ','.
 func keyID(components ...string) string {
 	esc := make([]string, len(components))

@@ -140,7 +140,7 @@ func (r *syncerRun) terminate(tb testing.TB) time.Duration {
 	}
 	took := time.Since(signalled)
 	if r.err != nil {
-		tb.Errorf("the syncer exited with %v after SIGTERM; want exit code 0 (README: Shutdown); its log:\n%s", r.err, strings.Join(r.log(), "\n"))
+		tb.Errorf("the syncer exited with %v after SIGTERM; want exit code 0 (docs/operations.md); its log:\n%s", r.err, strings.Join(r.log(), "\n"))
 	}
 	return took
 }

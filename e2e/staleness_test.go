@@ -10,7 +10,7 @@ import (
 )
 
 // TestIdleAPIServesTheNewVersion: an API replica that serves nothing for a while still
-// answers its first request after a flip from the new version (DESIGN.md invariant 8:
+// answers its first request after a flip from the new version (bounded staleness, docs/design.md:
 // no read resolves through a pointer older than the refresh interval plus one Bigtable
 // timeout, however idle the replica). It once answered from the pointer it had cached
 // before the quiet spell.

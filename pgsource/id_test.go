@@ -16,7 +16,7 @@ import (
 	"github.com/snapflip/snapflip/snapshot"
 )
 
-// handID is the id rule as README documents it, written out again: each component
+// handID is the id rule as docs/configuration.md documents it, written out again: each component
 // with '%' as %25 and ',' as %2C, joined by ','.
 func handID(components ...string) string {
 	esc := make([]string, len(components))

@@ -464,7 +464,7 @@ func TestNotifyNeedsPrivileges(t *testing.T) {
 		t.Errorf("install without CREATE = %v; want ErrNotifySetup naming CREATE on the database", err)
 	}
 
-	// A DBA installs the function instead, with README's SQL. Until it is the role's,
+	// A DBA installs the function instead, with docs/freshness.md's SQL. Until it is the role's,
 	// the role does not trust it (its body runs in every writer's transaction), nor
 	// may it remove it.
 	testenv.Exec(t, dsn, readmeFunctionSQL, `GRANT USAGE ON SCHEMA snapflip TO `+role)
@@ -478,7 +478,7 @@ func TestNotifyNeedsPrivileges(t *testing.T) {
 	if _, _, err := src.RemoveNotify(ctx); err == nil || !strings.Contains(err.Error(), "as the role that installed it") {
 		t.Errorf("remove by a role that does not own the function = %v; want an error saying who can", err)
 	}
-	// Given to the role, as README says, it is used and left as it is (the role needs
+	// Given to the role, as docs/freshness.md says, it is used and left as it is (the role needs
 	// no CREATE); SECURITY DEFINER, it is not.
 	testenv.Exec(t, dsn, `ALTER FUNCTION snapflip.notify_change() OWNER TO `+role, `ALTER FUNCTION snapflip.notify_change() SECURITY DEFINER`)
 	if _, err := src.InstallNotify(ctx); !errors.Is(err, pgsource.ErrNotifySetup) || !strings.Contains(fmt.Sprint(err), "SECURITY DEFINER") {
@@ -486,7 +486,7 @@ func TestNotifyNeedsPrivileges(t *testing.T) {
 	}
 	testenv.Exec(t, dsn, `ALTER FUNCTION snapflip.notify_change() SECURITY INVOKER`)
 	if got, err := src.InstallNotify(ctx); err != nil || len(got) != 6 {
-		t.Errorf("install with README's function, the role's = %v, %v; want 6 tables", got, err)
+		t.Errorf("install with the documented function, the role's = %v, %v; want 6 tables", got, err)
 	}
 	if got, _, err := src.RemoveNotify(ctx); err != nil || len(got) != 6 {
 		t.Errorf("remove by the function's owner = %v, %v; want 6 tables", got, err)
@@ -503,7 +503,7 @@ func TestNotifyNeedsPrivileges(t *testing.T) {
 	}
 }
 
-// readmeFunctionSQL is README's SQL for a DBA who installs the function for the
+// readmeFunctionSQL is docs/freshness.md's SQL for a DBA who installs the function for the
 // syncer (white space may differ from the syncer's own), up to its ALTER FUNCTION ...
 // OWNER TO and GRANT, which the test runs itself.
 const readmeFunctionSQL = `CREATE SCHEMA snapflip;

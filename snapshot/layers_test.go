@@ -518,7 +518,7 @@ func TestCacheSurvivesFlips(t *testing.T) {
 	}
 }
 
-// Switching modes is safe at any time (README): the first incremental sync after a
+// Switching modes is safe at any time (docs/operations.md): the first incremental sync after a
 // full copy writes a base, and a full copy after layered versions is a full copy; the
 // totals agree throughout.
 func TestSwitchingModes(t *testing.T) {
@@ -662,7 +662,7 @@ func TestTieredMergesKeepOlderTiers(t *testing.T) {
 
 // A delta with no row deleted reads the changed rows alone (the source counts the
 // rest), when Postgres guarantees the key unique; one with a deletion, or a key not
-// guaranteed unique, reads every id as before.
+// guaranteed unique, reads every id.
 // Either way the version is exactly a full copy's.
 func TestDeltaReadsChangedRowsOnly(t *testing.T) {
 	// The changed ids' parent entries come from merging the chain's runs, or, with a

@@ -366,7 +366,7 @@ func (s *monotonicStore) ReadPointer(context.Context, string) (Pointer, error) {
 }
 
 // TestResolverNeverGoesBack: a replica never serves an older version after a newer one
-// (DESIGN.md invariant 8): however requests and the refresher interleave, each reader
+// (bounded staleness, docs/design.md): however requests and the refresher interleave, each reader
 // sees versions in order.
 func TestResolverNeverGoesBack(t *testing.T) {
 	st := &monotonicStore{}

@@ -49,7 +49,7 @@ type regOutput struct {
 }
 
 // fencedRegister is the model of store.FlipPointer / AdvanceFence / ReadPointer that
-// DESIGN.md asks for: a flip applies exactly when the stored fence is not above its
+// docs/design.md asks for: a flip applies exactly when the stored fence is not above its
 // token, the pointer is not pinned (unless rolling back), the stored source is not
 // ahead of the new one (unless rolling back), and the stored version is the expected
 // one; a fence advance never lowers the fence; a read returns the state. An operation
