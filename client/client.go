@@ -12,6 +12,8 @@ import (
 	"net/url"
 	"strings"
 	"time"
+
+	"github.com/snapflip/snapflip/internal/retry"
 )
 
 // Config tunes a Client. Start from DefaultConfig and change what you need.
@@ -97,7 +99,7 @@ func New(baseURL string, cfg Config) (*Client, error) {
 		return nil, fmt.Errorf("snapflip client: base URL %q: want http(s)://host[:port][/prefix]", baseURL)
 	}
 	c := &Client{cfg: cfg, http: cfg.HTTPClient, base: url.URL{Scheme: u.Scheme, Host: u.Host},
-		prefix: strings.TrimRight(u.EscapedPath(), "/"), sleep: sleepCtx, now: time.Now}
+		prefix: strings.TrimRight(u.EscapedPath(), "/"), sleep: retry.Sleep, now: time.Now}
 	if c.http == nil {
 		c.http = &http.Client{Transport: http.DefaultTransport}
 	}

@@ -1,5 +1,6 @@
 // Package client reads a snapflip dataset through the metadata API, for the services
-// that serve from it. It uses only the standard library.
+// that serve from it. It uses only the standard library (and this module's own
+// internal/retry, which does too).
 //
 // Every answer comes from exactly one version, which every Document names. Reads through
 // the Client follow the pointer: two calls may be answered from two versions if a sync

@@ -1,13 +1,13 @@
 package client
 
 import (
-	"context"
 	"fmt"
-	"math/rand/v2"
 	"net/http"
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/snapflip/snapflip/internal/retry"
 )
 
 // RetryPolicy says how often and how patiently a request is retried. Every request the
@@ -57,13 +57,7 @@ func (p RetryPolicy) Validate() error {
 // exponential step capped at MaxBackoff, with "equal jitter" (between half of the
 // step and all of it).
 func (p RetryPolicy) backoff(attempt int) time.Duration {
-	step := p.InitialBackoff
-	for i := 1; i < attempt && step < p.MaxBackoff; i++ {
-		step *= 2
-	}
-	step = min(step, p.MaxBackoff)
-	half := step / 2
-	return half + rand.N(step-half+1)
+	return retry.Backoff{Initial: p.InitialBackoff, Max: p.MaxBackoff, Jitter: retry.EqualJitter}.Delay(attempt - 1)
 }
 
 // retryableStatus reports the statuses worth another attempt: the API's 503, and the
@@ -92,16 +86,4 @@ func parseRetryAfter(h http.Header, now time.Time) time.Duration {
 		return t.Sub(now)
 	}
 	return 0
-}
-
-// sleepCtx waits for d or until ctx ends, whichever comes first.
-func sleepCtx(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
 }

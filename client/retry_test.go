@@ -11,6 +11,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/snapflip/snapflip/internal/retry"
 )
 
 // These are unit tests of the retry policy against a scripted httptest server (the
@@ -138,7 +140,7 @@ func TestRetryBoundedByContext(t *testing.T) {
 		if s.n.Load() == 3 {
 			cancel()
 		}
-		return sleepCtx(ctx, time.Millisecond)
+		return retry.Sleep(ctx, time.Millisecond)
 	}
 	_, err = c.Get(ctx, "c", "x")
 	var e *Error

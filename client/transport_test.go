@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"github.com/snapflip/snapflip/internal/testenv"
+
+	"github.com/snapflip/snapflip/internal/retry"
 )
 
 // flakyProxy stands in front of the real API: it hangs up on the next `drop`
@@ -131,7 +133,7 @@ func TestTransportErrorsRetried(t *testing.T) {
 
 	// The context ends the retries.
 	cctx, cancel := context.WithCancel(ctx)
-	c.sleep = func(ctx context.Context, d time.Duration) error { cancel(); return sleepCtx(ctx, d) }
+	c.sleep = func(ctx context.Context, d time.Duration) error { cancel(); return retry.Sleep(ctx, d) }
 	_, err = c.Get(cctx, "docs", "plain")
 	if !errors.Is(err, context.Canceled) {
 		t.Errorf("Get cancelled while waiting to retry = %v; want context.Canceled", err)

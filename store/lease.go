@@ -270,7 +270,7 @@ func (l *Lease) Acquire(ctx context.Context) (snapshot.Hold, error) {
 					HeldBy: held.holder, TakeoverAt: held.takeoverAt})
 			}
 		}
-		wait := retry.Backoff{Initial: 20 * time.Millisecond, Max: l.cfg.RetryMax, Jitter: true}.Delay(attempt)
+		wait := retry.Backoff{Initial: 20 * time.Millisecond, Max: l.cfg.RetryMax, Jitter: retry.FullJitter}.Delay(attempt)
 		l.mu.Lock()
 		if l.seen != nil {
 			if until := time.Until(l.seenNext); until >= 0 && until < wait {

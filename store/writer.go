@@ -284,4 +284,4 @@ func firstRowError(keys []string, errs []error) error {
 
 // rowBackoff spaces out a batch's retries of its failed rows: retry n waits uniformly
 // in [0, min(2s, 50ms·2ⁿ)].
-var rowBackoff = retry.Backoff{Initial: 50 * time.Millisecond, Max: 2 * time.Second, Jitter: true}
+var rowBackoff = retry.Backoff{Initial: 50 * time.Millisecond, Max: 2 * time.Second, Jitter: retry.FullJitter}

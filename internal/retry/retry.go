@@ -7,16 +7,29 @@ import (
 )
 
 // Backoff is a capped exponential backoff: the wait before retry n (counting from 0)
-// is Initial·2ⁿ, at most Max. With Jitter, the wait is drawn uniformly from zero to
-// that ("full jitter"), so that contenders that failed together spread out.
+// is Initial·2ⁿ, at most Max. With Jitter, the wait is drawn at random below that, so
+// that contenders that failed together spread out.
 type Backoff struct {
 	// Initial is the wait before the first retry (its ceiling, with Jitter).
 	Initial time.Duration
 	// Max caps the wait (its ceiling, with Jitter).
 	Max time.Duration
-	// Jitter draws each wait uniformly from [0, the capped wait].
-	Jitter bool
+	// Jitter is how the wait is drawn below the capped step; default none.
+	Jitter Jitter
 }
+
+// Jitter is how a Backoff draws a wait below its capped step.
+type Jitter int
+
+const (
+	// NoJitter waits the whole step.
+	NoJitter Jitter = iota
+	// FullJitter draws the wait uniformly from [0, step].
+	FullJitter
+	// EqualJitter draws the wait uniformly from [step/2, step]: spread out, yet never
+	// much sooner than the step.
+	EqualJitter
+)
 
 // Delay returns the wait before retry n (counting from 0): never negative, never
 // above Max.
@@ -25,8 +38,12 @@ func (b Backoff) Delay(n int) time.Duration {
 	if d <= 0 {
 		return 0
 	}
-	if b.Jitter {
+	switch b.Jitter {
+	case FullJitter:
 		return time.Duration(rand.Int64N(int64(d) + 1))
+	case EqualJitter:
+		half := d / 2
+		return half + time.Duration(rand.Int64N(int64(d-half)+1))
 	}
 	return d
 }

@@ -40,23 +40,32 @@ func TestBackoffDelay(t *testing.T) {
 			t.Errorf("Delay(%d) = %v, want %v", n, got, want*time.Millisecond)
 		}
 	}
-	// With jitter every wait stays within [0, the ceiling], and the waits vary.
-	b.Jitter = true
-	for n := range 10 {
-		ceil := min(b.Max, b.Initial<<n)
-		seen := map[time.Duration]bool{}
-		for range 200 {
-			got := b.Delay(n)
-			if got < 0 || got > ceil {
-				t.Fatalf("jittered Delay(%d) = %v, want within [0, %v]", n, got, ceil)
+	// With jitter every wait stays within its range below the ceiling, and the waits
+	// vary.
+	for _, tc := range []struct {
+		jitter Jitter
+		floor  func(ceil time.Duration) time.Duration
+	}{
+		{FullJitter, func(time.Duration) time.Duration { return 0 }},
+		{EqualJitter, func(ceil time.Duration) time.Duration { return ceil / 2 }},
+	} {
+		b.Jitter = tc.jitter
+		for n := range 10 {
+			ceil := min(b.Max, b.Initial<<n)
+			lo, hi := ceil, time.Duration(0)
+			for range 500 {
+				got := b.Delay(n)
+				if got < tc.floor(ceil) || got > ceil {
+					t.Fatalf("jitter %d: Delay(%d) = %v, want within [%v, %v]", tc.jitter, n, got, tc.floor(ceil), ceil)
+				}
+				lo, hi = min(lo, got), max(hi, got)
 			}
-			seen[got] = true
-		}
-		if len(seen) < 2 {
-			t.Errorf("jittered Delay(%d) gave one value in 200 draws: %v", n, seen)
+			if hi-lo < (ceil-tc.floor(ceil))/2 {
+				t.Errorf("jitter %d: Delay(%d) ranged over %v..%v in 500 draws; want it spread over [%v, %v]", tc.jitter, n, lo, hi, tc.floor(ceil), ceil)
+			}
 		}
 	}
-	if got := (Backoff{Jitter: true}).Delay(3); got != 0 {
+	if got := (Backoff{Jitter: FullJitter}).Delay(3); got != 0 {
 		t.Errorf("zero Backoff: Delay = %v, want 0", got)
 	}
 }
