@@ -62,10 +62,11 @@ func Diff(ctx context.Context, st DiffStore, dataset string, a, b Version, only 
 			continue
 		}
 		var d CollectionDiff
+		cd := collectionDiffer{st: st, dataset: dataset, name: name, a: ma.Chain(name), b: mb.Chain(name), sample: sample}
 		if ua, ub, ok := uniqueLayers(ca.Layers, cb.Layers); okA && okB && ok {
-			d, err = diffLayers(ctx, st, dataset, ma.Chain(name), mb.Chain(name), ua, ub, name, sample)
+			d, err = cd.layers(ctx, ua, ub)
 		} else {
-			d, err = diffCollection(ctx, st, dataset, ma.Chain(name), mb.Chain(name), name, sample)
+			d, err = cd.scans(ctx)
 		}
 		if err != nil {
 			return nil, err
@@ -85,10 +86,20 @@ func uniqueLayers(a, b []LayerRef) ([]LayerRef, []LayerRef, bool) {
 	return a[:len(a)-n], b[:len(b)-n], n > 0
 }
 
-// diffLayers compares two chains that share their older layers: an id can differ only
-// if a layer above the shared ones names it, so only those layers' fingerprint runs
-// are read, and the ids they name are looked up through both chains, 1,000 at a time.
-func diffLayers(ctx context.Context, st DiffStore, dataset string, a, b []Version, ua, ub []LayerRef, name string, sample int) (CollectionDiff, error) {
+// collectionDiffer compares one collection of two versions, whose chains are a and b.
+type collectionDiffer struct {
+	st            DiffStore
+	dataset, name string
+	a, b          []Version
+	sample        int // how many ids to list
+}
+
+// layers compares two chains that share their older layers: an id can differ only if
+// a layer above the shared ones (ua in a, ub in b) names it, so only those layers'
+// fingerprint runs are read, and the ids they name are looked up through both chains,
+// 1,000 at a time.
+func (c collectionDiffer) layers(ctx context.Context, ua, ub []LayerRef) (CollectionDiff, error) {
+	st, dataset, name, a, b, sample := c.st, c.dataset, c.name, c.a, c.b, c.sample
 	var d CollectionDiff
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -149,8 +160,9 @@ func (d *CollectionDiff) note(sample int, kind, id string) {
 	}
 }
 
-// diffCollection merges the two versions' id-ordered scans.
-func diffCollection(ctx context.Context, st DiffStore, dataset string, a, b []Version, name string, sample int) (CollectionDiff, error) {
+// scans merges the two versions' id-ordered scans.
+func (c collectionDiffer) scans(ctx context.Context) (CollectionDiff, error) {
+	st, dataset, name, a, b, sample := c.st, c.dataset, c.name, c.a, c.b, c.sample
 	var d CollectionDiff
 	note := func(kind, id string) { d.note(sample, kind, id) }
 	// Read B into a channel while A is scanned: both come in id order.
