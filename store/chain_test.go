@@ -256,3 +256,45 @@ func TestChainReadsMatchAModelOverRandomChains(t *testing.T) {
 		}
 	}
 }
+
+// A chain's scan whose context ends part-way fails: it never returns nil with only
+// part of the collection, whichever layer was blocked at the time.
+func TestChainScanCancelledFails(t *testing.T) {
+	st := newStore(t)
+	bg := context.Background()
+	var chain []snapshot.Version // newest first
+	for layer := range 3 {
+		v := version(t)
+		w := st.NewWriter(bg, "ds", v)
+		for i := layer; i < 3000; i += 3 {
+			doc := snapshot.Document{ID: fmt.Sprintf("id-%05d", i), Body: []byte(fmt.Sprintf(`{"i":%d}`, i))}
+			if err := w.Write(bg, "c", doc); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if _, err := w.Close(bg); err != nil {
+			t.Fatal(err)
+		}
+		chain = append([]snapshot.Version{v}, chain...)
+	}
+	for _, tc := range []struct {
+		chain []snapshot.Version
+		total int
+	}{{chain, 3000}, {chain[2:], 1000}} {
+		for _, after := range []int{1, 100, 999} {
+			ctx, cancel := context.WithCancel(bg)
+			n := 0
+			err := st.ScanDocuments(ctx, "ds", tc.chain, "c", func(snapshot.Document) bool {
+				if n++; n == after {
+					cancel()
+				}
+				return true
+			})
+			cancel()
+			if n < tc.total && err == nil {
+				t.Errorf("%d layers, cancelled after %d documents: %d of %d read, and no error",
+					len(tc.chain), after, n, tc.total)
+			}
+		}
+	}
+}

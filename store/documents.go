@@ -180,7 +180,15 @@ func (s *Store) ScanDocuments(ctx context.Context, dataset string, chain []snaps
 			return nil
 		}
 	}
-	return g.Wait()
+	if err := g.Wait(); err != nil {
+		return err
+	}
+	// A layer whose send ended with ctx stops its read without an error: say why the
+	// scan is short.
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("scan %s at %s: %w", collection, chainName(chain), context.Cause(ctx))
+	}
+	return nil
 }
 
 // layerStream is one layer's rows as its scan sends them, for a chain's merge.
