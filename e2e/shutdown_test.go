@@ -149,7 +149,11 @@ func (r *syncerRun) terminate(tb testing.TB) time.Duration {
 // sends SIGTERM while the next tick is in flight, and checks that the process exits
 // promptly with code 0 and that every tick since the outage logged how it ended: a
 // failure naming the cause (want), or its abandonment for the shutdown.
-func checkOutage(t *testing.T, r *syncerRun, takeAway func(), want string) {
+//
+// With hung, every connect hangs until its connect_timeout; the tick in flight at
+// SIGTERM must then be abandoned for the shutdown, not end by its connect timing out
+// (which, being shorter than shutdownLimit, would hide a syncer deaf to SIGTERM).
+func checkOutage(t *testing.T, r *syncerRun, takeAway func(), want string, hung bool) {
 	r.await(t, "msg=published", 1, 60*time.Second)
 	from := len(r.log())
 	takeAway()
@@ -184,6 +188,9 @@ func checkOutage(t *testing.T, r *syncerRun, takeAway func(), want string) {
 		case strings.Contains(l, `msg="sync failed"`) && !strings.Contains(l, want):
 			t.Errorf("a failed tick does not say %q: %s", want, l)
 		}
+	}
+	if last := started[len(started)-1]; hung && !strings.Contains(ended[last], `msg="sync abandoned for shutdown"`) {
+		t.Errorf("the tick of slot %s, hung connecting at SIGTERM, was not abandoned for the shutdown: %q", last, ended[last])
 	}
 	if r.count("msg=stopped") != 1 {
 		t.Errorf("the syncer did not log that it stopped")
@@ -220,7 +227,7 @@ func TestShutdownAfterBigtableStops(t *testing.T) {
 	checkOutage(t, r, func() {
 		_ = emu.Process.Kill()
 		_ = emu.Wait()
-	}, "unreachable")
+	}, "unreachable", false)
 }
 
 // TestShutdownAfterPostgresStops: Postgres goes away under a running `syncer run`,
@@ -244,7 +251,7 @@ func TestShutdownAfterPostgresStops(t *testing.T) {
 			if how == "frozen" {
 				takeAway = pg.Freeze
 			}
-			checkOutage(t, r, takeAway, "connect to postgres at 127.0.0.1")
+			checkOutage(t, r, takeAway, "connect to postgres at 127.0.0.1", how == "frozen")
 		})
 	}
 }
