@@ -766,3 +766,38 @@ func TestChangedRowsOnlyNotForInheritance(t *testing.T) {
 		t.Errorf("a duplicate id in an inheritance child and a row deleted: publish = %v; want the duplicate key named", err)
 	}
 }
+
+// A version past half its TTL on an unpinned dataset is published again by the next
+// tick, though nothing changed, and both the result and the audit entry say why (ttl);
+// a tick before that is a no-op with no reason.
+func TestTTLRepublishSaysWhy(t *testing.T) {
+	r := newRig(t, twoCollections, twoTables...)
+	r.pub.Incremental = true
+	r.pub.Audit = r.store
+	ctx := context.Background()
+	lease, err := r.store.NewLease("publish/ds", store.LeaseConfig{Holder: "a",
+		BeforeAcquire: func(ctx context.Context, token uint64) error { return r.store.AdvanceFence(ctx, "ds", token) }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tk := &snapshot.Ticker{Publisher: r.pub, Lease: lease, Slots: r.store, Holder: "a", Log: slog.New(slog.DiscardHandler)}
+	first, err := tk.Tick(ctx, 1, snapshot.PublishOptions{})
+	if err != nil || first.Publish.NoOp {
+		t.Fatalf("first tick: %+v, %v", first, err)
+	}
+	r.pub.TTL = time.Hour
+	quiet, err := tk.Tick(ctx, 2, snapshot.PublishOptions{})
+	if err != nil || !quiet.Publish.NoOp || quiet.Publish.Reason != "" {
+		t.Fatalf("tick within half the TTL: %+v, %v; want a no-op with no reason", quiet.Publish, err)
+	}
+	now := time.Now().Add(31 * time.Minute)
+	r.pub.Now = func() time.Time { return now }
+	res, err := tk.Tick(ctx, 3, snapshot.PublishOptions{})
+	if err != nil || res.Publish.NoOp || res.Publish.Reason != snapshot.ReasonTTL {
+		t.Fatalf("tick past half the TTL: %+v, %v; want a publish with reason %q", res.Publish, err, snapshot.ReasonTTL)
+	}
+	entries, err := r.store.ListAudit(ctx, "ds", 1)
+	if err != nil || len(entries) != 1 || entries[0].To != res.Publish.Manifest.Version || entries[0].Reason != string(snapshot.ReasonTTL) {
+		t.Errorf("newest audit entry = %+v, %v; want the republish of %s with reason %q", entries, err, res.Publish.Manifest.Version, snapshot.ReasonTTL)
+	}
+}
