@@ -198,6 +198,8 @@ func (p *Publisher) publish(ctx context.Context, run publishRun) (PublishResult,
 		if run.base || !errors.Is(err, errDeltaInconsistent) {
 			return res, err
 		}
+		p.log().WarnContext(ctx, "the delta disagrees with its parent: publishing again with base layers",
+			"dataset", p.Dataset, "version", a.m.Version, "err", err)
 		run.base = true
 	}
 }
@@ -321,9 +323,6 @@ func (a *attempt) write(ctx context.Context, snap SourceSnapshot) error {
 	}
 	if err != nil {
 		p.fail(ctx, a.m, StateWriting, err)
-		if errors.Is(err, errDeltaInconsistent) && !a.run.base {
-			a.log.WarnContext(ctx, "the delta disagrees with its parent: publishing again with base layers", "err", err)
-		}
 		return err
 	}
 	if err := a.m.CheckComplete(); err != nil {
