@@ -40,10 +40,10 @@ func (b Backoff) Delay(n int) time.Duration {
 	}
 	switch b.Jitter {
 	case FullJitter:
-		return time.Duration(rand.Int64N(int64(d) + 1))
+		return time.Duration(rand.Uint64N(uint64(d) + 1))
 	case EqualJitter:
 		half := d / 2
-		return half + time.Duration(rand.Int64N(int64(d-half)+1))
+		return half + time.Duration(rand.Uint64N(uint64(d-half)+1))
 	}
 	return d
 }

@@ -65,6 +65,12 @@ func TestBackoffDelay(t *testing.T) {
 			}
 		}
 	}
+	// A cap as large as a Duration goes does not overflow the draw.
+	for _, j := range []Jitter{FullJitter, EqualJitter} {
+		if got := (Backoff{Initial: time.Second, Max: math.MaxInt64, Jitter: j}).Delay(100); got < 0 {
+			t.Errorf("jitter %d with the largest cap: Delay = %v, want non-negative", j, got)
+		}
+	}
 	if got := (Backoff{Jitter: FullJitter}).Delay(3); got != 0 {
 		t.Errorf("zero Backoff: Delay = %v, want 0", got)
 	}
