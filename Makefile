@@ -33,6 +33,7 @@ build-static:
 test:
 	@deploy/local/postgres.sh start $(TEST_PG_PORT)
 	@status=0; mkdir -p bin; rm -f bin/bigtable-emulator; touch bin/bigtable-emulator.building; \
+	  trap 'rm -f bin/bigtable-emulator.building; kill $$emulator $$deploy 2>/dev/null' EXIT; \
 	  ($(GO) build -o bin/bigtable-emulator.tmp cloud.google.com/go/bigtable/cmd/emulator && mv bin/bigtable-emulator.tmp bin/bigtable-emulator; \
 	    s=$$?; rm -f bin/bigtable-emulator.building; exit $$s) & emulator=$$!; \
 	  (cd deploy && $(GO) test $(GOTEST_FLAGS) ./...) & deploy=$$!; \
@@ -55,7 +56,8 @@ chaos:
 
 ## bench: the benchmarks (needs the same throwaway Postgres), then the table of figures
 ## in docs/performance.md's format; BENCH=regexp runs only the matching benchmarks,
-## BENCH_DOCS=1 also writes the table into docs/performance.md
+## BENCH_DOCS=1 also writes the table into docs/performance.md (only from a whole run
+## that passed: a partial table would drop the other rows)
 bench:
 	@command -v wrk >/dev/null || { echo "installing wrk (the HTTP load generator) with apt-get"; apt-get update -qq && apt-get install -y -qq wrk; }
 	@$(GO) build -o bin/bigtable-emulator cloud.google.com/go/bigtable/cmd/emulator
@@ -63,7 +65,10 @@ bench:
 	@rm -f bin/bench-figures.jsonl; status=0; \
 	  SNAPFLIP_BENCH_FIGURES=$(CURDIR)/bin/bench-figures.jsonl SNAPFLIP_TEST_POSTGRES_DSN='$(TEST_PG_DSN)' SNAPFLIP_TEST_EMULATOR=$(CURDIR)/bin/bigtable-emulator \
 	  $(GO) test -run '^$$' -bench '$(or $(BENCH),.)' -benchtime 1x -timeout 60m ./... || status=$$?; \
-	  SNAPFLIP_TEST_POSTGRES_DSN='$(TEST_PG_DSN)' $(GO) run ./internal/bench/perftable -figures bin/bench-figures.jsonl $(if $(BENCH_DOCS),-docs docs/performance.md) || status=$$?; \
+	  docs=; if [ -n "$(BENCH_DOCS)" ]; then \
+	    if [ $$status -ne 0 ] || [ -n "$(BENCH)" ]; then echo "BENCH_DOCS: not writing docs/performance.md from a failed or partial run" >&2; status=1; \
+	    else docs="-docs docs/performance.md"; fi; fi; \
+	  SNAPFLIP_TEST_POSTGRES_DSN='$(TEST_PG_DSN)' $(GO) run ./internal/bench/perftable -figures bin/bench-figures.jsonl $$docs || status=$$?; \
 	  deploy/local/postgres.sh stop $(TEST_PG_PORT); exit $$status
 
 ## screenshot: render the status page of a demo in headless Chromium into docs/status.png
