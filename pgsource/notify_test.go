@@ -32,7 +32,7 @@ func startWatch(t *testing.T, src *pgsource.Source, cfg pgsource.WatchConfig) *c
 			t.Errorf("Watch = %v; want context.Canceled", err)
 		}
 	})
-	l.await(t, "the first baseline", 30*time.Second, func(c pgsource.Change) bool { return c.Reason == "watch started" })
+	l.await(t, "the first baseline", 30*time.Second, func(c pgsource.Change) bool { return c.Reason == pgsource.ReasonWatchStarted })
 	return l
 }
 
@@ -65,7 +65,7 @@ func (l *changeLog) awaitNotified(t *testing.T, what string, tables ...string) p
 	t.Helper()
 	seen := map[string]bool{}
 	for {
-		c := l.await(t, what, 10*time.Second, func(c pgsource.Change) bool { return c.Reason == "notify" })
+		c := l.await(t, what, 10*time.Second, func(c pgsource.Change) bool { return c.Reason == pgsource.ReasonNotify })
 		for _, name := range c.Tables {
 			if !slices.Contains(tables, name) {
 				t.Errorf("%s: reported %+v; want only %q", what, c, tables)
@@ -279,7 +279,7 @@ func TestNotifyWatchReconnectsWithABaseline(t *testing.T) {
 		t.Fatalf("terminate the listener: %v, %v", killed, err)
 	}
 	xid := commitTx(t, dsn, `UPDATE nums SET v = 'during the outage' WHERE id = 1`)
-	c := l.await(t, "a new baseline", 30*time.Second, func(c pgsource.Change) bool { return c.Reason == "watch started" })
+	c := l.await(t, "a new baseline", 30*time.Second, func(c pgsource.Change) bool { return c.Reason == pgsource.ReasonWatchStarted })
 	if c.Xmax <= xid {
 		// Listening again before the commit: then it is notified.
 		if c := l.awaitNotified(t, "the commit made while the listener was replaced", "public.nums"); c.Xmax <= xid {
@@ -624,7 +624,7 @@ func TestNotifyListenerDownLeavesThePollRunning(t *testing.T) {
 
 	xid := commitTx(t, dsn, `UPDATE nums SET v = 'listener down' WHERE id = 1`)
 	c := l.await(t, "a commit while the listener is down", 30*time.Second, func(c pgsource.Change) bool { return c.Xmax > xid })
-	if c.Reason == "notify" {
+	if c.Reason == pgsource.ReasonNotify {
 		t.Errorf("reported %+v by a notification; the listener was down", c)
 	}
 	var listeners int
@@ -636,7 +636,7 @@ func TestNotifyListenerDownLeavesThePollRunning(t *testing.T) {
 
 	// Once it may connect again, it listens again, with a baseline.
 	testenv.Exec(t, admin, `ALTER ROLE `+role+` CONNECTION LIMIT -1`)
-	l.await(t, "the listener's baseline", 30*time.Second, func(c pgsource.Change) bool { return c.Reason == "watch started" })
+	l.await(t, "the listener's baseline", 30*time.Second, func(c pgsource.Change) bool { return c.Reason == pgsource.ReasonWatchStarted })
 	commitTx(t, dsn, `UPDATE nums SET v = 'listening again' WHERE id = 1`)
 	l.awaitNotified(t, "a commit once listening again", "public.nums")
 }
