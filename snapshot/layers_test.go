@@ -318,12 +318,7 @@ func TestPinnedRefreshCoversTheChain(t *testing.T) {
 	r := newRig(t, twoCollections, twoTables...)
 	r.pub.Incremental = true
 	ctx := context.Background()
-	lease, err := r.store.NewLease("publish/ds", store.LeaseConfig{Holder: "admin",
-		BeforeAcquire: func(ctx context.Context, token uint64) error { return r.store.AdvanceFence(ctx, "ds", token) }})
-	if err != nil {
-		t.Fatal(err)
-	}
-	tk := &snapshot.Ticker{Publisher: r.pub, Lease: lease, Slots: r.store, Holder: "admin", Log: slog.New(slog.DiscardHandler)}
+	tk := r.ticker(t, "admin")
 	var m snapshot.Manifest
 	for i, stmts := range [][]string{nil, {`UPDATE users SET name = 'x' WHERE id = 'u1'`, `DELETE FROM users WHERE id = 'u2'`},
 		{`UPDATE users SET name = 'y' WHERE id = 'u1'`}} {
@@ -336,7 +331,7 @@ func TestPinnedRefreshCoversTheChain(t *testing.T) {
 			m = res.Publish.Manifest
 		}
 	}
-	admin := &snapshot.Admin{Dataset: "ds", Store: r.store, Lease: lease}
+	admin := &snapshot.Admin{Dataset: "ds", Store: r.store, Lease: tk.Lease}
 	if _, err := admin.Rollback(ctx, snapshot.RollbackRequest{Previous: true, Reason: "hold", By: "test"}); err != nil {
 		t.Fatal(err)
 	}
@@ -775,12 +770,7 @@ func TestTTLRepublishSaysWhy(t *testing.T) {
 	r.pub.Incremental = true
 	r.pub.Audit = r.store
 	ctx := context.Background()
-	lease, err := r.store.NewLease("publish/ds", store.LeaseConfig{Holder: "a",
-		BeforeAcquire: func(ctx context.Context, token uint64) error { return r.store.AdvanceFence(ctx, "ds", token) }})
-	if err != nil {
-		t.Fatal(err)
-	}
-	tk := &snapshot.Ticker{Publisher: r.pub, Lease: lease, Slots: r.store, Holder: "a", Log: slog.New(slog.DiscardHandler)}
+	tk := r.ticker(t, "a")
 	first, err := tk.Tick(ctx, 1, snapshot.PublishOptions{})
 	if err != nil || first.Publish.NoOp {
 		t.Fatalf("first tick: %+v, %v", first, err)
@@ -800,4 +790,16 @@ func TestTTLRepublishSaysWhy(t *testing.T) {
 	if err != nil || len(entries) != 1 || entries[0].To != res.Publish.Manifest.Version || entries[0].Reason != string(snapshot.ReasonTTL) {
 		t.Errorf("newest audit entry = %+v, %v; want the republish of %s with reason %q", entries, err, res.Publish.Manifest.Version, snapshot.ReasonTTL)
 	}
+}
+
+// ticker returns a Ticker of the rig's dataset for holder, whose lease advances the
+// pointer's fence when it is taken.
+func (r *rig) ticker(tb testing.TB, holder string) *snapshot.Ticker {
+	tb.Helper()
+	lease, err := r.store.NewLease("publish/ds", store.LeaseConfig{Holder: holder,
+		BeforeAcquire: func(ctx context.Context, token uint64) error { return r.store.AdvanceFence(ctx, "ds", token) }})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return &snapshot.Ticker{Publisher: r.pub, Lease: lease, Slots: r.store, Holder: holder, Log: slog.New(slog.DiscardHandler)}
 }
