@@ -7,6 +7,8 @@
 #   postgres.sh bin PORT     prints the directory of the PostgreSQL binaries (psql)
 # Installs the PostgreSQL server with apt-get when its binaries are missing. Run as
 # root, it runs the server as the postgres user, because Postgres refuses root.
+# The server runs with wal_level=logical (for watch.mode: logical) unless
+# SNAPFLIP_PG_WAL_LEVEL says otherwise.
 set -euo pipefail
 cmd=${1:?usage: postgres.sh start|stop|restart|bin PORT}
 port=${2:?usage: postgres.sh start|stop|restart|bin PORT}
@@ -57,7 +59,7 @@ start)
   as_owner "$bin/initdb" -D "$dir/data" -U postgres --auth=trust --encoding=UTF8 --locale=C.UTF-8 >"$dir/initdb.log" 2>&1 ||
     { cat "$dir/initdb.log" >&2; exit 1; }
   as_owner "$bin/pg_ctl" -D "$dir/data" -l "$dir/server.log" -w -t 60 \
-    -o "-p $port -k $dir -c listen_addresses=127.0.0.1 -c fsync=off -c synchronous_commit=off -c full_page_writes=off -c max_connections=200" \
+    -o "-p $port -k $dir -c listen_addresses=127.0.0.1 -c fsync=off -c synchronous_commit=off -c full_page_writes=off -c max_connections=200 -c wal_level=${SNAPFLIP_PG_WAL_LEVEL:-logical} -c max_replication_slots=40 -c max_wal_senders=40" \
     start >/dev/null || { cat "$dir/server.log" >&2; exit 1; }
   ;;
 restart)
