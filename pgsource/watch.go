@@ -3,12 +3,10 @@ package pgsource
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"log/slog"
 	"slices"
 	"strconv"
-	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -31,9 +29,6 @@ import (
 // change, the watch stays "hot" for Hot: any commit anywhere (xmax moving) counts as a
 // possible change, and the sync that follows finds out cheaply (its fingerprint) whether
 // a configured table changed. Unrelated writes alone never make it hot.
-//
-// The opt-in notify mode (notify.go) closes that 10 s gap with a trigger on each watched
-// table and a listening connection; the poll keeps running beside it.
 
 // WatchConfig tunes Watch.
 type WatchConfig struct {
@@ -45,7 +40,7 @@ type WatchConfig struct {
 	// Resolve is how often the watched tables are found again (new partitions, a
 	// changed view); default 1 minute.
 	Resolve time.Duration
-	// Mode is WatchModeStats (the default when empty) or WatchModeNotify.
+	// Mode is WatchModeStats (the default when empty); Watch handles no other.
 	Mode string
 	Log  *slog.Logger
 }
@@ -54,9 +49,9 @@ type WatchConfig struct {
 const (
 	// WatchModeStats polls the statistics counters only: no DDL, no privilege.
 	WatchModeStats = "stats"
-	// WatchModeNotify also installs a statement trigger on each watched table that
-	// notifies a listening connection at commit (see notify.go).
-	WatchModeNotify = "notify"
+	// WatchModeLogical reads the source's logical replication stream; the statistics
+	// watch does not handle it.
+	WatchModeLogical = "logical"
 )
 
 // Change is a possible committed change to a watched table.
@@ -73,9 +68,6 @@ type Change struct {
 	At time.Time
 	// Reason says why the watch reported it.
 	Reason ChangeReason
-	// Tables, for ReasonNotify, are the watched tables the notifications named, as
-	// quoted schema-qualified names.
-	Tables []string
 }
 
 // ChangeReason says why the watch reported a Change. Its string is what logs and the
@@ -89,10 +81,7 @@ const (
 	// ReasonCommitWhileHot: a transaction committed elsewhere while a watched table's
 	// counters had moved within WatchConfig.Hot.
 	ReasonCommitWhileHot ChangeReason = "commit while hot"
-	// ReasonNotify: a watched table's trigger notified a commit (notify mode).
-	ReasonNotify ChangeReason = "notify"
-	// ReasonWatchStarted: a new baseline (start, reconnect, a new set of tables,
-	// listening again).
+	// ReasonWatchStarted: a new baseline (start, reconnect, a new set of tables).
 	ReasonWatchStarted ChangeReason = "watch started"
 )
 
@@ -109,13 +98,8 @@ const watchRetry = 3 * time.Second
 // Watch polls until ctx ends, calling changed for each possible change and polled
 // after each poll, both from one goroutine. A failing connection is retried every few
 // seconds and logged, and each new connection reports a new baseline ("watch
-// started"). The error returned is ctx's, or, in notify mode, one wrapping
-// ErrNotifySetup when the triggers cannot be installed at start-up for want of a
-// privilege or on a standby: retrying would not help, and falling back to statistics
-// alone would hide it. After start-up, notify trouble never stops the poll: a table
-// whose trigger cannot be installed (a new partition without the grant, a lock not had
-// within a second) is logged and left to the poll, and tried again when the tables are
-// next resolved; a listener that fails is logged and replaced, with a new baseline.
+// started"). The error returned is ctx's, or one wrapping snapshot.ErrInvalid for a
+// mode other than WatchModeStats.
 func (s *Source) Watch(ctx context.Context, cfg WatchConfig, changed func(Change), polled func(WatchStats)) error {
 	if cfg.Interval <= 0 {
 		cfg.Interval = 200 * time.Millisecond
@@ -129,9 +113,11 @@ func (s *Source) Watch(ctx context.Context, cfg WatchConfig, changed func(Change
 	switch cfg.Mode {
 	case "":
 		cfg.Mode = WatchModeStats
-	case WatchModeStats, WatchModeNotify:
+	case WatchModeStats:
+	case WatchModeLogical:
+		return fmt.Errorf("%w watch mode %s is not handled by the statistics watch", snapshot.ErrInvalid, cfg.Mode)
 	default:
-		return fmt.Errorf("%w watch mode %q: want %q or %q", snapshot.ErrInvalid, cfg.Mode, WatchModeStats, WatchModeNotify)
+		return fmt.Errorf("%w watch mode %q: want %q", snapshot.ErrInvalid, cfg.Mode, WatchModeStats)
 	}
 	log := cfg.Log
 	if log == nil {
@@ -142,9 +128,6 @@ func (s *Source) Watch(ctx context.Context, cfg WatchConfig, changed func(Change
 		err := w.run(ctx)
 		if ctx.Err() != nil {
 			return ctx.Err()
-		}
-		if errors.Is(err, ErrNotifySetup) {
-			return err
 		}
 		log.WarnContext(ctx, "watching the source failed; retrying (the schedule still runs)", "err", err)
 		if retry.Sleep(ctx, watchRetry) != nil {
@@ -161,62 +144,15 @@ type watch struct {
 	polled  func(WatchStats)
 
 	polls int64
-	// notify, in notify mode, are the quoted names of the tables whose triggers'
-	// notifications count (the watched tables and their ancestors); the listener reads
-	// it while run resolves the tables again.
-	notify atomic.Pointer[map[string]bool]
-	// The notify mode's install state, which outlives a run (notify_watch.go): whether
-	// an install succeeded (start-up is over), the resolves so far, the backoff of the
-	// tables whose lock was not had in time, and the trouble logged last, of a kind
-	// (install, listen) and of a table.
-	started      bool
-	resolves     int
-	lockWaits    map[string]lockWait
-	installKey   string
-	trouble      map[string]string
-	tableTrouble map[string]string
 }
 
-// run polls on one connection until it fails or ctx ends. In notify mode it also
-// listens on a second one; notify trouble after start-up (a listener that fails, a
-// trigger that cannot be installed) is logged and never ends it: the poll carries on.
+// run polls on one connection until it fails or ctx ends.
 func (w *watch) run(ctx context.Context) error {
 	conn, err := pgx.ConnectConfig(ctx, w.src.cfg)
 	if err != nil {
 		return w.src.connectError(err)
 	}
 	defer closeConn(ctx, conn)
-	var (
-		l         *listener     // nil when not listening
-		notes     <-chan Change // l's; nil, never ready, without it
-		listenErr <-chan error
-		relisten  <-chan time.Time // when to try listening again
-	)
-	defer func() { l.stop() }()
-	listen := func() error {
-		nl, err := w.listen(ctx)
-		if err != nil {
-			relisten = time.After(listenRetry)
-			return err
-		}
-		l, notes, listenErr, relisten = nl, nl.notes, nl.errc, nil
-		w.settled(ctx, "listen", "listening for notifications again")
-		return nil
-	}
-	if w.cfg.Mode == WatchModeNotify {
-		// Listening before the first poll: a commit after the baseline that poll reports
-		// is notified (once its table has the trigger, which it has before that poll).
-		err := listen()
-		switch {
-		case err == nil:
-		case ctx.Err() != nil:
-			return ctx.Err()
-		case !w.started && errors.Is(err, ErrNotifySetup):
-			return err
-		default:
-			w.report(ctx, "listen", "cannot listen for notifications; the statistics poll carries on, and listening is tried again every few seconds", err)
-		}
-	}
 	var (
 		oids        []uint32
 		resolvedAt  time.Time
@@ -233,18 +169,9 @@ func (w *watch) run(ctx context.Context) error {
 				return err
 			}
 			key := fmt.Sprint(oids)
-			attrs := []any{"tables", len(oids), "interval", w.cfg.Interval.String(), "mode", w.cfg.Mode}
-			if w.cfg.Mode == WatchModeNotify {
-				more, err := w.install(ctx, conn, oids)
-				if err != nil {
-					return err
-				}
-				key += w.installKey
-				attrs = append(attrs, more...)
-			}
 			resolvedAt = time.Now()
 			if key != lastOIDsKey {
-				w.log.InfoContext(ctx, "watching for changes", attrs...)
+				w.log.InfoContext(ctx, "watching for changes", "tables", len(oids), "interval", w.cfg.Interval.String(), "mode", w.cfg.Mode)
 				lastOIDsKey, first = key, true // a new set of tables: a new baseline
 			}
 		}
@@ -265,9 +192,9 @@ func (w *watch) run(ctx context.Context) error {
 		now := time.Now()
 		switch {
 		case first:
-			// A new baseline (start, reconnect, a new set of tables, listening again): a
-			// change reported before it, but after the last sync read, would otherwise
-			// wait for the schedule. One sync finds out; it is cheap when nothing changed.
+			// A new baseline (start, reconnect, a new set of tables): a change reported
+			// before it, but after the last sync read, would otherwise wait for the
+			// schedule. One sync finds out; it is cheap when nothing changed.
 			w.changed(Change{LSN: lsn, Xmax: xm, At: now, Reason: ReasonWatchStarted})
 		case sig != last:
 			hotUntil = now.Add(w.cfg.Hot)
@@ -276,41 +203,13 @@ func (w *watch) run(ctx context.Context) error {
 			w.changed(Change{LSN: lsn, Xmax: xm, At: now, Reason: ReasonCommitWhileHot})
 		}
 		first, last, xmax = false, sig, xmaxText
-	wait:
-		for {
-			select {
-			case <-ctx.Done():
-				return ctx.Err()
-			case err := <-listenErr:
-				// Listening again at once; the poll carries on meanwhile.
-				l.stop()
-				l, notes, listenErr = nil, nil, nil
-				w.log.WarnContext(ctx, "listening for notifications failed; listening again", "err", err)
-				if err := listen(); err != nil {
-					w.report(ctx, "listen", "cannot listen for notifications; the statistics poll carries on, and listening is tried again every few seconds", err)
-					continue
-				}
-				first = true // the commits no one listened for: a new baseline
-				break wait
-			case <-relisten:
-				if err := listen(); err != nil {
-					w.report(ctx, "listen", "cannot listen for notifications; the statistics poll carries on, and listening is tried again every few seconds", err)
-					continue
-				}
-				first = true
-				break wait
-			case c := <-notes:
-				w.changed(c)
-			case <-ticker.C:
-				break wait
-			}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-ticker.C:
 		}
 	}
 }
-
-// positionSQL reads the WAL position and the snapshot's xmax.
-const positionSQL = `SELECT (CASE WHEN pg_is_in_recovery() THEN pg_last_wal_replay_lsn() ELSE pg_current_wal_insert_lsn() END)::text,
-	pg_snapshot_xmax(pg_current_snapshot())::text`
 
 // parsePosition parses the WAL position and snapshot xmax read as text.
 func parsePosition(lsnText, xmaxText string) (lsn, xmax uint64, err error) {

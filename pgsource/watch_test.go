@@ -2,7 +2,9 @@ package pgsource_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -11,6 +13,7 @@ import (
 
 	"github.com/snapflip/snapflip/internal/testenv"
 	"github.com/snapflip/snapflip/pgsource"
+	"github.com/snapflip/snapflip/snapshot"
 )
 
 // changeLog collects a watch's notifications.
@@ -158,5 +161,29 @@ func TestWatchSeesCommitsToWatchedTablesOnly(t *testing.T) {
 	}
 	if after == before {
 		t.Errorf("ten ANALYZEs left the live-row estimate at %d: the case above tested nothing", after)
+	}
+}
+
+// Watch handles the stats mode only: for the logical mode, and for an unknown one, it
+// returns snapshot.ErrInvalid at once, before connecting, and reports nothing.
+func TestWatchRefusesModesOtherThanStats(t *testing.T) {
+	src, err := pgsource.New("postgres://nobody@127.0.0.1:1/none", []pgsource.Collection{{Name: "nums", Table: "nums"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct{ mode, want string }{
+		{pgsource.WatchModeLogical, "watch mode logical is not handled by the statistics watch"},
+		{"notify", `watch mode "notify": want "stats"`},
+	} {
+		var l changeLog
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		err := src.Watch(ctx, pgsource.WatchConfig{Mode: tc.mode}, l.add, l.polled)
+		cancel()
+		if !errors.Is(err, snapshot.ErrInvalid) || !strings.Contains(fmt.Sprint(err), tc.want) {
+			t.Errorf("Watch in mode %q = %v; want snapshot.ErrInvalid saying %q", tc.mode, err, tc.want)
+		}
+		if got := l.take(); len(got) > 0 || l.pollCount() > 0 {
+			t.Errorf("Watch in mode %q reported %+v after %d polls; want nothing", tc.mode, got, l.pollCount())
+		}
 	}
 }

@@ -97,14 +97,6 @@ func runCheck(ctx context.Context, cfg SyncerConfig) checkReport {
 	for _, c := range rep.Collections {
 		rep.Problems = append(rep.Problems, c.Problems...)
 	}
-	if err == nil && cfg.Watch.Enabled && cfg.Watch.Mode == pgsource.WatchModeNotify {
-		// What `syncer run` would refuse to start with.
-		var ps []string
-		if ps, err = src.CheckNotify(ctx); err != nil {
-			rep.Problems = append(rep.Problems, "postgres: check watch.mode notify: "+err.Error())
-		}
-		rep.Problems = append(rep.Problems, ps...)
-	}
 	st, err := store.Open(ctx, cfg.StoreConfig())
 	if err == nil {
 		defer st.Close()

@@ -10,15 +10,16 @@ import (
 	"github.com/snapflip/snapflip/pgsource"
 )
 
-// unwatchCommand is `syncer unwatch`: remove what watch.mode notify installed in the
-// source database.
+// unwatchCommand is `syncer unwatch`: remove what the retired watch.mode notify
+// installed in the source database.
 func (m *Syncer) unwatchCommand(g *syncerFlags) *cobra.Command {
 	return &cobra.Command{
 		Use:   "unwatch",
-		Short: "Remove the triggers watch.mode notify installed in Postgres",
-		Long: `Unwatch removes what ` + "`watch.mode: notify`" + ` installed in the config's database: the
-function ` + pgsource.NotifyFunction + ` and, with it, the trigger ` + pgsource.NotifyTrigger + ` on every table,
-whichever config installed it, and the schema ` + pgsource.NotifySchema + ` when nothing else is in it.
+		Short: "Remove the triggers the retired watch.mode notify installed in Postgres",
+		Long: `Unwatch removes what ` + "`watch.mode: notify`" + `, a mode of older releases, installed in the
+config's database: the function ` + pgsource.NotifyFunction + ` and, with it, the trigger
+` + pgsource.NotifyTrigger + ` on every table, whichever config installed it, and the schema
+` + pgsource.NotifySchema + ` when nothing else is in it.
 It needs to run as the role that installed them (the syncer's), or as the function's
 owner; ownership of the tables is not needed. Nothing installed is not an error.
 
@@ -26,8 +27,8 @@ Dropping the triggers locks each table ACCESS EXCLUSIVE until all are dropped, w
 holds up its readers and writers: unwatch waits at most 1 s for each table's lock and
 5 s in all, and otherwise removes nothing and says so. Run it again at a quiet time.
 
-A syncer still running in notify mode installs them again within a minute: set
-watch.mode to stats (or stop it) first. The same in SQL:
+A syncer of an older release still running in notify mode installs them again
+within a minute: stop it (or set its watch.mode to stats) first. The same in SQL:
 
   DROP FUNCTION IF EXISTS ` + pgsource.NotifyFunction + ` CASCADE;
   DROP SCHEMA IF EXISTS ` + pgsource.NotifySchema + `;`,
@@ -54,9 +55,6 @@ watch.mode to stats (or stop it) first. The same in SQL:
 				fmt.Fprintf(m.Stdout, "removed %s (no table had its trigger)\n", pgsource.NotifyFunction)
 			default:
 				fmt.Fprintf(m.Stdout, "removed %s and its trigger on %d table(s): %s\n", pgsource.NotifyFunction, len(tables), strings.Join(tables, ", "))
-			}
-			if cfg.Watch.Enabled && cfg.Watch.Mode == pgsource.WatchModeNotify {
-				fmt.Fprintln(m.Stdout, "note: this config still says watch.mode: notify; a syncer running with it installs them again")
 			}
 			return nil
 		},

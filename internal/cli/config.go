@@ -121,10 +121,28 @@ type WatchConfig struct {
 	MinInterval time.Duration `yaml:"min_interval"`
 	// Mode is how commits are noticed: "stats" polls Postgres' table statistics every
 	// Interval (no DDL, no privilege; a commit by a session that ran a statement less
-	// than a second before can be seen ~10 s late), "notify" also installs a statement
-	// trigger on every watched table and listens for its notifications (needs the
-	// TRIGGER privilege; see docs/freshness.md). Default stats.
+	// than a second before can be seen ~10 s late), "logical" reads the source's
+	// logical replication stream (see docs/freshness.md). Default stats.
 	Mode string `yaml:"mode"`
+}
+
+// validate reports the first unusable watch field, by name.
+func (w WatchConfig) validate() error {
+	if w.Interval < 10*time.Millisecond {
+		return fmt.Errorf("watch.interval %s: must be at least 10ms", w.Interval)
+	}
+	if w.MinInterval < 0 {
+		return fmt.Errorf("watch.min_interval %s: must not be negative", w.MinInterval)
+	}
+	switch w.Mode {
+	case pgsource.WatchModeStats, pgsource.WatchModeLogical:
+	case "notify":
+		return fmt.Errorf(`watch.mode "notify" was removed: use %q (the replication stream; no triggers on your tables), `+
+			"see docs/freshness.md", pgsource.WatchModeLogical)
+	default:
+		return fmt.Errorf("watch.mode %q: must be %q or %q", w.Mode, pgsource.WatchModeStats, pgsource.WatchModeLogical)
+	}
+	return nil
 }
 
 // PostgresConfig is the postgres section of the syncer's config.
@@ -274,14 +292,8 @@ func (c SyncerConfig) Validate() error {
 	if c.ProgressInterval <= 0 {
 		return fmt.Errorf("progress_interval %s: must be positive", c.ProgressInterval)
 	}
-	if c.Watch.Interval < 10*time.Millisecond {
-		return fmt.Errorf("watch.interval %s: must be at least 10ms", c.Watch.Interval)
-	}
-	if c.Watch.MinInterval < 0 {
-		return fmt.Errorf("watch.min_interval %s: must not be negative", c.Watch.MinInterval)
-	}
-	if c.Watch.Mode != pgsource.WatchModeStats && c.Watch.Mode != pgsource.WatchModeNotify {
-		return fmt.Errorf("watch.mode %q: must be %q or %q", c.Watch.Mode, pgsource.WatchModeStats, pgsource.WatchModeNotify)
+	if err := c.Watch.validate(); err != nil {
+		return err
 	}
 	if c.Versions != VersionsIncremental && c.Versions != VersionsFull {
 		return fmt.Errorf("versions %q: must be %q or %q", c.Versions, VersionsIncremental, VersionsFull)

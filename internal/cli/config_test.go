@@ -47,18 +47,23 @@ collections:
 	}
 }
 
-// TestConfigWatchMode: watch.mode is stats unless the config says notify, and setting
+// TestConfigWatchMode: watch.mode is stats unless the config says logical, and setting
 // it leaves the watch's other fields at their defaults.
 func TestConfigWatchMode(t *testing.T) {
 	const coll = "collections: [{name: a, table: t, key: k}]\n"
+	watch := func(mode string) WatchConfig {
+		return WatchConfig{Enabled: true, Interval: 200 * time.Millisecond, MinInterval: time.Second, Mode: mode}
+	}
+	disabled := watch("logical")
+	disabled.Enabled = false
 	for _, tt := range []struct {
 		yaml string
 		want WatchConfig
 	}{
-		{coll, WatchConfig{Enabled: true, Interval: 200 * time.Millisecond, MinInterval: time.Second, Mode: "stats"}},
-		{"watch: {mode: stats}\n" + coll, WatchConfig{Enabled: true, Interval: 200 * time.Millisecond, MinInterval: time.Second, Mode: "stats"}},
-		{"watch: {mode: notify}\n" + coll, WatchConfig{Enabled: true, Interval: 200 * time.Millisecond, MinInterval: time.Second, Mode: "notify"}},
-		{"watch: {enabled: false, mode: notify}\n" + coll, WatchConfig{Interval: 200 * time.Millisecond, MinInterval: time.Second, Mode: "notify"}},
+		{coll, watch("stats")},
+		{"watch: {mode: stats}\n" + coll, watch("stats")},
+		{"watch: {mode: logical}\n" + coll, watch("logical")},
+		{"watch: {enabled: false, mode: logical}\n" + coll, disabled},
 	} {
 		cfg, err := ParseSyncerConfig(strings.NewReader(tt.yaml), baseEnv)
 		if err != nil {
@@ -105,8 +110,10 @@ func TestConfigErrorsNameTheField(t *testing.T) {
 		{"watch: {interval: 1ms}\n" + coll, "watch.interval"},
 		{"watch: {min_interval: -1s}\n" + coll, "watch.min_interval"},
 		{"watch: {enabled: sometimes}\n" + coll, "watch.enabled (line 1)"},
-		{"watch: {mode: trigger}\n" + coll, `watch.mode "trigger": must be "stats" or "notify"`},
-		{"watch: {mode: ''}\n" + coll, `watch.mode "": must be "stats" or "notify"`},
+		{"watch: {mode: trigger}\n" + coll, `watch.mode "trigger": must be "stats" or "logical"`},
+		{"watch: {mode: ''}\n" + coll, `watch.mode "": must be "stats" or "logical"`},
+		{"watch: {mode: notify}\n" + coll, `watch.mode "notify" was removed: use "logical" (the replication stream; no triggers on your tables), see docs/freshness.md`},
+		{"watch: {enabled: false, mode: notify}\n" + coll, `watch.mode "notify" was removed`},
 		{"collections: [{name: a, key: k}]\n", "collections[0]"},
 		{"collections: [{name: a, table: t, query: 'SELECT 1', key: k}]\n", "collections[0]"},
 		{"collections: [{name: a, query: 'SELECT 1 AS k'}]\n", "collections[0].key (a): required for a query"},
@@ -137,7 +144,7 @@ func FuzzParseSyncerConfig(f *testing.F) {
 			"postgres: {readers: 4, partition_min_rows: 1000}\nbigtable: {writers: 4, batch_rows: 500}\n" +
 			"collections:\n  - {name: a, table: public.t, key: id, min_rows: 5}\n  - {name: b, query: \"SELECT k, v FROM x;\", key: k, allow_empty: true}\n",
 		"collections: [{name: a, table: t, key: k, colour: red}]\n",
-		"watch: {mode: notify, interval: 1s}\ncollections: [{name: a, table: t, key: k}]\n",
+		"watch: {mode: logical, interval: 1s}\ncollections: [{name: a, table: t, key: k}]\n",
 		"lease: {duration: 1ms}\n",
 		"ttl: -1s\ncollections: [{name: a, table: t, key: k}]\n",
 		"collections: [{name: a, table: t, key: k}, {name: a, table: u, key: k}]\n",

@@ -288,16 +288,6 @@ func orNone(v snapshot.Version) string {
 // pointer alone and releases the lease.
 func (m *Syncer) runSchedule(ctx context.Context, s *syncer) error {
 	log := s.log.With("dataset", s.cfg.Dataset)
-	if s.cfg.Watch.Enabled && s.cfg.Watch.Mode == pgsource.WatchModeNotify {
-		// A notify watch without its privileges is a configuration error: refuse to
-		// start rather than run on the poll alone. (Postgres unreachable is not: the
-		// watch retries.)
-		if _, err := s.src.InstallNotify(ctx); errors.Is(err, pgsource.ErrNotifySetup) {
-			return err
-		} else if err != nil {
-			log.Warn("could not install the notify watch's triggers yet; the watch will retry", "err", err)
-		}
-	}
 	if _, err := s.store.ReadPointer(ctx, s.cfg.Dataset); errors.Is(err, snapshot.ErrNoVersion) {
 		log.Info("nothing published yet: syncing now")
 		start := time.Now()

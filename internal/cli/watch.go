@@ -73,7 +73,7 @@ func newWatchMetrics(reg *prometheus.Registry, labels prometheus.Labels) *watchM
 		tables: prometheus.NewGauge(prometheus.GaugeOpts{Name: "snapflip_watch_tables",
 			Help: "Tables the change watch polls (the tables the collections read).", ConstLabels: labels}),
 		changes: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "snapflip_watch_changes_total",
-			Help: "Possible changes the watch saw, by reason: statistics, commit while hot, notify, watch started.", ConstLabels: labels}, []string{"reason"}),
+			Help: "Possible changes the watch saw, by reason: statistics, commit while hot, watch started.", ConstLabels: labels}, []string{"reason"}),
 		delay: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "snapflip_commit_to_publish_seconds",
 			Help:        "From when the watch first saw a change to the flip that published it (add up to one watch interval for the commit itself).",
 			ConstLabels: labels, Buckets: prometheus.ExponentialBuckets(0.05, 2, 12)}),
@@ -101,9 +101,6 @@ func (m *Syncer) runWatch(ctx context.Context, s *syncer) {
 		err := s.src.Watch(ctx, pgsource.WatchConfig{Interval: cfg.Interval, Mode: cfg.Mode, Log: log},
 			func(c pgsource.Change) {
 				wm.changes.WithLabelValues(string(c.Reason)).Inc()
-				if c.Reason == pgsource.ReasonNotify {
-					log.Debug("change notified", "tables", c.Tables)
-				}
 				pend.add(c)
 			},
 			func(st pgsource.WatchStats) {
@@ -112,9 +109,8 @@ func (m *Syncer) runWatch(ctx context.Context, s *syncer) {
 				wm.tables.Set(float64(st.Tables))
 			})
 		if ctx.Err() == nil {
-			// Watch gives up only when retrying cannot help (notify mode without its
-			// privileges at start-up; later, trouble leaves tables to its poll): say so
-			// loudly rather than carry on with the poll alone.
+			// Watch gives up only when retrying cannot help (a mode it does not
+			// handle): say so loudly rather than carry on without it.
 			wm.tables.Set(0)
 			log.Error("the change watch stopped: changes wait for the schedule until the syncer restarts", "mode", cfg.Mode, "err", err)
 		}
