@@ -5,6 +5,8 @@ import (
 	"io"
 	"os"
 	"reflect"
+	"regexp"
+	"strings"
 	"time"
 
 	"github.com/robfig/cron/v3"
@@ -124,6 +126,50 @@ type WatchConfig struct {
 	// than a second before can be seen ~10 s late), "logical" reads the source's
 	// logical replication stream (see docs/freshness.md). Default stats.
 	Mode string `yaml:"mode"`
+	// Publication is the Postgres publication the logical mode reads; default
+	// "snapflip". A lower-case SQL identifier of at most 63 bytes.
+	Publication string `yaml:"publication"`
+	// Slot is the replication slot the logical mode reads from; default "snapflip_"
+	// and the dataset, lower-cased, with every character other than a-z, 0-9 and _
+	// replaced by _, cut to 63 bytes. At most 63 of a-z, 0-9 and _ (Postgres' rule).
+	Slot string `yaml:"slot"`
+}
+
+// DefaultPublication is watch.publication's default.
+const DefaultPublication = "snapflip"
+
+// maxPGName is the longest name Postgres keeps (NAMEDATALEN - 1), in bytes.
+const maxPGName = 63
+
+// slotName is Postgres' rule for a replication slot's name; publicationName is a
+// lower-case SQL identifier that needs no quoting.
+var (
+	slotName        = regexp.MustCompile(`^[a-z0-9_]{1,63}$`)
+	publicationName = regexp.MustCompile(`^[a-z_][a-z0-9_$]{0,62}$`)
+)
+
+// defaultSlot is watch.slot's default for dataset.
+func defaultSlot(dataset string) string {
+	slot := []byte("snapflip_")
+	for _, r := range strings.ToLower(dataset) {
+		if r >= 'a' && r <= 'z' || r >= '0' && r <= '9' || r == '_' {
+			slot = append(slot, byte(r))
+		} else {
+			slot = append(slot, '_')
+		}
+	}
+	return string(slot[:min(len(slot), maxPGName)])
+}
+
+// fillDefaults sets the fields whose defaults depend on the rest of the config, when
+// the config leaves them empty.
+func (w *WatchConfig) fillDefaults(dataset string) {
+	if w.Publication == "" {
+		w.Publication = DefaultPublication
+	}
+	if w.Slot == "" {
+		w.Slot = defaultSlot(dataset)
+	}
 }
 
 // validate reports the first unusable watch field, by name.
@@ -141,6 +187,13 @@ func (w WatchConfig) validate() error {
 			"see docs/freshness.md", pgsource.WatchModeLogical)
 	default:
 		return fmt.Errorf("watch.mode %q: must be %q or %q", w.Mode, pgsource.WatchModeStats, pgsource.WatchModeLogical)
+	}
+	if !publicationName.MatchString(w.Publication) {
+		return fmt.Errorf("watch.publication %q: must be a lower-case SQL identifier of 1..%d bytes "+
+			"(a-z, 0-9, _ and $, starting with a-z or _)", w.Publication, maxPGName)
+	}
+	if !slotName.MatchString(w.Slot) {
+		return fmt.Errorf("watch.slot %q: must be 1..%d of a-z, 0-9 and _ (Postgres' rule for replication slot names)", w.Slot, maxPGName)
 	}
 	return nil
 }
@@ -212,7 +265,7 @@ func DefaultSyncerConfig() SyncerConfig {
 		MaxDocumentBytes: 8 << 20,
 		ProgressInterval: 10 * time.Second,
 		Versions:         VersionsIncremental,
-		Watch:            WatchConfig{Enabled: true, Interval: 200 * time.Millisecond, MinInterval: time.Second, Mode: pgsource.WatchModeStats},
+		Watch:            WatchConfig{Enabled: true, Interval: 200 * time.Millisecond, MinInterval: time.Second, Mode: pgsource.WatchModeStats, Publication: DefaultPublication},
 		MaxLayers:        snapshot.DefaultMaxLayers,
 		RebaseRatio:      snapshot.DefaultRebaseRatio,
 		Postgres:         PostgresConfig{Readers: 1, PartitionMinRows: 200_000},
@@ -262,6 +315,7 @@ func ParseSyncerConfig(r io.Reader, getenv func(string) string) (SyncerConfig, e
 	if dsn := getenv(EnvPostgresDSN); dsn != "" {
 		cfg.Postgres.DSN = dsn
 	}
+	cfg.Watch.fillDefaults(cfg.Dataset)
 	cfg.emulatorHost = getenv(EnvEmulatorHost)
 	return cfg, cfg.Validate()
 }

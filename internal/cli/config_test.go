@@ -48,22 +48,26 @@ collections:
 }
 
 // TestConfigWatchMode: watch.mode is stats unless the config says logical, and setting
-// it leaves the watch's other fields at their defaults.
+// it leaves the watch's other fields at their defaults; the publication is snapflip and
+// the slot is named after the dataset unless the config names them.
 func TestConfigWatchMode(t *testing.T) {
 	const coll = "collections: [{name: a, table: t, key: k}]\n"
-	watch := func(mode string) WatchConfig {
-		return WatchConfig{Enabled: true, Interval: 200 * time.Millisecond, MinInterval: time.Second, Mode: mode}
+	watch := func(mode, publication, slot string) WatchConfig {
+		return WatchConfig{Enabled: true, Interval: 200 * time.Millisecond, MinInterval: time.Second, Mode: mode, Publication: publication, Slot: slot}
 	}
-	disabled := watch("logical")
+	disabled := watch("logical", "snapflip", "snapflip_default")
 	disabled.Enabled = false
 	for _, tt := range []struct {
 		yaml string
 		want WatchConfig
 	}{
-		{coll, watch("stats")},
-		{"watch: {mode: stats}\n" + coll, watch("stats")},
-		{"watch: {mode: logical}\n" + coll, watch("logical")},
+		{coll, watch("stats", "snapflip", "snapflip_default")},
+		{"watch: {mode: stats}\n" + coll, watch("stats", "snapflip", "snapflip_default")},
+		{"watch: {mode: logical}\n" + coll, watch("logical", "snapflip", "snapflip_default")},
 		{"watch: {enabled: false, mode: logical}\n" + coll, disabled},
+		{"dataset: shop\nwatch: {mode: logical}\n" + coll, watch("logical", "snapflip", "snapflip_shop")},
+		{"dataset: shop\nwatch: {mode: logical, publication: orders_pub, slot: orders_1}\n" + coll, watch("logical", "orders_pub", "orders_1")},
+		{"watch: {publication: '', slot: ''}\n" + coll, watch("stats", "snapflip", "snapflip_default")},
 	} {
 		cfg, err := ParseSyncerConfig(strings.NewReader(tt.yaml), baseEnv)
 		if err != nil {
@@ -114,6 +118,14 @@ func TestConfigErrorsNameTheField(t *testing.T) {
 		{"watch: {mode: ''}\n" + coll, `watch.mode "": must be "stats" or "logical"`},
 		{"watch: {mode: notify}\n" + coll, `watch.mode "notify" was removed: use "logical" (the replication stream; no triggers on your tables), see docs/freshness.md`},
 		{"watch: {enabled: false, mode: notify}\n" + coll, `watch.mode "notify" was removed`},
+		{"watch: {slot: Snapflip}\n" + coll, `watch.slot "Snapflip": must be 1..63 of a-z, 0-9 and _`},
+		{"watch: {slot: snap-flip}\n" + coll, `watch.slot "snap-flip"`},
+		{"watch: {slot: " + strings.Repeat("s", 64) + "}\n" + coll, "watch.slot"},
+		{"watch: {slot: [a]}\n" + coll, "watch.slot (line 1)"},
+		{"watch: {publication: 1pub}\n" + coll, `watch.publication "1pub": must be a lower-case SQL identifier of 1..63 bytes`},
+		{"watch: {publication: 'my pub'}\n" + coll, `watch.publication "my pub"`},
+		{"watch: {publication: Snapflip}\n" + coll, `watch.publication "Snapflip"`},
+		{"watch: {publication: " + strings.Repeat("p", 64) + "}\n" + coll, "watch.publication"},
 		{"collections: [{name: a, key: k}]\n", "collections[0]"},
 		{"collections: [{name: a, table: t, query: 'SELECT 1', key: k}]\n", "collections[0]"},
 		{"collections: [{name: a, query: 'SELECT 1 AS k'}]\n", "collections[0].key (a): required for a query"},
@@ -145,6 +157,7 @@ func FuzzParseSyncerConfig(f *testing.F) {
 			"collections:\n  - {name: a, table: public.t, key: id, min_rows: 5}\n  - {name: b, query: \"SELECT k, v FROM x;\", key: k, allow_empty: true}\n",
 		"collections: [{name: a, table: t, key: k, colour: red}]\n",
 		"watch: {mode: logical, interval: 1s}\ncollections: [{name: a, table: t, key: k}]\n",
+		"dataset: Big-Shop\nwatch: {publication: p, slot: s}\ncollections: [{name: a, table: t, key: k}]\n",
 		"lease: {duration: 1ms}\n",
 		"ttl: -1s\ncollections: [{name: a, table: t, key: k}]\n",
 		"collections: [{name: a, table: t, key: k}, {name: a, table: u, key: k}]\n",
@@ -246,5 +259,27 @@ collections:
 	}
 	if strings.Count(string(out), "key") != 4 {
 		t.Errorf("marshalled collections\n%s\nhold a key for the collection without one", out)
+	}
+}
+
+// TestDefaultSlot: the slot's default is snapflip_ and the dataset, lower-cased, with
+// every character Postgres does not allow in a slot name replaced by _, cut to 63
+// bytes; it is always a valid slot name.
+func TestDefaultSlot(t *testing.T) {
+	for _, tt := range []struct{ dataset, want string }{
+		{"default", "snapflip_default"},
+		{"shop_2", "snapflip_shop_2"},
+		{"Big-Shop.eu", "snapflip_big_shop_eu"},
+		{"café", "snapflip_caf_"},
+		{strings.Repeat("x", 128), "snapflip_" + strings.Repeat("x", 54)},
+		{"Ä" + strings.Repeat("y", 127), "snapflip__" + strings.Repeat("y", 53)},
+	} {
+		got := defaultSlot(tt.dataset)
+		if got != tt.want {
+			t.Errorf("defaultSlot(%q) = %q; want %q", tt.dataset, got, tt.want)
+		}
+		if !slotName.MatchString(got) {
+			t.Errorf("defaultSlot(%q) = %q: not a valid slot name", tt.dataset, got)
+		}
 	}
 }
