@@ -330,11 +330,19 @@ type PostgresProcess struct {
 	tb     testing.TB
 	script string
 	port   string
+	env    []string // the script's environment: os.Environ() and StartPostgresWith's
 }
 
 // StartPostgres starts a Postgres server of the test's own, as PostgresServer does,
 // for tests that restart, stop or freeze it; it is removed when the test ends.
 func StartPostgres(tb testing.TB) *PostgresProcess {
+	tb.Helper()
+	return StartPostgresWith(tb, nil)
+}
+
+// StartPostgresWith is StartPostgres with env set for deploy/local/postgres.sh, such
+// as SNAPFLIP_PG_WAL_LEVEL=replica for a server without logical decoding.
+func StartPostgresWith(tb testing.TB, env map[string]string) *PostgresProcess {
 	tb.Helper()
 	_, file, _, _ := runtime.Caller(0)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -347,6 +355,10 @@ func StartPostgres(tb testing.TB) *PostgresProcess {
 		DSN: "postgres://postgres@127.0.0.1:" + port + "/postgres?sslmode=disable",
 		tb:  tb, port: port,
 		script: filepath.Join(filepath.Dir(file), "..", "..", "deploy", "local", "postgres.sh"),
+		env:    os.Environ(),
+	}
+	for k, v := range env {
+		p.env = append(p.env, k+"="+v)
 	}
 	p.run("start")
 	tb.Cleanup(func() { p.run("stop") })
@@ -355,7 +367,9 @@ func StartPostgres(tb testing.TB) *PostgresProcess {
 
 func (p *PostgresProcess) run(cmd string) {
 	p.tb.Helper()
-	if out, err := exec.Command(p.script, cmd, p.port).CombinedOutput(); err != nil {
+	c := exec.Command(p.script, cmd, p.port)
+	c.Env = p.env
+	if out, err := c.CombinedOutput(); err != nil {
 		p.tb.Fatalf("postgres.sh %s %s: %v\n%s", cmd, p.port, err, out)
 	}
 }
