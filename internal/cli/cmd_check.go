@@ -36,7 +36,11 @@ writing anything or reading a row, whether a sync could succeed:
   for Bigtable: that the table exists with the column families and GC rules the config
   implies (a missing table, family or differing rule is set up by the next sync), and,
   outside the emulator, that the app profile routes to a single cluster, which
-  conditional writes need.
+  conditional writes need;
+
+  with watch.mode logical: wal_level, the role's REPLICATION attribute, a free
+  replication slot, the publication (which the syncer creates when the role may) and
+  a replica identity on every table it publishes; and the slot's state.
 
 It exits 0 when a sync could succeed, 1 with every problem named otherwise.`,
 		Example: `  syncer check --config snapflip.yaml
@@ -76,6 +80,8 @@ type checkReport struct {
 	Postgres    string                      `json:"postgres"`
 	Collections []pgsource.CollectionReport `json:"collections"`
 	Bigtable    *store.SchemaReport         `json:"bigtable,omitempty"`
+	// Logical is what watch.mode logical found, in that mode.
+	Logical *pgsource.LogicalReport `json:"logical,omitempty"`
 	// Problems gathers every problem, each a sentence.
 	Problems []string `json:"problems"`
 }
@@ -96,6 +102,15 @@ func runCheck(ctx context.Context, cfg SyncerConfig) checkReport {
 	}
 	for _, c := range rep.Collections {
 		rep.Problems = append(rep.Problems, c.Problems...)
+	}
+	if err == nil && cfg.Watch.Enabled && cfg.Watch.Mode == pgsource.WatchModeLogical {
+		var lr pgsource.LogicalReport
+		if lr, err = src.CheckLogical(ctx, cfg.logicalConfig()); err != nil {
+			rep.Problems = append(rep.Problems, "postgres: check watch.mode logical: "+err.Error())
+		} else {
+			rep.Logical = &lr
+			rep.Problems = append(rep.Problems, lr.Problems...)
+		}
 	}
 	st, err := store.Open(ctx, cfg.StoreConfig())
 	if err == nil {
@@ -159,6 +174,9 @@ func (r checkReport) print(w io.Writer) {
 			}
 		}
 		fmt.Fprintf(w, "  app profile routing: %s\n", b.Routing)
+	}
+	if r.Logical != nil {
+		printLogical(w, *r.Logical)
 	}
 	if len(r.Problems) == 0 {
 		fmt.Fprintln(w, "\nok: a sync could succeed")

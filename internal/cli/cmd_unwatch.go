@@ -56,7 +56,7 @@ within a minute: stop it (or set its watch.mode to stats) first. The same in SQL
 			default:
 				fmt.Fprintf(m.Stdout, "removed %s and its trigger on %d table(s): %s\n", pgsource.NotifyFunction, len(tables), strings.Join(tables, ", "))
 			}
-			return nil
+			return unwatchLogical(ctx, m.Stdout, src, cfg)
 		},
 	}
 }
