@@ -131,7 +131,10 @@ func (r *snap) ScanChanged(ctx context.Context, collection string, since *snapsh
 	}
 	// Open counted the rows in this snapshot. The changed ones are found in one scan
 	// that stops after max+1, and sorted; the first row says how many there were.
-	total := r.rows[collection]
+	total, counted := r.rows[collection]
+	if !counted { // the stream's keys stood in for a count
+		return 0, false, nil
+	}
 	from := pgx.Identifier(c.tableParts()).Sanitize() + " AS " + rowAlias
 	rows, err := r.tx.Query(ctx, "SELECT id, doc, (count(*) OVER ())::text FROM (SELECT "+keySQL(key)+" AS id, to_json("+rowAlias+".*)::text AS doc FROM "+from+
 		" WHERE "+changedSQL+" LIMIT $3) AS changed ORDER BY id COLLATE \"C\"", int64(lo), int64(window), max+1)

@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 	"unicode/utf8"
 
@@ -55,6 +56,8 @@ type Source struct {
 	mu       sync.Mutex
 	idle     *pgx.Conn // the last snapshot's connection, its transaction ended, for the next Open
 	idleBorn time.Time // when idle connected
+
+	stream atomic.Pointer[stream] // the replication stream this process reads, if any
 }
 
 var _ snapshot.Source = (*Source)(nil)
@@ -215,6 +218,10 @@ func (s *Source) Close(ctx context.Context) error {
 // table collection that names none is inferred then, inside the snapshot; Open fails,
 // naming the collection, when it cannot be.
 func (s *Source) Open(ctx context.Context) (snapshot.SourceSnapshot, error) {
+	return s.open(ctx, nil)
+}
+
+func (s *Source) open(ctx context.Context, since *snapshot.Position) (snapshot.SourceSnapshot, error) {
 	conn, born, tx, err := s.begin(ctx)
 	if err != nil {
 		return nil, err
@@ -250,14 +257,38 @@ func (s *Source) Open(ctx context.Context) (snapshot.SourceSnapshot, error) {
 	}
 	pos := snapshot.Position{LSN: lsn, Snapshot: snapText, Config: fingerprint(s.collections, keys),
 		Fingerprints: map[string]string{}, Definitions: map[string]string{}, System: system}
-	sn := &snap{src: s, conn: conn, born: born, tx: tx, pos: pos, keys: keys, byteOrder: byteOrder, rows: map[string]int64{}, parts: map[string]int{}, extra: map[int]*pgx.Conn{}}
+	var delta streamDelta
+	if st := s.stream.Load(); st != nil {
+		if delta, err = st.delta(ctx, snapText, lsn, since); err != nil {
+			_ = closeConn(ctx, conn)
+			return nil, err
+		}
+		pos.Stream = delta.pos
+	}
+	sn := &snap{src: s, conn: conn, born: born, tx: tx, pos: pos, keys: keys, byteOrder: byteOrder, rows: map[string]int64{}, parts: map[string]int{},
+		extra: map[int]*pgx.Conn{}, delta: delta, keyed: map[string][]string{}}
 	for _, c := range s.collections {
+		sn.parts[c.Name] = 1
+		if keys, ok := delta.keys[c.Name]; ok && !byteOrder[c.Name] {
+			// The stream knows every change since the parent: no count, no read.
+			cols, err := tableDefinitions(ctx, tx, c)
+			if err != nil {
+				_ = sn.Close(ctx)
+				return nil, fmt.Errorf("collection %s: definitions: %w", c.Name, err)
+			}
+			defs := definitionsOf(cols)
+			if parent := since.Fingerprints[c.Name]; cols != "" && defs == since.Definitions[c.Name] && parent != "" {
+				pos.Definitions[c.Name] = defs
+				pos.Fingerprints[c.Name] = streamFingerprint(parent, keys, pos)
+				sn.keyed[c.Name] = keys
+				continue
+			}
+		}
 		fp, defs, rows, err := tableFingerprint(ctx, tx, c)
 		if err != nil {
 			_ = sn.Close(ctx)
 			return nil, fmt.Errorf("collection %s: fingerprint: %w", c.Name, err)
 		}
-		sn.parts[c.Name] = 1
 		if fp != "" {
 			pos.Fingerprints[c.Name] = fp
 			pos.Definitions[c.Name] = defs
@@ -267,6 +298,7 @@ func (s *Source) Open(ctx context.Context) (snapshot.SourceSnapshot, error) {
 			}
 		}
 	}
+	sn.pos = pos
 	if s.Readers > 1 {
 		if err := tx.QueryRow(ctx, "SELECT pg_export_snapshot()").Scan(&sn.exported); err != nil {
 			_ = sn.Close(ctx)
@@ -286,39 +318,52 @@ func (s *Source) Open(ctx context.Context) (snapshot.SourceSnapshot, error) {
 // column renamed, an enum label renamed, a composite type's attribute renamed or
 // added) change the column and type definitions, which are part of it.
 func tableFingerprint(ctx context.Context, tx pgx.Tx, c Collection) (fp, defs string, rows int64, err error) {
+	cols, err := tableDefinitions(ctx, tx, c)
+	if err != nil || cols == "" {
+		return "", "", 0, err
+	}
+	var xsum string
+	// sum over bigint adds in numeric, so no hash overflows.
+	err = tx.QueryRow(ctx, `SELECT count(*), coalesce(sum(hashint8extended(`+xminSQL+`, 0)), 0)::text FROM `+
+		pgx.Identifier(c.tableParts()).Sanitize()+` AS `+rowAlias).Scan(&rows, &xsum)
+	if err != nil {
+		return "", "", 0, err
+	}
+	sum := sha256.Sum256(fmt.Appendf(nil, "%d:%s\n%s", rows, xsum, cols))
+	return hex.EncodeToString(sum[:12]), definitionsOf(cols), rows, nil
+}
+
+// definitionsOf is a collection's Definitions entry: a hash of tableDefinitions.
+func definitionsOf(cols string) string {
+	sum := sha256.Sum256([]byte(cols))
+	return hex.EncodeToString(sum[:12])
+}
+
+// tableDefinitions describes a table collection's column and type definitions and
+// the relations that hold its rows, reading no row; "" for a query collection or a
+// relation that is not a table. Its hash is the collection's Definitions entry
+// (definitionsOf).
+func tableDefinitions(ctx context.Context, tx pgx.Tx, c Collection) (string, error) {
 	if c.Table == "" {
-		return "", "", 0, nil
+		return "", nil
 	}
 	name := pgx.Identifier(c.tableParts()).Sanitize()
 	var kind string
-	err = tx.QueryRow(ctx, `SELECT coalesce((SELECT relkind::text FROM pg_class WHERE oid = to_regclass($1)), '')`, name).Scan(&kind)
-	if err != nil {
-		return "", "", 0, err
+	err := tx.QueryRow(ctx, `SELECT coalesce((SELECT relkind::text FROM pg_class WHERE oid = to_regclass($1)), '')`, name).Scan(&kind)
+	if err != nil || kind != "r" && kind != "p" {
+		return "", err
 	}
-	if kind != "r" && kind != "p" {
-		return "", "", 0, nil
-	}
-	var xsum, cols string
-	// sum over bigint adds in numeric, so no hash overflows.
-	err = tx.QueryRow(ctx, `SELECT count(*), coalesce(sum(hashint8extended(`+xminSQL+`, 0)), 0)::text FROM `+name+` AS `+rowAlias).Scan(&rows, &xsum)
-	if err != nil {
-		return "", "", 0, err
-	}
-	err = tx.QueryRow(ctx, columnsFingerprintSQL, name).Scan(&cols)
-	if err != nil {
-		return "", "", 0, err
+	var cols string
+	if err := tx.QueryRow(ctx, columnsFingerprintSQL, name).Scan(&cols); err != nil {
+		return "", err
 	}
 	// Which relations hold the rows: a table swapped in by a rename, or a partition
 	// attached in place of another, keeps the definitions and its rows' xmin.
 	var rels string
-	err = tx.QueryRow(ctx, relationsSQL, name).Scan(&rels)
-	if err != nil {
-		return "", "", 0, err
+	if err := tx.QueryRow(ctx, relationsSQL, name).Scan(&rels); err != nil {
+		return "", err
 	}
-	cols += "\n" + rels
-	sum := sha256.Sum256(fmt.Appendf(nil, "%d:%s\n%s", rows, xsum, cols))
-	dsum := sha256.Sum256([]byte(cols))
-	return hex.EncodeToString(sum[:12]), hex.EncodeToString(dsum[:12]), rows, nil
+	return cols + "\n" + rels, nil
 }
 
 // columnsFingerprintSQL describes, as unambiguous JSON, the table $1's columns (name,
@@ -387,6 +432,11 @@ type snap struct {
 
 	mu    sync.Mutex
 	extra map[int]*pgx.Conn // partition → its connection, in the exported snapshot
+
+	// delta is what the replication stream said about the snapshot; keyed holds the
+	// collections whose changed keys it knows exactly, and those keys.
+	delta streamDelta
+	keyed map[string][]string
 
 	// modes holds changeMode's answer per collection and parent, so that ScanChanged
 	// and a ScanSince that follows it ask the catalog once.

@@ -32,6 +32,7 @@ type fromEntry struct {
 // changedRows is what changedOnly read.
 type changedRows struct {
 	docs    []Document  // the changed rows, in id order
+	gone    []string    // the changed ids the source no longer has, in id order
 	matched []fromEntry // the parent's entries of those the parent holds, in id order
 	// whole reports that they are the whole change: no row was deleted.
 	whole bool
@@ -45,8 +46,16 @@ type changedRows struct {
 // readChanged reads the changed rows alone (changedOnly) and, when they are the
 // whole change, sets the join up to read only them. Otherwise the join reads every
 // row, and the parent's run again if it was read.
-func (lw *layerWriter) readChanged(ctx context.Context, cs ChangedScanner) error {
-	c, err := lw.changedOnly(ctx, cs)
+func (lw *layerWriter) readChanged(ctx context.Context, snap DeltaSnapshot) error {
+	var c changedRows
+	var err error
+	if ks, ok := snap.(KeyedScanner); ok {
+		c, err = lw.keyedOnly(ctx, ks)
+		lw.keyed = c.whole
+	}
+	if cs, ok := snap.(ChangedScanner); ok && err == nil && !c.whole && !c.consumed {
+		c, err = lw.changedOnly(ctx, cs)
+	}
 	if err != nil {
 		return err
 	}
@@ -82,21 +91,9 @@ func (lw *layerWriter) changedOnly(ctx context.Context, cs ChangedScanner) (chan
 	if err != nil || !ok {
 		return changedRows{}, err
 	}
-	runs, err := lw.p.cachedRuns(ctx, lw.parent, lw.name)
-	if err != nil {
-		return changedRows{}, err
-	}
-	seen := lw.parent.Rows
-	if runs != nil {
-		c.matched = lookUp(runs, c.docs)
-	} else {
-		c.consumed = true
-		if c.matched, seen, err = matchRun(lw.head.run, c.docs); err != nil {
-			return c, err
-		}
-		if seen != lw.parent.Rows {
-			return c, fmt.Errorf("%w: the parent's fingerprints hold %d ids, its manifest %d", errDeltaInconsistent, seen, lw.parent.Rows)
-		}
+	var seen int64
+	if c.matched, seen, c.consumed, err = lw.matchParent(ctx, c.docs); err != nil {
+		return c, err
 	}
 	changed, inParent := int64(len(c.docs)), int64(len(c.matched))
 	if lw.parent.Rows+changed-inParent == total {
@@ -105,6 +102,55 @@ func (lw *layerWriter) changedOnly(ctx context.Context, cs ChangedScanner) (chan
 		c.parentSeen = seen
 	}
 	return c, nil
+}
+
+// keyedOnly reads the ids the source's change stream names, and matches them with
+// the parent's chain as changedOnly does. They are the whole change, deletions
+// included: an id the source no longer has is looked up in the parent like the
+// others, and the join, not finding it among the documents, writes its tombstone.
+func (lw *layerWriter) keyedOnly(ctx context.Context, ks KeyedScanner) (changedRows, error) {
+	var c changedRows
+	var all []Document
+	ok, err := ks.ScanKeyed(ctx, lw.name, lw.since, maxChangedOnly, func(d Document) error {
+		all = append(all, d)
+		if d.Body == nil {
+			c.gone = append(c.gone, d.ID)
+		} else {
+			c.docs = append(c.docs, d)
+		}
+		return nil
+	})
+	if err != nil || !ok {
+		return changedRows{}, err
+	}
+	c.matched, c.parentSeen, c.consumed, err = lw.matchParent(ctx, all)
+	if err != nil {
+		return c, err
+	}
+	c.whole = true
+	c.sourceRows = lw.parent.Rows - int64(len(c.matched)) // the join counts the documents
+	return c, nil
+}
+
+// matchParent returns the parent's live entries of the ids of docs (in id order) and
+// how many live ids the parent holds: looked up in the run cache's decoded runs when
+// every run of the chain is there, otherwise by reading the parent's chain run to its
+// end (consumed).
+func (lw *layerWriter) matchParent(ctx context.Context, docs []Document) (matched []fromEntry, seen int64, consumed bool, err error) {
+	runs, err := lw.p.cachedRuns(ctx, lw.parent, lw.name)
+	if err != nil {
+		return nil, 0, false, err
+	}
+	if runs != nil {
+		return lookUp(runs, docs), lw.parent.Rows, false, nil
+	}
+	if matched, seen, err = matchRun(lw.head.run, docs); err != nil {
+		return matched, seen, true, err
+	}
+	if seen != lw.parent.Rows {
+		return matched, seen, true, fmt.Errorf("%w: the parent's fingerprints hold %d ids, its manifest %d", errDeltaInconsistent, seen, lw.parent.Rows)
+	}
+	return matched, seen, true, nil
 }
 
 // lookUp returns the parent's entries of the changed ids, each its newest layer's
@@ -163,7 +209,7 @@ func (lw *layerWriter) sparseMerge(ctx context.Context, c changedRows) (changedR
 	mr.keepDeleted = true
 	docs := make([]Document, 0, len(c.docs))
 	heads := make([]fromEntry, 0, len(c.matched))
-	i, j := 0, 0
+	i, j, k := 0, 0, 0
 	for {
 		e, ok, err := mr.next()
 		if err != nil {
@@ -178,8 +224,10 @@ func (lw *layerWriter) sparseMerge(ctx context.Context, c changedRows) (changedR
 		for ; j < len(c.matched) && c.matched[j].ID < e.ID; j++ {
 			heads = append(heads, c.matched[j])
 		}
-		if i < len(c.docs) && c.docs[i].ID == e.ID {
-			continue // changed: its document and parent entry follow
+		for ; k < len(c.gone) && c.gone[k] < e.ID; k++ {
+		}
+		if i < len(c.docs) && c.docs[i].ID == e.ID || k < len(c.gone) && c.gone[k] == e.ID {
+			continue // changed: its document (if any) and parent entry follow
 		}
 		heads = append(heads, fromEntry{e, mr.from})
 		if !e.Deleted {

@@ -28,6 +28,9 @@ type LayerMode string
 const (
 	// ModeChangedOnly: a delta read from the changed rows alone (ChangedScanner).
 	ModeChangedOnly LayerMode = "row-version, changed rows only"
+	// ModeStream: a delta read from the ids the source's change stream named alone
+	// (KeyedScanner), deletions included.
+	ModeStream LayerMode = "stream, changed ids only"
 	// ModeSameFingerprint: nothing read, the table's row versions and definitions
 	// being the parent's.
 	ModeSameFingerprint LayerMode = "unchanged: same fingerprint"

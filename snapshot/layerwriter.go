@@ -25,6 +25,7 @@ type layerWriter struct {
 	merge      int             // how many of the parent chain's newest deltas this layer merges
 	head       parentHead      // the parent's entries
 	changed    []Document      // the changed rows alone, when head.sparse
+	keyed      bool            // changed came from the source's change stream
 	copies     *copier         // for a merge: the merged deltas' unchanged documents
 	enc        *runEncoder     // the layer's fingerprint run
 	prog       *progress       // logs a long read's progress
@@ -87,8 +88,8 @@ func (lw *layerWriter) write(ctx context.Context, snap DeltaSnapshot) error {
 	lw.layer = LayerRef{Version: lw.m.Version, Kind: lw.kind, DataTime: lw.m.StartedAt, Merged: lw.merge}
 	lw.enc = newRunEncoder(0, lw.writeChunk)
 	lw.prog = newProgress(p.log(), p.Dataset, lw.m.Version, name, lw.parent.Rows, p.progressEvery(), p.now)
-	if cs, ok := snap.(ChangedScanner); ok && lw.kind == LayerDelta {
-		if err := lw.readChanged(ctx, cs); err != nil {
+	if lw.kind == LayerDelta {
+		if err := lw.readChanged(ctx, snap); err != nil {
 			return err
 		}
 	}
@@ -149,12 +150,16 @@ func (lw *layerWriter) join(ctx context.Context, snap DeltaSnapshot) (LayerMode,
 // change, otherwise every row as the source sends it.
 func (lw *layerWriter) scan(ctx context.Context, snap DeltaSnapshot) (LayerMode, error) {
 	if lw.head.sparse {
+		mode := ModeChangedOnly
+		if lw.keyed {
+			mode = ModeStream
+		}
 		for _, doc := range lw.changed {
 			if err := lw.add(ctx, doc); err != nil {
-				return ModeChangedOnly, err
+				return mode, err
 			}
 		}
-		return ModeChangedOnly, nil
+		return mode, nil
 	}
 	mode, err := snap.ScanSince(ctx, lw.name, lw.since, func(doc Document) error { return lw.add(ctx, doc) })
 	return LayerMode(mode), err

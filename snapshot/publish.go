@@ -221,7 +221,7 @@ func (a *attempt) publish(ctx context.Context) (PublishResult, error) {
 	if res, err := a.begin(ctx); err != nil || res.NoOp {
 		return res, err
 	}
-	snap, err := p.Source.Open(ctx)
+	snap, err := a.open(ctx)
 	if err != nil {
 		return PublishResult{}, fmt.Errorf("open source: %w", err)
 	}
@@ -236,6 +236,7 @@ func (a *attempt) publish(ctx context.Context) (PublishResult, error) {
 	if a.current != nil && !opts.Force && !opts.Republish && a.current.Source.SameContents(pos, p.Source.Collections()) {
 		p.log().InfoContext(ctx, "source unchanged; nothing to publish",
 			"dataset", p.Dataset, "version", a.cur.Version, "source_lsn", pos.String())
+		a.holds(ctx, pos, a.current.Source)
 		return PublishResult{Previous: a.cur.Version, NoOp: true}, nil
 	}
 	if err := a.write(ctx, snap); err != nil {
@@ -245,6 +246,9 @@ func (a *attempt) publish(ctx context.Context) (PublishResult, error) {
 	_ = snap.Close(ctx)
 
 	if res, err := a.vet(ctx); err != nil || res.NoOp {
+		if err == nil {
+			a.holds(ctx, pos, a.current.Source)
+		}
 		return res, err
 	}
 	if err := a.seal(ctx); err != nil {
@@ -254,7 +258,29 @@ func (a *attempt) publish(ctx context.Context) (PublishResult, error) {
 	if err != nil {
 		return PublishResult{}, err
 	}
+	a.holds(ctx, pos, pos)
 	return a.published(ctx, flip), nil
+}
+
+// open opens the source's snapshot, telling a SinceOpener the parent's position
+// (none for a publish with base layers, which compares with nothing).
+func (a *attempt) open(ctx context.Context) (SourceSnapshot, error) {
+	if so, ok := a.p.Source.(SinceOpener); ok {
+		var since *Position
+		if a.current != nil && !a.run.base {
+			since = &a.current.Source
+		}
+		return so.OpenSince(ctx, since)
+	}
+	return a.p.Source.Open(ctx)
+}
+
+// holds tells a Follower source that the pointer's version, read at ptr, holds what
+// the snapshot at pos read.
+func (a *attempt) holds(ctx context.Context, pos, ptr Position) {
+	if f, ok := a.p.Source.(Follower); ok {
+		f.Holds(ctx, pos, ptr)
+	}
 }
 
 // begin reads the current state. A result that is a no-op, or an error, is the

@@ -28,7 +28,28 @@ type Position struct {
 	// System names the database cluster and database the snapshot was read from
 	// (empty when the source cannot say): row versions are only comparable within one.
 	System string `json:"system,omitempty"`
+	// Stream, when the source read its change stream up to the snapshot, says where
+	// in that stream the snapshot stands.
+	Stream *StreamPosition `json:"stream,omitempty"`
 }
+
+// StreamPosition places a snapshot in the source's change stream (for Postgres, a
+// logical replication slot).
+type StreamPosition struct {
+	// Slot names the stream.
+	Slot string `json:"slot"`
+	// System names the cluster, timeline and database the stream is read from.
+	System string `json:"system"`
+	// Session identifies the reading of the stream that took the snapshot.
+	Session string `json:"session"`
+	// Resume is where the stream must be read again from to see every transaction the
+	// snapshot does not: each of them committed at or after it.
+	Resume uint64 `json:"resume"`
+}
+
+// Same reports whether p and o name the same snapshot: the same position and the
+// same description.
+func (p Position) Same(o Position) bool { return p.LSN == o.LSN && p.Snapshot == o.Snapshot }
 
 // SameContents reports whether p and o certainly describe the same contents: the same
 // definitions, and either the same LSN or the same fingerprint for every collection.
@@ -39,7 +60,7 @@ func (p Position) SameContents(o Position, collections []string) bool {
 	// The same position and the same snapshot: a commit record can precede its
 	// transaction's visibility, so an equal position alone does not prove that the
 	// same transactions are visible.
-	if p.LSN == o.LSN && p.Snapshot == o.Snapshot {
+	if p.Same(o) {
 		return true
 	}
 	for _, c := range collections {
@@ -107,6 +128,33 @@ type DeltaSnapshot interface {
 	// row. It returns how it decided: "row-version", or "content: <why>" when every
 	// row was rendered. Key errors are Scan's.
 	ScanSince(ctx context.Context, collection string, since *Position, fn func(Document) error) (mode string, err error)
+}
+
+// SinceOpener is a Source whose snapshots can cost less when they are told the
+// position of the version they will be compared with.
+type SinceOpener interface {
+	// OpenSince is Open for a version whose parent was read at since (nil for none).
+	OpenSince(ctx context.Context, since *Position) (SourceSnapshot, error)
+}
+
+// Follower is a Source that learns which of its snapshots the published version holds,
+// to forget the changes it kept for them.
+type Follower interface {
+	// Holds tells the source that the version read at ptr, which the pointer names,
+	// holds exactly what the snapshot at pos read: pos was flipped to (ptr is pos), or
+	// was found to have the same contents as ptr.
+	Holds(ctx context.Context, pos, ptr Position)
+}
+
+// KeyedScanner is a DeltaSnapshot that knows exactly which ids of a collection
+// changed since an earlier snapshot, from the source's change stream.
+type KeyedScanner interface {
+	// ScanKeyed calls fn, in strictly increasing id byte order, with every id that
+	// changed since the snapshot at since: with its JSON when this snapshot holds the
+	// id, with a nil Body when it does not (deleted). Ids may be sent that did not
+	// change after all. ok is false, and fn never called, when the changed ids are not
+	// known exactly for since, or more than max changed.
+	ScanKeyed(ctx context.Context, collection string, since *Position, max int64, fn func(Document) error) (ok bool, err error)
 }
 
 // PartitionedSnapshot is a SourceSnapshot that can read a collection in parts, in

@@ -288,6 +288,15 @@ func orNone(v snapshot.Version) string {
 // pointer alone and releases the lease.
 func (m *Syncer) runSchedule(ctx context.Context, s *syncer) error {
 	log := s.log.With("dataset", s.cfg.Dataset)
+	if s.cfg.Watch.Enabled && s.cfg.Watch.Mode == pgsource.WatchModeLogical {
+		// What logical mode needs and cannot make itself is a configuration error:
+		// refuse to start, naming it, rather than fall back to the schedule silently.
+		if _, err := s.src.PrepareLogical(ctx, s.cfg.logicalConfig()); errors.Is(err, pgsource.ErrLogicalSetup) {
+			return err
+		} else if err != nil {
+			log.Warn("could not prepare the logical watch yet; it will retry", "err", err)
+		}
+	}
 	if _, err := s.store.ReadPointer(ctx, s.cfg.Dataset); errors.Is(err, snapshot.ErrNoVersion) {
 		log.Info("nothing published yet: syncing now")
 		start := time.Now()

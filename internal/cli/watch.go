@@ -3,13 +3,16 @@ package cli
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/snapflip/snapflip/internal/retry"
 	"github.com/snapflip/snapflip/pgsource"
 	"github.com/snapflip/snapflip/snapshot"
+	"github.com/snapflip/snapflip/store"
 )
 
 // Change-driven syncs. The watch (pgsource.Watch) reports possible changes; pending
@@ -61,6 +64,7 @@ type watchMetrics struct {
 	changes  *prometheus.CounterVec
 	delay    prometheus.Histogram
 	lastLag  prometheus.Gauge
+	retained prometheus.Gauge
 }
 
 func newWatchMetrics(reg *prometheus.Registry, labels prometheus.Labels) *watchMetrics {
@@ -80,8 +84,52 @@ func newWatchMetrics(reg *prometheus.Registry, labels prometheus.Labels) *watchM
 		lastLag: prometheus.NewGauge(prometheus.GaugeOpts{Name: "snapflip_last_commit_to_publish_seconds",
 			Help: "The commit-to-publish delay of the last change-driven publish.", ConstLabels: labels}),
 	}
-	reg.MustRegister(m.polls, m.pollTime, m.tables, m.changes, m.delay, m.lastLag)
+	m.retained = prometheus.NewGauge(prometheus.GaugeOpts{Name: "snapflip_watch_slot_retained_bytes",
+		Help: "WAL the replication slot keeps on the source (watch.mode logical; read by the replica that reads the slot).", ConstLabels: labels})
+	reg.MustRegister(m.polls, m.pollTime, m.tables, m.changes, m.delay, m.lastLag, m.retained)
 	return m
+}
+
+// watchLeaseName is the lease whose holder reads the replication stream.
+func watchLeaseName(dataset string) string { return "watch/" + dataset }
+
+// streamRetry is the wait before the stream is read again after it failed.
+const streamRetry = 3 * time.Second
+
+// followStream reads the replication stream while this replica holds the watch
+// lease, and stands by while another does, until ctx ends. A reading that fails, or
+// whose lease is lost, ends; the lease is released and contended for again.
+func (s *syncer) followStream(ctx context.Context, log *slog.Logger, pend *pending) error {
+	wm := s.metrics.watch
+	lease, err := s.store.NewLease(watchLeaseName(s.cfg.Dataset), store.LeaseConfig{
+		Holder: s.ticker.Holder, Duration: s.cfg.Lease.Duration, OnEvent: s.metrics.leaseEvent(log)})
+	if err != nil {
+		return err
+	}
+	for {
+		hold, err := lease.Acquire(ctx)
+		if err != nil {
+			return ctx.Err()
+		}
+		wm.tables.Set(1)
+		err = s.src.Stream(hold.Context(), pgsource.StreamConfig{LogicalConfig: s.cfg.logicalConfig(), Log: log},
+			func(c pgsource.Change) {
+				wm.changes.WithLabelValues(string(c.Reason)).Inc()
+				pend.add(c)
+			},
+			func(st pgsource.StreamStats) { wm.retained.Set(float64(st.RetainedBytes)) })
+		wm.tables.Set(0)
+		rctx, cancel := snapshot.Detach(ctx, 5*time.Second)
+		_ = hold.Release(rctx)
+		cancel()
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		log.Warn("reading the replication stream ended; contending for it again (the schedule still runs)", "err", err)
+		if retry.Sleep(ctx, streamRetry) != nil {
+			return ctx.Err()
+		}
+	}
 }
 
 // changeAcquireTimeout bounds how long a change-driven sync waits for the lease.
@@ -98,19 +146,24 @@ func (m *Syncer) runWatch(ctx context.Context, s *syncer) {
 	defer func() { <-watching }()
 	go func() {
 		defer close(watching)
-		err := s.src.Watch(ctx, pgsource.WatchConfig{Interval: cfg.Interval, Mode: cfg.Mode, Log: log},
-			func(c pgsource.Change) {
-				wm.changes.WithLabelValues(string(c.Reason)).Inc()
-				pend.add(c)
-			},
-			func(st pgsource.WatchStats) {
-				wm.polls.Inc()
-				wm.pollTime.Observe(st.PollTime.Seconds())
-				wm.tables.Set(float64(st.Tables))
-			})
+		var err error
+		if cfg.Mode == pgsource.WatchModeLogical {
+			err = s.followStream(ctx, log, pend)
+		} else {
+			err = s.src.Watch(ctx, pgsource.WatchConfig{Interval: cfg.Interval, Mode: cfg.Mode, Log: log},
+				func(c pgsource.Change) {
+					wm.changes.WithLabelValues(string(c.Reason)).Inc()
+					pend.add(c)
+				},
+				func(st pgsource.WatchStats) {
+					wm.polls.Inc()
+					wm.pollTime.Observe(st.PollTime.Seconds())
+					wm.tables.Set(float64(st.Tables))
+				})
+		}
 		if ctx.Err() == nil {
-			// Watch gives up only when retrying cannot help (a mode it does not
-			// handle): say so loudly rather than carry on without it.
+			// The watch gives up only when retrying cannot help: say so loudly rather
+			// than carry on with the schedule alone.
 			wm.tables.Set(0)
 			log.Error("the change watch stopped: changes wait for the schedule until the syncer restarts", "mode", cfg.Mode, "err", err)
 		}

@@ -1,0 +1,512 @@
+package pgsource
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pglogrepl"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgproto3"
+
+	"github.com/snapflip/snapflip/snapshot"
+)
+
+// Change capture from the logical replication stream (watch.mode logical). One
+// process at a time (the holder of the watch lease) reads the slot. It keeps, for
+// every committed transaction that changed a watched table and that no published
+// version holds yet, the keys it changed per collection. A snapshot opened while the
+// stream is read waits until the stream has passed the WAL position taken inside it,
+// then takes the keys of the transactions the snapshot sees (by xid, against its
+// xmin, xmax and in-progress list): those are every id that changed since the parent,
+// when the parent is the version this reading last published (or, for a new reading,
+// when the slot's confirmed position is at or before the parent's resume position).
+// The slot is confirmed only up to the oldest transaction no published version holds:
+// a crash replays, it never loses. With nothing held, it is confirmed as far as the
+// stream has been read, so writes to other tables never pin WAL.
+
+// StreamConfig tunes Stream.
+type StreamConfig struct {
+	LogicalConfig
+	// CatchUp bounds how long a snapshot waits for the stream to pass its position
+	// before it is read without the stream's help; default 5s.
+	CatchUp time.Duration
+	// WarnRetained is the WAL the slot may retain before a warning; default 1 GiB.
+	WarnRetained int64
+	Log          *slog.Logger
+}
+
+// StreamStats describes the stream, for metrics.
+type StreamStats struct {
+	// RetainedBytes is the WAL the slot keeps on the server.
+	RetainedBytes int64
+	// Held is how many committed transactions wait for a version.
+	Held int
+}
+
+// ReasonStream: the replication stream delivered a committed change to a watched
+// table.
+const ReasonStream ChangeReason = "stream"
+
+// maxStreamKeys bounds the changed keys kept per collection and transaction; past it,
+// the collection is compared in full.
+const maxStreamKeys = 20_000
+
+// streamStatusEvery is how often the reading confirms its position to the server and
+// how long it waits for a message; retainedEvery how often it reads the slot's
+// retained WAL.
+const (
+	streamStatusEvery = time.Second
+	retainedEvery     = 10 * time.Second
+)
+
+// heldTxn is a committed transaction that changed watched collections.
+type heldTxn struct {
+	xid    uint32
+	commit uint64 // its commit record's position: replayed from there
+	end    uint64
+	keys   map[string]map[string]struct{} // collection → keys (columns joined by NUL)
+	dirty  map[string]string              // collection → why its keys are not known
+}
+
+func (t *heldTxn) relevant() bool { return len(t.keys) > 0 || len(t.dirty) > 0 }
+
+func (t *heldTxn) markDirty(collection, why string) {
+	if t.dirty == nil {
+		t.dirty = map[string]string{}
+	}
+	if _, ok := t.dirty[collection]; !ok {
+		t.dirty[collection] = why
+	}
+	delete(t.keys, collection)
+}
+
+func (t *heldTxn) addKey(collection, key string) {
+	if _, ok := t.dirty[collection]; ok {
+		return
+	}
+	if t.keys == nil {
+		t.keys = map[string]map[string]struct{}{}
+	}
+	ks := t.keys[collection]
+	if ks == nil {
+		ks = map[string]struct{}{}
+		t.keys[collection] = ks
+	}
+	ks[key] = struct{}{}
+	if len(ks) > maxStreamKeys {
+		t.markDirty(collection, fmt.Sprintf("over %d ids changed in one transaction", maxStreamKeys))
+	}
+}
+
+// streamRelation is what a relation message said, and which collections it feeds.
+type streamRelation struct {
+	msg *pglogrepl.RelationMessage
+	// keyed maps a table collection to its key columns' positions in msg's columns.
+	keyed map[string][]int
+	// others are the collections the relation feeds that are re-read in full.
+	others []string
+}
+
+// collections returns every collection the relation feeds.
+func (r *streamRelation) collections() []string {
+	cs := slices.Clone(r.others)
+	for c := range r.keyed {
+		cs = append(cs, c)
+	}
+	return cs
+}
+
+// stream is one reading of the slot.
+type stream struct {
+	cfg     StreamConfig
+	log     *slog.Logger
+	session string
+	system  string
+	start   uint64 // the slot's confirmed position when the reading began
+	tables  LogicalTables
+
+	mu   sync.Mutex
+	held []*heldTxn // in commit order
+	recv uint64     // every commit before it has been received
+	// moved is closed and replaced whenever recv moves.
+	moved chan struct{}
+	// fresh: nothing published by this reading yet; last is the position of the
+	// version the pointer named when it last held what a snapshot read.
+	fresh bool
+	last  snapshot.Position
+	rels  map[uint32]*streamRelation
+	cur   *heldTxn // the transaction being received
+}
+
+// Stream reads the replication slot until ctx ends or the connection fails, and
+// lets the snapshots opened meanwhile learn exactly which keys changed. It prepares
+// the publication (PrepareLogical), creates the slot when it is missing, and starts
+// a new one when the slot was invalidated, logging loudly (the next version is then
+// compared in full, since the stream's history has a gap). changed is called for
+// each committed transaction that changed a watched collection; stats every few
+// seconds. The caller must be the only reader (it holds the watch lease): a reader
+// still attached to the slot is terminated.
+func (s *Source) Stream(ctx context.Context, cfg StreamConfig, changed func(Change), stats func(StreamStats)) error {
+	if cfg.CatchUp <= 0 {
+		cfg.CatchUp = 5 * time.Second
+	}
+	if cfg.WarnRetained <= 0 {
+		cfg.WarnRetained = 1 << 30
+	}
+	log := cfg.Log
+	if log == nil {
+		log = slog.Default()
+	}
+	log = log.With("slot", cfg.Slot)
+	tables, err := s.PrepareLogical(ctx, cfg.LogicalConfig)
+	if err != nil {
+		return err
+	}
+	conn, err := pgx.ConnectConfig(ctx, s.cfg)
+	if err != nil {
+		return s.connectError(err)
+	}
+	defer closeConn(ctx, conn)
+	rcfg := s.cfg.Config.Copy()
+	rcfg.RuntimeParams["replication"] = "database"
+	repl, err := pgconn.ConnectConfig(ctx, rcfg)
+	if err != nil {
+		return s.connectError(err)
+	}
+	defer func() {
+		cctx, cancel := snapshot.Detach(ctx, rollbackTimeout)
+		defer cancel()
+		_ = repl.Close(cctx)
+	}()
+	sys, err := pglogrepl.IdentifySystem(ctx, repl)
+	if err != nil {
+		return fmt.Errorf("identify system: %w", err)
+	}
+	st := &stream{cfg: cfg, log: log, session: uuid.NewString(), tables: tables,
+		system: fmt.Sprintf("%s:%d:%s", sys.SystemID, sys.Timeline, sys.DBName),
+		moved:  make(chan struct{}), fresh: true, rels: map[uint32]*streamRelation{}}
+	if st.start, err = st.claimSlot(ctx, conn, repl); err != nil {
+		return err
+	}
+	args := []string{"proto_version '1'", "publication_names " + quoteLiteral(cfg.Publication)}
+	if err := pglogrepl.StartReplication(ctx, repl, cfg.Slot, pglogrepl.LSN(st.start), pglogrepl.StartReplicationOptions{PluginArgs: args}); err != nil {
+		return fmt.Errorf("start replication from slot %s: %w", cfg.Slot, err)
+	}
+	st.recv = st.start
+	log.InfoContext(ctx, "reading the replication stream", "from", snapshot.Position{LSN: st.start}.String(), "session", st.session)
+	s.stream.Store(st)
+	defer s.stream.CompareAndSwap(st, nil)
+	return st.read(ctx, conn, repl, changed, stats)
+}
+
+// claimSlot makes the slot ready to read and returns its confirmed position: created
+// when missing, created again when invalidated, and taken from a reader still
+// attached to it.
+func (st *stream) claimSlot(ctx context.Context, conn *pgx.Conn, repl *pgconn.PgConn) (uint64, error) {
+	slot := st.cfg.Slot
+	for attempt := 0; ; attempt++ {
+		f, err := lookupSlot(ctx, conn, slot)
+		if err != nil {
+			return 0, fmt.Errorf("read slot %s: %w", slot, err)
+		}
+		switch {
+		case !f.exists:
+			res, err := pglogrepl.CreateReplicationSlot(ctx, repl, slot, "pgoutput",
+				pglogrepl.CreateReplicationSlotOptions{Mode: pglogrepl.LogicalReplication, SnapshotAction: "NOEXPORT_SNAPSHOT"})
+			if err != nil {
+				return 0, fmt.Errorf("%w: create replication slot %s: %w", ErrLogicalSetup, slot, err)
+			}
+			lsn, err := ParseLSN(res.ConsistentPoint)
+			if err != nil {
+				return 0, err
+			}
+			st.log.WarnContext(ctx, "created the replication slot: the next version is compared in full with its parent", "at", res.ConsistentPoint)
+			return lsn, nil
+		case f.walStatus == "lost":
+			st.log.ErrorContext(ctx, "the replication slot was invalidated (max_slot_wal_keep_size): its changes are lost; dropping it and starting a new one, and the next version is compared in full")
+			if _, err := conn.Exec(ctx, "SELECT pg_drop_replication_slot($1)", slot); err != nil {
+				return 0, fmt.Errorf("drop invalidated slot %s: %w", slot, err)
+			}
+		case f.active && attempt < 20:
+			// The lease is ours: whoever reads the slot lost it (a paused process).
+			st.log.WarnContext(ctx, "the replication slot is read by another process; ending it", "pid", f.pid)
+			if _, err := conn.Exec(ctx, "SELECT pg_terminate_backend($1)", f.pid); err != nil {
+				return 0, fmt.Errorf("end the slot's reader (pid %d): %w", f.pid, err)
+			}
+			select {
+			case <-ctx.Done():
+				return 0, ctx.Err()
+			case <-time.After(50 * time.Millisecond):
+			}
+		case f.active:
+			return 0, activeSlotError(slot, f.pid)
+		default:
+			if err := f.ours(slot); err != nil {
+				return 0, err
+			}
+			var lsn string
+			if err := conn.QueryRow(ctx, "SELECT confirmed_flush_lsn::text FROM pg_replication_slots WHERE slot_name = $1", slot).Scan(&lsn); err != nil {
+				return 0, fmt.Errorf("read slot %s: %w", slot, err)
+			}
+			return ParseLSN(lsn)
+		}
+	}
+}
+
+// read receives the stream until ctx ends or the connection fails.
+func (st *stream) read(ctx context.Context, conn *pgx.Conn, repl *pgconn.PgConn, changed func(Change), stats func(StreamStats)) error {
+	nextStatus := time.Now()
+	var nextRetained time.Time
+	var warned time.Time
+	for {
+		now := time.Now()
+		if !now.Before(nextStatus) {
+			if err := st.confirm(ctx, repl); err != nil {
+				return err
+			}
+			nextStatus = now.Add(streamStatusEvery)
+		}
+		if !now.Before(nextRetained) {
+			var retained int64
+			err := conn.QueryRow(ctx, `SELECT coalesce(pg_wal_lsn_diff(CASE WHEN pg_is_in_recovery() THEN pg_last_wal_replay_lsn()
+				ELSE pg_current_wal_lsn() END, restart_lsn), 0)::bigint FROM pg_replication_slots WHERE slot_name = $1`, st.cfg.Slot).Scan(&retained)
+			if err != nil {
+				return fmt.Errorf("read the slot's retained WAL: %w", err)
+			}
+			if retained > st.cfg.WarnRetained && now.Sub(warned) > time.Minute {
+				warned = now
+				st.log.WarnContext(ctx, "the replication slot retains much WAL on the source: are versions failing to publish?",
+					"retained_bytes", retained, "threshold", st.cfg.WarnRetained)
+			}
+			if stats != nil {
+				st.mu.Lock()
+				held := len(st.held)
+				st.mu.Unlock()
+				stats(StreamStats{RetainedBytes: retained, Held: held})
+			}
+			nextRetained = now.Add(retainedEvery)
+		}
+		rctx, cancel := context.WithDeadline(ctx, nextStatus)
+		msg, err := repl.ReceiveMessage(rctx)
+		cancel()
+		if err != nil {
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			if pgconn.Timeout(err) {
+				continue
+			}
+			return fmt.Errorf("receive from the replication stream: %w", err)
+		}
+		switch m := msg.(type) {
+		case *pgproto3.ErrorResponse:
+			return fmt.Errorf("replication stream: %w", pgconn.ErrorResponseToPgError(m))
+		case *pgproto3.CopyData:
+			if len(m.Data) == 0 {
+				continue
+			}
+			switch m.Data[0] {
+			case pglogrepl.PrimaryKeepaliveMessageByteID:
+				ka, err := pglogrepl.ParsePrimaryKeepaliveMessage(m.Data[1:])
+				if err != nil {
+					return err
+				}
+				st.advance(uint64(ka.ServerWALEnd))
+				// Answer at once: the server then sends the next keepalive as soon as
+				// it has decoded further, which is how snapshots learn it did.
+				nextStatus = time.Time{}
+			case pglogrepl.XLogDataByteID:
+				xld, err := pglogrepl.ParseXLogData(m.Data[1:])
+				if err != nil {
+					return err
+				}
+				if err := st.decode(ctx, xld.WALData, changed); err != nil {
+					return err
+				}
+			}
+		}
+	}
+}
+
+// confirm tells the server what was received, and confirms (flush position) what no
+// held transaction needs replayed.
+func (st *stream) confirm(ctx context.Context, repl *pgconn.PgConn) error {
+	st.mu.Lock()
+	recv, ack := st.recv, st.ackLocked()
+	st.mu.Unlock()
+	err := pglogrepl.SendStandbyStatusUpdate(ctx, repl, pglogrepl.StandbyStatusUpdate{
+		WALWritePosition: pglogrepl.LSN(recv), WALFlushPosition: pglogrepl.LSN(ack), WALApplyPosition: pglogrepl.LSN(ack)})
+	if err != nil {
+		return fmt.Errorf("confirm the stream's position: %w", err)
+	}
+	return nil
+}
+
+// ackLocked returns the position the slot may be confirmed to: the commit of the
+// oldest held (or half-received) transaction, or, with none, what was received.
+func (st *stream) ackLocked() uint64 {
+	ack := st.recv
+	if len(st.held) > 0 {
+		ack = min(ack, st.held[0].commit)
+	}
+	if st.cur != nil {
+		ack = min(ack, st.cur.commit)
+	}
+	return max(ack, st.start)
+}
+
+// advance records that every commit before lsn has been received.
+func (st *stream) advance(lsn uint64) {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	if lsn > st.recv && st.cur == nil {
+		st.recv = lsn
+		close(st.moved)
+		st.moved = make(chan struct{})
+	}
+}
+
+// decode handles one pgoutput message.
+func (st *stream) decode(ctx context.Context, data []byte, changed func(Change)) error {
+	msg, err := pglogrepl.Parse(data)
+	if err != nil {
+		return fmt.Errorf("decode the replication stream: %w", err)
+	}
+	switch m := msg.(type) {
+	case *pglogrepl.RelationMessage:
+		st.relation(m)
+	case *pglogrepl.BeginMessage:
+		st.mu.Lock()
+		st.cur = &heldTxn{xid: m.Xid, commit: uint64(m.FinalLSN)}
+		st.mu.Unlock()
+	case *pglogrepl.InsertMessage:
+		st.tuple(m.RelationID, m.Tuple, "")
+	case *pglogrepl.UpdateMessage:
+		st.tuple(m.RelationID, m.NewTuple, "")
+		if m.OldTuple != nil {
+			st.tuple(m.RelationID, m.OldTuple, "")
+		}
+	case *pglogrepl.DeleteMessage:
+		st.tuple(m.RelationID, m.OldTuple, "")
+	case *pglogrepl.TruncateMessage:
+		for _, id := range m.RelationIDs {
+			st.tuple(id, nil, "truncated")
+		}
+	case *pglogrepl.CommitMessage:
+		st.mu.Lock()
+		t := st.cur
+		st.cur = nil
+		if t != nil && t.relevant() {
+			t.end = uint64(m.TransactionEndLSN)
+			st.held = append(st.held, t)
+		}
+		st.mu.Unlock()
+		st.advance(uint64(m.TransactionEndLSN))
+		if t != nil && t.relevant() && changed != nil {
+			changed(Change{LSN: uint64(m.CommitLSN), At: time.Now(), Reason: ReasonStream})
+		}
+	}
+	return nil
+}
+
+// relation records a relation message; a relation whose columns changed since the
+// last message about it is re-read in full by the transaction that follows.
+func (st *stream) relation(m *pglogrepl.RelationMessage) {
+	r := &streamRelation{msg: m, keyed: map[string][]int{}}
+	keyed := map[string]bool{}
+	for _, c := range st.tables.Collections {
+		if c.Relation.OID != m.RelationID {
+			continue
+		}
+		pos := make([]int, len(c.Key))
+		ok := true
+		for i, k := range c.Key {
+			pos[i] = slices.IndexFunc(m.Columns, func(col *pglogrepl.RelationMessageColumn) bool { return col.Name == k })
+			ok = ok && pos[i] >= 0
+		}
+		if ok {
+			r.keyed[c.Collection] = pos
+			keyed[c.Collection] = true
+		}
+	}
+	for _, p := range st.tables.Published {
+		if p.OID == m.RelationID {
+			for _, c := range p.Collections {
+				if !keyed[c] {
+					r.others = append(r.others, c)
+				}
+			}
+		}
+	}
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	if old := st.rels[m.RelationID]; old != nil && !sameColumns(old.msg, m) && st.cur != nil {
+		for _, c := range r.collections() {
+			st.cur.markDirty(c, "the table's definition changed")
+		}
+	}
+	st.rels[m.RelationID] = r
+}
+
+func sameColumns(a, b *pglogrepl.RelationMessage) bool {
+	return a.Namespace == b.Namespace && a.RelationName == b.RelationName &&
+		slices.EqualFunc(a.Columns, b.Columns, func(x, y *pglogrepl.RelationMessageColumn) bool { return *x == *y })
+}
+
+// tuple records the keys a row (nil: the whole relation, for why) changed in the
+// transaction being received.
+func (st *stream) tuple(rel uint32, tup *pglogrepl.TupleData, why string) {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	t := st.cur
+	if t == nil {
+		return
+	}
+	r := st.rels[rel]
+	if r == nil { // never happens: pgoutput describes a relation before its rows
+		for _, c := range st.tables.Collections {
+			t.markDirty(c.Collection, "a change to an undescribed relation")
+		}
+		return
+	}
+	for _, c := range r.others {
+		t.markDirty(c, "not a table collection")
+	}
+	for c, pos := range r.keyed {
+		switch {
+		case why != "":
+			t.markDirty(c, why)
+		case tup == nil:
+			t.markDirty(c, "a change without its key")
+		default:
+			key, ok := tupleKey(tup, pos)
+			if !ok {
+				t.markDirty(c, "a key column unchanged and stored out of line, or NULL")
+				continue
+			}
+			t.addKey(c, key)
+		}
+	}
+}
+
+// tupleKey joins the key columns' text values with NUL (which text never holds).
+func tupleKey(tup *pglogrepl.TupleData, pos []int) (string, bool) {
+	var b strings.Builder
+	for i, p := range pos {
+		if p >= len(tup.Columns) || tup.Columns[p].DataType != pglogrepl.TupleDataTypeText {
+			return "", false
+		}
+		if i > 0 {
+			b.WriteByte(0)
+		}
+		b.Write(tup.Columns[p].Data)
+	}
+	return b.String(), true
+}

@@ -1,0 +1,264 @@
+package pgsource
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"maps"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/snapflip/snapflip/snapshot"
+)
+
+var (
+	_ snapshot.SinceOpener  = (*Source)(nil)
+	_ snapshot.Follower     = (*Source)(nil)
+	_ snapshot.KeyedScanner = (*snap)(nil)
+)
+
+// streamDelta is what the stream says about one snapshot.
+type streamDelta struct {
+	// pos places the snapshot in the stream; nil when the stream did not pass it in
+	// time.
+	pos *snapshot.StreamPosition
+	// since is the parent the keys are exact for; nil for none.
+	since *snapshot.Position
+	// keys holds, per table collection whose changes since the parent are known
+	// exactly, the changed keys (columns joined by NUL), sorted; cols its key
+	// columns in the keys' order.
+	keys map[string][]string
+	cols map[string][]string
+}
+
+// WAL pages begin with a header no record starts in: a position just past one is
+// reached by the stream when it reaches the page's start.
+const (
+	walPageSize       = 8192
+	walLongPageHeader = 40
+)
+
+// delta waits until the stream has passed lsn, the position taken inside the
+// snapshot snapText, and returns what the stream says about it against the parent
+// read at since.
+func (st *stream) delta(ctx context.Context, snapText string, lsn uint64, since *snapshot.Position) (streamDelta, error) {
+	vis, err := parseVisibility(snapText)
+	if err != nil {
+		return streamDelta{}, err
+	}
+	target := lsn
+	if off := lsn % walPageSize; off <= walLongPageHeader {
+		target = lsn - off
+	}
+	timeout := time.NewTimer(st.cfg.CatchUp)
+	defer timeout.Stop()
+	for {
+		st.mu.Lock()
+		if st.recv >= target {
+			break
+		}
+		moved := st.moved
+		st.mu.Unlock()
+		select {
+		case <-ctx.Done():
+			return streamDelta{}, ctx.Err()
+		case <-timeout.C:
+			st.log.WarnContext(ctx, "the replication stream did not reach the snapshot in time: this version is compared in full",
+				"snapshot_lsn", snapshot.Position{LSN: lsn}.String(), "wait", st.cfg.CatchUp.String())
+			return streamDelta{}, nil
+		case <-moved:
+		}
+	}
+	defer st.mu.Unlock()
+	resume := st.recv
+	var visible []*heldTxn
+	for _, t := range st.held {
+		if vis.sees(t.xid) {
+			visible = append(visible, t)
+		} else {
+			resume = min(resume, t.commit)
+		}
+	}
+	d := streamDelta{pos: &snapshot.StreamPosition{Slot: st.cfg.Slot, System: st.system, Session: st.session, Resume: resume}}
+	if !st.validFor(since) {
+		return d, nil
+	}
+	d.since, d.keys, d.cols = since, map[string][]string{}, map[string][]string{}
+	for _, c := range st.tables.Collections {
+		keys := map[string]struct{}{}
+		exact := true
+		for _, t := range visible {
+			if _, dirty := t.dirty[c.Collection]; dirty {
+				exact = false
+				break
+			}
+			maps.Copy(keys, t.keys[c.Collection])
+		}
+		if exact && len(keys) <= maxStreamKeys {
+			d.keys[c.Collection] = slices.Sorted(maps.Keys(keys))
+			d.cols[c.Collection] = c.Key
+		}
+	}
+	return d, nil
+}
+
+// validFor reports whether the transactions the stream holds are every one a
+// snapshot sees that the version read at since does not.
+func (st *stream) validFor(since *snapshot.Position) bool {
+	if since == nil || since.Stream == nil {
+		return false
+	}
+	ss := since.Stream
+	if ss.Slot != st.cfg.Slot || ss.System != st.system {
+		return false
+	}
+	if !st.fresh {
+		return since.Same(st.last)
+	}
+	// A new reading holds every transaction committed from where the slot was
+	// confirmed; the version at since does not see only ones committed from Resume.
+	return st.start <= ss.Resume
+}
+
+// holds forgets the transactions the snapshot at pos saw: the pointer's version,
+// read at ptr, holds what it read.
+func (st *stream) holds(pos, ptr snapshot.Position) {
+	if pos.Stream == nil || pos.Stream.Session != st.session {
+		return
+	}
+	vis, err := parseVisibility(pos.Snapshot)
+	if err != nil {
+		return
+	}
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	st.held = slices.DeleteFunc(st.held, func(t *heldTxn) bool { return vis.sees(t.xid) })
+	st.fresh, st.last = false, ptr
+}
+
+// visibility is a snapshot's pg_current_snapshot(): xmin, xmax and the
+// transactions in progress.
+type visibility struct {
+	xmin, xmax uint64
+	xip        map[uint64]bool
+}
+
+func parseVisibility(s string) (visibility, error) {
+	xmin, xmax, err := snapshotBounds(s)
+	if err != nil {
+		return visibility{}, err
+	}
+	v := visibility{xmin: xmin, xmax: xmax, xip: map[uint64]bool{}}
+	parts := strings.SplitN(s, ":", 3)
+	if len(parts) == 3 && parts[2] != "" {
+		for _, x := range strings.Split(parts[2], ",") {
+			n, err := strconv.ParseUint(x, 10, 64)
+			if err != nil {
+				return visibility{}, fmt.Errorf("%w snapshot %q", snapshot.ErrInvalid, s)
+			}
+			v.xip[n] = true
+		}
+	}
+	return v, nil
+}
+
+// sees reports whether the snapshot sees the committed transaction xid, a 32-bit id
+// as the stream gives it, taken within 2^31 of xmax.
+func (v visibility) sees(xid uint32) bool {
+	x := v.xmax&^0xffffffff | uint64(xid)
+	if x > v.xmax && x-v.xmax > 1<<31 && x >= 1<<32 {
+		x -= 1 << 32
+	} else if x+(1<<31) < v.xmax {
+		x += 1 << 32
+	}
+	return x < v.xmin || x < v.xmax && !v.xip[x]
+}
+
+// OpenSince is Open for a version whose parent was read at since. While this
+// process reads the replication stream, a table collection whose changes since the
+// parent the stream knows exactly is not counted or fingerprinted by reading it
+// (its fingerprint follows from the parent's and the changes), and ScanKeyed reads
+// its changed keys alone.
+func (s *Source) OpenSince(ctx context.Context, since *snapshot.Position) (snapshot.SourceSnapshot, error) {
+	return s.open(ctx, since)
+}
+
+// Holds tells the stream, if this process reads it, that the pointer's version
+// holds what the snapshot at pos read; see snapshot.Follower.
+func (s *Source) Holds(_ context.Context, pos, ptr snapshot.Position) {
+	if st := s.stream.Load(); st != nil {
+		st.holds(pos, ptr)
+	}
+}
+
+// streamFingerprint is the fingerprint of a collection whose changes since a parent
+// with fingerprint parent are keys: the parent's when there are none.
+func streamFingerprint(parent string, keys []string, pos snapshot.Position) string {
+	if len(keys) == 0 {
+		return parent
+	}
+	sum := sha256.Sum256(fmt.Appendf(nil, "stream\n%s\n%d\n%s", parent, pos.LSN, pos.Snapshot))
+	return "s" + hex.EncodeToString(sum[:12])
+}
+
+// ScanKeyed sends the documents of the keys the stream named, looked up in the
+// snapshot by index in one statement; see snapshot.KeyedScanner.
+func (r *snap) ScanKeyed(ctx context.Context, collection string, since *snapshot.Position, max int64, fn func(snapshot.Document) error) (bool, error) {
+	keys, ok := r.keyed[collection]
+	if !ok || since == nil || r.delta.since == nil || !since.Same(*r.delta.since) || int64(len(keys)) > max {
+		return false, nil
+	}
+	if len(keys) == 0 {
+		return true, nil
+	}
+	c := r.src.byName[collection]
+	cols := r.delta.cols[collection]
+	table := pgx.Identifier(c.tableParts()).Sanitize()
+	args := make([]any, len(cols))
+	vals := make([][]string, len(cols))
+	for _, k := range keys {
+		for i, v := range strings.Split(k, "\x00") {
+			vals[i] = append(vals[i], v)
+		}
+	}
+	casts, names, conds := make([]string, len(cols)), make([]string, len(cols)), make([]string, len(cols))
+	for i, col := range cols {
+		var typ string
+		if err := r.tx.QueryRow(ctx, `SELECT format_type(atttypid, NULL) FROM pg_attribute WHERE attrelid = to_regclass($1) AND attname = $2`,
+			table, col).Scan(&typ); err != nil {
+			return false, fmt.Errorf("collection %s: key column %s: %w", collection, col, err)
+		}
+		q := pgx.Identifier{col}.Sanitize()
+		names[i] = "k" + strconv.Itoa(i)
+		casts[i] = "u." + names[i] + "::" + typ + " AS " + q
+		conds[i] = "d." + q + " = " + rowAlias + "." + q
+		args[i] = vals[i]
+	}
+	params := make([]string, len(cols))
+	for i := range cols {
+		params[i] = "$" + strconv.Itoa(i+1) + "::text[]"
+	}
+	id := keySQL(r.keys[collection])
+	q := "SELECT " + id + ", (SELECT to_json(d.*)::text FROM " + table + " AS d WHERE " + strings.Join(conds, " AND ") + ") FROM (SELECT " +
+		strings.Join(casts, ", ") + " FROM unnest(" + strings.Join(params, ", ") + ") AS u(" + strings.Join(names, ", ") + ")) AS " + rowAlias +
+		" ORDER BY " + id + " COLLATE \"C\""
+	rows, err := r.tx.Query(ctx, q, args...)
+	if err != nil {
+		return false, fmt.Errorf("query %s: %w", describe(c), err)
+	}
+	if err := readRows(rows, c, r.keys[collection], true, fn); err != nil {
+		if isCode(err, "21000") { // more than one row for one key
+			return false, fmt.Errorf("%w: duplicate key in %s (a changed key names several rows)", snapshot.ErrSource, describe(c))
+		}
+		return false, err
+	}
+	return true, nil
+}
+
+// Streaming reports whether this process reads the replication stream now.
+func (s *Source) Streaming() bool { return s.stream.Load() != nil }

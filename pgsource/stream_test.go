@@ -1,0 +1,152 @@
+package pgsource_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/snapflip/snapflip/internal/testenv"
+	"github.com/snapflip/snapflip/pgsource"
+	"github.com/snapflip/snapflip/snapshot"
+)
+
+// streamSource starts reading the replication stream for collections over dsn, and
+// returns once the stream is read.
+func streamSource(t *testing.T, dsn string, slot string, cs []pgsource.Collection) *pgsource.Source {
+	t.Helper()
+	src, err := pgsource.New(dsn, cs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		done <- src.Stream(ctx, pgsource.StreamConfig{LogicalConfig: pgsource.LogicalConfig{Publication: slot, Slot: slot}}, nil, nil)
+	}()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; !errors.Is(err, context.Canceled) {
+			t.Errorf("Stream: %v", err)
+		}
+		testenv.Exec(t, dsn, fmt.Sprintf("SELECT pg_drop_replication_slot('%s')", slot))
+	})
+	testenv.Eventually(t, 10*time.Second, func() error {
+		select {
+		case err := <-done:
+			t.Fatalf("Stream: %v", err)
+		default:
+		}
+		if !src.Streaming() {
+			return errors.New("not streaming yet")
+		}
+		return nil
+	})
+	return src
+}
+
+// keyed opens a snapshot since parent and returns what ScanKeyed sends for coll
+// ("id" or "id-" for a deleted one), whether it knew, and the snapshot's position.
+func keyed(t *testing.T, src *pgsource.Source, coll string, parent *snapshot.Position) ([]string, bool, snapshot.Position) {
+	t.Helper()
+	ctx := context.Background()
+	sn, err := src.OpenSince(ctx, parent)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sn.Close(ctx)
+	var got []string
+	ok, err := sn.(snapshot.KeyedScanner).ScanKeyed(ctx, coll, parent, 1000, func(d snapshot.Document) error {
+		if d.Body == nil {
+			got = append(got, d.ID+"-")
+		} else {
+			got = append(got, d.ID)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return got, ok, sn.Position()
+}
+
+// The stream names exactly the keys written since the version it last saw
+// published: inserts, updates, deletes and both keys of a key update, in one
+// transaction or many; transactions a snapshot does not see wait for the next one.
+func TestStreamNamesChangedKeys(t *testing.T) {
+	dsn := testenv.Postgres(t)
+	testenv.Exec(t, dsn,
+		`CREATE TABLE items (id bigint PRIMARY KEY, v text)`,
+		`INSERT INTO items SELECT g, 'v' || g FROM generate_series(1, 100) g`,
+		`CREATE TABLE pairs (a text, b int, v text, PRIMARY KEY (a, b))`,
+		`INSERT INTO pairs VALUES ('x,y', 1, 'one'), ('z', 2, 'two')`,
+		`CREATE TABLE other (id int PRIMARY KEY)`)
+	slot := fmt.Sprintf("snapflip_test_%d", time.Now().UnixNano()%1e12)
+	src := streamSource(t, dsn, slot, []pgsource.Collection{{Name: "items", Table: "items"}, {Name: "pairs", Table: "pairs"}})
+
+	_, ok, p0 := keyed(t, src, "items", nil)
+	if ok || p0.Stream == nil {
+		t.Fatalf("no parent: ok %v, stream position %v; want false and a position", ok, p0.Stream)
+	}
+	src.Holds(context.Background(), p0, p0)
+
+	testenv.Exec(t, dsn,
+		`INSERT INTO items VALUES (1001, 'new')`,
+		`UPDATE items SET v = 'changed' WHERE id = 5`,
+		`DELETE FROM items WHERE id = 7`,
+		`UPDATE items SET id = 2000 WHERE id = 9`,
+		`BEGIN; UPDATE items SET v = 'x' WHERE id = 11; DELETE FROM items WHERE id = 12; COMMIT`,
+		`UPDATE pairs SET v = 'uno' WHERE a = 'x,y'`,
+		`INSERT INTO other VALUES (1)`)
+	got, ok, p1 := keyed(t, src, "items", &p0)
+	want := []string{"1001", "11", "12-", "2000", "5", "7-", "9-"}
+	if !ok || !slices.Equal(got, want) {
+		t.Fatalf("items since p0: %v (known %v); want %v", got, ok, want)
+	}
+	if got, ok, _ = keyed(t, src, "pairs", &p0); !ok || !slices.Equal(got, []string{"x%2Cy,1"}) {
+		t.Fatalf("pairs since p0: %v (known %v); want [x%%2Cy,1]", got, ok)
+	}
+	// Not yet published: a second snapshot since p0 still names them all.
+	if got, ok, _ = keyed(t, src, "items", &p0); !ok || !slices.Equal(got, want) {
+		t.Fatalf("items since p0 again: %v (known %v); want %v", got, ok, want)
+	}
+	src.Holds(context.Background(), p1, p1)
+	if got, ok, _ = keyed(t, src, "items", &p1); !ok || len(got) != 0 {
+		t.Fatalf("items since p1, nothing written: %v (known %v); want nothing", got, ok)
+	}
+	// A parent the stream did not see published: not known.
+	if _, ok, _ = keyed(t, src, "items", &p0); ok {
+		t.Fatal("items since p0 after p1 was published: known; want unknown")
+	}
+
+	// A transaction in progress when the snapshot is taken waits for the next.
+	tx := testenv.OpenTx(t, dsn, `UPDATE items SET v = 'late' WHERE id = 20`)
+	testenv.Exec(t, dsn, `UPDATE items SET v = 'early' WHERE id = 21`)
+	ctx := context.Background()
+	sn, err := src.OpenSince(ctx, &p1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	testenv.Exec(t, dsn, `INSERT INTO other VALUES (2)`) // moves the stream past the commit
+	p2 := sn.Position()
+	var ids []string
+	if _, err := sn.(snapshot.KeyedScanner).ScanKeyed(ctx, "items", &p1, 1000, func(d snapshot.Document) error {
+		ids = append(ids, d.ID)
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	sn.Close(ctx)
+	if !slices.Equal(ids, []string{"21"}) {
+		t.Fatalf("items since p1 with 20 in progress: %v; want [21]", ids)
+	}
+	src.Holds(ctx, p2, p2)
+	if got, ok, _ = keyed(t, src, "items", &p2); !ok || !slices.Equal(got, []string{"20"}) {
+		t.Fatalf("items since p2: %v (known %v); want [20]", got, ok)
+	}
+}
