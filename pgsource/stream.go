@@ -203,6 +203,11 @@ func (s *Source) Stream(ctx context.Context, cfg StreamConfig, changed func(Chan
 	log.InfoContext(ctx, "reading the replication stream", "from", snapshot.Position{LSN: st.start}.String(), "session", st.session)
 	s.stream.Store(st)
 	defer s.stream.CompareAndSwap(st, nil)
+	if changed != nil {
+		// What committed before the slot's position (while no one read it, or before
+		// it existed) is found by a sync now, compared in full if need be.
+		changed(Change{LSN: st.start, At: time.Now(), Reason: ReasonWatchStarted})
+	}
 	return st.read(ctx, conn, repl, changed, stats)
 }
 

@@ -112,13 +112,19 @@ func (s *syncer) followStream(ctx context.Context, log *slog.Logger, pend *pendi
 			return ctx.Err()
 		}
 		wm.tables.Set(1)
-		err = s.src.Stream(hold.Context(), pgsource.StreamConfig{LogicalConfig: s.cfg.logicalConfig(), Log: log},
+		// The reading ends with ctx or with the hold, whichever ends first.
+		sctx, stop := context.WithCancel(ctx)
+		unhook := context.AfterFunc(hold.Context(), stop)
+		err = s.src.Stream(sctx, pgsource.StreamConfig{LogicalConfig: s.cfg.logicalConfig(), Log: log},
 			func(c pgsource.Change) {
 				wm.changes.WithLabelValues(string(c.Reason)).Inc()
 				pend.add(c)
 			},
 			func(st pgsource.StreamStats) { wm.retained.Set(float64(st.RetainedBytes)) })
+		unhook()
+		stop()
 		wm.tables.Set(0)
+		wm.retained.Set(0) // another replica reads the slot now, and reports it
 		rctx, cancel := snapshot.Detach(ctx, 5*time.Second)
 		_ = hold.Release(rctx)
 		cancel()

@@ -1,0 +1,139 @@
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"net/http"
+	"os"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/snapflip/snapflip/internal/cli"
+	"github.com/snapflip/snapflip/internal/testenv"
+	"github.com/snapflip/snapflip/snapshot"
+)
+
+// logicalConfig is config with watch.mode logical on a slot of the test's own (slots
+// are the cluster's, and tests share one).
+func logicalConfig(tb testing.TB, e *env) string {
+	tb.Helper()
+	slot := fmt.Sprintf("snapflip_e2e_%d", time.Now().UnixNano()%1e12)
+	// Before the database is dropped: a database with a slot cannot be.
+	tb.Cleanup(func() {
+		testenv.Exec(tb, e.dsn, "SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE slot_name = '"+slot+"' AND NOT active")
+	})
+	return config + "watch: {mode: logical, slot: " + slot + "}\nlease: {duration: 2s}\n"
+}
+
+// The logical watch serves every kind of commit within the budget, a delete as a
+// 404, and a pooled session that reads and then writes (which the statistics see
+// ~10 s late) as fast as any; the table collection's versions read only the changed
+// ids from the stream.
+func TestLogicalCommitsAreServed(t *testing.T) {
+	e := start(t)
+	// flags has no key: the base table of a query collection needs a replica identity
+	// (the DBA's fix the syncer names).
+	testenv.Exec(t, e.dsn, `ALTER TABLE flags REPLICA IDENTITY FULL`)
+	defer e.runSyncer(t, logicalConfig(t, e))()
+	e.awaitServed(t, docPath("things", "plain"), `"id":"plain"`, time.Now(), 20*time.Second)
+
+	ctx := context.Background()
+	pooled, err := pgx.Connect(ctx, e.dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pooled.Close(ctx)
+	var lat []time.Duration
+	for i := range 12 {
+		path, want := docPath("things", "plain"), fmt.Sprintf("probe-%d", i)
+		var n int
+		switch i % 4 {
+		case 0: // a pooled session: a read, then a write, then idle
+			if err := pooled.QueryRow(ctx, `SELECT count(*) FROM things`).Scan(&n); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := pooled.Exec(ctx, `UPDATE things SET note = $1 WHERE id = 'plain'`, want); err != nil {
+				t.Fatal(err)
+			}
+		case 1:
+			path = docPath("things", fmt.Sprintf("new-%d", i))
+			testenv.Exec(t, e.dsn, fmt.Sprintf(`INSERT INTO things (id, note) VALUES ('new-%d', '%s')`, i, want))
+		case 2:
+			path = docPath("flags", "on")
+			testenv.Exec(t, e.dsn, fmt.Sprintf(`UPDATE flags SET value = '%s' WHERE key = 'on'`, want))
+		case 3:
+			testenv.Exec(t, e.dsn, fmt.Sprintf(`DELETE FROM things WHERE id = 'new-%d'`, i-2))
+		}
+		at := time.Now()
+		var d time.Duration
+		if i%4 == 3 {
+			gone := docPath("things", fmt.Sprintf("new-%d", i-2))
+			testenv.Eventually(t, 10*time.Second, func() error {
+				if r := e.get(t, gone); r.status != http.StatusNotFound {
+					return fmt.Errorf("GET %s: %d after the delete; want 404", gone, r.status)
+				}
+				return nil
+			})
+			d = time.Since(at)
+		} else {
+			d = e.awaitServed(t, path, want, at, 10*time.Second)
+		}
+		lat = append(lat, d)
+		if d > freshnessBudget {
+			t.Errorf("commit %d served after %s; the budget is %s", i, d.Round(time.Millisecond), freshnessBudget)
+		}
+	}
+	slices.Sort(lat)
+	t.Logf("commit to served, %d commits: min %s, median %s, max %s", len(lat), lat[0].Round(time.Millisecond),
+		lat[len(lat)/2].Round(time.Millisecond), lat[len(lat)-1].Round(time.Millisecond))
+
+	st := testenv.Store(t, testenv.StoreConfig(e.btAddr))
+	ptr, err := st.ReadPointer(ctx, "e2e")
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := st.ReadManifest(ctx, "e2e", ptr.Version)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m.Source.Stream == nil {
+		t.Fatalf("the current version %s has no stream position", ptr.Version)
+	}
+	modes := map[snapshot.LayerMode]int{}
+	for v := m; ; {
+		if own := v.Collections["things"].Own; own != nil {
+			modes[own.Mode]++
+		}
+		if v.Parent == "" || len(modes) > 20 {
+			break
+		}
+		if v, err = st.ReadManifest(ctx, "e2e", v.Parent); err != nil {
+			break // retired and gone
+		}
+	}
+	if modes[snapshot.ModeStream] == 0 {
+		t.Errorf("no version of things was read from the stream's changed ids: %v", modes)
+	}
+}
+
+// A table the logical watch cannot follow without failing its writers (no replica
+// identity) makes syncer run exit at start, naming the table and the DBA's fix.
+func TestLogicalRefusesTableWithoutIdentity(t *testing.T) {
+	t.Parallel()
+	e := start(t)
+	if err := os.WriteFile(e.configPath, []byte(logicalConfig(t, e)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	var out bytes.Buffer
+	err := (&cli.Syncer{Getenv: e.getenv, Stdout: &out, Stderr: &out}).Run(ctx, []string{"run"})
+	if err == nil || !strings.Contains(err.Error(), "flags") || !strings.Contains(err.Error(), "REPLICA IDENTITY") {
+		t.Fatalf("syncer run with flags lacking a replica identity: %v\n%s\nwant an error naming flags and REPLICA IDENTITY", err, out.String())
+	}
+}
