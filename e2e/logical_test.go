@@ -6,8 +6,11 @@ import (
 	"fmt"
 	"net/http"
 	"os"
+	"os/exec"
+	"path/filepath"
 	"slices"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -135,5 +138,104 @@ func TestLogicalRefusesTableWithoutIdentity(t *testing.T) {
 	err := (&cli.Syncer{Getenv: e.getenv, Stdout: &out, Stderr: &out}).Run(ctx, []string{"run"})
 	if err == nil || !strings.Contains(err.Error(), "flags") || !strings.Contains(err.Error(), "REPLICA IDENTITY") {
 		t.Fatalf("syncer run with flags lacking a replica identity: %v\n%s\nwant an error naming flags and REPLICA IDENTITY", err, out.String())
+	}
+}
+
+// streamReader is a `syncer run` process in logical mode, its log in a file.
+type streamReader struct {
+	cmd *exec.Cmd
+	log string
+}
+
+func (r streamReader) reading(tb testing.TB) bool {
+	tb.Helper()
+	b, err := os.ReadFile(r.log)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return strings.Count(string(b), "reading the replication stream") > strings.Count(string(b), "reading the replication stream ended")
+}
+
+// One replica reads the slot; when it is killed, or paused (its walsender then still
+// holds the slot, and is ended), another takes over within the lease's duration plus
+// a second, and every commit made meanwhile is served.
+func TestLogicalTakeover(t *testing.T) {
+	t.Parallel()
+	e := start(t)
+	testenv.Exec(t, e.dsn, `ALTER TABLE flags REPLICA IDENTITY FULL`)
+	const lease = 2 * time.Second
+	if err := os.WriteFile(e.configPath, []byte(logicalConfig(t, e)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	bin := builtSyncer(t)
+	var readers []streamReader
+	for i := range 3 {
+		r := streamReader{cmd: exec.Command(bin, "run"), log: filepath.Join(t.TempDir(), fmt.Sprintf("syncer-%d.log", i))}
+		f, err := os.Create(r.log)
+		if err != nil {
+			t.Fatal(err)
+		}
+		r.cmd.Env = append(os.Environ(), cli.EnvConfig+"="+e.configPath, cli.EnvPostgresDSN+"="+e.dsn, cli.EnvEmulatorHost+"="+e.btAddr, cli.EnvLogFormat+"=text")
+		r.cmd.Stderr = f
+		if err := r.cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() {
+			_ = r.cmd.Process.Signal(syscall.SIGCONT)
+			_ = r.cmd.Process.Kill()
+			_ = r.cmd.Wait()
+			f.Close()
+		})
+		readers = append(readers, r)
+	}
+	e.awaitServed(t, docPath("things", "plain"), `"id":"plain"`, time.Now(), 30*time.Second)
+	find := func(alive []streamReader) (streamReader, []streamReader) {
+		t.Helper()
+		var got streamReader
+		testenv.Eventually(t, 30*time.Second, func() error {
+			n := 0
+			for _, r := range alive {
+				if r.reading(t) {
+					got, n = r, n+1
+				}
+			}
+			if n != 1 {
+				return fmt.Errorf("%d of %d replicas read the stream; want 1", n, len(alive))
+			}
+			return nil
+		})
+		rest := slices.DeleteFunc(slices.Clone(alive), func(r streamReader) bool { return r.log == got.log })
+		return got, rest
+	}
+	alive := readers
+	for round, how := range []string{"killed", "paused"} {
+		var r streamReader
+		r, alive = find(alive)
+		if how == "killed" {
+			_ = r.cmd.Process.Kill()
+		} else {
+			_ = r.cmd.Process.Signal(syscall.SIGSTOP)
+		}
+		at := time.Now()
+		// Commits while no one reads the slot: none may be lost.
+		for i := range 5 {
+			testenv.Exec(t, e.dsn, fmt.Sprintf(`INSERT INTO things (id, note) VALUES ('takeover-%d-%d', 'n')`, round, i))
+		}
+		testenv.Exec(t, e.dsn, fmt.Sprintf(`DELETE FROM things WHERE id = '%s'`, awkwardIDs[round+1]))
+		next, _ := find(alive)
+		took := time.Since(at)
+		for i := range 5 {
+			e.awaitServed(t, docPath("things", fmt.Sprintf("takeover-%d-%d", round, i)), `"note":"n"`, at, 30*time.Second)
+		}
+		testenv.Eventually(t, 10*time.Second, func() error {
+			if r := e.get(t, docPath("things", awkwardIDs[round+1])); r.status != http.StatusNotFound {
+				return fmt.Errorf("the deleted id still answers %d", r.status)
+			}
+			return nil
+		})
+		t.Logf("%s reader replaced by %s after %s", how, filepath.Base(next.log), took.Round(time.Millisecond))
+		if took > lease+time.Second+2*time.Second { // detection is by polling logs here
+			t.Errorf("the %s reader was replaced after %s; want within the lease (%s) and a second", how, took, lease)
+		}
 	}
 }
