@@ -28,7 +28,7 @@ func logicalConfig(tb testing.TB, e *env) string {
 	slot := fmt.Sprintf("snapflip_e2e_%d", time.Now().UnixNano()%1e12)
 	// Before the database is dropped: a database with a slot cannot be.
 	tb.Cleanup(func() {
-		testenv.Exec(tb, e.dsn, "SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE slot_name = '"+slot+"' AND NOT active")
+		testenv.DropSlot(tb, e.dsn, slot)
 	})
 	return config + "watch: {mode: logical, slot: " + slot + "}\nlease: {duration: 2s}\n"
 }

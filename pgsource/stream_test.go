@@ -31,7 +31,7 @@ func streamSource(t *testing.T, dsn string, slot string, cs []pgsource.Collectio
 		if err := <-done; !errors.Is(err, context.Canceled) {
 			t.Errorf("Stream: %v", err)
 		}
-		testenv.Exec(t, dsn, fmt.Sprintf("SELECT pg_drop_replication_slot('%s')", slot))
+		testenv.DropSlot(t, dsn, slot)
 	})
 	testenv.Eventually(t, 10*time.Second, func() error {
 		select {

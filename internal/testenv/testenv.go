@@ -431,3 +431,19 @@ func (p *PostgresProcess) Freeze() {
 		}
 	})
 }
+
+// DropSlot drops the replication slot at dsn's server once its reader has gone (a
+// walsender ends a moment after its client), if it exists: a database with a slot
+// cannot be dropped.
+func DropSlot(tb testing.TB, dsn, slot string) {
+	tb.Helper()
+	Eventually(tb, 30*time.Second, func() error {
+		conn, err := pgx.Connect(context.Background(), dsn)
+		if err != nil {
+			return err
+		}
+		defer conn.Close(context.Background())
+		_, err = conn.Exec(context.Background(), `SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE slot_name = $1`, slot)
+		return err
+	})
+}
