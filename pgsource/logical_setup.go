@@ -355,10 +355,8 @@ func (p *logicalPlan) server(srv serverFacts, slot slotFacts, cfg LogicalConfig)
 	} else if !slot.here {
 		p.problem("replication slot %s is for database %s, not %s: name another watch.slot, or drop it there", cfg.Slot, slot.database, srv.database)
 	}
-	if slot.walStatus == "lost" {
-		p.problem("replication slot %s has lost WAL it needed (wal_status lost): drop it with SELECT pg_drop_replication_slot('%s'); "+
-			"and the syncer creates it again and syncs in full", cfg.Slot, cfg.Slot)
-	}
+	// A lost slot (wal_status lost) is no problem to refuse: the reader drops it,
+	// creates it again and compares the next version in full (Stream).
 }
 
 // slotFacts is a replication slot as pg_replication_slots shows it.

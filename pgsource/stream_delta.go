@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
+	"log/slog"
 	"maps"
 	"slices"
 	"strconv"
@@ -85,7 +86,14 @@ func (st *stream) delta(ctx context.Context, snapText string, lsn uint64, since 
 		}
 	}
 	d := streamDelta{pos: &snapshot.StreamPosition{Slot: st.cfg.Slot, System: st.system, Session: st.session, Resume: resume}}
-	if !st.validFor(since) {
+	if why := st.invalidFor(since); why != "" {
+		if since != nil && since.Stream != nil {
+			lvl := slog.LevelInfo
+			if since.Stream.System != st.system {
+				lvl = slog.LevelError
+			}
+			st.log.Log(ctx, lvl, "the stream cannot say what changed since the parent: this version is compared in full", "why", why)
+		}
 		return d, nil
 	}
 	d.since, d.keys, d.cols = since, map[string][]string{}, map[string][]string{}
@@ -107,22 +115,26 @@ func (st *stream) delta(ctx context.Context, snapText string, lsn uint64, since 
 	return d, nil
 }
 
-// validFor reports whether the transactions the stream holds are every one a
-// snapshot sees that the version read at since does not.
-func (st *stream) validFor(since *snapshot.Position) bool {
-	if since == nil || since.Stream == nil {
-		return false
+// invalidFor says why the transactions the stream holds are not every one a snapshot
+// sees that the version read at since does not; "" when they are.
+func (st *stream) invalidFor(since *snapshot.Position) string {
+	switch {
+	case since == nil:
+		return "no parent"
+	case since.Stream == nil:
+		return "the parent was not read with the stream"
+	case since.Stream.Slot != st.cfg.Slot:
+		return "the parent was read with slot " + since.Stream.Slot
+	case since.Stream.System != st.system:
+		return "the parent was read from another cluster, timeline or database (" + since.Stream.System + ", now " + st.system + ")"
+	case !st.fresh && !since.Same(st.last):
+		return "the parent is not the version this reading last saw published (a rollback?)"
+	case st.fresh && st.start > since.Stream.Resume:
+		// A new reading holds every transaction committed from where the slot was
+		// confirmed; the version at since does not see only ones committed from Resume.
+		return "the slot was confirmed past the parent's position (a new slot, or a new reading after writes)"
 	}
-	ss := since.Stream
-	if ss.Slot != st.cfg.Slot || ss.System != st.system {
-		return false
-	}
-	if !st.fresh {
-		return since.Same(st.last)
-	}
-	// A new reading holds every transaction committed from where the slot was
-	// confirmed; the version at since does not see only ones committed from Resume.
-	return st.start <= ss.Resume
+	return ""
 }
 
 // holds forgets the transactions the snapshot at pos saw: the pointer's version,

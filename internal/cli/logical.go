@@ -37,6 +37,9 @@ func printLogical(w io.Writer, r pgsource.LogicalReport) {
 	default:
 		fmt.Fprintf(w, "  slot %s: inactive, wal_status %s, retaining %s of WAL\n", r.Slot, r.SlotWALStatus, humanBytes(r.SlotRetainedBytes))
 	}
+	if r.SlotWALStatus == "lost" {
+		fmt.Fprintf(w, "  slot %s lost WAL it needed: the syncer drops it, creates it again and compares its next version in full\n", r.Slot)
+	}
 	for _, p := range r.Problems {
 		fmt.Fprintf(w, "  problem   %s\n", p)
 	}
