@@ -226,8 +226,11 @@ func (lw *layerWriter) sparseMerge(ctx context.Context, c changedRows) (changedR
 		}
 		for ; k < len(c.gone) && c.gone[k] < e.ID; k++ {
 		}
-		if i < len(c.docs) && c.docs[i].ID == e.ID || k < len(c.gone) && c.gone[k] == e.ID {
-			continue // changed: its document (if any) and parent entry follow
+		if i < len(c.docs) && c.docs[i].ID == e.ID {
+			continue // changed: its document and parent entry follow
+		}
+		if k < len(c.gone) && c.gone[k] == e.ID && !e.Deleted {
+			continue // deleted: its parent entry follows, and the join writes its tombstone
 		}
 		heads = append(heads, fromEntry{e, mr.from})
 		if !e.Deleted {

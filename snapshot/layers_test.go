@@ -550,8 +550,14 @@ func versionsOf(ls []snapshot.LayerRef) []snapshot.Version {
 // scanAll returns every document of a collection through a chain, as "id=body".
 func scanAll(tb testing.TB, st *store.Store, dataset string, chain []snapshot.Version) []string {
 	tb.Helper()
+	return scanCollection(tb, st, dataset, chain, "users")
+}
+
+// scanCollection returns every "id=document" of collection through chain.
+func scanCollection(tb testing.TB, st *store.Store, dataset string, chain []snapshot.Version, collection string) []string {
+	tb.Helper()
 	var out []string
-	if err := st.ScanDocuments(context.Background(), dataset, chain, "users", func(d snapshot.Document) bool {
+	if err := st.ScanDocuments(context.Background(), dataset, chain, collection, func(d snapshot.Document) bool {
 		out = append(out, d.ID+"="+string(d.Body))
 		return true
 	}); err != nil {

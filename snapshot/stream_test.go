@@ -1,0 +1,157 @@
+package snapshot_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/snapflip/snapflip/internal/testenv"
+	"github.com/snapflip/snapflip/pgsource"
+	"github.com/snapflip/snapflip/snapshot"
+)
+
+// plainSource hides a source's stream from a publisher: the full-copy twin must not
+// tell the stream what it published.
+type plainSource struct{ snapshot.Source }
+
+// Deltas read from the replication stream's changed ids equal full copies through
+// random histories of inserts, updates, deletes, key updates, ids deleted and
+// inserted again, deletes of ids inserted in the same transaction, and truncates;
+// with chains merged at three layers, with and without a run cache.
+func TestStreamDeltasEqualFullCopies(t *testing.T) {
+	for _, cached := range []bool{false, true} {
+		t.Run(fmt.Sprintf("run cache %v", cached), func(t *testing.T) {
+			t.Parallel()
+			testStreamDeltas(t, cached, uint64(time.Now().UnixNano()))
+		})
+	}
+}
+
+func testStreamDeltas(t *testing.T, cached bool, seed uint64) {
+	t.Logf("seed %d", seed)
+	r := newRig(t, []pgsource.Collection{{Name: "items", Table: "items"}, {Name: "pairs", Table: "pairs"}},
+		`CREATE TABLE items (id int PRIMARY KEY, v text)`,
+		`INSERT INTO items SELECT g, 'v' || g FROM generate_series(1, 60) g`,
+		`CREATE TABLE pairs (a text, b int, v int, PRIMARY KEY (a, b))`,
+		`INSERT INTO pairs SELECT 'k' || (g % 7), g, g FROM generate_series(1, 40) g`)
+	r.pub.Incremental, r.pub.MaxLayers, r.pub.RebaseRatio = true, 3, 100
+	if cached {
+		r.pub.Runs = snapshot.NewRunCache(r.store, 1<<20)
+	}
+	full := r.twin()
+	full.Source = plainSource{r.pub.Source}
+	src := r.pub.Source.(*pgsource.Source)
+	slot := fmt.Sprintf("snapflip_snap_%d", seed%1e12)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		done <- src.Stream(ctx, pgsource.StreamConfig{LogicalConfig: pgsource.LogicalConfig{Publication: slot, Slot: slot}}, nil, nil)
+	}()
+	t.Cleanup(func() { testenv.DropSlot(t, r.dsn, slot) })
+	defer func() {
+		cancel()
+		if err := <-done; !errors.Is(err, context.Canceled) {
+			t.Errorf("Stream: %v", err)
+		}
+	}()
+	testenv.Eventually(t, 10*time.Second, func() error {
+		if !src.Streaming() {
+			return errors.New("not streaming yet")
+		}
+		return nil
+	})
+	rng := rand.New(rand.NewPCG(seed, 1))
+	next := 1000
+	steps := []func() string{
+		func() string { next++; return fmt.Sprintf(`INSERT INTO items VALUES (%d, 'new')`, next) },
+		func() string { return fmt.Sprintf(`UPDATE items SET v = 'u%d' WHERE id = %d`, rng.IntN(100), rng.IntN(70)) },
+		func() string { return fmt.Sprintf(`DELETE FROM items WHERE id = %d`, rng.IntN(70)) },
+		func() string {
+			next++
+			return fmt.Sprintf(`UPDATE items SET id = %d WHERE id = (SELECT min(id) FROM items WHERE id > %d)`, next, rng.IntN(70))
+		},
+		func() string { return fmt.Sprintf(`INSERT INTO items VALUES (%d, 'back') ON CONFLICT DO NOTHING`, rng.IntN(70)) },
+		func() string {
+			next++
+			return fmt.Sprintf(`BEGIN; INSERT INTO items VALUES (%d, 'brief'); DELETE FROM items WHERE id = %d; COMMIT`, next, next)
+		},
+		func() string { // an id deleted again by a transaction that inserted it first
+			id := rng.IntN(70)
+			return fmt.Sprintf(`BEGIN; DELETE FROM items WHERE id = %d; INSERT INTO items VALUES (%d, 'x'); DELETE FROM items WHERE id = %d; COMMIT`, id, id, id)
+		},
+		func() string { return fmt.Sprintf(`UPDATE pairs SET v = v + 1 WHERE a = 'k%d'`, rng.IntN(7)) },
+		func() string { return fmt.Sprintf(`DELETE FROM pairs WHERE b = %d`, rng.IntN(45)) },
+		func() string { return fmt.Sprintf(`UPDATE pairs SET a = 'z,%d' WHERE b = %d`, rng.IntN(5), rng.IntN(45)) },
+		func() string { return `UPDATE items SET v = v WHERE id < 10` }, // rewritten, unchanged
+	}
+	modes := map[snapshot.LayerMode]int{}
+	r.publish(t, r.pub)
+	r.publish(t, full)
+	// First, the merge of a delta that deleted an id with one whose transaction
+	// inserted it and deleted it again: the merged layer keeps the tombstone.
+	first := []string{`DELETE FROM items WHERE id = 3`, `UPDATE items SET v = 'a' WHERE id = 4`,
+		`BEGIN; INSERT INTO items VALUES (3, 'x'); DELETE FROM items WHERE id = 3; UPDATE items SET v = 'b' WHERE id = 5; COMMIT`}
+	for k := range 24 {
+		var stmts []string
+		for range 1 + rng.IntN(4) {
+			stmts = append(stmts, steps[rng.IntN(len(steps))]())
+		}
+		if k < len(first) {
+			stmts = []string{first[k]}
+		}
+		if k == 17 {
+			stmts = append(stmts, `TRUNCATE pairs`, `INSERT INTO pairs SELECT 't', g, g FROM generate_series(1, 40) g`)
+		}
+		r.exec(t, stmts...)
+		res, err := r.pub.Publish(context.Background(), snapshot.PublishOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		fres, err := full.Publish(context.Background(), snapshot.PublishOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		m, f := res.Manifest, fres.Manifest
+		if res.NoOp {
+			m = r.lastPublished(t, "ds")
+		}
+		if fres.NoOp {
+			f = r.lastPublished(t, "full")
+		}
+		for _, name := range []string{"items", "pairs"} {
+			if own := m.Collections[name].Own; own != nil && !res.NoOp {
+				modes[own.Mode]++
+			}
+			got, want := scanCollection(t, r.store, "ds", m.Chain(name), name), scanCollection(t, r.store, "full", f.Chain(name), name)
+			if !slices.Equal(got, want) {
+				t.Fatalf("step %d (%s): %s reads\n%v\nthe full copy\n%v", k, strings.Join(stmts, "; "), name, got, want)
+			}
+			if d, c := m.Collections[name], f.Collections[name]; d.Digest != c.Digest || d.Rows != c.Rows {
+				t.Fatalf("step %d (%s): %s holds %d rows %s; the full copy %d %s", k, strings.Join(stmts, "; "), name, d.Rows, d.Digest, c.Rows, c.Digest)
+			}
+		}
+	}
+	t.Logf("layer modes: %v", modes)
+	if modes[snapshot.ModeStream] < 10 {
+		t.Errorf("%d layers read from the stream's changed ids (modes %v); want most", modes[snapshot.ModeStream], modes)
+	}
+}
+
+// lastPublished returns the manifest the dataset's pointer names.
+func (r *rig) lastPublished(tb testing.TB, dataset string) snapshot.Manifest {
+	tb.Helper()
+	p, err := r.store.ReadPointer(context.Background(), dataset)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	m, err := r.store.ReadManifest(context.Background(), dataset, p.Version)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return m
+}
