@@ -69,13 +69,17 @@ func testStreamDeltas(t *testing.T, cached bool, seed uint64) {
 	next := 1000
 	steps := []func() string{
 		func() string { next++; return fmt.Sprintf(`INSERT INTO items VALUES (%d, 'new')`, next) },
-		func() string { return fmt.Sprintf(`UPDATE items SET v = 'u%d' WHERE id = %d`, rng.IntN(100), rng.IntN(70)) },
+		func() string {
+			return fmt.Sprintf(`UPDATE items SET v = 'u%d' WHERE id = %d`, rng.IntN(100), rng.IntN(70))
+		},
 		func() string { return fmt.Sprintf(`DELETE FROM items WHERE id = %d`, rng.IntN(70)) },
 		func() string {
 			next++
 			return fmt.Sprintf(`UPDATE items SET id = %d WHERE id = (SELECT min(id) FROM items WHERE id > %d)`, next, rng.IntN(70))
 		},
-		func() string { return fmt.Sprintf(`INSERT INTO items VALUES (%d, 'back') ON CONFLICT DO NOTHING`, rng.IntN(70)) },
+		func() string {
+			return fmt.Sprintf(`INSERT INTO items VALUES (%d, 'back') ON CONFLICT DO NOTHING`, rng.IntN(70))
+		},
 		func() string {
 			next++
 			return fmt.Sprintf(`BEGIN; INSERT INTO items VALUES (%d, 'brief'); DELETE FROM items WHERE id = %d; COMMIT`, next, next)
@@ -86,7 +90,9 @@ func testStreamDeltas(t *testing.T, cached bool, seed uint64) {
 		},
 		func() string { return fmt.Sprintf(`UPDATE pairs SET v = v + 1 WHERE a = 'k%d'`, rng.IntN(7)) },
 		func() string { return fmt.Sprintf(`DELETE FROM pairs WHERE b = %d`, rng.IntN(45)) },
-		func() string { return fmt.Sprintf(`UPDATE pairs SET a = 'z,%d' WHERE b = %d`, rng.IntN(5), rng.IntN(45)) },
+		func() string {
+			return fmt.Sprintf(`UPDATE pairs SET a = 'z,%d' WHERE b = %d`, rng.IntN(5), rng.IntN(45))
+		},
 		func() string { return `UPDATE items SET v = v WHERE id < 10` }, // rewritten, unchanged
 	}
 	modes := map[snapshot.LayerMode]int{}
