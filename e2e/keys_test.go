@@ -141,6 +141,8 @@ func checkKeyedCollection(t *testing.T, e *env, coll, version string, want map[s
 		ids = append(ids, id)
 	}
 	slices.Sort(ids)
+	// The API learns of the flip within its pointer refresh.
+	e.awaitVersion(t, docPath(coll, ids[0]), version)
 
 	// GET, the id path-escaped once.
 	for _, id := range ids {
