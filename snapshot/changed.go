@@ -123,7 +123,14 @@ func (lw *layerWriter) keyedOnly(ctx context.Context, ks KeyedScanner) (changedR
 	if err != nil || !ok {
 		return changedRows{}, err
 	}
-	c.matched, c.parentSeen, c.consumed, err = lw.matchParent(ctx, all)
+	if lw.merge == 0 && !lw.p.runsCached(lw.parent, lw.name) {
+		// Too large for the run cache: the changed ids' parent documents are read by
+		// id, not the parent's whole run.
+		c.matched, err = lw.readParent(ctx, all)
+		c.parentSeen = lw.parent.Rows
+	} else {
+		c.matched, c.parentSeen, c.consumed, err = lw.matchParent(ctx, all)
+	}
 	if err != nil {
 		return c, err
 	}
@@ -151,6 +158,30 @@ func (lw *layerWriter) matchParent(ctx context.Context, docs []Document) (matche
 		return matched, seen, true, fmt.Errorf("%w: the parent's fingerprints hold %d ids, its manifest %d", errDeltaInconsistent, seen, lw.parent.Rows)
 	}
 	return matched, seen, true, nil
+}
+
+// readParent returns the parent's entries of the ids of docs (in id order) that it
+// holds, made from its documents read through its chain by id.
+func (lw *layerWriter) readParent(ctx context.Context, docs []Document) ([]fromEntry, error) {
+	chain := lw.cur.Chain(lw.name)
+	var matched []fromEntry
+	for start := 0; start < len(docs); start += copyBatch {
+		batch := docs[start:min(start+copyBatch, len(docs))]
+		ids := make([]string, len(batch))
+		for i, d := range batch {
+			ids[i] = d.ID
+		}
+		got, err := lw.p.Store.GetDocuments(ctx, lw.p.Dataset, chain, lw.name, ids)
+		if err != nil {
+			return nil, fmt.Errorf("read the parent's documents of the changed ids: %w", err)
+		}
+		for _, id := range ids {
+			if body, ok := got[id]; ok {
+				matched = append(matched, fromEntry{RunEntry: RunEntry{ID: id, Len: int64(len(body)), Sum: Contribution(id, body)}})
+			}
+		}
+	}
+	return matched, nil
 }
 
 // lookUp returns the parent's entries of the changed ids, each its newest layer's

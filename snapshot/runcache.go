@@ -242,3 +242,20 @@ func (c *RunCache) put(k runKey, r *decodedRun) {
 		delete(c.runs, oldest)
 	}
 }
+
+// runsCached reports whether the run cache holds, or can hold, every run of the
+// parent's chain of collection name: none over its budget.
+func (p *Publisher) runsCached(parent CollectionStats, name string) bool {
+	c := p.Runs
+	if c == nil {
+		return false
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, l := range parent.Layers {
+		if (l.Docs+l.Tombstones)*decodedEntryBytes > c.max || c.big[runKey{p.Dataset, l.Version, name}] {
+			return false
+		}
+	}
+	return true
+}
