@@ -510,6 +510,9 @@ func (r *genRun) checkTwin() []genMismatch {
 				if merged {
 					r.stats.merged++
 				}
+				if ci.Own.Mode == snapshot.ModeStream {
+					r.stats.stream++
+				}
 				if ci.Own.Mode == snapshot.ModeChangedOnly {
 					r.stats.changedOnly++
 					if merged {

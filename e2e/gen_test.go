@@ -128,7 +128,17 @@ func TestGenerative(t *testing.T) {
 	var total genStats
 	add := func(s genStats) { mu.Lock(); defer mu.Unlock(); total.add(s) }
 	start := time.Now()
-	t.Cleanup(func() { t.Logf("covered in %v: %s", time.Since(start).Round(time.Millisecond), total) })
+	t.Cleanup(func() {
+		t.Logf("covered in %v: %s", time.Since(start).Round(time.Millisecond), total)
+		// A few logical histories publish deltas of table collections whose changes
+		// the stream knows: if none was read from the stream, its path never ran.
+		if total.logical >= 3 && total.stream == 0 {
+			t.Errorf("%d histories synced from the replication stream, and not one layer was read from it (%s)", total.logical, snapshot.ModeStream)
+		}
+		if total.large >= 3 && total.spilled == 0 {
+			t.Errorf("%d transactions over logical_decoding_work_mem, and the walsender spilled none to disk", total.large)
+		}
+	})
 	for i := range sz.schemas {
 		seed := base + uint64(i)
 		szi := sz
@@ -149,7 +159,11 @@ type genStats struct {
 	deltas, merged, changedOnly, bases, longestChain, rollbacks, crashes int
 	mergedChangedOnly                                                    int // merges read from the changed rows alone
 	cached                                                               int // histories synced with a run cache
-	types                                                                map[string]int
+	// Of logical histories: how many, their ModeStream layers, transactions over
+	// logical_decoding_work_mem run and spilled by the walsender, syncs with commits
+	// made while they read.
+	logical, stream, large, spilled, during int
+	types                                   map[string]int
 }
 
 func (s *genStats) add(o genStats) {
@@ -167,6 +181,11 @@ func (s *genStats) add(o genStats) {
 	s.changedOnly += o.changedOnly
 	s.mergedChangedOnly += o.mergedChangedOnly
 	s.cached += o.cached
+	s.logical += o.logical
+	s.stream += o.stream
+	s.large += o.large
+	s.spilled += o.spilled
+	s.during += o.during
 	s.bases += o.bases
 	s.longestChain = max(s.longestChain, o.longestChain)
 	s.rollbacks += o.rollbacks
@@ -186,8 +205,10 @@ func (s genStats) String() string {
 	}
 	return fmt.Sprintf("%d schemas, %d tables, %d columns of %d distinct types %v, %d collections, %d syncs (%d published, "+
 		"%d failed as they must), %d documents checked, %d gone ids checked; incremental (%d histories with a run cache): %d delta (%d merged, %d read from the changed rows alone, %d of them merges) and %d base layers, "+
-		"chains up to %d layers, %d rollbacks, %d syncs killed, each version equal to its full twin", s.schemas, s.tables, s.columns, len(s.types), kinds,
-		s.collections, s.syncs, s.published, s.failed, s.rowsChecked, s.gone, s.cached, s.deltas, s.merged, s.changedOnly, s.mergedChangedOnly, s.bases, s.longestChain, s.rollbacks, s.crashes)
+		"chains up to %d layers, %d rollbacks, %d syncs killed; %d histories from the replication stream: %d stream layers, %d transactions over "+
+		"logical_decoding_work_mem (%d spilled), %d syncs with commits while they read; each version equal to its full twin", s.schemas, s.tables, s.columns, len(s.types), kinds,
+		s.collections, s.syncs, s.published, s.failed, s.rowsChecked, s.gone, s.cached, s.deltas, s.merged, s.changedOnly, s.mergedChangedOnly, s.bases, s.longestChain,
+		s.rollbacks, s.crashes, s.logical, s.stream, s.large, s.spilled, s.during)
 }
 
 // genRun is one schema's history against one deployment, and its full-copy twin.
@@ -196,6 +217,15 @@ type genRun struct {
 	e      *env // versions: incremental, with the seed's layering
 	full   *env // the twin: versions: full, the same Postgres, its own Bigtable
 	layers string
+	// maxLayers and rebaseRatio are layers' settings, for a Publisher in-process.
+	maxLayers   int
+	rebaseRatio float64
+	// logical, for a logical history (gen_logical_test.go), syncs the incremental
+	// deployment from the replication stream; nil for `syncer once`.
+	logical *genLogical
+	// wantLogical makes the history logical; g is its generator.
+	wantLogical bool
+	g           *sqlgen.Gen
 	// counted holds the incremental versions whose layers the stats counted.
 	counted map[snapshot.Version]bool
 	seed    uint64
@@ -243,7 +273,16 @@ func runGenerated(t *testing.T, seed uint64, sz genSizes) genStats {
 	g := sqlgen.New(seed)
 	s := g.Schema(sz.opt)
 	r := newGenRun(t, seed, sz, s, genCollections(s))
-	return r.history(append(s.Create(), g.Fill(s)...), func(int) []string { return g.Step(s, r.keys) })
+	r.g = g
+	return r.history(append(s.Create(), g.Fill(s)...), func(k int) []string {
+		stmts := g.Step(s, r.keys)
+		if r.logical != nil && k == 2 && len(s.Tables) > 0 {
+			// A truncate, and the table filled again in the same step.
+			t := s.Tables[int(seed/2)%len(s.Tables)]
+			stmts = append(stmts, "TRUNCATE "+t.Ident(), g.Insert(t, 1+int(seed%5)))
+		}
+		return stmts
+	})
 }
 
 func newGenRun(t *testing.T, seed uint64, sz genSizes, s *sqlgen.Schema, colls []genColl) *genRun {
@@ -255,14 +294,17 @@ func newGenRun(t *testing.T, seed uint64, sz genSizes, s *sqlgen.Schema, colls [
 	// and chains at their bound all occur.
 	h := seed * 0xbf58476d1ce4e5b9
 	h ^= h >> 31
-	r.layers = fmt.Sprintf("versions: incremental\nmax_layers: %d\nrebase_ratio: %g\nlease: {duration: 1s}\n",
-		[]int{2, 3, 8, 8}[h%4], []float64{0.05, 0.5, 100}[(h>>2)%3])
+	r.maxLayers, r.rebaseRatio = []int{2, 3, 8, 8}[h%4], []float64{0.05, 0.5, 100}[(h>>2)%3]
+	r.layers = fmt.Sprintf("versions: incremental\nmax_layers: %d\nrebase_ratio: %g\nlease: {duration: 1s}\n", r.maxLayers, r.rebaseRatio)
 	if (h>>4)%2 == 0 {
 		// Half the histories sync as syncer run does: a run cache across syncs, so
 		// changed ids are looked up in the decoded runs rather than merged.
 		r.e.runs = snapshot.NewRunCache(testenv.Store(t, testenv.StoreConfig(r.e.btAddr)), snapshot.DefaultRunCacheBytes)
 		r.stats.cached = 1
 	}
+	// Half the random histories sync the incremental deployment from the replication
+	// stream (gen_logical_test.go).
+	r.wantLogical = sz.path == "" && (h>>5)%2 == 0
 	return r
 }
 
@@ -283,9 +325,17 @@ func (r *genRun) history(create []string, step func(k int) []string) genStats {
 	r.writeConfig(r.full.configPath, r.colls, "versions: full\n")
 	r.e.startAPI(t)
 	r.full.startAPI(t)
+	if r.wantLogical {
+		r.startLogical()
+		r.stats.logical = 1
+	}
 	var version string
 	for k := range r.sz.syncs {
-		if k > 0 {
+		if k > 0 && r.logical != nil && k == 1 {
+			r.execLarge(step(k))
+			r.conn.Close(context.Background())
+			r.connect()
+		} else if k > 0 {
 			for _, stmt := range step(k) {
 				if err := r.exec(stmt); err != nil && !isUniqueViolation(err) {
 					r.fatalf("the generated statement fails: %v\n%s", err, genShort(stmt, 3000))
@@ -313,7 +363,7 @@ func (r *genRun) history(create []string, step func(k int) []string) genStats {
 				version = r.rollBack()
 			}
 		}
-		out, err := r.e.sync(t)
+		out, err := r.syncIncremental(k)
 		fout, ferr := r.full.sync(t)
 		if (err == nil) != (ferr == nil) {
 			r.report(fmt.Sprintf("sync %d of %d: incremental said %q (%v), full said %q (%v)", k+1, r.sz.syncs,
@@ -370,7 +420,25 @@ func (r *genRun) history(create []string, step func(k int) []string) genStats {
 	return r.done()
 }
 
+// syncIncremental syncs the incremental deployment: `syncer once`, or for a logical
+// history in-process from the replication stream, at the last sync of a long enough
+// history while another session commits changes.
+func (r *genRun) syncIncremental(k int) (string, error) {
+	switch {
+	case r.logical == nil:
+		return r.e.sync(r.t)
+	case k == r.sz.syncs-1 && k >= 2:
+		if _, invalid := r.states(); len(invalid) == 0 {
+			return r.syncDuring()
+		}
+	}
+	return r.logical.sync()
+}
+
 func (r *genRun) done() genStats {
+	if r.logical != nil {
+		r.stats.spilled = int(r.spilled())
+	}
 	for _, t := range r.s.Tables {
 		r.stats.columns += 1 + len(t.Cols)
 	}
@@ -463,10 +531,7 @@ func (r *genRun) keys(t *sqlgen.Table) []string {
 // a literal block starting with a tab, which its decoder then refuses); the file must
 // decode back to the same collections.
 func (r *genRun) writeConfig(path string, colls []genColl, extra string) {
-	readers, minRows := r.s.Readers, 1 // above 1 reader, every table is read in hash partitions
-	if readers <= 1 {
-		readers, minRows = 1, 200000
-	}
+	readers, minRows := r.readers()
 	var b strings.Builder
 	fmt.Fprintf(&b, "dataset: e2e\nschedule: \"@every 1h\"\nttl: 1h\n%s", extra)
 	// Histories delete and truncate at will: no gate may refuse them.
@@ -492,6 +557,15 @@ func (r *genRun) writeConfig(path string, colls []genColl, extra string) {
 	if err := os.WriteFile(path, []byte(b.String()), 0o600); err != nil {
 		r.t.Fatal(err)
 	}
+}
+
+// readers returns the syncer's postgres.readers and partition_min_rows: above 1
+// reader, every table is read in hash partitions.
+func (r *genRun) readers() (int, int64) {
+	if r.s.Readers <= 1 {
+		return 1, 200000
+	}
+	return r.s.Readers, 1
 }
 
 // genYAMLColl is a collection as the config file spells it.
