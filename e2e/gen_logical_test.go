@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"net/url"
+	"strings"
 	"time"
 
 	"github.com/google/uuid"
@@ -280,35 +281,57 @@ func (r *genRun) concurrentDML() []string {
 	return out
 }
 
-// syncDuring publishes the incremental deployment while another session commits
-// changes (after the sync's snapshot is open, so it does not see them), then
-// publishes again: that second version must hold them, which the history checks.
-func (r *genRun) syncDuring() (string, error) {
+// syncDuring publishes the incremental deployment while other sessions commit
+// changes the sync's snapshot does not see: one transaction in progress when the
+// snapshot is taken (in its list of running transactions), and statements run after
+// it. Then it publishes again: that second version must hold them, which the history
+// checks. The first version must hold what Postgres held before them.
+func (r *genRun) syncDuring(k int) (string, error) {
+	ctx := context.Background()
 	stmts := r.concurrentDML()
+	if len(stmts) == 0 {
+		return r.logical.sync()
+	}
+	before, _ := r.states()
+	r.log = append(r.log, "-- (in progress while the next sync opens its snapshot, committed while it reads:)", stmts[0],
+		"-- (committed while the sync reads:)")
+	r.log = append(r.log, stmts[1:]...)
+	tx := testenv.OpenTx(r.t, r.e.dsn, stmts[0])
 	r.logical.during = func() {
-		conn, err := pgx.Connect(context.Background(), r.e.dsn)
+		if err := tx.Commit(ctx); err != nil {
+			r.fatalf("commit: %v", err)
+		}
+		conn, err := pgx.Connect(ctx, r.e.dsn)
 		if err != nil {
 			r.fatalf("connect: %v", err)
 		}
-		defer conn.Close(context.Background())
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer conn.Close(ctx)
+		ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 		defer cancel()
-		for _, stmt := range stmts {
+		for _, stmt := range stmts[1:] {
 			if _, err := conn.Exec(ctx, stmt, pgx.QueryExecModeSimpleProtocol); err != nil && !isUniqueViolation(err) {
 				r.fatalf("a statement committed during a sync fails: %v\n%s", err, genShort(stmt, 3000))
 			}
 		}
 	}
-	r.log = append(r.log, "-- (while the next sync reads, another session commits:)")
-	r.log = append(r.log, stmts...)
 	out, err := r.logical.sync()
 	if r.logical.during != nil {
 		r.logical.during = nil // the sync ended before its snapshot was open
+		if cerr := tx.Commit(ctx); cerr != nil {
+			r.fatalf("commit: %v", cerr)
+		}
 		return out, err
 	}
 	r.stats.during++
 	if err != nil {
 		return out, err
+	}
+	if strings.HasPrefix(out, "published") {
+		v := publishedVersion(r.t, out)
+		if ms := r.check(v, k, before); len(ms) > 0 {
+			r.report(fmt.Sprintf("the version published while other sessions committed (%s) is not what Postgres held before them", strings.TrimSpace(out)), ms)
+			r.t.FailNow()
+		}
 	}
 	r.log = append(r.log, "-- (the sync after it)")
 	return r.logical.sync()

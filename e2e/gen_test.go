@@ -429,7 +429,7 @@ func (r *genRun) syncIncremental(k int) (string, error) {
 		return r.e.sync(r.t)
 	case k == r.sz.syncs-1 && k >= 2:
 		if _, invalid := r.states(); len(invalid) == 0 {
-			return r.syncDuring()
+			return r.syncDuring(k)
 		}
 	}
 	return r.logical.sync()
