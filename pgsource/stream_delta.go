@@ -248,7 +248,9 @@ func (r *snap) ScanKeyed(ctx context.Context, collection string, since *snapshot
 		q := pgx.Identifier{col}.Sanitize()
 		names[i] = "k" + strconv.Itoa(i)
 		casts[i] = "u." + names[i] + "::" + typ + " AS " + q
-		conds[i] = "d." + q + " = " + rowAlias + "." + q
+		// Equal in the key's type is not enough: numeric 1.5 and 1.50 are equal and
+		// distinct ids. The index finds the candidates, the text (the id's) the row.
+		conds[i] = "d." + q + " = " + rowAlias + "." + q + " AND (d." + q + `)::text COLLATE "C" = (` + rowAlias + "." + q + `)::text COLLATE "C"`
 		args[i] = vals[i]
 	}
 	params := make([]string, len(cols))
