@@ -276,10 +276,18 @@ func runGenerated(t *testing.T, seed uint64, sz genSizes) genStats {
 	r.g = g
 	return r.history(append(s.Create(), g.Fill(s)...), func(k int) []string {
 		stmts := g.Step(s, r.keys)
-		if r.logical != nil && k == 2 && len(s.Tables) > 0 {
+		if r.logical == nil || k < 2 {
+			return stmts
+		}
+		if k == 2 && len(s.Tables) > 0 {
 			// A truncate, and the table filled again in the same step.
 			t := s.Tables[int(seed/2)%len(s.Tables)]
 			stmts = append(stmts, "TRUNCATE "+t.Ident(), g.Insert(t, 1+int(seed%5)))
+		}
+		for _, t := range s.Tables {
+			if u := t.Rescale(); u != "" { // numeric keys that change their id, not their value
+				stmts = append(stmts, u)
+			}
 		}
 		return stmts
 	})

@@ -244,8 +244,10 @@ func (g *Gen) op(s *Schema, t *Table, ks []string) []string {
 			out = append(out, stmt)
 		}
 		return out
-	case w < 84:
+	case w < 82 || w < 84 && t.Rescale() == "":
 		return []string{"UPDATE " + t.Ident() + " SET " + Ident(t.Key.Name) + " = " + Ident(t.Key.Name)}
+	case w < 84:
+		return []string{t.Rescale()}
 	case w < 86:
 		return []string{"TRUNCATE " + t.Ident()}
 	case w < 88 && len(t.Cols) > 0:
@@ -274,6 +276,17 @@ func (g *Gen) op(s *Schema, t *Table, ks []string) []string {
 		return []string{"ALTER TABLE " + t.Ident() + " DROP COLUMN " + Ident(c.Name)}
 	}
 	return nil
+}
+
+// Rescale returns, for a table with a numeric key, an UPDATE that gives every finite
+// key one more digit of scale: the same value (no unique index objects), a new id
+// (1.5 becomes 1.50). "" for other keys. Distinct ids stay distinct.
+func (t *Table) Rescale() string {
+	if t.Key.Type.SQL != "numeric" {
+		return ""
+	}
+	k := Ident(t.Key.Name)
+	return "UPDATE " + t.Ident() + " SET " + k + " = round(" + k + ", scale(" + k + ") + 1) WHERE scale(" + k + ") BETWEEN 0 AND 200"
 }
 
 // caseTwins returns the keys of ks that another key of ks equals but for case.
