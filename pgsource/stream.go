@@ -130,6 +130,7 @@ type stream struct {
 	session string
 	system  string
 	start   uint64 // the slot's confirmed position when the reading began
+	connCfg *pgx.ConnConfig
 	tables  LogicalTables
 
 	mu   sync.Mutex
@@ -189,7 +190,7 @@ func (s *Source) Stream(ctx context.Context, cfg StreamConfig, changed func(Chan
 	if err != nil {
 		return fmt.Errorf("identify system: %w", err)
 	}
-	st := &stream{cfg: cfg, log: log, session: uuid.NewString(), tables: tables,
+	st := &stream{cfg: cfg, log: log, session: uuid.NewString(), tables: tables, connCfg: s.cfg,
 		system: fmt.Sprintf("%s:%d:%s", sys.SystemID, sys.Timeline, sys.DBName),
 		moved:  make(chan struct{}), fresh: true, rels: map[uint32]*streamRelation{}}
 	if st.start, err = st.claimSlot(ctx, conn, repl); err != nil {

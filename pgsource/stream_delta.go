@@ -58,6 +58,8 @@ func (st *stream) delta(ctx context.Context, snapText string, lsn uint64, since 
 	}
 	timeout := time.NewTimer(st.cfg.CatchUp)
 	defer timeout.Stop()
+	nudge := time.NewTimer(streamNudgeAfter)
+	defer nudge.Stop()
 	for {
 		st.mu.Lock()
 		if st.recv >= target {
@@ -72,6 +74,8 @@ func (st *stream) delta(ctx context.Context, snapText string, lsn uint64, since 
 			st.log.WarnContext(ctx, "the replication stream did not reach the snapshot in time: this version is compared in full",
 				"snapshot_lsn", snapshot.Position{LSN: lsn}.String(), "wait", st.cfg.CatchUp.String())
 			return streamDelta{}, nil
+		case <-nudge.C:
+			st.nudge(ctx)
 		case <-moved:
 		}
 	}
@@ -113,6 +117,25 @@ func (st *stream) delta(ctx context.Context, snapText string, lsn uint64, since 
 		}
 	}
 	return d, nil
+}
+
+// streamNudgeAfter is how long a snapshot waits for the stream before nudging it.
+const streamNudgeAfter = 50 * time.Millisecond
+
+// nudge commits a transaction that writes nothing but its commit record. WAL that a
+// transaction still in progress wrote after the last commit is not flushed while the
+// database is otherwise idle, and the walsender decodes flushed WAL only: a snapshot's
+// position just past it would stay ahead of the stream until CatchUp ran out. A commit
+// record after it is flushed, at once or, committed asynchronously, by the WAL writer.
+func (st *stream) nudge(ctx context.Context) {
+	conn, err := pgx.ConnectConfig(ctx, st.connCfg)
+	if err == nil {
+		defer closeConn(ctx, conn)
+		_, err = conn.Exec(ctx, "SELECT txid_current()")
+	}
+	if err != nil && ctx.Err() == nil {
+		st.log.WarnContext(ctx, "could not nudge the replication stream past a snapshot", "err", err)
+	}
 }
 
 // invalidFor says why the transactions the stream holds are not every one a snapshot
