@@ -30,7 +30,9 @@ import (
 // by GET, by batchGet and on every page of the list, in id order, from the version the
 // sync published, and answer 404 for every id that is gone. When Postgres holds a key no
 // id can be (NULL, empty, too long, duplicated), the sync must fail naming the
-// collection, and the API keep serving the last version as it was.
+// collection, and the API keep serving the last version as it was. Half the histories
+// sync the incremental deployment from Postgres's replication stream
+// (gen_logical_test.go).
 //
 // Sizes and the seed come from the environment (names below); the short form runs in
 // `go test ./e2e/`, the long form in `make chaos`. A failure prints its seed, the
