@@ -43,6 +43,10 @@ var benchmarks = []string{
 	"BenchmarkCommitToVisible",
 	"BenchmarkWatchCost",
 	"BenchmarkCacheUnderFlips",
+	"BenchmarkLogicalCommitToServed",
+	"BenchmarkLogicalDelete",
+	"BenchmarkLogicalPgbench",
+	"BenchmarkLogicalWALRetained",
 }
 
 // AppendFigure appends f to the file at path, creating it if need be.
