@@ -277,8 +277,10 @@ func BenchmarkLogicalCommitToServed(b *testing.B) {
 			cfg := writeConfig(b, dir, "logical100k", "items", settings...)
 			rig := startServing(b, cfg, dsn, slotOf(settings))
 			c := newCommitter(b, dsn, rig.api, rows, rig.sp)
+			m0 := scrape(rig.sp.metrics)
 			pooled := summarize(c.series(50, true))
 			fresh := summarize(c.series(50, false))
+			logSyncs(b, m0, scrape(rig.sp.metrics))
 			rig.sp.stop()
 
 			stats := writeConfig(b, dir, "stats100k", "items", `schedule: "@every 1h"`)
@@ -317,7 +319,9 @@ func BenchmarkLogicalCommitToServed(b *testing.B) {
 			cfg := writeConfig(b, dir, "logical5m", "items", settings...)
 			rig := startServing(b, cfg, dsn, slotOf(settings))
 			c := newCommitter(b, dsn, rig.api, rows, rig.sp)
+			m0 := scrape(rig.sp.metrics)
 			pooled := summarize(c.series(20, true))
+			logSyncs(b, m0, scrape(rig.sp.metrics))
 			rig.sp.stop()
 			b.ReportMetric(pooled.p99.Seconds(), "pooled_p99_s")
 			b.Logf("5,000,000 rows, commit to served, logical watch, pooled session, read then write: %s, max %s; every commit (ms): %s",
@@ -326,6 +330,18 @@ func BenchmarkLogicalCommitToServed(b *testing.B) {
 				Figure: pooled.String(), Target: "p99 ≤ 1 s", Missed: pooled.p99 > time.Second})
 		}
 	})
+}
+
+// logSyncs logs what the syncer did between two scrapes of its metrics.
+func logSyncs(b *testing.B, m0, m1 metricsOf) {
+	b.Helper()
+	d := func(name string, match ...string) float64 { return m1.sum(name, match...) - m0.sum(name, match...) }
+	n := max(d("snapflip_sync_duration_seconds_count"), 1)
+	b.Logf("  syncer: %.0f versions published (%.0f new bases), %.0f unchanged, %.0f failed; sync duration mean %.0f ms over %.0f syncs; change seen to flip mean %.0f ms",
+		d("snapflip_syncs_total", `result="published"`), d("snapflip_sync_layers_total", `kind="base"`),
+		d("snapflip_syncs_total", `result="unchanged"`), d("snapflip_syncs_total", `result="failed"`),
+		1000*d("snapflip_sync_duration_seconds_sum")/n, n,
+		1000*d("snapflip_commit_to_publish_seconds_sum")/max(d("snapflip_commit_to_publish_seconds_count"), 1))
 }
 
 // pgssTime returns the execution and planning time pg_stat_statements recorded in

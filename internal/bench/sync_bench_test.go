@@ -14,20 +14,23 @@ import (
 )
 
 // loadItems fills table name with n rows of about 345 bytes of JSON each, of several
-// column types.
+// column types, a million rows a statement (each statement has a minute).
 func loadItems(tb testing.TB, dsn, name string, n int) {
 	tb.Helper()
 	testenv.Exec(tb, dsn, fmt.Sprintf(`CREATE TABLE %s (
 		id bigint PRIMARY KEY, sku text NOT NULL, title text NOT NULL, price numeric(12,2) NOT NULL,
 		qty integer NOT NULL, active boolean NOT NULL, tags text[] NOT NULL, attrs jsonb NOT NULL,
-		created_at timestamptz NOT NULL, updated_at timestamptz)`, name),
-		fmt.Sprintf(`INSERT INTO %s SELECT g, 'SKU-' || lpad(g::text, 8, '0'), 'Item ' || g || ' ' || md5(g::text) || md5((g+1)::text),
+		created_at timestamptz NOT NULL, updated_at timestamptz)`, name))
+	const chunk = 1_000_000
+	for from := 1; from <= n; from += chunk {
+		testenv.Exec(tb, dsn, fmt.Sprintf(`INSERT INTO %s SELECT g, 'SKU-' || lpad(g::text, 8, '0'), 'Item ' || g || ' ' || md5(g::text) || md5((g+1)::text),
 		(g %% 100000) / 100.0, g %% 1000, g %% 7 <> 0, ARRAY['t' || (g %% 10), 'c' || (g %% 33)],
 		jsonb_build_object('color', 'c' || (g %% 17), 'size', g %% 5, 'note', md5((g*3)::text)),
 		timestamptz '2025-01-01' + make_interval(secs => g),
 		CASE WHEN g %% 3 = 0 THEN NULL ELSE timestamptz '2026-01-01' + make_interval(secs => g) END
-		FROM generate_series(1, %d) g`, name, n),
-		"VACUUM ANALYZE "+name)
+		FROM generate_series(%d, %d) g`, name, from, min(from+chunk-1, n)))
+	}
+	testenv.Exec(tb, dsn, "VACUUM ANALYZE "+name)
 }
 
 // build compiles a main package (once per test process) and returns its binary.
