@@ -9,7 +9,6 @@ import (
 	"testing"
 	"time"
 
-
 	"github.com/snapflip/snapflip/internal/testenv"
 	"github.com/snapflip/snapflip/pgsource"
 	"github.com/snapflip/snapflip/snapshot"
