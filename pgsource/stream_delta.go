@@ -261,16 +261,20 @@ func (r *snap) ScanKeyed(ctx context.Context, collection string, since *snapshot
 			vals[i] = append(vals[i], v)
 		}
 	}
+	// The key columns' types, in one round trip.
+	var types []string
+	if err := r.tx.QueryRow(ctx, `SELECT coalesce(array_agg(format_type(atttypid, NULL) ORDER BY array_position($2::text[], attname::text)), '{}')
+		FROM pg_attribute WHERE attrelid = to_regclass($1) AND attnum > 0 AND NOT attisdropped AND attname = ANY($2::text[])`,
+		table, cols).Scan(&types); err != nil {
+		return false, fmt.Errorf("collection %s: the types of key columns %v: %w", collection, cols, err)
+	} else if len(types) != len(cols) {
+		return false, fmt.Errorf("%w: collection %s: %s has %d of the key columns %v", snapshot.ErrSource, collection, table, len(types), cols)
+	}
 	casts, names, conds := make([]string, len(cols)), make([]string, len(cols)), make([]string, len(cols))
 	for i, col := range cols {
-		var typ string
-		if err := r.tx.QueryRow(ctx, `SELECT format_type(atttypid, NULL) FROM pg_attribute WHERE attrelid = to_regclass($1) AND attname = $2`,
-			table, col).Scan(&typ); err != nil {
-			return false, fmt.Errorf("collection %s: key column %s: %w", collection, col, err)
-		}
 		q := pgx.Identifier{col}.Sanitize()
 		names[i] = "k" + strconv.Itoa(i)
-		casts[i] = "u." + names[i] + "::" + typ + " AS " + q
+		casts[i] = "u." + names[i] + "::" + types[i] + " AS " + q
 		// Equal in the key's type is not enough: numeric 1.5 and 1.50 are equal and
 		// distinct ids. The index finds the candidates, the text (the id's) the row.
 		conds[i] = "d." + q + " = " + rowAlias + "." + q + " AND (d." + q + `)::text COLLATE "C" = (` + rowAlias + "." + q + `)::text COLLATE "C"`
