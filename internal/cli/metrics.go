@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/http/pprof"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -212,7 +213,7 @@ func (m *syncerMetrics) observeCurrent(ctx context.Context, st currentStore, dat
 	}
 }
 
-// serveMetrics serves /metrics on addr until ctx ends; "" serves nothing.
+// serveMetrics serves /metrics (and Go's profiles under /debug/pprof/) on addr until ctx ends; "" serves nothing.
 func serveMetrics(ctx context.Context, addr string, reg *prometheus.Registry, log *slog.Logger) (func(), error) {
 	if addr == "" {
 		return func() {}, nil
@@ -223,6 +224,11 @@ func serveMetrics(ctx context.Context, addr string, reg *prometheus.Registry, lo
 	}
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	// Go's profiles, for finding where a sync spends its time: e.g.
+	// go tool pprof http://ADDR/debug/pprof/profile?seconds=30
+	mux.HandleFunc("/debug/pprof/", pprof.Index)
+	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
 	go func() {
 		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
