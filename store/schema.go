@@ -22,12 +22,15 @@ func (s *Store) policies() map[string]bigtable.GCPolicy {
 	}
 }
 
-// EnsureSchema creates the table and its column families if they are missing, and sets
-// every family's GC rule to the configured one (so a changed TTL takes effect).
+// EnsureSchema creates the table with its column families and their GC rules if it is
+// missing, adds a missing family, and sets a family's GC rule where it differs from the
+// configured one (so a changed TTL takes effect). A table already as configured gets
+// no admin write: replicas may start often, and Bigtable's admin operations are
+// rate-limited.
 func (s *Store) EnsureSchema(ctx context.Context) error {
 	info, err := s.admin.TableInfo(ctx, s.cfg.Table)
 	if status.Code(err) == codes.NotFound {
-		err = s.admin.CreateTable(ctx, s.cfg.Table)
+		err = s.admin.CreateTableFromConf(ctx, &bigtable.TableConf{TableID: s.cfg.Table, Families: s.policies()})
 		if err != nil && status.Code(err) != codes.AlreadyExists {
 			return s.wrap(err, "create table %s", s.cfg.Table)
 		}
@@ -36,18 +39,22 @@ func (s *Store) EnsureSchema(ctx context.Context) error {
 	if err != nil {
 		return s.wrap(err, "read table %s", s.cfg.Table)
 	}
-	have := map[string]bool{}
+	have := map[string]string{}
 	for _, f := range info.FamilyInfos {
-		have[f.Name] = true
+		have[f.Name] = f.GCPolicy
 	}
 	var errs []error
 	for fam, policy := range s.policies() {
-		if !have[fam] {
+		rule, ok := have[fam]
+		if !ok {
 			err := s.admin.CreateColumnFamily(ctx, s.cfg.Table, fam)
 			if err != nil && status.Code(err) != codes.AlreadyExists {
 				errs = append(errs, s.wrap(err, "create column family %s", fam))
 				continue
 			}
+		}
+		if ok && rule == policy.String() {
+			continue
 		}
 		if err := s.admin.SetGCPolicy(ctx, s.cfg.Table, fam, policy); err != nil {
 			errs = append(errs, s.wrap(err, "set GC policy of family %s", fam))

@@ -4,12 +4,15 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/uuid"
+	"google.golang.org/grpc"
 
 	"github.com/snapflip/snapflip/internal/testenv"
 	"github.com/snapflip/snapflip/snapshot"
@@ -21,14 +24,58 @@ func newStore(tb testing.TB) *store.Store {
 	return testenv.Store(tb, testenv.StoreConfig(testenv.Bigtable(tb)))
 }
 
-func TestEnsureSchemaIsIdempotent(t *testing.T) {
+// TestEnsureSchemaWritesOnlyWhatDiffers: the first EnsureSchema creates the table, its
+// families and their rules in one admin write; another with the same config writes
+// nothing; a changed TTL rewrites only the families whose rule depends on it.
+func TestEnsureSchemaWritesOnlyWhatDiffers(t *testing.T) {
 	addr := testenv.Bigtable(t)
-	st := testenv.Store(t, testenv.StoreConfig(addr))
-	if err := st.EnsureSchema(context.Background()); err != nil {
-		t.Fatalf("second EnsureSchema: %v", err)
+	table := "schema_" + strings.ReplaceAll(uuid.NewString(), "-", "")
+	var mu sync.Mutex
+	writes := map[string]int{}
+	ensure := func(ttl time.Duration) map[string]int {
+		t.Helper()
+		mu.Lock()
+		clear(writes)
+		mu.Unlock()
+		cfg := testenv.StoreConfig(addr)
+		cfg.Table, cfg.TTL = table, ttl
+		cfg.DialOptions = []grpc.DialOption{grpc.WithUnaryInterceptor(func(ctx context.Context, method string, req, reply any,
+			cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+			if m := method[strings.LastIndexByte(method, '/')+1:]; m == "CreateTable" || m == "ModifyColumnFamilies" {
+				mu.Lock()
+				writes[m]++
+				mu.Unlock()
+			}
+			return invoker(ctx, method, req, reply, cc, opts...)
+		})}
+		testenv.Store(t, cfg) // runs EnsureSchema
+		mu.Lock()
+		defer mu.Unlock()
+		return maps.Clone(writes)
 	}
-	if err := st.Ping(context.Background()); err != nil {
-		t.Fatalf("Ping: %v", err)
+	for _, step := range []struct {
+		ttl  time.Duration
+		want map[string]int
+	}{
+		{time.Hour, map[string]int{"CreateTable": 1}},
+		{time.Hour, map[string]int{}},
+		{2 * time.Hour, map[string]int{"ModifyColumnFamilies": 2}}, // documents and manifests
+		{2 * time.Hour, map[string]int{}},
+	} {
+		if got := ensure(step.ttl); !maps.Equal(got, step.want) {
+			t.Errorf("EnsureSchema with TTL %s made admin writes %v; want %v", step.ttl, got, step.want)
+		}
+	}
+	cfg := testenv.StoreConfig(addr)
+	cfg.Table, cfg.TTL = table, 2*time.Hour
+	rep, err := testenv.Store(t, cfg).CheckSchema(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range rep.Families {
+		if f.Have != f.Want {
+			t.Errorf("family %s: rule %q; want %q", f.Name, f.Have, f.Want)
+		}
 	}
 }
 
