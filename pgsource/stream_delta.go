@@ -144,13 +144,18 @@ func (st *stream) invalidFor(since *snapshot.Position) string {
 	switch {
 	case since == nil:
 		return "no parent"
+	case !st.fresh && since.Same(st.last):
+		// This reading saw since published, or found it holds what one of the
+		// reading's snapshots read (a no-op): whatever since was read with, the held
+		// transactions are what it lacks.
+		return ""
 	case since.Stream == nil:
 		return "the parent was not read with the stream"
 	case since.Stream.Slot != st.cfg.Slot:
 		return "the parent was read with slot " + since.Stream.Slot
 	case since.Stream.System != st.system:
 		return "the parent was read from another cluster, timeline or database (" + since.Stream.System + ", now " + st.system + ")"
-	case !st.fresh && !since.Same(st.last):
+	case !st.fresh:
 		return "the parent is not the version this reading last saw published (a rollback?)"
 	case st.fresh && st.start > since.Stream.Resume:
 		// A new reading holds every transaction committed from where the slot was

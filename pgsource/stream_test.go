@@ -163,6 +163,35 @@ func TestStreamNamesChangedKeys(t *testing.T) {
 	}
 }
 
+// A version read before the stream (the first after a slot is made, say) that a
+// snapshot of the stream's found to hold the same contents (a no-op) is followed from
+// there: the next version names only the keys written since, not a full comparison.
+func TestStreamFollowsAParentFoundEqual(t *testing.T) {
+	dsn := testenv.Postgres(t)
+	testenv.Exec(t, dsn,
+		`CREATE TABLE items (id bigint PRIMARY KEY, v text)`,
+		`INSERT INTO items SELECT g, 'v' || g FROM generate_series(1, 10) g`)
+	slot := fmt.Sprintf("snapflip_test_%d", time.Now().UnixNano()%1e12)
+	src := streamSource(t, dsn, slot, []pgsource.Collection{{Name: "items", Table: "items"}})
+	_, _, p0 := keyed(t, src, "items", nil)
+	// A parent read without the stream, with p0's contents (its fingerprints).
+	parent := p0
+	parent.LSN, parent.Snapshot, parent.Stream = 1, "1:1:", nil
+	if _, ok, _ := keyed(t, src, "items", &parent); ok {
+		t.Fatal("since a parent read without the stream: known; want unknown")
+	}
+	src.Holds(context.Background(), p0, parent) // the no-op: p0 read what parent holds
+	testenv.Exec(t, dsn, `UPDATE items SET v = 'changed' WHERE id = 3`, `DELETE FROM items WHERE id = 4`)
+	if got, ok, _ := keyed(t, src, "items", &parent); !ok || !slices.Equal(got, []string{"3", "4-"}) {
+		t.Fatalf("since the parent found equal: %v (known %v); want [3 4-]", got, ok)
+	}
+	other := parent
+	other.LSN, other.Snapshot = 2, "2:2:"
+	if _, ok, _ := keyed(t, src, "items", &other); ok {
+		t.Fatal("since another parent read without the stream: known; want unknown")
+	}
+}
+
 // A slot invalidated while no one read it (max_slot_wal_keep_size) is said loudly,
 // replaced, and the version after it is compared in full: the stream's history has a
 // gap, so it must not claim to know what changed.
