@@ -39,7 +39,11 @@ type StreamConfig struct {
 	CatchUp time.Duration
 	// WarnRetained is the WAL the slot may retain before a warning; default 1 GiB.
 	WarnRetained int64
-	Log          *slog.Logger
+	// NudgeAfter is how far, in bytes, the slot's restart position may lag its
+	// confirmed position, with no transaction held, before the reading asks the server
+	// to log a running-transactions record so that it moves; default 8 MiB.
+	NudgeAfter int64
+	Log        *slog.Logger
 }
 
 // StreamStats describes the stream, for metrics.
@@ -59,7 +63,7 @@ const ReasonStream ChangeReason = "stream"
 const maxStreamKeys = 20_000
 
 // streamStatusEvery is how often the reading confirms its position to the server and
-// how long it waits for a message; retainedEvery how often it reads the slot's
+// how long it waits for a message; retainedEvery how often it reports the slot's
 // retained WAL.
 const (
 	streamStatusEvery = time.Second
@@ -160,6 +164,9 @@ func (s *Source) Stream(ctx context.Context, cfg StreamConfig, changed func(Chan
 	}
 	if cfg.WarnRetained <= 0 {
 		cfg.WarnRetained = 1 << 30
+	}
+	if cfg.NudgeAfter <= 0 {
+		cfg.NudgeAfter = 8 << 20
 	}
 	log := cfg.Log
 	if log == nil {
@@ -268,9 +275,10 @@ func (st *stream) claimSlot(ctx context.Context, conn *pgx.Conn, repl *pgconn.Pg
 
 // read receives the stream until ctx ends or the connection fails.
 func (st *stream) read(ctx context.Context, conn *pgx.Conn, repl *pgconn.PgConn, changed func(Change), stats func(StreamStats)) error {
+	nudge := newNudger(st.connCfg, st.log, st.session)
+	defer nudge.close(ctx)
+	slot := &slotWatch{st: st, conn: conn, stats: stats, nudge: nudge}
 	nextStatus := time.Now()
-	var nextRetained time.Time
-	var warned time.Time
 	for {
 		now := time.Now()
 		if !now.Before(nextStatus) {
@@ -279,25 +287,8 @@ func (st *stream) read(ctx context.Context, conn *pgx.Conn, repl *pgconn.PgConn,
 			}
 			nextStatus = now.Add(streamStatusEvery)
 		}
-		if !now.Before(nextRetained) {
-			var retained int64
-			err := conn.QueryRow(ctx, `SELECT coalesce(pg_wal_lsn_diff(CASE WHEN pg_is_in_recovery() THEN pg_last_wal_replay_lsn()
-				ELSE pg_current_wal_lsn() END, restart_lsn), 0)::bigint FROM pg_replication_slots WHERE slot_name = $1`, st.cfg.Slot).Scan(&retained)
-			if err != nil {
-				return fmt.Errorf("read the slot's retained WAL: %w", err)
-			}
-			if retained > st.cfg.WarnRetained && now.Sub(warned) > time.Minute {
-				warned = now
-				st.log.WarnContext(ctx, "the replication slot retains much WAL on the source: are versions failing to publish?",
-					"retained_bytes", retained, "threshold", st.cfg.WarnRetained)
-			}
-			if stats != nil {
-				st.mu.Lock()
-				held := len(st.held)
-				st.mu.Unlock()
-				stats(StreamStats{RetainedBytes: retained, Held: held})
-			}
-			nextRetained = now.Add(retainedEvery)
+		if err := slot.check(ctx, now); err != nil {
+			return err
 		}
 		rctx, cancel := context.WithDeadline(ctx, nextStatus)
 		msg, err := repl.ReceiveMessage(rctx)

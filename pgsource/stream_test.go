@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/snapflip/snapflip/internal/testenv"
 	"github.com/snapflip/snapflip/pgsource"
 	"github.com/snapflip/snapflip/snapshot"
@@ -34,10 +36,16 @@ func streamSource(t *testing.T, dsn string, slot string, cs []pgsource.Collectio
 // returns once the stream is read.
 func startStream(t *testing.T, src *pgsource.Source, slot string, log *slog.Logger) (stop func()) {
 	t.Helper()
+	return startStreamWith(t, src, pgsource.StreamConfig{LogicalConfig: pgsource.LogicalConfig{Publication: slot, Slot: slot}, Log: log})
+}
+
+// startStreamWith is startStream with a config of the caller's.
+func startStreamWith(t *testing.T, src *pgsource.Source, cfg pgsource.StreamConfig) (stop func()) {
+	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() {
-		done <- src.Stream(ctx, pgsource.StreamConfig{LogicalConfig: pgsource.LogicalConfig{Publication: slot, Slot: slot}, Log: log}, nil, nil)
+		done <- src.Stream(ctx, cfg, nil, nil)
 	}()
 	stop = func() {
 		cancel()
@@ -283,4 +291,52 @@ func TestStreamPassesUnflushedWAL(t *testing.T) {
 	if !ok || !slices.Equal(got, []string{"1"}) {
 		t.Fatalf("items since p0 with a transaction in progress: %v (known %v) after %v; want [1]", got, ok, time.Since(start).Round(time.Millisecond))
 	}
+}
+
+// While only an unwatched table is written, the slot's restart position follows its
+// confirmed position within seconds: the reading has the server log the
+// running-transactions record that moves it rather than wait up to 15 s for the one
+// the server logs on its own (or a checkpoint). Without it, the restart position
+// passes the end of the writes within the wait only when such a record happens to
+// fall there.
+func TestStreamMovesRestartPosition(t *testing.T) {
+	dsn := testenv.Postgres(t)
+	testenv.Exec(t, dsn, `CREATE TABLE items (id bigint PRIMARY KEY, v text)`,
+		`CREATE TABLE other (id bigserial PRIMARY KEY, pad text NOT NULL)`)
+	slot := fmt.Sprintf("snapflip_test_%d", time.Now().UnixNano()%1e12)
+	src, err := pgsource.New(dsn, []pgsource.Collection{{Name: "items", Table: "items"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { testenv.DropSlot(t, dsn, slot) })
+	cfg := pgsource.StreamConfig{LogicalConfig: pgsource.LogicalConfig{Publication: slot, Slot: slot}, NudgeAfter: 1 << 20}
+	defer startStreamWith(t, src, cfg)()
+
+	// About 30 MB of WAL, none of it to a watched table.
+	testenv.Exec(t, dsn, slices.Repeat([]string{`INSERT INTO other (pad) SELECT repeat('x', 1000) FROM generate_series(1, 1000)`}, 30)...)
+	ctx := context.Background()
+	conn, err := pgx.Connect(ctx, dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	var end string
+	if err := conn.QueryRow(ctx, `SELECT pg_current_wal_lsn()::text`).Scan(&end); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	testenv.Eventually(t, 5*time.Second, func() error {
+		var restart, confirmed string
+		var passed bool
+		err := conn.QueryRow(ctx, `SELECT restart_lsn::text, confirmed_flush_lsn::text, restart_lsn >= $2::pg_lsn
+			FROM pg_replication_slots WHERE slot_name = $1`, slot, end).Scan(&restart, &confirmed, &passed)
+		if err != nil {
+			return err
+		}
+		if !passed {
+			return fmt.Errorf("%v after the writes ended at %s: restart_lsn %s, confirmed_flush_lsn %s; want restart_lsn past the writes",
+				time.Since(start).Round(time.Millisecond), end, restart, confirmed)
+		}
+		return nil
+	})
 }

@@ -1,0 +1,204 @@
+package pgsource
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// The reading's watch over its slot: the WAL it retains (metrics, a warning), and
+// its restart position. Postgres moves a logical slot's restart_lsn only where its
+// walsender decoded a running-transactions record (xl_running_xacts) that the
+// confirmed position has passed, and logs one every 15 s while WAL is written, or at
+// a checkpoint. While only unwatched tables are written the slot is confirmed as far
+// as the stream was read, yet would keep 15 s of the write rate. So when restart_lsn
+// lags the confirmed position by more than StreamConfig.NudgeAfter and nothing is
+// held, the reading asks the server to log one, at most once a second: with
+// pg_log_standby_snapshot() on Postgres 16 and later (if it may execute it), else by
+// creating and at once dropping a temporary logical slot, whose creation logs one
+// before it waits for the transactions in flight to end.
+
+// slotEvery is how often the reading reads its slot's positions.
+const slotEvery = time.Second
+
+// nudgeEvery is the least time between two requests for a running-transactions
+// record; nudgeBackoff the time after a failed one; nudgeWait how long a temporary
+// slot may wait for transactions in flight (its record is written by then).
+const (
+	nudgeEvery   = time.Second
+	nudgeBackoff = time.Minute
+	nudgeWait    = time.Second
+)
+
+// slotWatch is the reading's watch over its slot, used by the reading's goroutine.
+type slotWatch struct {
+	st           *stream
+	conn         *pgx.Conn
+	stats        func(StreamStats)
+	nudge        *nudger
+	next         time.Time // when to read the slot next
+	nextRetained time.Time // when to report the retained WAL next
+	warned       time.Time // when the retained WAL was last warned of
+}
+
+// check reads the slot's positions when due: it asks for a running-transactions
+// record when the restart position lags, and reports the retained WAL every
+// retainedEvery.
+func (w *slotWatch) check(ctx context.Context, now time.Time) error {
+	if now.Before(w.next) {
+		return nil
+	}
+	w.next = now.Add(slotEvery)
+	var retained, behind int64
+	var standby bool
+	err := w.conn.QueryRow(ctx, `SELECT coalesce(pg_wal_lsn_diff(CASE WHEN pg_is_in_recovery() THEN pg_last_wal_replay_lsn()
+		ELSE pg_current_wal_lsn() END, restart_lsn), 0)::bigint, coalesce(pg_wal_lsn_diff(confirmed_flush_lsn, restart_lsn), 0)::bigint,
+		pg_is_in_recovery() FROM pg_replication_slots WHERE slot_name = $1`, w.st.cfg.Slot).Scan(&retained, &behind, &standby)
+	if err != nil {
+		return fmt.Errorf("read the slot's retained WAL: %w", err)
+	}
+	st := w.st
+	st.mu.Lock()
+	held, receiving := len(st.held), st.cur != nil
+	st.mu.Unlock()
+	// A standby logs no running-transactions record: its primary's reach it.
+	if behind > st.cfg.NudgeAfter && held == 0 && !receiving && !standby {
+		w.nudge.poke(ctx, now)
+	}
+	if now.Before(w.nextRetained) {
+		return nil
+	}
+	w.nextRetained = now.Add(retainedEvery)
+	if retained > st.cfg.WarnRetained && now.Sub(w.warned) > time.Minute {
+		w.warned = now
+		st.log.WarnContext(ctx, "the replication slot retains much WAL on the source: are versions failing to publish?",
+			"retained_bytes", retained, "threshold", st.cfg.WarnRetained)
+	}
+	if w.stats != nil {
+		w.stats(StreamStats{RetainedBytes: retained, Held: held})
+	}
+	return nil
+}
+
+// nudger asks the server for a running-transactions record, one request at a time,
+// in the background on a connection of its own, so the stream is read meanwhile.
+type nudger struct {
+	connCfg *pgx.ConnConfig
+	log     *slog.Logger
+	slot    string // the temporary slot's name, the reading's own
+	wg      sync.WaitGroup
+
+	mu     sync.Mutex
+	busy   bool
+	next   time.Time // no request before
+	failed bool      // a request failed: said once
+
+	// Used by the request under way only.
+	conn   *pgx.Conn
+	byFunc bool // pg_log_standby_snapshot() is there and may be called
+}
+
+func newNudger(connCfg *pgx.ConnConfig, log *slog.Logger, session string) *nudger {
+	return &nudger{connCfg: connCfg, log: log, slot: "snapflip_nudge_" + strings.ReplaceAll(session, "-", "")}
+}
+
+// poke starts a request unless one is under way or it is too soon.
+func (n *nudger) poke(ctx context.Context, now time.Time) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.busy || now.Before(n.next) {
+		return
+	}
+	n.busy = true
+	n.wg.Add(1)
+	go func() {
+		defer n.wg.Done()
+		err := n.request(ctx)
+		n.mu.Lock()
+		defer n.mu.Unlock()
+		n.busy = false
+		n.next = time.Now().Add(nudgeEvery)
+		if err == nil || ctx.Err() != nil {
+			return
+		}
+		n.next = time.Now().Add(nudgeBackoff)
+		if !n.failed {
+			n.failed = true
+			n.log.WarnContext(ctx, "could not have the server log a running-transactions record: the slot's restart position "+
+				"then moves only every 15 s, and the slot retains that much more WAL; tried again each minute", "err", err)
+		}
+	}()
+}
+
+// close waits for the request under way and closes the connection.
+func (n *nudger) close(ctx context.Context) {
+	n.wg.Wait()
+	if n.conn != nil {
+		_ = closeConn(ctx, n.conn)
+		n.conn = nil
+	}
+}
+
+// request has the server log a running-transactions record. A failed request closes
+// its connection: a temporary slot it may have left ends with the session.
+func (n *nudger) request(ctx context.Context) error {
+	err := n.logRunning(ctx)
+	if err != nil && n.conn != nil {
+		_ = closeConn(ctx, n.conn)
+		n.conn = nil
+	}
+	return err
+}
+
+func (n *nudger) logRunning(ctx context.Context) error {
+	if n.conn == nil {
+		conn, err := pgx.ConnectConfig(ctx, n.connCfg)
+		if err != nil {
+			return fmt.Errorf("connect: %w", err)
+		}
+		n.conn = conn
+		var version int
+		if err := conn.QueryRow(ctx, `SELECT current_setting('server_version_num')::int`).Scan(&version); err != nil {
+			return fmt.Errorf("read the server's version: %w", err)
+		}
+		n.byFunc = version >= 160000
+	}
+	if n.byFunc {
+		_, err := n.conn.Exec(ctx, `SELECT pg_log_standby_snapshot()`)
+		if !isCode(err, "42501") { // insufficient_privilege: a temporary slot needs none but REPLICATION
+			return err
+		}
+		n.byFunc = false
+	}
+	return n.tempSlot(ctx)
+}
+
+// tempSlot creates and drops a temporary logical slot. Its creation logs a
+// running-transactions record, then waits for the transactions writing at that
+// moment to end: that wait is cut short, the record is written.
+func (n *nudger) tempSlot(ctx context.Context) error {
+	tx, err := n.conn.Begin(ctx)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = tx.Rollback(ctx) }()
+	if _, err := tx.Exec(ctx, fmt.Sprintf("SET LOCAL statement_timeout = %d", nudgeWait.Milliseconds())); err != nil {
+		return err
+	}
+	_, err = tx.Exec(ctx, `SELECT pg_create_logical_replication_slot($1, 'pgoutput', true)`, n.slot)
+	if isCode(err, "57014") { // query_canceled: the statement's end dropped the slot
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("create a temporary replication slot: %w", err)
+	}
+	if _, err := tx.Exec(ctx, `SELECT pg_drop_replication_slot($1)`, n.slot); err != nil {
+		return fmt.Errorf("drop the temporary replication slot %s: %w", n.slot, err)
+	}
+	return tx.Commit(ctx)
+}
