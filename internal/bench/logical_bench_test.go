@@ -610,9 +610,12 @@ func BenchmarkLogicalPgbench(b *testing.B) {
 // figure is the largest sample and the last; beside it, the largest distance from the
 // slot's confirmed position to the current one (what the syncer acknowledged). The
 // server moves restart_lsn only at a running-transactions record it decodes after the
-// confirmed position passed it, and logs one every 15 s while WAL is written (or at a
-// checkpoint): the retained WAL is about 15 s of the write rate, whatever the syncer
-// acknowledges. Run it with -benchtime 1x.
+// confirmed position passed it, and logs one on its own every 15 s while WAL is
+// written (or at a checkpoint). When restart_lsn lags the confirmed position by more
+// than 8 MiB with nothing held, the syncer has the server log one (at most once a
+// second): the slot retains about 8 MiB plus a second or two of the write rate at the
+// higher load, and at the lower, whose 15 s of WAL stay under 8 MiB, about 15 s of it.
+// Run it with -benchtime 1x.
 func BenchmarkLogicalWALRetained(b *testing.B) {
 	const window, perSec = 60 * time.Second, 200
 	defaultEnv(b)
