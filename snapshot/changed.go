@@ -123,7 +123,7 @@ func (lw *layerWriter) keyedOnly(ctx context.Context, ks KeyedScanner) (changedR
 	if err != nil || !ok {
 		return changedRows{}, err
 	}
-	if lw.merge == 0 && !lw.p.runsCached(lw.parent, lw.name) {
+	if !lw.p.runsCached(lw.parent, lw.name) {
 		// Too large for the run cache: the changed ids' parent documents are read by
 		// id, not the parent's whole run.
 		c.matched, err = lw.readParent(ctx, all)
@@ -161,7 +161,8 @@ func (lw *layerWriter) matchParent(ctx context.Context, docs []Document) (matche
 }
 
 // readParent returns the parent's entries of the ids of docs (in id order) that it
-// holds, made from its documents read through its chain by id.
+// holds, made from its documents read through its chain by id, each with the layer
+// it is from (as a merge needs).
 func (lw *layerWriter) readParent(ctx context.Context, docs []Document) ([]fromEntry, error) {
 	chain := lw.cur.Chain(lw.name)
 	var matched []fromEntry
@@ -171,13 +172,13 @@ func (lw *layerWriter) readParent(ctx context.Context, docs []Document) ([]fromE
 		for i, d := range batch {
 			ids[i] = d.ID
 		}
-		got, err := lw.p.Store.GetDocuments(ctx, lw.p.Dataset, chain, lw.name, ids)
+		got, err := lw.p.Store.LocateDocuments(ctx, lw.p.Dataset, chain, lw.name, ids)
 		if err != nil {
 			return nil, fmt.Errorf("read the parent's documents of the changed ids: %w", err)
 		}
 		for _, id := range ids {
-			if body, ok := got[id]; ok {
-				matched = append(matched, fromEntry{RunEntry: RunEntry{ID: id, Len: int64(len(body)), Sum: Contribution(id, body)}})
+			if d, ok := got[id]; ok {
+				matched = append(matched, fromEntry{RunEntry{ID: id, Len: int64(len(d.Body)), Sum: Contribution(id, d.Body)}, d.Layer})
 			}
 		}
 	}

@@ -51,7 +51,17 @@ type PublishStore interface {
 	// GetDocuments returns the documents of ids found through a chain (a merged
 	// delta copies the parent's unchanged documents).
 	GetDocuments(ctx context.Context, dataset string, chain []Version, collection string, ids []string) (map[string][]byte, error)
+	// LocateDocuments is GetDocuments that also says which layer of the chain each
+	// document was read from.
+	LocateDocuments(ctx context.Context, dataset string, chain []Version, collection string, ids []string) (map[string]Located, error)
 	RunReader
+}
+
+// Located is a document read through a chain, and the index in the chain (newest
+// first) of the layer that holds it.
+type Located struct {
+	Body  []byte
+	Layer int
 }
 
 // Publisher copies the source into storage under a fresh version and flips the pointer.

@@ -3,6 +3,7 @@ package store
 import (
 	"context"
 	"fmt"
+	"maps"
 	"slices"
 	"sort"
 	"strings"
@@ -57,6 +58,20 @@ func (s *Store) GetDocument(ctx context.Context, dataset string, chain []snapsho
 // (every layer's key of every id in one row list); ids that have no document are
 // absent from the map.
 func (s *Store) GetDocuments(ctx context.Context, dataset string, chain []snapshot.Version, collection string, ids []string) (map[string][]byte, error) {
+	found, err := s.LocateDocuments(ctx, dataset, chain, collection, ids)
+	if err != nil {
+		return nil, err
+	}
+	out := make(map[string][]byte, len(found))
+	for id, d := range found {
+		out[id] = d.Body
+	}
+	return out, nil
+}
+
+// LocateDocuments is GetDocuments that also says which layer of the chain (its index,
+// newest first) each document was read from.
+func (s *Store) LocateDocuments(ctx context.Context, dataset string, chain []snapshot.Version, collection string, ids []string) (map[string]snapshot.Located, error) {
 	ctx, cancel := s.op(ctx)
 	defer cancel()
 	prefixes := make([]string, len(chain))
@@ -70,11 +85,7 @@ func (s *Store) GetDocuments(ctx context.Context, dataset string, chain []snapsh
 			keys = append(keys, p+e)
 		}
 	}
-	type hit struct {
-		rank int
-		body []byte
-	}
-	found := make(map[string]hit, len(ids))
+	found := make(map[string]snapshot.Located, len(ids))
 	var derr error
 	err := s.tbl.ReadRows(ctx, keys, func(r bigtable.Row) bool {
 		rank, id, err := layerOf(prefixes, r.Key())
@@ -86,8 +97,8 @@ func (s *Store) GetDocuments(ctx context.Context, dataset string, chain []snapsh
 		if len(cells) == 0 {
 			return true
 		}
-		if h, ok := found[id]; !ok || rank < h.rank {
-			found[id] = hit{rank, cells[0].Value}
+		if h, ok := found[id]; !ok || rank < h.Layer {
+			found[id] = snapshot.Located{Body: cells[0].Value, Layer: rank}
 		}
 		return true
 	})
@@ -97,13 +108,8 @@ func (s *Store) GetDocuments(ctx context.Context, dataset string, chain []snapsh
 	if derr != nil {
 		return nil, derr
 	}
-	out := make(map[string][]byte, len(found))
-	for id, h := range found {
-		if len(h.body) > 0 {
-			out[id] = h.body
-		}
-	}
-	return out, nil
+	maps.DeleteFunc(found, func(_ string, d snapshot.Located) bool { return len(d.Body) == 0 }) // tombstones
+	return found, nil
 }
 
 // layerOf returns which prefix a row key is under (its rank in the chain) and the id.
