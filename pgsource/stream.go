@@ -58,9 +58,10 @@ type StreamStats struct {
 // table.
 const ReasonStream ChangeReason = "stream"
 
-// maxStreamKeys bounds the changed keys kept per collection and transaction; past it,
-// the collection is compared in full.
-const maxStreamKeys = 20_000
+// maxStreamKeys bounds the changed keys kept per collection, in a transaction and in
+// a version; past it, the collection is compared in full. (A version reads fewer by
+// id when its parent is small: snapshot decides.)
+const maxStreamKeys = 200_000
 
 // streamStatusEvery is how often the reading confirms its position to the server and
 // how long it waits for a message; retainedEvery how often it reports the slot's

@@ -2,6 +2,7 @@ package snapshot
 
 import (
 	"context"
+	"errors"
 	"fmt"
 )
 
@@ -22,6 +23,21 @@ type ChangedScanner interface {
 
 // maxChangedOnly bounds the changed rows held in memory to be read that way.
 const maxChangedOnly = 20_000
+
+// Keyed reads (the ids a change stream names, looked up by index) stay cheaper than
+// reading every row until about a tenth of the rows changed, so their bound grows
+// with the parent, from maxChangedOnly to maxKeyed ids; and the documents they hold
+// in memory at once stay within maxKeyedBytes.
+const (
+	maxKeyed      = 200_000
+	maxKeyedBytes = 64 << 20
+)
+
+// keyedLimit is how many changed ids a delta of a parent of rows reads by id.
+func keyedLimit(rows int64) int64 { return min(max(rows/10, maxChangedOnly), maxKeyed) }
+
+// errKeyedTooLarge stops a keyed read whose documents outgrow maxKeyedBytes.
+var errKeyedTooLarge = errors.New("the changed documents outgrow the keyed read's memory")
 
 // fromEntry is a parent entry with the index in the chain of the layer it is from.
 type fromEntry struct {
@@ -111,7 +127,11 @@ func (lw *layerWriter) changedOnly(ctx context.Context, cs ChangedScanner) (chan
 func (lw *layerWriter) keyedOnly(ctx context.Context, ks KeyedScanner) (changedRows, error) {
 	var c changedRows
 	var all []Document
-	ok, err := ks.ScanKeyed(ctx, lw.name, lw.since, maxChangedOnly, func(d Document) error {
+	var size int
+	ok, err := ks.ScanKeyed(ctx, lw.name, lw.since, keyedLimit(lw.parent.Rows), func(d Document) error {
+		if size += len(d.ID) + len(d.Body); size > maxKeyedBytes {
+			return errKeyedTooLarge
+		}
 		all = append(all, d)
 		if d.Body == nil {
 			c.gone = append(c.gone, d.ID)
@@ -120,6 +140,11 @@ func (lw *layerWriter) keyedOnly(ctx context.Context, ks KeyedScanner) (changedR
 		}
 		return nil
 	})
+	if errors.Is(err, errKeyedTooLarge) {
+		lw.p.log().InfoContext(ctx, "the changed documents are too large to hold: every id is compared",
+			"dataset", lw.p.Dataset, "collection", lw.name, "bytes_over", maxKeyedBytes)
+		return changedRows{}, nil
+	}
 	if err != nil || !ok {
 		return changedRows{}, err
 	}
