@@ -525,7 +525,8 @@ func pgbenchTPS(tb testing.TB, bin, dsn string, args ...string) float64 {
 // BenchmarkLogicalPgbench measures pgbench's TPC-B-like workload (scale 10, 4
 // clients, 30 s) with `syncer run` reading a logical slot on the pgbench tables
 // (accounts, branches and tellers as collections; history unwatched), against no
-// syncer, in alternate runs, three of each; the medians are compared. Before each run
+// syncer, and against pg_recvlogical alone decoding a slot (the floor of any logical
+// consumer), in alternate runs, three of each; the medians are compared. Before each run
 // with the syncer it is started and has caught up with the slot (the WAL of the run
 // before), so a run measures the stream and the syncs of its own writes. Run it with
 // -benchtime 1x.
@@ -548,12 +549,18 @@ func BenchmarkLogicalPgbench(b *testing.B) {
 	testenv.Store(b, testenv.StoreConfig(addr))
 	hz := clockTicks()
 	run := []string{"-c", "4", "-j", "2", "-T", dur, "-n"}
+	recvlogical := filepath.Join(filepath.Dir(bin), "pg_recvlogical")
 	for range b.N {
-		var with, without []float64
-		for r := range 2 * rounds {
-			if r%2 == 1 {
+		var with, without, decoding []float64
+		for r := range 3 * rounds {
+			switch r % 3 {
+			case 1:
 				without = append(without, pgbenchTPS(b, bin, dsn, run...))
 				b.Logf("  run %d, no syncer: %.0f tps", r+1, without[len(without)-1])
+				continue
+			case 2:
+				decoding = append(decoding, decodingAlone(b, recvlogical, dsn, func() float64 { return pgbenchTPS(b, bin, dsn, run...) }))
+				b.Logf("  run %d, decoding alone (pg_recvlogical): %.0f tps", r+1, decoding[len(decoding)-1])
 				continue
 			}
 			sp := startSyncerRun(b, syncer, cfg, dsn, addr)
@@ -591,8 +598,13 @@ func BenchmarkLogicalPgbench(b *testing.B) {
 		}
 		slices.Sort(with)
 		slices.Sort(without)
-		mw, mn := with[rounds/2], without[rounds/2]
+		slices.Sort(decoding)
+		mw, mn, md := with[rounds/2], without[rounds/2], decoding[rounds/2]
 		ratio := mw / mn
+		b.ReportMetric(md/mn, "decoding/nosyncer")
+		b.Logf("decoding alone (pg_recvlogical, test_decoding, every table): %v tps; median %.0f: %.3f of no syncer", decoding, md, md/mn)
+		record(b, Figure{Measurement: "the same pgbench with only `pg_recvlogical` decoding a slot (test_decoding, every table), against no syncer: what any logical consumer costs here",
+			Figure: fmt.Sprintf("%.3f (%.0f against %.0f tps)", md/mn, md, mn)})
 		b.ReportMetric(mw, "logical_tps")
 		b.ReportMetric(mn, "nosyncer_tps")
 		b.ReportMetric(ratio, "logical/nosyncer")
@@ -601,6 +613,25 @@ func BenchmarkLogicalPgbench(b *testing.B) {
 			Figure: fmt.Sprintf("%.3f (%.0f against %.0f tps, medians of %d alternate runs)", ratio, mw, mn, rounds),
 			Target: "≥ 0.95", Missed: ratio < 0.95})
 	}
+}
+
+// decodingAlone runs measure while pg_recvlogical reads a slot of test_decoding (every
+// table's changes, to /dev/null): the cost of logical decoding alone, with no syncer.
+func decodingAlone(b *testing.B, recvlogical, dsn string, measure func() float64) float64 {
+	b.Helper()
+	slot := fmt.Sprintf("floor_%d_%d", os.Getpid(), time.Now().UnixNano()%1e9)
+	testenv.Exec(b, dsn, fmt.Sprintf(`SELECT pg_create_logical_replication_slot('%s', 'test_decoding')`, slot))
+	defer dropSlot(b, dsn, slot)
+	cmd := exec.Command(recvlogical, "-d", dsn, "-S", slot, "--start", "-f", "/dev/null", "-s", "1")
+	if err := cmd.Start(); err != nil {
+		b.Fatalf("pg_recvlogical: %v", err)
+	}
+	defer func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }()
+	waitUntil(b, 30*time.Second, "pg_recvlogical reads its slot", func() bool {
+		active, _, _ := slotState(b, dsn, slot)
+		return active
+	}, func() string { return "" })
+	return measure()
 }
 
 // BenchmarkLogicalWALRetained measures the WAL a logical watch's slot retains
