@@ -63,6 +63,7 @@ func TestTTLKeepAlive(t *testing.T) {
 	stop := e.runSyncer(t, cfg)
 	defer stop()
 	first := e.awaitVersion(t, docPath("things", "plain"), "").version
+	testenv.EmulatorCollects(t, e.btAddr)
 	seen := e.readFor(t, docPath("things", "plain"), 12*time.Second)
 	if len(seen) < 4 {
 		t.Errorf("saw %d versions in 12s with a 3s TTL; want a republish at least every 1.5s: %v", len(seen), seen)

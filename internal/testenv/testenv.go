@@ -23,7 +23,11 @@ import (
 	"testing"
 	"time"
 
+	"cloud.google.com/go/bigtable"
 	"github.com/jackc/pgx/v5"
+	"google.golang.org/api/option"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/snapflip/snapflip/store"
 )
@@ -446,4 +450,38 @@ func DropSlot(tb testing.TB, dsn, slot string) {
 		_, err = conn.Exec(context.Background(), `SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE slot_name = $1`, slot)
 		return err
 	})
+}
+
+// EmulatorCollects makes the emulator at addr apply the GC rules of snapflip's table
+// from now on, as Bigtable always does. The emulator starts its collection only when
+// a family's rule is modified, not when a table is created with its rules (which is
+// how the syncer creates it), so this sets the documents family's rule again,
+// unchanged. A test of TTL expiry calls it once the table exists.
+func EmulatorCollects(tb testing.TB, addr string) {
+	tb.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	defer conn.Close()
+	cfg := StoreConfig(addr)
+	admin, err := bigtable.NewAdminClient(ctx, cfg.Project, cfg.Instance, option.WithGRPCConn(conn))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	info, err := admin.TableInfo(ctx, cfg.Table)
+	if err != nil {
+		tb.Fatalf("read table %s: %v", cfg.Table, err)
+	}
+	for _, f := range info.FamilyInfos {
+		if f.Name == "d" {
+			if err := admin.SetGCPolicy(ctx, cfg.Table, f.Name, f.FullGCPolicy); err != nil {
+				tb.Fatalf("set the GC rule of family d again: %v", err)
+			}
+			return
+		}
+	}
+	tb.Fatalf("table %s has no family d", cfg.Table)
 }
