@@ -41,7 +41,7 @@ func (m *metrics) lookup(k seriesKey) series {
 	return s
 }
 
-func newMetrics(reg *prometheus.Registry, cfg Config) *metrics {
+func newMetrics(reg *prometheus.Registry, cfg Config, watchers func() int) *metrics {
 	m := &metrics{
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "snapflip_api_requests_total",
 			Help: "HTTP requests by route, method and status."}, []string{"route", "method", "status"}),
@@ -49,7 +49,9 @@ func newMetrics(reg *prometheus.Registry, cfg Config) *metrics {
 			Help:    "HTTP request latency by route.",
 			Buckets: []float64{.0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5}}, []string{"route"}),
 	}
-	reg.MustRegister(m.requests, m.latency)
+	reg.MustRegister(m.requests, m.latency,
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "snapflip_api_watchers", Help: "Open GET /v1/watch streams."},
+			func() float64 { return float64(watchers()) }))
 	if cfg.CacheStats != nil {
 		reg.MustRegister(
 			prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "snapflip_api_cache_hits_total", Help: "Document cache hits."},

@@ -75,10 +75,23 @@ type Config struct {
 	AdminToken string
 	// Admin carries out the admin endpoints' rollbacks and unpins.
 	Admin Admin
+	// MaxWatchers is the most GET /v1/watch streams open at once; default 1000. Past
+	// it, a watch answers 503.
+	MaxWatchers int
+	// WatchHeartbeat is how often a watch stream with nothing to say gets a comment
+	// line, so that proxies keep it open; default 15s.
+	WatchHeartbeat time.Duration
+	// WatchInterval is how often the watch looks at the pointer the Reader keeps;
+	// default 250ms, half the resolver's default refresh, so that it sees every
+	// pointer a refresh reads.
+	WatchInterval time.Duration
 }
 
 // DefaultConfig returns the defaults.
-func DefaultConfig() Config { return Config{BatchLimit: 1000, PageLimit: 1000, MaxBodyBytes: 2 << 20} }
+func DefaultConfig() Config {
+	return Config{BatchLimit: 1000, PageLimit: 1000, MaxBodyBytes: 2 << 20,
+		MaxWatchers: 1000, WatchHeartbeat: 15 * time.Second, WatchInterval: 250 * time.Millisecond}
+}
 
 // Server is the HTTP handler of the metadata API.
 type Server struct {
@@ -87,6 +100,7 @@ type Server struct {
 	log     *slog.Logger
 	mux     *chi.Mux
 	metrics *metrics
+	flips   *broadcaster
 }
 
 //go:embed openapi.yaml
@@ -104,10 +118,20 @@ func NewServer(reader Reader, cfg Config, log *slog.Logger) *Server {
 	if cfg.MaxBodyBytes <= 0 {
 		cfg.MaxBodyBytes = def.MaxBodyBytes
 	}
+	if cfg.MaxWatchers <= 0 {
+		cfg.MaxWatchers = def.MaxWatchers
+	}
+	if cfg.WatchHeartbeat <= 0 {
+		cfg.WatchHeartbeat = def.WatchHeartbeat
+	}
+	if cfg.WatchInterval <= 0 {
+		cfg.WatchInterval = def.WatchInterval
+	}
 	s := &Server{reader: reader, cfg: cfg, log: logger(log)}
+	s.flips = newBroadcaster(reader, cfg.WatchInterval, cfg.MaxWatchers, s.log.WarnContext)
 	r := chi.NewRouter()
 	if cfg.Registry != nil {
-		s.metrics = newMetrics(cfg.Registry, cfg)
+		s.metrics = newMetrics(cfg.Registry, cfg, s.flips.count)
 		r.Use(s.metrics.middleware)
 	}
 	r.Use(escapedRouting, s.recoverer, s.accessLog, s.strictQuery)
@@ -132,6 +156,7 @@ func NewServer(reader Reader, cfg Config, log *slog.Logger) *Server {
 		r.Post("/v1/admin/rollback", s.requireToken(s.handle(s.adminRollback)))
 		r.Post("/v1/admin/unpin", s.requireToken(s.handle(s.adminUnpin)))
 	}
+	r.Get("/v1/watch", s.watch)
 	r.NotFound(func(w http.ResponseWriter, r *http.Request) {
 		writeProblem(w, Problem{Type: typeNotFound, Title: "Not found", Status: http.StatusNotFound,
 			Detail: "no route " + r.Method + " " + truncate(r.URL.EscapedPath(), 200)})
@@ -249,6 +274,10 @@ type statusWriter struct {
 }
 
 func (w *statusWriter) WriteHeader(code int) { w.status = code; w.ResponseWriter.WriteHeader(code) }
+
+// Unwrap lets http.ResponseController reach the connection (a watch stream flushes
+// and sets deadlines through it).
+func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 
 // pathParam returns the decoded URL parameter, or an ErrInvalid error naming it.
 func pathParam(r *http.Request, name string, maxBytes int) (string, error) {

@@ -1,0 +1,357 @@
+package api
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/snapflip/snapflip/snapshot"
+)
+
+// The kinds of a flip event: what a client that holds the version the stream last
+// named must do with the new one.
+const (
+	// FlipChild: the new version's parent is the version the stream last named; its
+	// collections' own layers say what changed since.
+	FlipChild = "child"
+	// FlipRollback: an operator rolled the pointer back (it is pinned); reload.
+	FlipRollback = "rollback"
+	// FlipBase: a new base, a full copy, or a lineage the stream cannot vouch for (the
+	// client's version is not the parent); reload.
+	FlipBase = "base"
+)
+
+// watchRetry is the reconnection delay a watch stream suggests (its retry field) and
+// the Retry-After of a watch refused for the limit or the shutdown.
+const watchRetry = 2 * time.Second
+
+// watchWriteTimeout bounds each write to a watch stream: a client that stops reading
+// loses its stream instead of holding a slot for ever.
+const watchWriteTimeout = 30 * time.Second
+
+// flipsKept is how many changes the broadcaster keeps for watchers that have not
+// written them yet; one further behind skips to the oldest kept, and the kind of its
+// next event says whether the lineage still holds.
+const flipsKept = 64
+
+// flipEvent is the data of one event of GET /v1/watch. It is made from the pointer and
+// the manifest alone, so every replica that sees a flip describes it the same way.
+type flipEvent struct {
+	Version snapshot.Version `json:"version"`
+	// Parent is the version the new version's layers were computed against (the
+	// manifest's parent); absent for a full copy or a first version.
+	Parent snapshot.Version `json:"parent,omitempty"`
+	// Previous is the version the flip replaced (the pointer's).
+	Previous snapshot.Version `json:"previous,omitempty"`
+	// Kind is set per stream, against the version the stream last named.
+	Kind        string                    `json:"kind"`
+	Pinned      bool                      `json:"pinned"`
+	PinReason   string                    `json:"pin_reason,omitempty"`
+	FlippedAt   time.Time                 `json:"flipped_at"`
+	Collections map[string]flipCollection `json:"collections"`
+}
+
+// flipCollection is one collection of a flip event.
+type flipCollection struct {
+	Rows int64 `json:"rows"`
+	// Own is what the version's own layer changed against its parent; absent for a
+	// full copy, which does not record it.
+	Own *flipOwn `json:"own,omitempty"`
+}
+
+// flipOwn counts the ids a version's own layer of a collection changed.
+type flipOwn struct {
+	// Layer is what the publish wrote: "base", "delta", or "none" when nothing changed.
+	Layer string `json:"layer"`
+	// IDs is inserted + changed + deleted: the ids whose document differs from the
+	// parent's.
+	IDs      int64 `json:"ids"`
+	Inserted int64 `json:"inserted"`
+	Changed  int64 `json:"changed"`
+	Deleted  int64 `json:"deleted"`
+}
+
+func newFlipEvent(p snapshot.Pointer, m snapshot.Manifest) flipEvent {
+	ev := flipEvent{Version: p.Version, Parent: m.Parent, Previous: p.Previous, Pinned: p.Pinned,
+		FlippedAt: p.FlippedAt, Collections: make(map[string]flipCollection, len(m.Collections))}
+	if p.Pinned {
+		ev.PinReason = p.Reason
+	}
+	for name, c := range m.Collections {
+		fc := flipCollection{Rows: c.Rows}
+		if o := c.Own; o != nil {
+			layer := o.Kind
+			if layer == "" {
+				layer = "none"
+			}
+			fc.Own = &flipOwn{Layer: layer, IDs: o.Inserted + o.Changed + o.Deleted,
+				Inserted: o.Inserted, Changed: o.Changed, Deleted: o.Deleted}
+		}
+		ev.Collections[name] = fc
+	}
+	return ev
+}
+
+// flipKind says what a flip to ev is to a client that holds last ("" when it holds
+// nothing the stream knows of).
+func flipKind(last snapshot.Version, ev flipEvent) string {
+	switch {
+	case last != "" && ev.Parent == last:
+		return FlipChild
+	case ev.Pinned: // only a rollback moves the pointer and pins it
+		return FlipRollback
+	}
+	return FlipBase
+}
+
+// flipRecord is one change of the pointer, numbered in the order the broadcaster saw
+// them.
+type flipRecord struct {
+	seq   uint64
+	event flipEvent
+}
+
+// errWatchRefused is a watch refused for the limit or the shutdown.
+var errWatchRefused = errors.New("watch refused")
+
+// watcher is one open stream's place in the broadcaster's changes.
+type watcher struct{ next uint64 }
+
+// broadcaster looks at the pointer the Reader keeps (refreshed by the resolver's own
+// loop: the broadcaster never reads storage for it) and hands every change to the
+// watchers, who block on it. It runs while someone watches.
+type broadcaster struct {
+	reader   Reader
+	interval time.Duration
+	limit    int
+	log      func(ctx context.Context, msg string, args ...any)
+
+	mu       sync.Mutex
+	watchers int
+	stop     context.CancelFunc // ends the running loop; nil when none runs
+	recent   []flipRecord       // the last flipsKept changes of the running loop, oldest first
+	seq      uint64             // the newest record's seq
+	changed  chan struct{}      // closed, and replaced, when a record is added
+	closed   chan struct{}      // closed when the server shuts down
+	isClosed bool
+}
+
+func newBroadcaster(reader Reader, interval time.Duration, limit int, log func(context.Context, string, ...any)) *broadcaster {
+	return &broadcaster{reader: reader, interval: interval, limit: limit, log: log,
+		changed: make(chan struct{}), closed: make(chan struct{})}
+}
+
+// join takes a watcher's slot, starting the loop for the first one. The watcher's first
+// change is the newest one seen (the current version), or the first one to come. It
+// returns errWatchRefused over the limit or after close.
+func (b *broadcaster) join() (*watcher, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.isClosed {
+		return nil, fmt.Errorf("%w: the server is shutting down", errWatchRefused)
+	}
+	if b.watchers >= b.limit {
+		return nil, fmt.Errorf("%w: this replica serves its limit of %d watchers", errWatchRefused, b.limit)
+	}
+	b.watchers++
+	if b.stop == nil {
+		ctx, cancel := context.WithCancel(context.Background())
+		b.stop, b.recent = cancel, nil
+		go b.run(ctx)
+	}
+	w := &watcher{next: b.seq + 1}
+	if len(b.recent) > 0 {
+		w.next = b.seq
+	}
+	return w, nil
+}
+
+// leave gives a watcher's slot back, stopping the loop with the last one.
+func (b *broadcaster) leave(*watcher) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.watchers--
+	if b.watchers == 0 && b.stop != nil {
+		b.stop()
+		b.stop = nil
+	}
+}
+
+// count returns the open streams.
+func (b *broadcaster) count() int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.watchers
+}
+
+// close ends every stream and refuses new ones.
+func (b *broadcaster) close() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if !b.isClosed {
+		b.isClosed = true
+		close(b.closed)
+	}
+}
+
+// since returns the changes the watcher has not had yet, and a channel closed when
+// there are more.
+func (b *broadcaster) since(w *watcher) ([]flipRecord, <-chan struct{}) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	var out []flipRecord
+	for _, r := range b.recent {
+		if r.seq >= w.next {
+			out = append(out, r)
+		}
+	}
+	w.next = b.seq + 1
+	return out, b.changed
+}
+
+// run looks at the pointer every interval until ctx ends, adding a record for each new
+// version.
+func (b *broadcaster) run(ctx context.Context) {
+	t := time.NewTicker(b.interval)
+	defer t.Stop()
+	var last, failed snapshot.Version
+	for {
+		if p, err := b.reader.Pointer(ctx); err == nil && p.Version != last {
+			view, err := b.reader.View(ctx, p.Version)
+			switch {
+			case err == nil:
+				b.add(ctx, newFlipEvent(p, view.Manifest))
+				last, failed = p.Version, ""
+			case ctx.Err() == nil && failed != p.Version:
+				// Tried again every interval; said once.
+				b.log(ctx, "watch: cannot describe the current version", "version", p.Version, "err", err)
+				failed = p.Version
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// add records a change and wakes the watchers, unless ctx (the loop's) has ended: a
+// stopped loop's late result is not the running one's.
+func (b *broadcaster) add(ctx context.Context, ev flipEvent) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if ctx.Err() != nil {
+		return
+	}
+	b.seq++
+	b.recent = append(b.recent, flipRecord{seq: b.seq, event: ev})
+	if n := len(b.recent); n > flipsKept {
+		b.recent = append(b.recent[:0:0], b.recent[n-flipsKept:]...)
+	}
+	close(b.changed)
+	b.changed = make(chan struct{})
+}
+
+// CloseWatches ends every GET /v1/watch stream and refuses new ones; call it when
+// shutdown starts (http.Server.RegisterOnShutdown), so that the drain does not wait on
+// streams that never end by themselves.
+func (s *Server) CloseWatches() { s.flips.close() }
+
+// watch answers GET /v1/watch: a Server-Sent Events stream with one "flip" event per
+// change of the pointer, the current version first. An event's id is its version; a
+// Last-Event-ID naming the current version skips it.
+func (s *Server) watch(w http.ResponseWriter, r *http.Request) {
+	sub, err := s.flips.join()
+	if err != nil {
+		w.Header().Set("Retry-After", strconv.Itoa(int(watchRetry/time.Second)))
+		writeProblem(w, Problem{Type: typeUnavailable, Title: "Cannot watch now", Status: http.StatusServiceUnavailable,
+			Detail: err.Error() + "; retry"})
+		return
+	}
+	defer s.flips.leave(sub)
+	rc := http.NewResponseController(w)
+	// The server's read timeout would end the request, and its write timeout the
+	// stream; a stream lives as long as its client, each write bounded on its own.
+	_ = rc.SetReadDeadline(time.Time{})
+	h := w.Header()
+	h.Set("Content-Type", "text/event-stream")
+	h.Set("Cache-Control", "no-cache")
+	h.Set("X-Accel-Buffering", "no") // nginx: pass each event on at once
+	w.WriteHeader(http.StatusOK)
+	st := &eventStream{w: w, rc: rc}
+	st.printf("retry: %d\n\n", watchRetry.Milliseconds())
+	last := lastEventID(r)
+	heartbeat := time.NewTicker(s.cfg.WatchHeartbeat)
+	defer heartbeat.Stop()
+	for st.err == nil {
+		recs, changed := s.flips.since(sub)
+		for _, rec := range recs {
+			if rec.event.Version == last {
+				continue
+			}
+			ev := rec.event
+			ev.Kind = flipKind(last, ev)
+			st.event(ev)
+			last = ev.Version
+		}
+		select {
+		case <-changed:
+		case <-heartbeat.C:
+			st.printf(": ping\n\n")
+		case <-r.Context().Done():
+			return
+		case <-s.flips.closed:
+			return
+		}
+	}
+}
+
+// lastEventID returns the version a reconnecting client names, or "" when it names
+// none (or something that is not a version).
+func lastEventID(r *http.Request) snapshot.Version {
+	v, err := snapshot.ParseVersion(r.Header.Get("Last-Event-ID"))
+	if err != nil {
+		return ""
+	}
+	return v
+}
+
+// eventStream writes a Server-Sent Events stream; after the first failed write it
+// writes nothing more and err says why.
+type eventStream struct {
+	w   http.ResponseWriter
+	rc  *http.ResponseController
+	err error
+}
+
+func (st *eventStream) printf(format string, args ...any) {
+	if st.err != nil {
+		return
+	}
+	_ = st.rc.SetWriteDeadline(time.Now().Add(watchWriteTimeout))
+	_, st.err = fmt.Fprintf(st.w, format, args...)
+	st.flush()
+}
+
+func (st *eventStream) event(ev flipEvent) {
+	data, err := json.Marshal(ev)
+	if err != nil {
+		st.err = err
+		return
+	}
+	st.printf("id: %s\nevent: flip\ndata: %s\n\n", ev.Version, data)
+}
+
+func (st *eventStream) flush() {
+	if st.err == nil {
+		if err := st.rc.Flush(); err != nil && !errors.Is(err, http.ErrNotSupported) {
+			st.err = err
+		}
+	}
+}

@@ -1,0 +1,148 @@
+package api_test
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/snapflip/snapflip/api"
+	"github.com/snapflip/snapflip/snapshot"
+)
+
+// watchBlocks opens GET /v1/watch with Last-Event-ID last (when not empty) and returns
+// its first n blocks, each as its lines. The end-to-end suite runs the stream against
+// real flips; this checks what an event says of a manifest.
+func watchBlocks(tb testing.TB, h http.Handler, last string, n int) [][]string {
+	tb.Helper()
+	srv := httptest.NewServer(h)
+	defer srv.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, srv.URL+"/v1/watch", nil)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	if last != "" {
+		req.Header.Set("Last-Event-ID", last)
+	}
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	defer res.Body.Close()
+	if ct := res.Header.Get("Content-Type"); res.StatusCode != 200 || ct != "text/event-stream" {
+		tb.Fatalf("GET /v1/watch = %d %s; want 200 text/event-stream", res.StatusCode, ct)
+	}
+	var blocks [][]string
+	var block []string
+	sc := bufio.NewScanner(res.Body)
+	for len(blocks) < n && sc.Scan() {
+		if sc.Text() != "" {
+			block = append(block, sc.Text())
+			continue
+		}
+		blocks = append(blocks, block)
+		block = nil
+	}
+	if len(blocks) < n {
+		tb.Fatalf("the stream ended after %d blocks (%v); want %d", len(blocks), sc.Err(), n)
+	}
+	return blocks
+}
+
+// TestWatchDescribesTheManifest: the first event is the current version, with its
+// parent, and per collection its rows and the ids its own layer changed; its kind is
+// child only against its parent; a Last-Event-ID naming it sends nothing.
+func TestWatchDescribesTheManifest(t *testing.T) {
+	f := &fakeReader{manifests: layeredManifests(time.Now())}
+	s := api.NewServer(f, api.Config{WatchInterval: time.Millisecond}, slog.New(slog.DiscardHandler))
+	type own struct {
+		Layer                           string
+		IDs, Inserted, Changed, Deleted int64
+	}
+	type event struct {
+		Version, Parent, Kind string
+		Collections           map[string]struct {
+			Rows int64
+			Own  *own
+		}
+	}
+	for _, tc := range []struct{ last, kind string }{
+		{"", api.FlipBase},
+		{string(verDelta), api.FlipChild},
+		{string(verBase), api.FlipBase},
+	} {
+		blocks := watchBlocks(t, s, tc.last, 2)
+		if diff := cmp.Diff([]string{"retry: 2000"}, blocks[0]); diff != "" {
+			t.Errorf("first block (-want +got):\n%s", diff)
+		}
+		b := blocks[1]
+		if len(b) != 3 || b[0] != "id: "+string(ver) || b[1] != "event: flip" || !strings.HasPrefix(b[2], "data: ") {
+			t.Fatalf("Last-Event-ID %q: event %q; want id, event flip and data", tc.last, b)
+		}
+		var got event
+		if err := json.Unmarshal([]byte(strings.TrimPrefix(b[2], "data: ")), &got); err != nil {
+			t.Fatal(err)
+		}
+		if got.Version != string(ver) || got.Parent != string(verDelta) || got.Kind != tc.kind {
+			t.Errorf("Last-Event-ID %q: version %s, parent %s, kind %q; want %s, %s, %q", tc.last, got.Version, got.Parent, got.Kind, ver, verDelta, tc.kind)
+		}
+		want := map[string]own{
+			"orders": {Layer: "delta", IDs: 6, Inserted: 3, Changed: 2, Deleted: 1},
+			"users":  {Layer: "base", IDs: 40, Inserted: 40},
+			"tags":   {Layer: "none"},
+		}
+		for name, w := range want {
+			if c := got.Collections[name]; c.Own == nil || *c.Own != w {
+				t.Errorf("collection %s: %+v; want own %+v", name, c.Own, w)
+			}
+		}
+	}
+	// Naming the current version: heartbeats, no event.
+	beats := api.NewServer(f, api.Config{WatchInterval: time.Millisecond, WatchHeartbeat: 10 * time.Millisecond},
+		slog.New(slog.DiscardHandler))
+	blocks := watchBlocks(t, beats, string(ver), 3)
+	if diff := cmp.Diff([][]string{{"retry: 2000"}, {": ping"}, {": ping"}}, blocks); diff != "" {
+		t.Errorf("Last-Event-ID the current version (-want +got):\n%s", diff)
+	}
+}
+
+// TestWatchPinnedIsRollback: a flip to a pinned pointer is a rollback unless it is a
+// child of the version the stream last named.
+func TestWatchPinnedIsRollback(t *testing.T) {
+	f := &pinnedReader{fakeReader{manifests: layeredManifests(time.Now())}}
+	s := api.NewServer(f, api.Config{WatchInterval: time.Millisecond}, slog.New(slog.DiscardHandler))
+	for _, tc := range []struct{ last, kind string }{
+		{"", api.FlipRollback},
+		{string(verBase), api.FlipRollback},
+		{string(verDelta), api.FlipChild},
+	} {
+		var got struct {
+			Kind      string
+			Pinned    bool
+			PinReason string `json:"pin_reason"`
+		}
+		data := strings.TrimPrefix(watchBlocks(t, s, tc.last, 2)[1][2], "data: ")
+		if err := json.Unmarshal([]byte(data), &got); err != nil {
+			t.Fatal(err)
+		}
+		if got.Kind != tc.kind || !got.Pinned || got.PinReason != "bad import" {
+			t.Errorf("Last-Event-ID %q: %s; want kind %q, pinned for \"bad import\"", tc.last, data, tc.kind)
+		}
+	}
+}
+
+// pinnedReader's pointer was rolled back.
+type pinnedReader struct{ fakeReader }
+
+func (p *pinnedReader) Pointer(context.Context) (snapshot.Pointer, error) {
+	return snapshot.Pointer{Version: ver, Pinned: true, Reason: "bad import"}, nil
+}
