@@ -34,7 +34,7 @@ type MetadataAPI struct {
 type apiFlags struct {
 	addr, dataset, project, instance, table, profile string
 	refresh, drain, maxStale                         time.Duration
-	cacheSize, batchLimit                            int
+	cacheSize, batchLimit, maxWatchers               int
 	logFormat, logLevel                              string
 }
 
@@ -86,6 +86,7 @@ shutdown, 1 when it could not serve, 2 for a usage mistake.`,
 	fs.IntVar(&o.cacheSize, "cache-size", 100_000, "documents cached by (version, collection, id); negative: off")
 	bindEnv(fs, "cache-size", EnvCacheSize)
 	fs.IntVar(&o.batchLimit, "batch-limit", 1000, "the most ids one batchGet may ask for")
+	fs.IntVar(&o.maxWatchers, "max-watchers", 1000, "the most GET /v1/watch streams open at once; past it, a watch answers 503")
 	fs.DurationVar(&o.maxStale, "max-stale", time.Minute, "how long the last good pointer is served while Bigtable cannot be read; past it, reads answer 503 and /readyz fails")
 	bindEnv(fs, "max-stale", EnvMaxStale)
 	logFlags(root, fs, &o.logFormat, &o.logLevel)
@@ -96,6 +97,9 @@ shutdown, 1 when it could not serve, 2 for a usage mistake.`,
 func (m *MetadataAPI) serve(ctx context.Context, def store.Config, o *apiFlags) error {
 	if o.refresh <= 0 {
 		return fmt.Errorf("%w: --pointer-refresh %s: must be positive", ErrUsage, o.refresh)
+	}
+	if o.maxWatchers <= 0 {
+		return fmt.Errorf("%w: --max-watchers %d: must be positive", ErrUsage, o.maxWatchers)
 	}
 	log, err := newLogger(m.Stderr, o.logFormat, o.logLevel)
 	if err != nil {
@@ -139,9 +143,12 @@ func (m *MetadataAPI) serve(ctx context.Context, def store.Config, o *apiFlags) 
 		AdminToken: token,
 		Admin:      admin,
 		BatchLimit: o.batchLimit,
-		Registry:   reg,
-		CacheStats: res.CacheStats,
-		PointerAge: res.PointerAge,
+		// Twice per refresh, so the watch sees every pointer a refresh reads.
+		WatchInterval: o.refresh / 2,
+		MaxWatchers:   o.maxWatchers,
+		Registry:      reg,
+		CacheStats:    res.CacheStats,
+		PointerAge:    res.PointerAge,
 		ServedVersion: func() snapshot.Version {
 			p, err := res.Pointer(context.Background())
 			if err != nil {
@@ -158,6 +165,8 @@ func (m *MetadataAPI) serve(ctx context.Context, def store.Config, o *apiFlags) 
 		IdleTimeout:       2 * time.Minute,
 		MaxHeaderBytes:    64 << 10,
 	}
+	// Watch streams end only when told: end them as the drain starts.
+	srv.RegisterOnShutdown(handler.CloseWatches)
 	ln, err := net.Listen("tcp", o.addr)
 	if err != nil {
 		return fmt.Errorf("listen on %s: %w", o.addr, err)

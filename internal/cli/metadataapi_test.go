@@ -25,3 +25,12 @@ func TestMetadataAPIEnvErrorsNameTheVariable(t *testing.T) {
 		t.Errorf("with --cache-size given, Run = %v; want the flag to win over %s (and the zero refresh refused)", err, EnvCacheSize)
 	}
 }
+
+// TestMetadataAPIRefusesNoWatchers: --max-watchers must leave room for one.
+func TestMetadataAPIRefusesNoWatchers(t *testing.T) {
+	m := &MetadataAPI{Getenv: env(nil), Stderr: io.Discard}
+	err := m.Run(context.Background(), []string{"--addr", "127.0.0.1:0", "--max-watchers", "0"})
+	if !errors.Is(err, ErrUsage) || !strings.Contains(err.Error(), "--max-watchers") {
+		t.Errorf("--max-watchers 0: Run = %v; want a usage error naming the flag", err)
+	}
+}
