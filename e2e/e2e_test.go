@@ -102,6 +102,12 @@ func (e *env) getenv(k string) string {
 // overrides are environment variables as key, value pairs that replace e.getenv's.
 func (e *env) startAPI(tb testing.TB, overrides ...string) {
 	tb.Helper()
+	e.startAPIWith(tb, nil, overrides...)
+}
+
+// startAPIWith is startAPI with more command-line arguments.
+func (e *env) startAPIWith(tb testing.TB, args []string, overrides ...string) {
+	tb.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	addrc := make(chan string, 1)
 	done := make(chan error, 1)
@@ -114,7 +120,7 @@ func (e *env) startAPI(tb testing.TB, overrides ...string) {
 		return e.getenv(k)
 	}
 	m := &cli.MetadataAPI{Getenv: getenv, Stderr: io.Discard, Listening: func(a string) { addrc <- a }}
-	go func() { done <- m.Run(ctx, []string{"--addr", "127.0.0.1:0"}) }()
+	go func() { done <- m.Run(ctx, append([]string{"--addr", "127.0.0.1:0"}, args...)) }()
 	select {
 	case a := <-addrc:
 		e.base = "http://" + a

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -66,6 +67,94 @@ var openapiDoc = sync.OnceValues(func() (*openapiSpec, error) {
 	}
 	return &openapiSpec{doc: doc, router: router, problem: problem}, nil
 })
+
+func init() { openapi3filter.RegisterBodyDecoder("text/event-stream", eventStreamDecoder) }
+
+// eventSchemas names the schema of each event type a text/event-stream response may
+// send: an event's data is JSON matching it.
+var eventSchemas = map[string]string{"flip": "FlipEvent"}
+
+// eventStreamDecoder lets kin-openapi check a text/event-stream body, as much of it as
+// the test read: every complete event's type must be in eventSchemas and its data must
+// match that type's schema in the document. The body itself is the value checked
+// against the media type's schema (a string).
+func eventStreamDecoder(body io.Reader, _ http.Header, _ *openapi3.SchemaRef, _ openapi3filter.EncodingFn) (any, error) {
+	raw, err := io.ReadAll(body)
+	if err != nil {
+		return nil, err
+	}
+	spec, err := openapiDoc()
+	if err != nil {
+		return nil, err
+	}
+	events, _ := splitEvents(raw)
+	for i, ev := range events {
+		if !ev.hasData {
+			continue // a comment or the retry hint
+		}
+		name, ok := eventSchemas[ev.event]
+		if !ok {
+			return nil, fmt.Errorf("event %d: type %q is not one the document describes", i, ev.event)
+		}
+		schema := spec.doc.Components.Schemas[name]
+		if schema == nil || schema.Value == nil {
+			return nil, fmt.Errorf("the document has no schema %s", name)
+		}
+		var v any
+		if err := json.Unmarshal([]byte(ev.data), &v); err != nil {
+			return nil, fmt.Errorf("event %d (%s, id %q): data is not JSON: %v", i, ev.event, ev.id, err)
+		}
+		if err := schema.Value.VisitJSON(v, openapi3.MultiErrors(), openapi3.VisitAsResponse()); err != nil {
+			return nil, fmt.Errorf("event %d (%s, id %q): data does not match %s: %w", i, ev.event, ev.id, name, err)
+		}
+	}
+	return string(raw), nil
+}
+
+// sseEvent is one block of a Server-Sent Events stream.
+type sseEvent struct {
+	id, event, data, retry string
+	hasData                bool
+	comments               []string
+}
+
+// splitEvents parses the complete blocks of a text/event-stream body (each ended by a
+// blank line) and returns them with what follows the last one.
+func splitEvents(raw []byte) ([]sseEvent, []byte) {
+	var out []sseEvent
+	for {
+		i := bytes.Index(raw, []byte("\n\n"))
+		if i < 0 {
+			return out, raw
+		}
+		block := string(raw[:i])
+		raw = raw[i+2:]
+		var ev sseEvent
+		for line := range strings.SplitSeq(block, "\n") {
+			if c, ok := strings.CutPrefix(line, ":"); ok {
+				ev.comments = append(ev.comments, strings.TrimPrefix(c, " "))
+				continue
+			}
+			field, value, _ := strings.Cut(line, ":")
+			value = strings.TrimPrefix(value, " ")
+			switch field {
+			case "id":
+				ev.id = value
+			case "event":
+				ev.event = value
+			case "retry":
+				ev.retry = value
+			case "data":
+				if ev.hasData {
+					ev.data += "\n"
+				}
+				ev.data += value
+				ev.hasData = true
+			}
+		}
+		out = append(out, ev)
+	}
+}
 
 // allowed lists the methods the document has for req's path, as an Allow header.
 func (s *openapiSpec) allowed(req *http.Request) string {
