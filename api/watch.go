@@ -275,10 +275,9 @@ func (s *Server) watch(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	defer s.flips.leave(sub)
+	// The server's write timeout would end the stream: each write has a deadline of
+	// its own instead (eventStream.printf).
 	rc := http.NewResponseController(w)
-	// The server's read timeout would end the request, and its write timeout the
-	// stream; a stream lives as long as its client, each write bounded on its own.
-	_ = rc.SetReadDeadline(time.Time{})
 	h := w.Header()
 	h.Set("Content-Type", "text/event-stream")
 	h.Set("Cache-Control", "no-cache")

@@ -17,16 +17,22 @@ import (
 	"github.com/snapflip/snapflip/snapshot"
 )
 
-// watchBlocks opens GET /v1/watch with Last-Event-ID last (when not empty) and returns
-// its first n blocks, each as its lines. The end-to-end suite runs the stream against
-// real flips; this checks what an event says of a manifest.
-func watchBlocks(tb testing.TB, h http.Handler, last string, n int) [][]string {
+// serveWatch serves h until the test ends and returns its URL.
+func serveWatch(tb testing.TB, h http.Handler) string {
 	tb.Helper()
 	srv := httptest.NewServer(h)
-	defer srv.Close()
+	tb.Cleanup(srv.Close)
+	return srv.URL
+}
+
+// watchBlocks opens GET /v1/watch at url with Last-Event-ID last (when not empty) and
+// returns its first n blocks, each as its lines. The end-to-end suite runs the stream
+// against real flips; this checks what an event says of a manifest.
+func watchBlocks(tb testing.TB, url, last string, n int) [][]string {
+	tb.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, srv.URL+"/v1/watch", nil)
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url+"/v1/watch", nil)
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -63,7 +69,7 @@ func watchBlocks(tb testing.TB, h http.Handler, last string, n int) [][]string {
 // child only against its parent; a Last-Event-ID naming it sends nothing.
 func TestWatchDescribesTheManifest(t *testing.T) {
 	f := &fakeReader{manifests: layeredManifests(time.Now())}
-	s := api.NewServer(f, api.Config{WatchInterval: time.Millisecond}, slog.New(slog.DiscardHandler))
+	s := serveWatch(t, api.NewServer(f, api.Config{WatchInterval: time.Millisecond}, slog.New(slog.DiscardHandler)))
 	type own struct {
 		Layer                           string
 		IDs, Inserted, Changed, Deleted int64
@@ -107,8 +113,8 @@ func TestWatchDescribesTheManifest(t *testing.T) {
 		}
 	}
 	// Naming the current version: heartbeats, no event.
-	beats := api.NewServer(f, api.Config{WatchInterval: time.Millisecond, WatchHeartbeat: 10 * time.Millisecond},
-		slog.New(slog.DiscardHandler))
+	beats := serveWatch(t, api.NewServer(f, api.Config{WatchInterval: time.Millisecond, WatchHeartbeat: 10 * time.Millisecond},
+		slog.New(slog.DiscardHandler)))
 	blocks := watchBlocks(t, beats, string(ver), 3)
 	if diff := cmp.Diff([][]string{{"retry: 2000"}, {": ping"}, {": ping"}}, blocks); diff != "" {
 		t.Errorf("Last-Event-ID the current version (-want +got):\n%s", diff)
@@ -119,7 +125,7 @@ func TestWatchDescribesTheManifest(t *testing.T) {
 // child of the version the stream last named.
 func TestWatchPinnedIsRollback(t *testing.T) {
 	f := &pinnedReader{fakeReader{manifests: layeredManifests(time.Now())}}
-	s := api.NewServer(f, api.Config{WatchInterval: time.Millisecond}, slog.New(slog.DiscardHandler))
+	s := serveWatch(t, api.NewServer(f, api.Config{WatchInterval: time.Millisecond}, slog.New(slog.DiscardHandler)))
 	for _, tc := range []struct{ last, kind string }{
 		{"", api.FlipRollback},
 		{string(verBase), api.FlipRollback},
@@ -145,4 +151,23 @@ type pinnedReader struct{ fakeReader }
 
 func (p *pinnedReader) Pointer(context.Context) (snapshot.Pointer, error) {
 	return snapshot.Pointer{Version: ver, Pinned: true, Reason: "bad import"}, nil
+}
+
+// TestWatchOutlivesWriteTimeout: a stream keeps going past the server's write timeout,
+// which would otherwise cut it off at its first write after it.
+func TestWatchOutlivesWriteTimeout(t *testing.T) {
+	h := api.NewServer(&fakeReader{}, api.Config{WatchInterval: time.Millisecond, WatchHeartbeat: 20 * time.Millisecond},
+		slog.New(slog.DiscardHandler))
+	srv := httptest.NewUnstartedServer(h)
+	srv.Config.WriteTimeout = 100 * time.Millisecond
+	srv.Start()
+	t.Cleanup(srv.Close)
+	start := time.Now()
+	blocks := watchBlocks(t, srv.URL, "", 22) // the retry hint, the event, 20 heartbeats: 400 ms at least
+	if took := time.Since(start); took < 4*srv.Config.WriteTimeout {
+		t.Fatalf("%d blocks within %s; want the stream to run past the write timeout of %s", len(blocks), took, srv.Config.WriteTimeout)
+	}
+	if last := blocks[len(blocks)-1]; len(last) != 1 || last[0] != ": ping" {
+		t.Errorf("last block %q; want a heartbeat", last)
+	}
 }
