@@ -88,6 +88,8 @@ run curl -s "$base/readyz"
 echo "Change the source and watch a new version appear within about a second (the syncer watches the tables; its schedule is the backstop):"
 echo "  $psql '$dsn' -c \"UPDATE tenants SET seats = seats + 1 WHERE id = 'tenant-0001'\""
 echo "  curl -si $base/v1/data/tenants/tenant-0001 | grep -i snapshot-version"
+echo "Follow the flips as they happen (Server-Sent Events; Ctrl-C to stop):"
+echo "  curl -N $base/v1/watch"
 echo
 if [ -n "${DEMO_SCREENSHOT:-}" ]; then
   # A publish, a rollback and an unpin first, so the page has something to show.
