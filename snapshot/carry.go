@@ -115,14 +115,7 @@ func (r *Resolver) loadChanges(ctx context.Context, cs *changeSet, v Version, co
 	if len(c.Layers) == 0 || len(pc.Layers) == 0 {
 		return
 	}
-	versions := func(ls []LayerRef) []Version {
-		out := make([]Version, len(ls))
-		for i, l := range ls {
-			out[i] = l.Version
-		}
-		return out
-	}
-	own, parent := versions(c.Layers), versions(pc.Layers)
+	own, parent := layerVersions(c.Layers), layerVersions(pc.Layers)
 	switch {
 	case slices.Equal(own, parent): // nothing changed
 		cs.ids = map[string]struct{}{}

@@ -172,8 +172,13 @@ func (m *Manifest) Chain(collection string) []Version {
 	if len(c.Layers) == 0 {
 		return []Version{m.Version}
 	}
-	out := make([]Version, len(c.Layers))
-	for i, l := range c.Layers {
+	return layerVersions(c.Layers)
+}
+
+// layerVersions returns the versions of layers, in their order.
+func layerVersions(ls []LayerRef) []Version {
+	out := make([]Version, len(ls))
+	for i, l := range ls {
 		out[i] = l.Version
 	}
 	return out
