@@ -156,13 +156,17 @@ func encodeToken(t any) string {
 const maxTokenBytes = 16 << 10
 
 // decodeToken parses a page token into t; any malformed token is a bad request.
-func decodeToken(s string, t any) error {
+func decodeToken(s string, t any) error { return decodeCursor("page_token", "next_page_token", s, t) }
+
+// decodeCursor parses the token s of query parameter param into t; any malformed token
+// is a bad request, which says to pass back the field from of a previous page.
+func decodeCursor(param, from, s string, t any) error {
 	if len(s) > maxTokenBytes {
-		return badRequest("page_token: too long")
+		return badRequest("%s: too long", param)
 	}
 	b, err := base64.RawURLEncoding.DecodeString(s)
 	if err != nil || json.Unmarshal(b, t) != nil {
-		return badRequest("page_token: malformed; pass back the next_page_token of a previous page")
+		return badRequest("%s: malformed; pass back the %s of a previous page", param, from)
 	}
 	return nil
 }

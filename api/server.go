@@ -43,6 +43,11 @@ type Reader interface {
 	Pointer(ctx context.Context) (snapshot.Pointer, error)
 	// Ready returns nil when the pointer resolves.
 	Ready(ctx context.Context) error
+
+	// ChangedIDs returns up to limit of the ids the view's version changed in a
+	// collection against its parent, after the id after, in id order; ErrNotFound for
+	// an unknown collection, ErrGone when they can no longer be told.
+	ChangedIDs(ctx context.Context, view snapshot.View, collection, after string, limit int) (snapshot.Changes, error)
 }
 
 // MaxIDBytes is the longest id a request may name, as in the source.
@@ -152,6 +157,9 @@ func NewServer(reader Reader, cfg Config, log *slog.Logger) *Server {
 	r.Get("/v1/versions", s.handle(s.versions))
 	r.Get("/v1/versions/current", s.handle(s.currentVersion))
 	r.Get("/v1/versions/{version}", s.handle(s.version))
+
+	r.Get("/v1/versions/{version}/changes/{collection}", s.handle(s.changes))
+
 	if cfg.AdminToken != "" && cfg.Admin != nil {
 		r.Post("/v1/admin/rollback", s.requireToken(s.handle(s.adminRollback)))
 		r.Post("/v1/admin/unpin", s.requireToken(s.handle(s.adminUnpin)))

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
@@ -26,6 +27,8 @@ type fakeReader struct {
 	// manifests are the versions, newest first; the one named ver, if any, is the
 	// current view's manifest.
 	manifests []snapshot.Manifest
+	// changes are what ChangedIDs pages over, in id order.
+	changes []snapshot.Change
 }
 
 const ver = snapshot.Version("7b1e4c1a-3f7e-4c57-9d0c-0a5d2c1f8e21-1763737200000")
@@ -104,6 +107,24 @@ func (e errReader) Ready(context.Context) error { return e.err }
 func (f *fakeReader) Ready(ctx context.Context) error {
 	_, err := f.Current(ctx)
 	return err
+}
+
+func (f *fakeReader) ChangedIDs(_ context.Context, v snapshot.View, collection, after string, limit int) (snapshot.Changes, error) {
+	if !v.HasCollection(collection) {
+		return snapshot.Changes{}, fmt.Errorf("collection %q: %w", collection, snapshot.ErrNotFound)
+	}
+	out := snapshot.Changes{Kind: snapshot.ChangesDelta, Parent: v.Manifest.Parent}
+	for _, c := range f.changes {
+		if c.ID <= after {
+			continue
+		}
+		if len(out.IDs) == limit {
+			out.More = true
+			break
+		}
+		out.IDs = append(out.IDs, c)
+	}
+	return out, nil
 }
 
 func serve(tb testing.TB, h http.Handler, rawPath string) (*http.Response, []byte) {

@@ -1,0 +1,144 @@
+package api
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"strconv"
+
+	"github.com/cespare/xxhash/v2"
+
+	"github.com/snapflip/snapflip/snapshot"
+)
+
+// The changes of a version: a client that holds a collection as of a version's parent
+// follows it to the version by the ids the version changed, reloading the collection
+// only when the version wrote it whole.
+
+// Change listing limits: ?limit= defaults to defaultChangesLimit, at most maxChangesLimit.
+const (
+	defaultChangesLimit = 1000
+	maxChangesLimit     = 10_000
+)
+
+// changesResponse is the body of GET /v1/versions/{version}/changes/{collection}.
+type changesResponse struct {
+	Version    snapshot.Version     `json:"version"`
+	Parent     snapshot.Version     `json:"parent,omitempty"`
+	Collection string               `json:"collection"`
+	Kind       snapshot.ChangesKind `json:"kind"`
+	Changes    []changeInfo         `json:"changes"`
+	Next       string               `json:"next,omitempty"`
+}
+
+type changeInfo struct {
+	ID      string `json:"id"`
+	Deleted bool   `json:"deleted,omitempty"`
+}
+
+// changes answers GET /v1/versions/{version}/changes/{collection}?limit=&after=: the
+// ids the version's own layer changed against its parent, in id order, pinned to the
+// version and so cacheable for good.
+func (s *Server) changes(w http.ResponseWriter, r *http.Request) error {
+	raw, err := pathParam(r, "version", 128)
+	if err != nil {
+		return err
+	}
+	v, err := snapshot.ParseVersion(raw)
+	if err != nil {
+		return err
+	}
+	collection, err := pathParam(r, "collection", 128)
+	if err != nil {
+		return err
+	}
+	limit, err := changesLimit(r)
+	if err != nil {
+		return err
+	}
+	after, err := changesCursor(r, v, collection)
+	if err != nil {
+		return err
+	}
+	view, err := s.changesView(r, v)
+	if err != nil {
+		return err
+	}
+	w.Header().Set(HeaderVersion, string(view.Version))
+	page, err := s.reader.ChangedIDs(r.Context(), view, collection, after, limit)
+	if err != nil {
+		return err
+	}
+	out := changesResponse{Version: view.Version, Parent: page.Parent, Collection: collection, Kind: page.Kind,
+		Changes: make([]changeInfo, len(page.IDs))}
+	for i, c := range page.IDs {
+		out.Changes[i] = changeInfo{ID: c.ID, Deleted: c.Deleted}
+	}
+	if page.More && len(page.IDs) > 0 {
+		out.Next = encodeToken(pageToken{Version: view.Version, Collection: collection, After: page.IDs[len(page.IDs)-1].ID})
+	}
+	var body bytes.Buffer
+	enc := json.NewEncoder(&body)
+	enc.SetEscapeHTML(false) // ids as they are, as the listing writes them
+	if err := enc.Encode(out); err != nil {
+		return err
+	}
+	etag := fmt.Sprintf(`"%016x"`, xxhash.Sum64(body.Bytes()))
+	h := w.Header()
+	h["Cache-Control"] = cacheImmutable
+	h["Etag"] = []string{etag}
+	if match := r.Header["If-None-Match"]; len(match) > 0 && match[0] == etag {
+		w.WriteHeader(http.StatusNotModified)
+		return nil
+	}
+	h["Content-Type"] = contentJSON
+	h["Content-Length"] = []string{strconv.Itoa(body.Len())}
+	_, _ = w.Write(body.Bytes())
+	return nil
+}
+
+// changesView returns the version's view: 404 for a version never written, 410 for
+// one that is no longer (or never was) readable.
+func (s *Server) changesView(r *http.Request, v snapshot.Version) (snapshot.View, error) {
+	view, err := s.reader.View(r.Context(), v)
+	if !errors.Is(err, snapshot.ErrGone) {
+		return view, err
+	}
+	if _, merr := s.reader.Manifest(r.Context(), v); errors.Is(merr, snapshot.ErrNotFound) {
+		return snapshot.View{}, fmt.Errorf("version %s: %w", v, snapshot.ErrNotFound)
+	}
+	return snapshot.View{}, err
+}
+
+// changesLimit parses ?limit= (default defaultChangesLimit, at most maxChangesLimit).
+func changesLimit(r *http.Request) (int, error) {
+	q := r.URL.Query().Get("limit")
+	if q == "" {
+		return defaultChangesLimit, nil
+	}
+	n, err := strconv.Atoi(q)
+	if err != nil || n < 1 || n > maxChangesLimit {
+		return 0, badRequest("limit %q: want 1..%d", truncate(q, 20), maxChangesLimit)
+	}
+	return n, nil
+}
+
+// changesCursor returns the id ?after= says the page starts after: "" for the first
+// page; the cursor is a previous page's next, of the same version and collection.
+func changesCursor(r *http.Request, v snapshot.Version, collection string) (string, error) {
+	c := r.URL.Query().Get("after")
+	if c == "" {
+		return "", nil
+	}
+	var t pageToken
+	if err := decodeCursor("after", "next", c, &t); err != nil {
+		return "", err
+	}
+	if t.Version != v || t.Collection != collection {
+		return "", badRequest("after: it belongs to version %q collection %q, not %s %q",
+			truncate(string(t.Version), 80), truncate(t.Collection, 128), v, collection)
+	}
+	return t.After, checkID("after", t.After, MaxIDBytes)
+}

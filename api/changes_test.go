@@ -1,0 +1,116 @@
+package api_test
+
+import (
+	"encoding/base64"
+	"encoding/json"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/snapflip/snapflip/api"
+	"github.com/snapflip/snapflip/snapshot"
+)
+
+type changesPage struct {
+	Version    string `json:"version"`
+	Parent     string `json:"parent"`
+	Collection string `json:"collection"`
+	Kind       string `json:"kind"`
+	Changes    []struct {
+		ID      string `json:"id"`
+		Deleted bool   `json:"deleted"`
+	} `json:"changes"`
+	Next string `json:"next"`
+}
+
+// TestChangesPagesPinned: the changes of a version page in id order, ids of any bytes
+// carried by the opaque cursor, each page immutable with an ETag that revalidates;
+// every response is what the OpenAPI document says.
+func TestChangesPagesPinned(t *testing.T) {
+	want := []snapshot.Change{{ID: "%2F"}, {ID: "<&>", Deleted: true}, {ID: "a b?c=d"}, {ID: "a/b", Deleted: true}, {ID: "日本"}}
+	f := &fakeReader{manifests: layeredManifests(time.Now()), changes: want}
+	s := api.NewServer(f, api.Config{}, slog.New(slog.DiscardHandler))
+	validate := openapiValidator(t, s)
+	get := func(target string, header ...string) (*http.Response, []byte) {
+		t.Helper()
+		req := httptest.NewRequest(http.MethodGet, target, nil)
+		for i := 0; i+1 < len(header); i += 2 {
+			req.Header.Set(header[i], header[i+1])
+		}
+		rec := httptest.NewRecorder()
+		s.ServeHTTP(rec, req)
+		res := rec.Result()
+		body, _ := io.ReadAll(res.Body)
+		validate(req, res, body)
+		return res, body
+	}
+	base := "/v1/versions/" + string(ver) + "/changes/orders"
+	var got []snapshot.Change
+	target := base + "?limit=2"
+	for pages := 0; target != ""; pages++ {
+		if pages > len(want) {
+			t.Fatalf("more than %d pages", pages)
+		}
+		res, body := get(target)
+		if res.StatusCode != 200 {
+			t.Fatalf("GET %s = %d %s", target, res.StatusCode, body)
+		}
+		if cc, etag := res.Header.Get("Cache-Control"), res.Header.Get("ETag"); cc != "public, max-age=31536000, immutable" || etag == "" {
+			t.Errorf("GET %s: Cache-Control %q, ETag %q; want immutable with an ETag", target, cc, etag)
+		}
+		if again, _ := get(target, "If-None-Match", res.Header.Get("ETag")); again.StatusCode != http.StatusNotModified {
+			t.Errorf("GET %s with its ETag = %d; want 304", target, again.StatusCode)
+		}
+		var p changesPage
+		if err := json.Unmarshal(body, &p); err != nil {
+			t.Fatal(err)
+		}
+		if p.Version != string(ver) || p.Parent != string(verDelta) || p.Collection != "orders" || p.Kind != "delta" {
+			t.Errorf("page %s = %+v; want version, parent, collection and kind delta", target, p)
+		}
+		for _, c := range p.Changes {
+			got = append(got, snapshot.Change{ID: c.ID, Deleted: c.Deleted})
+		}
+		target = ""
+		if p.Next != "" {
+			target = base + "?limit=2&after=" + url.QueryEscape(p.Next)
+		}
+	}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("changes (-want +got):\n%s", diff)
+	}
+
+	other, _ := json.Marshal(map[string]string{"v": string(ver), "c": "users", "a": "x"})
+	for _, tc := range []struct {
+		name, target string
+		want         int
+		names        string // what the problem must name
+	}{
+		{"a limit of 0", base + "?limit=0", 400, ""},
+		{"a limit over 10000", base + "?limit=10001", 400, ""},
+		{"the largest limit", base + "?limit=10000", 200, ""},
+		{"a malformed cursor", base + "?after=%21%21", 400, ""},
+		{"another collection's cursor", base + "?after=" + base64.RawURLEncoding.EncodeToString(other), 400, ""},
+		{"a malformed version", "/v1/versions/..%2F..%2Fx/changes/orders", 400, ""},
+		{"a NUL in the collection", "/v1/versions/" + string(ver) + "/changes/a%00b", 400, ""},
+		{"a collection not UTF-8", "/v1/versions/" + string(ver) + "/changes/%ff%fe", 400, ""},
+		{"an unknown collection", "/v1/versions/" + string(ver) + "/changes/nope", 404, `\"nope\"`},
+		{"an unknown version", "/v1/versions/7b1e4c1a-3f7e-4c57-9d0c-0a5d2c1f8e21-1700000000000/changes/orders", 404, "1700000000000"},
+		{"a version no longer readable", "/v1/versions/" + string(verDelta) + "/changes/orders", 410, ""},
+	} {
+		res, body := do(t, s, http.MethodGet, tc.target, "")
+		if res.StatusCode != tc.want {
+			t.Errorf("%s: GET %s = %d %s; want %d", tc.name, tc.target, res.StatusCode, body, tc.want)
+		}
+		if !strings.Contains(string(body), tc.names) {
+			t.Errorf("%s: %s; want the problem to name %s", tc.name, body, tc.names)
+		}
+	}
+}
