@@ -28,7 +28,9 @@ import (
 // times. After each sync, with no write in between, Postgres itself says what every
 // collection holds (to_jsonb of each row, in UTC), and the API must serve exactly that
 // by GET, by batchGet and on every page of the list, in id order, from the version the
-// sync published, and answer 404 for every id that is gone. When Postgres holds a key no
+// sync published, and answer 404 for every id that is gone; the version's changes to
+// each collection (GET /v1/versions/{v}/changes/{c}) must be exactly the ids whose
+// document differs between its parent and it (changes_test.go). When Postgres holds a key no
 // id can be (NULL, empty, too long, duplicated), the sync must fail naming the
 // collection, and the API keep serving the last version as it was. Half the histories
 // sync the incremental deployment from Postgres's replication stream
@@ -425,6 +427,12 @@ func (r *genRun) history(create []string, step func(k int) []string) genStats {
 		if ms := r.checkTwin(); len(ms) > 0 {
 			r.report(fmt.Sprintf("after sync %d of %d (%s), the incremental version differs from the full copy", k+1, r.sz.syncs, strings.TrimSpace(out)), ms)
 			return r.done()
+		}
+		if !strings.HasPrefix(out, "unchanged") {
+			if _, ms := checkChanges(t, r.e, version, 1+int(r.seed%3)); len(ms) > 0 {
+				r.report(fmt.Sprintf("after sync %d of %d (%s), the version's changes are not the diff of its parent and it", k+1, r.sz.syncs, strings.TrimSpace(out)), ms)
+				return r.done()
+			}
 		}
 	}
 	return r.done()
