@@ -42,11 +42,7 @@ type changeInfo struct {
 // ids the version's own layer changed against its parent, in id order, pinned to the
 // version and so cacheable for good.
 func (s *Server) changes(w http.ResponseWriter, r *http.Request) error {
-	raw, err := pathParam(r, "version", 128)
-	if err != nil {
-		return err
-	}
-	v, err := snapshot.ParseVersion(raw)
+	v, err := versionParam(r)
 	if err != nil {
 		return err
 	}

@@ -224,11 +224,7 @@ func (s *Server) currentVersion(w http.ResponseWriter, r *http.Request) error {
 
 // version answers GET /v1/versions/{version}: its manifest, whatever its state.
 func (s *Server) version(w http.ResponseWriter, r *http.Request) error {
-	raw, err := pathParam(r, "version", 128)
-	if err != nil {
-		return err
-	}
-	v, err := snapshot.ParseVersion(raw)
+	v, err := versionParam(r)
 	if err != nil {
 		return err
 	}
@@ -243,4 +239,13 @@ func (s *Server) version(w http.ResponseWriter, r *http.Request) error {
 	w.Header().Set("Cache-Control", "no-cache")
 	writeJSON(w, http.StatusOK, describeVersion(m, ptr.Version))
 	return nil
+}
+
+// versionParam reads the {version} path parameter as a version id.
+func versionParam(r *http.Request) (snapshot.Version, error) {
+	raw, err := pathParam(r, "version", 128)
+	if err != nil {
+		return "", err
+	}
+	return snapshot.ParseVersion(raw)
 }

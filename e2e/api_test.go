@@ -177,14 +177,21 @@ func TestPinnedReadsAfterFlipsAndGone(t *testing.T) {
 		t.Errorf("a version that never existed = %d; want 410", r.status)
 	}
 	// v1 was written with a 2s TTL: it expires, and then answers 410.
+	e.awaitGone(t, docPath("things", "plain")+"?version="+v1, "pinned read of an expiring version")
+}
+
+// awaitGone waits until path answers 410 (a version expired), failing on any answer
+// but 200 before it.
+func (e *env) awaitGone(t *testing.T, path, what string) {
+	t.Helper()
 	testenv.Eventually(t, 15*time.Second, func() error {
-		switch r := e.get(t, docPath("things", "plain")+"?version="+v1); r.status {
+		switch r := e.get(t, path); r.status {
 		case http.StatusGone:
 			return nil
 		case http.StatusOK:
-			return fmt.Errorf("pinned read of an expiring version = %d; want 410 once it expires", r.status)
+			return fmt.Errorf("%s = %d; want 410 once it expires", what, r.status)
 		default:
-			t.Fatalf("pinned read of an expiring version = %d %s; want 200 until it expires, then 410", r.status, r.body)
+			t.Fatalf("%s = %d %s; want 200 until it expires, then 410", what, r.status, r.body)
 			return nil
 		}
 	})

@@ -424,17 +424,7 @@ func TestChangesRefusals(t *testing.T) {
 		t.Fatal(err)
 	}
 	v3 := publishedVersion(t, out)
-	testenv.Eventually(t, 15*time.Second, func() error {
-		switch r := e.get(t, changesPath(v3, "things")); r.status {
-		case http.StatusGone:
-			return nil
-		case http.StatusOK:
-			return fmt.Errorf("the changes of an expiring version = %d; want 410 once it expires", r.status)
-		default:
-			t.Fatalf("the changes of an expiring version = %d %s; want 200 until it expires, then 410", r.status, r.body)
-			return nil
-		}
-	})
+	e.awaitGone(t, changesPath(v3, "things"), "the changes of an expiring version")
 }
 
 // TestChangesOfAMerge: a merged delta that replaced the chain's two newest deltas
