@@ -132,7 +132,7 @@ func (r *streamRelation) collections() []string {
 type stream struct {
 	cfg     StreamConfig
 	log     *slog.Logger
-	session string
+	reading string
 	system  string
 	start   uint64 // the slot's confirmed position when the reading began
 	connCfg *pgx.ConnConfig
@@ -198,7 +198,7 @@ func (s *Source) Stream(ctx context.Context, cfg StreamConfig, changed func(Chan
 	if err != nil {
 		return fmt.Errorf("identify system: %w", err)
 	}
-	st := &stream{cfg: cfg, log: log, session: uuid.NewString(), tables: tables, connCfg: s.cfg,
+	st := &stream{cfg: cfg, log: log, reading: uuid.NewString(), tables: tables, connCfg: s.cfg,
 		system: fmt.Sprintf("%s:%d:%s", sys.SystemID, sys.Timeline, sys.DBName),
 		moved:  make(chan struct{}), fresh: true, rels: map[uint32]*streamRelation{}}
 	if st.start, err = st.claimSlot(ctx, conn, repl); err != nil {
@@ -209,7 +209,7 @@ func (s *Source) Stream(ctx context.Context, cfg StreamConfig, changed func(Chan
 		return fmt.Errorf("start replication from slot %s: %w", cfg.Slot, err)
 	}
 	st.recv = st.start
-	log.InfoContext(ctx, "reading the replication stream", "from", snapshot.Position{LSN: st.start}.String(), "session", st.session)
+	log.InfoContext(ctx, "reading the replication stream", "from", snapshot.Position{LSN: st.start}.String(), "reading", st.reading)
 	s.stream.Store(st)
 	defer s.stream.CompareAndSwap(st, nil)
 	if changed != nil {
@@ -276,7 +276,7 @@ func (st *stream) claimSlot(ctx context.Context, conn *pgx.Conn, repl *pgconn.Pg
 
 // read receives the stream until ctx ends or the connection fails.
 func (st *stream) read(ctx context.Context, conn *pgx.Conn, repl *pgconn.PgConn, changed func(Change), stats func(StreamStats)) error {
-	nudge := newNudger(st.connCfg, st.log, st.session)
+	nudge := newNudger(st.connCfg, st.log, st.reading)
 	defer nudge.close(ctx)
 	slot := &slotWatch{st: st, conn: conn, stats: stats, nudge: nudge}
 	nextStatus := time.Now()

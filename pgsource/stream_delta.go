@@ -89,7 +89,7 @@ func (st *stream) delta(ctx context.Context, snapText string, lsn uint64, since 
 			resume = min(resume, t.commit)
 		}
 	}
-	d := streamDelta{pos: &snapshot.StreamPosition{Slot: st.cfg.Slot, System: st.system, Session: st.session, Resume: resume}}
+	d := streamDelta{pos: &snapshot.StreamPosition{Slot: st.cfg.Slot, System: st.system, Reading: st.reading, Resume: resume}}
 	if why := st.invalidFor(since); why != "" {
 		if since != nil && since.Stream != nil {
 			lvl := slog.LevelInfo
@@ -168,7 +168,7 @@ func (st *stream) invalidFor(since *snapshot.Position) string {
 // holds forgets the transactions the snapshot at pos saw: the pointer's version,
 // read at ptr, holds what it read.
 func (st *stream) holds(pos, ptr snapshot.Position) {
-	if pos.Stream == nil || pos.Stream.Session != st.session {
+	if pos.Stream == nil || pos.Stream.Reading != st.reading {
 		return
 	}
 	vis, err := parseVisibility(pos.Snapshot)

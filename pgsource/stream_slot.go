@@ -103,8 +103,8 @@ type nudger struct {
 	byFunc bool // pg_log_standby_snapshot() is there and may be called
 }
 
-func newNudger(connCfg *pgx.ConnConfig, log *slog.Logger, session string) *nudger {
-	return &nudger{connCfg: connCfg, log: log, slot: "snapflip_nudge_" + strings.ReplaceAll(session, "-", "")}
+func newNudger(connCfg *pgx.ConnConfig, log *slog.Logger, reading string) *nudger {
+	return &nudger{connCfg: connCfg, log: log, slot: "snapflip_nudge_" + strings.ReplaceAll(reading, "-", "")}
 }
 
 // poke starts a request unless one is under way or it is too soon.

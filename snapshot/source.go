@@ -40,8 +40,8 @@ type StreamPosition struct {
 	Slot string `json:"slot"`
 	// System names the cluster, timeline and database the stream is read from.
 	System string `json:"system"`
-	// Session identifies the reading of the stream that took the snapshot.
-	Session string `json:"session"`
+	// Reading identifies the reading of the stream that took the snapshot.
+	Reading string `json:"reading"`
 	// Resume is where the stream must be read again from to see every transaction the
 	// snapshot does not: each of them committed at or after it.
 	Resume uint64 `json:"resume"`

@@ -116,7 +116,7 @@ type committer struct {
 	sp     *syncerProc
 	rng    *rand.Rand
 	client *http.Client
-	conn   *pgx.Conn // the pooled session, kept open
+	conn   *pgx.Conn // the pooled connection, kept open
 }
 
 const (
@@ -152,8 +152,8 @@ func (c *committer) served(id int, want string) bool {
 	return resp.StatusCode == http.StatusOK && strings.Contains(string(body), want)
 }
 
-// commit updates a random row, on the pooled session after reading the row there
-// (pooled) or on a session of its own (fresh), and returns how long after the commit
+// commit updates a random row, on the pooled connection after reading the row there
+// (pooled) or on a connection of its own (fresh), and returns how long after the commit
 // returned the API served it (polled every 10 ms).
 func (c *committer) commit(i int, pooled bool) time.Duration {
 	ctx := context.Background()
@@ -258,11 +258,11 @@ func startServing(b *testing.B, cfg, dsn, slot string) servingRig {
 // BenchmarkLogicalCommitToServed measures, with watch.mode logical (min_interval
 // 1 s; the API's default 500 ms pointer refresh; an hourly schedule, so only the
 // watch publishes), the time from a commit returning to the metadata API serving it,
-// over 100,000 rows: 50 commits from one pooled session that reads the row and then
-// updates it (SELECT, then UPDATE, on a connection kept open), then 50 from sessions
+// over 100,000 rows: 50 commits from one pooled connection that reads the row and then
+// updates it (SELECT, then UPDATE, on a connection kept open), then 50 from connections
 // of their own; each commit a random 1–2 s after the previous one was served. Beside
-// them, the default stats watch on the same pooled session, 10 commits (it is slow:
-// Postgres holds a session's statistics back after a read). With BENCH_LARGE=1 it
+// them, the default stats watch on the same pooled connection, 10 commits (it is slow:
+// Postgres holds a connection's statistics back after a read). With BENCH_LARGE=1 it
 // also measures 20 pooled commits over 5,000,000 rows. Run it with -benchtime 1x.
 func BenchmarkLogicalCommitToServed(b *testing.B) {
 	defaultEnv(b)
@@ -286,7 +286,7 @@ func BenchmarkLogicalCommitToServed(b *testing.B) {
 			stats := writeConfig(b, dir, "stats100k", "items", `schedule: "@every 1h"`)
 			srig := startServing(b, stats, dsn, "")
 			sc := newCommitter(b, dsn, srig.api, rows, srig.sp)
-			time.Sleep(1500 * time.Millisecond) // past the session's first statistics report
+			time.Sleep(1500 * time.Millisecond) // past the connection's first statistics report
 			statsPooled := summarize(sc.series(10, true))
 			srig.sp.stop()
 
@@ -295,14 +295,14 @@ func BenchmarkLogicalCommitToServed(b *testing.B) {
 			b.ReportMetric(fresh.p99.Seconds(), "fresh_p99_s")
 			b.ReportMetric(statsPooled.p99.Seconds(), "stats_pooled_p99_s")
 			b.Logf("100,000 rows, commit to served, logical watch:")
-			b.Logf("  pooled session, read then write: %s, max %s; every commit (ms): %s", pooled, pooled.max.Round(time.Millisecond), pooled.every())
-			b.Logf("  fresh sessions:                  %s, max %s; every commit (ms): %s", fresh, fresh.max.Round(time.Millisecond), fresh.every())
-			b.Logf("  stats watch, pooled session:     %s, max %s; every commit (ms): %s", statsPooled, statsPooled.max.Round(time.Millisecond), statsPooled.every())
-			record(b, Figure{Measurement: "commit to served, watch.mode logical, 100,000 rows, one pooled session that reads then writes (50 commits 1–2 s apart)",
+			b.Logf("  pooled connection, read then write: %s, max %s; every commit (ms): %s", pooled, pooled.max.Round(time.Millisecond), pooled.every())
+			b.Logf("  fresh connections:                  %s, max %s; every commit (ms): %s", fresh, fresh.max.Round(time.Millisecond), fresh.every())
+			b.Logf("  stats watch, pooled connection:     %s, max %s; every commit (ms): %s", statsPooled, statsPooled.max.Round(time.Millisecond), statsPooled.every())
+			record(b, Figure{Measurement: "commit to served, watch.mode logical, 100,000 rows, one pooled connection that reads then writes (50 commits 1–2 s apart)",
 				Figure: pooled.String(), Target: "p99 ≤ 1 s", Missed: pooled.p99 > time.Second})
-			record(b, Figure{Measurement: "commit to served, watch.mode logical, 100,000 rows, a session per commit (50 commits 1–2 s apart)",
+			record(b, Figure{Measurement: "commit to served, watch.mode logical, 100,000 rows, a connection per commit (50 commits 1–2 s apart)",
 				Figure: fresh.String(), Target: "p50 ≤ 0.5 s, p99 ≤ 1 s", Missed: fresh.p50 > 500*time.Millisecond || fresh.p99 > time.Second})
-			record(b, Figure{Measurement: "commit to served, watch.mode stats (default), 100,000 rows, the same pooled session (10 commits)",
+			record(b, Figure{Measurement: "commit to served, watch.mode stats (default), 100,000 rows, the same pooled connection (10 commits)",
 				Figure: statsPooled.String()})
 		}
 	})
@@ -324,9 +324,9 @@ func BenchmarkLogicalCommitToServed(b *testing.B) {
 			logSyncs(b, m0, scrape(rig.sp.metrics))
 			rig.sp.stop()
 			b.ReportMetric(pooled.p99.Seconds(), "pooled_p99_s")
-			b.Logf("5,000,000 rows, commit to served, logical watch, pooled session, read then write: %s, max %s; every commit (ms): %s",
+			b.Logf("5,000,000 rows, commit to served, logical watch, pooled connection, read then write: %s, max %s; every commit (ms): %s",
 				pooled, pooled.max.Round(time.Millisecond), pooled.every())
-			record(b, Figure{Measurement: "commit to served, watch.mode logical, 5,000,000 rows, one pooled session that reads then writes (20 commits 1–2 s apart)",
+			record(b, Figure{Measurement: "commit to served, watch.mode logical, 5,000,000 rows, one pooled connection that reads then writes (20 commits 1–2 s apart)",
 				Figure: pooled.String(), Target: "p99 ≤ 1 s", Missed: pooled.p99 > time.Second})
 		}
 	})
@@ -708,7 +708,7 @@ func BenchmarkLogicalWALRetained(b *testing.B) {
 	}
 }
 
-// queryRow runs a query of one row on a session of its own and scans it into dest.
+// queryRow runs a query of one row on a connection of its own and scans it into dest.
 func queryRow(tb testing.TB, dsn, sql string, dest ...any) {
 	tb.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
