@@ -269,14 +269,9 @@ func BenchmarkLogicalCommitToServed(b *testing.B) {
 	dir := b.TempDir()
 	b.Run("100k", func(b *testing.B) {
 		const rows = 100_000
-		dsn := testenv.Postgres(b)
-		loadItems(b, dsn, "items", rows)
-		settle(b, dsn, "items")
-		settings := logicalSettings(b, dsn)
+		dsn, settings := logicalItems(b, rows)
 		for range b.N {
-			cfg := writeConfig(b, dir, "logical100k", "items", settings...)
-			rig := startServing(b, cfg, dsn, slotOf(settings))
-			c := newCommitter(b, dsn, rig.api, rows, rig.sp)
+			rig, c := logicalServing(b, dir, "logical100k", dsn, settings, rows)
 			m0 := scrape(rig.sp.metrics)
 			pooled := summarize(c.series(50, true))
 			fresh := summarize(c.series(50, false))
@@ -311,14 +306,9 @@ func BenchmarkLogicalCommitToServed(b *testing.B) {
 	}
 	b.Run("5M", func(b *testing.B) {
 		const rows = 5_000_000
-		dsn := testenv.Postgres(b)
-		loadItems(b, dsn, "items", rows)
-		settle(b, dsn, "items")
-		settings := logicalSettings(b, dsn)
+		dsn, settings := logicalItems(b, rows)
 		for range b.N {
-			cfg := writeConfig(b, dir, "logical5m", "items", settings...)
-			rig := startServing(b, cfg, dsn, slotOf(settings))
-			c := newCommitter(b, dsn, rig.api, rows, rig.sp)
+			rig, c := logicalServing(b, dir, "logical5m", dsn, settings, rows)
 			m0 := scrape(rig.sp.metrics)
 			pooled := summarize(c.series(20, true))
 			logSyncs(b, m0, scrape(rig.sp.metrics))
@@ -330,6 +320,25 @@ func BenchmarkLogicalCommitToServed(b *testing.B) {
 				Figure: pooled.String(), Target: "p99 ≤ 1 s", Missed: pooled.p99 > time.Second})
 		}
 	})
+}
+
+// logicalItems loads rows into table items of a database of its own, settles its
+// statistics, and returns its DSN and the config lines of a logical watch on it.
+func logicalItems(b *testing.B, rows int) (string, []string) {
+	b.Helper()
+	dsn := testenv.Postgres(b)
+	loadItems(b, dsn, "items", rows)
+	settle(b, dsn, "items")
+	return dsn, logicalSettings(b, dsn)
+}
+
+// logicalServing starts `syncer run` with settings and the metadata API, and a
+// committer on their rows.
+func logicalServing(b *testing.B, dir, name, dsn string, settings []string, rows int) (servingRig, *committer) {
+	b.Helper()
+	cfg := writeConfig(b, dir, name, "items", settings...)
+	rig := startServing(b, cfg, dsn, slotOf(settings))
+	return rig, newCommitter(b, dsn, rig.api, rows, rig.sp)
 }
 
 // logSyncs logs what the syncer did between two scrapes of its metrics.
