@@ -143,8 +143,10 @@ func (m *MetadataAPI) serve(ctx context.Context, def store.Config, o *apiFlags) 
 		AdminToken: token,
 		Admin:      admin,
 		BatchLimit: o.batchLimit,
-		// Twice per refresh, so the watch sees every pointer a refresh reads.
-		WatchInterval: o.refresh / 2,
+		// Twice per refresh, so the watch sees every pointer a refresh reads, and
+		// at least every 50ms, so a flip reaches watchers soon after reads see it
+		// (the pointer it looks at is in memory: looking costs nothing).
+		WatchInterval: min(o.refresh/2, 50*time.Millisecond),
 		MaxWatchers:   o.maxWatchers,
 		Registry:      reg,
 		CacheStats:    res.CacheStats,

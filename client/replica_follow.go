@@ -1,0 +1,374 @@
+package client
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"maps"
+	"mime"
+	"net/http"
+	"net/url"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/snapflip/snapflip/internal/retry"
+)
+
+// follow is the replica's life: it listens for flips in one goroutine and catches up
+// to the newest one in this one, until ctx ends.
+func (r *Replica) follow(ctx context.Context) {
+	listening := make(chan struct{})
+	go func() {
+		defer close(listening)
+		r.listen(ctx)
+	}()
+	defer func() {
+		r.stop()
+		<-listening
+		close(r.done)
+	}()
+	wait := retry.Backoff{Initial: 50 * time.Millisecond, Max: 5 * time.Second, Jitter: retry.EqualJitter}
+	for failures := 0; ; {
+		p, held := r.target()
+		if held {
+			failures = 0
+			select {
+			case <-ctx.Done():
+				return
+			case <-r.wake:
+			}
+			continue
+		}
+		err := r.catchUp(ctx, p)
+		if ctx.Err() != nil {
+			return
+		}
+		r.caught(p, err)
+		if err == nil {
+			failures = 0
+			continue
+		}
+		if errors.Is(err, ErrGone) {
+			// The version expired or was never whole: the pointer has moved on.
+			if cur, perr := r.current(ctx); perr == nil {
+				r.observe(cur)
+			}
+		}
+		failures++
+		if retry.Sleep(ctx, wait.Delay(failures-1)) != nil {
+			return
+		}
+	}
+}
+
+// listen learns of flips from the flip stream, and by polling while the stream is
+// refused or between two streams, until ctx ends.
+func (r *Replica) listen(ctx context.Context) {
+	pause := r.opts.StreamRetry
+	for ctx.Err() == nil {
+		opened, err := r.stream(ctx)
+		if ctx.Err() != nil {
+			return
+		}
+		if opened {
+			pause = r.opts.StreamRetry
+		} else {
+			r.linked(err)
+		}
+		// Flips between two streams are learnt by polling.
+		until := r.c.now().Add(pause)
+		for {
+			cur, err := r.current(ctx)
+			r.linked(err)
+			if err == nil {
+				r.observe(cur)
+			}
+			if !r.c.now().Before(until) || retry.Sleep(ctx, r.opts.PollInterval) != nil {
+				break
+			}
+		}
+		if !opened {
+			pause = min(2*pause, 30*time.Second)
+		}
+	}
+}
+
+// current asks the API for the current pointer.
+func (r *Replica) current(ctx context.Context) (pointerSeen, error) {
+	const path = "/v1/versions/current"
+	a, err := r.c.send(ctx, request{method: http.MethodGet, path: path})
+	if err != nil {
+		return pointerSeen{}, err
+	}
+	var p pointerSeen
+	if err := json.Unmarshal(a.body, &p); err != nil {
+		return pointerSeen{}, fmt.Errorf("snapflip: GET %s: decode the answer: %w", path, err)
+	}
+	if !versionPattern.MatchString(p.Version) {
+		return pointerSeen{}, fmt.Errorf("snapflip: GET %s: the answer names no version (%q)", path, truncate(p.Version, 80))
+	}
+	return p, nil
+}
+
+// maxEventBytes bounds one line of the flip stream.
+const maxEventBytes = 1 << 20
+
+// stream reads the flip stream until it ends, recording each flip; opened reports
+// whether the API accepted it.
+func (r *Replica) stream(ctx context.Context) (opened bool, err error) {
+	const path = "/v1/watch"
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, r.c.url(path, nil), nil)
+	if err != nil {
+		return false, err
+	}
+	req.Header.Set("Accept", "text/event-stream")
+	if r.c.cfg.UserAgent != "" {
+		req.Header.Set("User-Agent", r.c.cfg.UserAgent)
+	}
+	if v := r.Version(); v != "" {
+		req.Header.Set("Last-Event-ID", v) // the current version is not sent again
+	}
+	resp, err := r.c.http.Do(req)
+	if err != nil {
+		return false, &Error{Method: http.MethodGet, Path: r.c.prefix + path, Attempts: 1, Err: err}
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		body, _ := io.ReadAll(io.LimitReader(resp.Body, maxErrorBody))
+		e := r.c.problem(request{method: http.MethodGet, path: path}, answer{status: resp.StatusCode, header: resp.Header, body: body})
+		e.Attempts = 1
+		return false, e
+	}
+	if mt, _, _ := mime.ParseMediaType(resp.Header.Get("Content-Type")); mt != "text/event-stream" {
+		return false, fmt.Errorf("snapflip: GET %s: answered %q, not an event stream", path, truncate(mt, 80))
+	}
+	r.linked(nil)
+	idle := time.AfterFunc(r.opts.StreamIdle, cancel)
+	defer idle.Stop()
+	lines := bufio.NewScanner(resp.Body)
+	lines.Buffer(make([]byte, 0, 4096), maxEventBytes)
+	var event, data string
+	for lines.Scan() {
+		idle.Reset(r.opts.StreamIdle)
+		line := lines.Text()
+		if line == "" { // the event is complete
+			if event == "flip" {
+				var p pointerSeen
+				if json.Unmarshal([]byte(data), &p) == nil && versionPattern.MatchString(p.Version) {
+					r.observe(p)
+				}
+			}
+			event, data = "", ""
+			continue
+		}
+		name, value, _ := strings.Cut(line, ":")
+		value = strings.TrimPrefix(value, " ")
+		switch name {
+		case "event":
+			event = value
+		case "data":
+			if data != "" {
+				data += "\n"
+			}
+			data += value
+		}
+	}
+	if err := lines.Err(); err != nil {
+		return true, err
+	}
+	return true, io.ErrUnexpectedEOF
+}
+
+// catchUp makes the version p names the one the replica holds: each collection by the
+// changes between the version held and p where they can be told, else by reading it
+// whole, then all collections at once.
+func (r *Replica) catchUp(ctx context.Context, p pointerSeen) error {
+	held := r.state.Load()
+	type step struct {
+		changes map[string]json.RawMessage // applied to the held collection
+		whole   map[string]json.RawMessage // or: the collection read whole
+	}
+	steps := make(map[string]step, len(r.opts.Collections))
+	for _, name := range r.opts.Collections {
+		var ids map[string]bool
+		if held != nil {
+			var err error
+			if ids, err = r.changedBetween(ctx, held.version, p.Version, name); err != nil {
+				return err
+			}
+		}
+		if ids == nil || len(ids) > max(held.colls[name].n/2, 100) {
+			docs, err := r.readWhole(ctx, p.Version, name)
+			if err != nil {
+				return err
+			}
+			steps[name] = step{whole: docs}
+			continue
+		}
+		changes, err := r.readChanged(ctx, p.Version, name, ids)
+		if err != nil {
+			return err
+		}
+		steps[name] = step{changes: changes}
+	}
+
+	r.swap.Lock()
+	cur := r.state.Load() // held, or held with an index more
+	next := &replicaState{version: p.Version, flippedAt: p.FlippedAt, colls: make(map[string]*replicaColl, len(steps))}
+	for name, s := range steps {
+		if s.whole != nil {
+			next.colls[name] = newReplicaColl(s.whole, r.fields[name])
+			continue
+		}
+		c := cur.colls[name]
+		for _, f := range r.fields[name] {
+			if c.indexes[f] == nil { // made while the changes were read
+				c = cur.withIndex(name, f).colls[name]
+			}
+		}
+		next.colls[name] = c.apply(s.changes)
+	}
+	r.state.Store(next)
+	r.swap.Unlock()
+
+	r.mu.Lock()
+	if held != nil {
+		r.stats.Flips++
+	}
+	for _, s := range steps {
+		if s.whole != nil {
+			r.stats.Reloaded++
+			r.stats.Documents += int64(len(s.whole))
+		} else {
+			r.stats.Changed++
+			r.stats.Documents += int64(len(s.changes))
+		}
+	}
+	r.mu.Unlock()
+
+	if held == nil {
+		close(r.ready)
+	}
+	if r.opts.OnFlip != nil {
+		r.opts.OnFlip(p.Version)
+	}
+	return nil
+}
+
+// changedBetween returns the ids of a collection whose documents may differ between
+// versions from and to, from the changes of the versions between them on one line of
+// parents: to's ancestors up to from (a flip forward, one or several), or from's up to
+// to (a rollback to an ancestor). It returns nil when no such line of at most MaxChain
+// versions, each with its changes listed, joins them: the collection is read whole.
+func (r *Replica) changedBetween(ctx context.Context, from, to, collection string) (map[string]bool, error) {
+	if from == to {
+		return map[string]bool{}, nil
+	}
+	young, old := to, from
+	if versionMillis(to) < versionMillis(from) {
+		young, old = from, to
+	}
+	ids := map[string]bool{}
+	v := young
+	for range r.opts.MaxChain {
+		kind, parent, err := r.changesOf(ctx, v, collection, ids)
+		switch {
+		case errors.Is(err, ErrGone):
+			return nil, nil
+		case errors.Is(err, ErrNotFound) && v != to:
+			return nil, nil // a version between does not hold the collection
+		case err != nil:
+			return nil, err
+		case kind != "delta" && kind != "unchanged":
+			return nil, nil
+		case parent == old:
+			return ids, nil
+		case parent == "" || versionMillis(parent) < versionMillis(old):
+			return nil, nil
+		}
+		v = parent
+	}
+	return nil, nil
+}
+
+// changesOf adds the ids a version changed in a collection to ids, and returns what
+// the version did to the collection and against which parent.
+func (r *Replica) changesOf(ctx context.Context, version, collection string, ids map[string]bool) (kind, parent string, err error) {
+	path := "/v1/versions/" + escapeSegment(version) + "/changes/" + escapeSegment(collection)
+	after := ""
+	for {
+		q := url.Values{"limit": {"10000"}}
+		if after != "" {
+			q.Set("after", after)
+		}
+		a, err := r.c.send(ctx, request{method: http.MethodGet, path: path, query: q, version: version})
+		if err != nil {
+			return "", "", err
+		}
+		var page struct {
+			Parent  string `json:"parent"`
+			Kind    string `json:"kind"`
+			Changes []struct {
+				ID string `json:"id"`
+			} `json:"changes"`
+			Next string `json:"next"`
+		}
+		if err := json.Unmarshal(a.body, &page); err != nil {
+			return "", "", fmt.Errorf("snapflip: GET %s: decode the answer: %w", truncate(path, 200), err)
+		}
+		for _, c := range page.Changes {
+			ids[c.ID] = true
+		}
+		if page.Next == "" {
+			return page.Kind, page.Parent, nil
+		}
+		after = page.Next
+	}
+}
+
+// readChanged reads the documents of ids in the version: a document for each id it
+// holds, nil for each id it does not.
+func (r *Replica) readChanged(ctx context.Context, version, collection string, ids map[string]bool) (map[string]json.RawMessage, error) {
+	changes := make(map[string]json.RawMessage, len(ids))
+	if len(ids) == 0 {
+		return changes, nil
+	}
+	docs, _, _, err := r.c.batchGet(ctx, version, collection, slices.Collect(maps.Keys(ids)))
+	if err != nil {
+		return nil, err
+	}
+	for id := range ids {
+		changes[id] = docs[id].JSON // nil when missing: deleted
+	}
+	return changes, nil
+}
+
+// readWhole reads every document of a collection in the version.
+func (r *Replica) readWhole(ctx context.Context, version, collection string) (map[string]json.RawMessage, error) {
+	docs := map[string]json.RawMessage{}
+	for d, err := range r.c.list(ctx, version, collection, ListOptions{PageSize: 1000}) {
+		if err != nil {
+			return nil, err
+		}
+		docs[d.ID] = d.JSON
+	}
+	return docs, nil
+}
+
+// versionMillis returns the creation time a version id ends with, in Unix
+// milliseconds; 0 when it has none.
+func versionMillis(v string) int64 {
+	i := strings.LastIndexByte(v, '-')
+	ms, err := strconv.ParseInt(v[i+1:], 10, 64)
+	if err != nil {
+		return 0
+	}
+	return ms
+}

@@ -1,0 +1,276 @@
+package client
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"maps"
+	"math/big"
+	"slices"
+	"strconv"
+	"time"
+)
+
+// replicaState is one whole version of a replica's collections. It never changes once
+// swapped in: a flip makes a new one, which shares every unchanged document (and
+// every unchanged index entry) with the old.
+type replicaState struct {
+	version   string
+	flippedAt time.Time
+	colls     map[string]*replicaColl
+}
+
+// replicaColl is one collection of a replica's version: a base map, shared from
+// version to version, and the changes made since it was built. Changes pile up in
+// over, copied per flip, until they outgrow a fraction of base; then a flip folds them
+// into a new base. A flip therefore costs its changes plus, amortised, a small
+// constant per change, never a copy of the collection.
+type replicaColl struct {
+	base    map[string]json.RawMessage
+	over    map[string]json.RawMessage // id → document, or nil: deleted
+	n       int                        // documents
+	indexes map[string]*fieldIndex     // field → index
+}
+
+// foldAt returns how many changes a collection of n documents keeps beside its base
+// before folding them in.
+func foldAt(n int) int { return 1024 + n/8 }
+
+func (c *replicaColl) get(id string) (json.RawMessage, bool) {
+	if len(c.over) > 0 {
+		if body, ok := c.over[id]; ok {
+			return body, body != nil
+		}
+	}
+	body, ok := c.base[id]
+	return body, ok
+}
+
+func (c *replicaColl) each(fn func(id string, body []byte) bool) {
+	for id, body := range c.over {
+		if body != nil && !fn(id, body) {
+			return
+		}
+	}
+	for id, body := range c.base {
+		if _, ok := c.over[id]; !ok && !fn(id, body) {
+			return
+		}
+	}
+}
+
+// newReplicaColl returns a collection of the documents, with indexes on fields.
+func newReplicaColl(docs map[string]json.RawMessage, fields []string) *replicaColl {
+	c := &replicaColl{base: docs, n: len(docs), indexes: make(map[string]*fieldIndex, len(fields))}
+	for _, f := range fields {
+		c.indexes[f] = buildIndex(c, f)
+	}
+	return c
+}
+
+// apply returns the collection with changes made: a document for each id written, nil
+// for each id deleted. The receiver is not modified.
+func (c *replicaColl) apply(changes map[string]json.RawMessage) *replicaColl {
+	next := &replicaColl{base: c.base, n: c.n, indexes: make(map[string]*fieldIndex, len(c.indexes))}
+	for f, fi := range c.indexes {
+		next.indexes[f] = fi.apply(c, f, changes)
+	}
+	next.over = make(map[string]json.RawMessage, len(c.over)+len(changes))
+	maps.Copy(next.over, c.over)
+	for id, body := range changes {
+		_, had := c.get(id)
+		switch {
+		case had && body == nil:
+			next.n--
+		case !had && body != nil:
+			next.n++
+		}
+		if _, inBase := c.base[id]; body == nil && !inBase {
+			delete(next.over, id) // deleted, and not in base: nothing to hide
+			continue
+		}
+		next.over[id] = body
+	}
+	if len(next.over) > foldAt(len(next.base)) {
+		next.fold()
+	}
+	return next
+}
+
+// fold makes a new base of base and over.
+func (c *replicaColl) fold() {
+	base := maps.Clone(c.base)
+	for id, body := range c.over {
+		if body == nil {
+			delete(base, id)
+		} else {
+			base[id] = body
+		}
+	}
+	c.base, c.over = base, nil
+	for _, fi := range c.indexes {
+		fi.fold()
+	}
+}
+
+// fieldIndex maps the values of one field to the ids that hold them, in id order,
+// kept like the documents: a shared base and the entries changed since.
+type fieldIndex struct {
+	base map[string][]string
+	over map[string][]string // key → its ids now (empty: none)
+}
+
+func (fi *fieldIndex) ids(key string) []string {
+	if ids, ok := fi.over[key]; ok {
+		return ids
+	}
+	return fi.base[key]
+}
+
+func buildIndex(c *replicaColl, field string) *fieldIndex {
+	fi := &fieldIndex{base: map[string][]string{}}
+	c.each(func(id string, body []byte) bool {
+		if key, ok := fieldKey(body, field); ok {
+			fi.base[key] = append(fi.base[key], id)
+		}
+		return true
+	})
+	for _, ids := range fi.base {
+		slices.Sort(ids)
+	}
+	return fi
+}
+
+// apply returns the index of the collection c with changes made, touching only the
+// entries of the values the changed documents left or took.
+func (fi *fieldIndex) apply(c *replicaColl, field string, changes map[string]json.RawMessage) *fieldIndex {
+	type edit struct{ add, remove []string }
+	edits := map[string]*edit{}
+	at := func(key string) *edit {
+		if edits[key] == nil {
+			edits[key] = &edit{}
+		}
+		return edits[key]
+	}
+	for id, body := range changes {
+		var oldKey, newKey string
+		var hadOld, hasNew bool
+		if old, ok := c.get(id); ok {
+			oldKey, hadOld = fieldKey(old, field)
+		}
+		if body != nil {
+			newKey, hasNew = fieldKey(body, field)
+		}
+		if hadOld && hasNew && oldKey == newKey {
+			continue
+		}
+		if hadOld {
+			at(oldKey).remove = append(at(oldKey).remove, id)
+		}
+		if hasNew {
+			at(newKey).add = append(at(newKey).add, id)
+		}
+	}
+	next := &fieldIndex{base: fi.base, over: make(map[string][]string, len(fi.over)+len(edits))}
+	maps.Copy(next.over, fi.over)
+	for key, e := range edits {
+		ids := slices.DeleteFunc(slices.Clone(fi.ids(key)), func(id string) bool { return slices.Contains(e.remove, id) })
+		ids = append(ids, e.add...)
+		slices.Sort(ids)
+		next.over[key] = slices.Compact(ids)
+	}
+	return next
+}
+
+func (fi *fieldIndex) fold() {
+	base := maps.Clone(fi.base)
+	for key, ids := range fi.over {
+		if len(ids) == 0 {
+			delete(base, key)
+		} else {
+			base[key] = ids
+		}
+	}
+	fi.base, fi.over = base, nil
+}
+
+// withIndex returns the state with an index on a collection's field added.
+func (st *replicaState) withIndex(collection, field string) *replicaState {
+	next := &replicaState{version: st.version, flippedAt: st.flippedAt, colls: maps.Clone(st.colls)}
+	old := st.colls[collection]
+	if old == nil {
+		return st
+	}
+	c := *old
+	c.indexes = maps.Clone(old.indexes)
+	c.indexes[field] = buildIndex(old, field)
+	next.colls[collection] = &c
+	return next
+}
+
+// fieldKey returns the key of a document's top-level field value, and whether the
+// document has the field.
+func fieldKey(doc []byte, field string) (string, bool) {
+	var fields map[string]json.RawMessage
+	if json.Unmarshal(doc, &fields) != nil {
+		return "", false
+	}
+	raw, ok := fields[field]
+	if !ok {
+		return "", false
+	}
+	key, err := rawKey(raw)
+	return key, err == nil
+}
+
+// rawKey returns the key of a JSON value: its kind and its value in one canonical
+// spelling, so that equal values (1 and 1.0, "é" and "\u00e9") have one key.
+func rawKey(raw json.RawMessage) (string, error) {
+	raw = bytes.TrimSpace(raw)
+	if len(raw) == 0 {
+		return "", fmt.Errorf("empty JSON value")
+	}
+	switch raw[0] {
+	case '"':
+		var s string
+		if err := json.Unmarshal(raw, &s); err != nil {
+			return "", err
+		}
+		return "s" + s, nil
+	case 't', 'f', 'n':
+		return string(raw), nil
+	case '{', '[':
+		var v any
+		if err := json.Unmarshal(raw, &v); err != nil {
+			return "", err
+		}
+		b, err := json.Marshal(v) // sorted keys, one spelling
+		return "j" + string(b), err
+	}
+	f, _, err := big.ParseFloat(string(raw), 10, 256, big.ToNearestEven)
+	if err != nil {
+		return "", fmt.Errorf("%q is not a JSON value", truncate(string(raw), 40))
+	}
+	return "n" + f.Text('g', -1), nil
+}
+
+// lookupKey returns the key of a Go value, as rawKey would of its JSON.
+func lookupKey(v any) (string, error) {
+	switch v := v.(type) {
+	case string:
+		return "s" + v, nil
+	case json.RawMessage:
+		return rawKey(v)
+	case json.Number:
+		return rawKey(json.RawMessage(v))
+	case int:
+		return rawKey(strconv.AppendInt(nil, int64(v), 10))
+	case int64:
+		return rawKey(strconv.AppendInt(nil, v, 10))
+	}
+	b, err := json.Marshal(v)
+	if err != nil {
+		return "", err
+	}
+	return rawKey(b)
+}

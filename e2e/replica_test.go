@@ -1,0 +1,267 @@
+package e2e
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/snapflip/snapflip/client"
+	"github.com/snapflip/snapflip/internal/testenv"
+)
+
+// replicaCollections are the collections of config a replica holds.
+var replicaCollections = []string{"things", "flags"}
+
+// newReplica starts a replica of replicaCollections through base, closed when the test
+// ends, and returns it once it holds a version.
+func newReplica(tb testing.TB, base string, opts client.ReplicaOptions) *client.Replica {
+	tb.Helper()
+	cfg := client.DefaultConfig()
+	cfg.Timeout = 5 * time.Second
+	c, err := client.New(base, cfg)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	if opts.Collections == nil {
+		opts.Collections = replicaCollections
+	}
+	r, err := client.NewReplica(context.Background(), c, opts)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(r.Close)
+	select {
+	case <-r.Ready():
+	case <-time.After(30 * time.Second):
+		tb.Fatalf("the replica did not load in 30s: %v", r.Err())
+	}
+	return r
+}
+
+// awaitReplica waits until the replica holds v with no lag.
+func awaitReplica(tb testing.TB, r *client.Replica, v string) {
+	tb.Helper()
+	testenv.Eventually(tb, 30*time.Second, func() error {
+		if got, lag := r.Version(), r.Lag(); got != v || lag != 0 {
+			return fmt.Errorf("the replica holds %s with lag %s (%v); want %s, caught up", got, lag, r.Err(), v)
+		}
+		return nil
+	})
+}
+
+// apiContent reads every collection of replicaCollections at version v through the API.
+func apiContent(tb testing.TB, e *env, v string) map[string]map[string]string {
+	tb.Helper()
+	out := map[string]map[string]string{}
+	for _, coll := range replicaCollections {
+		docs, ok, ms := readAll(tb, e, v, coll)
+		if len(ms) > 0 || !ok {
+			tb.Fatalf("read %s at %s through the API: %v (held %t)", coll, v, ms, ok)
+		}
+		out[coll] = docs
+	}
+	return out
+}
+
+// checkView compares a view of the replica, id by id, with the API's content of its
+// version.
+func checkView(tb testing.TB, view client.View, want map[string]map[string]string) {
+	tb.Helper()
+	for coll, docs := range want {
+		if n := view.Len(coll); n != len(docs) {
+			tb.Errorf("version %s, %s: the replica holds %d documents, the API %d", view.Version(), coll, n, len(docs))
+		}
+		for id, doc := range docs {
+			got, ok := view.Get(coll, id)
+			if !ok || string(got.JSON) != doc || got.Version != view.Version() {
+				tb.Errorf("version %s, %s/%q: the replica has %q (found %t, version %s); the API %q", view.Version(), coll, id,
+					got.JSON, ok, got.Version, doc)
+			}
+		}
+		view.Range(coll, func(d client.Document) bool {
+			if _, ok := docs[d.ID]; !ok {
+				tb.Errorf("version %s, %s/%q: the replica holds it; the API does not", view.Version(), coll, d.ID)
+			}
+			return true
+		})
+	}
+}
+
+// checkIndex compares the replica's index of things.gen with the API's documents.
+func checkIndex(tb testing.TB, view client.View, ix *client.Index, want map[string]map[string]string) {
+	tb.Helper()
+	byGen := map[int][]string{}
+	for id, doc := range want["things"] {
+		var d struct{ Gen int }
+		if err := json.Unmarshal([]byte(doc), &d); err != nil {
+			tb.Fatal(err)
+		}
+		byGen[d.Gen] = append(byGen[d.Gen], id)
+	}
+	for gen := range 5 {
+		got, err := view.Lookup(ix, gen)
+		if err != nil {
+			tb.Fatal(err)
+		}
+		var ids []string
+		for _, d := range got {
+			ids = append(ids, d.ID)
+		}
+		if fmt.Sprint(ids) != fmt.Sprint(sorted(byGen[gen])) {
+			tb.Errorf("version %s: things with gen %d by the index = %q; the API has %q", view.Version(), gen, ids, sorted(byGen[gen]))
+		}
+	}
+}
+
+func sorted(ids []string) []string {
+	out := slices.Clone(ids)
+	slices.Sort(out)
+	return out
+}
+
+// readSample is a document a reader saw in a view.
+type readSample struct{ version, coll, id, doc string }
+
+// TestReplicaFollowsHistories: random histories of changes, deletes, rollbacks (to
+// the previous version, and two back) and new bases, published while a replica
+// follows; after each flip, once the replica has caught up, it holds exactly what the
+// API serves for that version, id by id, and its index of a field agrees; readers
+// read it throughout, and every document any of them saw in a view is the API's for
+// the view's version.
+func TestReplicaFollowsHistories(t *testing.T) {
+	t.Parallel()
+	seed := uint64(time.Now().UnixNano())
+	t.Logf("seed %d", seed)
+	rnd := rand.New(rand.NewPCG(seed, 2))
+	e := start(t)
+	writeConfig(t, e, changesConfig(100))
+	out, err := e.sync(t)
+	if err != nil {
+		t.Fatal(err)
+	}
+	v := publishedVersion(t, out)
+
+	var flips []string
+	var flipsMu sync.Mutex
+	r := newReplica(t, e.base, client.ReplicaOptions{OnFlip: func(v string) {
+		flipsMu.Lock()
+		flips = append(flips, v)
+		flipsMu.Unlock()
+	}})
+	ix, err := r.Index("things", "gen")
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	// Readers: each read goes through a View, and what it saw is checked at the end.
+	var stop atomic.Bool
+	var readers sync.WaitGroup
+	samples := make([][]readSample, 4)
+	for i := range samples {
+		readers.Add(1)
+		go func() {
+			defer readers.Done()
+			ids := append(append([]string(nil), changesIDs...), "on", "off", "a/b", "f0", "f1", "rebased")
+			for n := 0; !stop.Load(); n++ {
+				view := r.View()
+				id := ids[n%len(ids)]
+				for _, coll := range replicaCollections {
+					if d, ok := view.Get(coll, id); ok && n%61 == 0 {
+						samples[i] = append(samples[i], readSample{view.Version(), coll, id, string(d.JSON)})
+					} else if !ok && n%61 == 0 {
+						samples[i] = append(samples[i], readSample{view.Version(), coll, id, ""})
+					}
+				}
+				if _, ok := r.Get("things", id); ok && n%1000 == 0 {
+					time.Sleep(time.Millisecond) // let the follower have a core now and then
+				}
+			}
+		}()
+	}
+
+	content := map[string]map[string]map[string]string{}
+	check := func(v string) {
+		t.Helper()
+		awaitReplica(t, r, v)
+		content[v] = apiContent(t, e, v)
+		view := r.View()
+		checkView(t, view, content[v])
+		checkIndex(t, view, ix, content[v])
+	}
+	check(v)
+	var published []string
+	published = append(published, v)
+	for step := 1; step <= 16; step++ {
+		switch step {
+		case 5, 9:
+			back := map[int][]string{5: {"rollback", "--previous"}, 9: {"rollback", "--force", "--to", published[len(published)-3]}}[step]
+			if _, err := e.syncerCmd(t, append(back, "--reason", "r")...); err != nil {
+				t.Fatalf("%v: %v", back, err)
+			}
+			if _, err := e.syncerCmd(t, "unpin", "--reason", "r"); err != nil {
+				t.Fatal(err)
+			}
+			cur := e.get(t, "/v1/versions/current")
+			var p struct{ Version string }
+			_ = json.Unmarshal(cur.body, &p)
+			testenv.Eventually(t, 10*time.Second, func() error {
+				if got := e.get(t, "/v1/versions/current"); !strings.Contains(string(got.body), p.Version) {
+					return fmt.Errorf("current is not %s yet", p.Version)
+				}
+				return nil
+			})
+			check(p.Version)
+			continue
+		case 12:
+			writeConfig(t, e, changesConfig(0.0001))
+			testenv.Exec(t, e.dsn, `INSERT INTO things (id, gen) VALUES ('rebased', 1) ON CONFLICT (id) DO UPDATE SET gen = things.gen + 1`)
+		}
+		testenv.Exec(t, e.dsn, changesStep(rnd)...)
+		out, err := e.sync(t)
+		if err != nil {
+			t.Fatalf("step %d: %v", step, err)
+		}
+		if step == 12 {
+			writeConfig(t, e, changesConfig(100))
+		}
+		if strings.HasPrefix(out, "unchanged") {
+			continue
+		}
+		v := publishedVersion(t, out)
+		published = append(published, v)
+		check(v)
+	}
+	stop.Store(true)
+	readers.Wait()
+
+	n := 0
+	for _, ss := range samples {
+		for _, s := range ss {
+			want, ok := content[s.version]
+			if !ok {
+				continue // a version the history passed without a check
+			}
+			n++
+			if want[s.coll][s.id] != s.doc {
+				t.Errorf("a reader saw %s/%q = %q in version %s; the API has %q", s.coll, s.id, s.doc, s.version, want[s.coll][s.id])
+			}
+		}
+	}
+	if n == 0 {
+		t.Error("no reader saw a version the history checked")
+	}
+	st := r.Stats()
+	t.Logf("%d versions published, %d flips followed (%+v), %d reads checked", len(published), len(flips), st, n)
+	// The history must make the replica follow by changes and reload, or it proves
+	// little.
+	if st.Changed == 0 || st.Reloaded <= int64(len(replicaCollections)) {
+		t.Errorf("the replica followed %d collections by their changes and reloaded %d; want both, beyond the first load", st.Changed, st.Reloaded)
+	}
+}
