@@ -1,10 +1,16 @@
 package e2e
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"math/rand/v2"
+	"net/http"
+	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
 	"slices"
 	"strings"
 	"sync"
@@ -13,6 +19,7 @@ import (
 	"time"
 
 	"github.com/snapflip/snapflip/client"
+	"github.com/snapflip/snapflip/internal/cli"
 	"github.com/snapflip/snapflip/internal/testenv"
 )
 
@@ -264,4 +271,262 @@ func TestReplicaFollowsHistories(t *testing.T) {
 	if st.Changed == 0 || st.Reloaded <= int64(len(replicaCollections)) {
 		t.Errorf("the replica followed %d collections by their changes and reloaded %d; want both, beyond the first load", st.Changed, st.Reloaded)
 	}
+}
+
+// frontProxy stands in front of one or more API replicas, as a load balancer would:
+// each request goes to the next upstream in turn, and faults can be switched on.
+type frontProxy struct {
+	srv *httptest.Server
+
+	mu        sync.Mutex
+	upstreams []string
+	next      int
+	refuse    bool // answer 503 to everything
+	cutEvents bool // end every watch stream in the middle of its first event
+	// streamLife, when set, ends every watch stream after that long.
+	streamLife time.Duration
+}
+
+func newFrontProxy(tb testing.TB, upstreams ...string) *frontProxy {
+	p := &frontProxy{upstreams: upstreams}
+	p.srv = httptest.NewServer(http.HandlerFunc(p.serve))
+	tb.Cleanup(func() {
+		p.srv.CloseClientConnections()
+		p.srv.Close()
+	})
+	return p
+}
+
+func (p *frontProxy) set(edit func(p *frontProxy)) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	edit(p)
+	if p.refuse || p.cutEvents {
+		p.srv.CloseClientConnections() // streams open now see the fault too
+	}
+}
+
+func (p *frontProxy) serve(w http.ResponseWriter, req *http.Request) {
+	p.mu.Lock()
+	upstream := p.upstreams[p.next%len(p.upstreams)]
+	p.next++
+	refuse, cut, life := p.refuse, p.cutEvents, p.streamLife
+	p.mu.Unlock()
+	if life > 0 && req.URL.Path == "/v1/watch" {
+		ctx, cancel := context.WithTimeout(req.Context(), life)
+		defer cancel()
+		req = req.WithContext(ctx)
+	}
+	if refuse {
+		w.Header().Set("Retry-After", "1")
+		w.Header().Set("Content-Type", "application/problem+json")
+		w.WriteHeader(http.StatusServiceUnavailable)
+		_, _ = io.WriteString(w, `{"title":"Service Unavailable","status":503}`)
+		return
+	}
+	target, _ := url.Parse(upstream)
+	rp := &httputil.ReverseProxy{Rewrite: func(r *httputil.ProxyRequest) { r.SetURL(target) }, FlushInterval: -1}
+	if cut && req.URL.Path == "/v1/watch" {
+		w = &cuttingWriter{ResponseWriter: w}
+	}
+	rp.ServeHTTP(w, req)
+}
+
+// cuttingWriter passes a watch stream on until its first event's data line has
+// started, then ends the connection halfway through that line.
+type cuttingWriter struct {
+	http.ResponseWriter
+	seen []byte
+}
+
+func (c *cuttingWriter) Write(b []byte) (int, error) {
+	c.seen = append(c.seen, b...)
+	if i := bytes.Index(c.seen, []byte("data: ")); i >= 0 {
+		end := i + 6 + (len(c.seen)-i-6)/2
+		_, _ = c.ResponseWriter.Write(c.seen[:end])
+		http.NewResponseController(c.ResponseWriter).Flush()
+		panic(http.ErrAbortHandler)
+	}
+	return len(b), nil
+}
+
+func (c *cuttingWriter) Flush() {}
+
+// TestReplicaThroughOutages: a replica follows flips through watch streams cut in the
+// middle of an event, a spell of 503s, and the API killed and started again on
+// another address behind the same front; it holds a whole version throughout (every
+// read any reader made is the API's document of the view's version), says it is
+// behind while it is, and catches up after each outage.
+func TestReplicaThroughOutages(t *testing.T) {
+	t.Parallel()
+	e := start(t)
+	writeConfig(t, e, changesConfig(100))
+	content := map[string]map[string]map[string]string{}
+	var contentMu sync.Mutex
+	publish := func(what string) string {
+		t.Helper()
+		testenv.Exec(t, e.dsn, fmt.Sprintf(`UPDATE things SET gen = gen + 1, note = %s WHERE id IN ('plain', 'a/b')`, quote(what)),
+			fmt.Sprintf(`DELETE FROM things WHERE id = %s`, quote(awkwardIDs[len(content)+2])))
+		out, err := e.sync(t)
+		if err != nil {
+			t.Fatalf("%s: %v", what, err)
+		}
+		return publishedVersion(t, out)
+	}
+	record := func(v string) string {
+		t.Helper()
+		c := apiContent(t, e, v)
+		contentMu.Lock()
+		content[v] = c
+		contentMu.Unlock()
+		return v
+	}
+	v := record(publish("first"))
+	front := newFrontProxy(t, e.base)
+	r := newReplica(t, front.srv.URL, client.ReplicaOptions{PollInterval: 100 * time.Millisecond, StreamRetry: 200 * time.Millisecond})
+
+	var stop atomic.Bool
+	var reads atomic.Int64
+	reader := make(chan error, 1)
+	go func() {
+		for !stop.Load() {
+			view := r.View()
+			contentMu.Lock()
+			want := content[view.Version()]
+			contentMu.Unlock()
+			for id, doc := range want["things"] {
+				if got, ok := view.Get("things", id); !ok || string(got.JSON) != doc {
+					reader <- fmt.Errorf("version %s, things/%q: the replica has %q (found %t); the API %q", view.Version(), id, got.JSON, ok, doc)
+					return
+				}
+				reads.Add(1)
+			}
+			if view.Len("things") != len(want["things"]) {
+				reader <- fmt.Errorf("version %s: %d things; the API has %d", view.Version(), view.Len("things"), len(want["things"]))
+				return
+			}
+		}
+		reader <- nil
+	}()
+	awaitReplica(t, r, v)
+
+	// Streams cut in the middle of an event: flips are learnt by polling between them.
+	front.set(func(p *frontProxy) { p.cutEvents = true })
+	for i := range 3 {
+		v = record(publish(fmt.Sprintf("cut %d", i)))
+		awaitReplica(t, r, v)
+	}
+	front.set(func(p *frontProxy) { p.cutEvents = false })
+
+	// 503 to everything: the replica keeps its version and says it is behind.
+	front.set(func(p *frontProxy) { p.refuse = true })
+	held := v
+	v = record(publish("refused"))
+	testenv.Eventually(t, 20*time.Second, func() error {
+		if r.Err() == nil || r.Lag() == 0 {
+			return fmt.Errorf("the replica reports lag %s, err %v; want both while every request gets a 503", r.Lag(), r.Err())
+		}
+		return nil
+	})
+	if got := r.Version(); got != held {
+		t.Errorf("while refused the replica moved to %s; it cannot have read it", got)
+	}
+	t.Logf("refused: lag %s, err %v", r.Lag(), r.Err())
+	front.set(func(p *frontProxy) { p.refuse = false })
+	awaitReplica(t, r, v)
+
+	// The API killed, a flip meanwhile, and the API back on another address.
+	e.stopAPI()
+	testenv.Eventually(t, 20*time.Second, func() error {
+		if r.Err() == nil {
+			return fmt.Errorf("the replica reports no error while the API is down")
+		}
+		return nil
+	})
+	v = publish("while down")
+	e.startAPI(t)
+	front.set(func(p *frontProxy) { p.upstreams = []string{e.base} })
+	record(v)
+	awaitReplica(t, r, v)
+	checkView(t, r.View(), content[v])
+
+	stop.Store(true)
+	if err := <-reader; err != nil {
+		t.Error(err)
+	}
+	t.Logf("%d reads checked; %+v", reads.Load(), r.Stats())
+}
+
+// TestReplicaBehindRoundRobin: two API replicas behind one address, one refreshing
+// its pointer far slower than the other, serve the replica's requests in turn, the
+// flip stream included; flips come quickly, with a rollback among them. The replica
+// never moves to an older version than one it held, except to the rollback's, and
+// ends on the newest.
+func TestReplicaBehindRoundRobin(t *testing.T) {
+	t.Parallel()
+	e := start(t)
+	writeConfig(t, e, changesConfig(100))
+	var published []string
+	publish := func() {
+		t.Helper()
+		testenv.Exec(t, e.dsn, `UPDATE things SET gen = gen + 1 WHERE id = 'plain'`)
+		out, err := e.sync(t)
+		if err != nil {
+			t.Fatal(err)
+		}
+		published = append(published, publishedVersion(t, out))
+	}
+	publish()
+	fast := e.base
+	e.startAPI(t, cli.EnvRefresh, "1500ms")
+	slow := e.base
+	e.base = fast
+	front := newFrontProxy(t, fast, slow)
+	// Streams and polls alternate between the two.
+	front.set(func(p *frontProxy) { p.streamLife = 300 * time.Millisecond })
+
+	var flipsMu sync.Mutex
+	var flips []string
+	r := newReplica(t, front.srv.URL, client.ReplicaOptions{PollInterval: 50 * time.Millisecond, StreamRetry: 100 * time.Millisecond, OnFlip: func(v string) {
+		flipsMu.Lock()
+		flips = append(flips, v)
+		flipsMu.Unlock()
+	}})
+	for range 4 {
+		publish()
+	}
+	awaitReplica(t, r, published[len(published)-1]) // so that the rollback takes it back
+	if _, err := e.syncerCmd(t, "rollback", "--previous", "--reason", "r"); err != nil {
+		t.Fatal(err)
+	}
+	rolledTo := published[len(published)-2]
+	if _, err := e.syncerCmd(t, "unpin", "--reason", "r"); err != nil {
+		t.Fatal(err)
+	}
+	awaitReplica(t, r, rolledTo)
+	for range 4 {
+		publish()
+	}
+	awaitReplica(t, r, published[len(published)-1])
+
+	order := map[string]int{}
+	for i, v := range published {
+		order[v] = i
+	}
+	flipsMu.Lock()
+	defer flipsMu.Unlock()
+	rolledBack := false
+	for i := 1; i < len(flips); i++ {
+		from, to := flips[i-1], flips[i]
+		if order[to] < order[from] {
+			if to != rolledTo || rolledBack {
+				t.Errorf("the replica went back from %s to %s (flips %q)", from, to, flips)
+			}
+			rolledBack = true
+		}
+	}
+	if !rolledBack {
+		t.Errorf("the replica never followed the rollback to %s (flips %q)", rolledTo, flips)
+	}
+	t.Logf("%d versions published, flips followed: %d", len(published), len(flips))
 }
