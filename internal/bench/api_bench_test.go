@@ -180,6 +180,13 @@ func freePort(tb testing.TB) string {
 // startAPI starts the metadata-api binary and waits until it is ready.
 func startAPI(tb testing.TB, bin, emulator string, cpu int, args ...string) string {
 	tb.Helper()
+	base, _ := startAPIProc(tb, bin, emulator, cpu, args...)
+	return base
+}
+
+// startAPIProc is startAPI that also returns the process id.
+func startAPIProc(tb testing.TB, bin, emulator string, cpu int, args ...string) (string, int) {
+	tb.Helper()
 	addr := freePort(tb)
 	cmd := pinned(cpu, exec.Command(bin, append([]string{"--addr", addr, "--dataset", "bench", "--log-level", "warn"}, args...)...))
 	cmd.Env = append(os.Environ(), "BIGTABLE_EMULATOR_HOST="+emulator)
@@ -192,7 +199,7 @@ func startAPI(tb testing.TB, bin, emulator string, cpu int, args ...string) stri
 		if resp, err := http.Get("http://" + addr + "/readyz"); err == nil {
 			resp.Body.Close()
 			if resp.StatusCode == 200 {
-				return "http://" + addr
+				return "http://" + addr, cmd.Process.Pid
 			}
 		}
 		if time.Now().After(end) {
