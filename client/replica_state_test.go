@@ -135,3 +135,24 @@ func checkColl(t *testing.T, flip int, c *replicaColl, want map[string]json.RawM
 		}
 	}
 }
+
+// TestReplicaGetDoesNotAllocate: Get, hit or miss, with changes beside the base or
+// without, allocates nothing.
+func TestReplicaGetDoesNotAllocate(t *testing.T) {
+	docs := map[string]json.RawMessage{"a": json.RawMessage(`{"g":1}`), "b": json.RawMessage(`{"g":2}`)}
+	c := newReplicaColl(docs, []string{"g"})
+	r := &Replica{}
+	for _, coll := range []*replicaColl{c, c.apply(map[string]json.RawMessage{"b": nil, "c": json.RawMessage(`{}`)})} {
+		r.state.Store(&replicaState{version: "v", colls: map[string]*replicaColl{"items": coll}})
+		id := string([]byte("a")) // not a constant: as a request's id would be
+		if n := testing.AllocsPerRun(1000, func() {
+			if _, ok := r.Get("items", id); !ok {
+				t.Fatal("missed")
+			}
+			r.Get("items", "zz")
+			r.Get("nope", id)
+		}); n != 0 {
+			t.Errorf("Get allocates %.1f times a call; want none", n)
+		}
+	}
+}
