@@ -284,7 +284,8 @@ type frontProxy struct {
 	refuse    bool // answer 503 to everything
 	cutEvents bool // end every watch stream in the middle of its first event
 	// streamLife, when set, ends every watch stream after that long.
-	streamLife time.Duration
+	streamLife  time.Duration
+	goneChanges bool // answer 410 to every version's changes, as for expired versions
 }
 
 func newFrontProxy(tb testing.TB, upstreams ...string) *frontProxy {
@@ -310,8 +311,14 @@ func (p *frontProxy) serve(w http.ResponseWriter, req *http.Request) {
 	p.mu.Lock()
 	upstream := p.upstreams[p.next%len(p.upstreams)]
 	p.next++
-	refuse, cut, life := p.refuse, p.cutEvents, p.streamLife
+	refuse, cut, life, gone := p.refuse, p.cutEvents, p.streamLife, p.goneChanges
 	p.mu.Unlock()
+	if gone && strings.Contains(req.URL.Path, "/changes/") {
+		w.Header().Set("Content-Type", "application/problem+json")
+		w.WriteHeader(http.StatusGone)
+		_, _ = io.WriteString(w, `{"title":"Gone","status":410,"detail":"version expired"}`)
+		return
+	}
 	if life > 0 && req.URL.Path == "/v1/watch" {
 		ctx, cancel := context.WithTimeout(req.Context(), life)
 		defer cancel()
@@ -353,7 +360,8 @@ func (c *cuttingWriter) Write(b []byte) (int, error) {
 func (c *cuttingWriter) Flush() {}
 
 // TestReplicaThroughOutages: a replica follows flips through watch streams cut in the
-// middle of an event, a spell of 503s, and the API killed and started again on
+// middle of an event, versions whose changes answer 410 (it reads the collections
+// whole), a spell of 503s, and the API killed and started again on
 // another address behind the same front; it holds a whole version throughout (every
 // read any reader made is the API's document of the view's version), says it is
 // behind while it is, and catches up after each outage.
@@ -417,6 +425,18 @@ func TestReplicaThroughOutages(t *testing.T) {
 		awaitReplica(t, r, v)
 	}
 	front.set(func(p *frontProxy) { p.cutEvents = false })
+
+	// The changes of every version gone (as when the versions between expired): the
+	// replica reads the collections whole instead.
+	reloaded := r.Stats().Reloaded
+	front.set(func(p *frontProxy) { p.goneChanges = true })
+	v = record(publish("changes gone"))
+	awaitReplica(t, r, v)
+	checkView(t, r.View(), content[v])
+	if got := r.Stats().Reloaded; got != reloaded+int64(len(replicaCollections)) {
+		t.Errorf("with every version's changes gone the replica reloaded %d collections; want %d", got-reloaded, len(replicaCollections))
+	}
+	front.set(func(p *frontProxy) { p.goneChanges = false })
 
 	// 503 to everything: the replica keeps its version and says it is behind.
 	front.set(func(p *frontProxy) { p.refuse = true })
