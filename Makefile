@@ -57,16 +57,17 @@ chaos:
 ## bench: the benchmarks (needs the same throwaway Postgres), then the table of figures
 ## in docs/performance.md's format; BENCH=regexp runs only the matching benchmarks,
 ## BENCH_DOCS=1 also writes the table into docs/performance.md (only from a whole run
-## that passed: a partial table would drop the other rows)
+## that passed, or with BENCH_MERGE=1: a partial table would drop the other rows);
+## BENCH_MERGE=1 keeps the last run's figures and replaces those of the benchmarks run
 bench:
 	@command -v wrk >/dev/null || { echo "installing wrk (the HTTP load generator) with apt-get"; apt-get update -qq && apt-get install -y -qq wrk; }
 	@$(GO) build -o bin/bigtable-emulator cloud.google.com/go/bigtable/cmd/emulator
 	@deploy/local/postgres.sh start $(TEST_PG_PORT)
-	@rm -f bin/bench-figures.jsonl; status=0; \
+	@[ -n "$(BENCH_MERGE)" ] || rm -f bin/bench-figures.jsonl; status=0; \
 	  SNAPFLIP_BENCH_FIGURES=$(CURDIR)/bin/bench-figures.jsonl SNAPFLIP_TEST_POSTGRES_DSN='$(TEST_PG_DSN)' SNAPFLIP_TEST_EMULATOR=$(CURDIR)/bin/bigtable-emulator \
 	  $(GO) test -run '^$$' -bench '$(or $(BENCH),.)' -benchtime 1x -timeout 60m ./... || status=$$?; \
 	  docs=; if [ -n "$(BENCH_DOCS)" ]; then \
-	    if [ $$status -ne 0 ] || [ -n "$(BENCH)" ]; then echo "BENCH_DOCS: not writing docs/performance.md from a failed or partial run" >&2; status=1; \
+	    if [ $$status -ne 0 ] || { [ -n "$(BENCH)" ] && [ -z "$(BENCH_MERGE)" ]; }; then echo "BENCH_DOCS: not writing docs/performance.md from a failed or partial run" >&2; status=1; \
 	    else docs="-docs docs/performance.md"; fi; fi; \
 	  SNAPFLIP_TEST_POSTGRES_DSN='$(TEST_PG_DSN)' $(GO) run ./internal/bench/perftable -figures bin/bench-figures.jsonl $$docs || status=$$?; \
 	  deploy/local/postgres.sh stop $(TEST_PG_PORT); exit $$status

@@ -47,6 +47,8 @@ var benchmarks = []string{
 	"BenchmarkLogicalDelete",
 	"BenchmarkLogicalPgbench",
 	"BenchmarkLogicalWALRetained",
+	"BenchmarkLargeSync",
+	"BenchmarkReplica",
 }
 
 // AppendFigure appends f to the file at path, creating it if need be.
