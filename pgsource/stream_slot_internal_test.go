@@ -2,6 +2,7 @@ package pgsource
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"strings"
 	"testing"
@@ -49,16 +50,21 @@ func TestNudgeWithWriteInFlight(t *testing.T) {
 	if err := n.request(ctx); err != nil {
 		t.Fatalf("request with a write in flight: %v", err)
 	}
-	var records, left int
-	err := conn.QueryRow(ctx, `SELECT (SELECT count(*) FROM pg_get_wal_records_info($1::pg_lsn, pg_current_wal_lsn())
-		WHERE resource_manager = 'Standby' AND record_type = 'RUNNING_XACTS'),
-		(SELECT count(*) FROM pg_replication_slots WHERE slot_name = $2)`, before, n.slot).Scan(&records, &left)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if records == 0 || left != 0 {
-		t.Errorf("after a request: %d running-transactions records logged, %d slots named %s left; want at least 1 and 0", records, left, n.slot)
-	}
+	// WAL inspection reads only what is flushed, which the WAL writer does within a
+	// fraction of a second.
+	testenv.Eventually(t, 10*time.Second, func() error {
+		var records, left int
+		err := conn.QueryRow(ctx, `SELECT (SELECT count(*) FROM pg_get_wal_records_info($1::pg_lsn, pg_current_wal_flush_lsn())
+			WHERE resource_manager = 'Standby' AND record_type = 'RUNNING_XACTS'),
+			(SELECT count(*) FROM pg_replication_slots WHERE slot_name = $2)`, before, n.slot).Scan(&records, &left)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if records == 0 || left != 0 {
+			return fmt.Errorf("after a request: %d running-transactions records logged, %d slots named %s left; want at least 1 and 0", records, left, n.slot)
+		}
+		return nil
+	})
 	// Its connection is kept for the next request.
 	if n.conn == nil {
 		t.Error("the request's connection was closed; want it kept")
