@@ -14,13 +14,42 @@ import (
 	"github.com/snapflip/snapflip/snapshot"
 )
 
-// batch is the rows of one ApplyBulk call.
+// batch is the rows of one ApplyBulk call. An applied batch is reused for a later
+// one, its slices keeping their capacity, so that a long copy does not grow a new
+// set of slices every BatchRows rows.
 type batch struct {
-	keys        []string
-	muts        []*bigtable.Mutation
-	collections []string // per row: its collection, or "" for a run chunk
-	chunkOf     []string // per row: the collection of a run chunk
-	bytes       int
+	keys  []string
+	muts  []*bigtable.Mutation
+	runs  []rowRun // the rows' collections, run-length coded
+	bytes int
+}
+
+// rowRun is n consecutive rows of a batch: documents, or run chunks, of one
+// collection.
+type rowRun struct {
+	collection string
+	chunks     bool
+	n          int64
+}
+
+// add appends a row of bytes bytes.
+func (b *batch) add(key string, mut *bigtable.Mutation, collection string, chunk bool, bytes int) {
+	b.keys = append(b.keys, key)
+	b.muts = append(b.muts, mut)
+	if n := len(b.runs); n > 0 && b.runs[n-1].collection == collection && b.runs[n-1].chunks == chunk {
+		b.runs[n-1].n++
+	} else {
+		b.runs = append(b.runs, rowRun{collection: collection, chunks: chunk, n: 1})
+	}
+	b.bytes += bytes
+}
+
+// reset empties the batch for reuse, dropping its references to the rows.
+func (b *batch) reset() {
+	clear(b.keys)
+	clear(b.muts)
+	clear(b.runs)
+	b.keys, b.muts, b.runs, b.bytes = b.keys[:0], b.muts[:0], b.runs[:0], 0
 }
 
 // Writer writes one version's documents with ApplyBulk: rows are gathered into
@@ -38,6 +67,7 @@ type Writer struct {
 	bmu     sync.Mutex // guards cur; held while a full batch is handed over
 	cur     *batch
 	batches chan *batch
+	free    chan *batch // applied batches, to reuse
 	wg      sync.WaitGroup
 
 	prefixes map[string]string // collection -> docPrefix, under bmu
@@ -62,6 +92,8 @@ func (s *Store) NewWriter(ctx context.Context, dataset string, v snapshot.Versio
 		ctx:     wctx,
 		cancel:  cancel,
 		batches: make(chan *batch, s.cfg.Writers),
+		// At most the current batch, a full channel and one per worker exist.
+		free:    make(chan *batch, 2*s.cfg.Writers+1),
 		written: map[string]int64{},
 		chunks:  map[string]int64{},
 
@@ -101,13 +133,13 @@ func (w *Writer) queue(ctx context.Context, r rowRef, value []byte) error {
 	w.bmu.Lock()
 	defer w.bmu.Unlock()
 	if w.cur == nil {
-		w.cur = &batch{}
+		w.cur = w.newBatch()
 	}
 	mut := bigtable.NewMutation()
-	var k, collection, chunkOf string
+	var k string
 	if r.isChunk {
 		mut.Set(famDocs, colRun, w.ts, value)
-		k, chunkOf = runKey(w.dataset, w.version, r.collection, r.chunk), r.collection
+		k = runKey(w.dataset, w.version, r.collection, r.chunk)
 	} else {
 		mut.Set(famDocs, colDoc, w.ts, value)
 		prefix, ok := w.prefixes[r.collection]
@@ -115,18 +147,24 @@ func (w *Writer) queue(ctx context.Context, r rowRef, value []byte) error {
 			prefix = docPrefix(w.dataset, w.version, r.collection)
 			w.prefixes[r.collection] = prefix
 		}
-		k, collection = prefix+escapeComponent(r.id), r.collection
+		k = prefix + escapeComponent(r.id)
 	}
 	b := w.cur
-	b.keys = append(b.keys, k)
-	b.muts = append(b.muts, mut)
-	b.collections = append(b.collections, collection)
-	b.chunkOf = append(b.chunkOf, chunkOf)
-	b.bytes += len(value) + len(k)
+	b.add(k, mut, r.collection, r.isChunk, len(value)+len(k))
 	if len(b.keys) >= w.s.cfg.BatchRows || b.bytes >= w.s.cfg.BatchBytes {
 		return w.send(ctx)
 	}
 	return nil
+}
+
+// newBatch returns an empty batch, an applied one when there is one.
+func (w *Writer) newBatch() *batch {
+	select {
+	case b := <-w.free:
+		return b
+	default:
+		return &batch{}
+	}
 }
 
 // ChunksWritten returns the fingerprint run chunks acknowledged per collection.
@@ -228,15 +266,20 @@ func (w *Writer) work() {
 			continue
 		}
 		w.mu.Lock()
-		for i, c := range b.collections {
-			if c != "" {
-				w.written[c]++
+		for _, r := range b.runs {
+			if r.chunks {
+				w.chunks[r.collection] += r.n
 			} else {
-				w.chunks[b.chunkOf[i]]++
+				w.written[r.collection] += r.n
 			}
 		}
 		w.sent += int64(b.bytes)
 		w.mu.Unlock()
+		b.reset()
+		select {
+		case w.free <- b:
+		default:
+		}
 	}
 }
 
