@@ -33,16 +33,22 @@ func escapeComponent(s string) string {
 	}
 	var b strings.Builder
 	b.Grow(len(s) + n)
+	writeEscaped(&b, s)
+	return b.String()
+}
+
+// writeEscaped writes s escaped to b.
+func writeEscaped(b *strings.Builder, s string) {
+	from := 0
 	for i := 0; i < len(s); i++ {
-		c := s[i]
-		if c <= escape {
+		if c := s[i]; c <= escape {
+			b.WriteString(s[from:i])
 			b.WriteByte(escape)
 			b.WriteByte(c + escOffset)
-		} else {
-			b.WriteByte(c)
+			from = i + 1
 		}
 	}
-	return b.String()
+	b.WriteString(s[from:])
 }
 
 // unescapeComponent reverses escapeComponent.

@@ -67,3 +67,22 @@ func FuzzEscape(f *testing.F) {
 		}
 	})
 }
+
+// TestBatchDocKey: a batch builds the same keys as docKey, and a key it handed out
+// stays the same as later keys grow its buffer.
+func TestBatchDocKey(t *testing.T) {
+	var b batch
+	prefix := docPrefix("ds", "v", "c")
+	var got, want []string
+	for range 50 {
+		for _, id := range awkwardIDs {
+			got = append(got, b.docKey(prefix, id))
+			want = append(want, docKey("ds", "v", "c", id))
+		}
+	}
+	for i := range want {
+		if got[i] != want[i] {
+			t.Errorf("key %d = %q; want %q", i, got[i], want[i])
+		}
+	}
+}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"strings"
 	"sync"
 	"time"
 
@@ -22,6 +23,11 @@ type batch struct {
 	muts  []*bigtable.Mutation
 	runs  []rowRun // the rows' collections, run-length coded
 	bytes int
+	// keyBuf holds the batch's document row keys, each a slice of what it built:
+	// one allocation for the batch's keys, not one per key. A Builder never
+	// changes bytes it has handed out, so the keys stay valid as it grows; it is
+	// dropped, not reused, with the batch.
+	keyBuf strings.Builder
 }
 
 // rowRun is n consecutive rows of a batch: documents, or run chunks, of one
@@ -44,12 +50,21 @@ func (b *batch) add(key string, mut *bigtable.Mutation, collection string, chunk
 	b.bytes += bytes
 }
 
+// docKey returns the row key of the document id under prefix, built in keyBuf.
+func (b *batch) docKey(prefix, id string) string {
+	from := b.keyBuf.Len()
+	b.keyBuf.WriteString(prefix)
+	writeEscaped(&b.keyBuf, id)
+	return b.keyBuf.String()[from:]
+}
+
 // reset empties the batch for reuse, dropping its references to the rows.
 func (b *batch) reset() {
 	clear(b.keys)
 	clear(b.muts)
 	clear(b.runs)
 	b.keys, b.muts, b.runs, b.bytes = b.keys[:0], b.muts[:0], b.runs[:0], 0
+	b.keyBuf.Reset()
 }
 
 // Writer writes one version's documents with ApplyBulk: rows are gathered into
@@ -71,6 +86,7 @@ type Writer struct {
 	wg      sync.WaitGroup
 
 	prefixes map[string]string // collection -> docPrefix, under bmu
+	keyBytes int               // the most bytes of keys a batch has held, under bmu
 
 	mu      sync.Mutex
 	written map[string]int64 // documents and tombstones acknowledged, per collection
@@ -134,7 +150,9 @@ func (w *Writer) queue(ctx context.Context, r rowRef, value []byte) error {
 	defer w.bmu.Unlock()
 	if w.cur == nil {
 		w.cur = w.newBatch()
+		w.cur.keyBuf.Grow(w.keyBytes)
 	}
+	b := w.cur
 	mut := bigtable.NewMutation()
 	var k string
 	if r.isChunk {
@@ -147,9 +165,8 @@ func (w *Writer) queue(ctx context.Context, r rowRef, value []byte) error {
 			prefix = docPrefix(w.dataset, w.version, r.collection)
 			w.prefixes[r.collection] = prefix
 		}
-		k = prefix + escapeComponent(r.id)
+		k = b.docKey(prefix, r.id)
 	}
-	b := w.cur
 	b.add(k, mut, r.collection, r.isChunk, len(value)+len(k))
 	if len(b.keys) >= w.s.cfg.BatchRows || b.bytes >= w.s.cfg.BatchBytes {
 		return w.send(ctx)
@@ -188,6 +205,7 @@ func (w *Writer) send(ctx context.Context) error {
 	if b == nil || len(b.keys) == 0 {
 		return nil
 	}
+	w.keyBytes = max(w.keyBytes, b.keyBuf.Len())
 	select {
 	case w.batches <- b:
 		return nil
