@@ -12,6 +12,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/uuid"
+	"golang.org/x/sync/errgroup"
 	"google.golang.org/grpc"
 
 	"github.com/snapflip/snapflip/internal/testenv"
@@ -153,6 +154,9 @@ func TestWriterRoundTripsAwkwardIDs(t *testing.T) {
 	}
 }
 
+// TestWriterManyBatchesInParallel: documents of two collections and run chunks,
+// written from several goroutines in many small batches, each batch reused once
+// applied, are counted per collection and read back each with its own body.
 func TestWriterManyBatchesInParallel(t *testing.T) {
 	cfg := testenv.StoreConfig(testenv.Bigtable(t))
 	cfg.BatchRows, cfg.Writers = 7, 3
@@ -160,12 +164,31 @@ func TestWriterManyBatchesInParallel(t *testing.T) {
 	ctx := context.Background()
 	v := version(t)
 	w := st.NewWriter(ctx, "ds", v)
-	const n = 1000
+	const n, parts, perChunk = 1000, 4, 25
+	colls := []string{"a", "b"}
+	want := map[string]map[string]string{"a": {}, "b": {}}
 	for i := range n {
-		coll := []string{"a", "b"}[i%2]
-		if err := w.Write(ctx, coll, snapshot.Document{ID: fmt.Sprint(i), Body: []byte(`{}`)}); err != nil {
-			t.Fatal(err)
-		}
+		want[colls[i%2]][fmt.Sprint(i)] = fmt.Sprintf(`{"n":%d}`, i)
+	}
+	var g errgroup.Group
+	for part := range parts {
+		g.Go(func() error {
+			for i := part; i < n; i += parts {
+				coll := colls[i%2]
+				if err := w.Write(ctx, coll, snapshot.Document{ID: fmt.Sprint(i), Body: []byte(want[coll][fmt.Sprint(i)])}); err != nil {
+					return err
+				}
+				if i%perChunk == 0 {
+					if err := w.WriteChunk(ctx, coll, int64(i/perChunk), []byte{byte(i / perChunk)}); err != nil {
+						return err
+					}
+				}
+			}
+			return nil
+		})
+	}
+	if err := g.Wait(); err != nil {
+		t.Fatal(err)
 	}
 	counts, err := w.Close(ctx)
 	if err != nil {
@@ -173,6 +196,33 @@ func TestWriterManyBatchesInParallel(t *testing.T) {
 	}
 	if diff := cmp.Diff(map[string]int64{"a": n / 2, "b": n / 2}, counts); diff != "" {
 		t.Errorf("counts (-want +got):\n%s", diff)
+	}
+	if diff := cmp.Diff(map[string]int64{"a": n / perChunk / 2, "b": n / perChunk / 2}, w.ChunksWritten()); diff != "" {
+		t.Errorf("chunks (-want +got):\n%s", diff)
+	}
+	for _, coll := range colls {
+		got := map[string]string{}
+		if err := st.ScanDocuments(ctx, "ds", []snapshot.Version{v}, coll, func(d snapshot.Document) bool {
+			got[d.ID] = string(d.Body)
+			return true
+		}); err != nil {
+			t.Fatal(err)
+		}
+		if diff := cmp.Diff(want[coll], got); diff != "" {
+			t.Errorf("documents of %s (-want +got):\n%s", coll, diff)
+		}
+		var chunks, wantChunks []byte
+		if err := st.ScanRun(ctx, "ds", v, coll, func(c []byte) bool { chunks = append(chunks, c...); return true }); err != nil {
+			t.Fatal(err)
+		}
+		for i := 0; i < n; i += perChunk {
+			if colls[i%2] == coll {
+				wantChunks = append(wantChunks, byte(i/perChunk))
+			}
+		}
+		if diff := cmp.Diff(wantChunks, chunks); diff != "" {
+			t.Errorf("chunks of %s (-want +got):\n%s", coll, diff)
+		}
 	}
 }
 
