@@ -86,7 +86,7 @@ type Writer struct {
 	wg      sync.WaitGroup
 
 	prefixes map[string]string // collection -> docPrefix, under bmu
-	keyBytes int               // the most bytes of keys a batch has held, under bmu
+	keyBytes int               // bytes of keys the last batch sent held, under bmu
 
 	mu      sync.Mutex
 	written map[string]int64 // documents and tombstones acknowledged, per collection
@@ -205,7 +205,7 @@ func (w *Writer) send(ctx context.Context) error {
 	if b == nil || len(b.keys) == 0 {
 		return nil
 	}
-	w.keyBytes = max(w.keyBytes, b.keyBuf.Len())
+	w.keyBytes = b.keyBuf.Len()
 	select {
 	case w.batches <- b:
 		return nil
