@@ -165,7 +165,7 @@ func (r *Replica) Version() string {
 // The Document's JSON is shared with the replica and with other readers: do not
 // modify it. Its ETag is empty.
 func (r *Replica) Get(collection, id string) (Document, bool) {
-	return View{r.state.Load()}.Get(collection, id)
+	return r.state.Load().get(collection, id)
 }
 
 // View pins the version the replica holds now, for several reads that must agree;
@@ -273,36 +273,24 @@ func (v View) Version() string {
 }
 
 // Get returns a document of the view's version, as Replica.Get does.
-func (v View) Get(collection, id string) (Document, bool) {
-	if v.st == nil {
-		return Document{}, false
-	}
-	c := v.st.colls[collection]
-	if c == nil {
-		return Document{}, false
-	}
-	body, ok := c.get(id)
-	if !ok {
-		return Document{}, false
-	}
-	return Document{ID: id, JSON: body, Version: v.st.version}, true
-}
+func (v View) Get(collection, id string) (Document, bool) { return v.st.get(collection, id) }
 
 // Len returns how many documents a collection holds in the view's version.
 func (v View) Len(collection string) int {
-	if v.st == nil || v.st.colls[collection] == nil {
+	if v.st == nil || v.st.colls.get(collection) == nil {
 		return 0
 	}
-	return v.st.colls[collection].n
+	return v.st.colls.get(collection).n
 }
 
 // Range calls fn for every document of a collection in the view's version, in no
 // particular order, until fn returns false.
 func (v View) Range(collection string, fn func(Document) bool) {
-	if v.st == nil || v.st.colls[collection] == nil {
+	c := v.st.colls.get(collection)
+	if c == nil {
 		return
 	}
-	v.st.colls[collection].each(func(id string, body []byte) bool {
+	c.each(func(id string, body []byte) bool {
 		return fn(Document{ID: id, JSON: body, Version: v.st.version})
 	})
 }
@@ -353,7 +341,7 @@ func (v View) Lookup(ix *Index, value any) ([]Document, error) {
 	if v.st == nil {
 		return nil, nil
 	}
-	c := v.st.colls[ix.collection]
+	c := v.st.colls.get(ix.collection)
 	if c == nil {
 		return nil, nil
 	}

@@ -19,7 +19,7 @@ func BenchmarkReplicaGet(b *testing.B) {
 		docs[id] = json.RawMessage(fmt.Sprintf(`{"id":%s,"pad":%q}`, id, strings.Repeat("x", 230)))
 	}
 	r := &Replica{}
-	r.state.Store(&replicaState{version: "v", colls: map[string]*replicaColl{"items": newReplicaColl(docs, nil)}})
+	r.state.Store(&replicaState{version: "v", colls: replicaColls{{"items", newReplicaColl(docs, nil)}}})
 	// The ids a caller asks for, in a random order, laid out one after the other as a
 	// request's id would be at hand.
 	ids := make([]string, 1<<16)

@@ -204,7 +204,7 @@ func (r *Replica) catchUp(ctx context.Context, p pointerSeen) error {
 				return err
 			}
 		}
-		if ids == nil || len(ids) > max(held.colls[name].n/2, 100) {
+		if ids == nil || len(ids) > max(held.colls.get(name).n/2, 100) {
 			docs, err := r.readWhole(ctx, p.Version, name)
 			if err != nil {
 				return err
@@ -221,19 +221,20 @@ func (r *Replica) catchUp(ctx context.Context, p pointerSeen) error {
 
 	r.swap.Lock()
 	cur := r.state.Load() // held, or held with an index more
-	next := &replicaState{version: p.Version, flippedAt: p.FlippedAt, colls: make(map[string]*replicaColl, len(steps))}
-	for name, s := range steps {
+	next := &replicaState{version: p.Version, flippedAt: p.FlippedAt, colls: make(replicaColls, 0, len(steps))}
+	for _, name := range r.opts.Collections {
+		s := steps[name]
 		if s.whole != nil {
-			next.colls[name] = newReplicaColl(s.whole, r.fields[name])
+			next.colls = append(next.colls, namedColl{name, newReplicaColl(s.whole, r.fields[name])})
 			continue
 		}
-		c := cur.colls[name]
+		c := cur.colls.get(name)
 		for _, f := range r.fields[name] {
 			if c.indexes[f] == nil { // made while the changes were read
-				c = cur.withIndex(name, f).colls[name]
+				c = cur.withIndex(name, f).colls.get(name)
 			}
 		}
-		next.colls[name] = c.apply(s.changes)
+		next.colls = append(next.colls, namedColl{name, c.apply(s.changes)})
 	}
 	r.state.Store(next)
 	r.swap.Unlock()

@@ -143,7 +143,7 @@ func TestReplicaGetDoesNotAllocate(t *testing.T) {
 	c := newReplicaColl(docs, []string{"g"})
 	r := &Replica{}
 	for _, coll := range []*replicaColl{c, c.apply(map[string]json.RawMessage{"b": nil, "c": json.RawMessage(`{}`)})} {
-		r.state.Store(&replicaState{version: "v", colls: map[string]*replicaColl{"items": coll}})
+		r.state.Store(&replicaState{version: "v", colls: replicaColls{{"items", coll}}})
 		id := string([]byte("a")) // not a constant: as a request's id would be
 		if n := testing.AllocsPerRun(1000, func() {
 			if _, ok := r.Get("items", id); !ok {

@@ -159,7 +159,7 @@ func BenchmarkReplica(b *testing.B) {
 		}
 		slices.Sort(lat)
 		slices.Sort(signed)
-		flipP50, flipP99 := percentile(lat, 0.5), percentile(lat, 0.99)
+		flipP50, flipP99 := percentile(lat, 50), percentile(lat, 99)
 		st := r.Stats()
 		cancel()
 		r.Close()
@@ -192,7 +192,7 @@ replica of %d documents (%.0f B of JSON each on average) following a metadata-ap
   API CPU, idle             %s over %s; with %d idle watchers %s (%s per watcher per second)
 `, rows, avgDoc, getP50.Nanoseconds(), batch, allocs, getRate/1e6, float64(held)/1e6, float64(jsonBytes)/1e6,
 			float64(held)/float64(jsonBytes), thousands(loadBytes), thousands(deltaBytes), 100*float64(deltaBytes)/float64(loadBytes),
-			ms(flipP50), ms(flipP99), flips, st, ms(signed[0]), ms(percentile(signed, 0.5)), ms(signed[len(signed)-1]), idle, span, watchers, watching, perWatcher)
+			ms(flipP50), ms(flipP99), flips, st, ms(signed[0]), ms(percentile(signed, 50)), ms(signed[len(signed)-1]), idle, span, watchers, watching, perWatcher)
 		record(b, Figure{Measurement: "`Replica.Get`, hit, 100k documents",
 			Figure: fmt.Sprintf("p50 %d ns, %.0f allocations, %.1f M/s on one goroutine", getP50.Nanoseconds(), allocs, getRate/1e6),
 			Target: "≤ 100 ns, 0 allocations, ≥ 5 M/s", Missed: getP50 > 100 || allocs > 0 || getRate < 5e6})
