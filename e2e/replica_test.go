@@ -144,7 +144,8 @@ type readSample struct{ version, coll, id, doc string }
 // read it throughout, and every document any of them saw in a view is the API's for
 // the view's version.
 func TestReplicaFollowsHistories(t *testing.T) {
-	t.Parallel()
+	// Not parallel: its readers take every core they are given, which would slow the
+	// timed tests beside them.
 	seed := uint64(time.Now().UnixNano())
 	t.Logf("seed %d", seed)
 	rnd := rand.New(rand.NewPCG(seed, 2))
@@ -368,7 +369,7 @@ func (c *cuttingWriter) Flush() {}
 // read any reader made is the API's document of the view's version), says it is
 // behind while it is, and catches up after each outage.
 func TestReplicaThroughOutages(t *testing.T) {
-	t.Parallel()
+	// Not parallel, as TestReplicaFollowsHistories.
 	e := start(t)
 	writeConfig(t, e, changesConfig(100))
 	content := map[string]map[string]map[string]string{}
