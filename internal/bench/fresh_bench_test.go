@@ -411,7 +411,7 @@ func BenchmarkCommitToVisible(b *testing.B) {
 				b.Logf("  syncer run: peak RSS %.1f MiB (the first version's full copy included; its run cache holds the chain's runs decoded), CPU %.1f s over the commits",
 					peak, d("process_cpu_seconds_total"))
 				b.ReportMetric(peak, "syncer_peak_MiB")
-				b.Logf("  a commit < 1s after a read on the same session, watch cold (not in the figures above): %s", strings.Join(probes, ", "))
+				b.Logf("  a commit < 1s after a read on the same connection, watch cold (not in the figures above): %s", strings.Join(probes, ", "))
 				results = append(results, freshResult{rows: size.rows, commits: commits, p50: p50, p99: p99, over: over,
 					target: size.rows == 100_000 || size.rows == 5_000_000, peakMiB: peak, probes: probeTimes})
 			}
@@ -449,7 +449,7 @@ func recordFresh(b *testing.B, results []freshResult) {
 	record(b, Figure{Measurement: fmt.Sprintf("`syncer run` peak RSS over those commits at %s rows, its first full copy included", thousands(largest.rows)),
 		Figure: fmt.Sprintf("%.0f MiB", largest.peakMiB)})
 	if len(probes) > 0 {
-		record(b, Figure{Measurement: "a commit < 1 s after a read on the same session, watch cold (Postgres holds its statistics back)",
+		record(b, Figure{Measurement: "a commit < 1 s after a read on the same connection, watch cold (Postgres holds its statistics back)",
 			Figure: fmt.Sprintf("%.1f–%.1f s over %d commits", slices.Min(probes).Seconds(), slices.Max(probes).Seconds(), len(probes))})
 	}
 }
