@@ -96,11 +96,11 @@ type Replica struct {
 	fields map[string][]string // collection → indexed fields; under swap
 
 	mu          sync.Mutex
-	newest      pointerSeen // the newest pointer seen
-	behindSince time.Time   // since when newest is not the version held; zero when it is
-	downSince   time.Time   // since when the API has not answered; zero when it does
-	catchErr    error       // why the last catch-up failed; nil after one succeeded
-	linkErr     error       // why the API did not answer; nil once it did
+	newest      pointer   // the newest pointer seen
+	behindSince time.Time // since when newest is not the version held; zero when it is
+	downSince   time.Time // since when the API has not answered; zero when it does
+	catchErr    error     // why the last catch-up failed; nil after one succeeded
+	linkErr     error     // why the API did not answer; nil once it did
 	born        time.Time
 	stats       ReplicaStats
 }
@@ -121,12 +121,6 @@ func (r *Replica) Stats() ReplicaStats {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return r.stats
-}
-
-// pointerSeen is a pointer as the stream or a poll told it.
-type pointerSeen struct {
-	Version   string    `json:"version"`
-	FlippedAt time.Time `json:"flipped_at"`
 }
 
 // NewReplica starts a replica of the collections opts names, read through c. It
@@ -213,7 +207,7 @@ func (r *Replica) Err() error {
 // observe records a pointer the stream or a poll told of. A pointer older than the
 // newest seen (a replica of the API that has not refreshed yet) is ignored: versions
 // move backwards only by a rollback, which flips the pointer anew.
-func (r *Replica) observe(p pointerSeen) {
+func (r *Replica) observe(p pointer) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.newest.Version != "" && !p.FlippedAt.After(r.newest.FlippedAt) {
@@ -243,7 +237,7 @@ func (r *Replica) linked(err error) {
 }
 
 // target returns the newest pointer seen, and whether the replica holds it.
-func (r *Replica) target() (pointerSeen, bool) {
+func (r *Replica) target() (pointer, bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	st := r.state.Load()
@@ -251,7 +245,7 @@ func (r *Replica) target() (pointerSeen, bool) {
 }
 
 // caught records the outcome of a catch-up to p.
-func (r *Replica) caught(p pointerSeen, err error) {
+func (r *Replica) caught(p pointer, err error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.catchErr = err

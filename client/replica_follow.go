@@ -55,7 +55,7 @@ func (r *Replica) follow(ctx context.Context) {
 		}
 		if errors.Is(err, ErrGone) {
 			// The version expired or was never whole: the pointer has moved on.
-			if cur, perr := r.current(ctx); perr == nil {
+			if cur, perr := r.c.current(ctx); perr == nil {
 				r.observe(cur)
 			}
 		}
@@ -83,7 +83,7 @@ func (r *Replica) listen(ctx context.Context) {
 		// Flips between two streams are learnt by polling.
 		until := r.c.now().Add(pause)
 		for {
-			cur, err := r.current(ctx)
+			cur, err := r.c.current(ctx)
 			r.linked(err)
 			if err == nil {
 				r.observe(cur)
@@ -96,23 +96,6 @@ func (r *Replica) listen(ctx context.Context) {
 			pause = min(2*pause, 30*time.Second)
 		}
 	}
-}
-
-// current asks the API for the current pointer.
-func (r *Replica) current(ctx context.Context) (pointerSeen, error) {
-	const path = "/v1/versions/current"
-	a, err := r.c.send(ctx, request{method: http.MethodGet, path: path})
-	if err != nil {
-		return pointerSeen{}, err
-	}
-	var p pointerSeen
-	if err := json.Unmarshal(a.body, &p); err != nil {
-		return pointerSeen{}, fmt.Errorf("snapflip: GET %s: decode the answer: %w", path, err)
-	}
-	if !versionPattern.MatchString(p.Version) {
-		return pointerSeen{}, fmt.Errorf("snapflip: GET %s: the answer names no version (%q)", path, truncate(p.Version, 80))
-	}
-	return p, nil
 }
 
 // maxEventBytes bounds one line of the flip stream.
@@ -160,7 +143,7 @@ func (r *Replica) stream(ctx context.Context) (opened bool, err error) {
 		line := lines.Text()
 		if line == "" { // the event is complete
 			if event == "flip" {
-				var p pointerSeen
+				var p pointer
 				if json.Unmarshal([]byte(data), &p) == nil && versionPattern.MatchString(p.Version) {
 					r.observe(p)
 				}
@@ -189,7 +172,7 @@ func (r *Replica) stream(ctx context.Context) (opened bool, err error) {
 // catchUp makes the version p names the one the replica holds: each collection by the
 // changes between the version held and p where they can be told, else by reading it
 // whole, then all collections at once.
-func (r *Replica) catchUp(ctx context.Context, p pointerSeen) error {
+func (r *Replica) catchUp(ctx context.Context, p pointer) error {
 	held := r.state.Load()
 	type step struct {
 		changes map[string]json.RawMessage // applied to the held collection

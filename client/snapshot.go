@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"iter"
 	"net/http"
+	"time"
 )
 
 // Snapshot reads one version of the dataset, whatever the pointer does after it was
@@ -21,21 +22,35 @@ type Snapshot struct {
 // Snapshot pins the current version: it asks the API which version is current and
 // returns a handle that reads only that one.
 func (c *Client) Snapshot(ctx context.Context) (*Snapshot, error) {
-	const path = "/v1/versions/current"
-	a, err := c.send(ctx, request{method: http.MethodGet, path: path})
+	p, err := c.current(ctx)
 	if err != nil {
 		return nil, err
 	}
-	var cur struct {
-		Version string `json:"version"`
+	return &Snapshot{c: c, version: p.Version}, nil
+}
+
+// pointer is what the API says of the current version: the version, and when the
+// pointer last moved.
+type pointer struct {
+	Version   string    `json:"version"`
+	FlippedAt time.Time `json:"flipped_at"`
+}
+
+// current asks the API for the current pointer.
+func (c *Client) current(ctx context.Context) (pointer, error) {
+	const path = "/v1/versions/current"
+	a, err := c.send(ctx, request{method: http.MethodGet, path: path})
+	if err != nil {
+		return pointer{}, err
 	}
-	if err := json.Unmarshal(a.body, &cur); err != nil {
-		return nil, fmt.Errorf("snapflip: GET %s: decode the answer: %w", path, err)
+	var p pointer
+	if err := json.Unmarshal(a.body, &p); err != nil {
+		return pointer{}, fmt.Errorf("snapflip: GET %s: decode the answer: %w", path, err)
 	}
-	if !versionPattern.MatchString(cur.Version) {
-		return nil, fmt.Errorf("snapflip: GET %s: the answer names no version (%q)", path, truncate(cur.Version, 80))
+	if !versionPattern.MatchString(p.Version) {
+		return pointer{}, fmt.Errorf("snapflip: GET %s: the answer names no version (%q)", path, truncate(p.Version, 80))
 	}
-	return &Snapshot{c: c, version: cur.Version}, nil
+	return p, nil
 }
 
 // Pin returns a handle that reads the given version (as a response's Snapshot-Version
