@@ -58,9 +58,9 @@ func (cs replicaColls) get(name string) *replicaColl {
 
 // replicaColl is one collection of a replica's version: a base map, shared from
 // version to version, and the changes made since it was built. Changes pile up in
-// over, copied per flip, until they outgrow a fraction of base; then a flip folds them
-// into a new base. A flip therefore costs its changes plus, amortised, a small
-// constant per change, never a copy of the collection.
+// over, copied per flip, until they outgrow 1,024 + an eighth of base; then a flip
+// folds them into a new base. A flip therefore copies at most that many changes, and a
+// fold, every so many changed ids, the collection once: never the collection per flip.
 type replicaColl struct {
 	base    map[string]json.RawMessage
 	over    map[string]json.RawMessage // id → document, or nil: deleted
@@ -213,11 +213,14 @@ func buildIndex(c *replicaColl, field string) *fieldIndex {
 // apply returns the index of the collection c with changes made, touching only the
 // entries of the values the changed documents left or took.
 func (fi *fieldIndex) apply(c *replicaColl, field string, changes map[string]json.RawMessage) *fieldIndex {
-	type edit struct{ add, remove []string }
+	type edit struct {
+		add    []string
+		remove map[string]bool
+	}
 	edits := map[string]*edit{}
 	at := func(key string) *edit {
 		if edits[key] == nil {
-			edits[key] = &edit{}
+			edits[key] = &edit{remove: map[string]bool{}}
 		}
 		return edits[key]
 	}
@@ -234,7 +237,7 @@ func (fi *fieldIndex) apply(c *replicaColl, field string, changes map[string]jso
 			continue
 		}
 		if hadOld {
-			at(oldKey).remove = append(at(oldKey).remove, id)
+			at(oldKey).remove[id] = true
 		}
 		if hasNew {
 			at(newKey).add = append(at(newKey).add, id)
@@ -243,7 +246,7 @@ func (fi *fieldIndex) apply(c *replicaColl, field string, changes map[string]jso
 	next := &fieldIndex{base: fi.base, over: make(map[string][]string, len(fi.over)+len(edits))}
 	maps.Copy(next.over, fi.over)
 	for key, e := range edits {
-		ids := slices.DeleteFunc(slices.Clone(fi.ids(key)), func(id string) bool { return slices.Contains(e.remove, id) })
+		ids := slices.DeleteFunc(slices.Clone(fi.ids(key)), func(id string) bool { return e.remove[id] })
 		ids = append(ids, e.add...)
 		slices.Sort(ids)
 		next.over[key] = slices.Compact(ids)
