@@ -288,6 +288,9 @@ type frontProxy struct {
 	// streamLife, when set, ends every watch stream after that long.
 	streamLife  time.Duration
 	goneChanges bool // answer 410 to every version's changes, as for expired versions
+	// silentStreams accepts every watch stream and sends nothing on it, as a proxy
+	// that buffers would.
+	silentStreams bool
 }
 
 func newFrontProxy(tb testing.TB, upstreams ...string) *frontProxy {
@@ -304,7 +307,7 @@ func (p *frontProxy) set(edit func(p *frontProxy)) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	edit(p)
-	if p.refuse || p.cutEvents {
+	if p.refuse || p.cutEvents || p.silentStreams {
 		p.srv.CloseClientConnections() // streams open now see the fault too
 	}
 }
@@ -313,8 +316,15 @@ func (p *frontProxy) serve(w http.ResponseWriter, req *http.Request) {
 	p.mu.Lock()
 	upstream := p.upstreams[p.next%len(p.upstreams)]
 	p.next++
-	refuse, cut, life, gone := p.refuse, p.cutEvents, p.streamLife, p.goneChanges
+	refuse, cut, life, gone, silent := p.refuse, p.cutEvents, p.streamLife, p.goneChanges, p.silentStreams
 	p.mu.Unlock()
+	if silent && req.URL.Path == "/v1/watch" {
+		w.Header().Set("Content-Type", "text/event-stream")
+		w.WriteHeader(http.StatusOK)
+		http.NewResponseController(w).Flush()
+		<-req.Context().Done()
+		return
+	}
 	if gone && strings.Contains(req.URL.Path, "/changes/") {
 		w.Header().Set("Content-Type", "application/problem+json")
 		w.WriteHeader(http.StatusGone)
@@ -363,7 +373,7 @@ func (c *cuttingWriter) Write(b []byte) (int, error) {
 func (c *cuttingWriter) Flush() {}
 
 // TestReplicaThroughOutages: a replica follows flips through watch streams cut in the
-// middle of an event, versions whose changes answer 410 (it reads the collections
+// middle of an event, streams that open and stay silent, versions whose changes answer 410 (it reads the collections
 // whole), a spell of 503s, and the API killed and started again on
 // another address behind the same front; it holds a whole version throughout (every
 // read any reader made is the API's document of the view's version), says it is
@@ -394,7 +404,8 @@ func TestReplicaThroughOutages(t *testing.T) {
 	}
 	v := record(publish("first"))
 	front := newFrontProxy(t, e.base)
-	r := newReplica(t, front.srv.URL, client.ReplicaOptions{PollInterval: 100 * time.Millisecond, StreamRetry: 200 * time.Millisecond})
+	r := newReplica(t, front.srv.URL, client.ReplicaOptions{PollInterval: 100 * time.Millisecond, StreamRetry: 200 * time.Millisecond,
+		StreamIdle: time.Second})
 
 	var stop atomic.Bool
 	var reads atomic.Int64
@@ -431,6 +442,15 @@ func TestReplicaThroughOutages(t *testing.T) {
 		awaitReplica(t, r, v)
 	}
 	front.set(func(p *frontProxy) { p.cutEvents = false })
+
+	// Streams that open and say nothing: dropped after StreamIdle, the flips learnt by
+	// polling before the next one.
+	front.set(func(p *frontProxy) { p.silentStreams = true })
+	for i := range 2 {
+		v = record(publish(fmt.Sprintf("silent %d", i)))
+		awaitReplica(t, r, v)
+	}
+	front.set(func(p *frontProxy) { p.silentStreams = false })
 
 	// The changes of every version gone (as when the versions between expired): the
 	// replica reads the collections whole instead.
