@@ -377,7 +377,8 @@ func (c *cuttingWriter) Flush() {}
 // whole), a spell of 503s, and the API killed and started again on
 // another address behind the same front; it holds a whole version throughout (every
 // read any reader made is the API's document of the view's version), says it is
-// behind while it is, and catches up after each outage.
+// behind while it is, and catches up after each outage: by the changes of the three
+// versions it missed during the 503s, or, past MaxChain, by reading them whole.
 func TestReplicaThroughOutages(t *testing.T) {
 	// Not parallel, as TestReplicaFollowsHistories.
 	e := start(t)
@@ -406,6 +407,9 @@ func TestReplicaThroughOutages(t *testing.T) {
 	front := newFrontProxy(t, e.base)
 	r := newReplica(t, front.srv.URL, client.ReplicaOptions{PollInterval: 100 * time.Millisecond, StreamRetry: 200 * time.Millisecond,
 		StreamIdle: time.Second})
+	// Another follows lines of one version at most.
+	short := newReplica(t, front.srv.URL, client.ReplicaOptions{PollInterval: 100 * time.Millisecond, StreamRetry: 200 * time.Millisecond,
+		MaxChain: 1})
 
 	var stop atomic.Bool
 	var reads atomic.Int64
@@ -467,7 +471,9 @@ func TestReplicaThroughOutages(t *testing.T) {
 	// 503 to everything: the replica keeps its version and says it is behind.
 	front.set(func(p *frontProxy) { p.refuse = true })
 	held := v
-	v = record(publish("refused"))
+	for i := range 3 {
+		v = record(publish(fmt.Sprintf("refused %d", i)))
+	}
 	testenv.Eventually(t, 20*time.Second, func() error {
 		if r.Err() == nil || r.Lag() == 0 {
 			return fmt.Errorf("the replica reports lag %s, err %v; want both while every request gets a 503", r.Lag(), r.Err())
@@ -478,8 +484,21 @@ func TestReplicaThroughOutages(t *testing.T) {
 		t.Errorf("while refused the replica moved to %s; it cannot have read it", got)
 	}
 	t.Logf("refused: lag %s, err %v", r.Lag(), r.Err())
+	before, shortBefore := r.Stats(), short.Stats()
 	front.set(func(p *frontProxy) { p.refuse = false })
 	awaitReplica(t, r, v)
+	awaitReplica(t, short, v)
+	// Three versions published meanwhile: a line of three, followed by their changes
+	// within MaxChain 16, read whole past MaxChain 1.
+	if after := r.Stats(); after.Reloaded != before.Reloaded || after.Changed == before.Changed {
+		t.Errorf("after three versions missed the replica reloaded %d collections and followed %d by changes; want 0 and some",
+			after.Reloaded-before.Reloaded, after.Changed-before.Changed)
+	}
+	if after := short.Stats(); after.Reloaded-shortBefore.Reloaded != int64(len(replicaCollections)) {
+		t.Errorf("after three versions missed the replica with MaxChain 1 reloaded %d collections; want %d",
+			after.Reloaded-shortBefore.Reloaded, len(replicaCollections))
+	}
+	checkView(t, short.View(), content[v])
 
 	// The API killed, a flip meanwhile, and the API back on another address.
 	e.stopAPI()
