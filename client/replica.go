@@ -15,7 +15,7 @@ type ReplicaOptions struct {
 	Collections []string
 	// OnFlip, if set, is called after each version the replica swaps in, with that
 	// version, from the replica's own goroutine, one call at a time: a slow OnFlip
-	// delays the next flip.
+	// delays the next flip, and one that calls Close never returns.
 	OnFlip func(version string)
 	// PollInterval is how often the replica asks the API for the current version while
 	// the flip stream is refused or broken. Default 1s.
