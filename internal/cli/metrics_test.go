@@ -1,14 +1,18 @@
 package cli
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"io"
 	"log/slog"
+	"net"
+	"net/http"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/snapflip/snapflip/snapshot"
@@ -172,4 +176,41 @@ func (f fakeCurrent) ReadPointer(context.Context, string) (snapshot.Pointer, err
 
 func (f fakeCurrent) ReadManifest(context.Context, string, snapshot.Version) (snapshot.Manifest, error) {
 	return f.m, nil
+}
+
+// The metrics address serves the registry at /metrics and Go's profiles under
+// /debug/pprof/, as docs/operations.md says; a busy address is an error naming it.
+func TestMetricsAddrServesMetricsAndProfiles(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(prometheus.NewCounter(prometheus.CounterOpts{Name: "snapflip_test_total"}))
+	if _, err := serveMetrics(context.Background(), addr, reg, slog.New(slog.DiscardHandler)); err == nil || !strings.Contains(err.Error(), addr) {
+		t.Errorf("serving on a busy address: %v; want an error naming %s", err, addr)
+	}
+	ln.Close()
+	stop, err := serveMetrics(context.Background(), addr, reg, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stop()
+	for path, want := range map[string][]byte{
+		"/metrics":                       []byte("snapflip_test_total 0"),
+		"/debug/pprof/":                  []byte("goroutine"),
+		"/debug/pprof/profile?seconds=1": {0x1f, 0x8b}, // a gzipped profile
+		"/debug/pprof/goroutine?debug=1": []byte("goroutine profile"),
+	} {
+		resp, err := http.Get("http://" + addr + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK || !bytes.Contains(body, want) {
+			t.Errorf("GET %s = %d, %d bytes; want 200 with %q", path, resp.StatusCode, len(body), want)
+		}
+	}
 }
