@@ -157,7 +157,7 @@ func (st *stream) invalidFor(since *snapshot.Position) string {
 		return "the parent was read from another cluster, timeline or database (" + since.Stream.System + ", now " + st.system + ")"
 	case !st.fresh:
 		return "the parent is not the version this reading last saw published (a rollback?)"
-	case st.fresh && st.start > since.Stream.Resume:
+	case st.start > since.Stream.Resume:
 		// A new reading holds every transaction committed from where the slot was
 		// confirmed; the version at since does not see only ones committed from Resume.
 		return "the slot was confirmed past the parent's position (a new slot, or a new reading after writes)"
