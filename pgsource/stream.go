@@ -276,8 +276,8 @@ func (st *stream) claimSlot(ctx context.Context, conn *pgx.Conn, repl *pgconn.Pg
 
 // read receives the stream until ctx ends or the connection fails.
 func (st *stream) read(ctx context.Context, conn *pgx.Conn, repl *pgconn.PgConn, changed func(Change), stats func(StreamStats)) error {
-	nudge := newNudger(st.connCfg, st.log, st.reading)
-	defer nudge.close(ctx)
+	nudge := newNudger(ctx, st.connCfg, st.log, st.reading)
+	defer nudge.close()
 	slot := &slotWatch{st: st, conn: conn, stats: stats, nudge: nudge}
 	nextStatus := time.Now()
 	for {

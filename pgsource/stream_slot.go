@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -68,7 +69,7 @@ func (w *slotWatch) check(ctx context.Context, now time.Time) error {
 	st.mu.Unlock()
 	// A standby logs no running-transactions record: its primary's reach it.
 	if behind > st.cfg.NudgeAfter && held == 0 && !receiving && !standby {
-		w.nudge.poke(ctx, now)
+		w.nudge.poke(now)
 	}
 	if now.Before(w.nextRetained) {
 		return nil
@@ -88,9 +89,11 @@ func (w *slotWatch) check(ctx context.Context, now time.Time) error {
 // nudger asks the server for a running-transactions record, one request at a time,
 // in the background on a connection of its own, so the stream is read meanwhile.
 type nudger struct {
-	connCfg *pgx.ConnConfig
+	connCfg *pgx.ConnConfig // with statement_timeout nudgeWait
 	log     *slog.Logger
 	slot    string // the temporary slot's name, the reading's own
+	ctx     context.Context
+	cancel  context.CancelFunc
 	wg      sync.WaitGroup
 
 	mu     sync.Mutex
@@ -100,15 +103,20 @@ type nudger struct {
 
 	// Used by the request under way only.
 	conn   *pgx.Conn
-	byFunc bool // pg_log_standby_snapshot() is there and may be called
+	noFunc bool // pg_log_standby_snapshot() is missing (before Postgres 16) or not permitted
 }
 
-func newNudger(connCfg *pgx.ConnConfig, log *slog.Logger, reading string) *nudger {
-	return &nudger{connCfg: connCfg, log: log, slot: "snapflip_nudge_" + strings.ReplaceAll(reading, "-", "")}
+// newNudger returns a nudger whose requests end with ctx or close.
+func newNudger(ctx context.Context, connCfg *pgx.ConnConfig, log *slog.Logger, reading string) *nudger {
+	cfg := connCfg.Copy()
+	cfg.RuntimeParams["statement_timeout"] = strconv.FormatInt(nudgeWait.Milliseconds(), 10)
+	n := &nudger{connCfg: cfg, log: log, slot: "snapflip_nudge_" + strings.ReplaceAll(reading, "-", "")}
+	n.ctx, n.cancel = context.WithCancel(ctx)
+	return n
 }
 
 // poke starts a request unless one is under way or it is too soon.
-func (n *nudger) poke(ctx context.Context, now time.Time) {
+func (n *nudger) poke(now time.Time) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	if n.busy || now.Before(n.next) {
@@ -118,6 +126,7 @@ func (n *nudger) poke(ctx context.Context, now time.Time) {
 	n.wg.Add(1)
 	go func() {
 		defer n.wg.Done()
+		ctx := n.ctx
 		err := n.request(ctx)
 		n.mu.Lock()
 		defer n.mu.Unlock()
@@ -135,11 +144,13 @@ func (n *nudger) poke(ctx context.Context, now time.Time) {
 	}()
 }
 
-// close waits for the request under way and closes the connection.
-func (n *nudger) close(ctx context.Context) {
+// close ends the request under way (the reading that made it is over, and a server
+// that stopped answering must not hold it), waits for it, and closes the connection.
+func (n *nudger) close() {
+	n.cancel()
 	n.wg.Wait()
 	if n.conn != nil {
-		_ = closeConn(ctx, n.conn)
+		_ = closeConn(n.ctx, n.conn)
 		n.conn = nil
 	}
 }
@@ -162,43 +173,36 @@ func (n *nudger) logRunning(ctx context.Context) error {
 			return fmt.Errorf("connect: %w", err)
 		}
 		n.conn = conn
-		var version int
-		if err := conn.QueryRow(ctx, `SELECT current_setting('server_version_num')::int`).Scan(&version); err != nil {
-			return fmt.Errorf("read the server's version: %w", err)
-		}
-		n.byFunc = version >= 160000
 	}
-	if n.byFunc {
+	if !n.noFunc {
 		_, err := n.conn.Exec(ctx, `SELECT pg_log_standby_snapshot()`)
-		if !isCode(err, "42501") { // insufficient_privilege: a temporary slot needs none but REPLICATION
-			return err
+		// undefined_function before Postgres 16; insufficient_privilege unless granted.
+		// A temporary slot needs no privilege but REPLICATION.
+		if !isCode(err, "42883", "42501") {
+			if err != nil {
+				return fmt.Errorf("SELECT pg_log_standby_snapshot(): %w", err)
+			}
+			return nil
 		}
-		n.byFunc = false
+		n.noFunc = true
 	}
 	return n.tempSlot(ctx)
 }
 
 // tempSlot creates and drops a temporary logical slot. Its creation logs a
 // running-transactions record, then waits for the transactions writing at that
-// moment to end: that wait is cut short, the record is written.
+// moment to end: that wait is cut short by the connection's statement_timeout, the
+// record is written.
 func (n *nudger) tempSlot(ctx context.Context) error {
-	tx, err := n.conn.Begin(ctx)
-	if err != nil {
-		return err
-	}
-	defer func() { _ = tx.Rollback(ctx) }()
-	if _, err := tx.Exec(ctx, fmt.Sprintf("SET LOCAL statement_timeout = %d", nudgeWait.Milliseconds())); err != nil {
-		return err
-	}
-	_, err = tx.Exec(ctx, `SELECT pg_create_logical_replication_slot($1, 'pgoutput', true)`, n.slot)
+	_, err := n.conn.Exec(ctx, `SELECT pg_create_logical_replication_slot($1, 'pgoutput', true)`, n.slot)
 	if isCode(err, "57014") { // query_canceled: the statement's end dropped the slot
 		return nil
 	}
 	if err != nil {
-		return fmt.Errorf("create a temporary replication slot: %w", err)
+		return fmt.Errorf("create the temporary replication slot %s: %w", n.slot, err)
 	}
-	if _, err := tx.Exec(ctx, `SELECT pg_drop_replication_slot($1)`, n.slot); err != nil {
+	if _, err := n.conn.Exec(ctx, `SELECT pg_drop_replication_slot($1)`, n.slot); err != nil {
 		return fmt.Errorf("drop the temporary replication slot %s: %w", n.slot, err)
 	}
-	return tx.Commit(ctx)
+	return nil
 }
