@@ -36,7 +36,16 @@ const (
 // keyedLimit is how many changed ids a delta of a parent of rows reads by id.
 func keyedLimit(rows int64) int64 { return min(max(rows/10, maxChangedOnly), maxKeyed) }
 
-// errKeyedTooLarge stops a keyed read whose documents outgrow maxKeyedBytes.
+// keyedBytes is the bound on the documents a keyed read holds: maxKeyedBytes, unless
+// a test set less.
+func (p *Publisher) keyedBytes() int {
+	if p.keyedBytesMax > 0 {
+		return p.keyedBytesMax
+	}
+	return maxKeyedBytes
+}
+
+// errKeyedTooLarge stops a keyed read whose documents outgrow keyedBytes.
 var errKeyedTooLarge = errors.New("the changed documents outgrow the keyed read's memory")
 
 // fromEntry is a parent entry with the index in the chain of the layer it is from.
@@ -128,8 +137,9 @@ func (lw *layerWriter) keyedOnly(ctx context.Context, ks KeyedScanner) (changedR
 	var c changedRows
 	var all []Document
 	var size int
+	limit := lw.p.keyedBytes()
 	ok, err := ks.ScanKeyed(ctx, lw.name, lw.since, keyedLimit(lw.parent.Rows), func(d Document) error {
-		if size += len(d.ID) + len(d.Body); size > maxKeyedBytes {
+		if size += len(d.ID) + len(d.Body); size > limit {
 			return errKeyedTooLarge
 		}
 		all = append(all, d)
@@ -142,7 +152,7 @@ func (lw *layerWriter) keyedOnly(ctx context.Context, ks KeyedScanner) (changedR
 	})
 	if errors.Is(err, errKeyedTooLarge) {
 		lw.p.log().InfoContext(ctx, "the changed documents are too large to hold: every id is compared",
-			"dataset", lw.p.Dataset, "collection", lw.name, "bytes_over", maxKeyedBytes)
+			"dataset", lw.p.Dataset, "collection", lw.name, "bytes_over", limit)
 		return changedRows{}, nil
 	}
 	if err != nil || !ok {

@@ -105,6 +105,8 @@ type Publisher struct {
 	Runs *RunCache
 	Now  func() time.Time
 	Log  *slog.Logger
+
+	keyedBytesMax int // the documents a keyed read holds; 0: maxKeyedBytes (tests set less)
 }
 
 // PublishOptions tune one publish.

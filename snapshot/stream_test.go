@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"math/rand/v2"
 	"slices"
 	"strings"
@@ -45,26 +46,7 @@ func testStreamDeltas(t *testing.T, cached bool, seed uint64) {
 	}
 	full := r.twin()
 	full.Source = plainSource{r.pub.Source}
-	src := r.pub.Source.(*pgsource.Source)
-	slot := fmt.Sprintf("snapflip_snap_%d", seed%1e12)
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() {
-		done <- src.Stream(ctx, pgsource.StreamConfig{LogicalConfig: pgsource.LogicalConfig{Publication: slot, Slot: slot}}, nil, nil)
-	}()
-	t.Cleanup(func() { testenv.DropSlot(t, r.dsn, slot) })
-	defer func() {
-		cancel()
-		if err := <-done; !errors.Is(err, context.Canceled) {
-			t.Errorf("Stream: %v", err)
-		}
-	}()
-	testenv.Eventually(t, 10*time.Second, func() error {
-		if !src.Streaming() {
-			return errors.New("not streaming yet")
-		}
-		return nil
-	})
+	r.stream(t, fmt.Sprintf("snapflip_snap_%d", seed%1e12))
 	rng := rand.New(rand.NewPCG(seed, 1))
 	next := 1000
 	steps := []func() string{
@@ -145,6 +127,75 @@ func testStreamDeltas(t *testing.T, cached bool, seed uint64) {
 	t.Logf("layer modes: %v", modes)
 	if modes[snapshot.ModeStream] < 10 {
 		t.Errorf("%d layers read from the stream's changed ids (modes %v); want most", modes[snapshot.ModeStream], modes)
+	}
+}
+
+// stream reads the replication stream of the rig's source, on a new slot, until the
+// test ends; it returns once the stream is read.
+func (r *rig) stream(t *testing.T, slot string) {
+	t.Helper()
+	src := r.pub.Source.(*pgsource.Source)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		done <- src.Stream(ctx, pgsource.StreamConfig{LogicalConfig: pgsource.LogicalConfig{Publication: slot, Slot: slot}}, nil, nil)
+	}()
+	t.Cleanup(func() { testenv.DropSlot(t, r.dsn, slot) })
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; !errors.Is(err, context.Canceled) {
+			t.Errorf("Stream: %v", err)
+		}
+	})
+	testenv.Eventually(t, 10*time.Second, func() error {
+		if !src.Streaming() {
+			return errors.New("not streaming yet")
+		}
+		return nil
+	})
+}
+
+// A keyed read that outgrows its memory bound (64 MiB; here 4,000 bytes) stops, and
+// the version is compared in full, equal to a full copy; under the bound the same
+// kind of change is read by id, and so is the version after the one compared in full.
+func TestStreamDeltaOverKeyedBytesComparesInFull(t *testing.T) {
+	r := newRig(t, []pgsource.Collection{{Name: "items", Table: "items"}},
+		`CREATE TABLE items (id int PRIMARY KEY, v text)`,
+		`INSERT INTO items SELECT g, 'v' || g FROM generate_series(1, 60) g`)
+	r.pub.Incremental = true
+	var log testenv.Log
+	r.pub.Log = slog.New(slog.NewTextHandler(&log, nil))
+	snapshot.SetKeyedBytes(r.pub, 4000)
+	full := r.twin()
+	full.Source = plainSource{r.pub.Source}
+	r.stream(t, fmt.Sprintf("snapflip_snap_%d", time.Now().UnixNano()%1e12))
+	r.publish(t, r.pub)
+	r.publish(t, full)
+	for _, step := range []struct {
+		stmts []string
+		keyed bool
+	}{
+		// About 1,300 bytes of documents.
+		{[]string{`UPDATE items SET v = repeat('a', 100) WHERE id <= 10`, `DELETE FROM items WHERE id = 11`}, true},
+		// About 10,500.
+		{[]string{`UPDATE items SET v = repeat('b', 500) WHERE id <= 20`, `DELETE FROM items WHERE id = 12`}, false},
+		{[]string{`UPDATE items SET v = 'c' WHERE id = 5`, `INSERT INTO items VALUES (100, 'new')`}, true},
+	} {
+		r.exec(t, step.stmts...)
+		m, f := r.publish(t, r.pub), r.publish(t, full)
+		what := strings.Join(step.stmts, "; ")
+		if keyed := m.Collections["items"].Own.Mode == snapshot.ModeStream; keyed != step.keyed {
+			t.Errorf("after %s: layer mode %q; want read by id %v", what, m.Collections["items"].Own.Mode, step.keyed)
+		}
+		if got, want := scanCollection(t, r.store, "ds", m.Chain("items"), "items"), scanCollection(t, r.store, "full", f.Chain("items"), "items"); !slices.Equal(got, want) {
+			t.Fatalf("after %s: items reads\n%v\nthe full copy\n%v", what, got, want)
+		}
+		if d, c := m.Collections["items"], f.Collections["items"]; d.Digest != c.Digest || d.Rows != c.Rows {
+			t.Fatalf("after %s: items holds %d rows %s; the full copy %d %s", what, d.Rows, d.Digest, c.Rows, c.Digest)
+		}
+	}
+	if !strings.Contains(log.String(), "too large to hold") {
+		t.Errorf("the fallback was not logged:\n%s", log.String())
 	}
 }
 
