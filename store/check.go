@@ -64,10 +64,10 @@ func (s *Store) CheckSchema(ctx context.Context) (SchemaReport, error) {
 	}
 	have := map[string]string{}
 	if info != nil {
-		for _, f := range info.FamilyInfos {
-			have[f.Name] = f.GCPolicy
-			if have[f.Name] == "" {
-				have[f.Name] = "(none)"
+		have = familyRules(info)
+		for fam, rule := range have {
+			if rule == "" {
+				have[fam] = "(none)"
 			}
 		}
 	}

@@ -22,6 +22,16 @@ func (s *Store) policies() map[string]bigtable.GCPolicy {
 	}
 }
 
+// familyRules returns each column family of a table with its GC rule as Bigtable
+// reports it.
+func familyRules(info *bigtable.TableInfo) map[string]string {
+	rules := map[string]string{}
+	for _, f := range info.FamilyInfos {
+		rules[f.Name] = f.GCPolicy
+	}
+	return rules
+}
+
 // EnsureSchema creates the table with its column families and their GC rules if it is
 // missing, adds a missing family, and sets a family's GC rule where it differs from the
 // configured one (so a changed TTL takes effect). A table already as configured gets
@@ -39,25 +49,26 @@ func (s *Store) EnsureSchema(ctx context.Context) error {
 	if err != nil {
 		return s.wrap(err, "read table %s", s.cfg.Table)
 	}
-	have := map[string]string{}
-	for _, f := range info.FamilyInfos {
-		have[f.Name] = f.GCPolicy
-	}
+	have := familyRules(info)
 	var errs []error
 	for fam, policy := range s.policies() {
 		rule, ok := have[fam]
-		if !ok {
-			err := s.admin.CreateColumnFamily(ctx, s.cfg.Table, fam)
-			if err != nil && status.Code(err) != codes.AlreadyExists {
-				errs = append(errs, s.wrap(err, "create column family %s", fam))
-				continue
-			}
-		}
 		if ok && rule == policy.String() {
 			continue
 		}
+		if !ok {
+			err := s.admin.CreateColumnFamilyWithConfig(ctx, s.cfg.Table, fam, bigtable.Family{GCPolicy: policy})
+			if err == nil {
+				continue
+			}
+			if status.Code(err) != codes.AlreadyExists {
+				errs = append(errs, s.wrap(err, "create column family %s with GC rule %s", fam, policy))
+				continue
+			}
+			// Created meanwhile by another process, perhaps with another rule: set it.
+		}
 		if err := s.admin.SetGCPolicy(ctx, s.cfg.Table, fam, policy); err != nil {
-			errs = append(errs, s.wrap(err, "set GC policy of family %s", fam))
+			errs = append(errs, s.wrap(err, "set GC rule of family %s to %s", fam, policy))
 		}
 	}
 	if err := errors.Join(errs...); err != nil {

@@ -10,10 +10,13 @@ import (
 	"testing"
 	"time"
 
+	"cloud.google.com/go/bigtable"
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/uuid"
 	"golang.org/x/sync/errgroup"
+	"google.golang.org/api/option"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/snapflip/snapflip/internal/testenv"
 	"github.com/snapflip/snapflip/snapshot"
@@ -25,34 +28,52 @@ func newStore(tb testing.TB) *store.Store {
 	return testenv.Store(tb, testenv.StoreConfig(testenv.Bigtable(tb)))
 }
 
+// ensureCounting opens a store with cfg, which runs EnsureSchema, and returns the
+// admin writes it made, by method.
+func ensureCounting(t *testing.T, cfg store.Config) map[string]int {
+	t.Helper()
+	var mu sync.Mutex
+	writes := map[string]int{}
+	cfg.DialOptions = []grpc.DialOption{grpc.WithUnaryInterceptor(func(ctx context.Context, method string, req, reply any,
+		cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+		if m := method[strings.LastIndexByte(method, '/')+1:]; m == "CreateTable" || m == "ModifyColumnFamilies" {
+			mu.Lock()
+			writes[m]++
+			mu.Unlock()
+		}
+		return invoker(ctx, method, req, reply, cc, opts...)
+	})}
+	testenv.Store(t, cfg) // runs EnsureSchema
+	mu.Lock()
+	defer mu.Unlock()
+	return maps.Clone(writes)
+}
+
+// checkRules fails t unless every family of cfg's table has the rule cfg implies.
+func checkRules(t *testing.T, cfg store.Config) {
+	t.Helper()
+	rep, err := testenv.Store(t, cfg).CheckSchema(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range rep.Families {
+		if f.Have != f.Want {
+			t.Errorf("family %s: rule %q; want %q", f.Name, f.Have, f.Want)
+		}
+	}
+}
+
 // TestEnsureSchemaWritesOnlyWhatDiffers: the first EnsureSchema creates the table, its
 // families and their rules in one admin write; another with the same config writes
 // nothing; a changed TTL rewrites only the families whose rule depends on it.
 func TestEnsureSchemaWritesOnlyWhatDiffers(t *testing.T) {
 	addr := testenv.Bigtable(t)
 	table := "schema_" + strings.ReplaceAll(uuid.NewString(), "-", "")
-	var mu sync.Mutex
-	writes := map[string]int{}
 	ensure := func(ttl time.Duration) map[string]int {
 		t.Helper()
-		mu.Lock()
-		clear(writes)
-		mu.Unlock()
 		cfg := testenv.StoreConfig(addr)
 		cfg.Table, cfg.TTL = table, ttl
-		cfg.DialOptions = []grpc.DialOption{grpc.WithUnaryInterceptor(func(ctx context.Context, method string, req, reply any,
-			cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
-			if m := method[strings.LastIndexByte(method, '/')+1:]; m == "CreateTable" || m == "ModifyColumnFamilies" {
-				mu.Lock()
-				writes[m]++
-				mu.Unlock()
-			}
-			return invoker(ctx, method, req, reply, cc, opts...)
-		})}
-		testenv.Store(t, cfg) // runs EnsureSchema
-		mu.Lock()
-		defer mu.Unlock()
-		return maps.Clone(writes)
+		return ensureCounting(t, cfg)
 	}
 	for _, step := range []struct {
 		ttl  time.Duration
@@ -69,14 +90,55 @@ func TestEnsureSchemaWritesOnlyWhatDiffers(t *testing.T) {
 	}
 	cfg := testenv.StoreConfig(addr)
 	cfg.Table, cfg.TTL = table, 2*time.Hour
-	rep, err := testenv.Store(t, cfg).CheckSchema(context.Background())
+	checkRules(t, cfg)
+}
+
+// TestEnsureSchemaMendsFamilies: on a table made elsewhere, with families missing, one
+// of another rule and one snapflip does not use, EnsureSchema creates each missing
+// family with its rule (one write each), sets the differing rule, and leaves the
+// other family as it was.
+func TestEnsureSchemaMendsFamilies(t *testing.T) {
+	addr := testenv.Bigtable(t)
+	cfg := testenv.StoreConfig(addr)
+	cfg.Table = "schema_" + strings.ReplaceAll(uuid.NewString(), "-", "")
+	ctx := context.Background()
+	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, f := range rep.Families {
-		if f.Have != f.Want {
-			t.Errorf("family %s: rule %q; want %q", f.Name, f.Have, f.Want)
+	defer conn.Close()
+	admin, err := bigtable.NewAdminClient(ctx, cfg.Project, cfg.Instance, option.WithGRPCConn(conn))
+	if err != nil {
+		t.Fatal(err)
+	}
+	other := bigtable.MaxVersionsPolicy(3)
+	if err := admin.CreateTableFromConf(ctx, &bigtable.TableConf{TableID: cfg.Table, Families: map[string]bigtable.GCPolicy{
+		"d":     bigtable.UnionPolicy(bigtable.MaxAgePolicy(cfg.TTL), bigtable.MaxVersionsPolicy(1)), // as configured
+		"m":     bigtable.MaxAgePolicy(time.Minute),                                                  // another rule
+		"extra": other,
+	}}); err != nil {
+		t.Fatal(err)
+	}
+	// c, s and h are missing: three creations, and m's rule.
+	if got, want := ensureCounting(t, cfg), map[string]int{"ModifyColumnFamilies": 4}; !maps.Equal(got, want) {
+		t.Errorf("EnsureSchema made admin writes %v; want %v", got, want)
+	}
+	checkRules(t, cfg)
+	info, err := admin.TableInfo(ctx, cfg.Table)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var extra string
+	for _, f := range info.FamilyInfos {
+		if f.Name == "extra" {
+			extra = f.GCPolicy
 		}
+	}
+	if extra != other.String() {
+		t.Errorf("family extra: rule %q; want it left %q", extra, other)
+	}
+	if got := ensureCounting(t, cfg); len(got) != 0 {
+		t.Errorf("EnsureSchema again made admin writes %v; want none", got)
 	}
 }
 
