@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"math/rand/v2"
 	"strings"
 	"sync"
 	"testing"
@@ -139,6 +140,31 @@ func TestEnsureSchemaMendsFamilies(t *testing.T) {
 	}
 	if got := ensureCounting(t, cfg); len(got) != 0 {
 		t.Errorf("EnsureSchema again made admin writes %v; want none", got)
+	}
+}
+
+// TestEnsureSchemaRandomConfigs: for random TTLs, grace and retentions (whole days,
+// hours, minutes or seconds, which Bigtable's rules print each their own way), the
+// emulator holds every rule EnsureSchema set as the config implies it, and a second
+// EnsureSchema with the same config writes nothing.
+func TestEnsureSchemaRandomConfigs(t *testing.T) {
+	addr := testenv.Bigtable(t)
+	seed := uint64(time.Now().UnixNano())
+	t.Logf("seed %d", seed)
+	rng := rand.New(rand.NewPCG(seed, 2))
+	units := []time.Duration{24 * time.Hour, time.Hour, time.Minute, time.Second}
+	dur := func(least int) time.Duration { return time.Duration(least+rng.IntN(100)) * units[rng.IntN(len(units))] }
+	table := "schema_" + strings.ReplaceAll(uuid.NewString(), "-", "")
+	for range 8 {
+		cfg := testenv.StoreConfig(addr)
+		cfg.Table = table
+		cfg.TTL, cfg.ManifestGrace, cfg.SlotRetention, cfg.AuditRetention = dur(1), dur(0), dur(1), dur(1)
+		ensureCounting(t, cfg)
+		checkRules(t, cfg)
+		if got := ensureCounting(t, cfg); len(got) != 0 {
+			t.Fatalf("TTL %s, grace %s, slots %s, audit %s: EnsureSchema again made admin writes %v; want none",
+				cfg.TTL, cfg.ManifestGrace, cfg.SlotRetention, cfg.AuditRetention, got)
+		}
 	}
 }
 
