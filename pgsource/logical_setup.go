@@ -367,7 +367,11 @@ type slotFacts struct {
 	active                 bool
 	pid                    int
 	walStatus              string
-	retained               int64
+	retained               int64 // WAL kept from restart_lsn; -1 when it has none
+	// behind is how far restart_lsn lags confirmed_flush_lsn (0 when either is
+	// unknown); standby whether the server is in recovery.
+	behind  int64
+	standby bool
 }
 
 // ours reports, as an error, a slot of the name that is not a logical pgoutput slot.
@@ -384,8 +388,10 @@ func lookupSlot(ctx context.Context, q querier, name string) (slotFacts, error) 
 		database IS NOT DISTINCT FROM current_database(), active,
 		coalesce(active_pid, 0), coalesce(wal_status, ''),
 		coalesce(pg_wal_lsn_diff(CASE WHEN pg_is_in_recovery() THEN pg_last_wal_replay_lsn() ELSE pg_current_wal_lsn() END,
-			restart_lsn)::bigint, -1)
-		FROM pg_replication_slots WHERE slot_name = $1`, name).Scan(&f.kind, &f.plugin, &f.database, &f.here, &f.active, &f.pid, &f.walStatus, &f.retained)
+			restart_lsn)::bigint, -1),
+		coalesce(pg_wal_lsn_diff(confirmed_flush_lsn, restart_lsn), 0)::bigint, pg_is_in_recovery()
+		FROM pg_replication_slots WHERE slot_name = $1`, name).Scan(&f.kind, &f.plugin, &f.database, &f.here, &f.active, &f.pid, &f.walStatus,
+		&f.retained, &f.behind, &f.standby)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return f, nil
 	}

@@ -55,20 +55,20 @@ func (w *slotWatch) check(ctx context.Context, now time.Time) error {
 		return nil
 	}
 	w.next = now.Add(slotEvery)
-	var retained, behind int64
-	var standby bool
-	err := w.conn.QueryRow(ctx, `SELECT coalesce(pg_wal_lsn_diff(CASE WHEN pg_is_in_recovery() THEN pg_last_wal_replay_lsn()
-		ELSE pg_current_wal_lsn() END, restart_lsn), 0)::bigint, coalesce(pg_wal_lsn_diff(confirmed_flush_lsn, restart_lsn), 0)::bigint,
-		pg_is_in_recovery() FROM pg_replication_slots WHERE slot_name = $1`, w.st.cfg.Slot).Scan(&retained, &behind, &standby)
+	f, err := lookupSlot(ctx, w.conn, w.st.cfg.Slot)
 	if err != nil {
-		return fmt.Errorf("read the slot's retained WAL: %w", err)
+		return err
 	}
+	if !f.exists {
+		return fmt.Errorf("replication slot %s is gone while it is read", w.st.cfg.Slot)
+	}
+	retained := max(f.retained, 0)
 	st := w.st
 	st.mu.Lock()
 	held, receiving := len(st.held), st.cur != nil
 	st.mu.Unlock()
 	// A standby logs no running-transactions record: its primary's reach it.
-	if behind > st.cfg.NudgeAfter && held == 0 && !receiving && !standby {
+	if f.behind > st.cfg.NudgeAfter && held == 0 && !receiving && !f.standby {
 		w.nudge.poke(now)
 	}
 	if now.Before(w.nextRetained) {
