@@ -244,11 +244,7 @@ func (w *Writer) Close(ctx context.Context) (map[string]int64, error) {
 func (w *Writer) counts() map[string]int64 {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	out := make(map[string]int64, len(w.written))
-	for k, v := range w.written {
-		out[k] = v
-	}
-	return out
+	return maps.Clone(w.written)
 }
 
 // failed returns the first error a worker met, or the context's error.
