@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -168,6 +169,58 @@ func TestStreamNamesChangedKeys(t *testing.T) {
 	src.Holds(ctx, p2, p2)
 	if got, ok, _ = keyed(t, src, "items", &p2); !ok || !slices.Equal(got, []string{"20"}) {
 		t.Fatalf("items since p2: %v (known %v); want [20]", got, ok)
+	}
+}
+
+// The stream keeps at most 200,000 changed keys of a collection in a transaction, and
+// in what a version lacks; past that it does not claim to know them (the version is
+// compared in full), and it knows the changes after the next version again.
+func TestStreamBoundsChangedKeys(t *testing.T) {
+	dsn := testenv.Postgres(t)
+	testenv.Exec(t, dsn, `CREATE TABLE items (id int PRIMARY KEY)`)
+	slot := fmt.Sprintf("snapflip_test_%d", time.Now().UnixNano()%1e12)
+	src, err := pgsource.New(dsn, []pgsource.Collection{{Name: "items", Table: "items"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { testenv.DropSlot(t, dsn, slot) })
+	// Decoding 200,000 changes under -race takes longer than the default wait.
+	cfg := pgsource.StreamConfig{LogicalConfig: pgsource.LogicalConfig{Publication: slot, Slot: slot}, CatchUp: 5 * time.Minute}
+	defer startStreamWith(t, src, cfg)()
+	ctx := context.Background()
+	known := func(since *snapshot.Position) (bool, snapshot.Position) {
+		t.Helper()
+		sn, err := src.OpenSince(ctx, since)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer sn.Close(ctx)
+		ok, err := sn.(snapshot.KeyedScanner).ScanKeyed(ctx, "items", since, 1<<30, func(snapshot.Document) error { return nil })
+		if err != nil {
+			t.Fatal(err)
+		}
+		pos := sn.Position()
+		if pos.Stream == nil {
+			t.Fatal("the snapshot is not placed in the stream")
+		}
+		return ok, pos
+	}
+	_, p := known(nil)
+	for _, step := range []struct {
+		stmts []string
+		known bool
+	}{
+		{[]string{`INSERT INTO items SELECT generate_series(1, 200001)`}, false},                          // one transaction
+		{[]string{`DELETE FROM items WHERE id <= 100000`, `DELETE FROM items WHERE id <= 200001`}, false}, // two
+		{[]string{`INSERT INTO items SELECT generate_series(1, 100)`}, true},
+	} {
+		src.Holds(ctx, p, p)
+		testenv.Exec(t, dsn, step.stmts...)
+		ok, next := known(&p)
+		if ok != step.known {
+			t.Errorf("after %s: the changes known %v; want %v", strings.Join(step.stmts, "; "), ok, step.known)
+		}
+		p = next
 	}
 }
 
