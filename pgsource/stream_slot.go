@@ -28,8 +28,9 @@ import (
 const slotEvery = time.Second
 
 // nudgeEvery is the least time between two requests for a running-transactions
-// record; nudgeBackoff the time after a failed one; nudgeWait how long a temporary
-// slot may wait for transactions in flight (its record is written by then).
+// record; nudgeBackoff the time after a failed one; nudgeWait the statement_timeout
+// of the nudge's connection: how long a temporary slot may wait for transactions in
+// flight (its record is written by then).
 const (
 	nudgeEvery   = time.Second
 	nudgeBackoff = time.Minute
