@@ -96,6 +96,10 @@ func (c Config) Validate() error {
 		return errors.New("bigtable.table is required")
 	case c.TTL < time.Second:
 		return fmt.Errorf("ttl %s: must be at least 1s", c.TTL)
+	case c.TTL%time.Second != 0:
+		// Bigtable keeps a rule's age in whole seconds: 1.5s would read back as 1s,
+		// and every start would set it again.
+		return fmt.Errorf("ttl %s: must be whole seconds", c.TTL)
 	case c.ManifestGrace < 0:
 		return fmt.Errorf("manifest grace %s: must not be negative", c.ManifestGrace)
 	case c.BatchRows < 1 || c.BatchRows > 100_000:

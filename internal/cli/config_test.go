@@ -97,6 +97,7 @@ func TestConfigErrorsNameTheField(t *testing.T) {
 		{"ttl: abc\n" + coll, "ttl (line 1)"},
 		{"ttl: 5\n" + coll, "ttl (line 1)"},
 		{"ttl: -1h\n" + coll, "ttl -1h0m0s"},
+		{"ttl: 1500ms\n" + coll, "ttl 1.5s: must be whole seconds"},
 		{"bigtable:\n  writers: many\n" + coll, "bigtable.writers (line 2)"},
 		{"validation: {max_shrink: abc}\n" + coll, "validation.max_shrink (line 1)"},
 		{"collections:\n  - {name: a, table: t, key: k}\n  - {name: b, table: t, key: k, min_rows: lots}\n", "collections[1].min_rows (line 3)"},
