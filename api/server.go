@@ -114,24 +114,12 @@ var openapiDoc []byte
 // NewServer returns the API's handler.
 func NewServer(reader Reader, cfg Config, log *slog.Logger) *Server {
 	def := DefaultConfig()
-	if cfg.BatchLimit <= 0 {
-		cfg.BatchLimit = def.BatchLimit
-	}
-	if cfg.PageLimit <= 0 {
-		cfg.PageLimit = def.PageLimit
-	}
-	if cfg.MaxBodyBytes <= 0 {
-		cfg.MaxBodyBytes = def.MaxBodyBytes
-	}
-	if cfg.MaxWatchers <= 0 {
-		cfg.MaxWatchers = def.MaxWatchers
-	}
-	if cfg.WatchHeartbeat <= 0 {
-		cfg.WatchHeartbeat = def.WatchHeartbeat
-	}
-	if cfg.WatchInterval <= 0 {
-		cfg.WatchInterval = def.WatchInterval
-	}
+	cfg.BatchLimit = positiveOr(cfg.BatchLimit, def.BatchLimit)
+	cfg.PageLimit = positiveOr(cfg.PageLimit, def.PageLimit)
+	cfg.MaxBodyBytes = positiveOr(cfg.MaxBodyBytes, def.MaxBodyBytes)
+	cfg.MaxWatchers = positiveOr(cfg.MaxWatchers, def.MaxWatchers)
+	cfg.WatchHeartbeat = positiveOr(cfg.WatchHeartbeat, def.WatchHeartbeat)
+	cfg.WatchInterval = positiveOr(cfg.WatchInterval, def.WatchInterval)
 	s := &Server{reader: reader, cfg: cfg, log: logger(log)}
 	s.flips = newBroadcaster(reader, cfg.WatchInterval, cfg.MaxWatchers, s.log.WarnContext)
 	r := chi.NewRouter()
@@ -191,6 +179,15 @@ func (s *Server) allowed(path string) string {
 		}
 	}
 	return strings.Join(out, ", ")
+}
+
+// positiveOr returns v when it is positive, else def: a Config field left zero (or
+// set negative) takes its default.
+func positiveOr[T ~int | ~int64](v, def T) T {
+	if v > 0 {
+		return v
+	}
+	return def
 }
 
 // ServeHTTP serves the API.
