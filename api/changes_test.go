@@ -1,8 +1,11 @@
 package api_test
 
 import (
+	"context"
 	"encoding/base64"
 	"encoding/json"
+	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
@@ -111,6 +114,70 @@ func TestChangesPagesPinned(t *testing.T) {
 		}
 		if !strings.Contains(string(body), tc.names) {
 			t.Errorf("%s: %s; want the problem to name %s", tc.name, body, tc.names)
+		}
+	}
+}
+
+// changesReader fails the reads of the changes endpoint: View with viewErr,
+// ChangedIDs with changesErr, when set.
+type changesReader struct {
+	*fakeReader
+	viewErr, changesErr error
+}
+
+func (c changesReader) View(ctx context.Context, v snapshot.Version) (snapshot.View, error) {
+	if c.viewErr != nil {
+		return snapshot.View{}, c.viewErr
+	}
+	return c.fakeReader.View(ctx, v)
+}
+
+func (c changesReader) ChangedIDs(ctx context.Context, v snapshot.View, collection, after string, limit int) (snapshot.Changes, error) {
+	if c.changesErr != nil {
+		return snapshot.Changes{}, c.changesErr
+	}
+	return c.fakeReader.ChangedIDs(ctx, v, collection, after, limit)
+}
+
+// TestChangesStorageFailures: storage that does not answer, reading the version's
+// manifest or its run, makes the changes 503 with Retry-After (never a 404 or 410,
+// which a client would act on); any other failure is a 500; neither shows storage's
+// words, and neither is cacheable.
+func TestChangesStorageFailures(t *testing.T) {
+	down := fmt.Errorf("read the fingerprints: bigtable (secret-host:443) %w: rpc error", snapshot.ErrUnavailable)
+	slow := fmt.Errorf("read manifest at secret-host:443: %w", context.DeadlineExceeded)
+	broken := errors.New("rpc error: secret-host:443 exploded")
+	f := &fakeReader{manifests: layeredManifests(time.Now()), changes: []snapshot.Change{{ID: "a"}}}
+	target := "/v1/versions/" + string(ver) + "/changes/orders"
+	for _, tc := range []struct {
+		name string
+		r    changesReader
+		want int
+	}{
+		{"the manifest unreachable", changesReader{fakeReader: f, viewErr: down}, 503},
+		{"the manifest read timing out", changesReader{fakeReader: f, viewErr: slow}, 503},
+		{"the run unreachable", changesReader{fakeReader: f, changesErr: down}, 503},
+		{"the run read timing out", changesReader{fakeReader: f, changesErr: slow}, 503},
+		{"the run failing otherwise", changesReader{fakeReader: f, changesErr: broken}, 500},
+	} {
+		s := api.NewServer(tc.r, api.Config{}, slog.New(slog.DiscardHandler))
+		validate := openapiValidator(t, s)
+		req := httptest.NewRequest(http.MethodGet, target, nil)
+		rec := httptest.NewRecorder()
+		s.ServeHTTP(rec, req)
+		res := rec.Result()
+		body, _ := io.ReadAll(res.Body)
+		if tc.want != 500 { // the document lists the statuses a client acts on
+			validate(req, res, body)
+		}
+		if res.StatusCode != tc.want || strings.Contains(string(body), "secret-host") {
+			t.Errorf("%s: GET %s = %d %s; want %d without storage's words", tc.name, target, res.StatusCode, body, tc.want)
+		}
+		if tc.want == 503 && res.Header.Get("Retry-After") == "" {
+			t.Errorf("%s: a 503 without Retry-After", tc.name)
+		}
+		if cc := res.Header.Get("Cache-Control"); cc != "no-store" {
+			t.Errorf("%s: Cache-Control %q; want no-store", tc.name, cc)
 		}
 	}
 }
