@@ -132,6 +132,9 @@ func changesCursor(r *http.Request, v snapshot.Version, collection string) (stri
 	if err := decodeCursor("after", "next", c, &t); err != nil {
 		return "", err
 	}
+	if t.Version == "" {
+		return "", badRequest("after: names no version; pass back the next of a previous page")
+	}
 	if t.Version != v || t.Collection != collection {
 		return "", badRequest("after: it belongs to version %q collection %q, not %s %q",
 			truncate(string(t.Version), 80), truncate(t.Collection, 128), v, collection)

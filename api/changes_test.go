@@ -181,3 +181,71 @@ func TestChangesStorageFailures(t *testing.T) {
 		}
 	}
 }
+
+// TestChangesHostileInput: a request the changes endpoint cannot serve as asked is a
+// 4xx problem whose detail names what was wrong.
+func TestChangesHostileInput(t *testing.T) {
+	f := &fakeReader{manifests: layeredManifests(time.Now()), changes: []snapshot.Change{{ID: "a"}}}
+	s := api.NewServer(f, api.Config{}, slog.New(slog.DiscardHandler))
+	base := "/v1/versions/" + string(ver) + "/changes/orders"
+	cursor := func(v any) string {
+		b, _ := json.Marshal(v)
+		return base64.RawURLEncoding.EncodeToString(b)
+	}
+	for _, tc := range []struct {
+		target string
+		want   int
+		names  string
+	}{
+		{"/v1/versions/" + strings.Repeat("a", 300) + "/changes/orders", 400, "version: 300 bytes"},
+		{"/v1/versions/7b1e4c1a-3f7e-4c57-9d0c-0a5d2c1f8e21-99999999999999999999/changes/orders", 400, "invalid version"},
+		{"/v1/versions/" + string(ver) + "/changes/" + strings.Repeat("c", 200), 400, "collection: 200 bytes"},
+		{"/v1/versions/" + string(ver) + "/changes/%25zz", 404, `collection \"%zz\"`},
+		{base + "?limit=abc", 400, `limit \"abc\"`},
+		{base + "?limit=-1", 400, `limit \"-1\"`},
+		{base + "?limit=99999999999999999999", 400, "limit"},
+		{base + "?after=" + strings.Repeat("A", 20_000), 400, "after: too long"},
+		{base + "?after=%25", 400, "after: malformed"},
+		{base + "?after=" + cursor(map[string]any{}), 400, "after: names no version"},
+		{base + "?after=" + cursor(nil), 400, "after: names no version"},
+		{base + "?after=" + cursor(map[string]any{"v": 1}), 400, "after: malformed"},
+		{base + "?after=" + cursor(map[string]string{"v": string(ver), "c": "orders"}), 400, "after: empty"},
+		{base + "?after=" + cursor(map[string]string{"v": string(ver), "c": "orders", "a": "a\x00b"}), 400, "after: holds a NUL"},
+		{base + "?after=" + cursor(map[string]string{"v": string(verDelta), "c": "orders", "a": "a"}), 400, string(verDelta)},
+		{base + "?limit=1&limit", 200, ""},
+		{base + "?limit=1;x", 400, "query string"},
+	} {
+		res, body := do(t, s, http.MethodGet, tc.target, "")
+		var p api.Problem
+		if tc.want != 200 && (json.Unmarshal(body, &p) != nil || p.Status != tc.want || res.Header.Get("Content-Type") != "application/problem+json") {
+			t.Errorf("GET %.100s = %d %s; want a %d problem", tc.target, res.StatusCode, body, tc.want)
+		}
+		if res.StatusCode != tc.want || !strings.Contains(string(body), tc.names) {
+			t.Errorf("GET %.100s = %d %s; want %d naming %s", tc.target, res.StatusCode, body, tc.want, tc.names)
+		}
+	}
+}
+
+// FuzzChanges: whatever version, collection, limit and cursor a client sends, the
+// changes endpoint answers 200, 304 or a 4xx problem, never a 5xx.
+func FuzzChanges(f *testing.F) {
+	f.Add(string(ver), "orders", "2", "")
+	f.Add("..", "%00", "0", "%%%")
+	f.Add(string(ver), "orders", "+3", "eyJ2IjoiIiwiYyI6IiIsImEiOiIifQ")
+	f.Add("current", "a%2Fb", "-1", "bnVsbA")
+	f.Add(string(ver)+"0", "%ff", "1e3", "e30")
+	s := api.NewServer(&fakeReader{manifests: layeredManifests(time.Now()), changes: []snapshot.Change{{ID: "a"}, {ID: "b"}}},
+		api.Config{}, slog.New(slog.DiscardHandler))
+	f.Fuzz(func(t *testing.T, version, collection, limit, after string) {
+		target := "/v1/versions/" + version + "/changes/" + collection + "?limit=" + url.QueryEscape(limit) + "&after=" + url.QueryEscape(after)
+		req, err := http.NewRequest(http.MethodGet, "http://x"+target, nil)
+		if err != nil {
+			return // not a URL a client could send
+		}
+		rec := httptest.NewRecorder()
+		s.ServeHTTP(rec, req)
+		if rec.Code >= 500 || (rec.Code >= 400 && rec.Header().Get("Content-Type") != "application/problem+json") {
+			t.Fatalf("GET %s = %d %s; want 200 or a 4xx problem", target, rec.Code, rec.Body)
+		}
+	})
+}
