@@ -1,0 +1,159 @@
+package snapshot
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sync/atomic"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+)
+
+// changesStore is a pure-logic ReadStore of hand-built manifests and runs that counts
+// the run chunks read. The real store is tested end to end (e2e.TestChangesAreTheDiff).
+type changesStore struct {
+	*countingStore
+	manifests map[Version]Manifest
+	runs      memRuns
+	chunks    atomic.Int64
+}
+
+func (s *changesStore) ReadManifest(_ context.Context, _ string, v Version) (Manifest, error) {
+	m, ok := s.manifests[v]
+	if !ok {
+		return Manifest{}, fmt.Errorf("manifest %s: %w", v, ErrNotFound)
+	}
+	return m, nil
+}
+
+func (s *changesStore) ScanRun(ctx context.Context, dataset string, layer Version, collection string, fn func([]byte) bool) error {
+	return s.runs.ScanRun(ctx, dataset, layer, collection, func(c []byte) bool { s.chunks.Add(1); return fn(c) })
+}
+
+// layeredOf returns a published layered manifest of v over parent holding collection
+// c with the layers given, newest first.
+func layeredOf(v, parent Version, layers ...LayerRef) Manifest {
+	return Manifest{Version: v, Parent: parent, State: StatePublished, Format: FormatLayered,
+		Collections: map[string]CollectionStats{"c": {Layers: layers}}}
+}
+
+// TestChangedIDsKinds: a version that wrote a collection whole, as a base or a full
+// copy, or wrote nothing, says so and lists nothing, without reading a run; a
+// collection the version does not hold is ErrNotFound; a merged delta whose parent is
+// gone is ErrGone, its changes no longer to be told from what it merged.
+func TestChangedIDsKinds(t *testing.T) {
+	base := LayerRef{Version: "base", Kind: LayerBase, Docs: 3}
+	delta := LayerRef{Version: "delta", Kind: LayerDelta, Docs: 1}
+	st := &changesStore{countingStore: &countingStore{}, runs: memRuns{}, manifests: map[Version]Manifest{
+		"base":  layeredOf("base", "", base),
+		"delta": layeredOf("delta", "base", delta, base),
+		"same":  layeredOf("same", "delta", delta, base),
+		"full":  {Version: "full", State: StatePublished, Format: FormatFull, Parent: "delta", Collections: map[string]CollectionStats{"c": {Rows: 3}}},
+		"merge": layeredOf("merge", "expired", LayerRef{Version: "merge", Kind: LayerDelta, Docs: 1, Merged: 1}, base),
+	}}
+	st.runs["delta"] = encodeRun(t, []RunEntry{{ID: "a", Len: 1}}, 0)
+	st.runs["merge"] = encodeRun(t, []RunEntry{{ID: "a", Len: 1}}, 0)
+	r := NewResolver("ds", st, ResolverConfig{}, nil)
+	ctx := context.Background()
+	for _, tc := range []struct {
+		v      Version
+		want   Changes
+		chunks int64
+	}{
+		{"base", Changes{Kind: ChangesBase}, 0},
+		{"full", Changes{Kind: ChangesFull, Parent: "delta"}, 0},
+		{"same", Changes{Kind: ChangesUnchanged, Parent: "delta"}, 0},
+		{"delta", Changes{Kind: ChangesDelta, Parent: "base", IDs: []Change{{ID: "a"}}}, 1},
+	} {
+		st.chunks.Store(0)
+		view, err := r.View(ctx, tc.v)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := r.ChangedIDs(ctx, view, "c", "", 10)
+		if err != nil {
+			t.Fatalf("%s: %v", tc.v, err)
+		}
+		if diff := cmp.Diff(tc.want, got); diff != "" {
+			t.Errorf("%s: changes (-want +got):\n%s", tc.v, diff)
+		}
+		if n := st.chunks.Load(); n != tc.chunks {
+			t.Errorf("%s: %d run chunks read; want %d", tc.v, n, tc.chunks)
+		}
+		if _, err := r.ChangedIDs(ctx, view, "nope", "", 10); !errors.Is(err, ErrNotFound) {
+			t.Errorf("%s: an unknown collection: %v; want ErrNotFound", tc.v, err)
+		}
+	}
+	view, err := r.View(ctx, "merge")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.ChangedIDs(ctx, view, "c", "", 10); !errors.Is(err, ErrGone) {
+		t.Errorf("a merged delta whose parent expired: %v; want ErrGone", err)
+	}
+}
+
+// TestChangedIDsPages: a plain delta's changes, paged by any limit from any cursor,
+// are its run's entries after the cursor, in id order, More set on every page but the
+// last.
+func TestChangedIDsPages(t *testing.T) {
+	var entries []RunEntry
+	var want []Change
+	for i := range 50 {
+		e := RunEntry{ID: fmt.Sprintf("id%03d", i), Deleted: i%7 == 0, Len: int64(i + 1)}
+		entries = append(entries, e)
+		want = append(want, Change{ID: e.ID, Deleted: e.Deleted})
+	}
+	delta := LayerRef{Version: "delta", Kind: LayerDelta, Docs: 43, Tombstones: 7}
+	st := &changesStore{countingStore: &countingStore{}, runs: memRuns{"delta": encodeRun(t, entries, 64)},
+		manifests: map[Version]Manifest{"delta": layeredOf("delta", "base", delta, LayerRef{Version: "base", Kind: LayerBase})}}
+	if len(st.runs["delta"]) < 5 {
+		t.Fatalf("%d chunks; want several", len(st.runs["delta"]))
+	}
+	r := NewResolver("ds", st, ResolverConfig{}, nil)
+	ctx := context.Background()
+	view, err := r.View(ctx, "delta")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, limit := range []int{1, 2, 7, 49, 50, 51, 1000} {
+		var got []Change
+		after := ""
+		for pages := 0; ; pages++ {
+			page, err := r.ChangedIDs(ctx, view, "c", after, limit)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(page.IDs) > limit || (page.More && len(page.IDs) < limit) || pages > len(want) {
+				t.Fatalf("limit %d: page %d of %d ids, more %v", limit, pages, len(page.IDs), page.More)
+			}
+			got = append(got, page.IDs...)
+			if !page.More {
+				break
+			}
+			after = page.IDs[len(page.IDs)-1].ID
+		}
+		if diff := cmp.Diff(want, got); diff != "" {
+			t.Errorf("limit %d: changes (-want +got):\n%s", limit, diff)
+		}
+	}
+	// From a cursor between ids, or past the last.
+	for _, tc := range []struct {
+		after string
+		want  []Change
+	}{
+		{"id0245", want[25:28]},
+		{"id049", nil},
+		{"zz", nil},
+	} {
+		page, err := r.ChangedIDs(ctx, view, "c", tc.after, 3)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !slices.Equal(tc.want, page.IDs) {
+			t.Errorf("after %q: %v; want %v", tc.after, page.IDs, tc.want)
+		}
+	}
+}
