@@ -97,7 +97,7 @@ func TestChangedIDsKinds(t *testing.T) {
 
 // TestChangedIDsPages: a plain delta's changes, paged by any limit from any cursor,
 // are its run's entries after the cursor, in id order, More set on every page but the
-// last.
+// last; the run is read from the store once, however many pages.
 func TestChangedIDsPages(t *testing.T) {
 	var entries []RunEntry
 	var want []Change
@@ -118,6 +118,7 @@ func TestChangedIDsPages(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	st.chunks.Store(0)
 	for _, limit := range []int{1, 2, 7, 49, 50, 51, 1000} {
 		var got []Change
 		after := ""
@@ -138,6 +139,10 @@ func TestChangedIDsPages(t *testing.T) {
 		if diff := cmp.Diff(want, got); diff != "" {
 			t.Errorf("limit %d: changes (-want +got):\n%s", limit, diff)
 		}
+	}
+	// The run is read once, not again from its start for every page.
+	if n, chunks := st.chunks.Load(), len(st.runs["delta"]); n != int64(chunks) {
+		t.Errorf("paging the changes 7 times over read %d run chunks; want the run's %d, once", n, chunks)
 	}
 	// From a cursor between ids, or past the last.
 	for _, tc := range []struct {

@@ -80,6 +80,7 @@ type Resolver struct {
 	manifests *lru.Cache[Version, Manifest]
 	docs      *lru.Cache[cacheKey, *cacheEntry] // nil when off
 	carry     *lru.Cache[carryKey, *changeSet]
+	runs      *RunCache // the own layers' runs ChangedIDs pages over
 	fetch     *fetcher
 
 	hits, misses, carriedHits atomic.Int64
@@ -129,6 +130,7 @@ func NewResolver(dataset string, store ReadStore, cfg ResolverConfig, now func()
 		fetch: &fetcher{store: store, dataset: dataset, timeout: cfg.Timeout}}
 	r.ptr = &pointerCache{refresh: cfg.Refresh, timeout: cfg.Timeout, maxStale: cfg.MaxStale, now: now, read: r.readPointer}
 	r.manifests, _ = lru.New[Version, Manifest](maxCachedManifests)
+	r.runs = NewRunCache(store, changesRunCacheBytes)
 	if cfg.CacheSize > 0 {
 		r.docs, _ = lru.New[cacheKey, *cacheEntry](cfg.CacheSize)
 		r.carry, _ = lru.New[carryKey, *changeSet](maxCachedManifests)
