@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
@@ -40,20 +39,7 @@ func TestChangesPagesPinned(t *testing.T) {
 	want := []snapshot.Change{{ID: "%2F"}, {ID: "<&>", Deleted: true}, {ID: "a b?c=d"}, {ID: "a/b", Deleted: true}, {ID: "日本"}}
 	f := &fakeReader{manifests: layeredManifests(time.Now()), changes: want}
 	s := api.NewServer(f, api.Config{}, slog.New(slog.DiscardHandler))
-	validate := openapiValidator(t, s)
-	get := func(target string, header ...string) (*http.Response, []byte) {
-		t.Helper()
-		req := httptest.NewRequest(http.MethodGet, target, nil)
-		for i := 0; i+1 < len(header); i += 2 {
-			req.Header.Set(header[i], header[i+1])
-		}
-		rec := httptest.NewRecorder()
-		s.ServeHTTP(rec, req)
-		res := rec.Result()
-		body, _ := io.ReadAll(res.Body)
-		validate(req, res, body)
-		return res, body
-	}
+	get := openapiGet(t, s)
 	base := "/v1/versions/" + string(ver) + "/changes/orders"
 	var got []snapshot.Change
 	target := base + "?limit=2"
@@ -161,15 +147,11 @@ func TestChangesStorageFailures(t *testing.T) {
 		{"the run failing otherwise", changesReader{fakeReader: f, changesErr: broken}, 500},
 	} {
 		s := api.NewServer(tc.r, api.Config{}, slog.New(slog.DiscardHandler))
-		validate := openapiValidator(t, s)
-		req := httptest.NewRequest(http.MethodGet, target, nil)
-		rec := httptest.NewRecorder()
-		s.ServeHTTP(rec, req)
-		res := rec.Result()
-		body, _ := io.ReadAll(res.Body)
-		if tc.want != 500 { // the document lists the statuses a client acts on
-			validate(req, res, body)
+		get := openapiGet(t, s)
+		if tc.want == 500 { // the document lists the statuses a client acts on
+			get = func(target string, _ ...string) (*http.Response, []byte) { return do(t, s, http.MethodGet, target, "") }
 		}
+		res, body := get(target)
 		if res.StatusCode != tc.want || strings.Contains(string(body), "secret-host") {
 			t.Errorf("%s: GET %s = %d %s; want %d without storage's words", tc.name, target, res.StatusCode, body, tc.want)
 		}

@@ -105,9 +105,10 @@ func TestVersionShape(t *testing.T) {
 	}
 }
 
-// openapiValidator checks responses against the document the server serves, as the
-// end-to-end suite does.
-func openapiValidator(t *testing.T, s http.Handler) func(req *http.Request, res *http.Response, body []byte) {
+// openapiGet returns a function that serves GET target to s, with the header pairs
+// given, as do does, and checks the response against the OpenAPI document s serves,
+// as the end-to-end suite does.
+func openapiGet(t *testing.T, s http.Handler) func(target string, header ...string) (*http.Response, []byte) {
 	t.Helper()
 	_, doc := do(t, s, http.MethodGet, "/openapi.yaml", "")
 	loader := openapi3.NewLoader()
@@ -119,12 +120,20 @@ func openapiValidator(t *testing.T, s http.Handler) func(req *http.Request, res 
 	if err != nil {
 		t.Fatal(err)
 	}
-	return func(req *http.Request, res *http.Response, body []byte) {
+	return func(target string, header ...string) (*http.Response, []byte) {
 		t.Helper()
+		req := httptest.NewRequest(http.MethodGet, target, nil)
+		for i := 0; i+1 < len(header); i += 2 {
+			req.Header.Set(header[i], header[i+1])
+		}
+		rec := httptest.NewRecorder()
+		s.ServeHTTP(rec, req)
+		res := rec.Result()
+		body, _ := io.ReadAll(res.Body)
 		route, params, err := router.FindRoute(req)
 		if err != nil {
 			t.Errorf("%s %s: %v", req.Method, req.URL, err)
-			return
+			return res, body
 		}
 		opts := &openapi3filter.Options{IncludeResponseStatus: true, MultiError: true}
 		in := &openapi3filter.RequestValidationInput{Request: req, PathParams: params, Route: route, Options: opts}
@@ -133,6 +142,7 @@ func openapiValidator(t *testing.T, s http.Handler) func(req *http.Request, res 
 			Body: io.NopCloser(bytes.NewReader(body)), Options: opts}); err != nil {
 			t.Errorf("%s %s: the response is not what the OpenAPI document says: %v\n%s", req.Method, req.URL, err, body)
 		}
+		return res, body
 	}
 }
 
@@ -144,18 +154,13 @@ func TestVersionsDescribeLayers(t *testing.T) {
 	now := time.Now()
 	f := &fakeReader{manifests: layeredManifests(now)}
 	s := api.NewServer(f, api.Config{Registry: prometheus.NewRegistry()}, slog.New(slog.DiscardHandler))
-	validate := openapiValidator(t, s)
+	checked := openapiGet(t, s)
 	get := func(path string) []byte {
 		t.Helper()
-		req := httptest.NewRequest(http.MethodGet, path, nil)
-		rec := httptest.NewRecorder()
-		s.ServeHTTP(rec, req)
-		res := rec.Result()
-		body, _ := io.ReadAll(res.Body)
+		res, body := checked(path)
 		if res.StatusCode != 200 {
 			t.Fatalf("GET %s = %d %s", path, res.StatusCode, body)
 		}
-		validate(req, res, body)
 		return body
 	}
 	type info struct {
