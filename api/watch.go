@@ -48,7 +48,8 @@ type flipEvent struct {
 	Parent snapshot.Version `json:"parent,omitempty"`
 	// Previous is the version the flip replaced (the pointer's).
 	Previous snapshot.Version `json:"previous,omitempty"`
-	// Kind is set per stream, against the version the stream last named.
+	// Kind is what the flip is to a stream, against the version it last named
+	// (flipKind); a flipRecord holds the event marshalled for each kind it may take.
 	Kind        string                    `json:"kind"`
 	Pinned      bool                      `json:"pinned"`
 	PinReason   string                    `json:"pin_reason,omitempty"`
@@ -110,10 +111,31 @@ func flipKind(last snapshot.Version, ev flipEvent) string {
 }
 
 // flipRecord is one change of the pointer, numbered in the order the broadcaster saw
-// them.
+// them. Its event is marshalled once for every stream, for each kind a stream may
+// give it: the data of the events differ by their kind alone.
 type flipRecord struct {
 	seq   uint64
 	event flipEvent
+	data  map[string][]byte // by kind
+}
+
+// newFlipRecord describes a flip to ev: child to a stream that last named its parent,
+// and to any other what flipKind says then.
+func newFlipRecord(ev flipEvent) (flipRecord, error) {
+	rec := flipRecord{event: ev, data: make(map[string][]byte, 2)}
+	kinds := []string{flipKind("", ev)}
+	if ev.Parent != "" {
+		kinds = append(kinds, FlipChild)
+	}
+	for _, kind := range kinds {
+		ev.Kind = kind
+		data, err := json.Marshal(ev)
+		if err != nil {
+			return flipRecord{}, fmt.Errorf("flip event for %s: %w", ev.Version, err)
+		}
+		rec.data[kind] = data
+	}
+	return rec, nil
 }
 
 // errWatchRefused is a watch refused for the limit or the shutdown.
@@ -222,10 +244,10 @@ func (b *broadcaster) run(ctx context.Context) {
 	var last, failed snapshot.Version
 	for {
 		if p, err := b.reader.Pointer(ctx); err == nil && p.Version != last {
-			view, err := b.reader.View(ctx, p.Version)
+			rec, err := b.describe(ctx, p)
 			switch {
 			case err == nil:
-				b.add(ctx, newFlipEvent(p, view.Manifest))
+				b.add(ctx, rec)
 				last, failed = p.Version, ""
 			case ctx.Err() == nil && failed != p.Version:
 				// Tried again every interval; said once.
@@ -241,16 +263,26 @@ func (b *broadcaster) run(ctx context.Context) {
 	}
 }
 
+// describe returns the record of a flip to the pointer p.
+func (b *broadcaster) describe(ctx context.Context, p snapshot.Pointer) (flipRecord, error) {
+	view, err := b.reader.View(ctx, p.Version)
+	if err != nil {
+		return flipRecord{}, err
+	}
+	return newFlipRecord(newFlipEvent(p, view.Manifest))
+}
+
 // add records a change and wakes the watchers, unless ctx (the loop's) has ended: a
 // stopped loop's late result is not the running one's.
-func (b *broadcaster) add(ctx context.Context, ev flipEvent) {
+func (b *broadcaster) add(ctx context.Context, rec flipRecord) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if ctx.Err() != nil {
 		return
 	}
 	b.seq++
-	b.recent = append(b.recent, flipRecord{seq: b.seq, event: ev})
+	rec.seq = b.seq
+	b.recent = append(b.recent, rec)
 	if n := len(b.recent); n > flipsKept {
 		b.recent = append(b.recent[:0:0], b.recent[n-flipsKept:]...)
 	}
@@ -294,10 +326,8 @@ func (s *Server) watch(w http.ResponseWriter, r *http.Request) {
 			if rec.event.Version == last {
 				continue
 			}
-			ev := rec.event
-			ev.Kind = flipKind(last, ev)
-			st.event(ev)
-			last = ev.Version
+			st.event(rec.event.Version, rec.data[flipKind(last, rec.event)])
+			last = rec.event.Version
 		}
 		select {
 		case <-changed:
@@ -338,13 +368,9 @@ func (st *eventStream) printf(format string, args ...any) {
 	st.flush()
 }
 
-func (st *eventStream) event(ev flipEvent) {
-	data, err := json.Marshal(ev)
-	if err != nil {
-		st.err = err
-		return
-	}
-	st.printf("id: %s\nevent: flip\ndata: %s\n\n", ev.Version, data)
+// event writes a flip event: its id, the version, and its data, JSON.
+func (st *eventStream) event(v snapshot.Version, data []byte) {
+	st.printf("id: %s\nevent: flip\ndata: %s\n\n", v, data)
 }
 
 func (st *eventStream) flush() {
