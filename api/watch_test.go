@@ -66,7 +66,8 @@ func watchBlocks(tb testing.TB, url, last string, n int) [][]string {
 
 // TestWatchDescribesTheManifest: the first event is the current version, with its
 // parent, and per collection its rows and the ids its own layer changed; its kind is
-// child only against its parent; a Last-Event-ID naming it sends nothing.
+// child only against its parent, and base against anything else, a Last-Event-ID
+// that is no version included; a Last-Event-ID naming it sends nothing.
 func TestWatchDescribesTheManifest(t *testing.T) {
 	f := &fakeReader{manifests: layeredManifests(time.Now())}
 	s := serveWatch(t, api.NewServer(f, api.Config{WatchInterval: time.Millisecond}, slog.New(slog.DiscardHandler)))
@@ -85,6 +86,10 @@ func TestWatchDescribesTheManifest(t *testing.T) {
 		{"", api.FlipBase},
 		{string(verDelta), api.FlipChild},
 		{string(verBase), api.FlipBase},
+		// Not a version: as if it named none.
+		{"not-a-version", api.FlipBase},
+		{string(verDelta) + "0", api.FlipBase},
+		{strings.Repeat("x", 8<<10), api.FlipBase},
 	} {
 		blocks := watchBlocks(t, s, tc.last, 2)
 		if diff := cmp.Diff([]string{"retry: 2000"}, blocks[0]); diff != "" {
