@@ -190,7 +190,8 @@ func checkFlip(tb testing.TB, what string, got watchEvent, version, kind, parent
 // TestWatchFlips: two API replicas on the same store stream every flip, in order, as
 // identical events: the first version (base), deltas (child, with the ids each
 // collection's layer changed), a rollback, a full copy (base); an unpin, which moves no
-// version, sends nothing. Shutting a replica down ends its stream at once.
+// version, sends nothing. A read sent on receipt of an event is served from its
+// version. Shutting a replica down ends its stream at once.
 func TestWatchFlips(t *testing.T) {
 	t.Parallel()
 	e := start(t)
@@ -202,12 +203,23 @@ func TestWatchFlips(t *testing.T) {
 			t.Errorf("replica %d: the stream starts with %+v; want the retry hint", i, b)
 		}
 	}
-	// await returns the next event, which both replicas must send alike.
+	// await returns the next event, which both replicas must send alike, and only once
+	// they serve its version: a read sent to either on receipt is answered from it.
 	await := func(what string) watchEvent {
 		t.Helper()
 		a, b := replicas[0].next(t), replicas[1].next(t)
 		if a.id != b.id || a.event != b.event || a.data != b.data {
 			t.Fatalf("%s: the replicas disagree:\n%+v\n%+v", what, a, b)
+		}
+		for i, base := range []string{first, e.base} {
+			req, err := http.NewRequest(http.MethodGet, base+"/v1/data/things/plain", nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if resp, body := callAPI(t, req); resp.Header.Get(api.HeaderVersion) != a.id {
+				t.Errorf("%s: a read from replica %d on receipt of the event for %s = %d from %q %s; want it from that version",
+					what, i, a.id, resp.StatusCode, resp.Header.Get(api.HeaderVersion), body)
+			}
 		}
 		return decodeFlip(t, a)
 	}
