@@ -81,17 +81,8 @@ func (s *Server) changes(w http.ResponseWriter, r *http.Request) error {
 	if err := enc.Encode(out); err != nil {
 		return err
 	}
-	etag := fmt.Sprintf(`"%016x"`, xxhash.Sum64(body.Bytes()))
-	h := w.Header()
-	h["Cache-Control"] = cacheImmutable
-	h["Etag"] = []string{etag}
-	if match := r.Header["If-None-Match"]; len(match) > 0 && match[0] == etag {
-		w.WriteHeader(http.StatusNotModified)
-		return nil
-	}
-	h["Content-Type"] = contentJSON
-	h["Content-Length"] = []string{strconv.Itoa(body.Len())}
-	_, _ = w.Write(body.Bytes())
+	w.Header()["Cache-Control"] = cacheImmutable
+	writeTagged(w, r, fmt.Sprintf(`"%016x"`, xxhash.Sum64(body.Bytes())), body.Bytes())
 	return nil
 }
 

@@ -67,16 +67,22 @@ func (s *Server) getDocument(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	cacheHeaders(w, view.Version, pinned)
+	writeTagged(w, r, doc.ETag, doc.Body)
+	return nil
+}
+
+// writeTagged writes a JSON body and its ETag, or only 304 Not Modified when the
+// request's If-None-Match names the ETag.
+func writeTagged(w http.ResponseWriter, r *http.Request, etag string, body []byte) {
 	h := w.Header()
-	h["Etag"] = []string{doc.ETag}
-	if match := r.Header["If-None-Match"]; len(match) > 0 && match[0] == doc.ETag {
+	h["Etag"] = []string{etag}
+	if match := r.Header["If-None-Match"]; len(match) > 0 && match[0] == etag {
 		w.WriteHeader(http.StatusNotModified)
-		return nil
+		return
 	}
 	h["Content-Type"] = contentJSON
-	h["Content-Length"] = []string{strconv.Itoa(len(doc.Body))}
-	_, _ = w.Write(doc.Body)
-	return nil
+	h["Content-Length"] = []string{strconv.Itoa(len(body))}
+	_, _ = w.Write(body)
 }
 
 // batchGetRequest is the body of POST /v1/data/{collection}:batchGet.
