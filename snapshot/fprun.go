@@ -97,7 +97,8 @@ func (e *runEncoder) flush(ctx context.Context) error {
 
 // DecodeRunChunk decodes one chunk, calling fn with each entry in order.
 func DecodeRunChunk(chunk []byte, fn func(RunEntry) error) error {
-	bad := func(what string) error { return fmt.Errorf("%w fingerprint chunk: %s", ErrInvalid, what) }
+	// Not ErrInvalid, which says a request was wrong: a chunk is stored data.
+	bad := func(what string) error { return fmt.Errorf("corrupt fingerprint chunk: %s", what) }
 	if len(chunk) < 1 || chunk[0] != runChunkVersion {
 		return bad("unknown format")
 	}

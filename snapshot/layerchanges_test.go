@@ -162,3 +162,20 @@ func TestChangedIDsPages(t *testing.T) {
 		}
 	}
 }
+
+// TestChangedIDsCorruptRun: a run that does not decode fails the changes as the
+// store's fault, never as ErrInvalid, which the API answers as the request's (400).
+func TestChangedIDsCorruptRun(t *testing.T) {
+	delta := LayerRef{Version: "delta", Kind: LayerDelta, Docs: 1}
+	st := &changesStore{countingStore: &countingStore{}, runs: memRuns{"delta": {{runChunkVersion, 1, 0, 9, 'a'}}},
+		manifests: map[Version]Manifest{"delta": layeredOf("delta", "base", delta, LayerRef{Version: "base", Kind: LayerBase})}}
+	r := NewResolver("ds", st, ResolverConfig{}, nil)
+	view, err := r.View(context.Background(), "delta")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = r.ChangedIDs(context.Background(), view, "c", "", 10)
+	if err == nil || errors.Is(err, ErrInvalid) || errors.Is(err, ErrNotFound) || errors.Is(err, ErrGone) {
+		t.Errorf("a corrupt run: %v; want an error of the store's", err)
+	}
+}
