@@ -85,9 +85,9 @@ func (lw *layerWriter) readChanged(ctx context.Context, snap DeltaSnapshot) erro
 		return err
 	}
 	if !c.whole {
-		if c.consumed { // the parent's run was read (its readers end with ctx): again, for the whole join
-			lw.head.run = lw.openParent(ctx)
-		}
+		// The join reads the parent's run: unread yet, or read to its end (its readers
+		// end with ctx) and so again.
+		lw.head.run = lw.openParent(ctx)
 		return nil
 	}
 	if lw.merge > 0 {
@@ -101,8 +101,7 @@ func (lw *layerWriter) readChanged(ctx context.Context, snap DeltaSnapshot) erro
 }
 
 // changedOnly reads the collection's changed rows alone and matches them with the
-// parent's chain: looked up in the run cache's decoded runs when every run of the
-// chain is there, otherwise by reading the parent's chain run to its end. They are
+// parent's chain (parentEntries). They are
 // the whole change when, with I of them not in the parent, the parent's count plus I
 // is the source's count (the source's other rows are, by row version, the parent's).
 // Otherwise (a row deleted, too many changed, no row versions) the join reads every
@@ -117,7 +116,7 @@ func (lw *layerWriter) changedOnly(ctx context.Context, cs ChangedScanner) (chan
 		return changedRows{}, err
 	}
 	var seen int64
-	if c.matched, seen, c.consumed, err = lw.matchParent(ctx, c.docs); err != nil {
+	if c.matched, seen, c.consumed, err = lw.parentEntries(ctx, c.docs); err != nil {
 		return c, err
 	}
 	changed, inParent := int64(len(c.docs)), int64(len(c.matched))
@@ -158,20 +157,33 @@ func (lw *layerWriter) keyedOnly(ctx context.Context, ks KeyedScanner) (changedR
 	if err != nil || !ok {
 		return changedRows{}, err
 	}
-	if !lw.p.runsCached(lw.parent, lw.name) {
-		// Too large for the run cache: the changed ids' parent documents are read by
-		// id, not the parent's whole run.
-		c.matched, err = lw.readParent(ctx, all)
-		c.parentSeen = lw.parent.Rows
-	} else {
-		c.matched, c.parentSeen, c.consumed, err = lw.matchParent(ctx, all)
-	}
-	if err != nil {
+	if c.matched, c.parentSeen, c.consumed, err = lw.parentEntries(ctx, all); err != nil {
 		return c, err
 	}
 	c.whole = true
 	c.sourceRows = lw.parent.Rows - int64(len(c.matched)) // the join counts the documents
 	return c, nil
+}
+
+// parentEntries returns the parent's live entries of the ids of docs (in id order)
+// and how many live ids the parent holds. A parent chain too large for the run cache
+// is read to its end once, which checks its live ids against the parent's count; once
+// the cache remembers that count for the chain (read so, or written by this process),
+// the changed ids' parent documents are read by id instead: what a delta reads of its
+// parent then follows the change, not the parent's size.
+func (lw *layerWriter) parentEntries(ctx context.Context, docs []Document) (matched []fromEntry, seen int64, consumed bool, err error) {
+	runs, layers := lw.p.Runs, lw.parent.Layers
+	if !lw.p.runsCached(lw.parent, lw.name) {
+		if n, ok := runs.knownLive(lw.p.Dataset, lw.name, layers); ok && n == lw.parent.Rows {
+			matched, err = lw.readParent(ctx, docs)
+			return matched, lw.parent.Rows, false, err
+		}
+	}
+	matched, seen, consumed, err = lw.matchParent(ctx, docs)
+	if err == nil && consumed {
+		runs.rememberLive(lw.p.Dataset, lw.name, layers, seen)
+	}
+	return matched, seen, consumed, err
 }
 
 // matchParent returns the parent's live entries of the ids of docs (in id order) and
@@ -186,6 +198,7 @@ func (lw *layerWriter) matchParent(ctx context.Context, docs []Document) (matche
 	if runs != nil {
 		return lookUp(runs, docs), lw.parent.Rows, false, nil
 	}
+	lw.head.run = lw.openParent(ctx)
 	if matched, seen, err = matchRun(lw.head.run, docs); err != nil {
 		return matched, seen, true, err
 	}

@@ -76,9 +76,6 @@ func (lw *layerWriter) write(ctx context.Context, snap DeltaSnapshot) error {
 
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	if lw.kind == LayerDelta {
-		lw.head.run = lw.openParent(ctx)
-	}
 	digest, err := ParseDigest(lw.parent.Digest)
 	if err != nil {
 		return err

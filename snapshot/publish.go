@@ -460,6 +460,10 @@ func (a *attempt) published(ctx context.Context, flip Flip) PublishResult {
 	if a.current != nil {
 		p.retire(bg, a.cur.Version, a.log)
 	}
+	for name, c := range published.Collections {
+		// The next delta's parent: its count is what this process wrote.
+		p.Runs.rememberLive(p.Dataset, name, c.Layers, c.Rows)
+	}
 	if p.Audit != nil {
 		e := AuditEntry{Dataset: p.Dataset, At: flip.At, Action: ActionFlip, From: a.cur.Version, To: published.Version,
 			Token: flip.Token, By: p.Writer, Reason: string(a.run.reason())}

@@ -152,25 +152,14 @@ func (c *RunCache) run(ctx context.Context, dataset string, layer Version, colle
 // it. Counts are remembered per chain, so a chain one delta longer than one seen
 // costs lookups of that delta's entries alone.
 func (c *RunCache) liveCount(dataset, collection string, layers []LayerRef, runs []*decodedRun) int64 {
-	key := func(ls []LayerRef) string {
-		var b strings.Builder
-		b.WriteString(dataset + "\x00" + collection)
-		for _, l := range ls {
-			b.WriteString("\x00" + string(l.Version))
-		}
-		return b.String()
-	}
-	k := key(layers)
-	c.mu.Lock()
-	n, ok := c.live[k]
-	c.mu.Unlock()
-	if ok {
+	if n, ok := c.knownLive(dataset, collection, layers); ok {
 		return n
 	}
 	last := len(runs) - 1
 	if last < 0 {
 		return 0
 	}
+	var n int64
 	if last == 0 {
 		n = runs[0].docs
 	} else {
@@ -192,13 +181,43 @@ func (c *RunCache) liveCount(dataset, collection string, layers []LayerRef, runs
 			}
 		}
 	}
+	c.rememberLive(dataset, collection, layers, n)
+	return n
+}
+
+// chainKey names a collection's chain of layers in the remembered counts.
+func chainKey(dataset, collection string, layers []LayerRef) string {
+	var b strings.Builder
+	b.WriteString(dataset + "\x00" + collection)
+	for _, l := range layers {
+		b.WriteString("\x00" + string(l.Version))
+	}
+	return b.String()
+}
+
+// knownLive returns the count of live ids remembered for the chain: found by reading
+// its runs, or written by this process. A nil cache remembers nothing.
+func (c *RunCache) knownLive(dataset, collection string, layers []LayerRef) (int64, bool) {
+	if c == nil {
+		return 0, false
+	}
 	c.mu.Lock()
+	defer c.mu.Unlock()
+	n, ok := c.live[chainKey(dataset, collection, layers)]
+	return n, ok
+}
+
+// rememberLive remembers that the chain holds n live ids.
+func (c *RunCache) rememberLive(dataset, collection string, layers []LayerRef, n int64) {
+	if c == nil {
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
 	if len(c.live) >= 1024 { // old chains' counts are of no more use
 		clear(c.live)
 	}
-	c.live[k] = n
-	c.mu.Unlock()
-	return n
+	c.live[chainKey(dataset, collection, layers)] = n
 }
 
 // markBig remembers that the run is over the budget.
