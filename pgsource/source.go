@@ -284,7 +284,7 @@ func (s *Source) open(ctx context.Context, since *snapshot.Position) (snapshot.S
 				continue
 			}
 		}
-		fp, defs, rows, err := tableFingerprint(ctx, tx, c)
+		fp, defs, rows, err := sn.fingerprint(ctx, c, since)
 		if err != nil {
 			_ = sn.Close(ctx)
 			return nil, fmt.Errorf("collection %s: fingerprint: %w", c.Name, err)
@@ -330,7 +330,23 @@ func tableFingerprint(ctx context.Context, tx pgx.Tx, c Collection) (fp, defs st
 		return "", "", 0, err
 	}
 	sum := sha256.Sum256(fmt.Appendf(nil, "%d:%s\n%s", rows, xsum, cols))
-	return hex.EncodeToString(sum[:12]), definitionsOf(cols), rows, nil
+	return countedFingerprint(rows, sum[:]), definitionsOf(cols), rows, nil
+}
+
+// countedFingerprint is a table's fingerprint, "<rows>.<hash>": the row count, which a
+// later version's changedPass compares with, and a hash that tells contents apart.
+func countedFingerprint(rows int64, sum []byte) string {
+	return strconv.FormatInt(rows, 10) + "." + hex.EncodeToString(sum[:12])
+}
+
+// fingerprintRows returns the row count a countedFingerprint holds.
+func fingerprintRows(fp string) (int64, bool) {
+	n, _, ok := strings.Cut(fp, ".")
+	if !ok {
+		return 0, false
+	}
+	rows, err := strconv.ParseInt(n, 10, 64)
+	return rows, err == nil
 }
 
 // definitionsOf is a collection's Definitions entry: a hash of tableDefinitions.
@@ -441,6 +457,8 @@ type snap struct {
 	// modes holds changeMode's answer per collection and parent, so that ScanChanged
 	// and a ScanSince that follows it ask the catalog once.
 	modes map[modeKey]changeModeResult
+	// passes holds what fingerprint's pass found, by collection.
+	passes map[string]changedPass
 }
 
 var _ snapshot.PartitionedSnapshot = (*snap)(nil)

@@ -3,6 +3,7 @@ package pgsource
 import (
 	"context"
 	"math/rand/v2"
+	"slices"
 	"strconv"
 	"testing"
 	"time"
@@ -117,5 +118,105 @@ func TestKeptConnectionIsRenewed(t *testing.T) {
 	_, _ = open() // closes the kept session after its snapshot
 	if n, pid := open(); pid == first || n != 1 {
 		t.Fatalf("after keepFor: session %d (first %d), %d rows; want a new session, which reads other.kv (1 row)", pid, first, n)
+	}
+}
+
+// fingerprint's one pass against a parent: nothing changed keeps the parent's
+// fingerprint and costs ScanChanged no read; rows updated in place (HOT, scattered
+// over the table), inserted and deleted as many as inserted (the count unchanged)
+// give a new fingerprint, and ScanChanged sends exactly the rows ScanSince renders
+// (the same documents, in the same order) by probing their pages, with no sequential
+// scan; rows only deleted give a new fingerprint and no changed row.
+func TestFingerprintPass(t *testing.T) {
+	dsn := testenv.Postgres(t)
+	testenv.Exec(t, dsn, `CREATE TABLE big (id int PRIMARY KEY, v text) WITH (fillfactor = 50)`,
+		`INSERT INTO big SELECT g, 'v' || g FROM generate_series(1, 100000) g`, `VACUUM FREEZE big`)
+	src, err := New(dsn, []Collection{{Name: "items", Table: "big"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	open := func(since *snapshot.Position) *snap {
+		t.Helper()
+		sn, err := src.OpenSince(ctx, since)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { sn.Close(ctx) })
+		return sn.(*snap)
+	}
+	seqScans := func(sn *snap) (n int64) {
+		t.Helper()
+		if err := sn.tx.QueryRow(ctx, `SELECT seq_scan FROM pg_stat_xact_user_tables WHERE relid = 'big'::regclass`).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	changed := func(sn *snap, since *snapshot.Position) (got []string, total int64, ok bool) {
+		t.Helper()
+		total, ok, err := sn.ScanChanged(ctx, "items", since, 1_000, func(d snapshot.Document) error {
+			got = append(got, d.ID+"="+string(d.Body))
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return got, total, ok
+	}
+
+	parent := open(nil).Position()
+	if _, ok := fingerprintRows(parent.Fingerprints["items"]); !ok {
+		t.Fatalf("a table's fingerprint %q holds no row count", parent.Fingerprints["items"])
+	}
+	same := open(&parent)
+	if fp := same.Position().Fingerprints["items"]; fp != parent.Fingerprints["items"] {
+		t.Errorf("nothing changed: fingerprint %s, the parent's %s", fp, parent.Fingerprints["items"])
+	}
+	before := seqScans(same)
+	if got, total, ok := changed(same, &parent); !ok || len(got) != 0 || total != 100000 || seqScans(same) != before {
+		t.Errorf("nothing changed: ScanChanged sent %d rows, ok %v, total %d, %d sequential scans", len(got), ok, total, seqScans(same)-before)
+	}
+
+	rng := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 3))
+	for i := range 48 {
+		switch {
+		case i < 40:
+			testenv.Exec(t, dsn, `UPDATE big SET v = 'u`+strconv.Itoa(i)+`' WHERE id = `+strconv.Itoa(1+rng.IntN(100000)))
+		case i < 44:
+			testenv.Exec(t, dsn, `INSERT INTO big VALUES (`+strconv.Itoa(100000+i)+`, 'new')`)
+		default:
+			testenv.Exec(t, dsn, `DELETE FROM big WHERE id = `+strconv.Itoa(i))
+		}
+	}
+	sn := open(&parent)
+	if fp := sn.Position().Fingerprints["items"]; fp == parent.Fingerprints["items"] {
+		t.Errorf("rows changed: the fingerprint is still the parent's")
+	}
+	var want []string
+	if _, err := sn.ScanSince(ctx, "items", &parent, func(d snapshot.Document) error {
+		if d.Body != nil {
+			want = append(want, d.ID+"="+string(d.Body))
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	before = seqScans(sn)
+	got, total, ok := changed(sn, &parent)
+	if !ok || total != 100000 || !slices.Equal(got, want) {
+		t.Errorf("ScanChanged = %d rows, ok %v, total %d; ScanSince rendered %d:\n%v\n%v", len(got), ok, total, len(want), got, want)
+	}
+	if n := seqScans(sn) - before; n != 0 {
+		t.Errorf("ScanChanged of %d changed rows in %d pages scanned the table %d times; want their pages probed", len(got), len(sn.passes["items"].blocks), n)
+	}
+
+	now := sn.Position()
+	testenv.Exec(t, dsn, `DELETE FROM big WHERE id = 7`)
+	gone := open(&now)
+	if fp := gone.Position().Fingerprints["items"]; fp == now.Fingerprints["items"] {
+		t.Errorf("a row deleted: the fingerprint is still the parent's")
+	}
+	if got, total, ok := changed(gone, &now); !ok || len(got) != 0 || total != 99999 {
+		t.Errorf("a row deleted: ScanChanged sent %d rows, ok %v, total %d; want none of 99999", len(got), ok, total)
 	}
 }
