@@ -462,7 +462,9 @@ func (a *attempt) published(ctx context.Context, flip Flip) PublishResult {
 	}
 	for name, c := range published.Collections {
 		// The next delta's parent: its count is what this process wrote.
-		p.Runs.rememberLive(p.Dataset, name, c.Layers, c.Rows)
+		if len(c.Layers) > 0 {
+			p.Runs.rememberLive(p.Dataset, name, c.Layers, c.Rows)
+		}
 	}
 	if p.Audit != nil {
 		e := AuditEntry{Dataset: p.Dataset, At: flip.At, Action: ActionFlip, From: a.cur.Version, To: published.Version,
