@@ -126,12 +126,16 @@ func TestKeptConnectionIsRenewed(t *testing.T) {
 // over the table), inserted and deleted as many as inserted (the count unchanged)
 // give a new fingerprint, and ScanChanged sends exactly the rows ScanSince renders
 // (the same documents, in the same order) by probing their pages, with no sequential
-// scan; rows only deleted give a new fingerprint and no changed row.
+// scan; rows only deleted give a new fingerprint and no changed row. A partitioned
+// table, whose partitions' ctids overlap, gets the same rows by scanning.
 func TestFingerprintPass(t *testing.T) {
 	dsn := testenv.Postgres(t)
 	testenv.Exec(t, dsn, `CREATE TABLE big (id int PRIMARY KEY, v text) WITH (fillfactor = 50)`,
-		`INSERT INTO big SELECT g, 'v' || g FROM generate_series(1, 100000) g`, `VACUUM FREEZE big`)
-	src, err := New(dsn, []Collection{{Name: "items", Table: "big"}})
+		`INSERT INTO big SELECT g, 'v' || g FROM generate_series(1, 100000) g`, `VACUUM FREEZE big`,
+		`CREATE TABLE parts (id int, region int, v text, PRIMARY KEY (id, region)) PARTITION BY LIST (region)`,
+		`CREATE TABLE parts_1 PARTITION OF parts FOR VALUES IN (1)`, `CREATE TABLE parts_2 PARTITION OF parts FOR VALUES IN (2)`,
+		`INSERT INTO parts SELECT g, 1 + g % 2, 'p' FROM generate_series(1, 2000) g`)
+	src, err := New(dsn, []Collection{{Name: "items", Table: "big"}, {Name: "parts", Table: "parts"}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -152,9 +156,9 @@ func TestFingerprintPass(t *testing.T) {
 		}
 		return n
 	}
-	changed := func(sn *snap, since *snapshot.Position) (got []string, total int64, ok bool) {
+	changedIn := func(sn *snap, coll string, since *snapshot.Position) (got []string, total int64, ok bool) {
 		t.Helper()
-		total, ok, err := sn.ScanChanged(ctx, "items", since, 1_000, func(d snapshot.Document) error {
+		total, ok, err := sn.ScanChanged(ctx, coll, since, 1_000, func(d snapshot.Document) error {
 			got = append(got, d.ID+"="+string(d.Body))
 			return nil
 		})
@@ -163,14 +167,32 @@ func TestFingerprintPass(t *testing.T) {
 		}
 		return got, total, ok
 	}
+	changed := func(sn *snap, since *snapshot.Position) ([]string, int64, bool) {
+		t.Helper()
+		return changedIn(sn, "items", since)
+	}
+	rendered := func(sn *snap, coll string, since *snapshot.Position) (want []string) {
+		t.Helper()
+		if _, err := sn.ScanSince(ctx, coll, since, func(d snapshot.Document) error {
+			if d.Body != nil {
+				want = append(want, d.ID+"="+string(d.Body))
+			}
+			return nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+		return want
+	}
 
 	parent := open(nil).Position()
 	if _, ok := fingerprintRows(parent.Fingerprints["items"]); !ok {
 		t.Fatalf("a table's fingerprint %q holds no row count", parent.Fingerprints["items"])
 	}
 	same := open(&parent)
-	if fp := same.Position().Fingerprints["items"]; fp != parent.Fingerprints["items"] {
-		t.Errorf("nothing changed: fingerprint %s, the parent's %s", fp, parent.Fingerprints["items"])
+	for _, coll := range []string{"items", "parts"} {
+		if fp := same.Position().Fingerprints[coll]; fp != parent.Fingerprints[coll] {
+			t.Errorf("nothing changed: %s's fingerprint %s, the parent's %s", coll, fp, parent.Fingerprints[coll])
+		}
 	}
 	before := seqScans(same)
 	if got, total, ok := changed(same, &parent); !ok || len(got) != 0 || total != 100000 || seqScans(same) != before {
@@ -188,19 +210,12 @@ func TestFingerprintPass(t *testing.T) {
 			testenv.Exec(t, dsn, `DELETE FROM big WHERE id = `+strconv.Itoa(i))
 		}
 	}
+	testenv.Exec(t, dsn, `UPDATE parts SET v = 'q' WHERE id IN (5, 6, 1500)`, `INSERT INTO parts VALUES (3000, 2, 'n')`)
 	sn := open(&parent)
 	if fp := sn.Position().Fingerprints["items"]; fp == parent.Fingerprints["items"] {
 		t.Errorf("rows changed: the fingerprint is still the parent's")
 	}
-	var want []string
-	if _, err := sn.ScanSince(ctx, "items", &parent, func(d snapshot.Document) error {
-		if d.Body != nil {
-			want = append(want, d.ID+"="+string(d.Body))
-		}
-		return nil
-	}); err != nil {
-		t.Fatal(err)
-	}
+	want := rendered(sn, "items", &parent)
 	before = seqScans(sn)
 	got, total, ok := changed(sn, &parent)
 	if !ok || total != 100000 || !slices.Equal(got, want) {
@@ -208,6 +223,9 @@ func TestFingerprintPass(t *testing.T) {
 	}
 	if n := seqScans(sn) - before; n != 0 {
 		t.Errorf("ScanChanged of %d changed rows in %d pages scanned the table %d times; want their pages probed", len(got), len(sn.passes["items"].blocks), n)
+	}
+	if got, total, ok := changedIn(sn, "parts", &parent); !ok || total != 2001 || len(got) != 4 || !slices.Equal(got, rendered(sn, "parts", &parent)) {
+		t.Errorf("ScanChanged(parts) = %v, ok %v, total %d; ScanSince rendered %v", got, ok, total, rendered(sn, "parts", &parent))
 	}
 
 	now := sn.Position()
