@@ -158,6 +158,12 @@ type RunReader interface {
 	ScanRun(ctx context.Context, dataset string, layer Version, collection string, fn func(chunk []byte) bool) error
 }
 
+// RunSeeker is a RunReader that can start a layer's run at its chunk from (chunks
+// are numbered from 0).
+type RunSeeker interface {
+	ScanRunFrom(ctx context.Context, dataset string, layer Version, collection string, from int64, fn func(chunk []byte) bool) error
+}
+
 // runIter pulls one layer's entries in order: from a decoded run held by a
 // RunCache, or reading and decoding its chunks in the background.
 type runIter struct {
@@ -171,8 +177,12 @@ type runIter struct {
 }
 
 // newRunIter reads the layer's run from cache when it is not nil (streaming it from
-// the cache's store when it is over the budget), otherwise from st.
-func newRunIter(ctx context.Context, st RunReader, cache *RunCache, dataset string, layer LayerRef, collection string) *runIter {
+// the cache's store when it is over the budget), otherwise from st. A reader that
+// needs only the entries after the id after may be given fewer before it: a run
+// streamed through the cache starts at the chunk the cache last saw begin at or
+// before after, when the store can seek.
+func newRunIter(ctx context.Context, st RunReader, cache *RunCache, dataset string, layer LayerRef, collection, after string) *runIter {
+	var from int64
 	if cache != nil {
 		r, err := cache.run(ctx, dataset, layer.Version, collection, layer.Docs+layer.Tombstones)
 		if err != nil {
@@ -182,16 +192,24 @@ func newRunIter(ctx context.Context, st RunReader, cache *RunCache, dataset stri
 			return &runIter{run: r}
 		}
 		st = cache.st
+		if _, ok := st.(RunSeeker); ok && after != "" {
+			from = cache.chunkAt(runKey{dataset, layer.Version, collection}, after)
+		}
 	}
 	it := &runIter{ch: make(chan []RunEntry, 2), errc: make(chan error, 1)}
 	go func() {
 		defer close(it.ch)
 		var derr error
-		err := st.ScanRun(ctx, dataset, layer.Version, collection, func(chunk []byte) bool {
+		n := from
+		scan := func(chunk []byte) bool {
 			var es []RunEntry
 			if derr = DecodeRunChunk(chunk, func(e RunEntry) error { es = append(es, e); return nil }); derr != nil {
 				return false
 			}
+			if cache != nil && len(es) > 0 {
+				cache.sawChunk(runKey{dataset, layer.Version, collection}, n, es[0].ID)
+			}
+			n++
 			select {
 			case it.ch <- es:
 				return true
@@ -199,7 +217,13 @@ func newRunIter(ctx context.Context, st RunReader, cache *RunCache, dataset stri
 				derr = ctx.Err()
 				return false
 			}
-		})
+		}
+		var err error
+		if from > 0 {
+			err = st.(RunSeeker).ScanRunFrom(ctx, dataset, layer.Version, collection, from, scan)
+		} else {
+			err = st.ScanRun(ctx, dataset, layer.Version, collection, scan)
+		}
 		if err == nil {
 			err = derr
 		}
@@ -256,9 +280,16 @@ type chainRun struct {
 // openChainRun starts reading every layer's run, through cache when not nil;
 // cancel ctx to stop early.
 func openChainRun(ctx context.Context, st RunReader, cache *RunCache, dataset string, layers []LayerRef, collection string) *chainRun {
+	return openChainRunAfter(ctx, st, cache, dataset, layers, collection, "")
+}
+
+// openChainRunAfter is openChainRun for a reader that needs only the entries after
+// the id after: it may skip chunks before it (newRunIter), and still gets every
+// entry after it, in order.
+func openChainRunAfter(ctx context.Context, st RunReader, cache *RunCache, dataset string, layers []LayerRef, collection, after string) *chainRun {
 	its := make([]LayerReader[RunEntry], len(layers))
 	for i, l := range layers {
-		its[i] = newRunIter(ctx, st, cache, dataset, l, collection)
+		its[i] = newRunIter(ctx, st, cache, dataset, l, collection, after)
 	}
 	return &chainRun{merge: NewChainMerge(its, runEntryID, runEntryDeleted)}
 }

@@ -22,6 +22,15 @@ func (m memRuns) ScanRun(_ context.Context, _ string, layer Version, _ string, f
 	return nil
 }
 
+func (m memRuns) ScanRunFrom(_ context.Context, _ string, layer Version, _ string, from int64, fn func([]byte) bool) error {
+	for i, c := range m[layer] {
+		if int64(i) >= from && !fn(c) {
+			return nil
+		}
+	}
+	return nil
+}
+
 func encodeRun(t testing.TB, entries []RunEntry, max int) [][]byte {
 	t.Helper()
 	var chunks [][]byte

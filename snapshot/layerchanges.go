@@ -20,9 +20,9 @@ import (
 
 // changesRunCacheBytes is the budget of the runs a Resolver keeps decoded for
 // ChangedIDs: a client pages through a large delta's changes (10,000 ids a page), and
-// each page would otherwise read the run again from its start up to the cursor, the
-// store having no way to start a run further in. About 350,000 entries of short ids;
-// a larger run is streamed, page by page, as it is without the cache.
+// each page would otherwise read the run again from its start up to the cursor. About
+// 350,000 entries of short ids; a larger run is streamed, and a page starts at the
+// chunk the cache last saw begin at or before its cursor (RunCache.chunkAt).
 const changesRunCacheBytes = 16 << 20
 
 // ChangesKind says what a version's publish did to one collection (Resolver.ChangedIDs).
@@ -87,8 +87,8 @@ func (r *Resolver) ChangedIDs(ctx context.Context, view View, collection, after 
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	w := &changeWalk{r: r, collection: collection}
-	w.own = openChainRun(ctx, r.store, r.runs, r.dataset, c.Layers[:1], collection)
+	w := &changeWalk{r: r, collection: collection, after: after}
+	w.own = openChainRunAfter(ctx, r.store, r.runs, r.dataset, c.Layers[:1], collection, after)
 	w.own.keepDeleted = true
 	if c.Layers[0].Merged > 0 {
 		if err := w.openMerged(ctx, view, c); err != nil {
@@ -108,6 +108,7 @@ func (r *Resolver) ChangedIDs(ctx context.Context, view View, collection, after 
 type changeWalk struct {
 	r          *Resolver
 	collection string
+	after      string    // the page's start: no entry at or before it is needed
 	own        *chainRun // the version's own layer, tombstones included
 	// merged is the run of the parent's deltas the layer merged (their newest entry
 	// per id, tombstones included), nil for a plain delta; head is its next entry.
@@ -133,7 +134,7 @@ func (w *changeWalk) openMerged(ctx context.Context, view View, c CollectionStat
 	if own.Merged >= len(pc.Layers) || !slices.Equal(layerVersions(c.Layers[1:]), layerVersions(pc.Layers[own.Merged:])) {
 		return fmt.Errorf("version %s's chain of %s is not its parent %s's with %d deltas merged", view.Version, w.collection, m.Parent, own.Merged)
 	}
-	w.merged = openChainRun(ctx, w.r.store, w.r.runs, w.r.dataset, pc.Layers[:own.Merged], w.collection)
+	w.merged = openChainRunAfter(ctx, w.r.store, w.r.runs, w.r.dataset, pc.Layers[:own.Merged], w.collection, w.after)
 	w.merged.keepDeleted = true
 	w.parentChain = parent.Manifest.Chain(w.collection)
 	w.head, w.headOK, err = w.merged.next()

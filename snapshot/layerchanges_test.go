@@ -32,6 +32,10 @@ func (s *changesStore) ScanRun(ctx context.Context, dataset string, layer Versio
 	return s.runs.ScanRun(ctx, dataset, layer, collection, func(c []byte) bool { s.chunks.Add(1); return fn(c) })
 }
 
+func (s *changesStore) ScanRunFrom(ctx context.Context, dataset string, layer Version, collection string, from int64, fn func([]byte) bool) error {
+	return s.runs.ScanRunFrom(ctx, dataset, layer, collection, from, func(c []byte) bool { s.chunks.Add(1); return fn(c) })
+}
+
 // layeredOf returns a published layered manifest of v over parent holding collection
 // c with the layers given, newest first.
 func layeredOf(v, parent Version, layers ...LayerRef) Manifest {
@@ -177,5 +181,78 @@ func TestChangedIDsCorruptRun(t *testing.T) {
 	_, err = r.ChangedIDs(context.Background(), view, "c", "", 10)
 	if err == nil || errors.Is(err, ErrInvalid) || errors.Is(err, ErrNotFound) || errors.Is(err, ErrGone) {
 		t.Errorf("a corrupt run: %v; want an error of the store's", err)
+	}
+}
+
+// A run over the run cache's budget is streamed for each page, from the chunk the
+// cache last saw begin at or before the page's cursor: paging through it reads each
+// chunk a few times at most, not the run up to the cursor again for every page; a
+// merged delta's merged run too. The changes are the same as when the run is cached.
+func TestChangedIDsPagesSeek(t *testing.T) {
+	var entries, merged []RunEntry
+	want := map[Version][]Change{}
+	for i := range 600 {
+		e := RunEntry{ID: fmt.Sprintf("id%04d", i), Deleted: i%7 == 0, Len: int64(i + 1)}
+		entries = append(entries, e)
+		want["delta"] = append(want["delta"], Change{ID: e.ID, Deleted: e.Deleted})
+		if i%3 == 0 { // in the merge: the parent's delta's, copied unchanged
+			merged = append(merged, e)
+			continue
+		}
+		want["merge"] = append(want["merge"], Change{ID: e.ID, Deleted: e.Deleted})
+	}
+	for i := range 50 { // tombstones the parent's delta names, with no entry in the merge
+		merged = append(merged, RunEntry{ID: fmt.Sprintf("zz%04d", i), Deleted: true})
+	}
+	plain := LayerRef{Version: "delta", Kind: LayerDelta, Docs: 514, Tombstones: 86}
+	merge := LayerRef{Version: "merge", Kind: LayerDelta, Docs: 514, Tombstones: 86, Merged: 1}
+	old := LayerRef{Version: "old", Kind: LayerDelta, Docs: 171, Tombstones: 79}
+	base := LayerRef{Version: "base", Kind: LayerBase}
+	st := &changesStore{countingStore: &countingStore{},
+		runs: memRuns{"delta": encodeRun(t, entries, 64), "merge": encodeRun(t, entries, 64), "old": encodeRun(t, merged, 64)},
+		manifests: map[Version]Manifest{
+			"delta":  layeredOf("delta", "base", plain, base),
+			"merge":  layeredOf("merge", "parent", merge, base),
+			"parent": layeredOf("parent", "base", old, base),
+		}}
+	chunks := len(st.runs["delta"])
+	if chunks < 50 {
+		t.Fatalf("%d chunks; want many", chunks)
+	}
+	ctx := context.Background()
+	for _, v := range []Version{"delta", "merge"} {
+		r := NewResolver("ds", st, ResolverConfig{}, nil)
+		r.runs = NewRunCache(st, 16) // every run over the budget: streamed
+		view, err := r.View(ctx, v)
+		if err != nil {
+			t.Fatal(err)
+		}
+		st.chunks.Store(0)
+		var got []Change
+		after, pages := "", 0
+		for ; ; pages++ {
+			page, err := r.ChangedIDs(ctx, view, "c", after, 10)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got = append(got, page.IDs...)
+			if !page.More {
+				break
+			}
+			after = page.IDs[len(page.IDs)-1].ID
+		}
+		if diff := cmp.Diff(want[v], got); diff != "" {
+			t.Errorf("%s: changes (-want +got):\n%s", v, diff)
+		}
+		// Without seeking, page k reads the run up to its cursor: about pages²/2 × 10
+		// entries' chunks in all.
+		runs := 1
+		if v == "merge" {
+			runs = 2
+		}
+		t.Logf("%s: %d pages read %d run chunks", v, pages, st.chunks.Load())
+		if n := st.chunks.Load(); n > int64(runs*(chunks+pages*6)) {
+			t.Errorf("%s: %d pages read %d run chunks; want at most %d (the runs' %d chunks and a few a page)", v, pages, n, runs*(chunks+pages*6), chunks)
+		}
 	}
 }

@@ -22,12 +22,15 @@ type RunCache struct {
 	st  RunReader
 	max int64
 
-	mu    sync.Mutex
-	runs  map[runKey]*decodedRun
-	big   map[runKey]bool  // runs found over the budget, streamed from now on
-	live  map[string]int64 // ids a chain holds live, by dataset, collection and chain
-	size  int64
-	clock int64
+	mu   sync.Mutex
+	runs map[runKey]*decodedRun
+	big  map[runKey]bool  // runs found over the budget, streamed from now on
+	live map[string]int64 // ids a chain holds live, by dataset, collection and chain
+	// firsts holds, for runs streamed, the first id of each chunk seen, from chunk 0
+	// on, so that a reader after an id can start at its chunk (chunkAt).
+	firsts map[runKey][]string
+	size   int64
+	clock  int64
 }
 
 type runKey struct {
@@ -218,6 +221,32 @@ func (c *RunCache) rememberLive(dataset, collection string, layers []LayerRef, n
 		clear(c.live)
 	}
 	c.live[chainKey(dataset, collection, layers)] = n
+}
+
+// sawChunk remembers that chunk n of a streamed run begins with the id first, when
+// every chunk before it was seen.
+func (c *RunCache) sawChunk(k runKey, n int64, first string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.firsts == nil || len(c.firsts) >= 1024 && c.firsts[k] == nil { // old runs' are of no more use
+		c.firsts = map[runKey][]string{}
+	}
+	if ids := c.firsts[k]; int64(len(ids)) == n {
+		c.firsts[k] = append(ids, first)
+	}
+}
+
+// chunkAt returns the last chunk of a streamed run seen to begin at or before the id
+// after: the entries after it are there or in later chunks. 0 when none is known.
+func (c *RunCache) chunkAt(k runKey, after string) int64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	ids := c.firsts[k]
+	i := sort.SearchStrings(ids, after) // the first chunk beginning at or after after
+	if i < len(ids) && ids[i] == after {
+		return int64(i)
+	}
+	return int64(max(i-1, 0))
 }
 
 // markBig remembers that the run is over the budget.

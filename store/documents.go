@@ -448,10 +448,17 @@ const colRun = "f"
 // ScanRun calls fn with each chunk of a layer's fingerprint run for a collection, in
 // order, until fn returns false. Like ScanDocuments it is bounded by its progress.
 func (s *Store) ScanRun(ctx context.Context, dataset string, v snapshot.Version, collection string, fn func(chunk []byte) bool) error {
+	return s.ScanRunFrom(ctx, dataset, v, collection, 0, fn)
+}
+
+// ScanRunFrom is ScanRun from the run's chunk from on (chunks are numbered from 0).
+func (s *Store) ScanRunFrom(ctx context.Context, dataset string, v snapshot.Version, collection string, from int64, fn func(chunk []byte) bool) error {
 	prefix := runPrefix(dataset, v, collection)
 	what := fmt.Sprintf("read the fingerprints of %s at %s", collection, v)
+	// The prefix ends in '#': the range ends before the next byte.
+	rows := bigtable.NewRange(runKey(dataset, v, collection, from), prefix[:len(prefix)-1]+"$")
 	g := s.guardStall(ctx)
-	err := s.tbl.ReadRows(g.ctx, bigtable.PrefixRange(prefix), func(r bigtable.Row) bool {
+	err := s.tbl.ReadRows(g.ctx, rows, func(r bigtable.Row) bool {
 		g.pause()
 		defer g.resume()
 		if cells := r[famDocs]; len(cells) > 0 {

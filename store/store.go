@@ -151,6 +151,7 @@ type Store struct {
 var (
 	_ snapshot.PublishStore = (*Store)(nil)
 	_ snapshot.ReadStore    = (*Store)(nil)
+	_ snapshot.RunSeeker    = (*Store)(nil)
 )
 
 // Open connects to Bigtable. It does not touch the table; call EnsureSchema (writers)

@@ -481,3 +481,38 @@ func TestUnreachableBigtableSaysSo(t *testing.T) {
 		}
 	}
 }
+
+// ScanRunFrom reads a run from its chunk from on, and nothing of the runs beside it
+// (another collection whose name begins with this one's, another version).
+func TestScanRunFrom(t *testing.T) {
+	st := newStore(t)
+	ctx := context.Background()
+	v, other := version(t), version(t)
+	const n = 25
+	for _, run := range []struct {
+		v    snapshot.Version
+		coll string
+	}{{v, "a"}, {v, "aa"}, {v, "a#"}, {other, "a"}} {
+		w := st.NewWriter(ctx, "ds", run.v)
+		for i := range n {
+			if err := w.WriteChunk(ctx, run.coll, int64(i), []byte(fmt.Sprintf("%s/%s/%d", run.v, run.coll, i))); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if _, err := w.Close(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, from := range []int64{0, 1, 10, 24, 25, 100} {
+		var got, want []string
+		if err := st.ScanRunFrom(ctx, "ds", v, "a", from, func(c []byte) bool { got = append(got, string(c)); return true }); err != nil {
+			t.Fatal(err)
+		}
+		for i := from; i < n; i++ {
+			want = append(want, fmt.Sprintf("%s/a/%d", v, i))
+		}
+		if diff := cmp.Diff(want, got); diff != "" {
+			t.Errorf("from chunk %d (-want +got):\n%s", from, diff)
+		}
+	}
+}
