@@ -202,12 +202,20 @@ func xminFrom(age3, agex, raw string) string {
 // (modulo 2^32).
 var changedSQL = "((" + xminSQL + " - $1) & 4294967295) < $2"
 
-// windowSQL is true for a row version whose xmin is at or after $1 (text), to the
-// transaction's age(): every row version changedSQL is true for, and, since a
-// frozen row keeps its raw xmin, some frozen rows as well, as changedSQL can be by
-// coincidence. It costs a scan a third less than changedSQL, which fingerprint's pass
-// needs only to count, not to tell apart.
-var windowSQL = "age(" + rowAlias + ".xmin) <= (SELECT age($1::text::xid))"
+// windowSQL is true for a row version whose xmin is on the 32-bit circle from $1
+// (text) to the id age() measures from, when that is less than 2^31 on (the pass
+// checks age($1) is not negative): every row version changedSQL is true for, and,
+// since a frozen row keeps its raw xmin, a frozen row whose xmin falls there by
+// coincidence, as changedSQL renders such a row. It costs a scan a third less than
+// changedSQL, which fingerprint's pass needs only to count, not to tell apart.
+var windowSQL = windowFrom("age("+rowAlias+".xmin)", "(SELECT age($1::text::xid))")
+
+// windowFrom is true when agex = age(x) is between 0 and agelo = age(lo): x is on
+// the circle from lo to the origin of age. A negative age is an id past the origin,
+// or one 2^31 or more before it, as an old frozen row's raw xmin can be.
+func windowFrom(agex, agelo string) string {
+	return "(" + agex + " BETWEEN 0 AND " + agelo + ")"
+}
 
 type modeKey struct {
 	collection string
@@ -333,13 +341,17 @@ func (r *snap) fingerprint(ctx context.Context, c Collection, since *snapshot.Po
 	// The window's test once a row, in a subquery kept apart (OFFSET 0), for the
 	// aggregates that read it; a ctid's block and line number are its text's.
 	p := changedPass{since: since}
+	var span int32
 	err = r.tx.QueryRow(ctx, `SELECT count(*), count(*) FILTER (WHERE w),
 		coalesce(array_agg(DISTINCT (t::text::point)[0]::int8) FILTER (WHERE w), '{}'),
-		coalesce(max((t::text::point)[1]::int4) FILTER (WHERE w), 0)
+		coalesce(max((t::text::point)[1]::int4) FILTER (WHERE w), 0), age($1::text::xid)
 		FROM (SELECT `+rowAlias+`.ctid AS t, `+windowSQL+` AS w FROM `+pgx.Identifier(c.tableParts()).Sanitize()+` AS `+rowAlias+` OFFSET 0) AS p`,
-		strconv.FormatUint(lo, 10)).Scan(&p.rows, &p.changed, &p.blocks, &p.maxOffset)
+		strconv.FormatUint(lo, 10)).Scan(&p.rows, &p.changed, &p.blocks, &p.maxOffset, &span)
 	if err != nil {
 		return "", "", 0, err
+	}
+	if span < 0 { // 2^31 or more ids since the parent's snapshot: the window says nothing
+		return tableFingerprint(ctx, r.tx, c)
 	}
 	if r.passes == nil {
 		r.passes = map[string]changedPass{}

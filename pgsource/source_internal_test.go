@@ -18,7 +18,7 @@ import (
 // inserted, updated or frozen, in separate transactions, read in a REPEATABLE READ
 // transaction while others commit; and the arithmetic behind it restores any id from
 // its ages across the whole 32-bit range (ids past 2^31 and past a wraparound from the
-// age's origin included), evaluated by Postgres.
+// age's origin included), evaluated by Postgres; as does fingerprint's window test.
 func TestXminWithoutText(t *testing.T) {
 	dsn := testenv.Postgres(t)
 	testenv.Exec(t, dsn, `CREATE TABLE x (id int PRIMARY KEY, v text)`)
@@ -73,6 +73,31 @@ func TestXminWithoutText(t *testing.T) {
 		}
 		if got != int64(x) {
 			t.Fatalf("origin %d, id %d: restored %d", o, x, got)
+		}
+	}
+
+	// fingerprint's window: x is in it exactly when it is on the circle from lo to the
+	// origin, whatever the ids' places on the circle, for an origin less than 2^31
+	// after lo (the pass falls back otherwise, age(lo) being negative).
+	window := windowFrom("$1::int4", "$2::int4")
+	for i := range 2000 {
+		o, lo, x := rng.Uint32(), rng.Uint32(), rng.Uint32()
+		if i < len(edges)*len(edges) {
+			o, x = edges[i/len(edges)], edges[i%len(edges)]
+			lo = o - uint32(i%5)*(1<<29)
+		}
+		if o-lo >= 1<<31 {
+			if int32(o-lo) >= 0 {
+				t.Fatalf("origin %d, lo %d: age(lo) %d is not negative", o, lo, int32(o-lo))
+			}
+			continue
+		}
+		var got bool
+		if err := conn.QueryRow(ctx, "SELECT "+window, int32(o-x), int32(o-lo)).Scan(&got); err != nil {
+			t.Fatal(err)
+		}
+		if want := x-lo <= o-lo; got != want {
+			t.Fatalf("origin %d, lo %d, id %d: in the window %v; want %v", o, lo, x, got, want)
 		}
 	}
 }

@@ -461,8 +461,10 @@ func (a *attempt) published(ctx context.Context, flip Flip) PublishResult {
 		p.retire(bg, a.cur.Version, a.log)
 	}
 	for name, c := range published.Collections {
-		// The next delta's parent: its count is what this process wrote.
-		if len(c.Layers) > 0 {
+		// The next delta's parent: the count of a layer this publish wrote is what it
+		// counted over a parent it checked. A collection carried unchanged has its
+		// parent's manifest count, which nothing here read: not remembered.
+		if len(c.Layers) > 0 && c.Own != nil && c.Own.Mode != ModeSameFingerprint {
 			p.Runs.rememberLive(p.Dataset, name, c.Layers, c.Rows)
 		}
 	}
