@@ -110,25 +110,10 @@ func (r *snap) ScanChanged(ctx context.Context, collection string, since *snapsh
 	if err != nil || mode != "row-version" {
 		return 0, false, err
 	}
-	// Counting proves no deletion only when ids are unique: a duplicate id added and a
-	// row deleted would balance. Without Postgres' guarantee every id is read, and the
-	// scan finds duplicates.
 	key := r.keys[collection]
-	rel, err := lookupRelation(ctx, r.tx, c)
-	if err != nil {
+	rel, ok, err := r.countable(ctx, c)
+	if err != nil || !ok {
 		return 0, false, err
-	}
-	if unique, _ := rel.guarantee(key); !unique {
-		return 0, false, nil
-	}
-	if rel.kind != "p" { // a plain table's index covers none of its inheritance children
-		var children bool
-		if err := r.tx.QueryRow(ctx, `SELECT EXISTS (SELECT FROM pg_inherits WHERE inhparent = $1)`, rel.oid).Scan(&children); err != nil {
-			return 0, false, err
-		}
-		if children {
-			return 0, false, nil
-		}
 	}
 	// Open counted the rows in this snapshot. The changed ones are found in one scan
 	// that stops after max+1, and sorted; the first row says how many there were.
@@ -294,6 +279,30 @@ func allHeap(ctx context.Context, tx pgx.Tx, c Collection) (bool, error) {
 	return ok, err
 }
 
+// countable reports whether counting a table's rows proves no deletion: only when ids
+// are unique, since a duplicate id added and a row deleted would balance. Without
+// Postgres' guarantee every id is read, and the scan finds duplicates; a plain table's
+// index covers none of its inheritance children.
+func (r *snap) countable(ctx context.Context, c Collection) (relation, bool, error) {
+	rel, err := lookupRelation(ctx, r.tx, c)
+	if err != nil {
+		return rel, false, err
+	}
+	if unique, _ := rel.guarantee(r.keys[c.Name]); !unique {
+		return rel, false, nil
+	}
+	if rel.kind != "p" {
+		var children bool
+		if err := r.tx.QueryRow(ctx, `SELECT EXISTS (SELECT FROM pg_inherits WHERE inhparent = $1)`, rel.oid).Scan(&children); err != nil {
+			return rel, false, err
+		}
+		if children {
+			return rel, false, nil
+		}
+	}
+	return rel, true, nil
+}
+
 // changedPass is what fingerprint's pass over a table found against the parent read
 // at since: the rows, how many are in the row-version window since the parent, the
 // pages those are in, and their greatest line number (every one of them is at a ctid
@@ -309,11 +318,16 @@ type changedPass struct {
 // fingerprint returns a table collection's fingerprint, definitions and row count
 // ("" for a query collection or a relation that is not a table: tableFingerprint).
 // Against a parent whose fingerprint holds its row count and whose row versions
-// compare (changeMode), one pass counts the rows and those in the window since the
-// parent, without hashing every row's xmin. None in the window and the parent's count
-// mean the parent's contents: every row version the snapshot sees, the parent's
-// snapshot saw, and there are as many. The fingerprint is then the parent's;
-// otherwise a new one. ScanChanged uses the pass to read only what it found.
+// compare (changeMode), of a table whose changed rows ScanChanged can read alone
+// (countable), one pass counts the rows and those in the window since the parent,
+// without hashing every row's xmin. None in the window and the parent's count mean
+// the parent's contents: every row version the snapshot sees, the parent's snapshot
+// saw, and there are as many. The fingerprint is then the parent's; otherwise a new
+// one. ScanChanged uses the pass to read only what it found. The window also holds
+// rows the parent saw when a transaction elsewhere held its snapshot xmin back; such
+// a table is then taken as changed, and its rows in the window compared by content.
+// A table ScanChanged cannot read so takes the hashing pass, which tells an unchanged
+// table exactly, since taking it as changed would read every row.
 func (r *snap) fingerprint(ctx context.Context, c Collection, since *snapshot.Position) (fp, defs string, rows int64, err error) {
 	var parent string
 	var parentRows int64
@@ -336,6 +350,12 @@ func (r *snap) fingerprint(ctx context.Context, c Collection, since *snapshot.Po
 		return "", "", 0, err
 	}
 	if mode != "row-version" {
+		return tableFingerprint(ctx, r.tx, c)
+	}
+	if _, ok, err := r.countable(ctx, c); err != nil || !ok {
+		if err != nil {
+			return "", "", 0, err
+		}
 		return tableFingerprint(ctx, r.tx, c)
 	}
 	// The window's test once a row, in a subquery kept apart (OFFSET 0), for the
