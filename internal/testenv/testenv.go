@@ -58,7 +58,7 @@ func Postgres(tb testing.TB) string {
 		tb.Fatalf("create test database: %v", err)
 	}
 	tb.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		ctx, cancel := context.WithTimeout(context.Background(), 45*time.Second)
 		defer cancel()
 		conn, err := pgx.Connect(ctx, admin)
 		if err != nil {
@@ -66,9 +66,19 @@ func Postgres(tb testing.TB) string {
 			return
 		}
 		defer conn.Close(ctx)
-		if _, err := conn.Exec(ctx, "DROP DATABASE IF EXISTS "+name+" WITH (FORCE)"); err != nil {
-			tb.Errorf("drop test database %s: %v", name, err)
-		}
+		// A backend of a process the test killed can outlive it a moment, holding a
+		// temporary replication slot, which a drop, even forced, refuses: end the
+		// database's backends, and try again until no slot is active.
+		Eventually(tb, 30*time.Second, func() error {
+			_, err := conn.Exec(ctx, `SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = $1 AND pid <> pg_backend_pid()`, name)
+			if err == nil {
+				_, err = conn.Exec(ctx, "DROP DATABASE IF EXISTS "+name+" WITH (FORCE)")
+			}
+			if err != nil {
+				return fmt.Errorf("drop test database %s: %w", name, err)
+			}
+			return nil
+		})
 	})
 	u, err := url.Parse(admin)
 	if err != nil || !strings.HasPrefix(admin, "postgres") {
