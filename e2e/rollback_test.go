@@ -47,9 +47,10 @@ func TestRollbackPinsAndUnpinResumes(t *testing.T) {
 	st := testenv.Store(t, testenv.StoreConfig(e.btAddr))
 	ctx := context.Background()
 
-	// Back to the previous version: the API serves it within one pointer refresh.
-	before := time.Now()
+	// Back to the previous version: the API serves it within one pointer refresh of
+	// the flip (the command's own start, its connections and lease, not counted).
 	out, err := e.syncerCmd(t, "rollback", "--previous", "--reason", "bad import")
+	before := time.Now()
 	if err != nil || !strings.Contains(out, "rolled back from "+vs[2]+" to "+vs[1]) {
 		t.Fatalf("rollback --previous = %q, %v", out, err)
 	}
