@@ -563,7 +563,10 @@ func (r *snap) ScanPartition(ctx context.Context, collection string, part, parts
 
 // readRows streams a scan's (id, JSON) rows to fn, failing on a NULL, empty,
 // oversized, non-UTF-8 or duplicate key. With byteOrder the ids must come in strictly
-// increasing byte order; a NULL document is then passed on as a nil Body.
+// increasing byte order; a NULL document is then passed on as a nil Body, but not
+// under an id no version can hold (NULL, empty, oversized or not UTF-8): such a row
+// is a key the stream named that is gone (written, then deleted or changed again),
+// for which there is nothing to delete.
 func readRows(rows pgx.Rows, c Collection, key []string, byteOrder bool, fn func(snapshot.Document) error) error {
 	defer rows.Close()
 	var prev []byte
@@ -571,6 +574,9 @@ func readRows(rows pgx.Rows, c Collection, key []string, byteOrder bool, fn func
 	for rows.Next() {
 		vals := rows.RawValues()
 		id, body := vals[0], vals[1]
+		if byteOrder && body == nil && (len(id) == 0 || len(id) > MaxIDBytes || !utf8.Valid(id)) {
+			continue
+		}
 		switch {
 		case id == nil && len(key) > 1:
 			return fmt.Errorf("%w: NULL key: a NULL in %s (row %d of %s)", snapshot.ErrSource, describeKey(key), n+1, describe(c))

@@ -326,6 +326,33 @@ func TestStreamKeysAreIDs(t *testing.T) {
 	}
 }
 
+// A key the stream names that no version can hold (empty, or over the id's limit),
+// written and then deleted or changed again before the snapshot, is gone: nothing to
+// delete, and no error, since the snapshot holds no such id.
+func TestStreamKeysGoneInvalid(t *testing.T) {
+	dsn := testenv.Postgres(t)
+	testenv.Exec(t, dsn, `CREATE TABLE words (w text PRIMARY KEY, v text)`, `INSERT INTO words VALUES ('a', '1'), ('b', '2')`)
+	slot := fmt.Sprintf("snapflip_test_%d", time.Now().UnixNano()%1e12)
+	src := streamSource(t, dsn, slot, []pgsource.Collection{{Name: "words", Table: "words"}})
+	_, _, p0 := keyed(t, src, "words", nil)
+	src.Holds(context.Background(), p0, p0)
+	testenv.Exec(t, dsn, `UPDATE words SET w = '' WHERE w = 'a'`, `INSERT INTO words VALUES (repeat('x', 2000), '3')`,
+		`DELETE FROM words WHERE octet_length(w) NOT BETWEEN 1 AND 1024`, `UPDATE words SET v = '4' WHERE w = 'b'`)
+	if got, ok, _ := keyed(t, src, "words", &p0); !ok || !slices.Equal(got, []string{"a-", "b"}) {
+		t.Errorf("words since p0: %v (known %v); want [a- b]", got, ok)
+	}
+	// A row of the snapshot with such an id still fails the sync.
+	testenv.Exec(t, dsn, `UPDATE words SET w = '' WHERE w = 'b'`)
+	sn, err := src.OpenSince(context.Background(), &p0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sn.Close(context.Background())
+	if _, err := sn.(snapshot.KeyedScanner).ScanKeyed(context.Background(), "words", &p0, 1000, func(snapshot.Document) error { return nil }); !errors.Is(err, snapshot.ErrSource) {
+		t.Errorf("a row with an empty id: ScanKeyed = %v; want ErrSource", err)
+	}
+}
+
 // A transaction in progress that wrote WAL after the last commit leaves WAL nobody
 // flushes while the database is otherwise idle: the stream must still pass a
 // snapshot taken then, and know its changes exactly, without waiting out CatchUp.
