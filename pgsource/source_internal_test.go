@@ -253,6 +253,14 @@ func TestFingerprintPass(t *testing.T) {
 	if n := seqScans(sn) - before; n != 0 {
 		t.Errorf("ScanChanged of %d changed rows in %d pages scanned the table %d times; want their pages probed", len(got), len(sn.passes["items"].blocks), n)
 	}
+	// More changed than the limit: declined, without a scan either.
+	before = seqScans(sn)
+	if _, ok, err := sn.ScanChanged(ctx, "items", &parent, int64(len(got)-1), func(snapshot.Document) error {
+		t.Error("ScanChanged over its limit sent a row")
+		return nil
+	}); ok || err != nil || seqScans(sn) != before {
+		t.Errorf("ScanChanged of %d changed rows with a limit of %d = ok %v, %v, %d scans; want declined, none", len(got), len(got)-1, ok, err, seqScans(sn)-before)
+	}
 	if got, total, ok := changedIn(sn, "parts", &parent); !ok || total != 2001 || len(got) != 4 || !slices.Equal(got, rendered(sn, "parts", &parent)) {
 		t.Errorf("ScanChanged(parts) = %v, ok %v, total %d; ScanSince rendered %v", got, ok, total, rendered(sn, "parts", &parent))
 	}
