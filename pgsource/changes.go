@@ -111,9 +111,14 @@ func (r *snap) ScanChanged(ctx context.Context, collection string, since *snapsh
 		return 0, false, err
 	}
 	key := r.keys[collection]
-	rel, ok, err := r.countable(ctx, c)
-	if err != nil || !ok {
-		return 0, false, err
+	p, passed := r.passes[collection]
+	passed = passed && since.Same(*p.since)
+	rel := p.rel // the pass ran on a countable table only
+	if !passed {
+		var ok bool
+		if rel, ok, err = r.countable(ctx, c); err != nil || !ok {
+			return 0, false, err
+		}
 	}
 	// Open counted the rows in this snapshot. The changed ones are found in one scan
 	// that stops after max+1, and sorted; the first row says how many there were.
@@ -125,7 +130,7 @@ func (r *snap) ScanChanged(ctx context.Context, collection string, since *snapsh
 		return 0, false, nil
 	}
 	where, args := changedSQL, []any{int64(lo), int64(window), max + 1}
-	if p, ok := r.passes[collection]; ok && since.Same(*p.since) {
+	if passed {
 		switch {
 		case p.changed == 0:
 			return total, true, nil
@@ -310,6 +315,7 @@ func (r *snap) countable(ctx context.Context, c Collection) (relation, bool, err
 // memory however many rows changed.
 type changedPass struct {
 	since         *snapshot.Position
+	rel           relation // the table, countable
 	rows, changed int64
 	blocks        []int64
 	maxOffset     int32
@@ -350,17 +356,18 @@ func (r *snap) fingerprint(ctx context.Context, c Collection, since *snapshot.Po
 		return "", "", 0, err
 	}
 	if mode != "row-version" {
-		return tableFingerprint(ctx, r.tx, c)
+		return hashedFingerprint(ctx, r.tx, c, cols)
 	}
-	if _, ok, err := r.countable(ctx, c); err != nil || !ok {
-		if err != nil {
-			return "", "", 0, err
-		}
-		return tableFingerprint(ctx, r.tx, c)
+	rel, ok, err := r.countable(ctx, c)
+	if err != nil {
+		return "", "", 0, err
+	}
+	if !ok {
+		return hashedFingerprint(ctx, r.tx, c, cols)
 	}
 	// The window's test once a row, in a subquery kept apart (OFFSET 0), for the
 	// aggregates that read it; a ctid's block and line number are its text's.
-	p := changedPass{since: since}
+	p := changedPass{since: since, rel: rel}
 	var span int32
 	err = r.tx.QueryRow(ctx, `SELECT count(*), count(*) FILTER (WHERE w),
 		coalesce(array_agg(DISTINCT (t::text::point)[0]::int8) FILTER (WHERE w), '{}'),
@@ -371,7 +378,7 @@ func (r *snap) fingerprint(ctx context.Context, c Collection, since *snapshot.Po
 		return "", "", 0, err
 	}
 	if span < 0 { // 2^31 or more ids since the parent's snapshot: the window says nothing
-		return tableFingerprint(ctx, r.tx, c)
+		return hashedFingerprint(ctx, r.tx, c, cols)
 	}
 	if r.passes == nil {
 		r.passes = map[string]changedPass{}

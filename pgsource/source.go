@@ -322,6 +322,11 @@ func tableFingerprint(ctx context.Context, tx pgx.Tx, c Collection) (fp, defs st
 	if err != nil || cols == "" {
 		return "", "", 0, err
 	}
+	return hashedFingerprint(ctx, tx, c, cols)
+}
+
+// hashedFingerprint is tableFingerprint of a table whose definitions are cols.
+func hashedFingerprint(ctx context.Context, tx pgx.Tx, c Collection, cols string) (fp, defs string, rows int64, err error) {
 	var xsum string
 	// sum over bigint adds in numeric, so no hash overflows.
 	err = tx.QueryRow(ctx, `SELECT count(*), coalesce(sum(hashint8extended(`+xminSQL+`, 0)), 0)::text FROM `+
