@@ -74,27 +74,22 @@ func (r *snap) ScanSince(ctx context.Context, collection string, since *snapshot
 		return "", fmt.Errorf("collection %q: %w", collection, snapshot.ErrNotFound)
 	}
 	key := r.keys[collection]
-	id := keySQL(key)
 	mode, lo, window, err := r.changeMode(ctx, c, since)
 	if err != nil {
 		return "", fmt.Errorf("collection %s: %w", collection, err)
 	}
-	var q string
+	sel, from := "to_json("+rowAlias+".*)::text", "("+c.rowsSQL()+"\n) AS "+rowAlias
 	var args []any
 	if mode == "row-version" {
 		// FROM the table itself (not a subquery) so that xmin is there; t.* is the
 		// same columns in the same order as SELECT * FROM the table.
-		q = "SELECT " + id + ", CASE WHEN " + changedSQL + " THEN to_json(" +
-			rowAlias + ".*)::text END FROM " + pgx.Identifier(c.tableParts()).Sanitize() + " AS " + rowAlias +
-			" ORDER BY " + id + ` COLLATE "C"`
+		sel = "CASE WHEN " + changedSQL + " THEN " + sel + " END"
+		from = pgx.Identifier(c.tableParts()).Sanitize() + " AS " + rowAlias
 		args = []any{int64(lo), int64(window)}
-	} else {
-		from := c.rowsSQL()
-		q = "SELECT " + id + ", to_json(" + rowAlias + ".*)::text FROM (" + from + "\n) AS " + rowAlias + " ORDER BY " + id + ` COLLATE "C"`
 	}
-	rows, err := r.tx.Query(ctx, q, args...)
+	rows, err := r.inIDOrder(ctx, c, key, sel, from, args)
 	if err != nil {
-		return mode, fmt.Errorf("query %s: %w", describe(c), err)
+		return mode, err
 	}
 	return mode, readRows(rows, c, key, true, fn)
 }

@@ -155,6 +155,7 @@ type relation struct {
 type column struct {
 	name    string
 	notNull bool
+	typ     uint32 // pg_type oid
 }
 
 type uniqueIndex struct {
@@ -162,6 +163,16 @@ type uniqueIndex struct {
 	primary bool
 	columns []string
 	notNull bool // every column is NOT NULL
+}
+
+// column returns the relation's column of that name.
+func (r relation) column(name string) (column, bool) {
+	for _, c := range r.columns {
+		if c.name == name {
+			return c, true
+		}
+	}
+	return column{}, false
 }
 
 // errNoRelation reports a table collection whose relation does not exist.
@@ -190,14 +201,14 @@ func lookupRelation(ctx context.Context, q querier, c Collection) (relation, err
 	if err != nil {
 		return r, fmt.Errorf("look up table %s: %w", c.Table, err)
 	}
-	rows, err := q.Query(ctx, `SELECT attname::text, attnotnull FROM pg_attribute
+	rows, err := q.Query(ctx, `SELECT attname::text, attnotnull, atttypid FROM pg_attribute
 		WHERE attrelid = $1 AND attnum > 0 AND NOT attisdropped ORDER BY attnum`, r.oid)
 	if err != nil {
 		return r, fmt.Errorf("read the columns of %s: %w", c.Table, err)
 	}
 	for rows.Next() {
 		var col column
-		if err := rows.Scan(&col.name, &col.notNull); err != nil {
+		if err := rows.Scan(&col.name, &col.notNull, &col.typ); err != nil {
 			rows.Close()
 			return r, err
 		}

@@ -484,15 +484,25 @@ func (r *snap) Partitions(collection string) int {
 	return 1
 }
 
-// partitionConn returns a connection for partition part > 0: a new connection whose
-// REPEATABLE READ transaction imports the exported snapshot, so every part reads the
-// same snapshot as the main transaction.
+// partitionConn returns a connection for partition part > 0, in the exported
+// snapshot (importSnapshot), kept until Close.
 func (r *snap) partitionConn(ctx context.Context, part int) (*pgx.Conn, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if c, ok := r.extra[part]; ok {
 		return c, nil
 	}
+	c, err := r.importSnapshot(ctx)
+	if err != nil {
+		return nil, err
+	}
+	r.extra[part] = c
+	return c, nil
+}
+
+// importSnapshot returns a new connection whose REPEATABLE READ transaction imports
+// the exported snapshot, so that it reads the same snapshot as the main transaction.
+func (r *snap) importSnapshot(ctx context.Context) (*pgx.Conn, error) {
 	c, err := pgx.ConnectConfig(ctx, r.src.cfg)
 	if err != nil {
 		return nil, r.src.connectError(err)
@@ -505,7 +515,6 @@ func (r *snap) partitionConn(ctx context.Context, part int) (*pgx.Conn, error) {
 		_ = closeConn(ctx, c)
 		return nil, fmt.Errorf("import snapshot: %w", err)
 	}
-	r.extra[part] = c
 	return c, nil
 }
 
@@ -572,7 +581,7 @@ func (r *snap) ScanPartition(ctx context.Context, collection string, part, parts
 // under an id no version can hold (NULL, empty, oversized or not UTF-8): such a row
 // is a key the stream named that is gone (written, then deleted or changed again),
 // for which there is nothing to delete.
-func readRows(rows pgx.Rows, c Collection, key []string, byteOrder bool, fn func(snapshot.Document) error) error {
+func readRows(rows rowReader, c Collection, key []string, byteOrder bool, fn func(snapshot.Document) error) error {
 	defer rows.Close()
 	var prev []byte
 	var n int64

@@ -1,0 +1,229 @@
+package pgsource
+
+import (
+	"container/heap"
+	"context"
+	"fmt"
+	"math"
+	"strconv"
+	"strings"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// Reading a table in id byte order without a sort. A layered version is written in
+// the store's order, its ids' bytes, which for an integer key is not the number's
+// order ("10" before "9"), so Postgres sorts every row first: at 5,000,000 rows that
+// is gigabytes of temporary files, and no row reaches the store until the sort is
+// done. Among the ids of as many digits and the same sign, though, byte order is the
+// number's order (ascending for the non-negative, descending for the negative), which
+// an index scan streams. So a large table keyed by an integer column is read as one
+// index scan per digit count, each on its own connection in the same exported snapshot,
+// merged by the ids' bytes: rows reach the store from the first, and nothing is sorted.
+
+// maxDigitScans bounds the index scans of one merged read (connections held at once):
+// ids of more digit counts and signs than that are sorted by Postgres instead.
+const maxDigitScans = 10
+
+// rowReader is what readRows needs of a query's result: pgx.Rows, or a merge of them.
+type rowReader interface {
+	Next() bool
+	RawValues() [][]byte
+	Err() error
+	Close()
+}
+
+// idRange is the ids of one digit count and sign, lo..hi, and the direction in which
+// the number's order is their byte order.
+type idRange struct {
+	lo, hi int64
+	desc   bool
+}
+
+// digitRanges returns the ranges of the ids in first..last, one per digit count and
+// sign: non-negative ids of d digits are 10^(d-1)..10^d-1 (0..9 for one digit),
+// negative ones -(10^d-1)..-10^(d-1), each clipped to first..last, least digits
+// first.
+func digitRanges(first, last int64) []idRange {
+	var out []idRange
+	add := func(lo, hi int64, desc bool) {
+		if lo, hi = max(lo, first), min(hi, last); lo <= hi {
+			out = append(out, idRange{lo, hi, desc})
+		}
+	}
+	add(0, 9, false)
+	add(-9, -1, true)
+	for lo := int64(10); ; lo *= 10 {
+		if lo > math.MaxInt64/10 { // 19 digits, the most an int8 has
+			add(lo, math.MaxInt64, false)
+			add(math.MinInt64, -lo, true)
+			return out
+		}
+		add(lo, lo*10-1, false)
+		add(-(lo*10 - 1), -lo, true)
+	}
+}
+
+// integerTypes are the key column types whose text is their decimal digits.
+var integerTypes = map[uint32]bool{20: true, 21: true, 23: true} // int8, int2, int4
+
+// digitScans returns the ranges to read a collection in by index scans, or nil when
+// Postgres is to sort it: unless it is a table of at least PartitionMinRows rows whose
+// key is one integer column Postgres guarantees unique and NOT NULL (so that the
+// ranges cover every row, and the scans follow its index), whose ids are in at most
+// maxDigitScans ranges.
+func (r *snap) digitScans(ctx context.Context, c Collection, key []string) ([]idRange, error) {
+	n, counted := r.rows[c.Name]
+	if c.Table == "" || len(key) != 1 || !counted || n < r.src.PartitionMinRows || n == 0 {
+		return nil, nil
+	}
+	rel, ok, err := r.countable(ctx, c)
+	if err != nil || !ok {
+		return nil, err
+	}
+	if col, found := rel.column(key[0]); !found || !integerTypes[col.typ] {
+		return nil, nil
+	}
+	// Which ranges hold an id: an index probe each, in one statement.
+	all := digitRanges(math.MinInt64, math.MaxInt64)
+	los, his := make([]int64, len(all)), make([]int64, len(all))
+	for i, rg := range all {
+		los[i], his[i] = rg.lo, rg.hi
+	}
+	col := rowAlias + "." + pgx.Identifier{key[0]}.Sanitize()
+	rows, err := r.tx.Query(ctx, "SELECT n - 1 FROM unnest($1::int8[], $2::int8[]) WITH ORDINALITY AS r(lo, hi, n)"+
+		" WHERE EXISTS (SELECT FROM "+pgx.Identifier(c.tableParts()).Sanitize()+" AS "+rowAlias+
+		" WHERE "+col+" BETWEEN r.lo AND r.hi)", los, his)
+	if err != nil {
+		return nil, fmt.Errorf("read the key ranges of %s: %w", describe(c), err)
+	}
+	held, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+	if err != nil {
+		return nil, fmt.Errorf("read the key ranges of %s: %w", describe(c), err)
+	}
+	if len(held) > maxDigitScans {
+		return nil, nil
+	}
+	ranges := make([]idRange, len(held))
+	for i, n := range held {
+		ranges[i] = all[n]
+	}
+	return ranges, nil
+}
+
+// inIDOrder runs SELECT <id>, <sel> FROM <from> with args, its rows in id byte order:
+// merged from digitScans' index scans when it returns ranges, else sorted by Postgres.
+// sel and from name the row rowAlias; args are $1… of sel.
+func (r *snap) inIDOrder(ctx context.Context, c Collection, key []string, sel, from string, args []any) (rowReader, error) {
+	q := "SELECT " + keySQL(key) + ", " + sel + " FROM " + from
+	ranges, err := r.digitScans(ctx, c, key)
+	if err != nil {
+		return nil, err
+	}
+	if len(ranges) == 0 {
+		rows, err := r.tx.Query(ctx, q+" ORDER BY "+keySQL(key)+` COLLATE "C"`, args...)
+		if err != nil {
+			return nil, fmt.Errorf("query %s: %w", describe(c), err)
+		}
+		return rows, nil
+	}
+	col := rowAlias + "." + pgx.Identifier{key[0]}.Sanitize()
+	n := len(args)
+	q += " WHERE " + col + " BETWEEN $" + strconv.Itoa(n+1) + "::int8 AND $" + strconv.Itoa(n+2) + "::int8 ORDER BY " + col
+	if len(ranges) > 1 && r.exported == "" {
+		if err := r.tx.QueryRow(ctx, "SELECT pg_export_snapshot()").Scan(&r.exported); err != nil {
+			return nil, fmt.Errorf("export snapshot: %w", err)
+		}
+	}
+	m := &mergedRows{}
+	for i, rg := range ranges {
+		stmt := q
+		if rg.desc {
+			stmt += " DESC"
+		}
+		var rows pgx.Rows
+		if i == 0 {
+			rows, err = r.tx.Query(ctx, stmt, append(args, rg.lo, rg.hi)...)
+		} else {
+			var conn *pgx.Conn
+			if conn, err = r.importSnapshot(ctx); err == nil {
+				m.conns = append(m.conns, conn)
+				rows, err = conn.Query(ctx, stmt, append(args, rg.lo, rg.hi)...)
+			}
+		}
+		if err != nil {
+			m.Close()
+			return nil, fmt.Errorf("query %s (ids %d..%d): %w", describe(c), rg.lo, rg.hi, err)
+		}
+		m.add(rows)
+	}
+	return m, nil
+}
+
+// mergedRows merges results each in id byte order into one, by their first column's
+// bytes. The values RawValues returns are the current result's, valid until Next.
+type mergedRows struct {
+	heads rowHeap     // the results with a row, least id first
+	cur   pgx.Rows    // the result whose row RawValues returns
+	all   []pgx.Rows  // every result, to close
+	conns []*pgx.Conn // the connections of all but the first result, closed with them
+	err   error
+}
+
+func (m *mergedRows) add(rows pgx.Rows) {
+	m.all = append(m.all, rows)
+	m.advance(rows)
+}
+
+// advance moves rows to its next row and back among the heads, or records its error.
+func (m *mergedRows) advance(rows pgx.Rows) {
+	if rows.Next() {
+		heap.Push(&m.heads, rows)
+		return
+	}
+	if err := rows.Err(); err != nil && m.err == nil {
+		m.err = err
+	}
+}
+
+func (m *mergedRows) Next() bool {
+	if m.cur != nil {
+		m.advance(m.cur)
+		m.cur = nil
+	}
+	if m.err != nil || len(m.heads) == 0 {
+		return false
+	}
+	m.cur = heap.Pop(&m.heads).(pgx.Rows)
+	return true
+}
+
+func (m *mergedRows) RawValues() [][]byte { return m.cur.RawValues() }
+
+func (m *mergedRows) Err() error { return m.err }
+
+func (m *mergedRows) Close() {
+	for _, rows := range m.all {
+		rows.Close()
+	}
+	for _, c := range m.conns {
+		_ = closeConn(context.Background(), c)
+	}
+	m.all, m.conns, m.heads, m.cur = nil, nil, nil, nil
+}
+
+// rowHeap orders results by their current row's first column, as bytes.
+type rowHeap []pgx.Rows
+
+func (h rowHeap) Len() int { return len(h) }
+func (h rowHeap) Less(i, j int) bool {
+	return strings.Compare(string(h[i].RawValues()[0]), string(h[j].RawValues()[0])) < 0
+}
+func (h rowHeap) Swap(i, j int) { h[i], h[j] = h[j], h[i] }
+func (h *rowHeap) Push(x any)   { *h = append(*h, x.(pgx.Rows)) }
+func (h *rowHeap) Pop() any {
+	old := *h
+	x := old[len(old)-1]
+	*h = old[:len(old)-1]
+	return x
+}
