@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -112,13 +113,22 @@ func (r *snap) digitScans(ctx context.Context, c Collection, key []string) ([]id
 }
 
 // inIDOrder runs SELECT <id>, <sel> FROM <from> with args, its rows in id byte order:
-// merged from digitScans' index scans when it returns ranges, else sorted by Postgres.
-// sel and from name the row rowAlias; args are $1… of sel.
+// merged from digitScans' index scans when it returns ranges and the connections for
+// them can be had, else sorted by Postgres. sel and from name the row rowAlias; args
+// are $1… of sel.
 func (r *snap) inIDOrder(ctx context.Context, c Collection, key []string, sel, from string, args []any) (rowReader, error) {
 	q := "SELECT " + keySQL(key) + ", " + sel + " FROM " + from
 	ranges, err := r.digitScans(ctx, c, key)
 	if err != nil {
 		return nil, err
+	}
+	var conns []*pgx.Conn
+	if len(ranges) > 1 {
+		// A server short of connections (max_connections, a role's limit) sorts
+		// instead: the read needs the extra connections, not the sync.
+		if conns, err = r.snapshotConns(ctx, len(ranges)-1); err != nil {
+			ranges = nil
+		}
 	}
 	if len(ranges) == 0 {
 		rows, err := r.tx.Query(ctx, q+" ORDER BY "+keySQL(key)+` COLLATE "C"`, args...)
@@ -128,14 +138,8 @@ func (r *snap) inIDOrder(ctx context.Context, c Collection, key []string, sel, f
 		return rows, nil
 	}
 	col := rowAlias + "." + pgx.Identifier{key[0]}.Sanitize()
-	n := len(args)
-	q += " WHERE " + col + " BETWEEN $" + strconv.Itoa(n+1) + "::int8 AND $" + strconv.Itoa(n+2) + "::int8 ORDER BY " + col
-	if len(ranges) > 1 && r.exported == "" {
-		if err := r.tx.QueryRow(ctx, "SELECT pg_export_snapshot()").Scan(&r.exported); err != nil {
-			return nil, fmt.Errorf("export snapshot: %w", err)
-		}
-	}
-	m := &mergedRows{}
+	q += " WHERE " + col + " BETWEEN $" + strconv.Itoa(len(args)+1) + "::int8 AND $" + strconv.Itoa(len(args)+2) + "::int8 ORDER BY " + col
+	m := &mergedRows{conns: conns}
 	for i, rg := range ranges {
 		stmt := q
 		if rg.desc {
@@ -143,13 +147,9 @@ func (r *snap) inIDOrder(ctx context.Context, c Collection, key []string, sel, f
 		}
 		var rows pgx.Rows
 		if i == 0 {
-			rows, err = r.tx.Query(ctx, stmt, append(args, rg.lo, rg.hi)...)
+			rows, err = r.tx.Query(ctx, stmt, slices.Concat(args, []any{rg.lo, rg.hi})...)
 		} else {
-			var conn *pgx.Conn
-			if conn, err = r.importSnapshot(ctx); err == nil {
-				m.conns = append(m.conns, conn)
-				rows, err = conn.Query(ctx, stmt, append(args, rg.lo, rg.hi)...)
-			}
+			rows, err = conns[i-1].Query(ctx, stmt, slices.Concat(args, []any{rg.lo, rg.hi})...)
 		}
 		if err != nil {
 			m.Close()
@@ -158,6 +158,28 @@ func (r *snap) inIDOrder(ctx context.Context, c Collection, key []string, sel, f
 		m.add(rows)
 	}
 	return m, nil
+}
+
+// snapshotConns returns n new connections in the transaction's snapshot, exporting it
+// first if no reader has; none when one of them cannot be had.
+func (r *snap) snapshotConns(ctx context.Context, n int) ([]*pgx.Conn, error) {
+	if r.exported == "" {
+		if err := r.tx.QueryRow(ctx, "SELECT pg_export_snapshot()").Scan(&r.exported); err != nil {
+			return nil, fmt.Errorf("export snapshot: %w", err)
+		}
+	}
+	conns := make([]*pgx.Conn, 0, n)
+	for range n {
+		c, err := r.importSnapshot(ctx)
+		if err != nil {
+			for _, c := range conns {
+				_ = closeConn(ctx, c)
+			}
+			return nil, err
+		}
+		conns = append(conns, c)
+	}
+	return conns, nil
 }
 
 // mergedRows merges results each in id byte order into one, by their first column's

@@ -38,8 +38,9 @@ func writeConfig(tb testing.TB, dir, name, table string, settings ...string) str
 // version's manifest, and the Postgres time its sessions spent executing statements.
 type syncRun struct {
 	measured
-	man snapshot.Manifest
-	pg  time.Duration
+	man   snapshot.Manifest
+	pg    time.Duration // Postgres's active time (pg_stat_database)
+	pgCPU time.Duration // the CPU time of every Postgres process
 }
 
 // publishOnce runs `syncer once` against the emulator at addr, requires it to
@@ -47,14 +48,17 @@ type syncRun struct {
 func publishOnce(tb testing.TB, syncer, cfg, dsn, addr string) syncRun {
 	tb.Helper()
 	before := pgActive(tb, dsn)
+	pm, hz := postmasterPID(tb, dsn), clockTicks()
+	cpu := treeCPU(pm, hz)
 	m := runProc(tb, []string{"SNAPFLIP_POSTGRES_DSN=" + dsn, "BIGTABLE_EMULATOR_HOST=" + addr}, syncer,
 		"--config", cfg, "--log-level", "warn", "once")
 	pg := pgActive(tb, dsn) - before
+	cpu = treeCPU(pm, hz) - cpu
 	f := strings.Fields(m.out)
 	if len(f) < 2 || f[0] != "published" {
 		tb.Fatalf("syncer did not publish: %s", m.out)
 	}
-	return syncRun{measured: m, man: readManifest(tb, addr, snapshot.Version(f[1])), pg: pg}
+	return syncRun{measured: m, man: readManifest(tb, addr, snapshot.Version(f[1])), pg: pg, pgCPU: cpu}
 }
 
 // readManifest reads version v's manifest of dataset bench from the emulator at addr.
