@@ -122,64 +122,75 @@ func (r *snap) inIDOrder(ctx context.Context, c Collection, key []string, sel, f
 	if err != nil {
 		return nil, err
 	}
-	var conns []*pgx.Conn
 	if len(ranges) > 1 {
-		// A server short of connections (max_connections, a role's limit) sorts
-		// instead: the read needs the extra connections, not the sync.
-		if conns, err = r.snapshotConns(ctx, len(ranges)-1); err != nil {
-			ranges = nil
+		m, err := r.mergedScans(ctx, c, key, q, args, ranges)
+		if m != nil || err != nil {
+			return m, err
 		}
 	}
-	if len(ranges) == 0 {
-		rows, err := r.tx.Query(ctx, q+" ORDER BY "+keySQL(key)+` COLLATE "C"`, args...)
-		if err != nil {
-			return nil, fmt.Errorf("query %s: %w", describe(c), err)
-		}
-		return rows, nil
+	if len(ranges) == 1 { // ids of one digit count and sign: the index's order is theirs
+		return r.scanRange(ctx, r.tx, c, key, q, args, ranges[0])
 	}
-	col := rowAlias + "." + pgx.Identifier{key[0]}.Sanitize()
-	q += " WHERE " + col + " BETWEEN $" + strconv.Itoa(len(args)+1) + "::int8 AND $" + strconv.Itoa(len(args)+2) + "::int8 ORDER BY " + col
-	m := &mergedRows{conns: conns}
-	for i, rg := range ranges {
-		stmt := q
-		if rg.desc {
-			stmt += " DESC"
-		}
-		var rows pgx.Rows
-		if i == 0 {
-			rows, err = r.tx.Query(ctx, stmt, slices.Concat(args, []any{rg.lo, rg.hi})...)
-		} else {
-			rows, err = conns[i-1].Query(ctx, stmt, slices.Concat(args, []any{rg.lo, rg.hi})...)
-		}
-		if err != nil {
-			m.Close()
-			return nil, fmt.Errorf("query %s (ids %d..%d): %w", describe(c), rg.lo, rg.hi, err)
-		}
-		m.add(rows)
+	rows, err := r.tx.Query(ctx, q+" ORDER BY "+keySQL(key)+` COLLATE "C"`, args...)
+	if err != nil {
+		return nil, fmt.Errorf("query %s: %w", describe(c), err)
 	}
-	return m, nil
+	return rows, nil
 }
 
-// snapshotConns returns n new connections in the transaction's snapshot, exporting it
-// first if no reader has; none when one of them cannot be had.
-func (r *snap) snapshotConns(ctx context.Context, n int) ([]*pgx.Conn, error) {
+// mergedScans starts one scan per range, the first on the snapshot's transaction and
+// the others on connections that import its snapshot, and merges them. It returns
+// nil and no error when the extra connections cannot be had, or would wait for a
+// lock: a DDL statement queued behind the snapshot's transaction (which holds the
+// table's lock already) is granted the lock before them, and would wait for the
+// transaction to end, while the transaction waits for them. The table is sorted by
+// Postgres instead.
+func (r *snap) mergedScans(ctx context.Context, c Collection, key []string, q string, args []any, ranges []idRange) (rowReader, error) {
 	if r.exported == "" {
 		if err := r.tx.QueryRow(ctx, "SELECT pg_export_snapshot()").Scan(&r.exported); err != nil {
 			return nil, fmt.Errorf("export snapshot: %w", err)
 		}
 	}
-	conns := make([]*pgx.Conn, 0, n)
-	for range n {
-		c, err := r.importSnapshot(ctx)
-		if err != nil {
-			for _, c := range conns {
-				_ = closeConn(ctx, c)
+	m := &mergedRows{}
+	for _, rg := range ranges[1:] {
+		conn, err := r.importSnapshot(ctx)
+		if err == nil {
+			m.conns = append(m.conns, conn)
+			var rows pgx.Rows
+			if rows, err = r.scanRange(ctx, conn, c, key, q, args, rg); err == nil {
+				m.add(rows) // its first row: a lock wait has ended by then
+				err = m.err
 			}
-			return nil, err
 		}
-		conns = append(conns, c)
+		if err != nil {
+			m.Close()
+			if ctx.Err() != nil {
+				return nil, ctx.Err()
+			}
+			return nil, nil
+		}
 	}
-	return conns, nil
+	rows, err := r.scanRange(ctx, r.tx, c, key, q, args, ranges[0])
+	if err != nil {
+		m.Close()
+		return nil, err
+	}
+	m.add(rows)
+	return m, nil
+}
+
+// scanRange starts the scan of one range of ids on q, in the range's byte order.
+func (r *snap) scanRange(ctx context.Context, on querier, c Collection, key []string, q string, args []any, rg idRange) (pgx.Rows, error) {
+	col := rowAlias + "." + pgx.Identifier{key[0]}.Sanitize()
+	stmt := q + " WHERE " + col + " BETWEEN $" + strconv.Itoa(len(args)+1) + "::int8 AND $" + strconv.Itoa(len(args)+2) + "::int8 ORDER BY " + col
+	if rg.desc {
+		stmt += " DESC"
+	}
+	rows, err := on.Query(ctx, stmt, slices.Concat(args, []any{rg.lo, rg.hi})...)
+	if err != nil {
+		return nil, fmt.Errorf("query %s (ids %d..%d): %w", describe(c), rg.lo, rg.hi, err)
+	}
+	return rows, nil
 }
 
 // mergedRows merges results each in id byte order into one, by their first column's
@@ -224,12 +235,14 @@ func (m *mergedRows) RawValues() [][]byte { return m.cur.RawValues() }
 
 func (m *mergedRows) Err() error { return m.err }
 
+// Close closes the extra connections first, so that their results are not read to
+// their ends, then the results.
 func (m *mergedRows) Close() {
-	for _, rows := range m.all {
-		rows.Close()
-	}
 	for _, c := range m.conns {
 		_ = closeConn(context.Background(), c)
+	}
+	for _, rows := range m.all {
+		rows.Close()
 	}
 	m.all, m.conns, m.heads, m.cur = nil, nil, nil, nil
 }

@@ -2,13 +2,16 @@ package pgsource
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"net/url"
 	"slices"
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/jackc/pgx/v5"
@@ -222,4 +225,102 @@ func pow10(d int) int64 {
 		p *= 10
 	}
 	return p
+}
+
+// TestDigitScansFallBack: a merged read that cannot have its extra connections (a
+// role's connection limit), or whose extra connections would wait for a lock (a DDL
+// statement queued behind the snapshot's transaction, which its scans would wait
+// behind while it waits for them), reads the table sorted by Postgres instead, and
+// reads it whole; the DDL then runs once the snapshot ends.
+func TestDigitScansFallBack(t *testing.T) {
+	dsn := testenv.Postgres(t)
+	testenv.Exec(t, dsn, `CREATE TABLE nums (id bigint PRIMARY KEY, v text)`,
+		`INSERT INTO nums SELECT g, 'v' || g FROM generate_series(-500, 5000) g`)
+	ctx := context.Background()
+	conn, err := pgx.Connect(ctx, dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	rows, err := conn.Query(ctx, `SELECT id::text FROM nums ORDER BY id::text COLLATE "C"`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		t.Fatal(err)
+	}
+	read := func(t *testing.T, dsn string, during func(sn *snap)) {
+		t.Helper()
+		src, err := New(dsn, []Collection{{Name: "nums", Table: "nums"}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		src.PartitionMinRows = 1
+		sn, err := src.OpenSince(ctx, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer sn.Close(ctx)
+		if ranges, err := sn.(*snap).digitScans(ctx, Collection{Name: "nums", Table: "nums"}, []string{"id"}); err != nil || len(ranges) != 7 {
+			t.Fatalf("nums would be read in %d index scans (%v); want 7", len(ranges), err)
+		}
+		during(sn.(*snap))
+		ctx, cancel := context.WithTimeout(ctx, time.Minute)
+		defer cancel()
+		var got []string
+		if _, err := sn.(*snap).ScanSince(ctx, "nums", nil, func(d snapshot.Document) error {
+			got = append(got, d.ID)
+			return nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+		if diff := cmp.Diff(want, got); diff != "" {
+			t.Errorf("the ids read differ from ORDER BY id COLLATE \"C\" (-want +got):\n%s", diff)
+		}
+	}
+
+	t.Run("connection limit", func(t *testing.T) {
+		role := fmt.Sprintf("snapflip_one_conn_%d", time.Now().UnixNano())
+		testenv.Exec(t, dsn, `CREATE ROLE `+role+` LOGIN CONNECTION LIMIT 1`, `GRANT SELECT ON nums TO `+role)
+		t.Cleanup(func() { testenv.Exec(t, dsn, `DROP OWNED BY `+role, `DROP ROLE `+role) })
+		u, err := url.Parse(dsn)
+		if err != nil {
+			t.Fatal(err)
+		}
+		u.User = url.User(role)
+		read(t, u.String(), func(*snap) {})
+	})
+
+	t.Run("DDL queued", func(t *testing.T) {
+		done := make(chan error, 1)
+		read(t, dsn, func(sn *snap) {
+			var pid int
+			ddl, err := pgx.Connect(ctx, dsn)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { ddl.Close(ctx) })
+			if err := ddl.QueryRow(ctx, `SELECT pg_backend_pid()`).Scan(&pid); err != nil {
+				t.Fatal(err)
+			}
+			go func() {
+				_, err := ddl.Exec(ctx, `ALTER TABLE nums ADD COLUMN w int`)
+				done <- err
+			}()
+			testenv.Eventually(t, 30*time.Second, func() error {
+				var waiting bool
+				if err := conn.QueryRow(ctx, `SELECT coalesce((SELECT wait_event_type = 'Lock' FROM pg_stat_activity WHERE pid = $1), false)`, pid).Scan(&waiting); err != nil {
+					return err
+				}
+				if !waiting {
+					return errors.New("the ALTER TABLE does not wait for its lock yet")
+				}
+				return nil
+			})
+		})
+		if err := <-done; err != nil {
+			t.Errorf("the ALTER TABLE queued behind the read: %v", err)
+		}
+	})
 }

@@ -502,6 +502,10 @@ func (r *snap) partitionConn(ctx context.Context, part int) (*pgx.Conn, error) {
 
 // importSnapshot returns a new connection whose REPEATABLE READ transaction imports
 // the exported snapshot, so that it reads the same snapshot as the main transaction.
+// Its lock waits end after importLockTimeout: the main transaction holds its tables'
+// locks already, so a lock this connection waits for is one a DDL statement queued
+// behind the main transaction is granted first, and it waits for the main transaction
+// to end, which waits for this connection.
 func (r *snap) importSnapshot(ctx context.Context) (*pgx.Conn, error) {
 	c, err := pgx.ConnectConfig(ctx, r.src.cfg)
 	if err != nil {
@@ -515,8 +519,15 @@ func (r *snap) importSnapshot(ctx context.Context) (*pgx.Conn, error) {
 		_ = closeConn(ctx, c)
 		return nil, fmt.Errorf("import snapshot: %w", err)
 	}
+	if _, err := c.Exec(ctx, "SET LOCAL lock_timeout = "+quoteLiteral(importLockTimeout)); err != nil {
+		_ = closeConn(ctx, c)
+		return nil, err
+	}
 	return c, nil
 }
+
+// importLockTimeout is importSnapshot's lock_timeout.
+const importLockTimeout = "1s"
 
 func quoteLiteral(s string) string { return "'" + strings.ReplaceAll(s, "'", "''") + "'" }
 

@@ -47,13 +47,11 @@ type syncRun struct {
 // publish, and reads the new version's manifest.
 func publishOnce(tb testing.TB, syncer, cfg, dsn, addr string) syncRun {
 	tb.Helper()
-	before := pgActive(tb, dsn)
-	pm, hz := postmasterPID(tb, dsn), clockTicks()
-	cpu := treeCPU(pm, hz)
+	before, cpu := pgActive(tb, dsn), postgresCPU(tb, dsn)
 	m := runProc(tb, []string{"SNAPFLIP_POSTGRES_DSN=" + dsn, "BIGTABLE_EMULATOR_HOST=" + addr}, syncer,
 		"--config", cfg, "--log-level", "warn", "once")
 	pg := pgActive(tb, dsn) - before
-	cpu = treeCPU(pm, hz) - cpu
+	cpu = postgresCPU(tb, dsn) - cpu
 	f := strings.Fields(m.out)
 	if len(f) < 2 || f[0] != "published" {
 		tb.Fatalf("syncer did not publish: %s", m.out)
@@ -76,6 +74,15 @@ func readManifest(tb testing.TB, addr string, v snapshot.Version) snapshot.Manif
 		tb.Fatalf("read manifest %s: %v", v, err)
 	}
 	return m
+}
+
+// postgresCPU returns the CPU time every process of the Postgres server at dsn (on
+// this machine) has used so far, once no other session is connected: a backend's time
+// is its postmaster's only once it has ended and been reaped.
+func postgresCPU(tb testing.TB, dsn string) time.Duration {
+	tb.Helper()
+	pgActive(tb, dsn)
+	return treeCPU(postmasterPID(tb, dsn), clockTicks())
 }
 
 // pgActive returns pg_stat_database.active_time of dsn's database: the time its

@@ -45,11 +45,10 @@ func BenchmarkLargeSync(b *testing.B) {
 						func() {
 							addr, stop := freshEmulator(b)
 							defer stop()
-							pm, hz := postmasterPID(b, dsn), clockTicks()
-							cpu := treeCPU(pm, hz)
+							cpu := postgresCPU(b, dsn)
 							m := runProc(b, env(addr), mincopy, "-mode", "copy", "-dsn", dsn, "-emulator", addr, "-table", "items")
 							if i == 0 || m.took < minimal.took {
-								minimal, minimalPG = m, treeCPU(pm, hz)-cpu
+								minimal, minimalPG = m, postgresCPU(b, dsn)-cpu
 							}
 						}()
 					}
