@@ -167,14 +167,24 @@ func (lw *layerWriter) keyedOnly(ctx context.Context, ks KeyedScanner) (changedR
 
 // parentEntries returns the parent's live entries of the ids of docs (in id order)
 // and how many live ids the parent holds. A parent chain too large for the run cache
-// is read to its end once, which checks its live ids against the parent's count; once
-// the cache remembers that count for the chain (read so, or written by this process),
-// the changed ids' parent documents are read by id instead: what a delta reads of its
-// parent then follows the change, not the parent's size.
+// is read to its end, which checks its live ids against the parent's count, unless
+// that count is known for the chain: remembered by the cache (read so, or written by
+// this process) or recorded beside its newest layer's run by the publish that wrote
+// it. Then the changed ids' parent documents are read by id instead: what a delta
+// reads of its parent follows the change, not the parent's size.
 func (lw *layerWriter) parentEntries(ctx context.Context, docs []Document) (matched []fromEntry, seen int64, consumed bool, err error) {
 	runs, layers := lw.p.Runs, lw.parent.Layers
 	if !lw.p.runsCached(lw.parent, lw.name) {
-		if n, ok := runs.knownLive(lw.p.Dataset, lw.name, layers); ok && n == lw.parent.Rows {
+		n, ok := runs.knownLive(lw.p.Dataset, lw.name, layers)
+		if !ok && len(layers) > 0 {
+			if n, ok, err = lw.p.Store.RecordedLive(ctx, lw.p.Dataset, layers[0].Version, lw.name); err != nil {
+				return nil, 0, false, err
+			}
+			if ok && n == lw.parent.Rows {
+				runs.rememberLive(lw.p.Dataset, lw.name, layers, n)
+			}
+		}
+		if ok && n == lw.parent.Rows {
 			matched, err = lw.readParent(ctx, docs)
 			return matched, lw.parent.Rows, false, err
 		}

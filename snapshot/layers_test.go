@@ -643,25 +643,45 @@ func TestRunCacheReadsEachRunOnce(t *testing.T) {
 		t.Errorf("the cache holds %d runs, %d bytes; want some, within its budget", runs, bytes)
 	}
 
-	// A budget smaller than a run keeps none. The first delta reads the parent's
-	// chain to its end, which checks its count; the next ones, whose parents this
-	// process wrote, read their changed ids' parent documents by id, and the versions
-	// are still a full copy's.
-	tiny := snapshot.NewRunCache(counted, 16)
-	r.pub.Runs = tiny
-	before := counted.reads[base.Version]
-	for i := range 3 {
-		r.exec(t, fmt.Sprintf(`UPDATE users SET name = 'tiny %d' WHERE id = 'u40'`, i), fmt.Sprintf(`INSERT INTO users (id, name) VALUES ('tiny%d', 't')`, i))
-		m := r.publish(t, r.pub)
-		f := r.publish(t, full)
-		if got, want := scanAll(t, r.store, "ds", m.Chain("users")), scanAll(t, r.store, "full", f.Chain("users")); !slices.Equal(got, want) {
-			t.Fatalf("delta %d with a 16-byte cache reads %d documents; the full copy %d", i, len(got), len(want))
+	// A budget smaller than a run keeps none, as in a new process. The parent chain's
+	// count is the one recorded beside its newest layer's run, so every delta reads
+	// its changed ids' parent documents by id and no run to its end, and the versions
+	// are still a full copy's. Without records (layers written before them, or a
+	// record aged out), the first delta reads the chain to its end, which checks its
+	// count, and the next ones, whose parents this process wrote, read by id.
+	for _, recorded := range []bool{true, false} {
+		tiny := snapshot.NewRunCache(counted, 16)
+		pub := *r.pub
+		pub.Runs = tiny
+		if !recorded {
+			pub.Store = unrecorded{pub.Store}
+		}
+		before := counted.reads[base.Version]
+		for i := range 3 {
+			r.exec(t, fmt.Sprintf(`UPDATE users SET name = 'tiny %d %v' WHERE id = 'u40'`, i, recorded), fmt.Sprintf(`INSERT INTO users (id, name) VALUES ('tiny%d%v', 't')`, i, recorded))
+			m := r.publish(t, &pub)
+			f := r.publish(t, full)
+			if got, want := scanAll(t, r.store, "ds", m.Chain("users")), scanAll(t, r.store, "full", f.Chain("users")); !slices.Equal(got, want) {
+				t.Fatalf("delta %d with a 16-byte cache (recorded counts %v) reads %d documents; the full copy %d", i, recorded, len(got), len(want))
+			}
+		}
+		// (Its layer's entry count tells it is over the budget without reading it.)
+		want := 1
+		if recorded {
+			want = 0
+		}
+		if runs, _ := tiny.Cached(); runs != 0 || counted.reads[base.Version]-before != want {
+			t.Errorf("recorded counts %v: a 16-byte cache holds %d runs, and the base's run was read %d more times; want none, %d",
+				recorded, runs, counted.reads[base.Version]-before, want)
 		}
 	}
-	// (Its layer's entry count tells it is over the budget without reading it.)
-	if runs, _ := tiny.Cached(); runs != 0 || counted.reads[base.Version] != before+1 {
-		t.Errorf("a 16-byte cache holds %d runs, and the base's run was read %d more times; want none, once", runs, counted.reads[base.Version]-before)
-	}
+}
+
+// unrecorded is a store without recorded chain counts.
+type unrecorded struct{ snapshot.PublishStore }
+
+func (unrecorded) RecordedLive(context.Context, string, snapshot.Version, string) (int64, bool, error) {
+	return 0, false, nil
 }
 
 // Merges are size-tiered: under a stream of small changes some merges leave an older,

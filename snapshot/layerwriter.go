@@ -292,6 +292,13 @@ func (lw *layerWriter) finish(ctx context.Context) error {
 	default:
 		st.Layers = append([]LayerRef{lw.layer}, carryLayers(lw.cur, lw.parent.Layers[lw.merge:])...)
 	}
+	if own.Kind != "" {
+		// What this layer's chain holds, counted over a parent checked: the next
+		// delta's parent count, by another process too (parentEntries).
+		if err := lw.w.WriteLive(ctx, lw.name, lw.rows); err != nil {
+			return err
+		}
+	}
 	lw.m.Collections[lw.name] = st
 	lw.prog.done(ctx)
 	lw.log.InfoContext(ctx, "layer written", "kind", own.Kind, "mode", own.Mode, "inserted", own.Inserted, "changed", own.Changed,

@@ -28,6 +28,9 @@ type DocumentWriter interface {
 	Write(ctx context.Context, collection string, doc Document) error
 	// WriteChunk queues chunk n of the collection's fingerprint run (fprun.go).
 	WriteChunk(ctx context.Context, collection string, n int64, chunk []byte) error
+	// WriteLive records, beside the collection's run, how many live ids the chain
+	// its layer tops holds (PublishStore.RecordedLive).
+	WriteLive(ctx context.Context, collection string, n int64) error
 	// Close flushes what is queued, waits for it, and returns the number of documents
 	// (and tombstones) written per collection, or the first error.
 	Close(ctx context.Context) (map[string]int64, error)
@@ -54,6 +57,10 @@ type PublishStore interface {
 	// LocateDocuments is GetDocuments that also says which layer of the chain each
 	// document was read from.
 	LocateDocuments(ctx context.Context, dataset string, chain []Version, collection string, ids []string) (map[string]Located, error)
+	// RecordedLive returns how many live ids the chain the layer tops holds, as the
+	// publish that wrote the layer recorded it (DocumentWriter.WriteLive); false when
+	// none did.
+	RecordedLive(ctx context.Context, dataset string, layer Version, collection string) (int64, bool, error)
 	RunReader
 }
 

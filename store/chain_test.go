@@ -137,8 +137,9 @@ func TestChainReadsMatchAModel(t *testing.T) {
 	}
 }
 
-// A layer's fingerprint chunks are read back in order, and refreshing a chain
-// rewrites documents, tombstones and chunks alike.
+// A layer's fingerprint chunks are read back in order, a recorded live count beside
+// them is not a chunk, and refreshing a chain rewrites documents, tombstones, chunks
+// and the record alike.
 func TestRunChunksAndRefresh(t *testing.T) {
 	st := newStore(t)
 	ctx := context.Background()
@@ -154,6 +155,11 @@ func TestRunChunksAndRefresh(t *testing.T) {
 		}
 		for n := range int64(12) {
 			if err := w.WriteChunk(ctx, "c", n, []byte{byte(n)}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if v == delta {
+			if err := w.WriteLive(ctx, "c", 7); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -181,6 +187,15 @@ func TestRunChunksAndRefresh(t *testing.T) {
 	}
 	if got, err := st.GetDocument(ctx, "ds", chain[1:], "c", "a"); err != nil || string(got) != `{"x":1}` {
 		t.Errorf("the base after refresh: %s, %v", got, err)
+	}
+	for _, tc := range []struct {
+		v    snapshot.Version
+		n    int64
+		want bool
+	}{{delta, 7, true}, {base, 0, false}} {
+		if n, ok, err := st.RecordedLive(ctx, "ds", tc.v, "c"); err != nil || ok != tc.want || n != tc.n {
+			t.Errorf("after refresh, the live count recorded at %s: %d, %v, %v; want %d, %v", tc.v, n, ok, err, tc.n, tc.want)
+		}
 	}
 }
 

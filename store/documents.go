@@ -6,6 +6,7 @@ import (
 	"maps"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"sync/atomic"
 
@@ -307,6 +308,13 @@ func (s *Store) RefreshVersion(ctx context.Context, dataset string, chains map[s
 			if err == nil {
 				err = werr
 			}
+			if err == nil {
+				var live int64
+				var ok bool
+				if live, ok, err = s.RecordedLive(ctx, dataset, v, c); err == nil && ok {
+					err = w.WriteLive(ctx, c, live)
+				}
+			}
 			if err != nil {
 				_, _ = w.Close(ctx)
 				return n, err
@@ -444,6 +452,30 @@ func prefixEnd(prefix string) string {
 // colRun is the column d:f holding one chunk of a fingerprint run (snapshot/fprun.go).
 // Runs share family d with the documents, so they age out and are refreshed with them.
 const colRun = "f"
+
+// colLive is the column d:n, in the row of a run's chunk 0, recording how many live
+// ids the chain the layer tops holds (Writer.WriteLive). ScanRun reads d:f alone.
+const colLive = "n"
+
+// RecordedLive returns how many live ids the chain the layer tops holds, as the
+// publish that wrote the layer recorded (Writer.WriteLive); false when none did.
+func (s *Store) RecordedLive(ctx context.Context, dataset string, layer snapshot.Version, collection string) (int64, bool, error) {
+	ctx, cancel := s.op(ctx)
+	defer cancel()
+	row, err := s.tbl.ReadRow(ctx, runKey(dataset, layer, collection, 0), bigtable.RowFilter(column(famDocs, colLive)))
+	if err != nil {
+		return 0, false, s.wrap(err, "read the live ids of %s at %s", collection, layer)
+	}
+	cells := row[famDocs]
+	if len(cells) == 0 {
+		return 0, false, nil
+	}
+	n, err := strconv.ParseInt(string(cells[0].Value), 10, 64)
+	if err != nil {
+		return 0, false, nil // not a record this code wrote: none
+	}
+	return n, true, nil
+}
 
 // ScanRun calls fn with each chunk of a layer's fingerprint run for a collection, in
 // order, until fn returns false. Like ScanDocuments it is bounded by its progress.

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -131,6 +132,20 @@ func (w *Writer) Write(ctx context.Context, collection string, doc snapshot.Docu
 // WriteChunk queues chunk n of the collection's fingerprint run.
 func (w *Writer) WriteChunk(ctx context.Context, collection string, n int64, chunk []byte) error {
 	return w.queue(ctx, rowRef{collection: collection, chunk: n, isChunk: true}, chunk)
+}
+
+// WriteLive records how many live ids the chain the collection's layer tops holds,
+// beside its run (Store.RecordedLive), at once rather than queued: a few bytes
+// once a layer.
+func (w *Writer) WriteLive(ctx context.Context, collection string, n int64) error {
+	ctx, cancel := w.s.op(ctx)
+	defer cancel()
+	mut := bigtable.NewMutation()
+	mut.Set(famDocs, colLive, w.ts, []byte(strconv.FormatInt(n, 10)))
+	if err := w.s.tbl.Apply(ctx, runKey(w.dataset, w.version, collection, 0), mut); err != nil {
+		return w.s.wrap(err, "record the live ids of %s at %s", collection, w.version)
+	}
+	return nil
 }
 
 // rowRef names a row a writer writes: a document, or a chunk of a run.
