@@ -1,13 +1,13 @@
 package pgsource
 
 import (
+	"bytes"
 	"container/heap"
 	"context"
 	"fmt"
 	"math"
 	"slices"
 	"strconv"
-	"strings"
 
 	"github.com/jackc/pgx/v5"
 )
@@ -194,44 +194,49 @@ func (r *snap) scanRange(ctx context.Context, on querier, c Collection, key []st
 }
 
 // mergedRows merges results each in id byte order into one, by their first column's
-// bytes. The values RawValues returns are the current result's, valid until Next.
+// bytes. Once Next has been called, the least result's row is the current one: its
+// values RawValues returns, valid until Next.
 type mergedRows struct {
-	heads rowHeap     // the results with a row, least id first
-	cur   pgx.Rows    // the result whose row RawValues returns
-	all   []pgx.Rows  // every result, to close
-	conns []*pgx.Conn // the connections of all but the first result, closed with them
-	err   error
+	heads   rowHeap     // the results with a row, least id first
+	started bool        // heads[0]'s row has been returned
+	all     []pgx.Rows  // every result, to close
+	conns   []*pgx.Conn // the connections of all but the first result, closed with them
+	err     error
 }
 
+// add moves rows to its first row and among the heads, or records its error.
 func (m *mergedRows) add(rows pgx.Rows) {
 	m.all = append(m.all, rows)
-	m.advance(rows)
-}
-
-// advance moves rows to its next row and back among the heads, or records its error.
-func (m *mergedRows) advance(rows pgx.Rows) {
 	if rows.Next() {
 		heap.Push(&m.heads, rows)
-		return
+	} else {
+		m.ended(rows)
 	}
+}
+
+// ended records the error, if any, of a result that has no more rows.
+func (m *mergedRows) ended(rows pgx.Rows) {
 	if err := rows.Err(); err != nil && m.err == nil {
 		m.err = err
 	}
 }
 
+// Next moves the current result on and puts it back in its place among the others:
+// one sift down the heap a row.
 func (m *mergedRows) Next() bool {
-	if m.cur != nil {
-		m.advance(m.cur)
-		m.cur = nil
+	if m.started && len(m.heads) > 0 {
+		if top := m.heads[0]; top.Next() {
+			heap.Fix(&m.heads, 0)
+		} else {
+			m.ended(top)
+			heap.Pop(&m.heads)
+		}
 	}
-	if m.err != nil || len(m.heads) == 0 {
-		return false
-	}
-	m.cur = heap.Pop(&m.heads).(pgx.Rows)
-	return true
+	m.started = true
+	return m.err == nil && len(m.heads) > 0
 }
 
-func (m *mergedRows) RawValues() [][]byte { return m.cur.RawValues() }
+func (m *mergedRows) RawValues() [][]byte { return m.heads[0].RawValues() }
 
 func (m *mergedRows) Err() error { return m.err }
 
@@ -244,7 +249,7 @@ func (m *mergedRows) Close() {
 	for _, rows := range m.all {
 		rows.Close()
 	}
-	m.all, m.conns, m.heads, m.cur = nil, nil, nil, nil
+	m.all, m.conns, m.heads = nil, nil, nil
 }
 
 // rowHeap orders results by their current row's first column, as bytes.
@@ -252,7 +257,7 @@ type rowHeap []pgx.Rows
 
 func (h rowHeap) Len() int { return len(h) }
 func (h rowHeap) Less(i, j int) bool {
-	return strings.Compare(string(h[i].RawValues()[0]), string(h[j].RawValues()[0])) < 0
+	return bytes.Compare(h[i].RawValues()[0], h[j].RawValues()[0]) < 0
 }
 func (h rowHeap) Swap(i, j int) { h[i], h[j] = h[j], h[i] }
 func (h *rowHeap) Push(x any)   { *h = append(*h, x.(pgx.Rows)) }
