@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
-	"net/url"
 	"slices"
 	"strconv"
 	"strings"
@@ -15,6 +14,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/snapflip/snapflip/internal/testenv"
 	"github.com/snapflip/snapflip/snapshot"
@@ -233,6 +233,7 @@ func pow10(d int) int64 {
 // behind while it waits for them), reads the table sorted by Postgres instead, and
 // reads it whole; the DDL then runs once the snapshot ends.
 func TestDigitScansFallBack(t *testing.T) {
+	role := testenv.Role(t, "snapflip_one_conn")
 	dsn := testenv.Postgres(t)
 	testenv.Exec(t, dsn, `CREATE TABLE nums (id bigint PRIMARY KEY, v text)`,
 		`INSERT INTO nums SELECT g, 'v' || g FROM generate_series(-500, 5000) g`)
@@ -281,46 +282,86 @@ func TestDigitScansFallBack(t *testing.T) {
 	}
 
 	t.Run("connection limit", func(t *testing.T) {
-		role := fmt.Sprintf("snapflip_one_conn_%d", time.Now().UnixNano())
-		testenv.Exec(t, dsn, `CREATE ROLE `+role+` LOGIN CONNECTION LIMIT 1`, `GRANT SELECT ON nums TO `+role)
-		t.Cleanup(func() { testenv.Exec(t, dsn, `DROP OWNED BY `+role, `DROP ROLE `+role) })
-		u, err := url.Parse(dsn)
-		if err != nil {
-			t.Fatal(err)
-		}
-		u.User = url.User(role)
-		read(t, u.String(), func(*snap) {})
+		testenv.Exec(t, dsn, `ALTER ROLE `+role+` CONNECTION LIMIT 1`, `GRANT SELECT ON nums TO `+role)
+		read(t, testenv.AsRole(t, dsn, role), func(*snap) {})
 	})
 
 	t.Run("DDL queued", func(t *testing.T) {
-		done := make(chan error, 1)
-		read(t, dsn, func(sn *snap) {
-			var pid int
-			ddl, err := pgx.Connect(ctx, dsn)
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { ddl.Close(ctx) })
-			if err := ddl.QueryRow(ctx, `SELECT pg_backend_pid()`).Scan(&pid); err != nil {
-				t.Fatal(err)
-			}
-			go func() {
-				_, err := ddl.Exec(ctx, `ALTER TABLE nums ADD COLUMN w int`)
-				done <- err
-			}()
-			testenv.Eventually(t, 30*time.Second, func() error {
-				var waiting bool
-				if err := conn.QueryRow(ctx, `SELECT coalesce((SELECT wait_event_type = 'Lock' FROM pg_stat_activity WHERE pid = $1), false)`, pid).Scan(&waiting); err != nil {
-					return err
-				}
-				if !waiting {
-					return errors.New("the ALTER TABLE does not wait for its lock yet")
-				}
-				return nil
-			})
-		})
+		var done <-chan error
+		read(t, dsn, func(*snap) { done = queueBehind(t, dsn, `ALTER TABLE nums ADD COLUMN w int`) })
 		if err := <-done; err != nil {
 			t.Errorf("the ALTER TABLE queued behind the read: %v", err)
 		}
 	})
+}
+
+// queueBehind runs stmt on a connection of its own and returns once it waits for a
+// lock; its result arrives on the channel.
+func queueBehind(t *testing.T, dsn, stmt string) <-chan error {
+	t.Helper()
+	ctx := context.Background()
+	ddl, err := pgx.Connect(ctx, dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ddl.Close(ctx) })
+	var pid int
+	if err := ddl.QueryRow(ctx, `SELECT pg_backend_pid()`).Scan(&pid); err != nil {
+		t.Fatal(err)
+	}
+	watch, err := pgx.Connect(ctx, dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { watch.Close(ctx) })
+	done := make(chan error, 1)
+	go func() {
+		_, err := ddl.Exec(ctx, stmt)
+		done <- err
+	}()
+	testenv.Eventually(t, 30*time.Second, func() error {
+		var waiting bool
+		if err := watch.QueryRow(ctx, `SELECT coalesce((SELECT wait_event_type = 'Lock' FROM pg_stat_activity WHERE pid = $1), false)`, pid).Scan(&waiting); err != nil {
+			return err
+		}
+		if !waiting {
+			return fmt.Errorf("%q does not wait for its lock yet", stmt)
+		}
+		return nil
+	})
+	return done
+}
+
+// TestPartitionReaderLockTimeout: a parallel reader's scan, on a connection that
+// imported the snapshot, behind a DDL statement queued behind the snapshot's
+// transaction fails within its lock_timeout, naming the lock, rather than waiting for
+// a transaction that waits for it; the DDL then runs once the snapshot ends.
+func TestPartitionReaderLockTimeout(t *testing.T) {
+	dsn := testenv.Postgres(t)
+	testenv.Exec(t, dsn, `CREATE TABLE parted (id int PRIMARY KEY, v text)`,
+		`INSERT INTO parted SELECT g, 'v' FROM generate_series(1, 1000) g`)
+	src, err := New(dsn, []Collection{{Name: "parted", Table: "parted"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	src.Readers, src.PartitionMinRows = 2, 1
+	ctx := context.Background()
+	sn, err := src.OpenSince(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := queueBehind(t, dsn, `ALTER TABLE parted ADD COLUMN w int`)
+	sctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	err = sn.(*snap).ScanPartition(sctx, "parted", 1, 2, func(snapshot.Document) error { return nil })
+	var pgErr *pgconn.PgError
+	if !errors.As(err, &pgErr) || pgErr.Code != "55P03" {
+		t.Errorf("a parallel reader behind a queued ALTER TABLE: %v; want lock_timeout's error (55P03)", err)
+	}
+	if err := sn.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-done; err != nil {
+		t.Errorf("the ALTER TABLE queued behind the read: %v", err)
+	}
 }
