@@ -58,28 +58,31 @@ type BigtableConfig struct {
 	OpTimeout time.Duration `yaml:"op_timeout"`
 }
 
-// GateConfig is a validation gate (snapshot.Gate) in YAML.
+// GateConfig is a validation gate (snapshot.Gate) in YAML. Every field is a pointer:
+// a field the YAML leaves out takes the value of the gate it overrides (a collection's
+// the global validation's, the global one the built-in default), and a field it sets,
+// to any value, replaces it: min_rows: 0 on a collection turns off a global min_rows.
 type GateConfig struct {
 	// MaxShrink refuses losing more than this fraction of a collection's rows against
 	// the current version; default 0.5. 0 or 1 turns it off.
 	MaxShrink *float64 `yaml:"max_shrink"`
 	// MinRows refuses a collection with fewer rows; default 0 (off).
-	MinRows int64 `yaml:"min_rows"`
+	MinRows *int64 `yaml:"min_rows"`
 	// AllowEmpty lets a collection that had rows become empty; default false.
-	AllowEmpty bool `yaml:"allow_empty"`
+	AllowEmpty *bool `yaml:"allow_empty"`
 }
 
-// gate returns the gate, taking unset fields from def.
+// gate returns the gate, taking the fields g leaves unset from def.
 func (g GateConfig) gate(def snapshot.Gate) snapshot.Gate {
 	out := def
 	if g.MaxShrink != nil {
 		out.MaxShrink = *g.MaxShrink
 	}
-	if g.MinRows != 0 {
-		out.MinRows = g.MinRows
+	if g.MinRows != nil {
+		out.MinRows = *g.MinRows
 	}
-	if g.AllowEmpty {
-		out.AllowEmpty = true
+	if g.AllowEmpty != nil {
+		out.AllowEmpty = *g.AllowEmpty
 	}
 	return out
 }
@@ -88,8 +91,8 @@ func (g GateConfig) validate(field string) error {
 	if g.MaxShrink != nil && (*g.MaxShrink < 0 || *g.MaxShrink > 1) {
 		return fmt.Errorf("%s.max_shrink %v: must be between 0 and 1", field, *g.MaxShrink)
 	}
-	if g.MinRows < 0 {
-		return fmt.Errorf("%s.min_rows %d: must not be negative", field, g.MinRows)
+	if g.MinRows != nil && *g.MinRows < 0 {
+		return fmt.Errorf("%s.min_rows %d: must not be negative", field, *g.MinRows)
 	}
 	return nil
 }

@@ -47,6 +47,67 @@ collections:
 	}
 }
 
+// TestGateOverrides: every gate field set globally, per collection, or both, in both
+// directions: a collection's field replaces the global one whatever its value, and a
+// field set nowhere keeps the built-in default.
+func TestGateOverrides(t *testing.T) {
+	def := snapshot.DefaultGate()
+	tests := []struct {
+		name             string
+		global, perColl  string
+		wantDef, wantCol snapshot.Gate
+	}{
+		{"nothing set", ``, ``, def, def},
+		{"max_shrink global", `max_shrink: 0.2`, ``, snapshot.Gate{MaxShrink: 0.2}, snapshot.Gate{MaxShrink: 0.2}},
+		{"max_shrink collection", ``, `max_shrink: 0.2`, def, snapshot.Gate{MaxShrink: 0.2}},
+		{"max_shrink off per collection", `max_shrink: 0.2`, `max_shrink: 0`, snapshot.Gate{MaxShrink: 0.2}, snapshot.Gate{MaxShrink: 0}},
+		{"max_shrink on per collection", `max_shrink: 0`, `max_shrink: 0.3`, snapshot.Gate{}, snapshot.Gate{MaxShrink: 0.3}},
+		{"min_rows global", `min_rows: 1000`, ``, snapshot.Gate{MaxShrink: 0.5, MinRows: 1000}, snapshot.Gate{MaxShrink: 0.5, MinRows: 1000}},
+		{"min_rows collection", ``, `min_rows: 7`, def, snapshot.Gate{MaxShrink: 0.5, MinRows: 7}},
+		{"min_rows off per collection", `min_rows: 1000`, `min_rows: 0`, snapshot.Gate{MaxShrink: 0.5, MinRows: 1000}, def},
+		{"min_rows lower per collection", `min_rows: 1000`, `min_rows: 10`, snapshot.Gate{MaxShrink: 0.5, MinRows: 1000}, snapshot.Gate{MaxShrink: 0.5, MinRows: 10}},
+		{"allow_empty global", `allow_empty: true`, ``, snapshot.Gate{MaxShrink: 0.5, AllowEmpty: true}, snapshot.Gate{MaxShrink: 0.5, AllowEmpty: true}},
+		{"allow_empty collection", ``, `allow_empty: true`, def, snapshot.Gate{MaxShrink: 0.5, AllowEmpty: true}},
+		{"allow_empty off per collection", `allow_empty: true`, `allow_empty: false`, snapshot.Gate{MaxShrink: 0.5, AllowEmpty: true}, def},
+		{"allow_empty false globally", `allow_empty: false`, ``, def, def},
+		{"all off per collection", `{max_shrink: 0.1, min_rows: 5, allow_empty: true}`, `{max_shrink: 0, min_rows: 0, allow_empty: false}`,
+			snapshot.Gate{MaxShrink: 0.1, MinRows: 5, AllowEmpty: true}, snapshot.Gate{}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			y := "collections:\n  - {name: a, table: t, key: k}\n  - {name: b, table: u, key: k}\n"
+			if tt.global != "" {
+				y = "validation: " + braced(tt.global) + "\n" + y
+			}
+			if tt.perColl != "" {
+				y = strings.Replace(y, "{name: b, table: u, key: k}", "{name: b, table: u, key: k, "+strings.Trim(tt.perColl, "{}")+"}", 1)
+			}
+			cfg, err := ParseSyncerConfig(strings.NewReader(y), baseEnv)
+			if err != nil {
+				t.Fatalf("%s: %v", y, err)
+			}
+			gotDef, gates := cfg.gates()
+			if diff := cmp.Diff(tt.wantDef, gotDef); diff != "" {
+				t.Errorf("global gate (-want +got):\n%s", diff)
+			}
+			if diff := cmp.Diff(tt.wantDef, gates["a"]); diff != "" {
+				t.Errorf("gate of a collection that sets nothing (-want +got):\n%s", diff)
+			}
+			if diff := cmp.Diff(tt.wantCol, gates["b"]); diff != "" {
+				t.Errorf("gate of the collection (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+// braced wraps a YAML flow mapping's fields in braces unless they have them.
+func braced(s string) string {
+	if strings.HasPrefix(s, "{") {
+		return s
+	}
+	return "{" + s + "}"
+}
+
 // TestConfigWatchMode: watch.mode is stats unless the config says logical, and setting
 // it leaves the watch's other fields at their defaults; the publication is snapflip and
 // the slot is named after the dataset unless the config names them.
@@ -203,7 +264,7 @@ collections:
 		t.Fatal(err)
 	}
 	b := cfg.Collections[1]
-	if b.Name != "b" || b.Table != "u" || !slices.Equal(b.KeyColumns, []string{"id"}) || b.MinRows != 5 {
+	if b.Name != "b" || b.Table != "u" || !slices.Equal(b.KeyColumns, []string{"id"}) || b.MinRows == nil || *b.MinRows != 5 {
 		t.Errorf("merged collection = %+v", b)
 	}
 }
