@@ -54,9 +54,16 @@ type StreamStats struct {
 	Held int
 }
 
-// ReasonStream: the replication stream delivered a committed change to a watched
-// table.
-const ReasonStream ChangeReason = "stream"
+// The reasons for a Change of the replication stream.
+const (
+	// ReasonStream: the replication stream delivered a committed change to a watched
+	// table.
+	ReasonStream ChangeReason = "stream"
+	// ReasonStreamUnseen: a snapshot opened for a version did not yet see a committed
+	// change the stream delivered (Postgres makes a commit visible a moment after
+	// logging it), so the version after it must hold it.
+	ReasonStreamUnseen ChangeReason = "committed, not yet visible"
+)
 
 // maxStreamKeys bounds the changed keys kept per collection, in a transaction and in
 // a version; past it, the collection is compared in full. (A version reads fewer by
@@ -149,6 +156,9 @@ type stream struct {
 	last  snapshot.Position
 	rels  map[uint32]*streamRelation
 	cur   *heldTxn // the transaction being received
+
+	// changed is Stream's callback (nil for none).
+	changed func(Change)
 }
 
 // Stream reads the replication slot until ctx ends or the connection fails, and
@@ -156,8 +166,9 @@ type stream struct {
 // the publication (PrepareLogical), creates the slot when it is missing, and starts
 // a new one when the slot was invalidated, logging loudly (the next version is then
 // compared in full, since the stream's history has a gap). changed is called for
-// each committed transaction that changed a watched collection; stats every few
-// seconds. The caller must be the only reader (it holds the watch lease): a reader
+// each committed transaction that changed a watched collection, and again, from the
+// goroutine that opens a snapshot, when a snapshot does not yet see such a
+// transaction (ReasonStreamUnseen); stats every few seconds. The caller must be the only reader (it holds the watch lease): a reader
 // still attached to the slot is terminated.
 func (s *Source) Stream(ctx context.Context, cfg StreamConfig, changed func(Change), stats func(StreamStats)) error {
 	if cfg.CatchUp <= 0 {
@@ -200,7 +211,7 @@ func (s *Source) Stream(ctx context.Context, cfg StreamConfig, changed func(Chan
 	}
 	st := &stream{cfg: cfg, log: log, reading: uuid.NewString(), tables: tables, connCfg: s.cfg,
 		system: fmt.Sprintf("%s:%d:%s", sys.SystemID, sys.Timeline, sys.DBName),
-		moved:  make(chan struct{}), fresh: true, rels: map[uint32]*streamRelation{}}
+		moved:  make(chan struct{}), fresh: true, rels: map[uint32]*streamRelation{}, changed: changed}
 	if st.start, err = st.claimSlot(ctx, conn, repl); err != nil {
 		return err
 	}

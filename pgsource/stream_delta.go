@@ -79,7 +79,22 @@ func (st *stream) delta(ctx context.Context, snapText string, lsn uint64, since 
 		case <-moved:
 		}
 	}
-	defer st.mu.Unlock()
+	d, unseen := st.deltaLocked(ctx, vis, since)
+	st.mu.Unlock()
+	if unseen > 0 && st.changed != nil {
+		// A transaction the stream delivered that the snapshot does not see yet: its
+		// commit record is in the WAL (and decoded) a moment before Postgres makes it
+		// visible, and a snapshot taken in between misses it. Its own report has been
+		// taken by the sync that opened this snapshot, so report it again: the next
+		// version holds it, instead of the next scheduled one.
+		st.changed(Change{LSN: lsn, At: time.Now(), Reason: ReasonStreamUnseen})
+	}
+	return d, nil
+}
+
+// deltaLocked is delta's answer, with st.mu held, for the snapshot whose visibility
+// is vis; unseen counts the held transactions the snapshot does not see.
+func (st *stream) deltaLocked(ctx context.Context, vis visibility, since *snapshot.Position) (d streamDelta, unseen int) {
 	resume := st.recv
 	var visible []*heldTxn
 	for _, t := range st.held {
@@ -87,9 +102,10 @@ func (st *stream) delta(ctx context.Context, snapText string, lsn uint64, since 
 			visible = append(visible, t)
 		} else {
 			resume = min(resume, t.commit)
+			unseen++
 		}
 	}
-	d := streamDelta{pos: &snapshot.StreamPosition{Slot: st.cfg.Slot, System: st.system, Reading: st.reading, Resume: resume}}
+	d = streamDelta{pos: &snapshot.StreamPosition{Slot: st.cfg.Slot, System: st.system, Reading: st.reading, Resume: resume}}
 	if why := st.invalidFor(since); why != "" {
 		if since != nil && since.Stream != nil {
 			lvl := slog.LevelInfo
@@ -98,7 +114,7 @@ func (st *stream) delta(ctx context.Context, snapText string, lsn uint64, since 
 			}
 			st.log.Log(ctx, lvl, "the stream cannot say what changed since the parent: this version is compared in full", "why", why)
 		}
-		return d, nil
+		return d, unseen
 	}
 	d.since, d.keys, d.cols = since, map[string][]string{}, map[string][]string{}
 	for _, c := range st.tables.Collections {
@@ -116,7 +132,7 @@ func (st *stream) delta(ctx context.Context, snapText string, lsn uint64, since 
 			d.cols[c.Collection] = c.Key
 		}
 	}
-	return d, nil
+	return d, unseen
 }
 
 // streamNudgeAfter is how long a snapshot waits for the stream before nudging it.

@@ -1,0 +1,51 @@
+package pgsource
+
+import (
+	"context"
+	"log/slog"
+	"testing"
+	"time"
+
+	"github.com/snapflip/snapflip/internal/testenv"
+)
+
+// A snapshot that does not see a transaction the stream delivered (its commit record
+// decoded a moment before Postgres made it visible) reports a change again, so that
+// the next version holds it; a snapshot that sees every held transaction reports
+// nothing. Without the report, the transaction waited for the next scheduled sync.
+func TestDeltaReportsTransactionsNotYetVisible(t *testing.T) {
+	tests := []struct {
+		name     string
+		snapshot string // pg_current_snapshot(): xmin:xmax:xip
+		want     int    // changes reported
+	}{
+		{"every held transaction visible", "106:106:", 0},
+		{"one in progress for the snapshot", "100:110:105", 1},
+		{"one at or past xmax", "100:105:", 1},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var got []Change
+			var log testenv.Log
+			st := &stream{cfg: StreamConfig{CatchUp: time.Second}, log: slog.New(slog.NewTextHandler(&log, nil)),
+				moved: make(chan struct{}), fresh: true, rels: map[uint32]*streamRelation{}, recv: 1 << 20,
+				held:    []*heldTxn{{xid: 99, commit: 10}, {xid: 105, commit: 20}},
+				changed: func(c Change) { got = append(got, c) }}
+			d, err := st.delta(context.Background(), tt.snapshot, 1<<16, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(got) != tt.want {
+				t.Fatalf("reported %d changes, want %d: %+v", len(got), tt.want, got)
+			}
+			for _, c := range got {
+				if c.Reason != ReasonStreamUnseen {
+					t.Errorf("reason %q, want %q", c.Reason, ReasonStreamUnseen)
+				}
+			}
+			if tt.want > 0 && d.pos.Resume != 20 {
+				t.Errorf("resume %d, want the unseen transaction's commit 20", d.pos.Resume)
+			}
+		})
+	}
+}
