@@ -27,7 +27,10 @@ type pending struct {
 	mu     sync.Mutex
 	any    bool
 	first  time.Time // when the oldest pending change was seen
-	xmax   uint64    // the latest snapshot xmax a pending change was seen at
+	// xmax is the latest snapshot xmax a pending change was seen at, or 0 when one
+	// came without (the replication stream's): then no current version is known to
+	// hold every pending change, and the sync must read.
+	xmax   uint64
 	wake   chan struct{}
 	reason pgsource.ChangeReason
 }
@@ -36,10 +39,14 @@ func newPending() *pending { return &pending{wake: make(chan struct{}, 1)} }
 
 func (p *pending) add(c pgsource.Change) {
 	p.mu.Lock()
-	if !p.any {
-		p.any, p.first, p.reason = true, c.At, c.Reason
+	switch {
+	case !p.any:
+		p.any, p.first, p.reason, p.xmax = true, c.At, c.Reason, c.Xmax
+	case c.Xmax == 0:
+		p.xmax = 0
+	case p.xmax != 0:
+		p.xmax = max(p.xmax, c.Xmax)
 	}
-	p.xmax = max(p.xmax, c.Xmax)
 	p.mu.Unlock()
 	select {
 	case p.wake <- struct{}{}:
