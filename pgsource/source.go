@@ -394,35 +394,55 @@ func tableDefinitions(ctx context.Context, tx pgx.Tx, c Collection) (string, err
 // attribute, or adding an attribute, rewrites no row but changes what the rows say as
 // JSON, so it must change the fingerprint. (Joined as text, a column named
 // "a integer ,b" once read like two columns.)
-const columnsFingerprintSQL = `WITH RECURSIVE types(oid) AS (
-		SELECT atttypid FROM pg_attribute WHERE attrelid = to_regclass($1) AND attnum > 0 AND NOT attisdropped
+var columnsFingerprintSQL = `WITH RECURSIVE ` + typeClosure(`SELECT atttypid FROM pg_attribute WHERE attrelid = to_regclass($1) AND attnum > 0 AND NOT attisdropped`) + `
+	SELECT jsonb_build_array(
+		` + columnsJSON(`to_regclass($1)`) + `,
+		` + typesJSON + `
+	)::text`
+
+// typeClosure is a CTE, types(oid), of the types seed selects and every type they
+// are made of: arrays' elements, domains' base types, composites' attributes' types,
+// ranges' subtypes.
+func typeClosure(seed string) string {
+	return `types(oid) AS (
+		` + seed + `
 		UNION
-		SELECT s.x FROM types JOIN pg_type ty ON ty.oid = types.oid,
+		SELECT s.x FROM types CROSS JOIN LATERAL (SELECT * FROM pg_type WHERE oid = types.oid OFFSET 0) AS ty,
 			LATERAL (SELECT ty.typelem WHERE ty.typelem <> 0
 				UNION ALL SELECT ty.typbasetype WHERE ty.typbasetype <> 0
 				UNION ALL SELECT a.atttypid FROM pg_attribute a
 					WHERE ty.typrelid <> 0 AND a.attrelid = ty.typrelid AND a.attnum > 0 AND NOT a.attisdropped
 				UNION ALL SELECT r.rngsubtype FROM pg_range r WHERE r.rngtypid = ty.oid) AS s(x)
-	)
-	SELECT jsonb_build_array(
-		(SELECT coalesce(jsonb_agg(jsonb_build_array(attname, format_type(atttypid, atttypmod), attmissingval::text) ORDER BY attnum), '[]')
-			FROM pg_attribute WHERE attrelid = to_regclass($1) AND attnum > 0 AND NOT attisdropped),
-		(SELECT coalesce(jsonb_agg(jsonb_build_array(ty.oid,
+	)`
+}
+
+// columnsJSON is a JSON array of the relation rel's columns: name, type, and the
+// value of rows written before the column was added.
+func columnsJSON(rel string) string {
+	return `(SELECT coalesce(jsonb_agg(jsonb_build_array(attname, format_type(atttypid, atttypmod), attmissingval::text) ORDER BY attnum), '[]')
+			FROM pg_attribute WHERE attrelid = ` + rel + ` AND attnum > 0 AND NOT attisdropped)`
+}
+
+// typesJSON is a JSON array describing the user-defined types of the CTE types: an
+// enum's labels in order, a composite's attributes.
+const typesJSON = `(SELECT coalesce(jsonb_agg(jsonb_build_array(ty.oid,
 			(SELECT jsonb_agg(enumlabel ORDER BY enumsortorder) FROM pg_enum WHERE enumtypid = ty.oid),
 			(SELECT jsonb_agg(jsonb_build_array(attname, format_type(atttypid, atttypmod)) ORDER BY attnum)
 				FROM pg_attribute WHERE ty.typrelid <> 0 AND attrelid = ty.typrelid AND attnum > 0 AND NOT attisdropped)
 			) ORDER BY ty.oid), '[]')
-			FROM pg_type ty WHERE ty.oid IN (SELECT oid FROM types) AND ty.oid >= 16384)
-	)::text`
+			FROM pg_type ty WHERE ty.oid IN (SELECT oid FROM types) AND ty.oid >= 16384)`
 
-// relationsSQL lists the oids of the table $1 and of every partition and inheritance
-// child under it.
+// relationsSQL lists the table $1 and every partition and inheritance child under
+// it, each with the file that holds its rows. A rewrite (ALTER TABLE … TYPE with
+// USING, a volatile default) changes every row without a message on the replication
+// stream and, with the same column types, without changing the definitions: the new
+// file tells.
 const relationsSQL = `WITH RECURSIVE tree(oid) AS (
 		SELECT to_regclass($1)::oid
 		UNION
 		SELECT i.inhrelid FROM pg_inherits i JOIN tree ON i.inhparent = tree.oid
 	)
-	SELECT coalesce(string_agg(oid::text, ',' ORDER BY oid), '') FROM tree`
+	SELECT coalesce(string_agg(oid::text || ':' || coalesce(pg_relation_filenode(oid), 0), ',' ORDER BY oid), '') FROM tree`
 
 // ParseLSN parses a Postgres LSN, "16/B374D848".
 func ParseLSN(s string) (uint64, error) {

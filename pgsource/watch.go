@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -29,6 +30,10 @@ import (
 // change, the watch stays "hot" for Hot: any commit anywhere (xmax moving) counts as a
 // possible change, and the sync that follows finds out cheaply (its fingerprint) whether
 // a configured table changed. Unrelated writes alone never make it hot.
+//
+// Every poll also reads a digest of the watched relations' definitions (catalog.go),
+// in both modes: DDL moves no counter and the replication stream carries none. In
+// logical mode the poll reads that digest alone; the stream reports the rows.
 
 // WatchConfig tunes Watch.
 type WatchConfig struct {
@@ -40,7 +45,8 @@ type WatchConfig struct {
 	// Resolve is how often the watched tables are found again (new partitions, a
 	// changed view); default 1 minute.
 	Resolve time.Duration
-	// Mode is WatchModeStats (the default when empty); Watch handles no other.
+	// Mode is WatchModeStats (the default when empty), or WatchModeLogical, in which
+	// Watch polls the definitions alone (Stream reports the rows).
 	Mode string
 	Log  *slog.Logger
 }
@@ -49,8 +55,8 @@ type WatchConfig struct {
 const (
 	// WatchModeStats polls the statistics counters only: no DDL, no privilege.
 	WatchModeStats = "stats"
-	// WatchModeLogical reads the source's logical replication stream; the statistics
-	// watch does not handle it.
+	// WatchModeLogical reads the source's logical replication stream (Stream), and
+	// polls the definitions of the watched relations (Watch).
 	WatchModeLogical = "logical"
 )
 
@@ -98,8 +104,8 @@ const watchRetry = 3 * time.Second
 // Watch polls until ctx ends, calling changed for each possible change and polled
 // after each poll, both from one goroutine. A failing connection is retried every few
 // seconds and logged, and each new connection reports a new baseline ("watch
-// started"). The error returned is ctx's, or one wrapping snapshot.ErrInvalid for a
-// mode other than WatchModeStats.
+// started"). The error returned is ctx's, or one wrapping snapshot.ErrInvalid for an
+// unknown mode.
 func (s *Source) Watch(ctx context.Context, cfg WatchConfig, changed func(Change), polled func(WatchStats)) error {
 	if cfg.Interval <= 0 {
 		cfg.Interval = 200 * time.Millisecond
@@ -113,11 +119,9 @@ func (s *Source) Watch(ctx context.Context, cfg WatchConfig, changed func(Change
 	switch cfg.Mode {
 	case "":
 		cfg.Mode = WatchModeStats
-	case WatchModeStats:
-	case WatchModeLogical:
-		return fmt.Errorf("%w watch mode %s is not handled by the statistics watch", snapshot.ErrInvalid, cfg.Mode)
+	case WatchModeStats, WatchModeLogical:
 	default:
-		return fmt.Errorf("%w watch mode %q: want %q", snapshot.ErrInvalid, cfg.Mode, WatchModeStats)
+		return fmt.Errorf("%w watch mode %q: want %q or %q", snapshot.ErrInvalid, cfg.Mode, WatchModeStats, WatchModeLogical)
 	}
 	log := cfg.Log
 	if log == nil {
@@ -148,36 +152,49 @@ type watch struct {
 
 // run polls on one connection until it fails or ctx ends.
 func (w *watch) run(ctx context.Context) error {
-	conn, err := pgx.ConnectConfig(ctx, w.src.cfg)
+	cfg := w.src.cfg.Copy()
+	// The poll's catalog digest is estimated dear enough for JIT compilation, which
+	// costs a hundred times what running it does.
+	cfg.RuntimeParams["jit"] = "off"
+	conn, err := pgx.ConnectConfig(ctx, cfg)
 	if err != nil {
 		return w.src.connectError(err)
 	}
 	defer closeConn(ctx, conn)
 	var (
-		oids        []uint32
-		resolvedAt  time.Time
-		last, xmax  string
-		hotUntil    time.Time
-		first       = true
-		ticker      = time.NewTicker(w.cfg.Interval)
-		lastOIDsKey string
+		oids, rels     []uint32
+		resolvedAt     time.Time
+		last, xmax     string
+		lastCatalog    string
+		hotUntil       time.Time
+		first          = true
+		ticker         = time.NewTicker(w.cfg.Interval)
+		lastOIDsKey    string
+		poll           = watchSQL
+		statsSignature = w.cfg.Mode == WatchModeStats
 	)
+	if !statsSignature {
+		poll = definitionsWatchSQL
+	}
 	defer ticker.Stop()
 	for {
 		if resolvedAt.IsZero() || time.Since(resolvedAt) >= w.cfg.Resolve {
 			if oids, err = w.tables(ctx, conn); err != nil {
 				return err
 			}
-			key := fmt.Sprint(oids)
+			if rels, err = withViews(ctx, conn, oids); err != nil {
+				return err
+			}
+			key := fmt.Sprint(rels)
 			resolvedAt = time.Now()
 			if key != lastOIDsKey {
-				w.log.InfoContext(ctx, "watching for changes", "tables", len(oids), "interval", w.cfg.Interval.String(), "mode", w.cfg.Mode)
+				w.log.InfoContext(ctx, "watching for changes", "tables", len(oids), "relations", len(rels), "interval", w.cfg.Interval.String(), "mode", w.cfg.Mode)
 				lastOIDsKey, first = key, true // a new set of tables: a new baseline
 			}
 		}
 		start := time.Now()
-		var sig, lsnText, xmaxText string
-		err := conn.QueryRow(ctx, watchSQL, oids).Scan(&sig, &lsnText, &xmaxText)
+		var sig, catalog, lsnText, xmaxText string
+		err := conn.QueryRow(ctx, poll, oids, rels).Scan(&sig, &catalog, &lsnText, &xmaxText)
 		if err != nil {
 			return fmt.Errorf("poll: %w", err)
 		}
@@ -196,13 +213,17 @@ func (w *watch) run(ctx context.Context) error {
 			// before it, but after the last sync read, would otherwise wait for the
 			// schedule. One sync finds out; it is cheap when nothing changed.
 			w.changed(Change{LSN: lsn, Xmax: xm, At: now, Reason: ReasonWatchStarted})
+		case catalog != lastCatalog:
+			w.changed(Change{LSN: lsn, Xmax: xm, At: now, Reason: ReasonDefinitions})
+			// A view may read other tables now: find them at the next poll.
+			resolvedAt = time.Time{}
 		case sig != last:
 			hotUntil = now.Add(w.cfg.Hot)
 			w.changed(Change{LSN: lsn, Xmax: xm, At: now, Reason: ReasonStatistics})
 		case xmaxText != xmax && now.Before(hotUntil):
 			w.changed(Change{LSN: lsn, Xmax: xm, At: now, Reason: ReasonCommitWhileHot})
 		}
-		first, last, xmax = false, sig, xmaxText
+		first, last, xmax, lastCatalog = false, sig, xmaxText, catalog
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
@@ -222,13 +243,22 @@ func parsePosition(lsnText, xmaxText string) (lsn, xmax uint64, err error) {
 	return lsn, xmax, nil
 }
 
-// watchSQL reads the watched tables' counters (one text signature), the WAL position
-// and the snapshot's xmax. It reads no table.
-const watchSQL = `SELECT coalesce(string_agg(r::text || ':' || pg_stat_get_tuples_inserted(r) || ':' ||
+// watchSQL reads the watched tables' ($1) counters (one text signature), the digest
+// of the watched relations' ($2) definitions, the WAL position and the snapshot's
+// xmax. It reads no table.
+var watchSQL = `SELECT coalesce(string_agg(r::text || ':' || pg_stat_get_tuples_inserted(r) || ':' ||
 		pg_stat_get_tuples_updated(r) || ':' || pg_stat_get_tuples_deleted(r) || ':' || coalesce(pg_relation_filenode(r), 0), ',' ORDER BY r), ''),
-	(CASE WHEN pg_is_in_recovery() THEN pg_last_wal_replay_lsn() ELSE pg_current_wal_insert_lsn() END)::text,
-	pg_snapshot_xmax(pg_current_snapshot())::text
+	(` + strings.ReplaceAll(catalogSQL, "$1", "$2") + `),
+	` + positionSQL + `
 	FROM unnest($1::oid[]) AS r`
+
+// definitionsWatchSQL is watchSQL without the counters (logical mode); $1 is unused.
+var definitionsWatchSQL = `SELECT $1::oid[]::text, (` + strings.ReplaceAll(catalogSQL, "$1", "$2") + `),
+	` + positionSQL
+
+// positionSQL reads the WAL position and the snapshot's xmax.
+const positionSQL = `(CASE WHEN pg_is_in_recovery() THEN pg_last_wal_replay_lsn() ELSE pg_current_wal_insert_lsn() END)::text,
+	pg_snapshot_xmax(pg_current_snapshot())::text`
 
 // tables returns the oids of the tables the collections read.
 func (w *watch) tables(ctx context.Context, conn *pgx.Conn) ([]uint32, error) {

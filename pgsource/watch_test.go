@@ -174,26 +174,100 @@ func TestWatchSeesCommitsToWatchedTablesOnly(t *testing.T) {
 	}
 }
 
-// Watch handles the stats mode only: for the logical mode, and for an unknown one, it
-// returns snapshot.ErrInvalid at once, before connecting, and reports nothing.
-func TestWatchRefusesModesOtherThanStats(t *testing.T) {
+// Watch refuses an unknown mode with snapshot.ErrInvalid at once, before connecting,
+// and reports nothing.
+func TestWatchRefusesUnknownModes(t *testing.T) {
 	src, err := pgsource.New("postgres://nobody@127.0.0.1:1/none", []pgsource.Collection{{Name: "nums", Table: "nums"}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, tc := range []struct{ mode, want string }{
-		{pgsource.WatchModeLogical, "watch mode logical is not handled by the statistics watch"},
-		{"notify", `watch mode "notify": want "stats"`},
-	} {
-		var l changeLog
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		err := src.Watch(ctx, pgsource.WatchConfig{Mode: tc.mode}, l.add, l.polled)
-		cancel()
-		if !errors.Is(err, snapshot.ErrInvalid) || !strings.Contains(fmt.Sprint(err), tc.want) {
-			t.Errorf("Watch in mode %q = %v; want snapshot.ErrInvalid saying %q", tc.mode, err, tc.want)
-		}
-		if got := l.take(); len(got) > 0 || l.pollCount() > 0 {
-			t.Errorf("Watch in mode %q reported %+v after %d polls; want nothing", tc.mode, got, l.pollCount())
-		}
+	var l changeLog
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	err = src.Watch(ctx, pgsource.WatchConfig{Mode: "notify"}, l.add, l.polled)
+	cancel()
+	if want := `watch mode "notify": want "stats" or "logical"`; !errors.Is(err, snapshot.ErrInvalid) || !strings.Contains(fmt.Sprint(err), want) {
+		t.Errorf("Watch in mode notify = %v; want snapshot.ErrInvalid saying %q", err, want)
+	}
+	if got := l.take(); len(got) > 0 || l.pollCount() > 0 {
+		t.Errorf("Watch in mode notify reported %+v after %d polls; want nothing", got, l.pollCount())
+	}
+}
+
+// In both modes the watch reports a change, "definitions", for every committed
+// statement that changes what a watched collection's rows say as JSON without a row
+// change: columns added, dropped, renamed or retyped, a table rewritten in place, an
+// enum label renamed or added (also through a domain), a composite type's attribute
+// added, a view redefined (one a collection reads directly, and one a query reads), a
+// materialized view refreshed. DDL on other relations reports nothing.
+func TestWatchSeesDefinitionChanges(t *testing.T) {
+	for _, mode := range []string{pgsource.WatchModeStats, pgsource.WatchModeLogical} {
+		t.Run(mode, func(t *testing.T) {
+			t.Parallel()
+			dsn := testenv.Postgres(t)
+			testenv.Exec(t, dsn,
+				`CREATE TYPE mood AS ENUM ('sad', 'ok')`, `CREATE DOMAIN mood_d AS mood`, `CREATE TYPE addr AS (street text)`,
+				`CREATE TABLE items (id int PRIMARY KEY, name text, n int, note text, m mood_d, a addr)`,
+				`INSERT INTO items SELECT g, 'n' || g, g, 'x', 'ok', ROW('s')::addr FROM generate_series(1, 50) g`,
+				`CREATE VIEW v AS SELECT id, note FROM items`, `CREATE VIEW v2 AS SELECT id, upper(note) AS note FROM items`,
+				`CREATE MATERIALIZED VIEW mv AS SELECT id, n FROM items`,
+				`CREATE TABLE other (id int)`)
+			src, err := pgsource.New(dsn, []pgsource.Collection{
+				{Name: "items", Table: "items", Key: "id"},
+				{Name: "v", Table: "v", Key: "id"},
+				{Name: "q", Query: "SELECT * FROM v2", Key: "id"},
+				{Name: "mq", Query: "SELECT * FROM mv", Key: "id"},
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			var l changeLog
+			ctx, cancel := context.WithCancel(context.Background())
+			done := make(chan error, 1)
+			go func() {
+				done <- src.Watch(ctx, pgsource.WatchConfig{Interval: 20 * time.Millisecond, Mode: mode}, l.add, l.polled)
+			}()
+			defer func() { cancel(); <-done }()
+			l.awaitPolls(t, 3)
+			l.take() // "watch started"
+			for _, tc := range []struct {
+				what string
+				stmt string
+				want bool
+			}{
+				{"DDL on another table", `ALTER TABLE other ADD COLUMN x int`, false},
+				{"a new table", `CREATE TABLE unrelated (id int)`, false},
+				{"a column added", `ALTER TABLE items ADD COLUMN extra text NOT NULL DEFAULT 'x'`, true},
+				{"a column dropped", `ALTER TABLE items DROP COLUMN name`, true},
+				{"a column renamed", `ALTER TABLE items RENAME COLUMN n TO qty`, true},
+				{"a column retyped", `ALTER TABLE items ALTER COLUMN extra TYPE varchar(20)`, true},
+				{"a rewrite keeping the type", `ALTER TABLE items ALTER COLUMN extra TYPE varchar(20) USING extra || 'y'`, true},
+				{"an enum label renamed under a domain", `ALTER TYPE mood RENAME VALUE 'ok' TO 'fine'`, true},
+				{"an enum label added", `ALTER TYPE mood ADD VALUE 'glad'`, true},
+				{"a composite's attribute added", `ALTER TYPE addr ADD ATTRIBUTE zip text`, true},
+				{"a view a collection reads redefined", `CREATE OR REPLACE VIEW v AS SELECT id, note || '!' AS note FROM items`, true},
+				{"a view a query reads redefined", `CREATE OR REPLACE VIEW v2 AS SELECT id, lower(note) AS note FROM items`, true},
+				{"a materialized view refreshed", `REFRESH MATERIALIZED VIEW mv`, true},
+			} {
+				testenv.Exec(t, dsn, tc.stmt)
+				l.awaitPolls(t, 5)
+				var got []pgsource.Change
+				for _, c := range l.take() {
+					if c.Reason == pgsource.ReasonDefinitions {
+						got = append(got, c)
+					}
+				}
+				if tc.want && len(got) == 0 {
+					t.Errorf("%s: no change of definitions seen", tc.what)
+				}
+				if !tc.want && len(got) > 0 {
+					t.Errorf("%s: %d changes of definitions seen; want none", tc.what, len(got))
+				}
+				for _, c := range got {
+					if c.LSN == 0 || c.Xmax == 0 {
+						t.Errorf("%s: change %+v has no LSN or xmax", tc.what, c)
+					}
+				}
+			}
+		})
 	}
 }

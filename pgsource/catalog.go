@@ -1,0 +1,63 @@
+package pgsource
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// Noticing DDL. The replication stream carries no message for DDL, nor for a table
+// rewrite, and DDL moves no statistics counter; yet what a document says depends on
+// the catalog: column names and types, enum labels, composite types' attributes, a
+// view's definition, and the file that holds a table's rows (a rewrite changes every
+// row it holds without a row change the stream or the counters see). So every watch
+// poll, in both modes, also reads a digest of that catalog state for the watched
+// relations, and a changed digest is a change like a row change. The sync that
+// follows compares the definitions it reads in its own snapshot with its parent's and
+// re-reads a collection whose definitions changed in full, comparing by content.
+
+// ReasonDefinitions: the definitions of a watched relation changed (DDL, a rewrite).
+const ReasonDefinitions ChangeReason = "definitions"
+
+// catalogSQL is a digest of the catalog state that decides what the relations $1
+// (and their partitions and inheritance children) say as JSON: each one's name,
+// schema, kind, file, columns and rewrite rules (a view's definition), and every type
+// their columns use, down through arrays, domains, ranges and composites. It reads
+// the catalog only, takes no lock on the relations, and so never waits behind DDL.
+var catalogSQL = `WITH RECURSIVE rels(oid) AS (
+		SELECT unnest($1::oid[])
+		UNION
+		SELECT i.inhrelid FROM pg_inherits i JOIN rels ON i.inhparent = rels.oid
+	), ` + typeClosure(`SELECT a.atttypid FROM rels CROSS JOIN LATERAL
+			(SELECT atttypid FROM pg_attribute WHERE attrelid = rels.oid AND attnum > 0 AND NOT attisdropped OFFSET 0) AS a`) + `
+	SELECT md5(jsonb_build_array(
+		(SELECT coalesce(jsonb_agg(jsonb_build_array(r.oid, c.relname, c.relnamespace, c.relkind, pg_relation_filenode(c.oid),
+			` + columnsJSON(`r.oid`) + `,
+			(SELECT md5(string_agg(ev_action::text, ',' ORDER BY oid)) FROM pg_rewrite WHERE ev_class = r.oid)
+			) ORDER BY r.oid), '[]')
+			FROM rels r LEFT JOIN pg_class c ON c.oid = r.oid),
+		` + typesJSON + `
+	)::text)`
+
+// dependentViewsSQL adds to the relations $1 every view (plain or materialized) that
+// reads one of them, directly or through other views: a query collection may read a
+// view, whose plan names only the tables under it.
+const dependentViewsSQL = `WITH RECURSIVE rels(oid) AS (
+		SELECT unnest($1::oid[])
+		UNION
+		SELECT rw.ev_class FROM rels
+			JOIN pg_depend d ON d.refclassid = 'pg_class'::regclass AND d.refobjid = rels.oid AND d.classid = 'pg_rewrite'::regclass
+			JOIN pg_rewrite rw ON rw.oid = d.objid AND rw.ev_class <> rels.oid
+	)
+	SELECT coalesce(array_agg(oid ORDER BY oid), '{}') FROM rels`
+
+// withViews returns the relations oids and every view over them (dependentViewsSQL):
+// the relations whose definitions the watch digests.
+func withViews(ctx context.Context, conn *pgx.Conn, oids []uint32) ([]uint32, error) {
+	var all []uint32
+	if err := conn.QueryRow(ctx, dependentViewsSQL, oids).Scan(&all); err != nil {
+		return nil, fmt.Errorf("find the views over the watched tables: %w", err)
+	}
+	return all, nil
+}
