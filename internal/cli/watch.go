@@ -77,14 +77,14 @@ type watchMetrics struct {
 func newWatchMetrics(reg *prometheus.Registry, labels prometheus.Labels) *watchMetrics {
 	m := &watchMetrics{
 		polls: prometheus.NewCounter(prometheus.CounterOpts{Name: "snapflip_watch_polls_total",
-			Help: "Polls of the source's table statistics by the change watch.", ConstLabels: labels}),
+			Help: "Polls of the source by the change watch: table statistics (stats mode) and the watched relations' definitions (both modes).", ConstLabels: labels}),
 		pollTime: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "snapflip_watch_poll_seconds",
-			Help:        "Round trip of one watch poll (its cost on Postgres is a few function calls per watched table).",
+			Help:        "Round trip of one watch poll (its cost on Postgres: a few function calls per watched table and a read of their catalog rows).",
 			ConstLabels: labels, Buckets: prometheus.ExponentialBuckets(0.0005, 2, 12)}),
 		tables: prometheus.NewGauge(prometheus.GaugeOpts{Name: "snapflip_watch_tables",
 			Help: "Tables the change watch polls (the tables the collections read).", ConstLabels: labels}),
 		changes: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "snapflip_watch_changes_total",
-			Help: "Possible changes the watch saw, by reason: statistics, commit while hot, watch started.", ConstLabels: labels}, []string{"reason"}),
+			Help: "Possible changes the watch saw, by reason: statistics, commit while hot, definitions, stream, committed, not yet visible, watch started.", ConstLabels: labels}, []string{"reason"}),
 		delay: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "snapflip_commit_to_publish_seconds",
 			Help:        "From when the watch first saw a change to the flip that published it (add up to one watch interval for the commit itself).",
 			ConstLabels: labels, Buckets: prometheus.ExponentialBuckets(0.05, 2, 12)}),
@@ -157,30 +157,41 @@ func (m *Syncer) runWatch(ctx context.Context, s *syncer) {
 	wm := s.metrics.watch
 	watching := make(chan struct{})
 	defer func() { <-watching }()
-	go func() {
-		defer close(watching)
-		var err error
-		if cfg.Mode == pgsource.WatchModeLogical {
-			err = s.followStream(ctx, log, pend)
-		} else {
-			err = s.src.Watch(ctx, pgsource.WatchConfig{Interval: cfg.Interval, Mode: cfg.Mode, Log: log},
-				func(c pgsource.Change) {
-					wm.changes.WithLabelValues(string(c.Reason)).Inc()
-					pend.add(c)
-				},
-				func(st pgsource.WatchStats) {
-					wm.polls.Inc()
-					wm.pollTime.Observe(st.PollTime.Seconds())
+	poll := func() error {
+		// In logical mode the poll reads the definitions alone (the stream reports
+		// rows), and the stream's reader reports the tables.
+		return s.src.Watch(ctx, pgsource.WatchConfig{Interval: cfg.Interval, Mode: cfg.Mode, Log: log},
+			func(c pgsource.Change) {
+				wm.changes.WithLabelValues(string(c.Reason)).Inc()
+				pend.add(c)
+			},
+			func(st pgsource.WatchStats) {
+				wm.polls.Inc()
+				wm.pollTime.Observe(st.PollTime.Seconds())
+				if cfg.Mode != pgsource.WatchModeLogical {
 					wm.tables.Set(float64(st.Tables))
-				})
-		}
-		if ctx.Err() == nil {
-			// The watch gives up only when retrying cannot help: say so loudly rather
-			// than carry on with the schedule alone.
-			wm.tables.Set(0)
-			log.Error("the change watch stopped: changes wait for the schedule until the syncer restarts", "mode", cfg.Mode, "err", err)
-		}
-	}()
+				}
+			})
+	}
+	watchers := []func() error{poll}
+	if cfg.Mode == pgsource.WatchModeLogical {
+		watchers = append(watchers, func() error { return s.followStream(ctx, log, pend) })
+	}
+	var wg sync.WaitGroup
+	for _, watch := range watchers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			err := watch()
+			if ctx.Err() == nil {
+				// A watch gives up only when retrying cannot help: say so loudly rather
+				// than carry on with the schedule alone.
+				wm.tables.Set(0)
+				log.Error("the change watch stopped: changes wait for the schedule until the syncer restarts", "mode", cfg.Mode, "err", err)
+			}
+		}()
+	}
+	go func() { wg.Wait(); close(watching) }()
 	// A change-driven sync gives up on the lease after a few seconds (and tries again
 	// after min_interval), so that it never holds this process's scheduled ticks up
 	// for the whole acquire timeout, as during a Bigtable outage.

@@ -1,0 +1,174 @@
+package e2e
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/url"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/snapflip/snapflip/internal/testenv"
+)
+
+// ddlConfig is config with a view collection and a query collection over a view.
+const ddlConfig = config + `  - name: things_v
+    table: things_v
+    key: id
+  - name: flags_q
+    query: "SELECT * FROM flags_v"
+    key: key
+`
+
+// ddlSchema adds what the DDL cases change: an enum under a domain, a composite, the
+// views.
+const ddlSchema = `CREATE TYPE mood AS ENUM ('sad', 'ok');
+CREATE DOMAIN mood_d AS mood;
+CREATE TYPE addr AS (street text);
+ALTER TABLE things ADD COLUMN m mood_d DEFAULT 'ok', ADD COLUMN a addr DEFAULT ROW('main st');
+ALTER TABLE flags REPLICA IDENTITY FULL;
+CREATE VIEW things_v AS SELECT id, note FROM things;
+CREATE VIEW flags_v AS SELECT key, value FROM flags WHERE enabled;
+INSERT INTO things (id) SELECT 'bulk-' || g FROM generate_series(1, 200) g;`
+
+// ddlOracles are Postgres's own documents of each collection: id, then to_json.
+var ddlOracles = map[string]string{
+	"things":   `SELECT id, to_json(x.*)::text FROM things AS x`,
+	"flags":    `SELECT key, to_json(x.*)::text FROM (SELECT key, value, gen FROM flags WHERE enabled) AS x`,
+	"things_v": `SELECT id, to_json(x.*)::text FROM things_v AS x`,
+	"flags_q":  `SELECT key, to_json(x.*)::text FROM (SELECT * FROM flags_v) AS x`,
+}
+
+// servedDiff compares every document the API serves of coll with Postgres's, and says
+// how they differ; "" when they are equal.
+func (e *env) servedDiff(tb testing.TB, coll string) string {
+	tb.Helper()
+	want := sourceDocs(tb, e.dsn, ddlOracles[coll])
+	got := map[string]string{}
+	token := ""
+	for {
+		path := "/v1/data/" + url.PathEscape(coll) + "?limit=1000"
+		if token != "" {
+			path += "&page_token=" + url.QueryEscape(token)
+		}
+		r := e.get(tb, path)
+		var body struct {
+			Documents []struct {
+				ID       string          `json:"id"`
+				Document json.RawMessage `json:"document"`
+			} `json:"documents"`
+			NextPageToken string `json:"next_page_token"`
+		}
+		if r.status != http.StatusOK || json.Unmarshal(r.body, &body) != nil {
+			return fmt.Sprintf("list %s: %d %s", coll, r.status, genShort(string(r.body), 300))
+		}
+		for _, d := range body.Documents {
+			got[d.ID] = string(d.Document)
+		}
+		if token = body.NextPageToken; token == "" {
+			break
+		}
+	}
+	for id, doc := range want {
+		g, ok := got[id]
+		if !ok {
+			return fmt.Sprintf("%s/%s: not served; Postgres has %s", coll, id, genShort(doc, 200))
+		}
+		if fields, detail := genDiffDocs(doc, g); len(fields) > 0 || detail != "" {
+			return fmt.Sprintf("%s/%s: fields %v differ: served %s, Postgres has %s %s", coll, id, fields, genShort(g, 300), genShort(doc, 300), detail)
+		}
+	}
+	for id := range got {
+		if _, ok := want[id]; !ok {
+			return fmt.Sprintf("%s/%s: served; Postgres has no such row", coll, id)
+		}
+	}
+	return ""
+}
+
+// awaitAllServed waits until every collection the API serves equals Postgres, and
+// returns how long that took from since.
+func (e *env) awaitAllServed(tb testing.TB, since time.Time, limit time.Duration) time.Duration {
+	tb.Helper()
+	colls := slices.Sorted(func(yield func(string) bool) {
+		for c := range ddlOracles {
+			if !yield(c) {
+				return
+			}
+		}
+	})
+	testenv.Eventually(tb, limit-time.Since(since), func() error {
+		for _, c := range colls {
+			if d := e.servedDiff(tb, c); d != "" {
+				return fmt.Errorf("served differs from Postgres: %s", d)
+			}
+		}
+		return nil
+	})
+	return time.Since(since)
+}
+
+// ddlCase is one committed statement that changes what documents say.
+type ddlCase struct{ name, stmt string }
+
+// ddlCases are the statements TestDefinitionChangesAreServed commits, in order.
+var ddlCases = []ddlCase{
+	{"update of 200 rows", `UPDATE things SET gen = gen + 1 WHERE id LIKE 'bulk-%'`},
+	{"update of primary keys", `UPDATE things SET id = id || '-moved' WHERE id IN ('bulk-1', 'bulk-2')`},
+	{"column added, not null with a default", `ALTER TABLE things ADD COLUMN extra text NOT NULL DEFAULT 'x'`},
+	{"column dropped", `ALTER TABLE things DROP COLUMN tags`},
+	{"column renamed", `ALTER TABLE things RENAME COLUMN i TO qty`},
+	{"column retyped, the table rewritten", `ALTER TABLE things ALTER COLUMN n TYPE numeric(12,2)`},
+	{"table rewritten, the type kept", `ALTER TABLE things ALTER COLUMN gen TYPE int USING gen + 100`},
+	{"enum label renamed under a domain", `ALTER TYPE mood RENAME VALUE 'ok' TO 'fine'`},
+	{"composite attribute added", `ALTER TYPE addr ADD ATTRIBUTE zip text`},
+	{"composite attribute renamed", `ALTER TYPE addr RENAME ATTRIBUTE street TO road`},
+	{"view of a collection redefined", `CREATE OR REPLACE VIEW things_v AS SELECT id, upper(note) AS note FROM things`},
+	{"view a query reads redefined", `CREATE OR REPLACE VIEW flags_v AS SELECT key, value || '!' AS value FROM flags WHERE enabled`},
+	{"truncate and reload in one transaction", `BEGIN; CREATE TEMP TABLE keep AS SELECT * FROM flags; TRUNCATE flags;
+		INSERT INTO flags SELECT key, value || '?', enabled, gen FROM keep; COMMIT`},
+}
+
+// TestDefinitionChangesAreServed: in both watch modes, with the schedule hourly so
+// that only the watch can do it, each committed statement that changes what
+// documents say — row changes, and DDL that writes no row the replication stream or
+// the statistics see — is served within the freshness budget, every collection equal
+// to Postgres's own to_json of its rows.
+func TestDefinitionChangesAreServed(t *testing.T) {
+	// Not parallel: it measures latency.
+	for _, mode := range []string{"stats", "logical"} {
+		t.Run(mode, func(t *testing.T) {
+			e := start(t)
+			testenv.Exec(t, e.dsn, ddlSchema)
+			cfg := ddlConfig
+			if mode == "logical" {
+				cfg = strings.Replace(logicalConfig(t, e), config, ddlConfig, 1)
+			}
+			defer e.runSyncer(t, cfg)()
+			e.awaitAllServed(t, time.Now(), 20*time.Second)
+			var lat []time.Duration
+			for _, c := range ddlCases {
+				testenv.Exec(t, e.dsn, c.stmt)
+				at := time.Now()
+				d := e.awaitAllServed(t, at, 10*time.Second)
+				lat = append(lat, d)
+				t.Logf("%-40s served after %s", c.name, d.Round(time.Millisecond))
+				if d > freshnessBudget {
+					t.Errorf("%s: served after %s; the budget is %s", c.name, d.Round(time.Millisecond), freshnessBudget)
+				}
+			}
+			if mode == "logical" {
+				// A DBA drops the slot (ending its reader first), then a row changes.
+				testenv.Exec(t, e.dsn, `SELECT pg_terminate_backend(active_pid) FROM pg_replication_slots WHERE active_pid IS NOT NULL AND database = current_database()`,
+					`SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE NOT active AND database = current_database()`,
+					`UPDATE things SET note = 'after the slot was dropped' WHERE id = 'plain'`)
+				e.awaitAllServed(t, time.Now(), 20*time.Second)
+			}
+			slices.Sort(lat)
+			t.Logf("%s: statement to served, %d statements: median %s, max %s", mode, len(lat),
+				lat[len(lat)/2].Round(time.Millisecond), lat[len(lat)-1].Round(time.Millisecond))
+		})
+	}
+}
