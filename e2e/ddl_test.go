@@ -41,15 +41,18 @@ var ddlOracles = map[string]string{
 	"flags_q":  `SELECT key, to_json(x.*)::text FROM (SELECT * FROM flags_v) AS x`,
 }
 
-// servedDiff compares every document the API serves of coll with Postgres's, and says
-// how they differ; "" when they are equal.
-func (e *env) servedDiff(tb testing.TB, coll string) string {
+// servedDiff compares every document the API serves of coll at version (the current
+// one when "") with want (id → Postgres's document), and says how they differ; "" when
+// they are equal.
+func (e *env) servedDiff(tb testing.TB, coll, version string, want map[string]string) string {
 	tb.Helper()
-	want := sourceDocs(tb, e.dsn, ddlOracles[coll])
 	got := map[string]string{}
 	token := ""
 	for {
 		path := "/v1/data/" + url.PathEscape(coll) + "?limit=1000"
+		if version != "" {
+			path += "&version=" + url.QueryEscape(version)
+		}
 		if token != "" {
 			path += "&page_token=" + url.QueryEscape(token)
 		}
@@ -101,7 +104,7 @@ func (e *env) awaitAllServed(tb testing.TB, since time.Time, limit time.Duration
 	})
 	testenv.Eventually(tb, limit-time.Since(since), func() error {
 		for _, c := range colls {
-			if d := e.servedDiff(tb, c); d != "" {
+			if d := e.servedDiff(tb, c, "", sourceDocs(tb, e.dsn, ddlOracles[c])); d != "" {
 				return fmt.Errorf("served differs from Postgres: %s", d)
 			}
 		}

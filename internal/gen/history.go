@@ -251,17 +251,43 @@ func (g *Gen) op(s *Schema, t *Table, ks []string) []string {
 	case w < 86:
 		return []string{"TRUNCATE " + t.Ident()}
 	case w < 88 && len(t.Cols) > 0:
+		return g.columnChange(s, t, renameColumn)
+	case w < 90 && len(t.Cols) > 0:
+		return g.columnChange(s, t, retypeColumn)
+	case w < 95:
+		return g.columnChange(s, t, addColumn)
+	case len(t.Cols) > 0:
+		return g.columnChange(s, t, dropColumn)
+	}
+	return nil
+}
+
+// columnChangeKind is what columnChange does to a table.
+type columnChangeKind int
+
+const (
+	renameColumn columnChangeKind = iota
+	retypeColumn                  // to text, rewriting the table
+	addColumn                     // with or without a default
+	dropColumn
+)
+
+// columnChange returns the ALTER TABLE that changes a column of t as kind says, and
+// records it in t; rename, retype and drop need a column.
+func (g *Gen) columnChange(s *Schema, t *Table, kind columnChangeKind) []string {
+	switch kind {
+	case renameColumn:
 		c := &t.Cols[g.intn(len(t.Cols))]
 		used := t.used()
 		to := g.ident(used, s.aliases)
 		stmt := "ALTER TABLE " + t.Ident() + " RENAME COLUMN " + Ident(c.Name) + " TO " + Ident(to)
 		c.Name = to
 		return []string{stmt}
-	case w < 90 && len(t.Cols) > 0:
+	case retypeColumn:
 		c := &t.Cols[g.intn(len(t.Cols))]
 		c.Type = s.textType()
 		return []string{"ALTER TABLE " + t.Ident() + " ALTER COLUMN " + Ident(c.Name) + " TYPE text USING (" + Ident(c.Name) + ")::text"}
-	case w < 95:
+	case addColumn:
 		c := g.column(s, t.used())
 		stmt := "ALTER TABLE " + t.Ident() + " ADD COLUMN " + Ident(c.Name) + " " + c.Type.SQL
 		if g.chance(0.5) {
@@ -269,13 +295,33 @@ func (g *Gen) op(s *Schema, t *Table, ks []string) []string {
 		}
 		t.Cols = append(t.Cols, c)
 		return []string{stmt}
-	case len(t.Cols) > 0:
+	default:
 		i := g.intn(len(t.Cols))
 		c := t.Cols[i]
 		t.Cols = slices.Delete(t.Cols, i, i+1)
 		return []string{"ALTER TABLE " + t.Ident() + " DROP COLUMN " + Ident(c.Name)}
 	}
-	return nil
+}
+
+// DDL returns the statements of one random change of definitions that writes no row
+// change the replication stream or the statistics see: a column renamed, retyped
+// (a rewrite), added or dropped, or, with Options.TypeChanges, an enum label or a
+// composite's attribute renamed or an attribute added. Nil when the schema has no
+// table and no type to change.
+func (g *Gen) DDL(s *Schema) []string {
+	if s.opt.TypeChanges && g.chance(0.3) {
+		if out := g.typeChange(s); len(out) > 0 {
+			return out
+		}
+	}
+	if len(s.Tables) == 0 {
+		return nil
+	}
+	t := pick(g, s.Tables)
+	if len(t.Cols) == 0 {
+		return g.columnChange(s, t, addColumn)
+	}
+	return g.columnChange(s, t, columnChangeKind(g.intn(4)))
 }
 
 // Rescale returns, for a table with a numeric key, an UPDATE that gives every finite
