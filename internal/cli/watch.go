@@ -24,9 +24,9 @@ import (
 
 // pending coalesces the changes seen since the last change-driven sync started.
 type pending struct {
-	mu     sync.Mutex
-	any    bool
-	first  time.Time // when the oldest pending change was seen
+	mu    sync.Mutex
+	any   bool
+	first time.Time // when the oldest pending change was seen
 	// xmax is the latest snapshot xmax a pending change was seen at, or 0 when one
 	// came without (the replication stream's): then no current version is known to
 	// hold every pending change, and the sync must read.
