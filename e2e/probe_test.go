@@ -1,0 +1,152 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"runtime"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/snapflip/snapflip/internal/testenv"
+)
+
+// envProbes sets how many probes TestLogicalProbesAreAllServed commits (make chaos:
+// 3000).
+const envProbes = "SNAPFLIP_PROBES"
+
+// probeLimit is the longest a probe may wait to be served: five times the freshness
+// budget, and far below the hourly schedule that would otherwise serve a missed one.
+const probeLimit = 5 * time.Second
+
+// TestLogicalProbesAreAllServed: in watch.mode logical, with the schedule hourly,
+// probers on pooled sessions each read a row, then update another (the read/write
+// pattern of a connection pool), and wait for the API to serve the update; half the
+// probes run with every core kept busy. Every probe is served within probeLimit: a
+// commit the stream delivered never waits for the schedule, not even one that a
+// version's snapshot was opened a moment too early to see.
+func TestLogicalProbesAreAllServed(t *testing.T) {
+	probes := 480
+	if s := os.Getenv(envProbes); s != "" {
+		n, err := strconv.Atoi(s)
+		if err != nil || n < 1 {
+			t.Fatalf("%s=%q: want a positive integer", envProbes, s)
+		}
+		probes = n
+	}
+	const probers = 12
+	e := start(t)
+	testenv.Exec(t, e.dsn, `ALTER TABLE flags REPLICA IDENTITY FULL`,
+		`INSERT INTO things (id, note) SELECT 'probe-' || g, '' FROM generate_series(0, 11) g`)
+	defer e.runSyncer(t, logicalConfig(t, e))()
+	e.awaitServed(t, docPath("things", "probe-0"), `"id":"probe-0"`, time.Now(), 30*time.Second)
+
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var done atomic.Int64
+	// CPU contention: while the second half of the probes runs, a spinner per core.
+	var spin sync.WaitGroup
+	go func() {
+		for done.Load() < int64(probes/2) && ctx.Err() == nil {
+			time.Sleep(50 * time.Millisecond)
+		}
+		for range runtime.NumCPU() {
+			spin.Add(1)
+			go func() {
+				defer spin.Done()
+				for x := 0; ctx.Err() == nil; x++ {
+					if x%1_000_000 == 0 {
+						runtime.Gosched()
+					}
+				}
+			}()
+		}
+	}()
+	defer func() { cancel(); spin.Wait() }()
+
+	lat := make([][]time.Duration, probers)
+	errs := make(chan error, probers)
+	var wg sync.WaitGroup
+	for p := range probers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs <- e.probe(ctx, p, probes/probers, &done, &lat[p])
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			t.Error(err)
+		}
+	}
+	all := slices.Concat(lat...)
+	if len(all) == 0 {
+		return
+	}
+	slices.Sort(all)
+	q := func(f float64) time.Duration {
+		return all[min(len(all)-1, int(f*float64(len(all))))].Round(time.Millisecond)
+	}
+	t.Logf("%d probes served: p50 %s, p99 %s, p99.9 %s, max %s", len(all), q(0.5), q(0.99), q(0.999), all[len(all)-1].Round(time.Millisecond))
+}
+
+// probe runs n probes on one pooled session: read a row, update this prober's own,
+// await it served. It returns the first probe not served within probeLimit.
+func (e *env) probe(ctx context.Context, p, n int, done *atomic.Int64, lat *[]time.Duration) error {
+	conn, err := pgx.Connect(ctx, e.dsn)
+	if err != nil {
+		return err
+	}
+	defer conn.Close(context.Background())
+	id := fmt.Sprintf("probe-%d", p)
+	path := docPath("things", id)
+	for i := range n {
+		var note string
+		if err := conn.QueryRow(ctx, `SELECT note FROM things WHERE id = $1`, fmt.Sprintf("probe-%d", (p+1)%12)).Scan(&note); err != nil {
+			return err
+		}
+		want := fmt.Sprintf("p%d-%d", p, i)
+		if _, err := conn.Exec(ctx, `UPDATE things SET note = $1 WHERE id = $2`, want, id); err != nil {
+			return err
+		}
+		at := time.Now()
+		err := testenv.Poll(probeLimit, func() error {
+			r, err := e.tryGet(path)
+			if err != nil {
+				return err
+			}
+			if r.status != http.StatusOK || !strings.Contains(string(r.body), `"note":"`+want+`"`) {
+				return fmt.Errorf("GET %s: %d %s", path, r.status, genShort(string(r.body), 200))
+			}
+			return nil
+		})
+		if err != nil {
+			return fmt.Errorf("probe %s (prober %d, %d of %d) not served: %w", want, p, i+1, n, err)
+		}
+		*lat = append(*lat, time.Since(at))
+		done.Add(1)
+	}
+	return nil
+}
+
+// tryGet sends GET path to the API, from any goroutine.
+func (e *env) tryGet(path string) (response, error) {
+	resp, err := http.Get(e.base + path)
+	if err != nil {
+		return response{}, err
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	return response{resp.StatusCode, resp.Header.Get("Snapshot-Version"), resp.Header.Get("Content-Type"), body}, err
+}
