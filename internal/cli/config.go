@@ -118,7 +118,8 @@ type WatchConfig struct {
 	// Enabled starts a sync soon after a committed change to a table a collection
 	// reads; the schedule still runs as a backstop. Default true.
 	Enabled bool `yaml:"enabled"`
-	// Interval is how often the source's statistics are polled; default 200ms.
+	// Interval is how often the source's statistics (stats mode) and the watched
+	// relations' definitions (both modes) are polled; default 200ms.
 	Interval time.Duration `yaml:"interval"`
 	// MinInterval is the least time between the starts of two change-driven syncs,
 	// so a write storm makes a version every MinInterval, not one per commit;
