@@ -56,7 +56,13 @@ var awkwardIDs = []string{"plain", "a/b", "a#b", "100%", "%2F", "with space", "Ã
 
 func start(tb testing.TB) *env {
 	tb.Helper()
-	e := &env{dsn: testenv.Postgres(tb), btAddr: testenv.Bigtable(tb)}
+	return startOn(tb, testenv.Postgres(tb))
+}
+
+// startOn is start on the Postgres database dsn.
+func startOn(tb testing.TB, dsn string) *env {
+	tb.Helper()
+	e := &env{dsn: dsn, btAddr: testenv.Bigtable(tb)}
 	testenv.Exec(tb, e.dsn, schema)
 	for i, id := range awkwardIDs {
 		testenv.Exec(tb, e.dsn, fmt.Sprintf(`INSERT INTO things (id, n, i, f, b, ts, d, arr, tags, j, raw, note)

@@ -150,3 +150,74 @@ func (e *env) tryGet(path string) (response, error) {
 	body, err := io.ReadAll(resp.Body)
 	return response{resp.StatusCode, resp.Header.Get("Snapshot-Version"), resp.Header.Get("Content-Type"), body}, err
 }
+
+// TestLogicalCommitVisibleLateIsServed: a commit that the replication stream delivers
+// before Postgres makes it visible is served once it is, without the schedule. A
+// synchronous standby that never connects holds a commit there for as long as the
+// test likes: its record is flushed (and decoded), and it stays invisible until its
+// wait is cancelled. Meanwhile another commit is published, by a version whose
+// snapshot did not see the first; with nothing else to report it, the first would
+// wait an hour.
+func TestLogicalCommitVisibleLateIsServed(t *testing.T) {
+	t.Parallel()
+	pg := testenv.StartPostgres(t)
+	// Sessions commit asynchronously on this server (synchronous_commit off), so only
+	// the session that asks for it waits for the standby.
+	testenv.Exec(t, pg.DSN, `ALTER SYSTEM SET synchronous_standby_names = 'nobody'`, `SELECT pg_reload_conf()`)
+	testenv.Eventually(t, 10*time.Second, func() error {
+		if got := sourceRows(t, pg.DSN, `SHOW synchronous_standby_names`)[0][0]; got != "nobody" {
+			return fmt.Errorf("synchronous_standby_names is %q", got)
+		}
+		return nil
+	})
+	e := startOn(t, pg.DSN)
+	testenv.Exec(t, e.dsn, `ALTER TABLE flags REPLICA IDENTITY FULL`)
+	defer e.runSyncer(t, logicalConfig(t, e))()
+	e.awaitServed(t, docPath("things", "plain"), `"id":"plain"`, time.Now(), 30*time.Second)
+	// The slot exists and is read: creating it waits for every transaction in progress.
+	testenv.Eventually(t, 30*time.Second, func() error {
+		if n := sourceRows(t, e.dsn, `SELECT count(*) FROM pg_stat_replication WHERE state = 'streaming'`)[0][0]; n != "1" {
+			return fmt.Errorf("%s replication streams; want 1", n)
+		}
+		return nil
+	})
+
+	ctx := context.Background()
+	held, err := pgx.Connect(ctx, e.dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer held.Close(ctx)
+	var pid int
+	if _, err := held.Exec(ctx, `SET synchronous_commit = on`); err != nil {
+		t.Fatal(err)
+	}
+	if err := held.QueryRow(ctx, `SELECT pg_backend_pid()`).Scan(&pid); err != nil {
+		t.Fatal(err)
+	}
+	committed := make(chan error, 1)
+	go func() {
+		_, err := held.Exec(ctx, `UPDATE things SET note = 'visible late' WHERE id = 'plain'`)
+		committed <- err
+	}()
+	testenv.Eventually(t, 10*time.Second, func() error {
+		rows := sourceRows(t, e.dsn, fmt.Sprintf(`SELECT coalesce(wait_event, '') FROM pg_stat_activity WHERE pid = %d`, pid))
+		if len(rows) != 1 || rows[0][0] != "SyncRep" {
+			return fmt.Errorf("the commit does not wait for the standby yet: %v", rows)
+		}
+		return nil
+	})
+	// Another commit, decoded after the held one, is published by a version that
+	// cannot see the held one.
+	testenv.Exec(t, e.dsn, `UPDATE things SET note = 'seen at once' WHERE id = 'a/b'`)
+	e.awaitServed(t, docPath("things", "a/b"), "seen at once", time.Now(), 10*time.Second)
+	if r := e.get(t, docPath("things", "plain")); strings.Contains(string(r.body), "visible late") {
+		t.Fatalf("a commit no snapshot can see yet is served: %s", r.body)
+	}
+	testenv.Exec(t, e.dsn, fmt.Sprintf(`SELECT pg_cancel_backend(%d)`, pid))
+	if err := <-committed; err != nil {
+		t.Fatalf("the held commit: %v", err)
+	}
+	d := e.awaitServed(t, docPath("things", "plain"), "visible late", time.Now(), probeLimit)
+	t.Logf("the commit was served %s after it became visible", d.Round(time.Millisecond))
+}
