@@ -256,7 +256,7 @@ func (s *Source) open(ctx context.Context, since *snapshot.Position) (snapshot.S
 		return nil, fmt.Errorf("read the cluster's identity: %w", err)
 	}
 	pos := snapshot.Position{LSN: lsn, Snapshot: snapText, Config: fingerprint(s.collections, keys),
-		Fingerprints: map[string]string{}, Definitions: map[string]string{}, System: system}
+		Fingerprints: map[string]string{}, Definitions: map[string]string{}, Files: map[string]string{}, System: system}
 	var delta streamDelta
 	if st := s.stream.Load(); st != nil {
 		if delta, err = st.delta(ctx, snapText, lsn, since); err != nil {
@@ -269,6 +269,15 @@ func (s *Source) open(ctx context.Context, since *snapshot.Position) (snapshot.S
 		extra: map[int]*pgx.Conn{}, delta: delta, keyed: map[string][]string{}}
 	for _, c := range s.collections {
 		sn.parts[c.Name] = 1
+		if delta.pos != nil && c.Table != "" {
+			// Where the rows are, for the next version's stream delta to compare.
+			var files string
+			if err := tx.QueryRow(ctx, filesSQL, pgx.Identifier(c.tableParts()).Sanitize()).Scan(&files); err != nil {
+				_ = sn.Close(ctx)
+				return nil, fmt.Errorf("collection %s: files: %w", c.Name, err)
+			}
+			pos.Files[c.Name] = files
+		}
 		if keys, ok := delta.keys[c.Name]; ok && !byteOrder[c.Name] {
 			// The stream knows every change since the parent: no count, no read.
 			cols, err := tableDefinitions(ctx, tx, c)
@@ -277,7 +286,8 @@ func (s *Source) open(ctx context.Context, since *snapshot.Position) (snapshot.S
 				return nil, fmt.Errorf("collection %s: definitions: %w", c.Name, err)
 			}
 			defs := definitionsOf(cols)
-			if parent := since.Fingerprints[c.Name]; cols != "" && defs == since.Definitions[c.Name] && parent != "" {
+			files, parentFiles := pos.Files[c.Name], since.Files[c.Name]
+			if parent := since.Fingerprints[c.Name]; cols != "" && defs == since.Definitions[c.Name] && files != "" && files == parentFiles && parent != "" {
 				pos.Definitions[c.Name] = defs
 				pos.Fingerprints[c.Name] = streamFingerprint(parent, keys, pos)
 				sn.keyed[c.Name] = keys
@@ -432,17 +442,26 @@ const typesJSON = `(SELECT coalesce(jsonb_agg(jsonb_build_array(ty.oid,
 			) ORDER BY ty.oid), '[]')
 			FROM pg_type ty WHERE ty.oid IN (SELECT oid FROM types) AND ty.oid >= 16384)`
 
-// relationsSQL lists the table $1 and every partition and inheritance child under
-// it, each with the file that holds its rows. A rewrite (ALTER TABLE … TYPE with
-// USING, a volatile default) changes every row without a message on the replication
-// stream and, with the same column types, without changing the definitions: the new
-// file tells.
+// relationsSQL lists the oids of the table $1 and of every partition and inheritance
+// child under it.
 const relationsSQL = `WITH RECURSIVE tree(oid) AS (
 		SELECT to_regclass($1)::oid
 		UNION
 		SELECT i.inhrelid FROM pg_inherits i JOIN tree ON i.inhparent = tree.oid
 	)
-	SELECT coalesce(string_agg(oid::text || ':' || coalesce(pg_relation_filenode(oid), 0), ',' ORDER BY oid), '') FROM tree`
+	SELECT coalesce(string_agg(oid::text, ',' ORDER BY oid), '') FROM tree`
+
+// filesSQL lists the files that hold the rows of the table $1 and of every partition
+// and inheritance child under it ("" for a relation that is not there). A rewrite
+// (ALTER TABLE … TYPE … USING, a volatile default) changes every row without a
+// message on the replication stream and, with the same column types, without
+// changing the definitions: the new files tell.
+const filesSQL = `WITH RECURSIVE tree(oid) AS (
+		SELECT to_regclass($1)::oid
+		UNION
+		SELECT i.inhrelid FROM pg_inherits i JOIN tree ON i.inhparent = tree.oid
+	)
+	SELECT coalesce(string_agg(oid::text || ':' || coalesce(pg_relation_filenode(oid), 0), ',' ORDER BY oid), '') FROM tree WHERE oid IS NOT NULL`
 
 // ParseLSN parses a Postgres LSN, "16/B374D848".
 func ParseLSN(s string) (uint64, error) {
