@@ -45,6 +45,9 @@ var (
 	// ErrTargetRefused reports a rollback or unpin refused for its target: unknown,
 	// incomplete, expiring, already current, rolled back from, not pinned.
 	ErrTargetRefused = errors.New("refused")
+	// ErrRetention reports that storage keeps a version's cells for less time than its
+	// TTL needs: a version could be collected while it is served or before it expires.
+	ErrRetention = errors.New("storage keeps cells shorter than the TTL needs")
 	// ErrSource reports bad source data: a NULL, duplicate or oversized key or document.
 	ErrSource = errors.New("bad source data")
 )

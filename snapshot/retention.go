@@ -68,3 +68,36 @@ func (p *Publisher) refresh(ctx context.Context, m Manifest) (int64, error) {
 	}
 	return n, nil
 }
+
+// RetentionNeed is what a dataset's current version asks of storage's GC rule for
+// documents: to keep its cells its whole TTL, and to keep the oldest layer its chains
+// read for more than a margin from now. Datasets sharing a table each have theirs; a
+// rule must meet every one.
+type RetentionNeed struct {
+	Dataset string
+	// Version is the dataset's current version; Pinned says a rollback pinned it.
+	Version Version
+	Pinned  bool
+	// TTL is the version's TTL: its manifest's, or the configured one for a manifest
+	// without its own.
+	TTL time.Duration
+	// Age is how old the oldest layer its chains read is: now less its data time.
+	Age time.Duration
+}
+
+// NeedOf returns what the version ptr names, whose manifest is m, needs at now; ttl
+// stands in for a manifest without a TTL of its own.
+func NeedOf(dataset string, ptr Pointer, m Manifest, ttl time.Duration, now time.Time) RetentionNeed {
+	if m.TTL > 0 {
+		ttl = m.TTL
+	}
+	return RetentionNeed{Dataset: dataset, Version: ptr.Version, Pinned: ptr.Pinned, TTL: ttl, Age: max(now.Sub(m.DataTime()), 0)}
+}
+
+// Margin is the life the oldest layer must have left under a rule: a tenth of the
+// TTL, as a rollback target needs.
+func (n RetentionNeed) Margin() time.Duration { return n.TTL / 10 }
+
+// Keep returns the least life a GC rule must guarantee a document cell: the TTL, and
+// at least the oldest layer's age plus the margin.
+func (n RetentionNeed) Keep() time.Duration { return max(n.TTL, n.Age+n.Margin()) }

@@ -22,6 +22,10 @@ type Admin struct {
 	// ExpiryMargin is the least TTL a rollback target must have left; default a tenth
 	// of the TTL.
 	ExpiryMargin time.Duration
+	// Retention is the least time storage keeps a document cell (the GC rule of the
+	// documents' family); 0 when not known. A target whose TTL is longer expires by
+	// this instead, and the expiry check counts with it.
+	Retention time.Duration
 	// AcquireTimeout bounds the wait for the lease; default 30s.
 	AcquireTimeout time.Duration
 	// Crash, when set, is called at CrashRollbackFlip (tests kill the process there).
@@ -162,8 +166,8 @@ func (a *Admin) checkTarget(ctx context.Context, cur Pointer, target Version, fo
 	if err := m.CheckComplete(); err != nil {
 		return Manifest{}, fmt.Errorf("%w: %v", ErrTargetRefused, err)
 	}
-	if exp := m.ExpiresAt(a.TTL); !exp.IsZero() {
-		left := exp.Sub(a.now())
+	if ttl := a.lifeOf(m); ttl > 0 {
+		left := m.DataTime().Add(ttl).Sub(a.now())
 		if margin := a.margin(max(m.TTL, a.TTL)); left <= margin {
 			return Manifest{}, fmt.Errorf("%w: version %s expires in %s, within the safety margin of %s",
 				ErrTargetRefused, m.Version, left.Round(time.Second), margin)
@@ -229,6 +233,20 @@ func (a *Admin) audit(ctx context.Context, e AuditEntry) {
 	if err := a.Store.AppendAudit(ctx, e); err != nil {
 		a.log().WarnContext(ctx, "record audit entry", "action", e.Action, "err", err)
 	}
+}
+
+// lifeOf returns how long the cells of a target live from its data time: its TTL
+// (the configured one for a manifest without its own), or less when storage keeps
+// cells shorter; 0 when no TTL is known.
+func (a *Admin) lifeOf(m Manifest) time.Duration {
+	ttl := a.TTL
+	if m.TTL > 0 {
+		ttl = m.TTL
+	}
+	if a.Retention > 0 && ttl > a.Retention {
+		ttl = a.Retention
+	}
+	return ttl
 }
 
 func (a *Admin) margin(ttl time.Duration) time.Duration {
