@@ -16,12 +16,20 @@ import (
 	"github.com/snapflip/snapflip/store"
 )
 
-// adminEnv is what the administrative commands work with.
-type adminEnv struct {
+// readEnv is what the commands that only read work with: the config and the store.
+// They read the dataset's rows and nothing else: no schema check, no lease, no write,
+// so read access to the table is enough, and the config need not name a Postgres.
+type readEnv struct {
 	cfg   SyncerConfig
 	store *store.Store
-	admin *snapshot.Admin
+	log   *slog.Logger
 	out   io.Writer
+}
+
+// adminEnv is what the commands that move the pointer (rollback, unpin) work with.
+type adminEnv struct {
+	readEnv
+	admin *snapshot.Admin
 	by    string
 }
 
@@ -48,32 +56,59 @@ func newAdmin(st *store.Store, dataset string, ttl, leaseDuration time.Duration,
 	return &snapshot.Admin{Dataset: dataset, Store: st, Lease: lease, TTL: ttl, Log: log}, nil
 }
 
+// openRead loads the config and opens Bigtable, without touching the table's schema;
+// close releases it.
+func (m *Syncer) openRead(ctx context.Context, g *syncerFlags) (e *readEnv, close func(), err error) {
+	cfg, log, err := m.setup(g)
+	if err != nil {
+		return nil, nil, err
+	}
+	sctx, cancel := context.WithTimeout(ctx, startupTimeout)
+	defer cancel()
+	st, err := store.Open(sctx, cfg.StoreConfig())
+	if err != nil {
+		return nil, nil, err
+	}
+	return &readEnv{cfg: cfg, store: st, log: log, out: m.Stdout}, func() { st.Close() }, nil
+}
+
+// readRun returns the RunE of a command that only reads Bigtable: it loads the config
+// (no Postgres needed), opens Bigtable and runs fn with the command's arguments.
+func (m *Syncer) readRun(g *syncerFlags, fn func(ctx context.Context, e *readEnv, args []string) error) func(*cobra.Command, []string) error {
+	return func(cmd *cobra.Command, args []string) error {
+		ctx := cmd.Context()
+		e, close, err := m.openRead(ctx, g)
+		if err != nil {
+			return err
+		}
+		defer close()
+		return fn(ctx, e, args)
+	}
+}
+
 // adminRun returns the RunE of an administrative command: it loads the config, opens
-// Bigtable (no Postgres needed) and runs fn with the command's arguments.
+// Bigtable (no Postgres needed), ensures the schema and runs fn with the command's
+// arguments.
 func (m *Syncer) adminRun(g *syncerFlags, fn func(ctx context.Context, e *adminEnv, args []string) error) func(*cobra.Command, []string) error {
 	return func(cmd *cobra.Command, args []string) error {
 		ctx := cmd.Context()
-		cfg, log, err := m.setup(g)
+		re, close, err := m.openRead(ctx, g)
 		if err != nil {
 			return err
 		}
+		defer close()
 		sctx, cancel := context.WithTimeout(ctx, startupTimeout)
 		defer cancel()
-		st, err := store.Open(sctx, cfg.StoreConfig())
-		if err != nil {
-			return err
-		}
-		defer st.Close()
-		if err := st.EnsureSchema(sctx); err != nil {
+		if err := re.store.EnsureSchema(sctx); err != nil {
 			return err
 		}
 		by := operator()
-		adm, err := newAdmin(st, cfg.Dataset, cfg.TTL, cfg.Lease.Duration, "cli/"+by+"/"+uuid.NewString(), log)
+		adm, err := newAdmin(re.store, re.cfg.Dataset, re.cfg.TTL, re.cfg.Lease.Duration, "cli/"+by+"/"+uuid.NewString(), re.log)
 		if err != nil {
 			return err
 		}
 		adm.Crash = crashHook(m.Getenv)
-		return fn(ctx, &adminEnv{cfg: cfg, store: st, admin: adm, out: m.Stdout, by: by}, args)
+		return fn(ctx, &adminEnv{readEnv: *re, admin: adm, by: by}, args)
 	}
 }
 

@@ -47,7 +47,7 @@ It exits 0 when a sync could succeed, 1 with every problem named otherwise.`,
   syncer check --config snapflip.yaml --json`,
 		Args: positional(),
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			cfg, _, err := m.setup(g)
+			cfg, _, err := m.setupSource(g)
 			if err != nil {
 				return err
 			}

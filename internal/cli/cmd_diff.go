@@ -27,7 +27,7 @@ Collections whose digests are equal are not read.`,
 		Example: `  syncer diff 7b1e4c1a-3f7e-4c57-9d0c-0a5d2c1f8e21-1767225600000 7b1e4c1a-3f7e-4c57-9d0c-0a5d2c1f8e21-1767225900000 --config snapflip.yaml
   syncer diff 7b1e4c1a-3f7e-4c57-9d0c-0a5d2c1f8e21-1767225600000 7b1e4c1a-3f7e-4c57-9d0c-0a5d2c1f8e21-1767225900000 --collection tenants --json`,
 		Args: versionArgs("A", "B"),
-		RunE: m.adminRun(g, func(ctx context.Context, e *adminEnv, args []string) error {
+		RunE: m.readRun(g, func(ctx context.Context, e *readEnv, args []string) error {
 			a, b := snapshot.Version(args[0]), snapshot.Version(args[1])
 			d, err := snapshot.Diff(ctx, e.store, e.cfg.Dataset, a, b, coll, sample)
 			if err != nil {

@@ -23,7 +23,7 @@ unpin with when, who, why, from, to and the fencing token (kept 90 days).`,
 		Example: `  syncer history --config snapflip.yaml
   syncer history --config snapflip.yaml --json --limit 0`,
 		Args: positional(),
-		RunE: m.adminRun(g, func(ctx context.Context, e *adminEnv, _ []string) error {
+		RunE: m.readRun(g, func(ctx context.Context, e *readEnv, _ []string) error {
 			entries, err := e.store.ListAudit(ctx, e.cfg.Dataset, limit)
 			if err != nil {
 				return err

@@ -32,7 +32,7 @@ deleted and rendered). A full copy has one "layer", the version's own rows.`,
 		Example: `  syncer inspect 7b1e4c1a-3f7e-4c57-9d0c-0a5d2c1f8e21-1767225600000 --config snapflip.yaml
   syncer inspect 7b1e4c1a-3f7e-4c57-9d0c-0a5d2c1f8e21-1767225600000 --table --config snapflip.yaml`,
 		Args: versionArgs("VERSION"),
-		RunE: m.adminRun(g, func(ctx context.Context, e *adminEnv, args []string) error {
+		RunE: m.readRun(g, func(ctx context.Context, e *readEnv, args []string) error {
 			man, err := e.store.ReadManifest(ctx, e.cfg.Dataset, snapshot.Version(args[0]))
 			if err != nil {
 				return err

@@ -46,7 +46,7 @@ Nothing to remove is not an error.`,
 		Example: `  syncer unwatch --config snapflip.yaml`,
 		Args:    positional(),
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			cfg, _, err := m.setup(g)
+			cfg, _, err := m.setupSource(g)
 			if err != nil {
 				return err
 			}

@@ -33,7 +33,7 @@ a layered version's deltas were computed against.`,
 		Example: `  syncer versions --config snapflip.yaml
   syncer versions --config snapflip.yaml --json`,
 		Args: positional(),
-		RunE: m.adminRun(g, func(ctx context.Context, e *adminEnv, _ []string) error {
+		RunE: m.readRun(g, func(ctx context.Context, e *readEnv, _ []string) error {
 			return listVersions(ctx, e, asJSON)
 		}),
 	}
@@ -62,7 +62,7 @@ type versionRow struct {
 	Parent       snapshot.Version `json:"parent,omitempty"`
 }
 
-func listVersions(ctx context.Context, e *adminEnv, asJSON bool) error {
+func listVersions(ctx context.Context, e *readEnv, asJSON bool) error {
 	ms, err := e.store.ListManifests(ctx, e.cfg.Dataset)
 	if err != nil {
 		return err

@@ -286,6 +286,8 @@ var cronParser = cron.NewParser(cron.Minute | cron.Hour | cron.Dom | cron.Month 
 
 // LoadSyncerConfig reads the YAML file at path over the defaults, applies the
 // environment, and validates. Unknown fields are errors; every error names the field.
+// A config without postgres.dsn is valid: only the commands that read Postgres require
+// it.
 func LoadSyncerConfig(path string, getenv func(string) string) (SyncerConfig, error) {
 	if path == "" {
 		return SyncerConfig{}, fmt.Errorf("no config file: pass --config or set %s", EnvConfig)
@@ -341,9 +343,6 @@ func (c SyncerConfig) Validate() error {
 	if c.MaxDocumentBytes < 1 || c.MaxDocumentBytes > 100<<20 {
 		return fmt.Errorf("max_document_bytes %d: must be 1..104857600 (Bigtable's cell limit is 100 MiB)", c.MaxDocumentBytes)
 	}
-	if c.Postgres.DSN == "" {
-		return fmt.Errorf("postgres.dsn: required: set it or %s", EnvPostgresDSN)
-	}
 	if c.Postgres.Readers < 1 || c.Postgres.Readers > 64 {
 		return fmt.Errorf("postgres.readers %d: must be 1..64", c.Postgres.Readers)
 	}
@@ -374,6 +373,16 @@ func (c SyncerConfig) Validate() error {
 		return err
 	}
 	return c.StoreConfig().Validate()
+}
+
+// requirePostgres reports a config that names no Postgres: the commands that read
+// the source need one; the others (versions, inspect, diff, history, rollback, unpin)
+// read only Bigtable and load a config without it.
+func (c SyncerConfig) requirePostgres() error {
+	if c.Postgres.DSN == "" {
+		return fmt.Errorf("postgres.dsn: required: set it or %s", EnvPostgresDSN)
+	}
+	return nil
 }
 
 // sources returns the collections' source definitions.

@@ -144,7 +144,8 @@ Flags go before or after the command. Exit status: 0 done, 1 failed, 2 usage mis
 	return root
 }
 
-// setup makes the logger the flags ask for and loads the config.
+// setup makes the logger the flags ask for and loads the config, which need not name
+// a Postgres (the commands that read only Bigtable).
 func (m *Syncer) setup(g *syncerFlags) (SyncerConfig, *slog.Logger, error) {
 	log, err := newLogger(m.Stderr, g.logFormat, g.logLevel)
 	if err != nil {
@@ -157,10 +158,22 @@ func (m *Syncer) setup(g *syncerFlags) (SyncerConfig, *slog.Logger, error) {
 	return cfg, log, nil
 }
 
+// setupSource is setup for the commands that read Postgres: the config must name it.
+func (m *Syncer) setupSource(g *syncerFlags) (SyncerConfig, *slog.Logger, error) {
+	cfg, log, err := m.setup(g)
+	if err == nil {
+		err = cfg.requirePostgres()
+	}
+	if err != nil {
+		return SyncerConfig{}, nil, err
+	}
+	return cfg, log, nil
+}
+
 // start loads the config, wires the syncer and serves its metrics on metricsAddr (the
 // commands that sync); stop closes them.
 func (m *Syncer) start(ctx context.Context, g *syncerFlags, metricsAddr string) (s *syncer, stop func(), err error) {
-	cfg, log, err := m.setup(g)
+	cfg, log, err := m.setupSource(g)
 	if err != nil {
 		return nil, nil, err
 	}
