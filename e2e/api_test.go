@@ -155,7 +155,10 @@ func TestPinnedReadsAfterFlipsAndGone(t *testing.T) {
 		t.Fatal(err)
 	}
 	v1 := publishedVersion(t, out)
-	writeConfig(t, e, config) // later versions live an hour
+	writeConfig(t, e, config) // later versions live an hour, which the table's rules must allow
+	if out, err := e.syncerCmd(t, "retention", "--apply"); err != nil {
+		t.Fatalf("syncer retention --apply = %v\n%s", err, out)
+	}
 	for g := 1; g <= 3; g++ {
 		testenv.Exec(t, e.dsn, fmt.Sprintf(`UPDATE things SET gen = %d`, g))
 		if _, err := e.sync(t); err != nil {

@@ -176,7 +176,10 @@ func TestRollbackRefusesExpiringTarget(t *testing.T) {
 	e := start(t)
 	writeConfig(t, e, strings.Replace(config, "ttl: 1h", "ttl: 2s", 1))
 	old := e.publishGens(t, 1)[0]
-	writeConfig(t, e, config)
+	writeConfig(t, e, config) // an hour, which the table's rules must allow
+	if out, err := e.syncerCmd(t, "retention", "--apply"); err != nil {
+		t.Fatalf("syncer retention --apply = %v\n%s", err, out)
+	}
 	e.publishGens(t, 2)
 	// Wait until old is within its margin (a tenth of 2s) of expiring.
 	if wait := time.Until(snapshot.Version(old).Time().Add(1900 * time.Millisecond)); wait > 0 {

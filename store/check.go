@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"time"
 
 	"cloud.google.com/go/bigtable"
 	"google.golang.org/grpc/codes"
@@ -23,16 +24,25 @@ type SchemaReport struct {
 	// it was not checked (the emulator has no app profiles).
 	Routing string
 	// Problems are what would make a sync fail, each a sentence; empty when a sync
-	// could succeed. What a sync sets up by itself (a missing table or family, a GC
-	// rule that differs from the config's) is not a problem.
+	// could succeed. What a sync sets up by itself (a missing table or family) is not
+	// a problem, nor a rule that keeps cells longer than the config needs; a rule that
+	// keeps documents or manifests shorter is.
 	Problems []string
 }
 
 // FamilyReport is one column family: its GC rule as the config implies it and as the
-// table has it ("" when the family does not exist).
+// table has it ("" when the family does not exist). For the families whose life
+// follows the TTL (documents and manifests), Need is how long the config needs a
+// cell kept and Keep how long the table's rule keeps it (store.MinLife); both are 0
+// for the others.
 type FamilyReport struct {
 	Name, Holds, Want, Have string
+	Need, Keep              time.Duration
 }
+
+// Short reports whether the table's rule keeps cells shorter than the config needs:
+// a sync refuses to start.
+func (f FamilyReport) Short() bool { return f.Have != "" && f.Keep < f.Need }
 
 // OK reports whether a sync could succeed.
 func (r SchemaReport) OK() bool { return len(r.Problems) == 0 }
@@ -63,6 +73,7 @@ func (s *Store) CheckSchema(ctx context.Context) (SchemaReport, error) {
 		r.Exists = true
 	}
 	have := map[string]string{}
+	keep := map[string]time.Duration{}
 	if info != nil {
 		have = familyRules(info)
 		for fam, rule := range have {
@@ -70,10 +81,19 @@ func (s *Store) CheckSchema(ctx context.Context) (SchemaReport, error) {
 				have[fam] = "(none)"
 			}
 		}
+		ret := retentionOf(s.cfg.Table, info)
+		for _, f := range ret.families() {
+			keep[f.Family] = f.Keep
+		}
+		if err := ret.Check(s.cfg); err != nil {
+			r.Problems = append(r.Problems, "bigtable: "+err.Error()+": a sync refuses to start until the rules keep them as long "+
+				"(syncer retention --apply sets them, unless a dataset sharing the table needs them longer)")
+		}
 	}
-	pols := s.policies()
+	pols, need := s.cfg.policies(), s.cfg.needs()
 	for _, fam := range slices.Sorted(maps.Keys(pols)) {
-		r.Families = append(r.Families, FamilyReport{Name: fam, Holds: familyHolds[fam], Want: pols[fam].String(), Have: have[fam]})
+		r.Families = append(r.Families, FamilyReport{Name: fam, Holds: familyHolds[fam], Want: pols[fam].String(), Have: have[fam],
+			Need: need[fam], Keep: keep[fam]})
 	}
 	if s.cfg.EmulatorHost != "" {
 		r.Routing = "not checked: the emulator has no app profiles"

@@ -2,6 +2,7 @@ package store_test
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
@@ -11,7 +12,8 @@ import (
 
 // TestCheckSchema: before the first sync the table is reported missing (not a
 // problem: the sync creates it); after EnsureSchema every family has the GC rule the
-// config implies; a config with another TTL sees the difference; nothing is written.
+// config implies; a config with a shorter TTL sees the difference and no problem, one
+// with a longer TTL a problem naming both; nothing is written.
 func TestCheckSchema(t *testing.T) {
 	addr := testenv.Bigtable(t)
 	ctx := context.Background()
@@ -36,7 +38,7 @@ func TestCheckSchema(t *testing.T) {
 	if r2, _ := st.CheckSchema(ctx); r2.Exists {
 		t.Fatal("CheckSchema created the table")
 	}
-	if err := st.EnsureSchema(ctx); err != nil {
+	if _, err := st.EnsureSchema(ctx); err != nil {
 		t.Fatal(err)
 	}
 	if r, err = st.CheckSchema(ctx); err != nil || !r.Exists {
@@ -65,6 +67,30 @@ func TestCheckSchema(t *testing.T) {
 	}
 	if differ != 2 || !r.OK() { // documents and manifests age by the TTL
 		t.Errorf("with another TTL %d families differ (%+v); want d and m, and no problem (the next sync sets them)", differ, r.Families)
+	}
+	for _, f := range r.Families {
+		if f.Short() {
+			t.Errorf("with a shorter TTL family %s is short: %+v", f.Name, f)
+		}
+	}
+	cfg.TTL = 200 * time.Hour // longer than the table's 168h keeps documents
+	longer, err := store.Open(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer longer.Close()
+	if r, err = longer.CheckSchema(ctx); err != nil {
+		t.Fatal(err)
+	}
+	var short []string
+	for _, f := range r.Families {
+		if f.Short() {
+			short = append(short, f.Name)
+		}
+	}
+	if len(short) != 2 || len(r.Problems) != 1 || !strings.Contains(r.Problems[0], "ttl 200h") ||
+		!strings.Contains(r.Problems[0], "documents 168h") || !strings.Contains(r.Problems[0], "syncer retention --apply") {
+		t.Errorf("with a longer TTL: short families %v, problems %q; want d and m, one problem naming the TTL, the rule and the command", short, r.Problems)
 	}
 	if r.Routing == "" {
 		t.Error("the report says nothing of the app profile's routing")

@@ -103,8 +103,11 @@ func manifestKey(dataset string, v snapshot.Version) string {
 	return fmt.Sprintf("%s%013d#%s", manifestPrefix(dataset), v.Millis(), v.ClientID())
 }
 
+// pointerPrefix is the prefix of every dataset's pointer.
+const pointerPrefix = "p#"
+
 // pointerKey is the row key of a dataset's pointer.
-func pointerKey(dataset string) string { return "p#" + escapeComponent(dataset) }
+func pointerKey(dataset string) string { return pointerPrefix + escapeComponent(dataset) }
 
 // idFromDocKey returns the id of a document row key under prefix.
 func idFromDocKey(prefix, key string) (string, error) {

@@ -4,7 +4,9 @@ import (
 	"context"
 	"encoding/binary"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"strings"
 
 	"cloud.google.com/go/bigtable"
 	"google.golang.org/grpc/codes"
@@ -58,8 +60,7 @@ func valueNotEquals(fam, col string, v []byte) bigtable.Filter {
 func (s *Store) ReadPointer(ctx context.Context, dataset string) (snapshot.Pointer, error) {
 	ctx, cancel := s.op(ctx)
 	defer cancel()
-	row, err := s.tbl.ReadRow(ctx, pointerKey(dataset), bigtable.RowFilter(bigtable.InterleaveFilters(
-		column(famControl, colPointer), column(famControl, colFence))))
+	row, err := s.tbl.ReadRow(ctx, pointerKey(dataset), pointerFilter())
 	if status.Code(err) == codes.NotFound {
 		// No table yet: the syncer creates it on its first run.
 		return snapshot.Pointer{}, fmt.Errorf("dataset %s: table %s not found: %w", dataset, s.cfg.Table, snapshot.ErrNoVersion)
@@ -67,6 +68,17 @@ func (s *Store) ReadPointer(ctx context.Context, dataset string) (snapshot.Point
 	if err != nil {
 		return snapshot.Pointer{}, s.wrap(err, "read pointer of dataset %s", dataset)
 	}
+	return decodePointer(dataset, row)
+}
+
+// pointerFilter reads what decodePointer needs of a pointer row.
+func pointerFilter() bigtable.ReadOption {
+	return bigtable.RowFilter(bigtable.InterleaveFilters(column(famControl, colPointer), column(famControl, colFence)))
+}
+
+// decodePointer returns the pointer a row holds, or ErrNoVersion when it holds none
+// (a fence advanced before the first flip).
+func decodePointer(dataset string, row bigtable.Row) (snapshot.Pointer, error) {
 	var p snapshot.Pointer
 	var body, fence []byte
 	for _, c := range row[famControl] {
@@ -88,6 +100,39 @@ func (s *Store) ReadPointer(ctx context.Context, dataset string) (snapshot.Point
 		p.Fence = binary.BigEndian.Uint64(fence)
 	}
 	return p, nil
+}
+
+// ListPointers returns the pointer of every dataset that has published a version in
+// the table, by dataset; none when the table does not exist.
+func (s *Store) ListPointers(ctx context.Context) (map[string]snapshot.Pointer, error) {
+	ctx, cancel := s.op(ctx)
+	defer cancel()
+	out := map[string]snapshot.Pointer{}
+	var derr error
+	err := s.tbl.ReadRows(ctx, bigtable.PrefixRange(pointerPrefix), func(r bigtable.Row) bool {
+		dataset, err := unescapeComponent(strings.TrimPrefix(r.Key(), pointerPrefix))
+		if err != nil {
+			derr = err
+			return false
+		}
+		p, err := decodePointer(dataset, r)
+		switch {
+		case errors.Is(err, snapshot.ErrNoVersion):
+		case err != nil:
+			derr = err
+			return false
+		default:
+			out[dataset] = p
+		}
+		return true
+	}, pointerFilter())
+	if status.Code(err) == codes.NotFound {
+		return out, nil // no table yet: nothing was ever published
+	}
+	if err != nil {
+		return nil, s.wrap(err, "list pointers")
+	}
+	return out, derr
 }
 
 // FlipPointer moves the pointer in one CheckAndMutateRow. The predicate matches, and

@@ -29,9 +29,9 @@ func newStore(tb testing.TB) *store.Store {
 	return testenv.Store(tb, testenv.StoreConfig(testenv.Bigtable(tb)))
 }
 
-// ensureCounting opens a store with cfg, which runs EnsureSchema, and returns the
-// admin writes it made, by method.
-func ensureCounting(t *testing.T, cfg store.Config) map[string]int {
+// ensureCounting opens a store with cfg, runs EnsureSchema, and returns the
+// retention it reports and the admin writes it made, by method.
+func ensureCounting(t *testing.T, cfg store.Config) (store.Retention, map[string]int) {
 	t.Helper()
 	var mu sync.Mutex
 	writes := map[string]int{}
@@ -44,10 +44,20 @@ func ensureCounting(t *testing.T, cfg store.Config) map[string]int {
 		}
 		return invoker(ctx, method, req, reply, cc, opts...)
 	})}
-	testenv.Store(t, cfg) // runs EnsureSchema
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	st, err := store.Open(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	ret, err := st.EnsureSchema(ctx)
+	if err != nil {
+		t.Fatalf("ensure schema: %v", err)
+	}
 	mu.Lock()
 	defer mu.Unlock()
-	return maps.Clone(writes)
+	return ret, maps.Clone(writes)
 }
 
 // checkRules fails t unless every family of cfg's table has the rule cfg implies.
@@ -64,40 +74,56 @@ func checkRules(t *testing.T, cfg store.Config) {
 	}
 }
 
-// TestEnsureSchemaWritesOnlyWhatDiffers: the first EnsureSchema creates the table, its
-// families and their rules in one admin write; another with the same config writes
-// nothing; a changed TTL rewrites only the families whose rule depends on it.
-func TestEnsureSchemaWritesOnlyWhatDiffers(t *testing.T) {
+// TestEnsureSchemaNeverChangesARule: the first EnsureSchema creates the table, its
+// families and their rules in one admin write; another, with the same TTL or any
+// other, writes nothing and leaves every rule as it was. The retention it reports
+// says whether the rules keep cells as long as each TTL needs.
+func TestEnsureSchemaNeverChangesARule(t *testing.T) {
 	addr := testenv.Bigtable(t)
 	table := "schema_" + strings.ReplaceAll(uuid.NewString(), "-", "")
-	ensure := func(ttl time.Duration) map[string]int {
-		t.Helper()
+	config := func(ttl time.Duration) store.Config {
 		cfg := testenv.StoreConfig(addr)
 		cfg.Table, cfg.TTL = table, ttl
-		return ensureCounting(t, cfg)
+		return cfg
 	}
+	first := config(time.Hour)
 	for _, step := range []struct {
-		ttl  time.Duration
-		want map[string]int
+		ttl        time.Duration
+		want       map[string]int
+		short      bool
+		longer     int
+		shortNames []string
 	}{
-		{time.Hour, map[string]int{"CreateTable": 1}},
-		{time.Hour, map[string]int{}},
-		{2 * time.Hour, map[string]int{"ModifyColumnFamilies": 2}}, // documents and manifests
-		{2 * time.Hour, map[string]int{}},
+		{time.Hour, map[string]int{"CreateTable": 1}, false, 0, nil},
+		{time.Hour, map[string]int{}, false, 0, nil},
+		{2 * time.Hour, map[string]int{}, true, 0, []string{"ttl 2h", "documents 1h", "(age() > 1h || versions() > 1)", "manifests 25h", "age() > 25h"}},
+		{30 * time.Minute, map[string]int{}, false, 2, nil},
 	} {
-		if got := ensure(step.ttl); !maps.Equal(got, step.want) {
+		cfg := config(step.ttl)
+		ret, got := ensureCounting(t, cfg)
+		if !maps.Equal(got, step.want) {
 			t.Errorf("EnsureSchema with TTL %s made admin writes %v; want %v", step.ttl, got, step.want)
 		}
+		checkRules(t, first) // every rule as the table was made, whatever this TTL
+		err := ret.Check(cfg)
+		if step.short != errors.Is(err, snapshot.ErrRetention) {
+			t.Errorf("TTL %s on a table made for 1h: Check = %v; want short %v", step.ttl, err, step.short)
+		}
+		for _, w := range step.shortNames {
+			if err == nil || !strings.Contains(err.Error(), w) {
+				t.Errorf("TTL %s: Check = %v; want it to name %q", step.ttl, err, w)
+			}
+		}
+		if got := len(ret.Longer(cfg)); got != step.longer {
+			t.Errorf("TTL %s: %d families keep cells longer than it needs; want %d", step.ttl, got, step.longer)
+		}
 	}
-	cfg := testenv.StoreConfig(addr)
-	cfg.Table, cfg.TTL = table, 2*time.Hour
-	checkRules(t, cfg)
 }
 
 // TestEnsureSchemaMendsFamilies: on a table made elsewhere, with families missing, one
 // of another rule and one snapflip does not use, EnsureSchema creates each missing
-// family with its rule (one write each), sets the differing rule, and leaves the
-// other family as it was.
+// family with its rule (one write each) and leaves the families that exist as they
+// were; the family that keeps manifests too short is what its retention reports.
 func TestEnsureSchemaMendsFamilies(t *testing.T) {
 	addr := testenv.Bigtable(t)
 	cfg := testenv.StoreConfig(addr)
@@ -120,11 +146,28 @@ func TestEnsureSchemaMendsFamilies(t *testing.T) {
 	}}); err != nil {
 		t.Fatal(err)
 	}
-	// c, s and h are missing: three creations, and m's rule.
-	if got, want := ensureCounting(t, cfg), map[string]int{"ModifyColumnFamilies": 4}; !maps.Equal(got, want) {
+	// c, s and h are missing: three creations.
+	ret, got := ensureCounting(t, cfg)
+	if want := map[string]int{"ModifyColumnFamilies": 3}; !maps.Equal(got, want) {
 		t.Errorf("EnsureSchema made admin writes %v; want %v", got, want)
 	}
-	checkRules(t, cfg)
+	var short *store.RetentionError
+	if err := ret.Check(cfg); !errors.As(err, &short) || len(short.Short) != 1 || short.Short[0].Family != "m" || short.Short[0].Keep != time.Minute {
+		t.Errorf("Check = %v; want family m short, keeping 1m", err)
+	}
+	rep, err := testenv.Store(t, cfg).CheckSchema(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range rep.Families {
+		want := f.Want
+		if f.Name == "m" {
+			want = bigtable.MaxAgePolicy(time.Minute).String()
+		}
+		if f.Have != want {
+			t.Errorf("family %s: rule %q; want %q", f.Name, f.Have, want)
+		}
+	}
 	info, err := admin.TableInfo(ctx, cfg.Table)
 	if err != nil {
 		t.Fatal(err)
@@ -138,15 +181,17 @@ func TestEnsureSchemaMendsFamilies(t *testing.T) {
 	if extra != other.String() {
 		t.Errorf("family extra: rule %q; want it left %q", extra, other)
 	}
-	if got := ensureCounting(t, cfg); len(got) != 0 {
+	if _, got := ensureCounting(t, cfg); len(got) != 0 {
 		t.Errorf("EnsureSchema again made admin writes %v; want none", got)
 	}
 }
 
 // TestEnsureSchemaRandomConfigs: for random TTLs, grace and retentions (whole days,
-// hours, minutes or seconds, which Bigtable's rules print each their own way), the
-// emulator holds every rule EnsureSchema set as the config implies it, and a second
-// EnsureSchema with the same config writes nothing.
+// hours, minutes or seconds, which Bigtable's rules print each their own way), a
+// table created for a config holds every rule as the config implies it, keeps
+// documents and manifests exactly as long as the config needs, and asks for no
+// change when the same config plans its retention. Each config has a table of its
+// own: EnsureSchema sets rules only when it creates a family.
 func TestEnsureSchemaRandomConfigs(t *testing.T) {
 	addr := testenv.Bigtable(t)
 	seed := uint64(time.Now().UnixNano())
@@ -154,16 +199,22 @@ func TestEnsureSchemaRandomConfigs(t *testing.T) {
 	rng := rand.New(rand.NewPCG(seed, 2))
 	units := []time.Duration{24 * time.Hour, time.Hour, time.Minute, time.Second}
 	dur := func(least int) time.Duration { return time.Duration(least+rng.IntN(100)) * units[rng.IntN(len(units))] }
-	table := "schema_" + strings.ReplaceAll(uuid.NewString(), "-", "")
 	for range 8 {
 		cfg := testenv.StoreConfig(addr)
-		cfg.Table = table
+		cfg.Table = "schema_" + strings.ReplaceAll(uuid.NewString(), "-", "")
 		cfg.TTL, cfg.ManifestGrace, cfg.SlotRetention, cfg.AuditRetention = dur(1), dur(0), dur(1), dur(1)
-		ensureCounting(t, cfg)
+		what := fmt.Sprintf("TTL %s, grace %s, slots %s, audit %s", cfg.TTL, cfg.ManifestGrace, cfg.SlotRetention, cfg.AuditRetention)
+		ret, _ := ensureCounting(t, cfg)
 		checkRules(t, cfg)
-		if got := ensureCounting(t, cfg); len(got) != 0 {
-			t.Fatalf("TTL %s, grace %s, slots %s, audit %s: EnsureSchema again made admin writes %v; want none",
-				cfg.TTL, cfg.ManifestGrace, cfg.SlotRetention, cfg.AuditRetention, got)
+		if ret.Docs.Keep != cfg.TTL || ret.Manifests.Keep != cfg.TTL+cfg.ManifestGrace || ret.Check(cfg) != nil {
+			t.Errorf("%s: documents kept %s, manifests %s, Check %v; want exactly the TTL and the TTL plus the grace",
+				what, ret.Docs.Keep, ret.Manifests.Keep, ret.Check(cfg))
+		}
+		if plan := store.PlanRetention(ret, cfg, nil); len(plan.Changes) != 0 {
+			t.Errorf("%s: planning the same config changes %+v; want nothing", what, plan.Changes)
+		}
+		if _, got := ensureCounting(t, cfg); len(got) != 0 {
+			t.Fatalf("%s: EnsureSchema again made admin writes %v; want none", what, got)
 		}
 	}
 }
@@ -475,7 +526,9 @@ func TestUnreachableBigtableSaysSo(t *testing.T) {
 	defer st.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
-	for name, err := range map[string]error{"Ping": st.Ping(ctx), "EnsureSchema": st.EnsureSchema(ctx)} {
+	_, ensureErr := st.EnsureSchema(ctx)
+	_, retentionErr := st.Retention(ctx)
+	for name, err := range map[string]error{"Ping": st.Ping(ctx), "EnsureSchema": ensureErr, "Retention": retentionErr} {
 		if err == nil || !strings.Contains(err.Error(), "unreachable") || !strings.Contains(err.Error(), "127.0.0.1:1") {
 			t.Errorf("%s against nothing = %v; want an error saying the emulator at 127.0.0.1:1 is unreachable", name, err)
 		}

@@ -99,7 +99,7 @@ func (m *Syncer) adminRun(g *syncerFlags, fn func(ctx context.Context, e *adminE
 		defer close()
 		sctx, cancel := context.WithTimeout(ctx, startupTimeout)
 		defer cancel()
-		if err := re.store.EnsureSchema(sctx); err != nil {
+		if _, err := re.store.EnsureSchema(sctx); err != nil {
 			return err
 		}
 		by := operator()

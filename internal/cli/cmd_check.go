@@ -34,9 +34,11 @@ writing anything or reading a row, whether a sync could succeed:
   it reads), the estimated row count and size;
 
   for Bigtable: that the table exists with the column families and GC rules the config
-  implies (a missing table, family or differing rule is set up by the next sync), and,
-  outside the emulator, that the app profile routes to a single cluster, which
-  conditional writes need;
+  implies (a missing table or family is created by the next sync; a rule that keeps
+  documents or manifests shorter than the ttl needs is a problem, which "syncer
+  retention --apply" mends; a sync never changes an existing rule), and, outside the
+  emulator, that the app profile routes to a single cluster, which conditional writes
+  need;
 
   with watch.mode logical: wal_level, the role's REPLICATION attribute, a free
   replication slot, the publication (which the syncer creates when the role may) and
@@ -169,8 +171,16 @@ func (r checkReport) print(w io.Writer) {
 				fmt.Fprintf(w, "  family %s (%s): %s\n", f.Name, f.Holds, f.Want)
 			case f.Have == "":
 				fmt.Fprintf(w, "  family %s (%s): missing; the next sync creates it with %s\n", f.Name, f.Holds, f.Want)
+			case f.Short():
+				fmt.Fprintf(w, "  family %s (%s): %s keeps cells %s, shorter than the config's ttl needs (%s): "+
+					"a sync refuses to start; syncer retention --apply sets %s\n",
+					f.Name, f.Holds, f.Have, store.FormatLife(f.Keep), store.FormatLife(f.Need), f.Want)
+			case f.Need > 0 && f.Keep > f.Need:
+				fmt.Fprintf(w, "  family %s (%s): %s keeps cells longer than the config needs (%s would do); "+
+					"a dataset sharing the table may need it\n", f.Name, f.Holds, f.Have, f.Want)
 			default:
-				fmt.Fprintf(w, "  family %s (%s): %s; the next sync sets the config's %s\n", f.Name, f.Holds, f.Have, f.Want)
+				fmt.Fprintf(w, "  family %s (%s): %s; the config implies %s (a sync leaves an existing rule as it is)\n",
+					f.Name, f.Holds, f.Have, f.Want)
 			}
 		}
 		fmt.Fprintf(w, "  app profile routing: %s\n", b.Routing)

@@ -251,6 +251,7 @@ type SyncerConfig struct {
 	Collections []CollectionConfig `yaml:"collections"`
 
 	emulatorHost string
+	path         string // the file it was loaded from
 }
 
 // The values of versions.
@@ -301,6 +302,7 @@ func LoadSyncerConfig(path string, getenv func(string) string) (SyncerConfig, er
 	if err != nil {
 		return SyncerConfig{}, fmt.Errorf("config %s: %w", path, err)
 	}
+	cfg.path = path
 	return cfg, nil
 }
 

@@ -103,10 +103,11 @@ func publish(tb testing.TB, getenv func(string) string, config string, args ...s
 	return m[1]
 }
 
-// TestReadOnlyCommandsChangeNothing: versions, inspect, diff and history, run with a
-// config whose ttl differs from the table's GC rules and that names no Postgres (nor
-// does the environment), answer through a Bigtable that grants them only reads of
-// rows, and leave the table's GC rules and every cell as they were.
+// TestReadOnlyCommandsChangeNothing: versions, inspect, diff, history and retention
+// without --apply, run with a config whose ttl differs from the table's GC rules and
+// that names no Postgres (nor does the environment), answer through a Bigtable that
+// grants them only reads (of rows; retention also reads the table's schema), and
+// leave the table's GC rules and every cell as they were.
 func TestReadOnlyCommandsChangeNothing(t *testing.T) {
 	dsn := testenv.Postgres(t)
 	testenv.Exec(t, dsn, `CREATE TABLE things (id text PRIMARY KEY, n int)`, `INSERT INTO things VALUES ('a', 1), ('b', 2)`)
@@ -124,19 +125,25 @@ func TestReadOnlyCommandsChangeNothing(t *testing.T) {
 	rulesBefore, cellsBefore := gcRules(t, admin, table), cells(t, client, table)
 	t.Logf("GC rules before: %v", rulesBefore)
 
-	gate := testenv.Gate(t, addr, testenv.MethodReadRows, testenv.MethodSampleRowKeys)
+	gate := testenv.Gate(t, addr, testenv.MethodReadRows, testenv.MethodSampleRowKeys, testenv.MethodGetTable)
 	reader := env(map[string]string{EnvEmulatorHost: gate.Addr()}) // no SNAPFLIP_POSTGRES_DSN
 	readConfig := writeFile(t, "reader.yaml", "dataset: ro\nttl: 1h\n"+collections)
 	for _, tt := range []struct {
 		args []string
 		want string
+		// readsSchema: the command reads the table's GC rules (TableInfo), the one
+		// admin read it may make; the others read rows only.
+		readsSchema bool
 	}{
-		{[]string{"versions"}, v2},
-		{[]string{"versions", "--json"}, `"version": "` + v1},
-		{[]string{"inspect", v2}, `"version": "` + v2},
-		{[]string{"inspect", "--table", v1}, "collection things"},
-		{[]string{"diff", v1, v2}, "~1 changed"},
-		{[]string{"history"}, "flip"},
+		{[]string{"versions"}, v2, false},
+		{[]string{"versions", "--json"}, `"version": "` + v1, false},
+		{[]string{"inspect", v2}, `"version": "` + v2, false},
+		{[]string{"inspect", "--table", v1}, "collection things", false},
+		{[]string{"diff", v1, v2}, "~1 changed", false},
+		{[]string{"history"}, "flip", false},
+		// This dataset's current version needs the 168h its manifest says: the 1h
+		// rules would be refused.
+		{[]string{"retention"}, "refused: dataset ro needs documents kept 168h", true},
 	} {
 		args := append(tt.args, "--config", readConfig, "--log-level", "warn")
 		out, _, err := run(t, false, reader, args...)
@@ -144,8 +151,9 @@ func TestReadOnlyCommandsChangeNothing(t *testing.T) {
 			t.Errorf("syncer %q = %q, %v; want %q in the output", tt.args, out, err, tt.want)
 		}
 		calls := gate.Calls()
-		if len(calls) == 0 || slices.ContainsFunc(calls, func(m string) bool { return m != testenv.MethodReadRows && m != testenv.MethodSampleRowKeys }) {
-			t.Errorf("syncer %q called %v; want reads of rows only", tt.args, calls)
+		rowRead := func(m string) bool { return m == testenv.MethodReadRows || m == testenv.MethodSampleRowKeys }
+		if len(calls) == 0 || slices.ContainsFunc(calls, func(m string) bool { return !rowRead(m) && !(tt.readsSchema && m == testenv.MethodGetTable) }) {
+			t.Errorf("syncer %q called %v; want reads of rows only (and of the table's schema: %v)", tt.args, calls, tt.readsSchema)
 		}
 		rulesAfter := gcRules(t, admin, table)
 		t.Logf("GC rules after syncer %s: %v", tt.args[0], rulesAfter)
@@ -162,7 +170,8 @@ func TestReadOnlyCommandsChangeNothing(t *testing.T) {
 		t.Errorf("syncer once without a Postgres = %v; want postgres.dsn required", err)
 	}
 	// The gate refuses what a reader may not do: a command that writes fails through it.
-	if _, _, err := run(t, false, reader, "rollback", "--previous", "--reason", "x", "--config", readConfig); err == nil ||
+	rowsOnly := env(map[string]string{EnvEmulatorHost: testenv.Gate(t, addr, testenv.MethodReadRows).Addr()})
+	if _, _, err := run(t, false, rowsOnly, "rollback", "--previous", "--reason", "x", "--config", readConfig); err == nil ||
 		!strings.Contains(err.Error(), "PermissionDenied") {
 		t.Errorf("syncer rollback through a read-only Bigtable = %v; want permission denied", err)
 	}

@@ -136,7 +136,7 @@ Flags go before or after the command. Exit status: 0 done, 1 failed, 2 usage mis
 		root.AddCommand(c)
 	}
 	for _, c := range []*cobra.Command{m.versionsCommand(g), m.inspectCommand(g), m.diffCommand(g),
-		m.rollbackCommand(g), m.unpinCommand(g), m.historyCommand(g)} {
+		m.rollbackCommand(g), m.unpinCommand(g), m.historyCommand(g), m.retentionCommand(g)} {
 		c.GroupID = "versions"
 		root.AddCommand(c)
 	}
@@ -217,7 +217,11 @@ func wireSyncer(ctx context.Context, cfg SyncerConfig, log *slog.Logger) (*synce
 		return nil, err
 	}
 	fail := func(err error) (*syncer, error) { st.Close(); return nil, err }
-	if err := st.EnsureSchema(sctx); err != nil {
+	ret, err := st.EnsureSchema(sctx)
+	if err != nil {
+		return fail(err)
+	}
+	if err := checkRetention(ret, cfg, log); err != nil {
 		return fail(err)
 	}
 	if err := src.Ping(sctx); err != nil {
@@ -265,6 +269,35 @@ func wireSyncer(ctx context.Context, cfg SyncerConfig, log *slog.Logger) (*synce
 		metrics: metrics,
 		log:     log.With("holder", holder),
 	}, nil
+}
+
+// checkRetention refuses a table whose GC rules keep documents or manifests shorter
+// than the config's ttl needs: a version would be collected before it expires, or
+// while it is served. The syncer never changes a rule itself (the table may be shared
+// with a dataset that needs it longer); `syncer retention --apply` does, explicitly.
+// A rule that keeps cells longer is fine, and logged.
+func checkRetention(ret store.Retention, cfg SyncerConfig, log *slog.Logger) error {
+	sc := cfg.StoreConfig()
+	if err := ret.Check(sc); err != nil {
+		return fmt.Errorf("%w: not starting, so that no version is collected before it expires: "+
+			"run `%s` to set the rules this ttl needs (it refuses if a dataset sharing the table needs them longer), "+
+			"or lower ttl", err, retentionApply(cfg))
+	}
+	for _, f := range ret.Longer(sc) {
+		log.Info("the table keeps cells longer than this dataset's ttl needs; a dataset sharing it may need them",
+			"dataset", cfg.Dataset, "table", ret.Table, "family", f.Family, "rule", f.String(), "keeps", store.FormatLife(f.Keep),
+			"ttl", store.FormatLife(cfg.TTL))
+	}
+	return nil
+}
+
+// retentionApply is the command that sets the GC rules cfg asks for.
+func retentionApply(cfg SyncerConfig) string {
+	cmd := "syncer retention --apply"
+	if cfg.path != "" {
+		cmd += " --config " + cfg.path
+	}
+	return cmd
 }
 
 func (m *Syncer) report(res snapshot.PublishResult, token uint64) {

@@ -308,8 +308,10 @@ func StoreConfig(addr string) store.Config {
 	return cfg
 }
 
-// Store opens a store on the emulator at addr, creates its schema, and closes it when
-// the test ends.
+// Store opens a store on the emulator at addr, creates its table and column families
+// where they are missing, and closes it when the test ends. An existing table's GC
+// rules stay as they are, whatever cfg's TTL: a test that needs the table's rules to
+// follow its TTL uses a table of its own.
 func Store(tb testing.TB, cfg store.Config) *store.Store {
 	tb.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -319,7 +321,7 @@ func Store(tb testing.TB, cfg store.Config) *store.Store {
 		tb.Fatalf("open store: %v", err)
 	}
 	tb.Cleanup(func() { st.Close() })
-	if err := st.EnsureSchema(ctx); err != nil {
+	if _, err := st.EnsureSchema(ctx); err != nil {
 		tb.Fatalf("ensure schema: %v", err)
 	}
 	return st
