@@ -87,8 +87,8 @@ func (m *Syncer) readRun(g *syncerFlags, fn func(ctx context.Context, e *readEnv
 }
 
 // adminRun returns the RunE of an administrative command: it loads the config, opens
-// Bigtable (no Postgres needed), ensures the schema and runs fn with the command's
-// arguments.
+// Bigtable (no Postgres needed) and runs fn with the command's arguments. The table's
+// schema is left as it is: moving the pointer changes no GC rule.
 func (m *Syncer) adminRun(g *syncerFlags, fn func(ctx context.Context, e *adminEnv, args []string) error) func(*cobra.Command, []string) error {
 	return func(cmd *cobra.Command, args []string) error {
 		ctx := cmd.Context()
@@ -97,11 +97,6 @@ func (m *Syncer) adminRun(g *syncerFlags, fn func(ctx context.Context, e *adminE
 			return err
 		}
 		defer close()
-		sctx, cancel := context.WithTimeout(ctx, startupTimeout)
-		defer cancel()
-		if _, err := re.store.EnsureSchema(sctx); err != nil {
-			return err
-		}
 		by := operator()
 		adm, err := newAdmin(re.store, re.cfg.Dataset, re.cfg.TTL, re.cfg.Lease.Duration, "cli/"+by+"/"+uuid.NewString(), re.log)
 		if err != nil {

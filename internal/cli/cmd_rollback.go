@@ -7,6 +7,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/snapflip/snapflip/snapshot"
+	"github.com/snapflip/snapflip/store"
 )
 
 // rollbackCommand is `syncer rollback`: point back at an earlier version and pin.
@@ -22,11 +23,28 @@ func (m *Syncer) rollbackCommand(g *syncerFlags) *cobra.Command {
 than a tenth of its TTL left, is not current, and was not itself rolled back away
 from unless --force), flips the pointer to it, marks the abandoned version
 rolled_back and pins the dataset: scheduled syncs publish nothing until
-"syncer unpin". A refusal explains itself and changes nothing.`,
+"syncer unpin". A refusal explains itself and changes nothing.
+
+A target's TTL left counts with the shorter of its TTL and how long the table's GC
+rule keeps documents; a table that keeps them shorter than the config's ttl is
+refused outright, naming both. Rollback changes no GC rule.`,
 		Example: `  syncer rollback --previous --reason "bad import" --config snapflip.yaml
   syncer rollback --to 7b1e4c1a-3f7e-4c57-9d0c-0a5d2c1f8e21-1767225600000 --reason "back to Monday" --force`,
 		Args: positional(),
 		RunE: m.adminRun(g, func(ctx context.Context, e *adminEnv, _ []string) error {
+			ret, err := e.store.Retention(ctx)
+			if err != nil {
+				return err
+			}
+			if ret.Docs.Keep < e.cfg.TTL {
+				// The target's expiry is checked against ttl: on a table that keeps
+				// documents shorter, a target the check passes may be collected already.
+				return fmt.Errorf("rollback: table %s keeps documents %s (family d, GC rule %s), shorter than ttl %s, "+
+					"which the check of the target's expiry counts with: set ttl to what this dataset's syncers use, "+
+					"or run `%s` (nothing changed): %w",
+					ret.Table, store.FormatLife(ret.Docs.Keep), ret.Docs, store.FormatLife(e.cfg.TTL), retentionApply(e.cfg), snapshot.ErrRetention)
+			}
+			e.admin.Retention = ret.Docs.Keep
 			req := snapshot.RollbackRequest{Previous: previous, Reason: reason, Force: force, By: e.by}
 			if to != "" {
 				req.To = snapshot.Version(to) // checked when parsed
