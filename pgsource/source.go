@@ -256,7 +256,7 @@ func (s *Source) open(ctx context.Context, since *snapshot.Position) (snapshot.S
 		return nil, fmt.Errorf("read the cluster's identity: %w", err)
 	}
 	pos := snapshot.Position{LSN: lsn, Snapshot: snapText, Config: fingerprint(s.collections, keys),
-		Fingerprints: map[string]string{}, Definitions: map[string]string{}, Files: map[string]string{}, System: system}
+		Fingerprints: map[string]string{}, Definitions: map[string]string{}, System: system}
 	var delta streamDelta
 	if st := s.stream.Load(); st != nil {
 		if delta, err = st.delta(ctx, snapText, lsn, since); err != nil {
@@ -269,12 +269,16 @@ func (s *Source) open(ctx context.Context, since *snapshot.Position) (snapshot.S
 		extra: map[int]*pgx.Conn{}, delta: delta, keyed: map[string][]string{}}
 	for _, c := range s.collections {
 		sn.parts[c.Name] = 1
-		if delta.pos != nil && c.Table != "" {
-			// Where the rows are, for the next version's stream delta to compare.
+		if c.Table != "" {
+			// Where the rows are, for a later version's stream delta to compare (its
+			// parent may have been read before the stream was).
 			var files string
 			if err := tx.QueryRow(ctx, filesSQL, pgx.Identifier(c.tableParts()).Sanitize()).Scan(&files); err != nil {
 				_ = sn.Close(ctx)
 				return nil, fmt.Errorf("collection %s: files: %w", c.Name, err)
+			}
+			if pos.Files == nil {
+				pos.Files = map[string]string{}
 			}
 			pos.Files[c.Name] = files
 		}

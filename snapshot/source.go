@@ -25,9 +25,8 @@ type Position struct {
 	// Definitions holds, per table collection, a fingerprint of its column and type
 	// definitions alone: a change there changes documents without writing rows.
 	Definitions map[string]string `json:"definitions,omitempty"`
-	// Files holds, per table collection read while the source followed its change
-	// stream, where its rows are stored: a rewrite moves them, changing every row
-	// without a change the stream names.
+	// Files holds, per table collection, where its rows are stored: a rewrite moves
+	// them, changing every row without a change the stream names.
 	Files map[string]string `json:"files,omitempty"`
 	// System names the database cluster and database the snapshot was read from
 	// (empty when the source cannot say): row versions are only comparable within one.

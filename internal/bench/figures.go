@@ -47,6 +47,7 @@ var benchmarks = []string{
 	"BenchmarkLogicalDelete",
 	"BenchmarkLogicalPgbench",
 	"BenchmarkLogicalWALRetained",
+	"BenchmarkDDLToServed",
 	"BenchmarkLargeSync",
 	"BenchmarkReplica",
 }
