@@ -154,8 +154,11 @@ type watch struct {
 func (w *watch) run(ctx context.Context) error {
 	cfg := w.src.cfg.Copy()
 	// The poll's catalog digest is estimated dear enough for JIT compilation, which
-	// costs a hundred times what running it does.
+	// costs a hundred times what running it does; and planning it anew each time,
+	// as Postgres does for a custom plan, costs more than running it (0.77 ms
+	// against 0.47 ms): the generic plan, made once, serves every poll.
 	cfg.RuntimeParams["jit"] = "off"
+	cfg.RuntimeParams["plan_cache_mode"] = "force_generic_plan"
 	conn, err := pgx.ConnectConfig(ctx, cfg)
 	if err != nil {
 		return w.src.connectError(err)
