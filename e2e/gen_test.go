@@ -73,6 +73,20 @@ func genEnvInt(tb testing.TB, name string, def int) int {
 	return n
 }
 
+// genBaseSeed returns the first schema's seed: SNAPFLIP_GEN_SEED, or the clock's.
+func genBaseSeed(tb testing.TB) uint64 {
+	tb.Helper()
+	s := os.Getenv(envGenSeed)
+	if s == "" {
+		return uint64(time.Now().UnixNano())
+	}
+	base, err := strconv.ParseUint(s, 10, 64)
+	if err != nil {
+		tb.Fatalf("%s=%q: want an unsigned integer", envGenSeed, s)
+	}
+	return base
+}
+
 func genSizesFromEnv(tb testing.TB) genSizes {
 	tb.Helper()
 	return genSizes{
@@ -117,13 +131,7 @@ func genOptions(seed uint64, opt sqlgen.Options) sqlgen.Options {
 func TestGenerative(t *testing.T) {
 	t.Parallel()
 	sz := genSizesFromEnv(t)
-	base := uint64(time.Now().UnixNano())
-	if s := os.Getenv(envGenSeed); s != "" {
-		var err error
-		if base, err = strconv.ParseUint(s, 10, 64); err != nil {
-			t.Fatalf("%s=%q: want an unsigned integer", envGenSeed, s)
-		}
-	}
+	base := genBaseSeed(t)
 	t.Logf("seeds %d..%d: %d schemas × %d syncs (tables ≤ %d, columns ≤ %d, rows ≤ %d); replay the first with\n  %s",
 		base, base+uint64(sz.schemas)-1, sz.schemas, sz.syncs, sz.opt.Tables, sz.opt.Columns, sz.opt.Rows, sz.replay(base))
 	// Each history has a database and emulators of its own: they run in parallel, and

@@ -6,7 +6,6 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -35,13 +34,7 @@ func TestGenerativeWatch(t *testing.T) {
 	sz := genSizesFromEnv(t)
 	sz.schemas = genEnvInt(t, envGenWatchSchemas, 4)
 	sz.syncs = max(sz.syncs, 8)
-	base := uint64(time.Now().UnixNano())
-	if s := os.Getenv(envGenSeed); s != "" {
-		var err error
-		if base, err = strconv.ParseUint(s, 10, 64); err != nil {
-			t.Fatalf("%s=%q: want an unsigned integer", envGenSeed, s)
-		}
-	}
+	base := genBaseSeed(t)
 	t.Logf("seeds %d..%d; replay one with %s=<seed> %s=1 go test -race -count=1 -run 'TestGenerativeWatch' ./e2e/",
 		base, base+uint64(sz.schemas)-1, envGenSeed, envGenWatchSchemas)
 	for i := range sz.schemas {
