@@ -176,3 +176,27 @@ func TestDefinitionChangesAreServed(t *testing.T) {
 		})
 	}
 }
+
+// TestServedAfterPostgresRestart: in both watch modes, after the source restarts
+// (a fast shutdown ends every session, the watch's and the stream's too) a row change
+// is served without the schedule, the watch having reconnected by itself.
+func TestServedAfterPostgresRestart(t *testing.T) {
+	t.Parallel()
+	for _, mode := range []string{"stats", "logical"} {
+		t.Run(mode, func(t *testing.T) {
+			pg := testenv.StartPostgres(t)
+			e := startOn(t, pg.DSN)
+			testenv.Exec(t, e.dsn, `ALTER TABLE flags REPLICA IDENTITY FULL`)
+			cfg := config
+			if mode == "logical" {
+				cfg = logicalConfig(t, e)
+			}
+			defer e.runSyncer(t, cfg)()
+			e.awaitServed(t, docPath("things", "plain"), `"id":"plain"`, time.Now(), 30*time.Second)
+			pg.Restart()
+			testenv.Exec(t, e.dsn, `UPDATE things SET note = 'after the restart' WHERE id = 'plain'`)
+			d := e.awaitServed(t, docPath("things", "plain"), "after the restart", time.Now(), 20*time.Second)
+			t.Logf("served %s after the commit", d.Round(time.Millisecond))
+		})
+	}
+}
