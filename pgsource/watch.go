@@ -173,12 +173,8 @@ func (w *watch) run(ctx context.Context) error {
 		first          = true
 		ticker         = time.NewTicker(w.cfg.Interval)
 		lastOIDsKey    string
-		poll           = watchSQL
 		statsSignature = w.cfg.Mode == WatchModeStats
 	)
-	if !statsSignature {
-		poll = definitionsWatchSQL
-	}
 	defer ticker.Stop()
 	for {
 		if resolvedAt.IsZero() || time.Since(resolvedAt) >= w.cfg.Resolve {
@@ -197,7 +193,11 @@ func (w *watch) run(ctx context.Context) error {
 		}
 		start := time.Now()
 		var sig, catalog, lsnText, xmaxText string
-		err := conn.QueryRow(ctx, poll, oids, rels).Scan(&sig, &catalog, &lsnText, &xmaxText)
+		if statsSignature {
+			err = conn.QueryRow(ctx, watchSQL, oids, rels).Scan(&sig, &catalog, &lsnText, &xmaxText)
+		} else {
+			err = conn.QueryRow(ctx, definitionsWatchSQL, rels).Scan(&catalog, &lsnText, &xmaxText)
+		}
 		if err != nil {
 			return fmt.Errorf("poll: %w", err)
 		}
@@ -255,8 +255,9 @@ var watchSQL = `SELECT coalesce(string_agg(r::text || ':' || pg_stat_get_tuples_
 	` + positionSQL + `
 	FROM unnest($1::oid[]) AS r`
 
-// definitionsWatchSQL is watchSQL without the counters (logical mode); $1 is unused.
-var definitionsWatchSQL = `SELECT $1::oid[]::text, (` + strings.ReplaceAll(catalogSQL, "$1", "$2") + `),
+// definitionsWatchSQL is watchSQL without the counters (logical mode): the digest of
+// the relations $1, the WAL position and the snapshot's xmax.
+var definitionsWatchSQL = `SELECT (` + catalogSQL + `),
 	` + positionSQL
 
 // positionSQL reads the WAL position and the snapshot's xmax.
