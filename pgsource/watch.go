@@ -89,6 +89,10 @@ const (
 	ReasonCommitWhileHot ChangeReason = "commit while hot"
 	// ReasonWatchStarted: a new baseline (start, reconnect, a new set of tables).
 	ReasonWatchStarted ChangeReason = "watch started"
+	// ReasonTablesChanged: the tables the collections read are others than when the
+	// watch last found them (a table dropped and created again, a view redefined to
+	// read others); the replication stream must follow the new ones.
+	ReasonTablesChanged ChangeReason = "tables changed"
 )
 
 // WatchStats counts what the watch did, for metrics.
@@ -148,6 +152,8 @@ type watch struct {
 	polled  func(WatchStats)
 
 	polls int64
+	// watched is the set of tables the last run watched, kept across reconnects.
+	watched string
 }
 
 // run polls on one connection until it fails or ctx ends.
@@ -173,6 +179,7 @@ func (w *watch) run(ctx context.Context) error {
 		first          = true
 		ticker         = time.NewTicker(w.cfg.Interval)
 		lastOIDsKey    string
+		moved          bool // the tables the collections read are others now
 		statsSignature = w.cfg.Mode == WatchModeStats
 	)
 	defer ticker.Stop()
@@ -189,6 +196,9 @@ func (w *watch) run(ctx context.Context) error {
 			if key != lastOIDsKey {
 				w.log.InfoContext(ctx, "watching for changes", "tables", len(oids), "relations", len(rels), "interval", w.cfg.Interval.String(), "mode", w.cfg.Mode)
 				lastOIDsKey, first = key, true // a new set of tables: a new baseline
+			}
+			if tables := fmt.Sprint(oids); tables != w.watched {
+				moved, w.watched = w.watched != "", tables
 			}
 		}
 		start := time.Now()
@@ -211,6 +221,10 @@ func (w *watch) run(ctx context.Context) error {
 		}
 		now := time.Now()
 		switch {
+		case moved:
+			// A table dropped and created again, a view that reads others: a new
+			// baseline, and the replication stream must follow the new tables.
+			w.changed(Change{LSN: lsn, Xmax: xm, At: now, Reason: ReasonTablesChanged})
 		case first:
 			// A new baseline (start, reconnect, a new set of tables): a change reported
 			// before it, but after the last sync read, would otherwise wait for the
@@ -226,7 +240,7 @@ func (w *watch) run(ctx context.Context) error {
 		case xmaxText != xmax && now.Before(hotUntil):
 			w.changed(Change{LSN: lsn, Xmax: xm, At: now, Reason: ReasonCommitWhileHot})
 		}
-		first, last, xmax, lastCatalog = false, sig, xmaxText, catalog
+		first, moved, last, xmax, lastCatalog = false, false, sig, xmaxText, catalog
 		select {
 		case <-ctx.Done():
 			return ctx.Err()

@@ -84,7 +84,7 @@ func newWatchMetrics(reg *prometheus.Registry, labels prometheus.Labels) *watchM
 		tables: prometheus.NewGauge(prometheus.GaugeOpts{Name: "snapflip_watch_tables",
 			Help: "Tables the change watch polls (the tables the collections read).", ConstLabels: labels}),
 		changes: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "snapflip_watch_changes_total",
-			Help: "Possible changes the watch saw, by reason: statistics, commit while hot, definitions, stream, committed, not yet visible, watch started.", ConstLabels: labels}, []string{"reason"}),
+			Help: "Possible changes the watch saw, by reason: statistics, commit while hot, definitions, tables changed, stream, committed, not yet visible, watch started.", ConstLabels: labels}, []string{"reason"}),
 		delay: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "snapflip_commit_to_publish_seconds",
 			Help:        "From when the watch first saw a change to the flip that published it (add up to one watch interval for the commit itself).",
 			ConstLabels: labels, Buckets: prometheus.ExponentialBuckets(0.05, 2, 12)}),
@@ -105,8 +105,11 @@ const streamRetry = 3 * time.Second
 
 // followStream reads the replication stream while this replica holds the watch
 // lease, and stands by while another does, until ctx ends. A reading that fails, or
-// whose lease is lost, ends; the lease is released and contended for again.
-func (s *syncer) followStream(ctx context.Context, log *slog.Logger, pend *pending) error {
+// whose lease is lost, ends; the lease is released and contended for again. A value on
+// retable ends the reading and starts another at once, under the same lease: the
+// tables the collections read changed, and a new reading prepares the publication for
+// them and follows their relations.
+func (s *syncer) followStream(ctx context.Context, log *slog.Logger, pend *pending, retable <-chan struct{}) error {
 	wm := s.metrics.watch
 	lease, err := s.store.NewLease(watchLeaseName(s.cfg.Dataset), store.LeaseConfig{
 		Holder: s.ticker.Holder, Duration: s.cfg.Lease.Duration, OnEvent: s.metrics.leaseEvent(log)})
@@ -119,17 +122,14 @@ func (s *syncer) followStream(ctx context.Context, log *slog.Logger, pend *pendi
 			return ctx.Err()
 		}
 		wm.tables.Set(1)
-		// The reading ends with ctx or with the hold, whichever ends first.
-		sctx, stop := context.WithCancel(ctx)
-		unhook := context.AfterFunc(hold.Context(), stop)
-		err = s.src.Stream(sctx, pgsource.StreamConfig{LogicalConfig: s.cfg.logicalConfig(), Log: log},
-			func(c pgsource.Change) {
-				wm.changes.WithLabelValues(string(c.Reason)).Inc()
-				pend.add(c)
-			},
-			func(st pgsource.StreamStats) { wm.retained.Set(float64(st.RetainedBytes)) })
-		unhook()
-		stop()
+		for {
+			var again bool
+			again, err = s.readStream(ctx, hold.Context(), log, pend, retable)
+			if !again || ctx.Err() != nil || hold.Context().Err() != nil {
+				break
+			}
+			log.Info("the tables the collections read changed: reading the replication stream again")
+		}
 		wm.tables.Set(0)
 		wm.retained.Set(0) // another replica reads the slot now, and reports it
 		rctx, cancel := snapshot.Detach(ctx, 5*time.Second)
@@ -145,6 +145,37 @@ func (s *syncer) followStream(ctx context.Context, log *slog.Logger, pend *pendi
 	}
 }
 
+// readStream reads the stream until ctx or held ends, the reading fails, or a value
+// comes on retable; again says it was the last.
+func (s *syncer) readStream(ctx, held context.Context, log *slog.Logger, pend *pending, retable <-chan struct{}) (again bool, err error) {
+	wm := s.metrics.watch
+	sctx, stop := context.WithCancel(ctx)
+	defer stop()
+	defer context.AfterFunc(held, stop)()
+	restarted := make(chan struct{})
+	go func() {
+		select {
+		case <-retable:
+			close(restarted)
+			stop()
+		case <-sctx.Done():
+		}
+	}()
+	err = s.src.Stream(sctx, pgsource.StreamConfig{LogicalConfig: s.cfg.logicalConfig(), Log: log},
+		func(c pgsource.Change) {
+			wm.changes.WithLabelValues(string(c.Reason)).Inc()
+			pend.add(c)
+		},
+		func(st pgsource.StreamStats) { wm.retained.Set(float64(st.RetainedBytes)) })
+	stop()
+	select {
+	case <-restarted:
+		return true, err
+	default:
+		return false, err
+	}
+}
+
 // changeAcquireTimeout bounds how long a change-driven sync waits for the lease.
 const changeAcquireTimeout = 5 * time.Second
 
@@ -157,6 +188,7 @@ func (m *Syncer) runWatch(ctx context.Context, s *syncer) {
 	wm := s.metrics.watch
 	watching := make(chan struct{})
 	defer func() { <-watching }()
+	retable := make(chan struct{}, 1)
 	poll := func() error {
 		// In logical mode the poll reads the definitions alone (the stream reports
 		// rows), and the stream's reader reports the tables.
@@ -164,6 +196,12 @@ func (m *Syncer) runWatch(ctx context.Context, s *syncer) {
 			func(c pgsource.Change) {
 				wm.changes.WithLabelValues(string(c.Reason)).Inc()
 				pend.add(c)
+				if c.Reason == pgsource.ReasonTablesChanged {
+					select {
+					case retable <- struct{}{}:
+					default:
+					}
+				}
 			},
 			func(st pgsource.WatchStats) {
 				wm.polls.Inc()
@@ -175,7 +213,7 @@ func (m *Syncer) runWatch(ctx context.Context, s *syncer) {
 	}
 	watchers := []func() error{poll}
 	if cfg.Mode == pgsource.WatchModeLogical {
-		watchers = append(watchers, func() error { return s.followStream(ctx, log, pend) })
+		watchers = append(watchers, func() error { return s.followStream(ctx, log, pend, retable) })
 	}
 	var wg sync.WaitGroup
 	for _, watch := range watchers {
