@@ -3,6 +3,8 @@ package pgsource
 import (
 	"context"
 	"fmt"
+	"maps"
+	"slices"
 
 	"github.com/jackc/pgx/v5"
 )
@@ -20,17 +22,22 @@ import (
 // ReasonDefinitions: the definitions of a watched relation changed (DDL, a rewrite).
 const ReasonDefinitions ChangeReason = "definitions"
 
-// catalogSQL is a digest of the catalog state that decides what the relations $1
-// (and their partitions and inheritance children) say as JSON: each one's name,
-// schema, kind, file, columns and rewrite rules (a view's definition), and every type
-// their columns use, down through arrays, domains, ranges and composites. It reads
-// the catalog only, takes no lock on the relations, and so never waits behind DDL.
-var catalogSQL = `WITH RECURSIVE rels(oid) AS (
-		SELECT unnest($1::oid[])
+// catalogDigest returns a statement's digest of the catalog state that decides what
+// the relations of the parameter rels (and their partitions and inheritance children)
+// and the collections' result types of the parameter types say as JSON: each
+// relation's name, schema, kind, file, columns and rewrite rules (a view's
+// definition), and every type their columns or the results use, down through arrays,
+// domains, ranges and composites. (A query's result may use a type no relation does:
+// ROW(…)::t.) It reads the catalog only, takes no lock on the relations, and so never
+// waits behind DDL.
+func catalogDigest(rels, types string) string {
+	return `WITH RECURSIVE rels(oid) AS (
+		SELECT unnest(` + rels + `::oid[])
 		UNION
 		SELECT i.inhrelid FROM pg_inherits i JOIN rels ON i.inhparent = rels.oid
 	), ` + typeClosure(`SELECT a.atttypid FROM rels CROSS JOIN LATERAL
-			(SELECT atttypid FROM pg_attribute WHERE attrelid = rels.oid AND attnum > 0 AND NOT attisdropped OFFSET 0) AS a`) + `
+			(SELECT atttypid FROM pg_attribute WHERE attrelid = rels.oid AND attnum > 0 AND NOT attisdropped OFFSET 0) AS a
+		UNION SELECT unnest(`+types+`::oid[])`) + `
 	SELECT md5(jsonb_build_array(
 		(SELECT coalesce(jsonb_agg(jsonb_build_array(r.oid, c.relname, c.relnamespace, c.relkind, pg_relation_filenode(c.oid),
 			` + columnsJSON(`r.oid`) + `,
@@ -39,6 +46,7 @@ var catalogSQL = `WITH RECURSIVE rels(oid) AS (
 			FROM rels r LEFT JOIN pg_class c ON c.oid = r.oid),
 		` + typesJSON + `
 	)::text)`
+}
 
 // dependentViewsSQL adds to the relations $1 every view (plain or materialized) that
 // reads one of them, directly or through other views: a query collection may read a
@@ -51,6 +59,22 @@ const dependentViewsSQL = `WITH RECURSIVE rels(oid) AS (
 			JOIN pg_rewrite rw ON rw.oid = d.objid AND rw.ev_class <> rels.oid
 	)
 	SELECT coalesce(array_agg(oid ORDER BY oid), '{}') FROM rels`
+
+// resultTypes returns the types of the columns the collections' statements return,
+// as Postgres describes them without running them.
+func resultTypes(ctx context.Context, conn *pgx.Conn, collections []Collection) ([]uint32, error) {
+	seen := map[uint32]bool{}
+	for _, c := range collections {
+		sd, err := conn.PgConn().Prepare(ctx, "", c.rowsSQL(), nil)
+		if err != nil {
+			return nil, fmt.Errorf("collection %s: describe its rows: %w", c.Name, err)
+		}
+		for _, f := range sd.Fields {
+			seen[f.DataTypeOID] = true
+		}
+	}
+	return slices.Sorted(maps.Keys(seen)), nil
+}
 
 // withViews returns the relations oids and every view over them (dependentViewsSQL):
 // the relations whose definitions the watch digests.

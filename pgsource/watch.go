@@ -7,7 +7,6 @@ import (
 	"log/slog"
 	"slices"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -172,6 +171,7 @@ func (w *watch) run(ctx context.Context) error {
 	defer closeConn(ctx, conn)
 	var (
 		oids, rels     []uint32
+		results        []uint32 // the collections' result types
 		resolvedAt     time.Time
 		last, xmax     string
 		lastCatalog    string
@@ -191,6 +191,9 @@ func (w *watch) run(ctx context.Context) error {
 			if rels, err = withViews(ctx, conn, oids); err != nil {
 				return err
 			}
+			if results, err = resultTypes(ctx, conn, w.src.collections); err != nil {
+				return err
+			}
 			key := fmt.Sprint(rels)
 			resolvedAt = time.Now()
 			if key != lastOIDsKey {
@@ -204,9 +207,9 @@ func (w *watch) run(ctx context.Context) error {
 		start := time.Now()
 		var sig, catalog, lsnText, xmaxText string
 		if statsSignature {
-			err = conn.QueryRow(ctx, watchSQL, oids, rels).Scan(&sig, &catalog, &lsnText, &xmaxText)
+			err = conn.QueryRow(ctx, watchSQL, oids, rels, results).Scan(&sig, &catalog, &lsnText, &xmaxText)
 		} else {
-			err = conn.QueryRow(ctx, definitionsWatchSQL, rels).Scan(&catalog, &lsnText, &xmaxText)
+			err = conn.QueryRow(ctx, definitionsWatchSQL, rels, results).Scan(&catalog, &lsnText, &xmaxText)
 		}
 		if err != nil {
 			return fmt.Errorf("poll: %w", err)
@@ -261,17 +264,17 @@ func parsePosition(lsnText, xmaxText string) (lsn, xmax uint64, err error) {
 }
 
 // watchSQL reads the watched tables' ($1) counters (one text signature), the digest
-// of the watched relations' ($2) definitions, the WAL position and the snapshot's
-// xmax. It reads no table.
+// of the definitions of the watched relations ($2) and the collections' result types
+// ($3), the WAL position and the snapshot's xmax. It reads no table.
 var watchSQL = `SELECT coalesce(string_agg(r::text || ':' || pg_stat_get_tuples_inserted(r) || ':' ||
 		pg_stat_get_tuples_updated(r) || ':' || pg_stat_get_tuples_deleted(r) || ':' || coalesce(pg_relation_filenode(r), 0), ',' ORDER BY r), ''),
-	(` + strings.ReplaceAll(catalogSQL, "$1", "$2") + `),
+	(` + catalogDigest("$2", "$3") + `),
 	` + positionSQL + `
 	FROM unnest($1::oid[]) AS r`
 
 // definitionsWatchSQL is watchSQL without the counters (logical mode): the digest of
-// the relations $1, the WAL position and the snapshot's xmax.
-var definitionsWatchSQL = `SELECT (` + catalogSQL + `),
+// the relations $1 and the result types $2, the WAL position and the snapshot's xmax.
+var definitionsWatchSQL = `SELECT (` + catalogDigest("$1", "$2") + `),
 	` + positionSQL
 
 // positionSQL reads the WAL position and the snapshot's xmax.

@@ -198,7 +198,8 @@ func TestWatchRefusesUnknownModes(t *testing.T) {
 // change: columns added, dropped, renamed or retyped, a table rewritten in place, an
 // enum label renamed or added (also through a domain), a composite type's attribute
 // added, a view redefined (one a collection reads directly, and one a query reads), a
-// materialized view refreshed. DDL on other relations reports nothing.
+// materialized view refreshed, a composite type that only a query's result uses
+// (ROW(…)::t). DDL on other relations reports nothing.
 func TestWatchSeesDefinitionChanges(t *testing.T) {
 	for _, mode := range []string{pgsource.WatchModeStats, pgsource.WatchModeLogical} {
 		t.Run(mode, func(t *testing.T) {
@@ -206,6 +207,7 @@ func TestWatchSeesDefinitionChanges(t *testing.T) {
 			dsn := testenv.Postgres(t)
 			testenv.Exec(t, dsn,
 				`CREATE TYPE mood AS ENUM ('sad', 'ok')`, `CREATE DOMAIN mood_d AS mood`, `CREATE TYPE addr AS (street text)`,
+				`CREATE TYPE pt AS (x int, y int)`,
 				`CREATE TABLE items (id int PRIMARY KEY, name text, n int, note text, m mood_d, a addr)`,
 				`INSERT INTO items SELECT g, 'n' || g, g, 'x', 'ok', ROW('s')::addr FROM generate_series(1, 50) g`,
 				`CREATE VIEW v AS SELECT id, note FROM items`, `CREATE VIEW v2 AS SELECT id, upper(note) AS note FROM items`,
@@ -216,6 +218,7 @@ func TestWatchSeesDefinitionChanges(t *testing.T) {
 				{Name: "v", Table: "v", Key: "id"},
 				{Name: "q", Query: "SELECT * FROM v2", Key: "id"},
 				{Name: "mq", Query: "SELECT * FROM mv", Key: "id"},
+				{Name: "pq", Query: "SELECT id, ROW(id, id)::pt AS p FROM items", Key: "id"},
 			})
 			if err != nil {
 				t.Fatal(err)
@@ -247,6 +250,7 @@ func TestWatchSeesDefinitionChanges(t *testing.T) {
 				{"a view a collection reads redefined", `CREATE OR REPLACE VIEW v AS SELECT id, note || '!' AS note FROM items`, true},
 				{"a view a query reads redefined", `CREATE OR REPLACE VIEW v2 AS SELECT id, lower(note) AS note FROM items`, true},
 				{"a materialized view refreshed", `REFRESH MATERIALIZED VIEW mv`, true},
+				{"a type only a query's result uses", `ALTER TYPE pt RENAME ATTRIBUTE x TO x2`, true},
 			} {
 				testenv.Exec(t, dsn, tc.stmt)
 				l.awaitPolls(t, 5)
