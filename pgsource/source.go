@@ -267,21 +267,14 @@ func (s *Source) open(ctx context.Context, since *snapshot.Position) (snapshot.S
 	}
 	sn := &snap{src: s, conn: conn, born: born, tx: tx, pos: pos, keys: keys, byteOrder: byteOrder, rows: map[string]int64{}, parts: map[string]int{},
 		extra: map[int]*pgx.Conn{}, delta: delta, keyed: map[string][]string{}}
+	// Where the rows are, for a later version's stream delta to compare (its parent
+	// may have been read before the stream was).
+	if pos.Files, err = tableFiles(ctx, tx, s.collections); err != nil {
+		_ = sn.Close(ctx)
+		return nil, fmt.Errorf("the files of the tables: %w", err)
+	}
 	for _, c := range s.collections {
 		sn.parts[c.Name] = 1
-		if c.Table != "" {
-			// Where the rows are, for a later version's stream delta to compare (its
-			// parent may have been read before the stream was).
-			var files string
-			if err := tx.QueryRow(ctx, filesSQL, pgx.Identifier(c.tableParts()).Sanitize()).Scan(&files); err != nil {
-				_ = sn.Close(ctx)
-				return nil, fmt.Errorf("collection %s: files: %w", c.Name, err)
-			}
-			if pos.Files == nil {
-				pos.Files = map[string]string{}
-			}
-			pos.Files[c.Name] = files
-		}
 		if keys, ok := delta.keys[c.Name]; ok && !byteOrder[c.Name] {
 			// The stream knows every change since the parent: no count, no read.
 			cols, err := tableDefinitions(ctx, tx, c)
@@ -446,26 +439,62 @@ const typesJSON = `(SELECT coalesce(jsonb_agg(jsonb_build_array(ty.oid,
 			) ORDER BY ty.oid), '[]')
 			FROM pg_type ty WHERE ty.oid IN (SELECT oid FROM types) AND ty.oid >= 16384)`
 
+// relationTree is a CTE, tree(oid), of the relation root and every partition and
+// inheritance child under it.
+func relationTree(root string) string {
+	return `WITH RECURSIVE tree(oid) AS (
+		SELECT ` + root + `
+		UNION
+		SELECT i.inhrelid FROM pg_inherits i JOIN tree ON i.inhparent = tree.oid
+	)`
+}
+
 // relationsSQL lists the oids of the table $1 and of every partition and inheritance
 // child under it.
-const relationsSQL = `WITH RECURSIVE tree(oid) AS (
-		SELECT to_regclass($1)::oid
-		UNION
-		SELECT i.inhrelid FROM pg_inherits i JOIN tree ON i.inhparent = tree.oid
-	)
+var relationsSQL = relationTree(`to_regclass($1)::oid`) + `
 	SELECT coalesce(string_agg(oid::text, ',' ORDER BY oid), '') FROM tree`
 
-// filesSQL lists the files that hold the rows of the table $1 and of every partition
-// and inheritance child under it ("" for a relation that is not there). A rewrite
-// (ALTER TABLE … TYPE … USING, a volatile default) changes every row without a
-// message on the replication stream and, with the same column types, without
+// filesSQL lists, for each of the tables $1, the files that hold its rows and its
+// partitions' and inheritance children's ("" for a relation that is not there). A
+// rewrite (ALTER TABLE … TYPE … USING, a volatile default) changes every row without
+// a message on the replication stream and, with the same column types, without
 // changing the definitions: the new files tell.
-const filesSQL = `WITH RECURSIVE tree(oid) AS (
-		SELECT to_regclass($1)::oid
-		UNION
-		SELECT i.inhrelid FROM pg_inherits i JOIN tree ON i.inhparent = tree.oid
-	)
-	SELECT coalesce(string_agg(oid::text || ':' || coalesce(pg_relation_filenode(oid), 0), ',' ORDER BY oid), '') FROM tree WHERE oid IS NOT NULL`
+var filesSQL = `SELECT t.name, coalesce((` + relationTree(`to_regclass(t.name)::oid`) + `
+	SELECT string_agg(oid::text || ':' || coalesce(pg_relation_filenode(oid), 0), ',' ORDER BY oid) FROM tree WHERE oid IS NOT NULL), '')
+	FROM unnest($1::text[]) AS t(name)`
+
+// tableFiles returns filesSQL's answer for the table collections, by collection, in
+// one round trip; nil when there is none.
+func tableFiles(ctx context.Context, tx pgx.Tx, collections []Collection) (map[string]string, error) {
+	byTable := map[string][]string{}
+	var tables []string
+	for _, c := range collections {
+		if c.Table == "" {
+			continue
+		}
+		name := pgx.Identifier(c.tableParts()).Sanitize()
+		if byTable[name] == nil {
+			tables = append(tables, name)
+		}
+		byTable[name] = append(byTable[name], c.Name)
+	}
+	if len(tables) == 0 {
+		return nil, nil
+	}
+	out := map[string]string{}
+	var name, files string
+	rows, err := tx.Query(ctx, filesSQL, tables)
+	if err != nil {
+		return nil, err
+	}
+	_, err = pgx.ForEachRow(rows, []any{&name, &files}, func() error {
+		for _, c := range byTable[name] {
+			out[c] = files
+		}
+		return nil
+	})
+	return out, err
+}
 
 // ParseLSN parses a Postgres LSN, "16/B374D848".
 func ParseLSN(s string) (uint64, error) {
