@@ -170,8 +170,7 @@ func (w *watch) run(ctx context.Context) error {
 	}
 	defer closeConn(ctx, conn)
 	var (
-		oids, rels     []uint32
-		results        []uint32 // the collections' result types
+		set            watchedSet
 		resolvedAt     time.Time
 		last, xmax     string
 		lastCatalog    string
@@ -185,38 +184,27 @@ func (w *watch) run(ctx context.Context) error {
 	defer ticker.Stop()
 	for {
 		if resolvedAt.IsZero() || time.Since(resolvedAt) >= w.cfg.Resolve {
-			if oids, err = w.tables(ctx, conn); err != nil {
+			if set, err = w.find(ctx, conn); err != nil {
 				return err
 			}
-			if rels, err = withViews(ctx, conn, oids); err != nil {
-				return err
-			}
-			if results, err = resultTypes(ctx, conn, w.src.collections); err != nil {
-				return err
-			}
-			key := fmt.Sprint(rels)
+			key := fmt.Sprint(set.relations)
 			resolvedAt = time.Now()
 			if key != lastOIDsKey {
-				w.log.InfoContext(ctx, "watching for changes", "tables", len(oids), "relations", len(rels), "interval", w.cfg.Interval.String(), "mode", w.cfg.Mode)
+				w.log.InfoContext(ctx, "watching for changes", "tables", len(set.tables), "relations", len(set.relations), "interval", w.cfg.Interval.String(), "mode", w.cfg.Mode)
 				lastOIDsKey, first = key, true // a new set of tables: a new baseline
 			}
-			if tables := fmt.Sprint(oids); tables != w.watched {
+			if tables := fmt.Sprint(set.tables); tables != w.watched {
 				moved, w.watched = w.watched != "", tables
 			}
 		}
 		start := time.Now()
-		var sig, catalog, lsnText, xmaxText string
-		if statsSignature {
-			err = conn.QueryRow(ctx, watchSQL, oids, rels, results).Scan(&sig, &catalog, &lsnText, &xmaxText)
-		} else {
-			err = conn.QueryRow(ctx, definitionsWatchSQL, rels, results).Scan(&catalog, &lsnText, &xmaxText)
-		}
+		sig, catalog, lsnText, xmaxText, err := w.poll(ctx, conn, set, statsSignature)
 		if err != nil {
 			return fmt.Errorf("poll: %w", err)
 		}
 		w.polls++
 		if w.polled != nil {
-			w.polled(WatchStats{Polls: w.polls, PollTime: time.Since(start), Tables: len(oids)})
+			w.polled(WatchStats{Polls: w.polls, PollTime: time.Since(start), Tables: len(set.tables)})
 		}
 		lsn, xm, err := parsePosition(lsnText, xmaxText)
 		if err != nil {
@@ -250,6 +238,38 @@ func (w *watch) run(ctx context.Context) error {
 		case <-ticker.C:
 		}
 	}
+}
+
+// watchedSet is what the watch polls: the tables the collections read (their
+// counters), those and the views over them (their definitions), and the types the
+// collections' statements return.
+type watchedSet struct {
+	tables, relations, results []uint32
+}
+
+// find finds the watchedSet of the collections.
+func (w *watch) find(ctx context.Context, conn *pgx.Conn) (watchedSet, error) {
+	var set watchedSet
+	var err error
+	if set.tables, err = w.tables(ctx, conn); err != nil {
+		return set, err
+	}
+	if set.relations, err = withViews(ctx, conn, set.tables); err != nil {
+		return set, err
+	}
+	set.results, err = resultTypes(ctx, conn, w.src.collections)
+	return set, err
+}
+
+// poll reads the counters' signature (with stats, else ""), the definitions' digest,
+// the WAL position and the snapshot's xmax, in one round trip.
+func (w *watch) poll(ctx context.Context, conn *pgx.Conn, set watchedSet, stats bool) (sig, catalog, lsn, xmax string, err error) {
+	if stats {
+		err = conn.QueryRow(ctx, watchSQL, set.tables, set.relations, set.results).Scan(&sig, &catalog, &lsn, &xmax)
+	} else {
+		err = conn.QueryRow(ctx, definitionsWatchSQL, set.relations, set.results).Scan(&catalog, &lsn, &xmax)
+	}
+	return sig, catalog, lsn, xmax, err
 }
 
 // parsePosition parses the WAL position and snapshot xmax read as text.
