@@ -75,6 +75,12 @@ func listVersions(ctx context.Context, e *readEnv, asJSON bool) error {
 	if asJSON {
 		return printJSON(e.out, rows)
 	}
+	if len(rows) == 0 {
+		// An empty table's header alone reads like a failure to read.
+		_, err := fmt.Fprintf(e.out, "no versions of dataset %s in table %s: nothing has been published yet (syncer once publishes the first)\n",
+			e.cfg.Dataset, e.cfg.Bigtable.Table)
+		return err
+	}
 	return writeVersions(e.out, rows)
 }
 

@@ -176,3 +176,23 @@ func TestReadOnlyCommandsChangeNothing(t *testing.T) {
 		t.Errorf("syncer rollback through a read-only Bigtable = %v; want permission denied", err)
 	}
 }
+
+// TestVersionsOfNothing: on a table nothing was ever published to (not even made),
+// versions says so, and its JSON is an empty list; it makes no table.
+func TestVersionsOfNothing(t *testing.T) {
+	addr := testenv.Bigtable(t)
+	getenv := env(map[string]string{EnvEmulatorHost: addr})
+	config := writeFile(t, "empty.yaml", "dataset: none\ncollections: [{name: things, table: things, key: id}]\n")
+	out, _, err := run(t, false, getenv, "versions", "--config", config)
+	if want := "no versions of dataset none in table snapflip"; err != nil || !strings.Contains(out, want) {
+		t.Errorf("versions = %q, %v; want it to say %q", out, err, want)
+	}
+	out, _, err = run(t, false, getenv, "versions", "--json", "--config", config)
+	if err != nil || strings.TrimSpace(out) != "[]" {
+		t.Errorf("versions --json = %q, %v; want []", out, err)
+	}
+	_, admin := bigtableClients(t, addr)
+	if tables, err := admin.Tables(context.Background()); err != nil || len(tables) != 0 {
+		t.Errorf("tables after versions: %v, %v; want none", tables, err)
+	}
+}
