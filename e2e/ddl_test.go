@@ -3,8 +3,6 @@ package e2e
 import (
 	"encoding/json"
 	"fmt"
-	"net/http"
-	"net/url"
 	"slices"
 	"strings"
 	"testing"
@@ -47,31 +45,22 @@ var ddlOracles = map[string]string{
 func (e *env) servedDiff(tb testing.TB, coll, version string, want map[string]string) string {
 	tb.Helper()
 	got := map[string]string{}
-	token := ""
-	for {
-		path := "/v1/data/" + url.PathEscape(coll) + "?limit=1000"
-		if version != "" {
-			path += "&version=" + url.QueryEscape(version)
-		}
-		if token != "" {
-			path += "&page_token=" + url.QueryEscape(token)
-		}
-		r := e.get(tb, path)
+	bodies, bad := e.listPages(tb, coll, version)
+	if bad != nil {
+		return fmt.Sprintf("list %s: %d %s", coll, bad.status, genShort(string(bad.body), 300))
+	}
+	for _, b := range bodies {
 		var body struct {
 			Documents []struct {
 				ID       string          `json:"id"`
 				Document json.RawMessage `json:"document"`
 			} `json:"documents"`
-			NextPageToken string `json:"next_page_token"`
 		}
-		if r.status != http.StatusOK || json.Unmarshal(r.body, &body) != nil {
-			return fmt.Sprintf("list %s: %d %s", coll, r.status, genShort(string(r.body), 300))
+		if err := json.Unmarshal(b, &body); err != nil {
+			return fmt.Sprintf("list %s: %v", coll, err)
 		}
 		for _, d := range body.Documents {
 			got[d.ID] = string(d.Document)
-		}
-		if token = body.NextPageToken; token == "" {
-			break
 		}
 	}
 	for id, doc := range want {

@@ -540,28 +540,49 @@ func (r *genRun) awaitVersion(e *env, v string) { e.awaitVersion(r.t, "/v1/colle
 
 // listRaw returns the documents array of every list page of a collection, as sent.
 func (r *genRun) listRaw(e *env, coll string) []string {
+	bodies, bad := e.listPages(r.t, coll, "")
 	var pages []string
+	for _, b := range bodies {
+		var body struct {
+			Documents json.RawMessage `json:"documents"`
+		}
+		if err := json.Unmarshal(b, &body); err != nil {
+			return append(pages, fmt.Sprintf("undecodable page: %s", b))
+		}
+		pages = append(pages, string(body.Documents))
+	}
+	if bad != nil {
+		pages = append(pages, fmt.Sprintf("status %d: %s", bad.status, bad.body))
+	}
+	return pages
+}
+
+// listPages returns the body of every page of a collection's list (pinned to version
+// when set), 1000 documents a page; bad is the first answer that is not a page.
+func (e *env) listPages(tb testing.TB, coll, version string) (bodies [][]byte, bad *response) {
+	tb.Helper()
 	token := ""
 	for range 1000 {
 		path := "/v1/data/" + url.PathEscape(coll) + "?limit=1000"
+		if version != "" {
+			path += "&version=" + url.QueryEscape(version)
+		}
 		if token != "" {
 			path += "&page_token=" + url.QueryEscape(token)
 		}
-		resp := e.get(r.t, path)
+		resp := e.get(tb, path)
 		var body struct {
-			Documents     json.RawMessage `json:"documents"`
-			NextPageToken string          `json:"next_page_token"`
+			NextPageToken string `json:"next_page_token"`
 		}
 		if resp.status != http.StatusOK || json.Unmarshal(resp.body, &body) != nil {
-			return append(pages, fmt.Sprintf("status %d: %s", resp.status, resp.body))
+			return bodies, &resp
 		}
-		pages = append(pages, string(body.Documents))
-		if body.NextPageToken == "" {
+		bodies = append(bodies, resp.body)
+		if token = body.NextPageToken; token == "" {
 			break
 		}
-		token = body.NextPageToken
 	}
-	return pages
+	return bodies, nil
 }
 
 // rollBack rolls the incremental deployment back to its previous version and unpins
