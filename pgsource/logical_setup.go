@@ -130,6 +130,7 @@ func (s *Source) PrepareLogical(ctx context.Context, cfg LogicalConfig) (Logical
 	}
 	defer closeConn(ctx, conn)
 	var tables LogicalTables
+	var altered bool
 	// READ WRITE, whatever the role's default: the DDL runs in the transaction that
 	// found it safe, under a lock that keeps other syncers' preparing out.
 	err = pgx.BeginTxFunc(ctx, conn, pgx.TxOptions{AccessMode: pgx.ReadWrite}, func(tx pgx.Tx) error {
@@ -154,11 +155,20 @@ func (s *Source) PrepareLogical(ctx context.Context, cfg LogicalConfig) (Logical
 			}
 		}
 		tables = p.tables
+		altered = len(p.report.Pending) > 0
 		return nil
 	})
 	if sqlState(err) == "25006" {
 		return LogicalTables{}, fmt.Errorf("%w: the source refuses writes (a standby?): point postgres.dsn at the primary: %v", ErrLogicalSetup, err)
 	}
+	if err != nil || !altered {
+		return tables, err
+	}
+	var lsn string
+	if err := conn.QueryRow(ctx, `SELECT pg_current_wal_insert_lsn()::text`).Scan(&lsn); err != nil {
+		return LogicalTables{}, fmt.Errorf("read the WAL position after changing the publication: %w", err)
+	}
+	tables.Altered, err = ParseLSN(lsn)
 	return tables, err
 }
 

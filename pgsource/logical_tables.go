@@ -26,6 +26,10 @@ type LogicalTables struct {
 	// change to one may change each collection it names, which the consumer reads
 	// again (a query's or a view's, a partition's, and the table collections').
 	Published []PublishedRelation
+	// Altered is the WAL position just after PrepareLogical changed the publication
+	// (0 when it changed nothing): a table joins a publication from there on, and
+	// what it committed before is on no stream.
+	Altered uint64
 }
 
 // PublishedRelation is a relation of the publication that collections read.

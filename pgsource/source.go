@@ -284,7 +284,8 @@ func (s *Source) open(ctx context.Context, since *snapshot.Position) (snapshot.S
 			}
 			defs := definitionsOf(cols)
 			files, parentFiles := pos.Files[c.Name], since.Files[c.Name]
-			if parent := since.Fingerprints[c.Name]; cols != "" && defs == since.Definitions[c.Name] && files != "" && files == parentFiles && parent != "" {
+			same := cols != "" && defs == since.Definitions[c.Name] && files != "" && files == parentFiles && filesOf(files, delta.oids[c.Name])
+			if parent := since.Fingerprints[c.Name]; same && parent != "" {
 				pos.Definitions[c.Name] = defs
 				pos.Fingerprints[c.Name] = streamFingerprint(parent, keys, pos)
 				sn.keyed[c.Name] = keys
@@ -462,6 +463,19 @@ var relationsSQL = relationTree(`to_regclass($1)::oid`) + `
 var filesSQL = `SELECT t.name, coalesce((` + relationTree(`to_regclass(t.name)::oid`) + `
 	SELECT string_agg(oid::text || ':' || coalesce(pg_relation_filenode(oid), 0), ',' ORDER BY oid) FROM tree WHERE oid IS NOT NULL), '')
 	FROM unnest($1::text[]) AS t(name)`
+
+// filesOf reports whether files (filesSQL's answer for a table) are those of the
+// relation oid and its partitions: the table the stream follows is the one the
+// snapshot reads.
+func filesOf(files string, oid uint32) bool {
+	prefix := strconv.FormatUint(uint64(oid), 10) + ":"
+	for _, f := range strings.Split(files, ",") {
+		if strings.HasPrefix(f, prefix) {
+			return true
+		}
+	}
+	return false
+}
 
 // tableFiles returns filesSQL's answer for the table collections, by collection, in
 // one round trip; nil when there is none.

@@ -35,6 +35,10 @@ type streamDelta struct {
 	// columns in the keys' order.
 	keys map[string][]string
 	cols map[string][]string
+	// oids holds, per collection of keys, the relation whose changes the keys are:
+	// a table dropped and created again under the same name is another, which the
+	// keys say nothing of.
+	oids map[string]uint32
 }
 
 // WAL pages begin with a header no record starts in: a position just past one is
@@ -116,7 +120,7 @@ func (st *stream) deltaLocked(ctx context.Context, vis visibility, since *snapsh
 		}
 		return d, unseen
 	}
-	d.since, d.keys, d.cols = since, map[string][]string{}, map[string][]string{}
+	d.since, d.keys, d.cols, d.oids = since, map[string][]string{}, map[string][]string{}, map[string]uint32{}
 	for _, c := range st.tables.Collections {
 		keys := map[string]struct{}{}
 		exact := true
@@ -130,6 +134,7 @@ func (st *stream) deltaLocked(ctx context.Context, vis visibility, since *snapsh
 		if exact && len(keys) <= maxStreamKeys {
 			d.keys[c.Collection] = slices.Sorted(maps.Keys(keys))
 			d.cols[c.Collection] = c.Key
+			d.oids[c.Collection] = c.Relation.OID
 		}
 	}
 	return d, unseen
@@ -165,6 +170,10 @@ func (st *stream) invalidFor(since *snapshot.Position) string {
 		// reading's snapshots read (a no-op): whatever since was read with, the held
 		// transactions are what it lacks.
 		return ""
+	case st.tables.Altered > since.LSN:
+		// A table that joined the publication then: what it committed before is on
+		// no stream, and the parent may not hold it.
+		return "the publication changed after the parent was read"
 	case since.Stream == nil:
 		return "the parent was not read with the stream"
 	case since.Stream.Slot != st.cfg.Slot:
