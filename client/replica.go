@@ -173,14 +173,21 @@ func (r *Replica) View() View { return View{r.state.Load()} }
 func (r *Replica) Lag() time.Duration {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	st := r.state.Load()
+	behind := r.behindSince
+	if st != nil && st.version == r.newest.Version {
+		// It holds the newest version it knows of: behindSince is cleared only once
+		// the catch-up returns, after OnFlip, which may ask.
+		behind = time.Time{}
+	}
 	var since time.Time
 	switch {
-	case r.state.Load() == nil:
+	case st == nil:
 		since = r.born
-	case r.behindSince.IsZero():
+	case behind.IsZero():
 		since = r.downSince
-	case r.downSince.IsZero() || r.behindSince.Before(r.downSince):
-		since = r.behindSince
+	case r.downSince.IsZero() || behind.Before(r.downSince):
+		since = behind
 	default:
 		since = r.downSince
 	}
