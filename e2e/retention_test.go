@@ -19,15 +19,23 @@ import (
 	"github.com/snapflip/snapflip/snapshot"
 )
 
-// runSyncer starts `syncer run` in-process with cfg and returns a stop function.
+// runSyncer starts `syncer run` in-process with cfg and returns a stop function. When
+// the test fails, the end of the syncer's log is printed with it.
 func (e *env) runSyncer(tb testing.TB, cfg string) func() {
 	tb.Helper()
 	if err := os.WriteFile(e.configPath, []byte(cfg), 0o600); err != nil {
 		tb.Fatal(err)
 	}
+	var log testenv.Log
+	tb.Cleanup(func() {
+		if tb.Failed() {
+			lines := strings.Split(strings.TrimSpace(log.String()), "\n")
+			tb.Logf("the last lines of syncer run's log:\n%s", strings.Join(lines[max(0, len(lines)-60):], "\n"))
+		}
+	})
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	s := &cli.Syncer{Getenv: e.getenv, Stdout: io.Discard, Stderr: io.Discard}
+	s := &cli.Syncer{Getenv: e.getenv, Stdout: io.Discard, Stderr: &log}
 	go func() { done <- s.Run(ctx, []string{"run"}) }()
 	return func() {
 		cancel()
