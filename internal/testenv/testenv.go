@@ -361,31 +361,48 @@ func StartPostgres(tb testing.TB) *PostgresProcess {
 func StartPostgresWith(tb testing.TB, env map[string]string) *PostgresProcess {
 	tb.Helper()
 	_, file, _, _ := runtime.Caller(0)
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		tb.Fatal(err)
+	for attempt := 1; ; attempt++ {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			tb.Fatal(err)
+		}
+		port := fmt.Sprint(ln.Addr().(*net.TCPAddr).Port)
+		ln.Close()
+		p := &PostgresProcess{
+			DSN: "postgres://postgres@127.0.0.1:" + port + "/postgres?sslmode=disable",
+			tb:  tb, port: port,
+			script: filepath.Join(filepath.Dir(file), "..", "..", "deploy", "local", "postgres.sh"),
+			env:    os.Environ(),
+		}
+		for k, v := range env {
+			p.env = append(p.env, k+"="+v)
+		}
+		out, err := p.try("start")
+		if err != nil && attempt < 5 && strings.Contains(out, "Address already in use") {
+			// Another process took the free port between its finding and the server's
+			// start: take another.
+			p.try("stop")
+			continue
+		}
+		if err != nil {
+			tb.Fatalf("postgres.sh start %s: %v\n%s", port, err, out)
+		}
+		tb.Cleanup(func() { p.run("stop") })
+		return p
 	}
-	port := fmt.Sprint(ln.Addr().(*net.TCPAddr).Port)
-	ln.Close()
-	p := &PostgresProcess{
-		DSN: "postgres://postgres@127.0.0.1:" + port + "/postgres?sslmode=disable",
-		tb:  tb, port: port,
-		script: filepath.Join(filepath.Dir(file), "..", "..", "deploy", "local", "postgres.sh"),
-		env:    os.Environ(),
-	}
-	for k, v := range env {
-		p.env = append(p.env, k+"="+v)
-	}
-	p.run("start")
-	tb.Cleanup(func() { p.run("stop") })
-	return p
+}
+
+// try runs the script's command cmd and returns its output.
+func (p *PostgresProcess) try(cmd string) (string, error) {
+	c := exec.Command(p.script, cmd, p.port)
+	c.Env = p.env
+	out, err := c.CombinedOutput()
+	return string(out), err
 }
 
 func (p *PostgresProcess) run(cmd string) {
 	p.tb.Helper()
-	c := exec.Command(p.script, cmd, p.port)
-	c.Env = p.env
-	if out, err := c.CombinedOutput(); err != nil {
+	if out, err := p.try(cmd); err != nil {
 		p.tb.Fatalf("postgres.sh %s %s: %v\n%s", cmd, p.port, err, out)
 	}
 }
