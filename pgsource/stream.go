@@ -2,6 +2,7 @@ package pgsource
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"slices"
@@ -230,6 +231,11 @@ func (s *Source) Stream(ctx context.Context, cfg StreamConfig, changed func(Chan
 	}
 	return st.read(ctx, conn, repl, changed, stats)
 }
+
+// ErrTablesChanged: a relation the stream follows was dropped (and maybe created
+// again, a new relation): a new reading must prepare the publication for the tables
+// the collections read now.
+var ErrTablesChanged = errors.New("the tables the collections read changed")
 
 // claimSlot makes the slot ready to read and returns its confirmed position: created
 // when missing, created again when invalidated, and taken from a reader still

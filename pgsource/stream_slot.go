@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -63,6 +64,9 @@ func (w *slotWatch) check(ctx context.Context, now time.Time) error {
 	if !f.exists {
 		return fmt.Errorf("replication slot %s is gone while it is read", w.st.cfg.Slot)
 	}
+	if err := w.tablesKept(ctx); err != nil {
+		return err
+	}
 	retained := max(f.retained, 0)
 	st := w.st
 	st.mu.Lock()
@@ -83,6 +87,29 @@ func (w *slotWatch) check(ctx context.Context, now time.Time) error {
 	}
 	if w.stats != nil {
 		w.stats(StreamStats{RetainedBytes: retained, Held: held})
+	}
+	return nil
+}
+
+// tablesKept returns an error wrapping ErrTablesChanged when a relation the reading
+// follows is gone. A table dropped and created again is a new relation, which the
+// publication lost with the old one, and whose changes no stream carries until a new
+// reading prepares the publication for it. (The watch's poll sees it too, but may
+// have found the new table before this reading prepared the publication for the old.)
+func (w *slotWatch) tablesKept(ctx context.Context) error {
+	oids := make([]uint32, len(w.st.tables.Published))
+	for i, r := range w.st.tables.Published {
+		oids[i] = r.OID
+	}
+	var gone []string
+	if err := w.conn.QueryRow(ctx, `SELECT coalesce(array_agg(o::text), '{}') FROM unnest($1::oid[]) AS o
+		WHERE NOT EXISTS (SELECT FROM pg_class WHERE oid = o)`, oids).Scan(&gone); err != nil {
+		return fmt.Errorf("read the tables the stream follows: %w", err)
+	}
+	for _, r := range w.st.tables.Published {
+		if slices.Contains(gone, strconv.FormatUint(uint64(r.OID), 10)) {
+			return fmt.Errorf("%w: %s (oid %d) was dropped", ErrTablesChanged, r.Name, r.OID)
+		}
 	}
 	return nil
 }

@@ -128,7 +128,7 @@ func (s *syncer) followStream(ctx context.Context, log *slog.Logger, pend *pendi
 			if !again || ctx.Err() != nil || hold.Context().Err() != nil {
 				break
 			}
-			log.Info("the tables the collections read changed: reading the replication stream again")
+			log.Info("the tables the collections read changed: reading the replication stream again", "err", err)
 		}
 		wm.tables.Set(0)
 		wm.retained.Set(0) // another replica reads the slot now, and reports it
@@ -146,7 +146,8 @@ func (s *syncer) followStream(ctx context.Context, log *slog.Logger, pend *pendi
 }
 
 // readStream reads the stream until ctx or held ends, the reading fails, or a value
-// comes on retable; again says it was the last.
+// comes on retable; again says it ended because the tables changed (retable, or the
+// reading found a table it follows dropped).
 func (s *syncer) readStream(ctx, held context.Context, log *slog.Logger, pend *pending, retable <-chan struct{}) (again bool, err error) {
 	wm := s.metrics.watch
 	sctx, stop := context.WithCancel(ctx)
@@ -172,7 +173,7 @@ func (s *syncer) readStream(ctx, held context.Context, log *slog.Logger, pend *p
 	case <-restarted:
 		return true, err
 	default:
-		return false, err
+		return errors.Is(err, pgsource.ErrTablesChanged), err
 	}
 }
 
