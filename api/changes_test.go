@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
@@ -38,7 +37,7 @@ type changesPage struct {
 func TestChangesPagesPinned(t *testing.T) {
 	want := []snapshot.Change{{ID: "%2F"}, {ID: "<&>", Deleted: true}, {ID: "a b?c=d"}, {ID: "a/b", Deleted: true}, {ID: "日本"}}
 	f := &fakeReader{manifests: layeredManifests(time.Now()), changes: want}
-	s := api.NewServer(f, api.Config{}, slog.New(slog.DiscardHandler))
+	s := newServer(t, f, nil)
 	get := openapiGet(t, s)
 	base := "/v1/versions/" + string(ver) + "/changes/orders"
 	var got []snapshot.Change
@@ -146,7 +145,7 @@ func TestChangesStorageFailures(t *testing.T) {
 		{"the run read timing out", changesReader{fakeReader: f, changesErr: slow}, 503},
 		{"the run failing otherwise", changesReader{fakeReader: f, changesErr: broken}, 500},
 	} {
-		s := api.NewServer(tc.r, api.Config{}, slog.New(slog.DiscardHandler))
+		s := newServer(t, tc.r, nil)
 		get := openapiGet(t, s)
 		if tc.want == 500 { // the document lists the statuses a client acts on
 			get = func(target string, _ ...string) (*http.Response, []byte) { return do(t, s, http.MethodGet, target, "") }
@@ -168,7 +167,7 @@ func TestChangesStorageFailures(t *testing.T) {
 // 4xx problem whose detail names what was wrong.
 func TestChangesHostileInput(t *testing.T) {
 	f := &fakeReader{manifests: layeredManifests(time.Now()), changes: []snapshot.Change{{ID: "a"}}}
-	s := api.NewServer(f, api.Config{}, slog.New(slog.DiscardHandler))
+	s := newServer(t, f, nil)
 	base := "/v1/versions/" + string(ver) + "/changes/orders"
 	cursor := func(v any) string {
 		b, _ := json.Marshal(v)
@@ -216,8 +215,7 @@ func FuzzChanges(f *testing.F) {
 	f.Add(string(ver), "orders", "+3", "eyJ2IjoiIiwiYyI6IiIsImEiOiIifQ")
 	f.Add("current", "a%2Fb", "-1", "bnVsbA")
 	f.Add(string(ver)+"0", "%ff", "1e3", "e30")
-	s := api.NewServer(&fakeReader{manifests: layeredManifests(time.Now()), changes: []snapshot.Change{{ID: "a"}, {ID: "b"}}},
-		api.Config{}, slog.New(slog.DiscardHandler))
+	s := newServer(f, &fakeReader{manifests: layeredManifests(time.Now()), changes: []snapshot.Change{{ID: "a"}, {ID: "b"}}}, nil)
 	f.Fuzz(func(t *testing.T, version, collection, limit, after string) {
 		target := "/v1/versions/" + version + "/changes/" + collection + "?limit=" + url.QueryEscape(limit) + "&after=" + url.QueryEscape(after)
 		req, err := http.NewRequest(http.MethodGet, "http://x"+target, nil)

@@ -3,7 +3,6 @@ package api_test
 import (
 	"context"
 	"fmt"
-	"log/slog"
 	"net/http"
 	"slices"
 	"strconv"
@@ -23,8 +22,7 @@ import (
 // TestOpenAPIMatchesRoutes: every route the server has is in the served OpenAPI
 // document, and every operation the document describes is a route.
 func TestOpenAPIMatchesRoutes(t *testing.T) {
-	s := api.NewServer(&fakeReader{}, api.Config{Registry: prometheus.NewRegistry(), AdminToken: "t", Admin: fakeAdmin{}},
-		slog.New(slog.DiscardHandler))
+	s := newServer(t, &fakeReader{}, func(c *api.Config) { c.Registry = prometheus.NewRegistry(); c.AdminToken = "t"; c.Admin = fakeAdmin{} })
 	res, body := do(t, s, http.MethodGet, "/openapi.yaml", "")
 	if res.StatusCode != 200 {
 		t.Fatalf("GET /openapi.yaml = %d", res.StatusCode)
@@ -60,7 +58,7 @@ func TestOpenAPIMatchesRoutes(t *testing.T) {
 // resolves), validates as OpenAPI 3 (schemas, patterns, examples, parameters) and
 // routes (the path templates parse), as the end-to-end suite needs it to.
 func TestOpenAPIDocumentIsValid(t *testing.T) {
-	s := api.NewServer(&fakeReader{}, api.Config{Registry: prometheus.NewRegistry()}, slog.New(slog.DiscardHandler))
+	s := newServer(t, &fakeReader{}, func(c *api.Config) { c.Registry = prometheus.NewRegistry() })
 	res, body := do(t, s, http.MethodGet, "/openapi.yaml", "")
 	if res.StatusCode != 200 {
 		t.Fatalf("GET /openapi.yaml = %d", res.StatusCode)
@@ -82,7 +80,7 @@ func TestOpenAPIDocumentIsValid(t *testing.T) {
 // TestMethodNotAllowedSaysAllow: a 405 names the methods the path has, as RFC 9110
 // requires of it.
 func TestMethodNotAllowedSaysAllow(t *testing.T) {
-	s := api.NewServer(&fakeReader{}, api.Config{AdminToken: "t", Admin: fakeAdmin{}}, slog.New(slog.DiscardHandler))
+	s := newServer(t, &fakeReader{}, func(c *api.Config) { c.AdminToken = "t"; c.Admin = fakeAdmin{} })
 	for _, tc := range []struct{ method, path, want string }{
 		{http.MethodDelete, "/v1/data/c/a%2Fb", "GET"},
 		{http.MethodPut, "/v1/versions/current", "GET"},
@@ -109,11 +107,11 @@ func (fakeAdmin) Unpin(context.Context, string, string) (snapshot.RollbackResult
 // TestAdminEndpointsNeedTheToken: off without a token; with one, 401 without or with a
 // wrong bearer token, and the right one is let through.
 func TestAdminEndpointsNeedTheToken(t *testing.T) {
-	off := api.NewServer(&fakeReader{}, api.Config{Admin: fakeAdmin{}}, slog.New(slog.DiscardHandler))
+	off := newServer(t, &fakeReader{}, func(c *api.Config) { c.Admin = fakeAdmin{} })
 	if res, _ := do(t, off, http.MethodPost, "/v1/admin/rollback", `{"previous":true,"reason":"x"}`); res.StatusCode != 404 {
 		t.Errorf("admin endpoint without a configured token = %d; want 404", res.StatusCode)
 	}
-	on := api.NewServer(&fakeReader{}, api.Config{Admin: fakeAdmin{}, AdminToken: "s3cret"}, slog.New(slog.DiscardHandler))
+	on := newServer(t, &fakeReader{}, func(c *api.Config) { c.Admin = fakeAdmin{}; c.AdminToken = "s3cret" })
 	body := `{"previous":true,"reason":"x"}`
 	for _, auth := range []string{"", "Bearer wrong", "Bearer s3cre", "s3cret", "Bearer s3cret2", "Basic s3cret"} {
 		res, _ := do(t, on, http.MethodPost, "/v1/admin/rollback", body, "Authorization", auth)
@@ -133,7 +131,7 @@ func TestAdminEndpointsNeedTheToken(t *testing.T) {
 }
 
 func TestStatusPage(t *testing.T) {
-	s := api.NewServer(&fakeReader{}, api.Config{Dataset: "demo"}, slog.New(slog.DiscardHandler))
+	s := newServer(t, &fakeReader{}, func(c *api.Config) { c.Dataset = "demo" })
 	res, body := do(t, s, http.MethodGet, "/", "")
 	if res.StatusCode != 200 || !strings.Contains(string(body), "dataset <code>demo</code>") || strings.Contains(string(body), "<script") {
 		t.Errorf("status page = %d:\n%.500s", res.StatusCode, body)
@@ -144,7 +142,7 @@ func TestStatusPage(t *testing.T) {
 // and a made-up method is counted as "other", so clients cannot grow the series.
 func TestMetricsLabelsAreBounded(t *testing.T) {
 	reg := prometheus.NewRegistry()
-	s := api.NewServer(&fakeReader{}, api.Config{Registry: reg}, slog.New(slog.DiscardHandler))
+	s := newServer(t, &fakeReader{}, func(c *api.Config) { c.Registry = reg })
 	for i := range 3 {
 		do(t, s, http.MethodGet, "/v1/data/c/id"+strconv.Itoa(i), "")
 		do(t, s, "XYZ"+strconv.Itoa(i), "/v1/data/c/a", "")
@@ -175,7 +173,7 @@ func (unknownAdmin) Rollback(context.Context, snapshot.RollbackRequest) (snapsho
 // TestAdminRollbackWithUnknownOutcome: a rollback whose flip was not confirmed answers
 // 503 saying so, not 500 and not "nothing changed".
 func TestAdminRollbackWithUnknownOutcome(t *testing.T) {
-	s := api.NewServer(&fakeReader{}, api.Config{Admin: unknownAdmin{}, AdminToken: "t"}, slog.New(slog.DiscardHandler))
+	s := newServer(t, &fakeReader{}, func(c *api.Config) { c.Admin = unknownAdmin{}; c.AdminToken = "t" })
 	res, b := do(t, s, http.MethodPost, "/v1/admin/rollback", `{"previous":true,"reason":"x"}`, "Authorization", "Bearer t")
 	if res.StatusCode != 503 || !strings.Contains(string(b), "may or may not") || res.Header.Get("Content-Type") != "application/problem+json" {
 		t.Errorf("rollback with an unknown outcome = %d %s; want a 503 problem saying the flip may or may not have happened", res.StatusCode, b)

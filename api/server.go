@@ -111,15 +111,31 @@ type Server struct {
 //go:embed openapi.yaml
 var openapiDoc []byte
 
-// NewServer returns the API's handler.
-func NewServer(reader Reader, cfg Config, log *slog.Logger) *Server {
-	def := DefaultConfig()
-	cfg.BatchLimit = positiveOr(cfg.BatchLimit, def.BatchLimit)
-	cfg.PageLimit = positiveOr(cfg.PageLimit, def.PageLimit)
-	cfg.MaxBodyBytes = positiveOr(cfg.MaxBodyBytes, def.MaxBodyBytes)
-	cfg.MaxWatchers = positiveOr(cfg.MaxWatchers, def.MaxWatchers)
-	cfg.WatchHeartbeat = positiveOr(cfg.WatchHeartbeat, def.WatchHeartbeat)
-	cfg.WatchInterval = positiveOr(cfg.WatchInterval, def.WatchInterval)
+// Validate reports the first bad value of c as an error naming its field.
+func (c Config) Validate() error {
+	for _, f := range []struct {
+		name string
+		ok   bool
+	}{
+		{"BatchLimit", c.BatchLimit > 0}, {"PageLimit", c.PageLimit > 0}, {"MaxBodyBytes", c.MaxBodyBytes > 0},
+		{"MaxWatchers", c.MaxWatchers > 0}, {"WatchHeartbeat", c.WatchHeartbeat > 0}, {"WatchInterval", c.WatchInterval > 0},
+	} {
+		if !f.ok {
+			return fmt.Errorf("api config: %s must be positive (DefaultConfig gives the defaults)", f.name)
+		}
+	}
+	if c.AdminToken != "" && c.Admin == nil {
+		return errors.New("api config: AdminToken is set but Admin is nil: the admin endpoints would not exist")
+	}
+	return nil
+}
+
+// NewServer returns the API's handler for cfg (start from DefaultConfig), or
+// cfg.Validate's error.
+func NewServer(reader Reader, cfg Config, log *slog.Logger) (*Server, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
 	s := &Server{reader: reader, cfg: cfg, log: logger(log)}
 	s.flips = newBroadcaster(reader, cfg.WatchInterval, cfg.MaxWatchers, s.log.WarnContext)
 	r := chi.NewRouter()
@@ -165,7 +181,7 @@ func NewServer(reader Reader, cfg Config, log *slog.Logger) *Server {
 			Detail: r.Method + " is not allowed on " + truncate(r.URL.EscapedPath(), 200)})
 	})
 	s.mux = r
-	return s
+	return s, nil
 }
 
 // allowed lists the methods that have a route for the escaped path, for the Allow
@@ -179,15 +195,6 @@ func (s *Server) allowed(path string) string {
 		}
 	}
 	return strings.Join(out, ", ")
-}
-
-// positiveOr returns v when it is positive, else def: a Config field left zero (or
-// set negative) takes its default.
-func positiveOr[T ~int | ~int64](v, def T) T {
-	if v > 0 {
-		return v
-	}
-	return def
 }
 
 // ServeHTTP serves the API.

@@ -12,10 +12,25 @@ import (
 	"net/url"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/snapflip/snapflip/api"
 	"github.com/snapflip/snapflip/snapshot"
 )
+
+// newServer returns a server over r with the default config as set changes it.
+func newServer(t testing.TB, r api.Reader, set func(*api.Config)) *api.Server {
+	t.Helper()
+	cfg := api.DefaultConfig()
+	if set != nil {
+		set(&cfg)
+	}
+	s, err := api.NewServer(r, cfg, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
 
 // fakeReader is a pure-logic stand-in for snapshot.Resolver; the real one is tested
 // end to end in package e2e.
@@ -144,7 +159,7 @@ func TestGetDocumentDecodesIDsExactlyOnce(t *testing.T) {
 		"c\x00a#b":  `{"id":"a#b"}`,
 		"c\x00ü x":  `{"id":"ü x"}`,
 	}}
-	h := api.NewServer(f, api.Config{}, slog.New(slog.DiscardHandler))
+	h := newServer(t, f, nil)
 	tests := []struct{ path, want string }{
 		{"/v1/data/c/a%2Fb", `{"id":"a/b"}`},
 		{"/v1/data/c/100%25", `{"id":"100%"}`},
@@ -165,7 +180,7 @@ func TestGetDocumentDecodesIDsExactlyOnce(t *testing.T) {
 
 func TestHostileRequestsGet4xx(t *testing.T) {
 	f := &fakeReader{docs: map[string]string{}}
-	h := api.NewServer(f, api.Config{}, slog.New(slog.DiscardHandler))
+	h := newServer(t, f, nil)
 	tests := []struct {
 		path string
 		want int
@@ -195,7 +210,7 @@ func TestHostileRequestsGet4xx(t *testing.T) {
 }
 
 func TestNoVersionIs503AndNotReady(t *testing.T) {
-	h := api.NewServer(&fakeReader{noVer: true}, api.Config{}, slog.New(slog.DiscardHandler))
+	h := newServer(t, &fakeReader{noVer: true}, nil)
 	for _, path := range []string{"/v1/data/c/x", "/readyz"} {
 		res, _ := serve(t, h, path)
 		if res.StatusCode != http.StatusServiceUnavailable {
@@ -208,7 +223,7 @@ func TestNoVersionIs503AndNotReady(t *testing.T) {
 }
 
 func TestPanicBecomesProblem(t *testing.T) {
-	h := api.NewServer(&fakeReader{panicOn: "bad"}, api.Config{}, slog.New(slog.DiscardHandler))
+	h := newServer(t, &fakeReader{panicOn: "bad"}, nil)
 	res, body := serve(t, h, "/v1/data/c/bad")
 	if res.StatusCode != 500 || !strings.Contains(string(body), "internal") || strings.Contains(string(body), "boom") {
 		t.Errorf("panic answered %d %s; want a 500 problem that hides the panic", res.StatusCode, body)
@@ -216,7 +231,7 @@ func TestPanicBecomesProblem(t *testing.T) {
 }
 
 func TestStorageErrorsHideInternals(t *testing.T) {
-	h := api.NewServer(errReader{fakeReader: &fakeReader{}, err: errors.New("rpc error: secret-host:443 exploded")}, api.Config{}, slog.New(slog.DiscardHandler))
+	h := newServer(t, errReader{fakeReader: &fakeReader{}, err: errors.New("rpc error: secret-host:443 exploded")}, nil)
 	res, body := serve(t, h, "/v1/data/c/x")
 	if res.StatusCode != 500 || strings.Contains(string(body), "secret-host") {
 		t.Errorf("storage error answered %d %s; want 500 without internals", res.StatusCode, body)
@@ -234,7 +249,7 @@ func FuzzGetDocumentPath(f *testing.F) {
 	for _, s := range []string{"a", "a%2Fb", "%00", "..", "%ff", "100%25", "%", "a/b"} {
 		f.Add(s)
 	}
-	h := api.NewServer(&fakeReader{docs: map[string]string{"c\x00a": `{}`}}, api.Config{}, slog.New(slog.DiscardHandler))
+	h := newServer(f, &fakeReader{docs: map[string]string{"c\x00a": `{}`}}, nil)
 	f.Fuzz(func(t *testing.T, id string) {
 		// (the handler is built above, once)
 		req, err := http.NewRequest(http.MethodGet, "http://x/v1/data/c/"+id, nil)
@@ -256,7 +271,7 @@ func FuzzListPageToken(f *testing.F) {
 	f.Add("eyJ2IjoiNmE3In0", "1")
 	f.Add("%%%", "-1")
 	f.Add("e30", "99999999999999999999")
-	h := api.NewServer(&fakeReader{}, api.Config{}, slog.New(slog.DiscardHandler))
+	h := newServer(f, &fakeReader{}, nil)
 	f.Fuzz(func(t *testing.T, token, limit string) {
 		target := "/v1/data/c?page_token=" + url.QueryEscape(token) + "&limit=" + url.QueryEscape(limit)
 		res, body := do(t, h, http.MethodGet, target, "")
@@ -280,7 +295,7 @@ func do(tb testing.TB, h http.Handler, method, target, body string, header ...st
 }
 
 func TestPinnedReadsAndCaching(t *testing.T) {
-	h := api.NewServer(&fakeReader{docs: map[string]string{"c\x00a": `{"id":"a"}`}}, api.Config{}, slog.New(slog.DiscardHandler))
+	h := newServer(t, &fakeReader{docs: map[string]string{"c\x00a": `{"id":"a"}`}}, nil)
 	other := "7b1e4c1a-3f7e-4c57-9d0c-0a5d2c1f8e21-1700000000000"
 	tests := []struct {
 		name, target string
@@ -305,7 +320,7 @@ func TestPinnedReadsAndCaching(t *testing.T) {
 }
 
 func TestBatchGetValidation(t *testing.T) {
-	h := api.NewServer(&fakeReader{docs: map[string]string{"c\x00a": `{"id":"a"}`}}, api.Config{BatchLimit: 3, MaxBodyBytes: 1024}, slog.New(slog.DiscardHandler))
+	h := newServer(t, &fakeReader{docs: map[string]string{"c\x00a": `{"id":"a"}`}}, func(c *api.Config) { c.BatchLimit = 3; c.MaxBodyBytes = 1024 })
 	tests := []struct {
 		body string
 		want int
@@ -332,7 +347,7 @@ func TestBatchGetValidation(t *testing.T) {
 }
 
 func TestPageTokenValidation(t *testing.T) {
-	h := api.NewServer(&fakeReader{}, api.Config{}, slog.New(slog.DiscardHandler))
+	h := newServer(t, &fakeReader{}, nil)
 	for _, target := range []string{
 		"/v1/data/c?page_token=%%%", "/v1/data/c?page_token=bm90LWpzb24", "/v1/data/c?limit=0", "/v1/data/c?limit=1001",
 		"/v1/data/c?limit=abc", "/v1/versions?page_token=!!",
@@ -340,5 +355,27 @@ func TestPageTokenValidation(t *testing.T) {
 		if res, body := do(t, h, http.MethodGet, target, ""); res.StatusCode != 400 {
 			t.Errorf("GET %s = %d %s; want 400", target, res.StatusCode, body)
 		}
+	}
+}
+
+// A bad config value is an error naming its field, never replaced by a default.
+func TestNewServerRefusesBadConfig(t *testing.T) {
+	for field, set := range map[string]func(*api.Config){
+		"BatchLimit":     func(c *api.Config) { c.BatchLimit = 0 },
+		"PageLimit":      func(c *api.Config) { c.PageLimit = -1 },
+		"MaxBodyBytes":   func(c *api.Config) { c.MaxBodyBytes = 0 },
+		"MaxWatchers":    func(c *api.Config) { c.MaxWatchers = 0 },
+		"WatchHeartbeat": func(c *api.Config) { c.WatchHeartbeat = 0 },
+		"WatchInterval":  func(c *api.Config) { c.WatchInterval = -time.Second },
+		"AdminToken":     func(c *api.Config) { c.AdminToken = "t" },
+	} {
+		cfg := api.DefaultConfig()
+		set(&cfg)
+		if s, err := api.NewServer(&fakeReader{}, cfg, nil); err == nil || !strings.Contains(err.Error(), field) {
+			t.Errorf("%s bad: NewServer = %v, %v; want an error naming %s", field, s, err, field)
+		}
+	}
+	if _, err := api.NewServer(&fakeReader{}, api.DefaultConfig(), nil); err != nil {
+		t.Errorf("the default config: %v", err)
 	}
 }

@@ -5,7 +5,6 @@ import (
 	"context"
 	"encoding/json"
 	"io"
-	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -147,7 +146,7 @@ func openapiGet(t *testing.T, s http.Handler) func(target string, header ...stri
 func TestVersionsDescribeLayers(t *testing.T) {
 	now := time.Now()
 	f := &fakeReader{manifests: layeredManifests(now)}
-	s := api.NewServer(f, api.Config{Registry: prometheus.NewRegistry()}, slog.New(slog.DiscardHandler))
+	s := newServer(t, f, func(c *api.Config) { c.Registry = prometheus.NewRegistry() })
 	checked := openapiGet(t, s)
 	get := func(path string) []byte {
 		t.Helper()
@@ -220,7 +219,7 @@ func TestVersionsDescribeLayers(t *testing.T) {
 // version's shape.
 func TestStatusPageShowsChains(t *testing.T) {
 	now := time.Now()
-	s := api.NewServer(&fakeReader{manifests: layeredManifests(now)}, api.Config{Dataset: "demo"}, slog.New(slog.DiscardHandler))
+	s := newServer(t, &fakeReader{manifests: layeredManifests(now)}, func(c *api.Config) { c.Dataset = "demo" })
 	res, body := do(t, s, http.MethodGet, "/", "")
 	if res.StatusCode != 200 {
 		t.Fatalf("status page = %d", res.StatusCode)
@@ -256,7 +255,7 @@ func TestStatusPageShowsFreshness(t *testing.T) {
 			ms[i].ChangeSeen = now.Add(-10*time.Second - 1400*time.Millisecond)
 		}
 	}
-	s := api.NewServer(&fakeReader{manifests: ms}, api.Config{Dataset: "demo"}, slog.New(slog.DiscardHandler))
+	s := newServer(t, &fakeReader{manifests: ms}, func(c *api.Config) { c.Dataset = "demo" })
 	_, body := do(t, s, http.MethodGet, "/", "")
 	for _, want := range []string{"1 version published in the last minute", "published 1.4s after its change was seen"} {
 		if !strings.Contains(string(body), want) {

@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
-	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -70,7 +69,7 @@ func watchBlocks(tb testing.TB, url, last string, n int) [][]string {
 // that is no version included; a Last-Event-ID naming it sends nothing.
 func TestWatchDescribesTheManifest(t *testing.T) {
 	f := &fakeReader{manifests: layeredManifests(time.Now())}
-	s := serveWatch(t, api.NewServer(f, api.Config{WatchInterval: time.Millisecond}, slog.New(slog.DiscardHandler)))
+	s := serveWatch(t, newServer(t, f, func(c *api.Config) { c.WatchInterval = time.Millisecond }))
 	type own struct {
 		Layer                           string
 		IDs, Inserted, Changed, Deleted int64
@@ -118,8 +117,7 @@ func TestWatchDescribesTheManifest(t *testing.T) {
 		}
 	}
 	// Naming the current version: heartbeats, no event.
-	beats := serveWatch(t, api.NewServer(f, api.Config{WatchInterval: time.Millisecond, WatchHeartbeat: 10 * time.Millisecond},
-		slog.New(slog.DiscardHandler)))
+	beats := serveWatch(t, newServer(t, f, func(c *api.Config) { c.WatchInterval = time.Millisecond; c.WatchHeartbeat = 10 * time.Millisecond }))
 	blocks := watchBlocks(t, beats, string(ver), 3)
 	if diff := cmp.Diff([][]string{{"retry: 2000"}, {": ping"}, {": ping"}}, blocks); diff != "" {
 		t.Errorf("Last-Event-ID the current version (-want +got):\n%s", diff)
@@ -130,7 +128,7 @@ func TestWatchDescribesTheManifest(t *testing.T) {
 // child of the version the stream last named.
 func TestWatchPinnedIsRollback(t *testing.T) {
 	f := &pinnedReader{fakeReader{manifests: layeredManifests(time.Now())}}
-	s := serveWatch(t, api.NewServer(f, api.Config{WatchInterval: time.Millisecond}, slog.New(slog.DiscardHandler)))
+	s := serveWatch(t, newServer(t, f, func(c *api.Config) { c.WatchInterval = time.Millisecond }))
 	for _, tc := range []struct{ last, kind string }{
 		{"", api.FlipRollback},
 		{string(verBase), api.FlipRollback},
@@ -161,8 +159,7 @@ func (p *pinnedReader) Pointer(context.Context) (snapshot.Pointer, error) {
 // TestWatchOutlivesWriteTimeout: a stream keeps going past the server's write timeout,
 // which would otherwise cut it off at its first write after it.
 func TestWatchOutlivesWriteTimeout(t *testing.T) {
-	h := api.NewServer(&fakeReader{}, api.Config{WatchInterval: time.Millisecond, WatchHeartbeat: 20 * time.Millisecond},
-		slog.New(slog.DiscardHandler))
+	h := newServer(t, &fakeReader{}, func(c *api.Config) { c.WatchInterval = time.Millisecond; c.WatchHeartbeat = 20 * time.Millisecond })
 	srv := httptest.NewUnstartedServer(h)
 	srv.Config.WriteTimeout = 100 * time.Millisecond
 	srv.Start()

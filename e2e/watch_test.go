@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"runtime"
@@ -384,8 +383,12 @@ func TestWatchHeartbeatsCloseAndLeaks(t *testing.T) {
 	res := snapshot.NewResolver("e2e", testenv.Store(t, testenv.StoreConfig(e.btAddr)),
 		snapshot.ResolverConfig{Refresh: 20 * time.Millisecond}, nil)
 	go res.Run(ctx)
-	s := api.NewServer(res, api.Config{WatchHeartbeat: 20 * time.Millisecond, WatchInterval: 10 * time.Millisecond,
-		Registry: prometheus.NewRegistry()}, slog.New(slog.DiscardHandler))
+	cfg := api.DefaultConfig()
+	cfg.WatchHeartbeat, cfg.WatchInterval, cfg.Registry = 20*time.Millisecond, 10*time.Millisecond, prometheus.NewRegistry()
+	s, err := api.NewServer(res, cfg, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
 	srv := httptest.NewServer(s)
 	t.Cleanup(srv.Close)
 

@@ -101,6 +101,9 @@ func (m *MetadataAPI) serve(ctx context.Context, def store.Config, o *apiFlags) 
 	if o.maxWatchers <= 0 {
 		return fmt.Errorf("%w: --max-watchers %d: must be positive", ErrUsage, o.maxWatchers)
 	}
+	if o.batchLimit <= 0 {
+		return fmt.Errorf("%w: --batch-limit %d: must be positive", ErrUsage, o.batchLimit)
+	}
 	log, err := newLogger(m.Stderr, o.logFormat, o.logLevel)
 	if err != nil {
 		return err
@@ -138,27 +141,25 @@ func (m *MetadataAPI) serve(ctx context.Context, def store.Config, o *apiFlags) 
 		admin = adm
 		log.Info("admin endpoints on: POST /v1/admin/rollback, /v1/admin/unpin (bearer token)")
 	}
-	handler := api.NewServer(res, api.Config{
-		Dataset:    o.dataset,
-		AdminToken: token,
-		Admin:      admin,
-		BatchLimit: o.batchLimit,
-		// Twice per refresh, so the watch sees every pointer a refresh reads, and
-		// at least every 50ms, so a flip reaches watchers soon after reads see it
-		// (the pointer it looks at is in memory: looking costs nothing).
-		WatchInterval: min(o.refresh/2, 50*time.Millisecond),
-		MaxWatchers:   o.maxWatchers,
-		Registry:      reg,
-		CacheStats:    res.CacheStats,
-		PointerAge:    res.PointerAge,
-		ServedVersion: func() snapshot.Version {
-			p, err := res.Pointer(context.Background())
-			if err != nil {
-				return ""
-			}
-			return p.Version
-		},
-	}, log)
+	apiCfg := api.DefaultConfig()
+	apiCfg.Dataset, apiCfg.AdminToken, apiCfg.Admin = o.dataset, token, admin
+	apiCfg.BatchLimit, apiCfg.MaxWatchers = o.batchLimit, o.maxWatchers
+	// Twice per refresh, so the watch sees every pointer a refresh reads, and at
+	// least every 50ms, so a flip reaches watchers soon after reads see it (the
+	// pointer it looks at is in memory: looking costs nothing).
+	apiCfg.WatchInterval = min(o.refresh/2, 50*time.Millisecond)
+	apiCfg.Registry, apiCfg.CacheStats, apiCfg.PointerAge = reg, res.CacheStats, res.PointerAge
+	apiCfg.ServedVersion = func() snapshot.Version {
+		p, err := res.Pointer(context.Background())
+		if err != nil {
+			return ""
+		}
+		return p.Version
+	}
+	handler, err := api.NewServer(res, apiCfg, log)
+	if err != nil {
+		return err
+	}
 	srv := &http.Server{
 		Handler:           handler,
 		ReadHeaderTimeout: 5 * time.Second,
