@@ -29,7 +29,7 @@ func TestWatchBaselineAgreesWithItsTables(t *testing.T) {
 		reasons []ChangeReason
 	)
 	w := &watch{src: src, log: slog.New(slog.DiscardHandler),
-		cfg: WatchConfig{Interval: 20 * time.Millisecond, Hot: time.Second, Resolve: time.Hour, Mode: WatchModeLogical},
+		cfg:     WatchConfig{Interval: 20 * time.Millisecond, Hot: time.Second, Resolve: time.Hour, Mode: WatchModeLogical},
 		changed: func(c Change) { mu.Lock(); reasons = append(reasons, c.Reason); mu.Unlock() },
 		polled:  func(WatchStats) {},
 		found: func() {
