@@ -73,7 +73,8 @@ type LeaseConfig struct {
 	// Duration is how long a holder's state must stay unchanged before a contender
 	// takes over; default 15s.
 	Duration time.Duration
-	// RenewEvery is how often a holder renews; default Duration/3.
+	// RenewEvery is how often a holder renews, shorter than Duration; default
+	// Duration/3.
 	RenewEvery time.Duration
 	// RetryMax caps Acquire's full-jitter backoff; default 1s.
 	RetryMax time.Duration
@@ -100,21 +101,54 @@ type Lease struct {
 
 var _ snapshot.Lease = (*Lease)(nil)
 
-// NewLease returns the lease named name.
+// DefaultLeaseConfig returns the defaults a zero field of LeaseConfig takes (but
+// the Holder, which has none).
+func DefaultLeaseConfig() LeaseConfig {
+	return LeaseConfig{Duration: 15 * time.Second, RenewEvery: 5 * time.Second, RetryMax: time.Second}
+}
+
+// Validate reports the first bad value of c as an error naming its field: no
+// Holder, a negative duration, or a renewal no sooner than the lease expires. A zero
+// duration takes its default.
+func (c LeaseConfig) Validate() error {
+	switch {
+	case c.Holder == "":
+		return fmt.Errorf("%w lease config: Holder is required", snapshot.ErrInvalid)
+	case c.Duration < 0:
+		return fmt.Errorf("%w lease config: Duration %s is negative", snapshot.ErrInvalid, c.Duration)
+	case c.RenewEvery < 0:
+		return fmt.Errorf("%w lease config: RenewEvery %s is negative", snapshot.ErrInvalid, c.RenewEvery)
+	case c.RetryMax < 0:
+		return fmt.Errorf("%w lease config: RetryMax %s is negative", snapshot.ErrInvalid, c.RetryMax)
+	}
+	if d := c.withDefaults(); d.RenewEvery >= d.Duration {
+		return fmt.Errorf("%w lease config: RenewEvery %s must be shorter than Duration %s, or a holder loses the lease between renewals",
+			snapshot.ErrInvalid, d.RenewEvery, d.Duration)
+	}
+	return nil
+}
+
+// withDefaults fills c's zero fields: RenewEvery from Duration (a third of it).
+func (c LeaseConfig) withDefaults() LeaseConfig {
+	def := DefaultLeaseConfig()
+	if c.Duration == 0 {
+		c.Duration = def.Duration
+	}
+	if c.RenewEvery == 0 {
+		c.RenewEvery = c.Duration / 3
+	}
+	if c.RetryMax == 0 {
+		c.RetryMax = def.RetryMax
+	}
+	return c
+}
+
+// NewLease returns the lease named name, or cfg.Validate's error.
 func (s *Store) NewLease(name string, cfg LeaseConfig) (*Lease, error) {
-	if cfg.Holder == "" {
-		return nil, fmt.Errorf("%w lease %s: holder id required", snapshot.ErrInvalid, name)
+	if err := cfg.Validate(); err != nil {
+		return nil, fmt.Errorf("lease %s: %w", name, err)
 	}
-	if cfg.Duration <= 0 {
-		cfg.Duration = 15 * time.Second
-	}
-	if cfg.RenewEvery <= 0 || cfg.RenewEvery >= cfg.Duration {
-		cfg.RenewEvery = cfg.Duration / 3
-	}
-	if cfg.RetryMax <= 0 {
-		cfg.RetryMax = time.Second
-	}
-	return &Lease{s: s, name: name, key: "l#" + escapeComponent(name), cfg: cfg}, nil
+	return &Lease{s: s, name: name, key: "l#" + escapeComponent(name), cfg: cfg.withDefaults()}, nil
 }
 
 // readState returns the raw state cell, nil when the lease was never taken.

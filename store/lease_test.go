@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -417,5 +418,24 @@ func TestAcquireSaysWhoItWaitsFor(t *testing.T) {
 		}
 	default:
 		t.Error("Acquire waited without saying for whom")
+	}
+}
+
+// A lease config's bad value is refused with an error naming its field; zero fields
+// take their defaults.
+func TestLeaseConfigRefusesBadValues(t *testing.T) {
+	st := newStore(t)
+	for field, cfg := range map[string]store.LeaseConfig{
+		"Holder":     {},
+		"Duration":   {Holder: "h", Duration: -time.Second},
+		"RenewEvery": {Holder: "h", Duration: time.Second, RenewEvery: time.Second},
+		"RetryMax":   {Holder: "h", RetryMax: -1},
+	} {
+		if _, err := st.NewLease("publish/ds", cfg); !errors.Is(err, snapshot.ErrInvalid) || !strings.Contains(err.Error(), field) {
+			t.Errorf("%s bad: NewLease = %v; want ErrInvalid naming %s", field, err, field)
+		}
+	}
+	if _, err := st.NewLease("publish/ds", store.LeaseConfig{Holder: "h"}); err != nil {
+		t.Errorf("zero fields: %v", err)
 	}
 }
