@@ -26,11 +26,13 @@ build-static:
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags="-s -w" -o bin/static/syncer ./cmd/syncer
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags="-s -w" -o bin/static/metadata-api ./cmd/metadata-api
 
-## test: start a throwaway Postgres, run every test with -race, stop Postgres. The
+## test: start a throwaway Postgres (and install promtool if missing, for the
+## alerting rules' tests), run every test with -race, stop Postgres. The
 ## emulator is built while the tests compile (a test that needs it first waits while
 ## bin/bigtable-emulator.building exists), and deploy/'s module, which needs neither, is
 ## tested meanwhile.
 test:
+	@deploy/local/promtool.sh
 	@deploy/local/postgres.sh start $(TEST_PG_PORT)
 	@status=0; mkdir -p bin; rm -f bin/bigtable-emulator; touch bin/bigtable-emulator.building; \
 	  trap 'rm -f bin/bigtable-emulator.building; kill $$emulator $$deploy 2>/dev/null' EXIT; \

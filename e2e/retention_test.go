@@ -23,6 +23,12 @@ import (
 // the test fails, the end of the syncer's log is printed with it.
 func (e *env) runSyncer(tb testing.TB, cfg string) func() {
 	tb.Helper()
+	return e.runSyncerWith(tb, cfg)
+}
+
+// runSyncerWith is runSyncer with more arguments for `syncer run`.
+func (e *env) runSyncerWith(tb testing.TB, cfg string, args ...string) func() {
+	tb.Helper()
 	if err := os.WriteFile(e.configPath, []byte(cfg), 0o600); err != nil {
 		tb.Fatal(err)
 	}
@@ -36,7 +42,7 @@ func (e *env) runSyncer(tb testing.TB, cfg string) func() {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	s := &cli.Syncer{Getenv: e.getenv, Stdout: io.Discard, Stderr: &log}
-	go func() { done <- s.Run(ctx, []string{"run"}) }()
+	go func() { done <- s.Run(ctx, append([]string{"run"}, args...)) }()
 	return func() {
 		cancel()
 		if err := <-done; err != nil {
