@@ -478,6 +478,18 @@ func TestSyncerRunOnSchedule(t *testing.T) {
 	}}
 	done := make(chan error, 1)
 	go func() { done <- s.Run(ctx, []string{"run"}) }()
+	stopped := false
+	defer func() {
+		// A test that fails early stops the syncer too, before OnTick could report to
+		// a finished test.
+		if !stopped {
+			cancel()
+			select {
+			case <-done:
+			case <-time.After(15 * time.Second):
+			}
+		}
+	}()
 
 	// Nothing is published yet, so the syncer publishes at once.
 	first := e.awaitVersion(t, docPath("things", "plain"), "").version
@@ -507,6 +519,7 @@ func TestSyncerRunOnSchedule(t *testing.T) {
 	cancel()
 	select {
 	case err := <-done:
+		stopped = true
 		if err != nil {
 			t.Errorf("syncer run after cancel = %v; want nil", err)
 		}
