@@ -12,8 +12,8 @@ import (
 // onceCommand is `syncer once`: one sync now.
 func (m *Syncer) onceCommand(g *syncerFlags) *cobra.Command {
 	var (
-		force       bool
-		metricsAddr string
+		force   bool
+		metrics metricsOptions
 	)
 	c := &cobra.Command{
 		Use:   "once",
@@ -28,7 +28,7 @@ validation gate refused it, with the reason; the pointer is then left as it was.
 		Args: positional(),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx := cmd.Context()
-			s, stop, err := m.start(ctx, g, metricsAddr)
+			s, stop, err := m.start(ctx, g, metrics)
 			if err != nil {
 				return err
 			}
@@ -45,6 +45,6 @@ validation gate refused it, with the reason; the pointer is then left as it was.
 		},
 	}
 	c.Flags().BoolVar(&force, "force", false, "publish even if the source has not changed, and skip the validation gates")
-	metricsFlag(c.Flags(), &metricsAddr)
+	metricsFlag(c.Flags(), &metrics)
 	return c
 }

@@ -8,20 +8,24 @@ import (
 
 // runCommand is `syncer run`: sync on the config's schedule until SIGTERM or SIGINT.
 func (m *Syncer) runCommand(g *syncerFlags) *cobra.Command {
-	var metricsAddr string
+	metrics := metricsOptions{maxSync: defaultMaxSyncDuration}
 	c := &cobra.Command{
 		Use:   "run",
 		Short: "Sync on the config's schedule until SIGTERM or SIGINT",
 		Long: `Run syncs on the config's schedule until SIGTERM or SIGINT. If nothing is published
 yet it syncs at once. Every replica runs the schedule and one of them publishes each
 tick; a tick that comes while a sync runs is skipped. On SIGTERM it stops scheduling,
-cancels the running sync (which leaves the pointer as it was) and exits 0.`,
+cancels the running sync (which leaves the pointer as it was) and exits 0.
+
+With --metrics-addr it also serves GET /healthz (fails when a sync has run longer
+than --max-sync-duration) and GET /readyz (fails while Bigtable or Postgres does not
+answer, or while this replica's last sync failed).`,
 		Example: `  syncer run --config /etc/snapflip/snapflip.yaml --metrics-addr :9090 --log-format json
   SNAPFLIP_CONFIG=snapflip.yaml SNAPFLIP_METRICS_ADDR=:9090 syncer run`,
 		Args: positional(),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx := cmd.Context()
-			s, stop, err := m.start(ctx, g, metricsAddr)
+			s, stop, err := m.start(ctx, g, metrics)
 			if err != nil {
 				return err
 			}
@@ -34,6 +38,8 @@ cancels the running sync (which leaves the pointer as it was) and exits 0.`,
 			return m.runSchedule(ctx, s)
 		},
 	}
-	metricsFlag(c.Flags(), &metricsAddr)
+	metricsFlag(c.Flags(), &metrics)
+	c.Flags().DurationVar(&metrics.maxSync, "max-sync-duration", defaultMaxSyncDuration,
+		"a sync running longer means the syncer is wedged: /healthz on the metrics address fails")
 	return c
 }

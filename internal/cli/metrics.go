@@ -214,7 +214,7 @@ func (m *syncerMetrics) observeCurrent(ctx context.Context, st currentStore, dat
 }
 
 // serveMetrics serves /metrics (and Go's profiles under /debug/pprof/) on addr until ctx ends; "" serves nothing.
-func serveMetrics(ctx context.Context, addr string, reg *prometheus.Registry, log *slog.Logger) (func(), error) {
+func serveMetrics(ctx context.Context, addr string, reg *prometheus.Registry, h *health, log *slog.Logger) (func(), error) {
 	if addr == "" {
 		return func() {}, nil
 	}
@@ -229,6 +229,9 @@ func serveMetrics(ctx context.Context, addr string, reg *prometheus.Registry, lo
 	mux.HandleFunc("/debug/pprof/", pprof.Index)
 	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
 	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	if h != nil {
+		h.handle(mux)
+	}
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
 	go func() {
 		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {

@@ -188,11 +188,11 @@ func TestMetricsAddrServesMetricsAndProfiles(t *testing.T) {
 	addr := ln.Addr().String()
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(prometheus.NewCounter(prometheus.CounterOpts{Name: "snapflip_test_total"}))
-	if _, err := serveMetrics(context.Background(), addr, reg, slog.New(slog.DiscardHandler)); err == nil || !strings.Contains(err.Error(), addr) {
+	if _, err := serveMetrics(context.Background(), addr, reg, nil, slog.New(slog.DiscardHandler)); err == nil || !strings.Contains(err.Error(), addr) {
 		t.Errorf("serving on a busy address: %v; want an error naming %s", err, addr)
 	}
 	ln.Close()
-	stop, err := serveMetrics(context.Background(), addr, reg, slog.New(slog.DiscardHandler))
+	stop, err := serveMetrics(context.Background(), addr, reg, nil, slog.New(slog.DiscardHandler))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -58,7 +58,19 @@ type syncer struct {
 	ticker  *snapshot.Ticker
 	sched   schedule
 	metrics *syncerMetrics
+	health  *health
 	log     *slog.Logger
+}
+
+// ping says whether Bigtable and Postgres answer (for /readyz).
+func (s *syncer) ping(ctx context.Context) error {
+	if _, err := s.store.ReadPointer(ctx, s.cfg.Dataset); err != nil && !errors.Is(err, snapshot.ErrNoVersion) {
+		return fmt.Errorf("bigtable: %w", err)
+	}
+	if err := s.src.Ping(ctx); err != nil {
+		return fmt.Errorf("postgres: %w", err)
+	}
+	return nil
 }
 
 // Run runs the command args name (args without the program name), with help and output
@@ -170,9 +182,15 @@ func (m *Syncer) setupSource(g *syncerFlags) (SyncerConfig, *slog.Logger, error)
 	return cfg, log, nil
 }
 
-// start loads the config, wires the syncer and serves its metrics on metricsAddr (the
-// commands that sync); stop closes them.
-func (m *Syncer) start(ctx context.Context, g *syncerFlags, metricsAddr string) (s *syncer, stop func(), err error) {
+// metricsOptions are the flags of what the commands that sync serve.
+type metricsOptions struct {
+	addr    string        // --metrics-addr: /metrics, /healthz, /readyz, /debug/pprof/
+	maxSync time.Duration // --max-sync-duration: a longer sync fails /healthz
+}
+
+// start loads the config, wires the syncer and serves its metrics and health on
+// o.addr (the commands that sync); stop closes them.
+func (m *Syncer) start(ctx context.Context, g *syncerFlags, o metricsOptions) (s *syncer, stop func(), err error) {
 	cfg, log, err := m.setupSource(g)
 	if err != nil {
 		return nil, nil, err
@@ -182,7 +200,11 @@ func (m *Syncer) start(ctx context.Context, g *syncerFlags, metricsAddr string) 
 	}
 	s.ticker.Publisher.Crash = crashHook(m.Getenv)
 	s.ticker.Publisher.Runs = m.Runs
-	stopMetrics, err := serveMetrics(ctx, metricsAddr, s.metrics.reg, log)
+	if o.maxSync <= 0 {
+		o.maxSync = defaultMaxSyncDuration
+	}
+	s.health = newHealth(o.maxSync, s.ping)
+	stopMetrics, err := serveMetrics(ctx, o.addr, s.metrics.reg, s.health, log)
 	if err != nil {
 		s.store.Close()
 		return nil, nil, err
@@ -195,8 +217,8 @@ func (m *Syncer) start(ctx context.Context, g *syncerFlags, metricsAddr string) 
 }
 
 // metricsFlag defines --metrics-addr, of the commands that sync.
-func metricsFlag(fs *pflag.FlagSet, p *string) {
-	envString(fs, p, "metrics-addr", EnvMetricsAddr, "", "serve Prometheus /metrics on this address, e.g. :9090; empty: off")
+func metricsFlag(fs *pflag.FlagSet, o *metricsOptions) {
+	envString(fs, &o.addr, "metrics-addr", EnvMetricsAddr, "", "serve Prometheus /metrics, /healthz and /readyz on this address, e.g. :9090; empty: off")
 }
 
 // wireSyncer connects the adapters and builds the ticker.
@@ -347,7 +369,9 @@ func (m *Syncer) runSchedule(ctx context.Context, s *syncer) error {
 		log.Info("nothing published yet: syncing now")
 		start := time.Now()
 		s.cycle.Lock()
+		s.health.begin()
 		res, _, err := s.ticker.PublishLeased(ctx, snapshot.PublishOptions{})
+		s.health.end(err)
 		s.cycle.Unlock()
 		s.metrics.observe(res, err, time.Since(start))
 		if err != nil && !errors.Is(err, snapshot.ErrFenced) && !errors.Is(err, snapshot.ErrConflict) {
@@ -372,7 +396,9 @@ func (m *Syncer) runSchedule(ctx context.Context, s *syncer) error {
 		tlog.Debug("tick started")
 		start := time.Now()
 		s.cycle.Lock()
+		s.health.begin()
 		res, err := s.ticker.Tick(ctx, slot, snapshot.PublishOptions{})
+		s.health.end(err)
 		s.cycle.Unlock()
 		switch {
 		case err != nil && ctx.Err() != nil:

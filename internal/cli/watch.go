@@ -258,7 +258,9 @@ func (m *Syncer) runWatch(ctx context.Context, s *syncer) {
 		lastStart = time.Now()
 		clog := log.With("change_seen", first.UTC().Format(time.RFC3339Nano), "reason", reason)
 		s.cycle.Lock()
+		s.health.begin()
 		res, _, err := s.ticker.PublishLeasedWithin(ctx, leaseWait, snapshot.PublishOptions{ChangeXmax: xmax, ChangeSeen: first})
+		s.health.end(err)
 		s.cycle.Unlock()
 		switch {
 		case err != nil && ctx.Err() != nil:
