@@ -308,6 +308,24 @@ func TestOverlayDecodes(t *testing.T) {
 	}
 }
 
+// TestHPAOwnsReplicas: a Deployment an HPA scales sets no replicas, in the base or in
+// a patch of the overlay, or every apply would reset the count the HPA chose.
+func TestHPAOwnsReplicas(t *testing.T) {
+	base, overlay := load(t, "k8s/base"), load(t, "k8s/overlays/example")
+	for _, hpas := range []map[string]*autoscalingv2.HorizontalPodAutoscaler{base.hpas, overlay.hpas} {
+		for _, h := range hpas {
+			if h.Spec.ScaleTargetRef.Kind != "Deployment" {
+				continue
+			}
+			for _, deployments := range []map[string]*appsv1.Deployment{base.deployments, overlay.deployments} {
+				if d := deployments[h.Spec.ScaleTargetRef.Name]; d != nil && d.Spec.Replicas != nil {
+					t.Errorf("Deployment %s sets replicas %d, but HPA %s scales it", d.Name, *d.Spec.Replicas, h.Name)
+				}
+			}
+		}
+	}
+}
+
 func matches(selector, labels map[string]string) bool {
 	if len(selector) == 0 {
 		return false
