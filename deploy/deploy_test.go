@@ -40,6 +40,14 @@ type kustomization struct {
 	Patches []struct {
 		Path string `json:"path"`
 	} `json:"patches,omitempty"`
+	ConfigMapGenerator []struct {
+		Name     string   `json:"name"`
+		Behavior string   `json:"behavior,omitempty"`
+		Files    []string `json:"files,omitempty"`
+	} `json:"configMapGenerator,omitempty"`
+	GeneratorOptions *struct {
+		DisableNameSuffixHash bool `json:"disableNameSuffixHash,omitempty"`
+	} `json:"generatorOptions,omitempty"`
 }
 
 // objects holds every decoded manifest.
@@ -285,13 +293,68 @@ func TestKubernetesManifests(t *testing.T) {
 			t.Error("the Postgres DSN must come from a Secret")
 		}
 	}
-	// The syncer's config in the ConfigMap is YAML with collections.
-	cm := o.configMaps["snapflip-syncer"]
+	checkSyncerConfig(t, o, syncer)
+}
+
+// checkSyncerConfig: the syncer's config is a generated ConfigMap, whose name carries a
+// hash of its content, so that a change rolls the syncers; the Deployment mounts it
+// under the name kustomize rewrites, at the path SNAPFLIP_CONFIG names, and the file is
+// YAML with collections.
+func checkSyncerConfig(t *testing.T, o objects, syncer *appsv1.Deployment) {
+	t.Helper()
+	k := o.kustomize["kustomization.yaml"]
+	if k.GeneratorOptions != nil && k.GeneratorOptions.DisableNameSuffixHash {
+		t.Error("generatorOptions.disableNameSuffixHash: a config change would not roll the syncers")
+	}
+	sc := syncer.Spec.Template.Spec.Containers[0]
+	configPath := ""
+	for _, e := range sc.Env {
+		if e.Name == "SNAPFLIP_CONFIG" {
+			configPath = e.Value
+		}
+	}
+	found := false
+	for _, v := range syncer.Spec.Template.Spec.Volumes {
+		if v.ConfigMap == nil {
+			continue
+		}
+		if o.configMaps[v.ConfigMap.Name] != nil {
+			t.Errorf("ConfigMap %s is a plain resource: its name has no content hash", v.ConfigMap.Name)
+		}
+		for _, g := range k.ConfigMapGenerator {
+			if g.Name != v.ConfigMap.Name {
+				continue
+			}
+			for _, f := range g.Files {
+				key, file, ok := strings.Cut(f, "=")
+				if !ok {
+					key, file = filepath.Base(f), f
+				}
+				for _, m := range sc.VolumeMounts {
+					if m.Name == v.Name && filepath.Join(m.MountPath, key) == configPath {
+						found = true
+						checkSyncerConfigFile(t, filepath.Join("k8s/base", file))
+					}
+				}
+			}
+		}
+	}
+	if !found {
+		t.Errorf("want SNAPFLIP_CONFIG (%q) to be a key of a configMapGenerator the syncer mounts", configPath)
+	}
+}
+
+func checkSyncerConfigFile(t *testing.T, path string) {
+	t.Helper()
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
 	var cfg struct {
 		Collections []map[string]any `yaml:"collections"`
 	}
-	if cm == nil || yaml.Unmarshal([]byte(cm.Data["snapflip.yaml"]), &cfg) != nil || len(cfg.Collections) == 0 {
-		t.Error("the syncer ConfigMap needs a snapflip.yaml with collections")
+	if err := yaml.Unmarshal(data, &cfg); err != nil || len(cfg.Collections) == 0 {
+		t.Errorf("%s: want YAML with collections (%v)", path, err)
 	}
 }
 
