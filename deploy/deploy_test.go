@@ -9,6 +9,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -21,7 +22,9 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	autoscalingv2 "k8s.io/api/autoscaling/v2"
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	policyv1 "k8s.io/api/policy/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	sigsyaml "sigs.k8s.io/yaml"
 )
 
@@ -58,6 +61,7 @@ type objects struct {
 	pdbs        map[string]*policyv1.PodDisruptionBudget
 	configMaps  map[string]*corev1.ConfigMap
 	accounts    map[string]*corev1.ServiceAccount
+	netpols     map[string]*networkingv1.NetworkPolicy
 	kustomize   map[string]*kustomization
 }
 
@@ -74,8 +78,16 @@ func strict(doc []byte, out any) error {
 
 func load(t *testing.T, dir string) objects {
 	t.Helper()
-	o := objects{map[string]*appsv1.Deployment{}, map[string]*corev1.Service{}, map[string]*autoscalingv2.HorizontalPodAutoscaler{},
-		map[string]*policyv1.PodDisruptionBudget{}, map[string]*corev1.ConfigMap{}, map[string]*corev1.ServiceAccount{}, map[string]*kustomization{}}
+	o := objects{
+		deployments: map[string]*appsv1.Deployment{},
+		services:    map[string]*corev1.Service{},
+		hpas:        map[string]*autoscalingv2.HorizontalPodAutoscaler{},
+		pdbs:        map[string]*policyv1.PodDisruptionBudget{},
+		configMaps:  map[string]*corev1.ConfigMap{},
+		accounts:    map[string]*corev1.ServiceAccount{},
+		netpols:     map[string]*networkingv1.NetworkPolicy{},
+		kustomize:   map[string]*kustomization{},
+	}
 	files, _ := filepath.Glob(filepath.Join(dir, "*.yaml"))
 	if len(files) == 0 {
 		t.Fatalf("no manifests in %s", dir)
@@ -117,6 +129,9 @@ func load(t *testing.T, dir string) objects {
 			case "v1 ServiceAccount":
 				v := &corev1.ServiceAccount{}
 				err, o.accounts[name] = strict(doc, v), v
+			case "networking.k8s.io/v1 NetworkPolicy":
+				v := &networkingv1.NetworkPolicy{}
+				err, o.netpols[name] = strict(doc, v), v
 			case "kustomize.config.k8s.io/v1beta1 Kustomization":
 				v := &kustomization{}
 				err, o.kustomize[filepath.Base(f)] = strict(doc, v), v
@@ -387,6 +402,96 @@ func TestHPAOwnsReplicas(t *testing.T) {
 			}
 		}
 	}
+}
+
+// monitoringNamespace selects the namespace Prometheus runs in: Kubernetes labels every
+// namespace with its name.
+var monitoringNamespace = map[string]string{"kubernetes.io/metadata.name": "monitoring"}
+
+// TestNetworkPolicies: ingress to each workload is restricted; the API's port is open
+// to every client (its /metrics shares it), and the syncer's metrics port, which also
+// serves /debug/pprof, admits only the monitoring namespace.
+func TestNetworkPolicies(t *testing.T) {
+	o := load(t, "k8s/base")
+	for _, tc := range []struct {
+		deployment, port string
+		open             bool // any client, or only the monitoring namespace
+	}{
+		{"snapflip-api", "http", true},
+		{"snapflip-syncer", "metrics", false},
+	} {
+		d := o.deployments[tc.deployment]
+		if d == nil {
+			t.Fatalf("no Deployment %s", tc.deployment)
+		}
+		var port *corev1.ContainerPort
+		for _, c := range d.Spec.Template.Spec.Containers {
+			for i := range c.Ports {
+				if c.Ports[i].Name == tc.port {
+					port = &c.Ports[i]
+				}
+			}
+		}
+		if port == nil {
+			t.Fatalf("%s has no port %s", d.Name, tc.port)
+		}
+		selected := false
+		var rules []networkingv1.NetworkPolicyIngressRule
+		for _, p := range o.netpols {
+			if !selects(p.Spec.PodSelector, d.Spec.Template.Labels) || !slices.Contains(p.Spec.PolicyTypes, networkingv1.PolicyTypeIngress) {
+				continue
+			}
+			selected = true
+			for _, r := range p.Spec.Ingress {
+				if admitsPort(r, *port) {
+					rules = append(rules, r)
+				}
+			}
+		}
+		if !selected {
+			t.Errorf("no NetworkPolicy restricts ingress to %s", d.Name)
+			continue
+		}
+		if len(rules) == 0 {
+			t.Errorf("%s: no NetworkPolicy admits port %s", d.Name, tc.port)
+		}
+		open := false
+		for _, r := range rules {
+			if len(r.From) == 0 {
+				open = true
+			}
+			for _, peer := range r.From {
+				if peer.IPBlock != nil || peer.NamespaceSelector == nil || len(peer.NamespaceSelector.MatchExpressions) > 0 ||
+					!maps.Equal(peer.NamespaceSelector.MatchLabels, monitoringNamespace) {
+					open = true
+				}
+			}
+		}
+		if open != tc.open {
+			t.Errorf("%s: port %s open to any client: %t; want %t", d.Name, tc.port, open, tc.open)
+		}
+	}
+}
+
+// selects reports whether a NetworkPolicy's pod selector picks pods with these labels.
+func selects(s metav1.LabelSelector, labels map[string]string) bool {
+	if len(s.MatchExpressions) > 0 {
+		return false // none of ours: treat as not understood
+	}
+	return len(s.MatchLabels) == 0 || matches(s.MatchLabels, labels)
+}
+
+// admitsPort reports whether an ingress rule admits traffic to a container port.
+func admitsPort(r networkingv1.NetworkPolicyIngressRule, port corev1.ContainerPort) bool {
+	if len(r.Ports) == 0 {
+		return true
+	}
+	for _, p := range r.Ports {
+		if p.Port == nil || p.Port.String() == port.Name || p.Port.IntValue() == int(port.ContainerPort) {
+			return true
+		}
+	}
+	return false
 }
 
 func matches(selector, labels map[string]string) bool {
