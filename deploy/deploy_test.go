@@ -404,6 +404,41 @@ func TestHPAOwnsReplicas(t *testing.T) {
 	}
 }
 
+// TestWorkloadsSpread: each workload's pods spread over nodes and zones, by constraints
+// that select the workload's own pods (a selector that matches nothing spreads nothing).
+func TestWorkloadsSpread(t *testing.T) {
+	o := load(t, "k8s/base")
+	for _, name := range []string{"snapflip-api", "snapflip-syncer"} {
+		d := o.deployments[name]
+		if d == nil {
+			t.Fatalf("no Deployment %s", name)
+		}
+		spread := map[string]bool{}
+		for _, c := range d.Spec.Template.Spec.TopologySpreadConstraints {
+			if c.LabelSelector != nil && len(c.LabelSelector.MatchExpressions) == 0 && matches(c.LabelSelector.MatchLabels, d.Spec.Template.Labels) {
+				spread[c.TopologyKey] = true
+			}
+		}
+		if a := d.Spec.Template.Spec.Affinity; a != nil && a.PodAntiAffinity != nil {
+			for _, w := range a.PodAntiAffinity.PreferredDuringSchedulingIgnoredDuringExecution {
+				if s := w.PodAffinityTerm.LabelSelector; s != nil && matches(s.MatchLabels, d.Spec.Template.Labels) {
+					spread[w.PodAffinityTerm.TopologyKey] = true
+				}
+			}
+			for _, term := range a.PodAntiAffinity.RequiredDuringSchedulingIgnoredDuringExecution {
+				if s := term.LabelSelector; s != nil && matches(s.MatchLabels, d.Spec.Template.Labels) {
+					spread[term.TopologyKey] = true
+				}
+			}
+		}
+		for _, key := range []string{"kubernetes.io/hostname", "topology.kubernetes.io/zone"} {
+			if !spread[key] {
+				t.Errorf("%s: no topology spread constraint or pod anti-affinity over %s selecting its pods", name, key)
+			}
+		}
+	}
+}
+
 // monitoringNamespace selects the namespace Prometheus runs in: Kubernetes labels every
 // namespace with its name.
 var monitoringNamespace = map[string]string{"kubernetes.io/metadata.name": "monitoring"}
