@@ -439,6 +439,85 @@ func TestWorkloadsSpread(t *testing.T) {
 	}
 }
 
+// TestDisruptionBudgets: each workload has a PodDisruptionBudget selecting its pods that
+// still lets a drain evict one of them at the fewest replicas it runs.
+func TestDisruptionBudgets(t *testing.T) {
+	o := load(t, "k8s/base")
+	for _, d := range o.deployments {
+		fewest := int32(1)
+		if d.Spec.Replicas != nil {
+			fewest = *d.Spec.Replicas
+		}
+		for _, h := range o.hpas {
+			if h.Spec.ScaleTargetRef.Kind == "Deployment" && h.Spec.ScaleTargetRef.Name == d.Name && h.Spec.MinReplicas != nil {
+				fewest = *h.Spec.MinReplicas
+			}
+		}
+		var pdb *policyv1.PodDisruptionBudget
+		for _, p := range o.pdbs {
+			if p.Spec.Selector != nil && matches(p.Spec.Selector.MatchLabels, d.Spec.Template.Labels) {
+				pdb = p
+			}
+		}
+		if pdb == nil {
+			t.Errorf("no PodDisruptionBudget selects the pods of %s", d.Name)
+			continue
+		}
+		var evictable int
+		switch s := pdb.Spec; {
+		case s.MaxUnavailable != nil && s.MinAvailable == nil:
+			evictable = s.MaxUnavailable.IntValue()
+		case s.MinAvailable != nil && s.MaxUnavailable == nil:
+			evictable = int(fewest) - s.MinAvailable.IntValue()
+		default:
+			t.Errorf("PodDisruptionBudget %s: want exactly one of minAvailable and maxUnavailable, as a number", pdb.Name)
+			continue
+		}
+		if evictable < 1 {
+			t.Errorf("PodDisruptionBudget %s lets no pod of %s be evicted at %d replicas", pdb.Name, d.Name, fewest)
+		}
+	}
+}
+
+// TestGoMemoryLimit: every container with a memory limit sets GOMEMLIMIT a little under
+// it, so that the collector works harder before the container is killed.
+func TestGoMemoryLimit(t *testing.T) {
+	o := load(t, "k8s/base")
+	for _, d := range o.deployments {
+		for _, c := range d.Spec.Template.Spec.Containers {
+			limit := c.Resources.Limits.Memory().Value()
+			if limit == 0 {
+				t.Errorf("%s/%s: no memory limit", d.Name, c.Name)
+				continue
+			}
+			var soft int64 = -1
+			for _, e := range c.Env {
+				if e.Name == "GOMEMLIMIT" {
+					soft = goMemLimit(t, e.Value)
+				}
+			}
+			if soft < limit*80/100 || soft > limit*95/100 {
+				t.Errorf("%s/%s: GOMEMLIMIT %d bytes; want 80–95%% of the memory limit %d", d.Name, c.Name, soft, limit)
+			}
+		}
+	}
+}
+
+// goMemLimit parses a GOMEMLIMIT value (a number of bytes with an optional B, KiB, MiB,
+// GiB or TiB suffix), or returns -1.
+func goMemLimit(t *testing.T, v string) int64 {
+	t.Helper()
+	m := regexp.MustCompile(`^(\d+)(B|KiB|MiB|GiB|TiB)?$`).FindStringSubmatch(v)
+	if m == nil {
+		t.Errorf("GOMEMLIMIT %q is not a byte count Go reads", v)
+		return -1
+	}
+	var n int64
+	fmt.Sscan(m[1], &n)
+	shift := map[string]int{"": 0, "B": 0, "KiB": 10, "MiB": 20, "GiB": 30, "TiB": 40}[m[2]]
+	return n << shift
+}
+
 // monitoringNamespace selects the namespace Prometheus runs in: Kubernetes labels every
 // namespace with its name.
 var monitoringNamespace = map[string]string{"kubernetes.io/metadata.name": "monitoring"}
