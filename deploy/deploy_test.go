@@ -265,12 +265,7 @@ func TestKubernetesManifests(t *testing.T) {
 		t.Errorf("syncer replicas %d; want 2", *syncer.Spec.Replicas)
 	}
 	sc := syncer.Spec.Template.Spec.Containers[0]
-	metricsAddr := ""
-	for _, e := range sc.Env {
-		if e.Name == "SNAPFLIP_METRICS_ADDR" {
-			metricsAddr = e.Value
-		}
-	}
+	metricsAddr := syncerMetricsAddr(sc)
 	if metricsAddr != fmt.Sprintf(":%d", sc.Ports[0].ContainerPort) || syncer.Spec.Template.Annotations["prometheus.io/port"] != fmt.Sprint(sc.Ports[0].ContainerPort) {
 		t.Errorf("syncer metrics on %q, port %d, scrape annotation %q: want them to agree", metricsAddr, sc.Ports[0].ContainerPort,
 			syncer.Spec.Template.Annotations["prometheus.io/port"])
@@ -400,6 +395,67 @@ func TestHPAOwnsReplicas(t *testing.T) {
 					t.Errorf("Deployment %s sets replicas %d, but HPA %s scales it", d.Name, *d.Spec.Replicas, h.Name)
 				}
 			}
+		}
+	}
+}
+
+// syncerMetricsAddr returns the address the syncer container serves metrics on: its
+// --metrics-addr argument, else SNAPFLIP_METRICS_ADDR.
+func syncerMetricsAddr(c corev1.Container) string {
+	for i, a := range c.Args {
+		if v, ok := strings.CutPrefix(a, "--metrics-addr="); ok {
+			return v
+		}
+		if a == "--metrics-addr" && i+1 < len(c.Args) {
+			return c.Args[i+1]
+		}
+	}
+	for _, e := range c.Env {
+		if e.Name == "SNAPFLIP_METRICS_ADDR" {
+			return e.Value
+		}
+	}
+	return ""
+}
+
+// TestSyncerProbes: the syncer is probed on the port it serves metrics on, /readyz for
+// readiness and /healthz for liveness, and liveness gives a busy process at least two
+// minutes before a restart, so that a long full sync is not killed.
+func TestSyncerProbes(t *testing.T) {
+	o := load(t, "k8s/base")
+	d := o.deployments["snapflip-syncer"]
+	if d == nil {
+		t.Fatal("no Deployment snapflip-syncer")
+	}
+	c := d.Spec.Template.Spec.Containers[0]
+	addr := syncerMetricsAddr(c)
+	var port *corev1.ContainerPort
+	for i := range c.Ports {
+		if addr == fmt.Sprintf(":%d", c.Ports[i].ContainerPort) {
+			port = &c.Ports[i]
+		}
+	}
+	if port == nil {
+		t.Fatalf("the syncer serves metrics on %q, which no container port names", addr)
+	}
+	for _, tc := range []struct {
+		kind  string
+		probe *corev1.Probe
+		path  string
+	}{
+		{"readiness", c.ReadinessProbe, "/readyz"},
+		{"liveness", c.LivenessProbe, "/healthz"},
+	} {
+		p := tc.probe
+		if p == nil || p.HTTPGet == nil || p.HTTPGet.Path != tc.path ||
+			(p.HTTPGet.Port.String() != port.Name && p.HTTPGet.Port.IntValue() != int(port.ContainerPort)) {
+			t.Errorf("syncer %s probe %+v; want GET %s on port %s", tc.kind, p, tc.path, port.Name)
+		}
+	}
+	if p := c.LivenessProbe; p != nil {
+		period, failures := max(p.PeriodSeconds, 10), max(p.FailureThreshold, 3) // the API server's defaults
+		if patience := time.Duration(period*failures) * time.Second; patience < 2*time.Minute {
+			t.Errorf("syncer liveness restarts after %s of failures; want at least 2m", patience)
 		}
 	}
 }
