@@ -399,6 +399,78 @@ func TestHPAOwnsReplicas(t *testing.T) {
 	}
 }
 
+// TestWorkloadIdentityBindings: deploy/bigtable/README.md's commands let each Kubernetes
+// service account, in the overlay's namespace, act as the Google service account its
+// annotation names, give that account a role on the table, and let it write the
+// Bigtable client's built-in metrics.
+func TestWorkloadIdentityBindings(t *testing.T) {
+	base, overlay := load(t, "k8s/base"), load(t, "k8s/overlays/example")
+	readme, err := os.ReadFile("bigtable/README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	vars := map[string]string{"PROJECT": "PROJECT_ID"} // the placeholder the manifests use
+	var cmds []string
+	for _, block := range regexp.MustCompile("(?s)```sh\n(.*?)```").FindAllStringSubmatch(string(readme), -1) {
+		for _, cmd := range strings.Split(strings.ReplaceAll(block[1], "\\\n", " "), "\n") {
+			cmd, _, _ = strings.Cut(cmd, "#")
+			if regexp.MustCompile(`^\s*(\w+=\S+\s*)+$`).MatchString(cmd) { // VAR=value ...
+				for _, a := range strings.Fields(cmd) {
+					if k, v, _ := strings.Cut(a, "="); k != "PROJECT" {
+						vars[k] = v
+					}
+				}
+				continue
+			}
+			cmd = os.Expand(cmd, func(k string) string {
+				if v, ok := vars[k]; ok {
+					return v
+				}
+				return "$" + k // set nowhere: left as written, and matching nothing
+			})
+			cmds = append(cmds, strings.Join(strings.Fields(cmd), " "))
+		}
+	}
+	for _, k := range []string{"NAMESPACE", "TABLE", "INSTANCE"} {
+		if vars[k] == "" {
+			t.Fatalf("README's commands set no %s", k)
+		}
+	}
+	if ns := overlay.kustomize["kustomization.yaml"].Namespace; vars["NAMESPACE"] != ns {
+		t.Errorf("README sets NAMESPACE=%s; the overlay's namespace is %s", vars["NAMESPACE"], ns)
+	}
+	// granted reports whether a command starting with prefix grants role to member.
+	granted := func(prefix, role, member string) bool {
+		for _, c := range cmds {
+			if strings.HasPrefix(c, prefix) && strings.Contains(c, "--role="+role+" ") &&
+				(strings.Contains(c, `--member="`+member+`"`) || strings.Contains(c, "--member="+member+" ") || strings.HasSuffix(c, "--member="+member)) {
+				return true
+			}
+		}
+		return false
+	}
+	for _, sa := range base.accounts {
+		gsa := sa.Annotations["iam.gke.io/gcp-service-account"]
+		if gsa == "" {
+			continue
+		}
+		if !granted("gcloud iam service-accounts add-iam-policy-binding "+gsa+" ", "roles/iam.workloadIdentityUser",
+			fmt.Sprintf("serviceAccount:%s.svc.id.goog[%s/%s]", vars["PROJECT"], vars["NAMESPACE"], sa.Name)) {
+			t.Errorf("README: no roles/iam.workloadIdentityUser binding on %s for %s/%s", gsa, vars["NAMESPACE"], sa.Name)
+		}
+		tableRole := false
+		for _, role := range []string{"roles/bigtable.reader", "roles/bigtable.user"} {
+			tableRole = tableRole || granted("gcloud bigtable instances tables add-iam-policy-binding "+vars["TABLE"]+" ", role, "serviceAccount:"+gsa)
+		}
+		if !tableRole {
+			t.Errorf("README: %s gets no Bigtable role on table %s", gsa, vars["TABLE"])
+		}
+		if !granted("gcloud projects add-iam-policy-binding "+vars["PROJECT"]+" ", "roles/monitoring.metricWriter", "serviceAccount:"+gsa) {
+			t.Errorf("README: %s may not write the Bigtable client's built-in metrics (roles/monitoring.metricWriter)", gsa)
+		}
+	}
+}
+
 // syncerMetricsAddr returns the address the syncer container serves metrics on: its
 // --metrics-addr argument, else SNAPFLIP_METRICS_ADDR.
 func syncerMetricsAddr(c corev1.Container) string {
