@@ -21,10 +21,11 @@ build:
 	$(GO) build -o bin/bigtable-emulator cloud.google.com/go/bigtable/cmd/emulator
 
 ## build-static: the static binaries the container images hold (the Dockerfile runs
-## the same commands: deploy/deploy_test.go checks)
+## the same commands: deploy/deploy_test.go checks); VERSION and COMMIT, empty by
+## default, set what `syncer version` prints, as the Dockerfile's build arguments do
 build-static:
-	CGO_ENABLED=0 $(GO) build -trimpath -ldflags="-s -w" -o bin/static/syncer ./cmd/syncer
-	CGO_ENABLED=0 $(GO) build -trimpath -ldflags="-s -w" -o bin/static/metadata-api ./cmd/metadata-api
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags="-s -w -X github.com/snapflip/snapflip/internal/cli.Version=$(VERSION) -X github.com/snapflip/snapflip/internal/cli.Commit=$(COMMIT)" -o bin/static/syncer ./cmd/syncer
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags="-s -w -X github.com/snapflip/snapflip/internal/cli.Version=$(VERSION) -X github.com/snapflip/snapflip/internal/cli.Commit=$(COMMIT)" -o bin/static/metadata-api ./cmd/metadata-api
 
 ## test: start a throwaway Postgres (and install promtool if missing, for the
 ## alerting rules' tests), run every test with -race, stop Postgres. The

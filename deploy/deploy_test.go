@@ -810,6 +810,7 @@ func TestDockerfileBuildsWhatMakeBuilds(t *testing.T) {
 	}
 	norm := func(line string) string {
 		line = strings.ReplaceAll(line, "$(GO)", "go")
+		line = regexp.MustCompile(`\$\((\w+)\)`).ReplaceAllString(line, "$${$1}") // make's $(V) is the shell's ${V}
 		line = regexp.MustCompile(`-o \S*/`).ReplaceAllString(line, "-o ")
 		return strings.Join(strings.Fields(line), " ")
 	}
@@ -840,6 +841,31 @@ func TestDockerfileBuildsWhatMakeBuilds(t *testing.T) {
 	for _, want := range []string{"USER 65532:65532", "distroless/static", "CGO_ENABLED=0"} {
 		if !strings.Contains(string(docker), want) {
 			t.Errorf("Dockerfile lacks %q", want)
+		}
+	}
+	checkVersionStamp(t, string(docker), fromDocker)
+}
+
+// checkVersionStamp: the image's binaries report the version and commit given as build
+// arguments (the build context has no .git for Go to record them from): each go build
+// sets internal/cli's Version and Commit, which exist, from ARGs the Dockerfile declares.
+func checkVersionStamp(t *testing.T, docker string, builds []string) {
+	t.Helper()
+	src, err := os.ReadFile("../internal/cli/version.go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for v, arg := range map[string]string{"Version": "VERSION", "Commit": "COMMIT"} {
+		if !regexp.MustCompile(`(?m)^var ` + v + ` string$`).Match(src) {
+			t.Errorf("internal/cli/version.go declares no string variable %s for -X to set", v)
+		}
+		if !regexp.MustCompile(`(?m)^ARG ` + arg + `\b`).MatchString(docker) {
+			t.Errorf("Dockerfile declares no build argument %s", arg)
+		}
+		for _, b := range builds {
+			if !strings.Contains(b, "-X github.com/snapflip/snapflip/internal/cli."+v+"=${"+arg+"}") {
+				t.Errorf("Dockerfile build %q does not set cli.%s from ${%s}", b, v, arg)
+			}
 		}
 	}
 }

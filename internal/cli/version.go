@@ -3,6 +3,7 @@ package cli
 import (
 	"runtime"
 	"runtime/debug"
+	"slices"
 	"strings"
 )
 
@@ -12,6 +13,12 @@ import (
 //	go build -ldflags "-X github.com/snapflip/snapflip/internal/cli.Version=v1.4.0" ./cmd/...
 var Version string
 
+// Commit, when set at link time, is the commit both binaries report if Go recorded none,
+// as in the container images, whose build context leaves out .git:
+//
+//	go build -ldflags "-X github.com/snapflip/snapflip/internal/cli.Commit=$(git rev-parse HEAD)" ./cmd/...
+var Commit string
+
 // BuildVersion returns the version `syncer version`, `syncer --version` and
 // `metadata-api --version` print: Version if set, else the main module's version as
 // Go recorded it (a tag, or a pseudo-version with the commit and "+dirty"), else the
@@ -19,7 +26,26 @@ var Version string
 // the Go version.
 func BuildVersion() string {
 	bi, _ := debug.ReadBuildInfo()
-	return buildVersion(Version, bi)
+	return buildVersion(Version, withCommit(bi, Commit))
+}
+
+// withCommit returns bi with commit as its vcs.revision if it records none.
+func withCommit(bi *debug.BuildInfo, commit string) *debug.BuildInfo {
+	if commit == "" {
+		return bi
+	}
+	out := &debug.BuildInfo{}
+	if bi != nil {
+		for _, s := range bi.Settings {
+			if s.Key == "vcs.revision" && s.Value != "" {
+				return bi
+			}
+		}
+		*out = *bi
+		out.Settings = slices.Clone(bi.Settings)
+	}
+	out.Settings = append(out.Settings, debug.BuildSetting{Key: "vcs.revision", Value: commit})
+	return out
 }
 
 func buildVersion(override string, bi *debug.BuildInfo) string {
