@@ -7,6 +7,7 @@ package deploy
 
 import (
 	"bytes"
+	"cmp"
 	"encoding/json"
 	"fmt"
 	"maps"
@@ -795,6 +796,86 @@ func TestComposeNamesTheBinariesEnvironment(t *testing.T) {
 			}
 		}
 	}
+}
+
+// TestComposeWaitsForTheEmulator: the emulator has a health check that connects to the
+// port it listens on, in a shell that can (/dev/tcp is bash's, not sh's); the syncer
+// starts once it is healthy and restarts when it fails.
+func TestComposeWaitsForTheEmulator(t *testing.T) {
+	data, err := os.ReadFile("compose.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var c struct {
+		Services map[string]struct {
+			Command     []string `yaml:"command"`
+			Restart     string   `yaml:"restart"`
+			Healthcheck *struct {
+				Test []string `yaml:"test"`
+			} `yaml:"healthcheck"`
+			DependsOn dependsOn `yaml:"depends_on"`
+		} `yaml:"services"`
+	}
+	if err := yaml.Unmarshal(data, &c); err != nil {
+		t.Fatalf("compose.yaml: %v", err)
+	}
+	emulator := c.Services["bigtable"]
+	port := ""
+	for i, a := range emulator.Command {
+		if a == "-port" && i+1 < len(emulator.Command) {
+			port = emulator.Command[i+1]
+		}
+	}
+	hc := emulator.Healthcheck
+	switch {
+	case port == "":
+		t.Error("compose service bigtable: no -port in its command")
+	case hc == nil || len(hc.Test) < 2:
+		t.Error("compose service bigtable: no healthcheck")
+	default:
+		cmd := strings.Join(hc.Test[1:], " ")
+		if !strings.Contains(cmd, port) {
+			t.Errorf("bigtable healthcheck %q does not check port %s", cmd, port)
+		}
+		if strings.Contains(cmd, "/dev/tcp/") && (hc.Test[0] != "CMD" || hc.Test[1] != "bash") {
+			t.Errorf("bigtable healthcheck %q uses /dev/tcp outside bash", hc.Test)
+		}
+	}
+	syncer := c.Services["syncer"]
+	if got := syncer.DependsOn["bigtable"]; got != "service_healthy" {
+		t.Errorf("syncer waits for bigtable until %q; want service_healthy", got)
+	}
+	if r := syncer.Restart; r != "unless-stopped" && r != "always" && !strings.HasPrefix(r, "on-failure") {
+		t.Errorf("syncer restart %q; want it restarted when it fails", r)
+	}
+}
+
+// dependsOn is a compose service's depends_on: the condition each service it names
+// must meet, in either form compose takes (a list means service_started).
+type dependsOn map[string]string
+
+func (d *dependsOn) UnmarshalYAML(n *yaml.Node) error {
+	*d = dependsOn{}
+	if n.Kind == yaml.SequenceNode {
+		var names []string
+		if err := n.Decode(&names); err != nil {
+			return err
+		}
+		for _, name := range names {
+			(*d)[name] = "service_started"
+		}
+		return nil
+	}
+	var long map[string]struct {
+		Condition string `yaml:"condition"`
+	}
+	if err := n.Decode(&long); err != nil {
+		return err
+	}
+	for name, dep := range long {
+		(*d)[name] = cmp.Or(dep.Condition, "service_started")
+	}
+	return nil
 }
 
 // TestDockerfileBuildsWhatMakeBuilds: the Dockerfile's go build commands are the
