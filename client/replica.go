@@ -175,7 +175,7 @@ func (r *Replica) Lag() time.Duration {
 	defer r.mu.Unlock()
 	st := r.state.Load()
 	behind := r.behindSince
-	if st != nil && st.version == r.newest.Version {
+	if st != nil && st.version == r.newest.Version.String() {
 		// It holds the newest version it knows of: behindSince is cleared only once
 		// the catch-up returns, after OnFlip, which may ask.
 		behind = time.Time{}
@@ -217,11 +217,11 @@ func (r *Replica) Err() error {
 func (r *Replica) observe(p pointer) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if r.newest.Version != "" && !p.FlippedAt.After(r.newest.FlippedAt) {
+	if !r.newest.Version.IsZero() && !p.FlippedAt.After(r.newest.FlippedAt) {
 		return
 	}
 	r.newest = p
-	if st := r.state.Load(); (st == nil || st.version != p.Version) && r.behindSince.IsZero() {
+	if st := r.state.Load(); (st == nil || st.version != p.Version.String()) && r.behindSince.IsZero() {
 		r.behindSince = r.c.now()
 	}
 	select {
@@ -248,7 +248,7 @@ func (r *Replica) target() (pointer, bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	st := r.state.Load()
-	return r.newest, r.newest.Version == "" || (st != nil && st.version == r.newest.Version)
+	return r.newest, r.newest.Version.IsZero() || (st != nil && st.version == r.newest.Version.String())
 }
 
 // caught records the outcome of a catch-up to p.

@@ -12,7 +12,6 @@ import (
 	"net/http"
 	"net/url"
 	"slices"
-	"strconv"
 	"strings"
 	"time"
 
@@ -98,6 +97,24 @@ func (r *Replica) listen(ctx context.Context) {
 	}
 }
 
+// streamEvent is the type of an event of the flip stream, as its "event" field names it.
+type streamEvent int
+
+const (
+	// eventOther is any event a replica does not act on (the stream's heartbeats).
+	eventOther streamEvent = iota
+	// eventFlip tells of a flip: its data is the new pointer.
+	eventFlip
+)
+
+// parseStreamEvent parses an event's type.
+func parseStreamEvent(name string) streamEvent {
+	if name == "flip" {
+		return eventFlip
+	}
+	return eventOther
+}
+
 // maxEventBytes bounds one line of the flip stream.
 const maxEventBytes = 1 << 20
 
@@ -137,25 +154,26 @@ func (r *Replica) stream(ctx context.Context) (opened bool, err error) {
 	defer idle.Stop()
 	lines := bufio.NewScanner(resp.Body)
 	lines.Buffer(make([]byte, 0, 4096), maxEventBytes)
-	var event, data string
+	var event streamEvent
+	var data string
 	for lines.Scan() {
 		idle.Reset(r.opts.StreamIdle)
 		line := lines.Text()
 		if line == "" { // the event is complete
-			if event == "flip" {
+			if event == eventFlip {
 				var p pointer
-				if json.Unmarshal([]byte(data), &p) == nil && versionPattern.MatchString(p.Version) {
+				if json.Unmarshal([]byte(data), &p) == nil && versionPattern.MatchString(p.Version.String()) {
 					r.observe(p)
 				}
 			}
-			event, data = "", ""
+			event, data = eventOther, ""
 			continue
 		}
 		name, value, _ := strings.Cut(line, ":")
 		value = strings.TrimPrefix(value, " ")
 		switch name {
 		case "event":
-			event = value
+			event = parseStreamEvent(value)
 		case "data":
 			if data != "" {
 				data += "\n"
@@ -183,19 +201,19 @@ func (r *Replica) catchUp(ctx context.Context, p pointer) error {
 		var ids map[string]bool
 		if held != nil {
 			var err error
-			if ids, err = r.changedBetween(ctx, held.version, p.Version, name); err != nil {
+			if ids, err = r.changedBetween(ctx, parseVersion(held.version), p.Version, name); err != nil {
 				return err
 			}
 		}
 		if ids == nil || len(ids) > max(held.colls.get(name).n/2, 100) {
-			docs, err := r.readWhole(ctx, p.Version, name)
+			docs, err := r.readWhole(ctx, p.Version.String(), name)
 			if err != nil {
 				return err
 			}
 			steps[name] = step{whole: docs}
 			continue
 		}
-		changes, err := r.readChanged(ctx, p.Version, name, ids)
+		changes, err := r.readChanged(ctx, p.Version.String(), name, ids)
 		if err != nil {
 			return err
 		}
@@ -204,7 +222,7 @@ func (r *Replica) catchUp(ctx context.Context, p pointer) error {
 
 	r.swap.Lock()
 	cur := r.state.Load() // held, or held with an index more
-	next := &replicaState{version: p.Version, flippedAt: p.FlippedAt, colls: make(replicaColls, 0, len(steps))}
+	next := &replicaState{version: p.Version.String(), flippedAt: p.FlippedAt, colls: make(replicaColls, 0, len(steps))}
 	for _, name := range r.opts.Collections {
 		s := steps[name]
 		if s.whole != nil {
@@ -241,7 +259,7 @@ func (r *Replica) catchUp(ctx context.Context, p pointer) error {
 		close(r.ready)
 	}
 	if r.opts.OnFlip != nil {
-		r.opts.OnFlip(p.Version)
+		r.opts.OnFlip(p.Version.String())
 	}
 	return nil
 }
@@ -251,12 +269,12 @@ func (r *Replica) catchUp(ctx context.Context, p pointer) error {
 // parents: to's ancestors up to from (a flip forward, one or several), or from's up to
 // to (a rollback to an ancestor). It returns nil when no such line of at most MaxChain
 // versions, each with its changes listed, joins them: the collection is read whole.
-func (r *Replica) changedBetween(ctx context.Context, from, to, collection string) (map[string]bool, error) {
+func (r *Replica) changedBetween(ctx context.Context, from, to versionID, collection string) (map[string]bool, error) {
 	if from == to {
 		return map[string]bool{}, nil
 	}
 	young, old := to, from
-	if versionMillis(to) < versionMillis(from) {
+	if to.Less(from) {
 		young, old = from, to
 	}
 	ids := map[string]bool{}
@@ -270,11 +288,11 @@ func (r *Replica) changedBetween(ctx context.Context, from, to, collection strin
 			return nil, nil // a version between does not hold the collection
 		case err != nil:
 			return nil, err
-		case kind != "delta" && kind != "unchanged":
+		case !kind.follows():
 			return nil, nil
 		case parent == old:
 			return ids, nil
-		case parent == "" || versionMillis(parent) < versionMillis(old):
+		case parent.IsZero() || parent.Less(old):
 			return nil, nil
 		}
 		v = parent
@@ -284,28 +302,28 @@ func (r *Replica) changedBetween(ctx context.Context, from, to, collection strin
 
 // changesOf adds the ids a version changed in a collection to ids, and returns what
 // the version did to the collection and against which parent.
-func (r *Replica) changesOf(ctx context.Context, version, collection string, ids map[string]bool) (kind, parent string, err error) {
-	path := "/v1/versions/" + escapeSegment(version) + "/changes/" + escapeSegment(collection)
+func (r *Replica) changesOf(ctx context.Context, version versionID, collection string, ids map[string]bool) (kind changesKind, parent versionID, err error) {
+	path := "/v1/versions/" + escapeSegment(version.String()) + "/changes/" + escapeSegment(collection)
 	after := ""
 	for {
 		q := url.Values{"limit": {"10000"}}
 		if after != "" {
 			q.Set("after", after)
 		}
-		a, err := r.c.send(ctx, request{method: http.MethodGet, path: path, query: q, version: version})
+		a, err := r.c.send(ctx, request{method: http.MethodGet, path: path, query: q, version: version.String()})
 		if err != nil {
-			return "", "", err
+			return 0, versionID{}, err
 		}
 		var page struct {
-			Parent  string `json:"parent"`
-			Kind    string `json:"kind"`
+			Parent  versionID   `json:"parent"`
+			Kind    changesKind `json:"kind"`
 			Changes []struct {
 				ID string `json:"id"`
 			} `json:"changes"`
 			Next string `json:"next"`
 		}
 		if err := json.Unmarshal(a.body, &page); err != nil {
-			return "", "", fmt.Errorf("snapflip: GET %s: decode the answer: %w", truncate(path, 200), err)
+			return 0, versionID{}, fmt.Errorf("snapflip: GET %s: decode the answer: %w", truncate(path, 200), err)
 		}
 		for _, c := range page.Changes {
 			ids[c.ID] = true
@@ -344,15 +362,4 @@ func (r *Replica) readWhole(ctx context.Context, version, collection string) (ma
 		docs[d.ID] = d.JSON
 	}
 	return docs, nil
-}
-
-// versionMillis returns the creation time a version id ends with, in Unix
-// milliseconds; 0 when it has none.
-func versionMillis(v string) int64 {
-	i := strings.LastIndexByte(v, '-')
-	ms, err := strconv.ParseInt(v[i+1:], 10, 64)
-	if err != nil {
-		return 0
-	}
-	return ms
 }

@@ -26,13 +26,13 @@ func (c *Client) Snapshot(ctx context.Context) (*Snapshot, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Snapshot{c: c, version: p.Version}, nil
+	return &Snapshot{c: c, version: p.Version.String()}, nil
 }
 
 // pointer is what the API says of the current version: the version, and when the
 // pointer last moved.
 type pointer struct {
-	Version   string    `json:"version"`
+	Version   versionID `json:"version"`
 	FlippedAt time.Time `json:"flipped_at"`
 }
 
@@ -47,8 +47,8 @@ func (c *Client) current(ctx context.Context) (pointer, error) {
 	if err := json.Unmarshal(a.body, &p); err != nil {
 		return pointer{}, fmt.Errorf("snapflip: GET %s: decode the answer: %w", path, err)
 	}
-	if !versionPattern.MatchString(p.Version) {
-		return pointer{}, fmt.Errorf("snapflip: GET %s: the answer names no version (%q)", path, truncate(p.Version, 80))
+	if !versionPattern.MatchString(p.Version.String()) {
+		return pointer{}, fmt.Errorf("snapflip: GET %s: the answer names no version (%q)", path, truncate(p.Version.String(), 80))
 	}
 	return p, nil
 }
