@@ -24,10 +24,10 @@ func ExampleReplica() {
 	}
 	ctx := context.Background()
 	flipped := make(chan string, 1)
-	r, err := client.NewReplica(ctx, c, client.ReplicaOptions{
-		Collections: []string{"tenants"},
-		OnFlip:      func(v string) { flipped <- v },
-	})
+	cfg := client.DefaultReplicaConfig()
+	cfg.Collections = []string{"tenants"}
+	cfg.OnFlip = func(v string) { flipped <- v }
+	r, err := client.NewReplica(ctx, c, cfg)
 	if err != nil {
 		log.Fatal(err)
 	}

@@ -9,66 +9,6 @@ import (
 	"time"
 )
 
-// ReplicaOptions says what a Replica holds and how it follows the API.
-type ReplicaOptions struct {
-	// Collections are the collections the replica holds: at least one, each once.
-	Collections []string
-	// OnFlip, if set, is called after each version the replica swaps in, with that
-	// version, from the replica's own goroutine, one call at a time: a slow OnFlip
-	// delays the next flip, and one that calls Close never returns.
-	OnFlip func(version string)
-	// PollInterval is how often the replica asks the API for the current version while
-	// the flip stream is refused or broken. Default 1s.
-	PollInterval time.Duration
-	// StreamRetry is how long the replica polls before it opens the flip stream again
-	// after the stream was refused or ended; it doubles while the stream stays
-	// refused, up to 30s. Default 2s.
-	StreamRetry time.Duration
-	// StreamIdle drops a flip stream that sent nothing this long, not even a
-	// heartbeat (the API sends one every 15s), and opens it again. Default 45s.
-	StreamIdle time.Duration
-	// MaxChain is how many versions a replica follows by their changes to reach a
-	// newer or older one (flips that came too close together to be told apart, a
-	// rollback to a recent version); farther than that it reloads. Default 16.
-	MaxChain int
-}
-
-func (o *ReplicaOptions) validate() error {
-	if len(o.Collections) == 0 {
-		return invalid("replica: no collections")
-	}
-	seen := make(map[string]bool, len(o.Collections))
-	for _, c := range o.Collections {
-		switch {
-		case c == "":
-			return invalid("replica: an empty collection name")
-		case seen[c]:
-			return invalid("replica: collection %q named twice", truncate(c, 128))
-		}
-		seen[c] = true
-	}
-	switch {
-	case o.PollInterval < 0, o.StreamRetry < 0, o.StreamIdle < 0:
-		return invalid("replica: PollInterval, StreamRetry and StreamIdle must not be negative")
-	case o.MaxChain < 0:
-		return invalid("replica: MaxChain %d: must not be negative", o.MaxChain)
-	}
-	o.Collections = slices.Clone(o.Collections)
-	if o.PollInterval == 0 {
-		o.PollInterval = time.Second
-	}
-	if o.StreamRetry == 0 {
-		o.StreamRetry = 2 * time.Second
-	}
-	if o.StreamIdle == 0 {
-		o.StreamIdle = 45 * time.Second
-	}
-	if o.MaxChain == 0 {
-		o.MaxChain = 16
-	}
-	return nil
-}
-
 // Replica holds whole versions of some collections in the process and follows the
 // pointer: it loads the current version, then learns of each flip from the API's flip
 // stream (GET /v1/watch; while the stream is refused, by polling the current
@@ -83,7 +23,7 @@ func (o *ReplicaOptions) validate() error {
 // with) to stop following.
 type Replica struct {
 	c     *Client
-	opts  ReplicaOptions
+	cfg   ReplicaConfig
 	state atomic.Pointer[replicaState]
 	ready chan struct{}
 
@@ -123,15 +63,17 @@ func (r *Replica) Stats() ReplicaStats {
 	return r.stats
 }
 
-// NewReplica starts a replica of the collections opts names, read through c. It
+// NewReplica starts a replica of the collections cfg names, read through c. It
 // returns at once; the replica loads the current version in the background (Ready
-// says when) and follows the pointer until ctx ends or Close is called.
-func NewReplica(ctx context.Context, c *Client, opts ReplicaOptions) (*Replica, error) {
-	if err := opts.validate(); err != nil {
+// says when) and follows the pointer until ctx ends or Close is called. A cfg that
+// does not Validate is an error matching ErrBadRequest.
+func NewReplica(ctx context.Context, c *Client, cfg ReplicaConfig) (*Replica, error) {
+	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
+	cfg.Collections = slices.Clone(cfg.Collections) // the caller's slice may change
 	ctx, stop := context.WithCancel(ctx)
-	r := &Replica{c: c, opts: opts, ready: make(chan struct{}), stop: stop, done: make(chan struct{}),
+	r := &Replica{c: c, cfg: cfg, ready: make(chan struct{}), stop: stop, done: make(chan struct{}),
 		wake: make(chan struct{}, 1), fields: map[string][]string{}, born: c.now()}
 	go r.follow(ctx)
 	return r, nil
@@ -307,7 +249,7 @@ type Index struct {
 // building it on the version held the first time it is asked for; from then on every
 // version the replica swaps in carries it.
 func (r *Replica) Index(collection, field string) (*Index, error) {
-	if !slices.Contains(r.opts.Collections, collection) {
+	if !slices.Contains(r.cfg.Collections, collection) {
 		return nil, invalid("index: the replica does not hold collection %q", truncate(collection, 128))
 	}
 	if field == "" {

@@ -68,14 +68,14 @@ func (r *Replica) follow(ctx context.Context) {
 // listen learns of flips from the flip stream, and by polling while the stream is
 // refused or between two streams, until ctx ends.
 func (r *Replica) listen(ctx context.Context) {
-	pause := r.opts.StreamRetry
+	pause := r.cfg.StreamRetry
 	for ctx.Err() == nil {
 		opened, err := r.stream(ctx)
 		if ctx.Err() != nil {
 			return
 		}
 		if opened {
-			pause = r.opts.StreamRetry
+			pause = r.cfg.StreamRetry
 		} else {
 			r.linked(err)
 		}
@@ -87,7 +87,7 @@ func (r *Replica) listen(ctx context.Context) {
 			if err == nil {
 				r.observe(cur)
 			}
-			if !r.c.now().Before(until) || retry.Sleep(ctx, r.opts.PollInterval) != nil {
+			if !r.c.now().Before(until) || retry.Sleep(ctx, r.cfg.PollInterval) != nil {
 				break
 			}
 		}
@@ -150,14 +150,14 @@ func (r *Replica) stream(ctx context.Context) (opened bool, err error) {
 		return false, fmt.Errorf("snapflip: GET %s: answered %q, not an event stream", path, truncate(mt, 80))
 	}
 	r.linked(nil)
-	idle := time.AfterFunc(r.opts.StreamIdle, cancel)
+	idle := time.AfterFunc(r.cfg.StreamIdle, cancel)
 	defer idle.Stop()
 	lines := bufio.NewScanner(resp.Body)
 	lines.Buffer(make([]byte, 0, 4096), maxEventBytes)
 	var event streamEvent
 	var data string
 	for lines.Scan() {
-		idle.Reset(r.opts.StreamIdle)
+		idle.Reset(r.cfg.StreamIdle)
 		line := lines.Text()
 		if line == "" { // the event is complete
 			if event == eventFlip {
@@ -196,8 +196,8 @@ func (r *Replica) catchUp(ctx context.Context, p pointer) error {
 		changes map[string]json.RawMessage // applied to the held collection
 		whole   map[string]json.RawMessage // or: the collection read whole
 	}
-	steps := make(map[string]step, len(r.opts.Collections))
-	for _, name := range r.opts.Collections {
+	steps := make(map[string]step, len(r.cfg.Collections))
+	for _, name := range r.cfg.Collections {
 		var ids map[string]bool
 		if held != nil {
 			var err error
@@ -223,7 +223,7 @@ func (r *Replica) catchUp(ctx context.Context, p pointer) error {
 	r.swap.Lock()
 	cur := r.state.Load() // held, or held with an index more
 	next := &replicaState{version: p.Version.String(), flippedAt: p.FlippedAt, colls: make(replicaColls, 0, len(steps))}
-	for _, name := range r.opts.Collections {
+	for _, name := range r.cfg.Collections {
 		s := steps[name]
 		if s.whole != nil {
 			next.colls = append(next.colls, namedColl{name, newReplicaColl(s.whole, r.fields[name])})
@@ -258,8 +258,8 @@ func (r *Replica) catchUp(ctx context.Context, p pointer) error {
 	if held == nil {
 		close(r.ready)
 	}
-	if r.opts.OnFlip != nil {
-		r.opts.OnFlip(p.Version.String())
+	if r.cfg.OnFlip != nil {
+		r.cfg.OnFlip(p.Version.String())
 	}
 	return nil
 }
@@ -279,7 +279,7 @@ func (r *Replica) changedBetween(ctx context.Context, from, to versionID, collec
 	}
 	ids := map[string]bool{}
 	v := young
-	for range r.opts.MaxChain {
+	for range r.cfg.MaxChain {
 		kind, parent, err := r.changesOf(ctx, v, collection, ids)
 		switch {
 		case errors.Is(err, ErrGone):

@@ -20,14 +20,14 @@ func TestLagInOnFlip(t *testing.T) {
 	}
 	var rp atomic.Pointer[client.Replica]
 	lags := make(chan time.Duration, 4)
-	r, err := client.NewReplica(context.Background(), c, client.ReplicaOptions{
-		Collections: []string{"tenants"},
-		OnFlip: func(string) {
-			if r := rp.Load(); r != nil {
-				lags <- r.Lag()
-			}
-		},
-	})
+	cfg := client.DefaultReplicaConfig()
+	cfg.Collections = []string{"tenants"}
+	cfg.OnFlip = func(string) {
+		if r := rp.Load(); r != nil {
+			lags <- r.Lag()
+		}
+	}
+	r, err := client.NewReplica(context.Background(), c, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

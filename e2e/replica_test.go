@@ -27,9 +27,9 @@ import (
 // replicaCollections are the collections of config a replica holds.
 var replicaCollections = []string{"things", "flags"}
 
-// newReplica starts a replica of replicaCollections through base, closed when the test
-// ends, and returns it once it holds a version.
-func newReplica(tb testing.TB, base string, opts client.ReplicaOptions) *client.Replica {
+// newReplica starts a replica through base, of replicaCollections unless rcfg names
+// others, closed when the test ends, and returns it once it holds a version.
+func newReplica(tb testing.TB, base string, rcfg client.ReplicaConfig) *client.Replica {
 	tb.Helper()
 	cfg := client.DefaultConfig()
 	cfg.Timeout = 5 * time.Second
@@ -37,10 +37,10 @@ func newReplica(tb testing.TB, base string, opts client.ReplicaOptions) *client.
 	if err != nil {
 		tb.Fatal(err)
 	}
-	if opts.Collections == nil {
-		opts.Collections = replicaCollections
+	if rcfg.Collections == nil {
+		rcfg.Collections = replicaCollections
 	}
-	r, err := client.NewReplica(context.Background(), c, opts)
+	r, err := client.NewReplica(context.Background(), c, rcfg)
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -159,11 +159,13 @@ func TestReplicaFollowsHistories(t *testing.T) {
 
 	var flips []string
 	var flipsMu sync.Mutex
-	r := newReplica(t, e.base, client.ReplicaOptions{OnFlip: func(v string) {
+	cfg := client.DefaultReplicaConfig()
+	cfg.OnFlip = func(v string) {
 		flipsMu.Lock()
 		flips = append(flips, v)
 		flipsMu.Unlock()
-	}})
+	}
+	r := newReplica(t, e.base, cfg)
 	ix, err := r.Index("things", "gen")
 	if err != nil {
 		t.Fatal(err)
@@ -405,11 +407,13 @@ func TestReplicaThroughOutages(t *testing.T) {
 	}
 	v := record(publish("first"))
 	front := newFrontProxy(t, e.base)
-	r := newReplica(t, front.srv.URL, client.ReplicaOptions{PollInterval: 100 * time.Millisecond, StreamRetry: 200 * time.Millisecond,
-		StreamIdle: time.Second})
+	cfg := client.DefaultReplicaConfig()
+	cfg.PollInterval, cfg.StreamRetry, cfg.StreamIdle = 100*time.Millisecond, 200*time.Millisecond, time.Second
+	r := newReplica(t, front.srv.URL, cfg)
 	// Another follows lines of one version at most.
-	short := newReplica(t, front.srv.URL, client.ReplicaOptions{PollInterval: 100 * time.Millisecond, StreamRetry: 200 * time.Millisecond,
-		MaxChain: 1})
+	shortCfg := client.DefaultReplicaConfig()
+	shortCfg.PollInterval, shortCfg.StreamRetry, shortCfg.MaxChain = 100*time.Millisecond, 200*time.Millisecond, 1
+	short := newReplica(t, front.srv.URL, shortCfg)
 
 	var stop atomic.Bool
 	var reads atomic.Int64
@@ -552,11 +556,14 @@ func TestReplicaBehindRoundRobin(t *testing.T) {
 
 	var flipsMu sync.Mutex
 	var flips []string
-	r := newReplica(t, front.srv.URL, client.ReplicaOptions{PollInterval: 50 * time.Millisecond, StreamRetry: 100 * time.Millisecond, OnFlip: func(v string) {
+	cfg := client.DefaultReplicaConfig()
+	cfg.PollInterval, cfg.StreamRetry = 50*time.Millisecond, 100*time.Millisecond
+	cfg.OnFlip = func(v string) {
 		flipsMu.Lock()
 		flips = append(flips, v)
 		flipsMu.Unlock()
-	}})
+	}
+	r := newReplica(t, front.srv.URL, cfg)
 	for range 4 {
 		publish()
 	}

@@ -79,8 +79,10 @@ func BenchmarkReplica(b *testing.B) {
 		runtime.GC()
 		runtime.ReadMemStats(&m0)
 		ctx, cancel := context.WithCancel(context.Background())
-		r, err := client.NewReplica(ctx, c, client.ReplicaOptions{Collections: []string{"items"},
-			OnFlip: func(v string) { served <- flip{v, time.Now()} }})
+		rcfg := client.DefaultReplicaConfig()
+		rcfg.Collections = []string{"items"}
+		rcfg.OnFlip = func(v string) { served <- flip{v, time.Now()} }
+		r, err := client.NewReplica(ctx, c, rcfg)
 		if err != nil {
 			b.Fatal(err)
 		}
