@@ -75,7 +75,7 @@ func NewReplica(ctx context.Context, c *Client, cfg ReplicaConfig) (*Replica, er
 	ctx, stop := context.WithCancel(ctx)
 	r := &Replica{c: c, cfg: cfg, ready: make(chan struct{}), stop: stop, done: make(chan struct{}),
 		wake: make(chan struct{}, 1), fields: map[string][]string{}, born: c.now()}
-	go r.follow(ctx)
+	go r.run(ctx)
 	return r, nil
 }
 

@@ -4,97 +4,135 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
-	"maps"
 	"mime"
 	"net/http"
-	"net/url"
-	"slices"
 	"strings"
 	"time"
 
 	"github.com/snapflip/snapflip/internal/retry"
 )
 
-// follow is the replica's life: it listens for flips in one goroutine and catches up
-// to the newest one in this one, until ctx ends.
-func (r *Replica) follow(ctx context.Context) {
-	listening := make(chan struct{})
-	go func() {
-		defer close(listening)
-		r.listen(ctx)
-	}()
-	defer func() {
-		r.stop()
-		<-listening
-		close(r.done)
-	}()
-	wait := retry.Backoff{Initial: 50 * time.Millisecond, Max: 5 * time.Second, Jitter: retry.EqualJitter}
-	for failures := 0; ; {
-		p, held := r.target()
-		if held {
-			failures = 0
-			select {
-			case <-ctx.Done():
-				return
-			case <-r.wake:
-			}
-			continue
-		}
-		err := r.catchUp(ctx, p)
+// follower learns of the newest pointer: from the flip stream (GET /v1/watch), and by
+// polling the current version while the stream is refused or between two streams. It
+// tells its news what it learns and nothing else happens here: what to do with a
+// pointer is the replica's to decide.
+type follower struct {
+	c    *Client
+	cfg  ReplicaConfig // PollInterval, StreamRetry, StreamIdle
+	news news
+}
+
+// news is what a follower tells of what it learns.
+type news interface {
+	// observe is told of each pointer the API named, newest or not.
+	observe(pointer)
+	// linked is told whether the API answered: nil when it did, else why not.
+	linked(error)
+	// Version returns the version held ("" for none), which the stream need not
+	// announce again.
+	Version() string
+}
+
+// maxStreamRetry caps the pause between two attempts to open a flip stream that stays
+// refused.
+const maxStreamRetry = 30 * time.Second
+
+// run follows until ctx ends.
+func (f *follower) run(ctx context.Context) {
+	refused := 0 // times in a row the stream was refused
+	for ctx.Err() == nil {
+		opened, err := f.stream(ctx)
 		if ctx.Err() != nil {
 			return
 		}
-		r.caught(p, err)
+		if opened {
+			refused = 0
+		} else {
+			f.news.linked(err)
+			refused++
+		}
+		// Flips between two streams are learnt by polling.
+		f.poll(ctx, f.pause(refused))
+	}
+}
+
+// pause returns how long to poll before opening the stream again: StreamRetry after a
+// stream that ended or was refused once, doubling with each further refusal up to
+// maxStreamRetry.
+func (f *follower) pause(refused int) time.Duration {
+	if refused <= 1 {
+		return f.cfg.StreamRetry
+	}
+	return retry.Backoff{Initial: f.cfg.StreamRetry, Max: maxStreamRetry}.Delay(refused - 1)
+}
+
+// poll asks the API for the current pointer every PollInterval for d, at least once,
+// or until ctx ends.
+func (f *follower) poll(ctx context.Context, d time.Duration) {
+	until := f.c.now().Add(d)
+	for {
+		cur, err := f.c.current(ctx)
+		f.news.linked(err)
 		if err == nil {
-			failures = 0
-			continue
+			f.news.observe(cur)
 		}
-		if errors.Is(err, ErrGone) {
-			// The version expired or was never whole: the pointer has moved on.
-			if cur, perr := r.c.current(ctx); perr == nil {
-				r.observe(cur)
-			}
-		}
-		failures++
-		if retry.Sleep(ctx, wait.Delay(failures-1)) != nil {
+		if !f.c.now().Before(until) || retry.Sleep(ctx, f.cfg.PollInterval) != nil {
 			return
 		}
 	}
 }
 
-// listen learns of flips from the flip stream, and by polling while the stream is
-// refused or between two streams, until ctx ends.
-func (r *Replica) listen(ctx context.Context) {
-	pause := r.cfg.StreamRetry
-	for ctx.Err() == nil {
-		opened, err := r.stream(ctx)
-		if ctx.Err() != nil {
-			return
-		}
-		if opened {
-			pause = r.cfg.StreamRetry
-		} else {
-			r.linked(err)
-		}
-		// Flips between two streams are learnt by polling.
-		until := r.c.now().Add(pause)
-		for {
-			cur, err := r.c.current(ctx)
-			r.linked(err)
-			if err == nil {
-				r.observe(cur)
-			}
-			if !r.c.now().Before(until) || retry.Sleep(ctx, r.cfg.PollInterval) != nil {
-				break
-			}
-		}
-		if !opened {
-			pause = min(2*pause, 30*time.Second)
-		}
+// stream reads the flip stream until it ends, telling of each flip; opened reports
+// whether the API accepted it.
+func (f *follower) stream(ctx context.Context) (opened bool, err error) {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	resp, err := f.open(ctx)
+	if err != nil {
+		return false, err
 	}
+	defer resp.Body.Close()
+	f.news.linked(nil)
+	idle := time.AfterFunc(f.cfg.StreamIdle, cancel)
+	defer idle.Stop()
+	alive := func() { idle.Reset(f.cfg.StreamIdle) }
+	return true, readFlips(resp.Body, alive, f.news.observe)
+}
+
+// watchPath is the flip stream's path.
+const watchPath = "/v1/watch"
+
+// open opens the flip stream: an answer that is an event stream, else an error.
+func (f *follower) open(ctx context.Context) (*http.Response, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, f.c.url(watchPath, nil), nil)
+	if err != nil {
+		return nil, err
+	}
+	req.Header.Set("Accept", "text/event-stream")
+	if f.c.cfg.UserAgent != "" {
+		req.Header.Set("User-Agent", f.c.cfg.UserAgent)
+	}
+	if v := f.news.Version(); v != "" {
+		req.Header.Set("Last-Event-ID", v) // the current version is not sent again
+	}
+	resp, err := f.c.http.Do(req)
+	if err != nil {
+		return nil, &Error{Method: http.MethodGet, Path: f.c.prefix + watchPath, Attempts: 1, Err: err}
+	}
+	if resp.StatusCode != http.StatusOK {
+		defer resp.Body.Close()
+		body, _ := io.ReadAll(io.LimitReader(resp.Body, maxErrorBody))
+		e := f.c.problem(request{method: http.MethodGet, path: watchPath}, answer{status: resp.StatusCode, header: resp.Header, body: body})
+		e.Attempts = 1
+		return nil, e
+	}
+	if mt, _, _ := mime.ParseMediaType(resp.Header.Get("Content-Type")); mt != "text/event-stream" {
+		resp.Body.Close()
+		return nil, fmt.Errorf("snapflip: GET %s: answered %q, not an event stream", watchPath, truncate(mt, 80))
+	}
+	return resp, nil
 }
 
 // streamEvent is the type of an event of the flip stream, as its "event" field names it.
@@ -118,52 +156,23 @@ func parseStreamEvent(name string) streamEvent {
 // maxEventBytes bounds one line of the flip stream.
 const maxEventBytes = 1 << 20
 
-// stream reads the flip stream until it ends, recording each flip; opened reports
-// whether the API accepted it.
-func (r *Replica) stream(ctx context.Context) (opened bool, err error) {
-	const path = "/v1/watch"
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, r.c.url(path, nil), nil)
-	if err != nil {
-		return false, err
-	}
-	req.Header.Set("Accept", "text/event-stream")
-	if r.c.cfg.UserAgent != "" {
-		req.Header.Set("User-Agent", r.c.cfg.UserAgent)
-	}
-	if v := r.Version(); v != "" {
-		req.Header.Set("Last-Event-ID", v) // the current version is not sent again
-	}
-	resp, err := r.c.http.Do(req)
-	if err != nil {
-		return false, &Error{Method: http.MethodGet, Path: r.c.prefix + path, Attempts: 1, Err: err}
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		body, _ := io.ReadAll(io.LimitReader(resp.Body, maxErrorBody))
-		e := r.c.problem(request{method: http.MethodGet, path: path}, answer{status: resp.StatusCode, header: resp.Header, body: body})
-		e.Attempts = 1
-		return false, e
-	}
-	if mt, _, _ := mime.ParseMediaType(resp.Header.Get("Content-Type")); mt != "text/event-stream" {
-		return false, fmt.Errorf("snapflip: GET %s: answered %q, not an event stream", path, truncate(mt, 80))
-	}
-	r.linked(nil)
-	idle := time.AfterFunc(r.cfg.StreamIdle, cancel)
-	defer idle.Stop()
-	lines := bufio.NewScanner(resp.Body)
+// readFlips reads the events of a flip stream until it ends, calling alive for each
+// line (which shows the stream is alive) and flip for each flip event that names a
+// version. A stream does not end on its own: its end is an error, io.ErrUnexpectedEOF
+// when the body ended cleanly.
+func readFlips(body io.Reader, alive func(), flip func(pointer)) error {
+	lines := bufio.NewScanner(body)
 	lines.Buffer(make([]byte, 0, 4096), maxEventBytes)
 	var event streamEvent
 	var data string
 	for lines.Scan() {
-		idle.Reset(r.cfg.StreamIdle)
+		alive()
 		line := lines.Text()
 		if line == "" { // the event is complete
 			if event == eventFlip {
 				var p pointer
 				if json.Unmarshal([]byte(data), &p) == nil && versionPattern.MatchString(p.Version.String()) {
-					r.observe(p)
+					flip(p)
 				}
 			}
 			event, data = eventOther, ""
@@ -182,184 +191,7 @@ func (r *Replica) stream(ctx context.Context) (opened bool, err error) {
 		}
 	}
 	if err := lines.Err(); err != nil {
-		return true, err
+		return err
 	}
-	return true, io.ErrUnexpectedEOF
-}
-
-// catchUp makes the version p names the one the replica holds: each collection by the
-// changes between the version held and p where they can be told, else by reading it
-// whole, then all collections at once.
-func (r *Replica) catchUp(ctx context.Context, p pointer) error {
-	held := r.state.Load()
-	type step struct {
-		changes map[string]json.RawMessage // applied to the held collection
-		whole   map[string]json.RawMessage // or: the collection read whole
-	}
-	steps := make(map[string]step, len(r.cfg.Collections))
-	for _, name := range r.cfg.Collections {
-		var ids map[string]bool
-		if held != nil {
-			var err error
-			if ids, err = r.changedBetween(ctx, parseVersion(held.version), p.Version, name); err != nil {
-				return err
-			}
-		}
-		if ids == nil || len(ids) > max(held.colls.get(name).n/2, 100) {
-			docs, err := r.readWhole(ctx, p.Version.String(), name)
-			if err != nil {
-				return err
-			}
-			steps[name] = step{whole: docs}
-			continue
-		}
-		changes, err := r.readChanged(ctx, p.Version.String(), name, ids)
-		if err != nil {
-			return err
-		}
-		steps[name] = step{changes: changes}
-	}
-
-	r.swap.Lock()
-	cur := r.state.Load() // held, or held with an index more
-	next := &replicaState{version: p.Version.String(), flippedAt: p.FlippedAt, colls: make(replicaColls, 0, len(steps))}
-	for _, name := range r.cfg.Collections {
-		s := steps[name]
-		if s.whole != nil {
-			next.colls = append(next.colls, namedColl{name, newReplicaColl(s.whole, r.fields[name])})
-			continue
-		}
-		c := cur.colls.get(name)
-		for _, f := range r.fields[name] {
-			if c.indexes[f] == nil { // made while the changes were read
-				c = cur.withIndex(name, f).colls.get(name)
-			}
-		}
-		next.colls = append(next.colls, namedColl{name, c.apply(s.changes)})
-	}
-	r.state.Store(next)
-	r.swap.Unlock()
-
-	r.mu.Lock()
-	if held != nil {
-		r.stats.Flips++
-	}
-	for _, s := range steps {
-		if s.whole != nil {
-			r.stats.Reloaded++
-			r.stats.Documents += int64(len(s.whole))
-		} else {
-			r.stats.Changed++
-			r.stats.Documents += int64(len(s.changes))
-		}
-	}
-	r.mu.Unlock()
-
-	if held == nil {
-		close(r.ready)
-	}
-	if r.cfg.OnFlip != nil {
-		r.cfg.OnFlip(p.Version.String())
-	}
-	return nil
-}
-
-// changedBetween returns the ids of a collection whose documents may differ between
-// versions from and to, from the changes of the versions between them on one line of
-// parents: to's ancestors up to from (a flip forward, one or several), or from's up to
-// to (a rollback to an ancestor). It returns nil when no such line of at most MaxChain
-// versions, each with its changes listed, joins them: the collection is read whole.
-func (r *Replica) changedBetween(ctx context.Context, from, to versionID, collection string) (map[string]bool, error) {
-	if from == to {
-		return map[string]bool{}, nil
-	}
-	young, old := to, from
-	if to.Less(from) {
-		young, old = from, to
-	}
-	ids := map[string]bool{}
-	v := young
-	for range r.cfg.MaxChain {
-		kind, parent, err := r.changesOf(ctx, v, collection, ids)
-		switch {
-		case errors.Is(err, ErrGone):
-			return nil, nil
-		case errors.Is(err, ErrNotFound) && v != to:
-			return nil, nil // a version between does not hold the collection
-		case err != nil:
-			return nil, err
-		case !kind.follows():
-			return nil, nil
-		case parent == old:
-			return ids, nil
-		case parent.IsZero() || parent.Less(old):
-			return nil, nil
-		}
-		v = parent
-	}
-	return nil, nil
-}
-
-// changesOf adds the ids a version changed in a collection to ids, and returns what
-// the version did to the collection and against which parent.
-func (r *Replica) changesOf(ctx context.Context, version versionID, collection string, ids map[string]bool) (kind changesKind, parent versionID, err error) {
-	path := "/v1/versions/" + escapeSegment(version.String()) + "/changes/" + escapeSegment(collection)
-	after := ""
-	for {
-		q := url.Values{"limit": {"10000"}}
-		if after != "" {
-			q.Set("after", after)
-		}
-		a, err := r.c.send(ctx, request{method: http.MethodGet, path: path, query: q, version: version.String()})
-		if err != nil {
-			return 0, versionID{}, err
-		}
-		var page struct {
-			Parent  versionID   `json:"parent"`
-			Kind    changesKind `json:"kind"`
-			Changes []struct {
-				ID string `json:"id"`
-			} `json:"changes"`
-			Next string `json:"next"`
-		}
-		if err := json.Unmarshal(a.body, &page); err != nil {
-			return 0, versionID{}, fmt.Errorf("snapflip: GET %s: decode the answer: %w", truncate(path, 200), err)
-		}
-		for _, c := range page.Changes {
-			ids[c.ID] = true
-		}
-		if page.Next == "" {
-			return page.Kind, page.Parent, nil
-		}
-		after = page.Next
-	}
-}
-
-// readChanged reads the documents of ids in the version: a document for each id it
-// holds, nil for each id it does not.
-func (r *Replica) readChanged(ctx context.Context, version, collection string, ids map[string]bool) (map[string]json.RawMessage, error) {
-	changes := make(map[string]json.RawMessage, len(ids))
-	if len(ids) == 0 {
-		return changes, nil
-	}
-	docs, _, _, err := r.c.batchGet(ctx, version, collection, slices.Collect(maps.Keys(ids)))
-	if err != nil {
-		return nil, err
-	}
-	for id := range ids {
-		changes[id] = docs[id].JSON // nil when missing: deleted
-	}
-	return changes, nil
-}
-
-// readWhole reads every document of a collection in the version.
-func (r *Replica) readWhole(ctx context.Context, version, collection string) (map[string]json.RawMessage, error) {
-	docs := map[string]json.RawMessage{}
-	for d, err := range r.c.list(ctx, version, collection, ListOptions{PageSize: 1000}) {
-		if err != nil {
-			return nil, err
-		}
-		docs[d.ID] = d.JSON
-	}
-	return docs, nil
+	return io.ErrUnexpectedEOF
 }
