@@ -185,12 +185,13 @@ func (r *Replica) linked(err error) {
 	}
 }
 
-// target returns the newest pointer seen, and whether the replica holds it.
-func (r *Replica) target() (pointer, bool) {
+// goal returns what the replica holds and where it goes: the newest pointer seen, by
+// the collections it holds.
+func (r *Replica) goal() (holding, target) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	st := r.state.Load()
-	return r.newest, r.newest.Version.IsZero() || (st != nil && st.version == r.newest.Version.String())
+	t := target{to: r.newest, collections: r.cfg.Collections, maxChain: r.cfg.MaxChain, links: map[string][]link{}}
+	return holdingOf(r.state.Load()), t
 }
 
 // caught records the outcome of a catch-up to p.

@@ -30,13 +30,14 @@ func (r *Replica) run(ctx context.Context) {
 	r.keepUp(ctx)
 }
 
-// keepUp moves the version held to the newest pointer seen, retrying a failed
-// catch-up with backoff, until ctx ends.
+// keepUp moves the version held to the newest pointer seen, as plan says, retrying a
+// failed catch-up with backoff, until ctx ends.
 func (r *Replica) keepUp(ctx context.Context) {
 	wait := retry.Backoff{Initial: 50 * time.Millisecond, Max: 5 * time.Second, Jitter: retry.EqualJitter}
 	for failures := 0; ; {
-		p, held := r.target()
-		if held {
+		held, t := r.goal()
+		steps := plan(held, t)
+		if steps[0].kind == stepWait {
 			failures = 0
 			select {
 			case <-ctx.Done():
@@ -45,11 +46,11 @@ func (r *Replica) keepUp(ctx context.Context) {
 			}
 			continue
 		}
-		err := r.catchUp(ctx, p)
+		err := r.catchUp(ctx, held, t, steps)
 		if ctx.Err() != nil {
 			return
 		}
-		r.caught(p, err)
+		r.caught(t.to, err)
 		if err == nil {
 			failures = 0
 			continue
@@ -67,122 +68,124 @@ func (r *Replica) keepUp(ctx context.Context) {
 	}
 }
 
-// catchUp makes the version p names the one the replica holds: each collection by the
-// changes between the version held and p where they can be told, else by reading it
-// whole, then all collections at once.
-func (r *Replica) catchUp(ctx context.Context, p pointer) error {
-	held := r.state.Load()
-	type step struct {
-		changes map[string]json.RawMessage // applied to the held collection
-		whole   map[string]json.RawMessage // or: the collection read whole
-	}
-	steps := make(map[string]step, len(r.cfg.Collections))
-	for _, name := range r.cfg.Collections {
-		var ids map[string]bool
-		if held != nil {
-			var err error
-			if ids, err = r.changedBetween(ctx, parseVersion(held.version), p.Version, name); err != nil {
-				return err
+// catchUp makes the target the version the replica holds, from held, by the plan
+// steps: it reads the changes the plan asks for until the plan is made, then the
+// documents it says, and swaps all collections in at once.
+func (r *Replica) catchUp(ctx context.Context, held holding, t target, steps []step) error {
+	for {
+		for _, s := range steps {
+			if s.kind == stepFail {
+				return s.err
 			}
 		}
-		if ids == nil || len(ids) > max(held.colls.get(name).n/2, 100) {
-			docs, err := r.readWhole(ctx, p.Version.String(), name)
-			if err != nil {
-				return err
-			}
-			steps[name] = step{whole: docs}
-			continue
+		if !slices.ContainsFunc(steps, func(s step) bool { return s.kind == stepLearn }) {
+			break
 		}
-		changes, err := r.readChanged(ctx, p.Version.String(), name, ids)
-		if err != nil {
-			return err
-		}
-		steps[name] = step{changes: changes}
+		r.learn(ctx, t, steps)
+		steps = plan(held, t)
 	}
-
-	r.swap.Lock()
-	cur := r.state.Load() // held, or held with an index more
-	next := &replicaState{version: p.Version.String(), flippedAt: p.FlippedAt, colls: make(replicaColls, 0, len(steps))}
-	for _, name := range r.cfg.Collections {
-		s := steps[name]
-		if s.whole != nil {
-			next.colls = append(next.colls, namedColl{name, newReplicaColl(s.whole, r.fields[name])})
-			continue
-		}
-		c := cur.colls.get(name)
-		for _, f := range r.fields[name] {
-			if c.indexes[f] == nil { // made while the changes were read
-				c = cur.withIndex(name, f).colls.get(name)
-			}
-		}
-		next.colls = append(next.colls, namedColl{name, c.apply(s.changes)})
+	reads, err := r.read(ctx, t.to.Version, steps)
+	if err != nil {
+		return err
 	}
-	r.state.Store(next)
-	r.swap.Unlock()
-
-	r.mu.Lock()
-	if held != nil {
-		r.stats.Flips++
-	}
-	for _, s := range steps {
-		if s.whole != nil {
-			r.stats.Reloaded++
-			r.stats.Documents += int64(len(s.whole))
-		} else {
-			r.stats.Changed++
-			r.stats.Documents += int64(len(s.changes))
-		}
-	}
-	r.mu.Unlock()
-
-	if held == nil {
+	r.swapIn(t.to, reads)
+	r.count(held.version.IsZero(), reads)
+	if held.version.IsZero() {
 		close(r.ready)
 	}
 	if r.cfg.OnFlip != nil {
-		r.cfg.OnFlip(p.Version.String())
+		r.cfg.OnFlip(t.to.Version.String())
 	}
 	return nil
 }
 
-// changedBetween returns the ids of a collection whose documents may differ between
-// versions from and to, from the changes of the versions between them on one line of
-// parents: to's ancestors up to from (a flip forward, one or several), or from's up to
-// to (a rollback to an ancestor). It returns nil when no such line of at most MaxChain
-// versions, each with its changes listed, joins them: the collection is read whole.
-func (r *Replica) changedBetween(ctx context.Context, from, to versionID, collection string) (map[string]bool, error) {
-	if from == to {
-		return map[string]bool{}, nil
-	}
-	young, old := to, from
-	if to.Less(from) {
-		young, old = from, to
-	}
-	ids := map[string]bool{}
-	v := young
-	for range r.cfg.MaxChain {
-		kind, parent, err := r.changesOf(ctx, v, collection, ids)
-		switch {
-		case errors.Is(err, ErrGone):
-			return nil, nil
-		case errors.Is(err, ErrNotFound) && v != to:
-			return nil, nil // a version between does not hold the collection
-		case err != nil:
-			return nil, err
-		case !kind.follows():
-			return nil, nil
-		case parent == old:
-			return ids, nil
-		case parent.IsZero() || parent.Less(old):
-			return nil, nil
+// learn reads the changes the plan's stepLearn steps ask for into t's links. It stops
+// at the first it cannot read: the next plan says what that means.
+func (r *Replica) learn(ctx context.Context, t target, steps []step) {
+	for _, s := range steps {
+		if s.kind != stepLearn {
+			continue
 		}
-		v = parent
+		l := r.changesOf(ctx, s.version, s.collection)
+		t.links[s.collection] = append(t.links[s.collection], l)
+		if l.err != nil {
+			return
+		}
 	}
-	return nil, nil
 }
 
-// changesOf adds the ids a version changed in a collection to ids, and returns what
-// the version did to the collection and against which parent.
-func (r *Replica) changesOf(ctx context.Context, version versionID, collection string, ids map[string]bool) (kind changesKind, parent versionID, err error) {
+// fetched is what a step of a plan read of a collection.
+type fetched struct {
+	collection string
+	kind       stepKind                   // stepChanges or stepReload
+	docs       map[string]json.RawMessage // by id: the changes (nil: deleted), or the collection whole
+}
+
+// read reads what the steps of a plan need, in the version: the changed documents of
+// a stepChanges, the whole collection of a stepReload.
+func (r *Replica) read(ctx context.Context, version versionID, steps []step) ([]fetched, error) {
+	out := make([]fetched, 0, len(steps))
+	for _, s := range steps {
+		f := fetched{collection: s.collection, kind: s.kind}
+		var err error
+		switch s.kind {
+		case stepChanges:
+			f.docs, err = r.readChanged(ctx, version.String(), s.collection, s.ids)
+		case stepReload:
+			f.docs, err = r.readWhole(ctx, version.String(), s.collection)
+		}
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, f)
+	}
+	return out, nil
+}
+
+// swapIn makes the version p names, of the collections read, the one the replica
+// holds: a collection read whole replaces the one held, changes are applied to it.
+func (r *Replica) swapIn(p pointer, reads []fetched) {
+	r.swap.Lock()
+	defer r.swap.Unlock()
+	cur := r.state.Load() // the one the plan was made of, or it with an index more
+	next := &replicaState{version: p.Version.String(), flippedAt: p.FlippedAt, colls: make(replicaColls, 0, len(reads))}
+	for _, f := range reads {
+		if f.kind == stepReload {
+			next.colls = append(next.colls, namedColl{f.collection, newReplicaColl(f.docs, r.fields[f.collection])})
+			continue
+		}
+		c := cur.colls.get(f.collection)
+		for _, field := range r.fields[f.collection] {
+			if c.indexes[field] == nil { // made while the changes were read
+				c = cur.withIndex(f.collection, field).colls.get(f.collection)
+			}
+		}
+		next.colls = append(next.colls, namedColl{f.collection, c.apply(f.docs)})
+	}
+	r.state.Store(next)
+}
+
+// count adds a catch-up to the stats: first when it was the first load.
+func (r *Replica) count(first bool, reads []fetched) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if !first {
+		r.stats.Flips++
+	}
+	for _, f := range reads {
+		if f.kind == stepReload {
+			r.stats.Reloaded++
+		} else {
+			r.stats.Changed++
+		}
+		r.stats.Documents += int64(len(f.docs))
+	}
+}
+
+// changesOf reads what a version did to a collection, page by page: its kind, its
+// parent and the ids it changed; or, in the link's err, why they could not be read.
+func (r *Replica) changesOf(ctx context.Context, version versionID, collection string) link {
+	l := link{version: version, ids: map[string]bool{}}
 	path := "/v1/versions/" + escapeSegment(version.String()) + "/changes/" + escapeSegment(collection)
 	after := ""
 	for {
@@ -192,7 +195,8 @@ func (r *Replica) changesOf(ctx context.Context, version versionID, collection s
 		}
 		a, err := r.c.send(ctx, request{method: http.MethodGet, path: path, query: q, version: version.String()})
 		if err != nil {
-			return 0, versionID{}, err
+			l.err = err
+			return l
 		}
 		var page struct {
 			Parent  versionID   `json:"parent"`
@@ -203,13 +207,15 @@ func (r *Replica) changesOf(ctx context.Context, version versionID, collection s
 			Next string `json:"next"`
 		}
 		if err := json.Unmarshal(a.body, &page); err != nil {
-			return 0, versionID{}, fmt.Errorf("snapflip: GET %s: decode the answer: %w", truncate(path, 200), err)
+			l.err = fmt.Errorf("snapflip: GET %s: decode the answer: %w", truncate(path, 200), err)
+			return l
 		}
 		for _, c := range page.Changes {
-			ids[c.ID] = true
+			l.ids[c.ID] = true
 		}
 		if page.Next == "" {
-			return page.Kind, page.Parent, nil
+			l.kind, l.parent = page.Kind, page.Parent
+			return l
 		}
 		after = page.Next
 	}
