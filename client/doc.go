@@ -46,4 +46,14 @@
 // With Config.CacheBytes set, Get keeps the documents it read with their ETags and
 // revalidates them: a document unchanged since the last read (even across flips) costs
 // a 304 without a body.
+//
+// A Replica holds whole versions of some collections in the process, for reads
+// without I/O; NewReplica takes a ReplicaConfig, from DefaultReplicaConfig, whose
+// Validate names the first field it cannot use. It is made of three parts, each in
+// its file: a follower (replica_follow.go) learns of the newest pointer from the flip
+// stream, or by polling while the stream is refused, and does nothing else; plan
+// (replica_plan.go), a pure function of the version held and that pointer, says per
+// collection what to do: learn a version's changes, apply the changes, reload the
+// collection whole, or wait; and the replica applies a plan (replica_apply.go):
+// it reads the documents, swaps every collection in at once, counts and calls OnFlip.
 package client
