@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"cloud.google.com/go/bigtable"
+
 	"github.com/snapflip/snapflip/internal/cli"
 	"github.com/snapflip/snapflip/internal/testenv"
 	"github.com/snapflip/snapflip/snapshot"
@@ -286,5 +288,28 @@ func TestAdminEndpoints(t *testing.T) {
 	page := e.get(t, "/").body
 	if !strings.Contains(string(page), "<svg") || !strings.Contains(string(page), "rollback") {
 		t.Errorf("status page lacks the chart or the rollback:\n%.400s", page)
+	}
+}
+
+// The API's rollback counts a target's TTL left with the table's GC rule, as the
+// CLI's does: on a table whose rule keeps documents a minute, the previous version
+// of a dataset whose ttl is an hour expires within the safety margin (a tenth of the
+// ttl), and the rollback is refused (422), changing nothing.
+func TestAdminRollbackCountsTheGCRule(t *testing.T) {
+	t.Parallel()
+	e := start(t)
+	vs := e.publishGens(t, 1, 2)
+	e.stopAPI()
+	e.startAPI(t, cli.EnvAdminToken, "s3cret")
+	testenv.SetDocumentsGCRule(t, e.btAddr, bigtable.MaxAgePolicy(time.Minute))
+	req, _ := http.NewRequest(http.MethodPost, e.base+"/v1/admin/rollback", strings.NewReader(`{"previous": true, "reason": "x"}`))
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Authorization", "Bearer s3cret")
+	resp, body := callAPI(t, req)
+	if resp.StatusCode != http.StatusUnprocessableEntity || !strings.Contains(string(body), "expire") {
+		t.Errorf("rollback to a version the GC rule collects = %d %s; want 422 saying it expires", resp.StatusCode, body)
+	}
+	if r := e.get(t, "/v1/versions/current"); !strings.Contains(string(r.body), vs[1]) {
+		t.Errorf("after the refused rollback the current version is %s; want %s", r.body, vs[1])
 	}
 }

@@ -3,10 +3,12 @@ package cli
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"log/slog"
 	"os"
 	"os/user"
+	"sync"
 	"time"
 
 	"github.com/google/uuid"
@@ -54,6 +56,33 @@ func newAdmin(st *store.Store, dataset string, ttl, leaseDuration time.Duration,
 		return nil, err
 	}
 	return &snapshot.Admin{Dataset: dataset, Store: st, Lease: lease, TTL: ttl, Log: log}, nil
+}
+
+// apiAdmin is the metadata API's admin. Before each rollback it reads how long the
+// table keeps documents, so that a target's TTL left counts with the GC rule, as the
+// CLI's rollback does: a rule shorter than a version's TTL collects it sooner.
+type apiAdmin struct {
+	st *store.Store
+
+	mu    sync.Mutex // one admin request at a time: Retention is set per request
+	admin *snapshot.Admin
+}
+
+func (a *apiAdmin) Rollback(ctx context.Context, req snapshot.RollbackRequest) (snapshot.RollbackResult, error) {
+	ret, err := a.st.Retention(ctx)
+	if err != nil {
+		return snapshot.RollbackResult{}, fmt.Errorf("rollback: read how long the table keeps documents: %w", err)
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.admin.Retention = ret.Docs.Keep
+	return a.admin.Rollback(ctx, req)
+}
+
+func (a *apiAdmin) Unpin(ctx context.Context, reason, by string) (snapshot.RollbackResult, error) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.admin.Unpin(ctx, reason, by)
 }
 
 // openRead loads the config and opens Bigtable, without touching the table's schema;

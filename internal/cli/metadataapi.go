@@ -138,7 +138,7 @@ func (m *MetadataAPI) serve(ctx context.Context, def store.Config, o *apiFlags) 
 		if err != nil {
 			return err
 		}
-		admin = adm
+		admin = &apiAdmin{st: st, admin: adm}
 		log.Info("admin endpoints on: POST /v1/admin/rollback, /v1/admin/unpin (bearer token)")
 	}
 	apiCfg := api.DefaultConfig()

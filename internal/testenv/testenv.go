@@ -488,6 +488,13 @@ func DropSlot(tb testing.TB, dsn, slot string) {
 // unchanged. A test of TTL expiry calls it once the table exists.
 func EmulatorCollects(tb testing.TB, addr string) {
 	tb.Helper()
+	SetDocumentsGCRule(tb, addr, nil)
+}
+
+// SetDocumentsGCRule sets the GC rule of snapflip's documents family (d) at the
+// emulator at addr, as a DBA might; nil sets the family's rule again, unchanged.
+func SetDocumentsGCRule(tb testing.TB, addr string, rule bigtable.GCPolicy) {
+	tb.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
@@ -506,8 +513,11 @@ func EmulatorCollects(tb testing.TB, addr string) {
 	}
 	for _, f := range info.FamilyInfos {
 		if f.Name == "d" {
-			if err := admin.SetGCPolicy(ctx, cfg.Table, f.Name, f.FullGCPolicy); err != nil {
-				tb.Fatalf("set the GC rule of family d again: %v", err)
+			if rule == nil {
+				rule = f.FullGCPolicy
+			}
+			if err := admin.SetGCPolicy(ctx, cfg.Table, f.Name, rule); err != nil {
+				tb.Fatalf("set the GC rule of family d: %v", err)
 			}
 			return
 		}
