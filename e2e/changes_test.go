@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/snapflip/snapflip/internal/testenv"
+	"github.com/snapflip/snapflip/layer"
 	"github.com/snapflip/snapflip/snapshot"
 )
 
@@ -270,7 +271,7 @@ func TestChangesAreTheDiff(t *testing.T) {
 			writeConfig(t, e, changesConfig(100))
 			st := testenv.Store(t, testenv.StoreConfig(e.btAddr))
 			if cached {
-				e.runs = snapshot.NewRunCache(st, snapshot.DefaultRunCacheBytes)
+				e.runs = layer.NewRunCache(st, layer.DefaultRunCacheBytes)
 			}
 			var versions []string
 			sync := func(what string) {

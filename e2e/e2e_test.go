@@ -20,6 +20,7 @@ import (
 
 	"github.com/snapflip/snapflip/internal/cli"
 	"github.com/snapflip/snapflip/internal/testenv"
+	"github.com/snapflip/snapflip/layer"
 	"github.com/snapflip/snapflip/snapshot"
 )
 
@@ -28,7 +29,7 @@ type env struct {
 	dsn, btAddr, base, configPath string
 	stopAPI                       func()
 	// runs, when set, is the run cache every sync of this env shares, as in syncer run.
-	runs *snapshot.RunCache
+	runs *layer.RunCache
 }
 
 const config = `dataset: e2e

@@ -15,6 +15,7 @@ import (
 
 	sqlgen "github.com/snapflip/snapflip/internal/gen"
 	"github.com/snapflip/snapflip/internal/testenv"
+	"github.com/snapflip/snapflip/layer"
 	"github.com/snapflip/snapflip/pgsource"
 	"github.com/snapflip/snapflip/snapshot"
 	"github.com/snapflip/snapflip/store"
@@ -67,11 +68,12 @@ func (r *genRun) startLogical() {
 		r.fatalf("lease: %v", err)
 	}
 	l := &genLogical{lease: lease, r: r, src: src, slot: fmt.Sprintf("snapflip_gen_%d_%d", r.seed%1e9, time.Now().UnixNano()%1e9), done: make(chan error, 1)}
+	w := &layer.Writer{Store: st, MaxDocumentBytes: 8 << 20, MaxLayers: r.maxLayers, RebaseRatio: r.rebaseRatio, Runs: r.e.runs, Log: quiet}
 	l.pub = &snapshot.Publisher{
 		Dataset: "e2e", Store: st, Source: src, Versions: snapshot.NewVersionGen(uuid.New(), nil), Writer: holder, Log: quiet,
-		MaxDocumentBytes: 8 << 20, TTL: time.Hour, Audit: st,
+		TTL: time.Hour, Audit: st, Data: w,
 		DefaultGate: &snapshot.Gate{AllowEmpty: true},
-		Incremental: true, MaxLayers: r.maxLayers, RebaseRatio: r.rebaseRatio, Runs: r.e.runs,
+		Incremental: true,
 		Crash: func(at snapshot.CrashPoint, _ int64) {
 			if at == snapshot.CrashAfterOpen && l.during != nil {
 				f := l.during
@@ -80,8 +82,8 @@ func (r *genRun) startLogical() {
 			}
 		},
 	}
-	if l.pub.Runs == nil {
-		l.pub.Runs = snapshot.NewRunCache(st, snapshot.DefaultRunCacheBytes)
+	if w.Runs == nil {
+		w.Runs = layer.NewRunCache(st, layer.DefaultRunCacheBytes)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	l.cancel = cancel

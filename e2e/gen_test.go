@@ -19,6 +19,7 @@ import (
 
 	sqlgen "github.com/snapflip/snapflip/internal/gen"
 	"github.com/snapflip/snapflip/internal/testenv"
+	"github.com/snapflip/snapflip/layer"
 	"github.com/snapflip/snapflip/pgsource"
 	"github.com/snapflip/snapflip/snapshot"
 )
@@ -319,7 +320,7 @@ func newGenRun(t *testing.T, seed uint64, sz genSizes, s *sqlgen.Schema, colls [
 	if (h>>4)%2 == 0 {
 		// Half the histories sync as syncer run does: a run cache across syncs, so
 		// changed ids are looked up in the decoded runs rather than merged.
-		r.e.runs = snapshot.NewRunCache(testenv.Store(t, testenv.StoreConfig(r.e.btAddr)), snapshot.DefaultRunCacheBytes)
+		r.e.runs = layer.NewRunCache(testenv.Store(t, testenv.StoreConfig(r.e.btAddr)), layer.DefaultRunCacheBytes)
 		r.stats.cached = 1
 	}
 	// Half the random histories sync the incremental deployment from the replication

@@ -17,6 +17,7 @@ import (
 
 	"github.com/snapflip/snapflip/api"
 	"github.com/snapflip/snapflip/internal/testenv"
+	"github.com/snapflip/snapflip/layer"
 	"github.com/snapflip/snapflip/snapshot"
 )
 
@@ -380,8 +381,8 @@ func TestWatchHeartbeatsCloseAndLeaks(t *testing.T) {
 	v1 := publishedVersion(t, out)
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
-	res := snapshot.NewResolver("e2e", testenv.Store(t, testenv.StoreConfig(e.btAddr)),
-		snapshot.ResolverConfig{Refresh: 20 * time.Millisecond}, nil)
+	st := testenv.Store(t, testenv.StoreConfig(e.btAddr))
+	res := snapshot.NewResolver("e2e", st, snapshot.ResolverConfig{Refresh: 20 * time.Millisecond, Layers: layer.NewReader(st, "e2e")}, nil)
 	go res.Run(ctx)
 	cfg := api.DefaultConfig()
 	cfg.WatchHeartbeat, cfg.WatchInterval, cfg.Registry = 20*time.Millisecond, 10*time.Millisecond, prometheus.NewRegistry()

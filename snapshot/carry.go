@@ -124,13 +124,8 @@ func (r *Resolver) loadChanges(ctx context.Context, cs *changeSet, v Version, co
 		c.Layers[0].Docs+c.Layers[0].Tombstones <= maxCarryIDs:
 		// A merged delta holds every id of the parent layers it replaces, so an id it
 		// does not hold reads the same through both chains.
-		ids := make(map[string]struct{}, c.Layers[0].Docs+c.Layers[0].Tombstones)
-		var derr error
-		err := r.store.ScanRun(ctx, r.dataset, v, collection, func(chunk []byte) bool {
-			derr = DecodeRunChunk(chunk, func(e RunEntry) error { ids[e.ID] = struct{}{}; return nil })
-			return derr == nil
-		})
-		if err != nil || derr != nil || int64(len(ids)) != c.Layers[0].Docs+c.Layers[0].Tombstones {
+		ids, ok := r.cfg.Layers.LayerIDs(ctx, v, collection, c.Layers[0].Docs+c.Layers[0].Tombstones)
+		if !ok {
 			return // a version whose changes cannot be read (all of them) starts cold
 		}
 		cs.ids = ids

@@ -3,6 +3,8 @@
 // flips one pointer to it, so that readers see all of a sync or none of it.
 //
 // The package imports nothing else from this repository. It owns the small interfaces
-// it needs from storage (implemented by package store, on Bigtable) and from the source
-// (implemented by package pgsource, on Postgres); the binaries in cmd/ wire them.
+// it needs from storage (implemented by package store, on Bigtable), from the source
+// (implemented by package pgsource, on Postgres), and from the layers a version's
+// documents are written as and read through (VersionWriter and LayerRuns, implemented
+// by package layer); the binaries in cmd/ wire them.
 package snapshot

@@ -50,4 +50,8 @@ var (
 	ErrRetention = errors.New("storage keeps cells shorter than the TTL needs")
 	// ErrSource reports bad source data: a NULL, duplicate or oversized key or document.
 	ErrSource = errors.New("bad source data")
+	// ErrDeltaInconsistent reports a source row the parent should hold but does not,
+	// or a parent run that disagrees with the parent's counts: the delta cannot be
+	// trusted, so the publish is redone as bases.
+	ErrDeltaInconsistent = errors.New("delta inconsistent with its parent")
 )

@@ -97,6 +97,21 @@ type LayerRef struct {
 	Merged int `json:"merged,omitempty"`
 }
 
+// LayerMode says how a publish found a collection's changed rows (OwnLayer.Mode).
+type LayerMode string
+
+// Layer modes of the publisher's own; a source's ScanSince names the others.
+const (
+	// ModeChangedOnly: a delta read from the changed rows alone (ChangedScanner).
+	ModeChangedOnly LayerMode = "row-version, changed rows only"
+	// ModeStream: a delta read from the ids the source's change stream named alone
+	// (KeyedScanner), deletions included.
+	ModeStream LayerMode = "stream, changed ids only"
+	// ModeSameFingerprint: nothing read, the table's row versions and definitions
+	// being the parent's.
+	ModeSameFingerprint LayerMode = "unchanged: same fingerprint"
+)
+
 // OwnLayer is what one publish did for one collection.
 type OwnLayer struct {
 	Kind string `json:"kind"` // base, delta, or "" when nothing changed (no layer)

@@ -21,54 +21,14 @@ type ManifestStore interface {
 	ListManifests(ctx context.Context, dataset string) ([]Manifest, error)
 }
 
-// DocumentWriter writes one version's documents, batched and in parallel.
-type DocumentWriter interface {
-	// Write queues a document. It blocks while the writer's buffers are full and
-	// returns the first error any earlier batch met, after which the writer is done.
-	Write(ctx context.Context, collection string, doc Document) error
-	// WriteChunk queues chunk n of the collection's fingerprint run (fprun.go).
-	WriteChunk(ctx context.Context, collection string, n int64, chunk []byte) error
-	// WriteLive records, beside the collection's run, how many live ids the chain
-	// its layer tops holds (PublishStore.RecordedLive).
-	WriteLive(ctx context.Context, collection string, n int64) error
-	// Close flushes what is queued, waits for it, and returns the number of documents
-	// (and tombstones) written per collection, or the first error.
-	Close(ctx context.Context) (map[string]int64, error)
-	// ChunksWritten returns the run chunks acknowledged per collection.
-	ChunksWritten() map[string]int64
-	// BytesWritten returns the bytes of keys and values acknowledged.
-	BytesWritten() int64
-}
-
 // PublishStore is what the publisher needs from storage.
 type PublishStore interface {
 	PointerStore
 	ManifestStore
-	// NewWriter returns a writer for the documents of one version; it stops when ctx
-	// ends.
-	NewWriter(ctx context.Context, dataset string, v Version) DocumentWriter
 	// RefreshVersion rewrites every cell of the given chains' layers (collection →
 	// chain) with a fresh timestamp, so TTL GC does not collect a version still
 	// served. It returns the number of documents and tombstones rewritten.
 	RefreshVersion(ctx context.Context, dataset string, chains map[string][]Version) (int64, error)
-	// GetDocuments returns the documents of ids found through a chain (a merged
-	// delta copies the parent's unchanged documents).
-	GetDocuments(ctx context.Context, dataset string, chain []Version, collection string, ids []string) (map[string][]byte, error)
-	// LocateDocuments is GetDocuments that also says which layer of the chain each
-	// document was read from.
-	LocateDocuments(ctx context.Context, dataset string, chain []Version, collection string, ids []string) (map[string]Located, error)
-	// RecordedLive returns how many live ids the chain the layer tops holds, as the
-	// publish that wrote the layer recorded it (DocumentWriter.WriteLive); false when
-	// none did.
-	RecordedLive(ctx context.Context, dataset string, layer Version, collection string) (int64, bool, error)
-	RunReader
-}
-
-// Located is a document read through a chain, and the index in the chain (newest
-// first) of the layer that holds it.
-type Located struct {
-	Body  []byte
-	Layer int
 }
 
 // Publisher copies the source into storage under a fresh version and flips the pointer.
@@ -79,14 +39,10 @@ type Publisher struct {
 	Versions *VersionGen
 	// Writer names this process in manifests and pointer flips.
 	Writer string
-	// MaxDocumentBytes bounds one document; a larger one fails the sync naming it.
-	MaxDocumentBytes int
 	// TTL is the documents' time to live in storage (family d MaxAge). The current
 	// version is republished, or refreshed in place when pinned, once its data is
 	// older than half of it. Zero turns the keep-alive off.
 	TTL time.Duration
-	// ProgressEvery is how often a long copy logs its progress; default 10s.
-	ProgressEvery time.Duration
 	// Audit, when set, records every flip.
 	Audit AuditStore
 	// Crash, when set, is called at each CrashPoint (tests kill the process there).
@@ -96,24 +52,45 @@ type Publisher struct {
 	Gates       map[string]Gate
 	DefaultGate *Gate
 	// Incremental writes layered versions: per collection a delta against the
-	// parent, or a base (layers.go). It needs a source that implements DeltaSnapshot;
+	// parent, or a base (package layer). It needs a source that implements DeltaSnapshot;
 	// otherwise every version is a full copy.
 	Incremental bool
-	// MaxLayers bounds a chain (default DefaultMaxLayers): a collection whose chain
-	// is this long gets a merged delta next time it changes, which replaces every
-	// delta of the chain (its changes plus what those deltas held), leaving two
-	// layers. 1 makes every layer a base.
-	MaxLayers int
-	// RebaseRatio writes a base once the chain's deltas hold more rows than this
-	// share of the base's (default DefaultRebaseRatio).
-	RebaseRatio float64
-	// Runs keeps the parent chain's fingerprint runs decoded; nil reads them from
-	// Store every time. A long-running syncer sets a RunCache over Store.
-	Runs *RunCache
-	Now  func() time.Time
-	Log  *slog.Logger
+	Now         func() time.Time
+	Log         *slog.Logger
+	// Data writes each version's documents: layers, or a full copy (package layer).
+	Data VersionWriter
+}
 
-	keyedBytesMax int // the documents a keyed read holds; 0: maxKeyedBytes (tests set less)
+// VersionWriter writes a version's documents under its prefix: per collection a layer
+// over the parent's chain, or a full copy. Package layer implements it.
+type VersionWriter interface {
+	// WriteVersion writes every collection of req from its source snapshot and returns
+	// what the version holds of each. A layer that disagrees with its parent fails
+	// with an error wrapping ErrDeltaInconsistent.
+	WriteVersion(ctx context.Context, req WriteRequest) (WriteResult, error)
+	// Flipped tells the writer that the pointer names m now: what m's layers hold is
+	// what the next delta is computed against.
+	Flipped(m Manifest)
+}
+
+// WriteRequest is one version for a VersionWriter to write.
+type WriteRequest struct {
+	Snap        SourceSnapshot
+	Collections []string
+	// Manifest is the version's, as created: layered (Format) or a full copy.
+	Manifest Manifest
+	// Parent is the current version, which layers are written against; nil for none.
+	Parent *Manifest
+	// Base writes every layer as a base (a delta was inconsistent).
+	Base bool
+	// Crash, when set, is called at CrashMidWrite.
+	Crash func(at CrashPoint, rows int64)
+}
+
+// WriteResult is what a written version holds.
+type WriteResult struct {
+	Collections  map[string]CollectionStats
+	BytesWritten int64
 }
 
 // PublishOptions tune one publish.
@@ -214,7 +191,7 @@ func (p *Publisher) publish(ctx context.Context, run publishRun) (PublishResult,
 	for {
 		a := &attempt{p: p, run: run, started: p.now()}
 		res, err := a.publish(ctx)
-		if run.base || !errors.Is(err, errDeltaInconsistent) {
+		if run.base || !errors.Is(err, ErrDeltaInconsistent) {
 			return res, err
 		}
 		p.log().WarnContext(ctx, "the delta disagrees with its parent: publishing again with base layers",
@@ -346,9 +323,7 @@ func (a *attempt) write(ctx context.Context, snap SourceSnapshot) error {
 		TTL:         p.TTL,
 		ChangeSeen:  opts.ChangeSeen,
 	}
-	ds, layered := snap.(DeltaSnapshot)
-	layered = layered && p.Incremental
-	if layered {
+	if _, ok := snap.(DeltaSnapshot); ok && p.Incremental {
 		a.m.Format = FormatLayered
 		if a.current != nil {
 			a.m.Parent = a.cur.Version
@@ -360,12 +335,12 @@ func (a *attempt) write(ctx context.Context, snap SourceSnapshot) error {
 	a.log = p.log().With("dataset", p.Dataset, "version", a.m.Version)
 	a.log.InfoContext(ctx, "sync started", "source_lsn", pos.String(), "forced", opts.Force)
 
-	var err error
-	if layered {
-		err = p.writeLayers(ctx, ds, &a.m, a.current, a.run.base)
-	} else {
-		err = p.write(ctx, snap, &a.m, a.expected())
+	res, err := p.Data.WriteVersion(ctx, WriteRequest{Snap: snap, Collections: p.Source.Collections(),
+		Manifest: a.m, Parent: a.current, Base: a.run.base, Crash: p.Crash})
+	for name, st := range res.Collections {
+		a.m.Collections[name] = st
 	}
+	a.m.BytesWritten = res.BytesWritten
 	if err != nil {
 		p.fail(ctx, a.m, StateWriting, err)
 		return err
@@ -375,17 +350,6 @@ func (a *attempt) write(ctx context.Context, snap SourceSnapshot) error {
 		return err
 	}
 	return nil
-}
-
-// expected returns the current version's row count per collection.
-func (a *attempt) expected() map[string]int64 {
-	expected := map[string]int64{}
-	if a.current != nil {
-		for name, c := range a.current.Collections {
-			expected[name] = c.Rows
-		}
-	}
-	return expected
 }
 
 // vet checks the written version before it is sealed. A result that is a no-op (the
@@ -467,14 +431,7 @@ func (a *attempt) published(ctx context.Context, flip Flip) PublishResult {
 	if a.current != nil {
 		p.retire(bg, a.cur.Version, a.log)
 	}
-	for name, c := range published.Collections {
-		// The next delta's parent: the count of a layer this publish wrote is what it
-		// counted over a parent it checked. A collection carried unchanged has its
-		// parent's manifest count, which nothing here read: not remembered.
-		if len(c.Layers) > 0 && c.Own != nil && c.Own.Mode != ModeSameFingerprint {
-			p.Runs.rememberLive(p.Dataset, name, c.Layers, c.Rows)
-		}
-	}
+	p.Data.Flipped(published)
 	if p.Audit != nil {
 		e := AuditEntry{Dataset: p.Dataset, At: flip.At, Action: ActionFlip, From: a.cur.Version, To: published.Version,
 			Token: flip.Token, By: p.Writer, Reason: string(a.run.reason())}

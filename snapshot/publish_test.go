@@ -13,6 +13,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/snapflip/snapflip/internal/testenv"
+	"github.com/snapflip/snapflip/layer"
 	"github.com/snapflip/snapflip/pgsource"
 	"github.com/snapflip/snapflip/snapshot"
 	"github.com/snapflip/snapflip/store"
@@ -42,7 +43,8 @@ func newRigOn(tb testing.TB, dsn string, collections []pgsource.Collection, sche
 	return &rig{dsn: dsn, store: st, pub: &snapshot.Publisher{
 		Dataset: "ds", Store: st, Source: src,
 		Versions: snapshot.NewVersionGen(uuid.New(), nil), Writer: "test",
-		MaxDocumentBytes: 1 << 20, Log: slog.New(slog.DiscardHandler),
+		Log:  slog.New(slog.DiscardHandler),
+		Data: &layer.Writer{Store: st, MaxDocumentBytes: 1 << 20, Log: slog.New(slog.DiscardHandler)},
 	}}
 }
 
@@ -542,4 +544,21 @@ func TestTickReadsTheCurrentStateOnce(t *testing.T) {
 	if c.pointers != 1 || c.manifests != 1 {
 		t.Errorf("a tick read the pointer %d times and manifests %d times; want once each", c.pointers, c.manifests)
 	}
+}
+
+// ticker returns a Ticker of the rig's dataset for holder, whose lease advances the
+// pointer's fence when it is taken.
+func (r *rig) ticker(tb testing.TB, holder string) *snapshot.Ticker {
+	tb.Helper()
+	lease, err := r.store.NewLease("publish/ds", store.LeaseConfig{Holder: holder,
+		BeforeAcquire: func(ctx context.Context, token uint64) error { return r.store.AdvanceFence(ctx, "ds", token) }})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return &snapshot.Ticker{Publisher: r.pub, Lease: lease, Slots: r.store, Holder: holder, Log: slog.New(slog.DiscardHandler)}
+}
+
+func (r *rig) exec(tb testing.TB, stmts ...string) {
+	tb.Helper()
+	testenv.Exec(tb, r.dsn, stmts...)
 }

@@ -29,8 +29,6 @@ type ReadStore interface {
 	ScanPage(ctx context.Context, dataset string, chain []Version, collection, after string, limit int) ([]Document, bool, error)
 	// ListManifests returns every manifest of the dataset, oldest first.
 	ListManifests(ctx context.Context, dataset string) ([]Manifest, error)
-	// ScanRun reads a layer's fingerprint run: which ids a flip changed (carry.go).
-	RunReader
 }
 
 // View is one version as a reader sees it: every answer made from a View comes from
@@ -59,6 +57,10 @@ type ResolverConfig struct {
 	// (version, collection, id), which never go stale; default 100,000. Negative
 	// turns the cache off.
 	CacheSize int
+	// Layers reads layers' fingerprint runs: a delta's changes (ChangedIDs), and
+	// which ids a flip changed, to carry cached documents across it (carry.go). Nil
+	// turns both off.
+	Layers LayerRuns
 }
 
 // DefaultResolverConfig returns the defaults.
@@ -80,7 +82,6 @@ type Resolver struct {
 	manifests *lru.Cache[Version, Manifest]
 	docs      *lru.Cache[cacheKey, *cacheEntry] // nil when off
 	carry     *lru.Cache[carryKey, *changeSet]
-	runs      *RunCache // the own layers' runs ChangedIDs pages over
 	fetch     *fetcher
 
 	hits, misses, carriedHits atomic.Int64
@@ -130,9 +131,10 @@ func NewResolver(dataset string, store ReadStore, cfg ResolverConfig, now func()
 		fetch: &fetcher{store: store, dataset: dataset, timeout: cfg.Timeout}}
 	r.ptr = &pointerCache{refresh: cfg.Refresh, timeout: cfg.Timeout, maxStale: cfg.MaxStale, now: now, read: r.readPointer}
 	r.manifests, _ = lru.New[Version, Manifest](maxCachedManifests)
-	r.runs = NewRunCache(store, changesRunCacheBytes)
 	if cfg.CacheSize > 0 {
 		r.docs, _ = lru.New[cacheKey, *cacheEntry](cfg.CacheSize)
+	}
+	if cfg.CacheSize > 0 && cfg.Layers != nil {
 		r.carry, _ = lru.New[carryKey, *changeSet](maxCachedManifests)
 	}
 	return r

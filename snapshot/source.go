@@ -133,6 +133,17 @@ type DeltaSnapshot interface {
 	ScanSince(ctx context.Context, collection string, since *Position, fn func(Document) error) (mode string, err error)
 }
 
+// ChangedScanner is a DeltaSnapshot that can send only the rows changed since a
+// parent, when it can tell them by row version.
+type ChangedScanner interface {
+	// ScanChanged calls fn with the collection's rows changed since the snapshot at
+	// since, with their JSON, in strictly increasing id byte order, and returns the
+	// collection's row count in this snapshot. ok is false, and fn never called, when
+	// the rows changed cannot be told apart (ScanSince's content modes) or more than
+	// max changed.
+	ScanChanged(ctx context.Context, collection string, since *Position, max int64, fn func(Document) error) (total int64, ok bool, err error)
+}
+
 // SinceOpener is a Source whose snapshots can cost less when they are told the
 // position of the version they will be compared with.
 type SinceOpener interface {

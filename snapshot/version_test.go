@@ -162,3 +162,21 @@ func TestSameContentsNeedsTheSameSnapshot(t *testing.T) {
 		t.Errorf("SnapshotXmin = %d, %d", b.SnapshotXmin(), (Position{}).SnapshotXmin())
 	}
 }
+
+func TestDigestSubAndParse(t *testing.T) {
+	var a, b Digest
+	a.AddDocument("x", []byte(`{"a":1}`))
+	a.AddDocument("y", []byte(`{"b":2}`))
+	b.AddDocument("x", []byte(`{"a":1}`))
+	a.Sub(Contribution("y", []byte(`{"b":2}`)))
+	if a != b {
+		t.Errorf("subtracting a pair's contribution: got %s, want %s", a, b)
+	}
+	p, err := ParseDigest(a.String())
+	if err != nil || p != a {
+		t.Errorf("ParseDigest(%s) = %s, %v", a, p, err)
+	}
+	if _, err := ParseDigest("zz"); err == nil {
+		t.Error("ParseDigest accepted zz")
+	}
+}

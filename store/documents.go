@@ -13,6 +13,7 @@ import (
 	"cloud.google.com/go/bigtable"
 	"golang.org/x/sync/errgroup"
 
+	"github.com/snapflip/snapflip/layer"
 	"github.com/snapflip/snapflip/snapshot"
 )
 
@@ -72,7 +73,7 @@ func (s *Store) GetDocuments(ctx context.Context, dataset string, chain []snapsh
 
 // LocateDocuments is GetDocuments that also says which layer of the chain (its index,
 // newest first) each document was read from.
-func (s *Store) LocateDocuments(ctx context.Context, dataset string, chain []snapshot.Version, collection string, ids []string) (map[string]snapshot.Located, error) {
+func (s *Store) LocateDocuments(ctx context.Context, dataset string, chain []snapshot.Version, collection string, ids []string) (map[string]layer.Located, error) {
 	ctx, cancel := s.op(ctx)
 	defer cancel()
 	prefixes := make([]string, len(chain))
@@ -86,7 +87,7 @@ func (s *Store) LocateDocuments(ctx context.Context, dataset string, chain []sna
 			keys = append(keys, p+e)
 		}
 	}
-	found := make(map[string]snapshot.Located, len(ids))
+	found := make(map[string]layer.Located, len(ids))
 	var derr error
 	err := s.tbl.ReadRows(ctx, keys, func(r bigtable.Row) bool {
 		rank, id, err := layerOf(prefixes, r.Key())
@@ -99,7 +100,7 @@ func (s *Store) LocateDocuments(ctx context.Context, dataset string, chain []sna
 			return true
 		}
 		if h, ok := found[id]; !ok || rank < h.Layer {
-			found[id] = snapshot.Located{Body: cells[0].Value, Layer: rank}
+			found[id] = layer.Located{Body: cells[0].Value, Layer: rank}
 		}
 		return true
 	})
@@ -109,7 +110,7 @@ func (s *Store) LocateDocuments(ctx context.Context, dataset string, chain []sna
 	if derr != nil {
 		return nil, derr
 	}
-	maps.DeleteFunc(found, func(_ string, d snapshot.Located) bool { return len(d.Body) == 0 }) // tombstones
+	maps.DeleteFunc(found, func(_ string, d layer.Located) bool { return len(d.Body) == 0 }) // tombstones
 	return found, nil
 }
 
@@ -149,7 +150,7 @@ func (s *Store) ScanDocuments(ctx context.Context, dataset string, chain []snaps
 	defer cancel()
 	g, gctx := errgroup.WithContext(ctx)
 	var failed atomic.Bool
-	layers := make([]snapshot.LayerReader[snapshot.Document], len(chain))
+	layers := make([]layer.LayerReader[snapshot.Document], len(chain))
 	for i, v := range chain {
 		l := &layerStream{ch: make(chan snapshot.Document, 256)}
 		layers[i] = l
@@ -170,7 +171,7 @@ func (s *Store) ScanDocuments(ctx context.Context, dataset string, chain []snaps
 			return err
 		})
 	}
-	merge := snapshot.NewChainMerge(layers, docID, isTombstone)
+	merge := layer.NewChainMerge(layers, docID, isTombstone)
 	for {
 		d, ok, err := merge.Next()
 		if err != nil && !failed.Load() { // ids out of order, though every layer read
@@ -385,15 +386,15 @@ func (s *Store) ScanPage(ctx context.Context, dataset string, chain []snapshot.V
 				}
 			}
 		}
-		layers := make([]snapshot.LayerReader[snapshot.Document], len(chain))
+		layers := make([]layer.LayerReader[snapshot.Document], len(chain))
 		for i, r := range reads {
-			l := snapshot.LayerSlice[snapshot.Document](r.docs)
+			l := layer.LayerSlice[snapshot.Document](r.docs)
 			if bounded {
 				l = l[:sort.Search(len(l), func(j int) bool { return l[j].ID > bound })]
 			}
 			layers[i] = &l
 		}
-		merge := snapshot.NewChainMerge(layers, docID, isTombstone)
+		merge := layer.NewChainMerge(layers, docID, isTombstone)
 		for len(docs) <= limit {
 			d, ok, err := merge.Next()
 			if err != nil {
@@ -449,7 +450,7 @@ func prefixEnd(prefix string) string {
 	return ""
 }
 
-// colRun is the column d:f holding one chunk of a fingerprint run (snapshot/fprun.go).
+// colRun is the column d:f holding one chunk of a fingerprint run (layer/fprun.go).
 // Runs share family d with the documents, so they age out and are refreshed with them.
 const colRun = "f"
 

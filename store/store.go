@@ -14,6 +14,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 
+	"github.com/snapflip/snapflip/layer"
 	"github.com/snapflip/snapflip/snapshot"
 )
 
@@ -151,7 +152,8 @@ type Store struct {
 var (
 	_ snapshot.PublishStore = (*Store)(nil)
 	_ snapshot.ReadStore    = (*Store)(nil)
-	_ snapshot.RunSeeker    = (*Store)(nil)
+	_ layer.Store           = (*Store)(nil)
+	_ layer.RunSeeker       = (*Store)(nil)
 )
 
 // Open connects to Bigtable. It does not touch the table; call EnsureSchema (writers)

@@ -13,6 +13,7 @@ import (
 	"cloud.google.com/go/bigtable"
 
 	"github.com/snapflip/snapflip/internal/retry"
+	"github.com/snapflip/snapflip/layer"
 	"github.com/snapflip/snapflip/snapshot"
 )
 
@@ -97,11 +98,11 @@ type Writer struct {
 	closed  bool
 }
 
-var _ snapshot.DocumentWriter = (*Writer)(nil)
+var _ layer.DocumentWriter = (*Writer)(nil)
 
 // NewWriter returns a writer for the documents of version v. Its workers stop when ctx
 // ends.
-func (s *Store) NewWriter(ctx context.Context, dataset string, v snapshot.Version) snapshot.DocumentWriter {
+func (s *Store) NewWriter(ctx context.Context, dataset string, v snapshot.Version) layer.DocumentWriter {
 	wctx, cancel := context.WithCancelCause(ctx)
 	w := &Writer{
 		s: s, dataset: dataset, version: v,

@@ -8,6 +8,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/snapflip/snapflip/layer"
 	"github.com/snapflip/snapflip/snapshot"
 )
 
@@ -29,7 +30,7 @@ Collections whose digests are equal are not read.`,
 		Args: versionArgs("A", "B"),
 		RunE: m.readRun(g, func(ctx context.Context, e *readEnv, args []string) error {
 			a, b := snapshot.Version(args[0]), snapshot.Version(args[1])
-			d, err := snapshot.Diff(ctx, e.store, e.cfg.Dataset, a, b, coll, sample)
+			d, err := layer.Diff(ctx, e.store, e.cfg.Dataset, a, b, coll, sample)
 			if err != nil {
 				return err
 			}

@@ -1,9 +1,8 @@
 package cli
 
 import (
+	"github.com/snapflip/snapflip/layer"
 	"github.com/spf13/cobra"
-
-	"github.com/snapflip/snapflip/snapshot"
 )
 
 // runCommand is `syncer run`: sync on the config's schedule until SIGTERM or SIGINT.
@@ -32,8 +31,8 @@ answer, or while this replica's last sync failed).`,
 			defer stop()
 			// A process that syncs again and again keeps the fingerprint runs it reads:
 			// the next delta's parent chain is mostly the same layers.
-			if s.ticker.Publisher.Runs == nil {
-				s.ticker.Publisher.Runs = snapshot.NewRunCache(s.store, snapshot.DefaultRunCacheBytes)
+			if s.layers.Runs == nil {
+				s.layers.Runs = layer.NewRunCache(s.store, layer.DefaultRunCacheBytes)
 			}
 			return m.runSchedule(ctx, s)
 		},

@@ -12,6 +12,7 @@ import (
 	"github.com/robfig/cron/v3"
 	"gopkg.in/yaml.v3"
 
+	"github.com/snapflip/snapflip/layer"
 	"github.com/snapflip/snapflip/pgsource"
 	"github.com/snapflip/snapflip/snapshot"
 	"github.com/snapflip/snapflip/store"
@@ -271,8 +272,8 @@ func DefaultSyncerConfig() SyncerConfig {
 		ProgressInterval: 10 * time.Second,
 		Versions:         VersionsIncremental,
 		Watch:            WatchConfig{Enabled: true, Interval: 200 * time.Millisecond, MinInterval: time.Second, Mode: pgsource.WatchModeStats, Publication: DefaultPublication},
-		MaxLayers:        snapshot.DefaultMaxLayers,
-		RebaseRatio:      snapshot.DefaultRebaseRatio,
+		MaxLayers:        layer.DefaultMaxLayers,
+		RebaseRatio:      layer.DefaultRebaseRatio,
 		Postgres:         PostgresConfig{Readers: 1, PartitionMinRows: 200_000},
 		Lease:            LeaseConfig{Duration: 15 * time.Second, AcquireTimeout: time.Minute},
 		Bigtable: BigtableConfig{

@@ -16,6 +16,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/snapflip/snapflip/api"
+	"github.com/snapflip/snapflip/layer"
 	"github.com/snapflip/snapflip/snapshot"
 	"github.com/snapflip/snapflip/store"
 )
@@ -123,7 +124,8 @@ func (m *MetadataAPI) serve(ctx context.Context, def store.Config, o *apiFlags) 
 		// Keep serving: readiness reports the problem until Bigtable answers.
 		log.Warn("bigtable not reachable at start", "err", err)
 	}
-	res := snapshot.NewResolver(o.dataset, st, snapshot.ResolverConfig{Refresh: o.refresh, CacheSize: o.cacheSize, MaxStale: o.maxStale}, nil)
+	res := snapshot.NewResolver(o.dataset, st, snapshot.ResolverConfig{Refresh: o.refresh, CacheSize: o.cacheSize, MaxStale: o.maxStale,
+		Layers: layer.NewReader(st, o.dataset)}, nil)
 	// The pointer stays fresh until the server has drained, not just until ctx ends.
 	rctx, stopRefresh := context.WithCancel(context.WithoutCancel(ctx))
 	defer stopRefresh()

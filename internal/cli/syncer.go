@@ -15,6 +15,7 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
+	"github.com/snapflip/snapflip/layer"
 	"github.com/snapflip/snapflip/pgsource"
 	"github.com/snapflip/snapflip/snapshot"
 	"github.com/snapflip/snapflip/store"
@@ -33,7 +34,7 @@ type Syncer struct {
 	// Runs, when set, is the fingerprint run cache of every sync, kept across Run
 	// calls (tests: a sequence of `once` commands syncs as `run` does); otherwise
 	// syncer run makes its own and once keeps none.
-	Runs *snapshot.RunCache
+	Runs *layer.RunCache
 }
 
 // startupTimeout bounds connecting to Bigtable and Postgres at start.
@@ -56,6 +57,7 @@ type syncer struct {
 	// cycle keeps this process's scheduled and change-driven cycles apart.
 	cycle   sync.Mutex
 	ticker  *snapshot.Ticker
+	layers  *layer.Writer // the ticker publisher's document writer
 	sched   schedule
 	metrics *syncerMetrics
 	health  *health
@@ -199,7 +201,7 @@ func (m *Syncer) start(ctx context.Context, g *syncerFlags, o metricsOptions) (s
 		return nil, nil, err
 	}
 	s.ticker.Publisher.Crash = crashHook(m.Getenv)
-	s.ticker.Publisher.Runs = m.Runs
+	s.layers.Runs = m.Runs
 	if o.maxSync <= 0 {
 		o.maxSync = defaultMaxSyncDuration
 	}
@@ -264,27 +266,33 @@ func wireSyncer(ctx context.Context, cfg SyncerConfig, log *slog.Logger) (*synce
 		return fail(err)
 	}
 	defGate, gates := cfg.gates()
-	pub := &snapshot.Publisher{
-		Dataset:          cfg.Dataset,
+	layers := &layer.Writer{
 		Store:            st,
-		Source:           src,
-		Versions:         snapshot.NewVersionGen(client, nil),
-		Writer:           holder,
 		MaxDocumentBytes: cfg.MaxDocumentBytes,
-		TTL:              cfg.TTL,
 		ProgressEvery:    cfg.ProgressInterval,
-		Audit:            st,
-		Gates:            gates,
-		DefaultGate:      &defGate,
-		Incremental:      cfg.Versions == VersionsIncremental,
 		MaxLayers:        cfg.MaxLayers,
 		RebaseRatio:      cfg.RebaseRatio,
 		Log:              log,
 	}
+	pub := &snapshot.Publisher{
+		Dataset:     cfg.Dataset,
+		Store:       st,
+		Source:      src,
+		Versions:    snapshot.NewVersionGen(client, nil),
+		Writer:      holder,
+		TTL:         cfg.TTL,
+		Audit:       st,
+		Gates:       gates,
+		DefaultGate: &defGate,
+		Incremental: cfg.Versions == VersionsIncremental,
+		Log:         log,
+		Data:        layers,
+	}
 	return &syncer{
-		cfg:   cfg,
-		src:   src,
-		store: st,
+		cfg:    cfg,
+		src:    src,
+		store:  st,
+		layers: layers,
 		ticker: &snapshot.Ticker{Publisher: pub, Lease: lease, Slots: st, Holder: holder,
 			AcquireTimeout: cfg.Lease.AcquireTimeout, Log: log},
 		sched:   sched,

@@ -1,25 +1,16 @@
-package snapshot
+package layer
 
 import (
 	"context"
 	"errors"
 	"fmt"
+
+	"github.com/snapflip/snapflip/snapshot"
 )
 
 // A delta from a source that can send only the changed rows reads those alone when
 // no row was deleted: the parent entries they replace are then all the join needs,
 // and, for a merge, the merged deltas' entries (sparseMerge).
-
-// ChangedScanner is a DeltaSnapshot that can send only the rows changed since a
-// parent, when it can tell them by row version.
-type ChangedScanner interface {
-	// ScanChanged calls fn with the collection's rows changed since the snapshot at
-	// since, with their JSON, in strictly increasing id byte order, and returns the
-	// collection's row count in this snapshot. ok is false, and fn never called, when
-	// the rows changed cannot be told apart (ScanSince's content modes) or more than
-	// max changed.
-	ScanChanged(ctx context.Context, collection string, since *Position, max int64, fn func(Document) error) (total int64, ok bool, err error)
-}
 
 // maxChangedOnly bounds the changed rows held in memory to be read that way.
 const maxChangedOnly = 20_000
@@ -38,7 +29,7 @@ func keyedLimit(rows int64) int64 { return min(max(rows/10, maxChangedOnly), max
 
 // keyedBytes is the bound on the documents a keyed read holds: maxKeyedBytes, unless
 // a test set less.
-func (p *Publisher) keyedBytes() int {
+func (p *Writer) keyedBytes() int {
 	if p.keyedBytesMax > 0 {
 		return p.keyedBytesMax
 	}
@@ -56,9 +47,9 @@ type fromEntry struct {
 
 // changedRows is what changedOnly read.
 type changedRows struct {
-	docs    []Document  // the changed rows, in id order
-	gone    []string    // the changed ids the source no longer has, in id order
-	matched []fromEntry // the parent's entries of those the parent holds, in id order
+	docs    []snapshot.Document // the changed rows, in id order
+	gone    []string            // the changed ids the source no longer has, in id order
+	matched []fromEntry         // the parent's entries of those the parent holds, in id order
 	// whole reports that they are the whole change: no row was deleted.
 	whole bool
 	// consumed reports that the parent's chain run was read to its end.
@@ -71,14 +62,14 @@ type changedRows struct {
 // readChanged reads the changed rows alone (changedOnly) and, when they are the
 // whole change, sets the join up to read only them. Otherwise the join reads every
 // row, and the parent's run again if it was read.
-func (lw *layerWriter) readChanged(ctx context.Context, snap DeltaSnapshot) error {
+func (lw *layerWriter) readChanged(ctx context.Context, snap snapshot.DeltaSnapshot) error {
 	var c changedRows
 	var err error
-	if ks, ok := snap.(KeyedScanner); ok {
+	if ks, ok := snap.(snapshot.KeyedScanner); ok {
 		c, err = lw.keyedOnly(ctx, ks)
 		lw.keyed = c.whole
 	}
-	if cs, ok := snap.(ChangedScanner); ok && err == nil && !c.whole && !c.consumed {
+	if cs, ok := snap.(snapshot.ChangedScanner); ok && err == nil && !c.whole && !c.consumed {
 		c, err = lw.changedOnly(ctx, cs)
 	}
 	if err != nil {
@@ -106,9 +97,9 @@ func (lw *layerWriter) readChanged(ctx context.Context, snap DeltaSnapshot) erro
 // is the source's count (the source's other rows are, by row version, the parent's).
 // Otherwise (a row deleted, too many changed, no row versions) the join reads every
 // id.
-func (lw *layerWriter) changedOnly(ctx context.Context, cs ChangedScanner) (changedRows, error) {
+func (lw *layerWriter) changedOnly(ctx context.Context, cs snapshot.ChangedScanner) (changedRows, error) {
 	var c changedRows
-	total, ok, err := cs.ScanChanged(ctx, lw.name, lw.since, maxChangedOnly, func(d Document) error {
+	total, ok, err := cs.ScanChanged(ctx, lw.name, lw.since, maxChangedOnly, func(d snapshot.Document) error {
 		c.docs = append(c.docs, d)
 		return nil
 	})
@@ -132,12 +123,12 @@ func (lw *layerWriter) changedOnly(ctx context.Context, cs ChangedScanner) (chan
 // the parent's chain as changedOnly does. They are the whole change, deletions
 // included: an id the source no longer has is looked up in the parent like the
 // others, and the join, not finding it among the documents, writes its tombstone.
-func (lw *layerWriter) keyedOnly(ctx context.Context, ks KeyedScanner) (changedRows, error) {
+func (lw *layerWriter) keyedOnly(ctx context.Context, ks snapshot.KeyedScanner) (changedRows, error) {
 	var c changedRows
-	var all []Document
+	var all []snapshot.Document
 	var size int
-	limit := lw.p.keyedBytes()
-	ok, err := ks.ScanKeyed(ctx, lw.name, lw.since, keyedLimit(lw.parent.Rows), func(d Document) error {
+	limit := lw.vw.keyedBytes()
+	ok, err := ks.ScanKeyed(ctx, lw.name, lw.since, keyedLimit(lw.parent.Rows), func(d snapshot.Document) error {
 		if size += len(d.ID) + len(d.Body); size > limit {
 			return errKeyedTooLarge
 		}
@@ -150,8 +141,8 @@ func (lw *layerWriter) keyedOnly(ctx context.Context, ks KeyedScanner) (changedR
 		return nil
 	})
 	if errors.Is(err, errKeyedTooLarge) {
-		lw.p.log().InfoContext(ctx, "the changed documents are too large to hold: every id is compared",
-			"dataset", lw.p.Dataset, "collection", lw.name, "bytes_over", limit)
+		lw.vw.log().InfoContext(ctx, "the changed documents are too large to hold: every id is compared",
+			"dataset", lw.vw.dataset, "collection", lw.name, "bytes_over", limit)
 		return changedRows{}, nil
 	}
 	if err != nil || !ok {
@@ -172,16 +163,16 @@ func (lw *layerWriter) keyedOnly(ctx context.Context, ks KeyedScanner) (changedR
 // this process) or recorded beside its newest layer's run by the publish that wrote
 // it. Then the changed ids' parent documents are read by id instead: what a delta
 // reads of its parent follows the change, not the parent's size.
-func (lw *layerWriter) parentEntries(ctx context.Context, docs []Document) (matched []fromEntry, seen int64, consumed bool, err error) {
-	runs, layers := lw.p.Runs, lw.parent.Layers
-	if !lw.p.runsCached(lw.parent, lw.name) {
-		n, ok := runs.knownLive(lw.p.Dataset, lw.name, layers)
+func (lw *layerWriter) parentEntries(ctx context.Context, docs []snapshot.Document) (matched []fromEntry, seen int64, consumed bool, err error) {
+	runs, layers := lw.vw.Runs, lw.parent.Layers
+	if !lw.vw.runsCached(lw.parent, lw.name) {
+		n, ok := runs.knownLive(lw.vw.dataset, lw.name, layers)
 		if !ok && len(layers) > 0 {
-			if n, ok, err = lw.p.Store.RecordedLive(ctx, lw.p.Dataset, layers[0].Version, lw.name); err != nil {
+			if n, ok, err = lw.vw.Store.RecordedLive(ctx, lw.vw.dataset, layers[0].Version, lw.name); err != nil {
 				return nil, 0, false, err
 			}
 			if ok && n == lw.parent.Rows {
-				runs.rememberLive(lw.p.Dataset, lw.name, layers, n)
+				runs.rememberLive(lw.vw.dataset, lw.name, layers, n)
 			}
 		}
 		if ok && n == lw.parent.Rows {
@@ -191,7 +182,7 @@ func (lw *layerWriter) parentEntries(ctx context.Context, docs []Document) (matc
 	}
 	matched, seen, consumed, err = lw.matchParent(ctx, docs)
 	if err == nil && consumed {
-		runs.rememberLive(lw.p.Dataset, lw.name, layers, seen)
+		runs.rememberLive(lw.vw.dataset, lw.name, layers, seen)
 	}
 	return matched, seen, consumed, err
 }
@@ -200,8 +191,8 @@ func (lw *layerWriter) parentEntries(ctx context.Context, docs []Document) (matc
 // how many live ids the parent holds: looked up in the run cache's decoded runs when
 // every run of the chain is there, otherwise by reading the parent's chain run to its
 // end (consumed).
-func (lw *layerWriter) matchParent(ctx context.Context, docs []Document) (matched []fromEntry, seen int64, consumed bool, err error) {
-	runs, err := lw.p.cachedRuns(ctx, lw.parent, lw.name)
+func (lw *layerWriter) matchParent(ctx context.Context, docs []snapshot.Document) (matched []fromEntry, seen int64, consumed bool, err error) {
+	runs, err := lw.vw.cachedRuns(ctx, lw.parent, lw.name)
 	if err != nil {
 		return nil, 0, false, err
 	}
@@ -213,7 +204,7 @@ func (lw *layerWriter) matchParent(ctx context.Context, docs []Document) (matche
 		return matched, seen, true, err
 	}
 	if seen != lw.parent.Rows {
-		return matched, seen, true, fmt.Errorf("%w: the parent's fingerprints hold %d ids, its manifest %d", errDeltaInconsistent, seen, lw.parent.Rows)
+		return matched, seen, true, fmt.Errorf("%w: the parent's fingerprints hold %d ids, its manifest %d", snapshot.ErrDeltaInconsistent, seen, lw.parent.Rows)
 	}
 	return matched, seen, true, nil
 }
@@ -221,7 +212,7 @@ func (lw *layerWriter) matchParent(ctx context.Context, docs []Document) (matche
 // readParent returns the parent's entries of the ids of docs (in id order) that it
 // holds, made from its documents read through its chain by id, each with the layer
 // it is from (as a merge needs).
-func (lw *layerWriter) readParent(ctx context.Context, docs []Document) ([]fromEntry, error) {
+func (lw *layerWriter) readParent(ctx context.Context, docs []snapshot.Document) ([]fromEntry, error) {
 	chain := lw.cur.Chain(lw.name)
 	var matched []fromEntry
 	for start := 0; start < len(docs); start += copyBatch {
@@ -230,13 +221,13 @@ func (lw *layerWriter) readParent(ctx context.Context, docs []Document) ([]fromE
 		for i, d := range batch {
 			ids[i] = d.ID
 		}
-		got, err := lw.p.Store.LocateDocuments(ctx, lw.p.Dataset, chain, lw.name, ids)
+		got, err := lw.vw.Store.LocateDocuments(ctx, lw.vw.dataset, chain, lw.name, ids)
 		if err != nil {
 			return nil, fmt.Errorf("read the parent's documents of the changed ids: %w", err)
 		}
 		for _, id := range ids {
 			if d, ok := got[id]; ok {
-				matched = append(matched, fromEntry{RunEntry{ID: id, Len: int64(len(d.Body)), Sum: Contribution(id, d.Body)}, d.Layer})
+				matched = append(matched, fromEntry{RunEntry{ID: id, Len: int64(len(d.Body)), Sum: snapshot.Contribution(id, d.Body)}, d.Layer})
 			}
 		}
 	}
@@ -245,7 +236,7 @@ func (lw *layerWriter) readParent(ctx context.Context, docs []Document) ([]fromE
 
 // lookUp returns the parent's entries of the changed ids, each its newest layer's
 // (runs are the chain's, newest first): looked up, not merged.
-func lookUp(runs []*decodedRun, docs []Document) []fromEntry {
+func lookUp(runs []*decodedRun, docs []snapshot.Document) []fromEntry {
 	var matched []fromEntry
 	for _, d := range docs {
 		for i, r := range runs {
@@ -262,7 +253,7 @@ func lookUp(runs []*decodedRun, docs []Document) []fromEntry {
 
 // matchRun reads the parent's chain run to its end and returns its entries for the
 // changed ids, and how many live ids it holds.
-func matchRun(pr *chainRun, docs []Document) (matched []fromEntry, seen int64, err error) {
+func matchRun(pr *chainRun, docs []snapshot.Document) (matched []fromEntry, seen int64, err error) {
 	i := 0
 	for {
 		e, more, err := pr.next()
@@ -295,9 +286,9 @@ func matchRun(pr *chainRun, docs []Document) (matched []fromEntry, seen int64, e
 func (lw *layerWriter) sparseMerge(ctx context.Context, c changedRows) (changedRows, error) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	mr := openChainRun(ctx, lw.p.Store, lw.p.Runs, lw.p.Dataset, lw.parent.Layers[:lw.merge], lw.name)
+	mr := openChainRun(ctx, lw.vw.chainSource(), lw.parent.Layers[:lw.merge], lw.name)
 	mr.keepDeleted = true
-	docs := make([]Document, 0, len(c.docs))
+	docs := make([]snapshot.Document, 0, len(c.docs))
 	heads := make([]fromEntry, 0, len(c.matched))
 	i, j, k := 0, 0, 0
 	for {
@@ -324,7 +315,7 @@ func (lw *layerWriter) sparseMerge(ctx context.Context, c changedRows) (changedR
 		}
 		heads = append(heads, fromEntry{e, mr.from})
 		if !e.Deleted {
-			docs = append(docs, Document{ID: e.ID}) // no body: unchanged since the parent
+			docs = append(docs, snapshot.Document{ID: e.ID}) // no body: unchanged since the parent
 			c.sourceRows--
 		}
 	}
@@ -337,24 +328,24 @@ func (lw *layerWriter) sparseMerge(ctx context.Context, c changedRows) (changedR
 // checks what the whole-chain merge checks: each run's live entries and tombstones
 // against its layer's counts, and the ids the chain holds live against the parent's
 // row count (RunCache.liveCount).
-func (p *Publisher) cachedRuns(ctx context.Context, parent CollectionStats, name string) ([]*decodedRun, error) {
+func (p *versionWrite) cachedRuns(ctx context.Context, parent snapshot.CollectionStats, name string) ([]*decodedRun, error) {
 	if p.Runs == nil {
 		return nil, nil
 	}
 	runs := make([]*decodedRun, len(parent.Layers))
 	for i, l := range parent.Layers {
-		r, err := p.Runs.run(ctx, p.Dataset, l.Version, name, l.Docs+l.Tombstones)
+		r, err := p.Runs.run(ctx, p.dataset, l.Version, name, l.Docs+l.Tombstones)
 		if err != nil || r == nil {
 			return nil, err
 		}
 		if r.docs != l.Docs || r.tomb != l.Tombstones {
 			return nil, fmt.Errorf("%w: layer %s's fingerprints of %s hold %d documents and %d tombstones, its manifest %d and %d",
-				errDeltaInconsistent, l.Version, name, r.docs, r.tomb, l.Docs, l.Tombstones)
+				snapshot.ErrDeltaInconsistent, l.Version, name, r.docs, r.tomb, l.Docs, l.Tombstones)
 		}
 		runs[i] = r
 	}
-	if live := p.Runs.liveCount(p.Dataset, name, parent.Layers, runs); live != parent.Rows {
-		return nil, fmt.Errorf("%w: the parent's fingerprints hold %d ids, its manifest %d", errDeltaInconsistent, live, parent.Rows)
+	if live := p.Runs.liveCount(p.dataset, name, parent.Layers, runs); live != parent.Rows {
+		return nil, fmt.Errorf("%w: the parent's fingerprints hold %d ids, its manifest %d", snapshot.ErrDeltaInconsistent, live, parent.Rows)
 	}
 	return runs, nil
 }

@@ -1,10 +1,10 @@
-package snapshot
+package layer
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"slices"
+
+	"github.com/snapflip/snapflip/snapshot"
 )
 
 // A client that holds a collection as of one version can follow it to the next by
@@ -25,88 +25,60 @@ import (
 // chunk the cache last saw begin at or before its cursor (RunCache.chunkAt).
 const changesRunCacheBytes = 16 << 20
 
-// ChangesKind says what a version's publish did to one collection (Resolver.ChangedIDs).
-type ChangesKind string
-
-// The kinds of a version's changes to a collection.
-const (
-	// ChangesDelta: the version wrote a delta; its changes against the parent are listed.
-	ChangesDelta ChangesKind = "delta"
-	// ChangesBase: the version wrote the collection whole, as a base: read it whole.
-	ChangesBase ChangesKind = "base"
-	// ChangesFull: the version is a full copy, without layers: read it whole.
-	ChangesFull ChangesKind = "full"
-	// ChangesUnchanged: the version wrote nothing; the collection is its parent's.
-	ChangesUnchanged ChangesKind = "unchanged"
-)
-
-// Change is an id whose document a version changed against its parent: inserted or
-// rewritten, or, Deleted, gone.
-type Change struct {
-	ID      string
-	Deleted bool
+// Reader reads layers' fingerprint runs for the read side: a delta's changes
+// (snapshot.Resolver.ChangedIDs) and the ids a layer names (what a flip changed, for
+// the Resolver's document cache).
+type Reader struct {
+	st      ReadStore
+	dataset string
+	runs    *RunCache // the own layers' runs ChangedIDs pages over
 }
 
-// Changes is one page of a version's changes to a collection.
-type Changes struct {
-	Kind   ChangesKind
-	Parent Version // the version the changes are against; "" for none
-	// IDs are the changed ids after the page's start, in id byte order: for a delta
-	// alone.
-	IDs []Change
-	// More reports that changes follow the page's last.
-	More bool
+// ReadStore is what a Reader needs from storage.
+type ReadStore interface {
+	// GetDocuments returns the documents of ids found through a chain.
+	GetDocuments(ctx context.Context, dataset string, chain []snapshot.Version, collection string, ids []string) (map[string][]byte, error)
+	RunReader
 }
 
-// changesKind returns what version v's publish did to a collection it holds.
-func changesKind(v Version, m Manifest, c CollectionStats) ChangesKind {
-	switch {
-	case m.Format != FormatLayered || len(c.Layers) == 0:
-		return ChangesFull
-	case c.Layers[0].Version != v:
-		return ChangesUnchanged
-	case c.Layers[0].Kind == LayerDelta:
-		return ChangesDelta
-	}
-	return ChangesBase
+var _ snapshot.LayerRuns = (*Reader)(nil)
+
+// NewReader returns a Reader of the dataset's layers in st.
+func NewReader(st ReadStore, dataset string) *Reader {
+	return &Reader{st: st, dataset: dataset, runs: NewRunCache(st, changesRunCacheBytes)}
 }
 
-// ChangedIDs returns up to limit of the ids the view's version changed in a
-// collection against its parent, after the id after, in id byte order; for a version
-// that wrote the collection whole, or nothing, only what it did. It returns an error
-// wrapping ErrNotFound for a collection the version does not hold, and ErrGone when a
-// merged delta's changes can no longer be told apart, its parent having expired.
-func (r *Resolver) ChangedIDs(ctx context.Context, view View, collection, after string, limit int) (Changes, error) {
-	c, ok := view.Manifest.Collections[collection]
-	if !ok {
-		return Changes{}, fmt.Errorf("collection %q: %w", collection, ErrNotFound)
-	}
-	out := Changes{Kind: changesKind(view.Version, view.Manifest, c), Parent: view.Manifest.Parent}
-	if out.Kind != ChangesDelta {
-		return out, nil
-	}
+// Changes returns a page of a delta's changes (snapshot.LayerRuns).
+func (r *Reader) Changes(ctx context.Context, req snapshot.ChangesRequest) ([]snapshot.Change, bool, error) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	w := &changeWalk{r: r, collection: collection, after: after}
-	w.own = openChainRunAfter(ctx, r.store, r.runs, r.dataset, c.Layers[:1], collection, after)
+	c := req.View.Manifest.Collections[req.Collection]
+	w := &changeWalk{r: r, collection: req.Collection, after: req.After}
+	w.own = openChainRunAfter(ctx, r.chainSource(), c.Layers[:1], req.Collection, req.After)
 	w.own.keepDeleted = true
-	if c.Layers[0].Merged > 0 {
-		if err := w.openMerged(ctx, view, c); err != nil {
-			return Changes{}, err
+	if req.Parent != nil {
+		if err := w.openMerged(ctx, *req.Parent, c.Layers[0].Merged); err != nil {
+			return nil, false, err
 		}
 	}
-	ids, more, err := w.page(ctx, after, limit)
-	if err != nil {
-		return Changes{}, fmt.Errorf("changes of %s in version %s: %w", collection, view.Version, err)
-	}
-	out.IDs, out.More = ids, more
-	return out, nil
+	return w.page(ctx, req.After, req.Limit)
+}
+
+// LayerIDs returns the ids the collection's own layer of v names (snapshot.LayerRuns).
+func (r *Reader) LayerIDs(ctx context.Context, v snapshot.Version, collection string, n int64) (map[string]struct{}, bool) {
+	ids := make(map[string]struct{}, n)
+	var derr error
+	err := r.st.ScanRun(ctx, r.dataset, v, collection, func(chunk []byte) bool {
+		derr = DecodeRunChunk(chunk, func(e RunEntry) error { ids[e.ID] = struct{}{}; return nil })
+		return derr == nil
+	})
+	return ids, err == nil && derr == nil && int64(len(ids)) == n
 }
 
 // changeWalk reads one version's own layer of a collection and tells its changes
 // from what a merge copied.
 type changeWalk struct {
-	r          *Resolver
+	r          *Reader
 	collection string
 	after      string    // the page's start: no entry at or before it is needed
 	own        *chainRun // the version's own layer, tombstones included
@@ -116,29 +88,23 @@ type changeWalk struct {
 	head   RunEntry
 	headOK bool
 	// parentChain is the parent's chain, for tombstones of ids merged does not name.
-	parentChain []Version
+	parentChain []snapshot.Version
 }
 
 // openMerged starts reading the parent's deltas that the version's layer merged.
-func (w *changeWalk) openMerged(ctx context.Context, view View, c CollectionStats) error {
-	m, own := view.Manifest, c.Layers[0]
-	parent, err := w.r.View(ctx, m.Parent)
-	if errors.Is(err, ErrGone) {
-		return fmt.Errorf("the changes of %s in version %s cannot be told from what it merged: its parent %s is gone: %w",
-			w.collection, view.Version, m.Parent, ErrGone)
-	}
-	if err != nil {
-		return err
-	}
+func (w *changeWalk) openMerged(ctx context.Context, parent snapshot.View, merged int) error {
 	pc := parent.Manifest.Collections[w.collection]
-	if own.Merged >= len(pc.Layers) || !slices.Equal(layerVersions(c.Layers[1:]), layerVersions(pc.Layers[own.Merged:])) {
-		return fmt.Errorf("version %s's chain of %s is not its parent %s's with %d deltas merged", view.Version, w.collection, m.Parent, own.Merged)
-	}
-	w.merged = openChainRunAfter(ctx, w.r.store, w.r.runs, w.r.dataset, pc.Layers[:own.Merged], w.collection, w.after)
+	w.merged = openChainRunAfter(ctx, w.r.chainSource(), pc.Layers[:merged], w.collection, w.after)
 	w.merged.keepDeleted = true
 	w.parentChain = parent.Manifest.Chain(w.collection)
+	var err error
 	w.head, w.headOK, err = w.merged.next()
 	return err
+}
+
+// chainSource is where the Reader's chain runs are read from.
+func (r *Reader) chainSource() chainSource {
+	return chainSource{st: r.st, cache: r.runs, dataset: r.dataset}
 }
 
 // verdict is what one entry of the version's layer is.
@@ -177,13 +143,13 @@ func (w *changeWalk) classify(e RunEntry) (verdict, error) {
 
 // candidate is an entry of the version's layer that may be a change.
 type candidate struct {
-	Change
+	snapshot.Change
 	lookUp bool // a tombstone, a change only if the parent holds the id
 }
 
 // page returns up to limit changes after the id after, and whether more follow.
-func (w *changeWalk) page(ctx context.Context, after string, limit int) ([]Change, bool, error) {
-	var out []Change
+func (w *changeWalk) page(ctx context.Context, after string, limit int) ([]snapshot.Change, bool, error) {
+	var out []snapshot.Change
 	for done := false; !done && len(out) <= limit; {
 		var cands []candidate
 		for len(out)+len(cands) <= limit {
@@ -203,7 +169,7 @@ func (w *changeWalk) page(ctx context.Context, after string, limit int) ([]Chang
 				return nil, false, err
 			}
 			if v != entryCopied {
-				cands = append(cands, candidate{Change{ID: e.ID, Deleted: e.Deleted}, v == entryLookUp})
+				cands = append(cands, candidate{snapshot.Change{ID: e.ID, Deleted: e.Deleted}, v == entryLookUp})
 			}
 		}
 		held, err := w.parentHolds(ctx, cands)
@@ -234,7 +200,7 @@ func (w *changeWalk) parentHolds(ctx context.Context, cands []candidate) (map[st
 	held := make(map[string]bool, len(ids))
 	for start := 0; start < len(ids); start += copyBatch {
 		batch := ids[start:min(start+copyBatch, len(ids))]
-		got, err := w.r.store.GetDocuments(ctx, w.r.dataset, w.parentChain, w.collection, batch)
+		got, err := w.r.st.GetDocuments(ctx, w.r.dataset, w.parentChain, w.collection, batch)
 		if err != nil {
 			return nil, fmt.Errorf("read the parent's documents of deleted ids: %w", err)
 		}

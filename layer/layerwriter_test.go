@@ -1,4 +1,4 @@
-package snapshot_test
+package layer_test
 
 import (
 	"context"
@@ -14,6 +14,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/snapflip/snapflip/internal/testenv"
+	"github.com/snapflip/snapflip/layer"
 	"github.com/snapflip/snapflip/snapshot"
 )
 
@@ -31,7 +32,8 @@ func BenchmarkBaseLayer(b *testing.B) {
 	pub := &snapshot.Publisher{
 		Dataset: "bench", Store: st, Source: src,
 		Versions: snapshot.NewVersionGen(uuid.New(), nil), Writer: "bench",
-		Incremental: true, MaxLayers: 1, Log: slog.New(slog.DiscardHandler),
+		Incremental: true, Log: slog.New(slog.DiscardHandler),
+		Data: &layer.Writer{Store: st, MaxLayers: 1, Log: slog.New(slog.DiscardHandler)},
 	}
 	ctx := context.Background()
 	var before, after runtime.MemStats

@@ -1,4 +1,4 @@
-package snapshot_test
+package layer_test
 
 import (
 	"context"
@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/snapflip/snapflip/internal/testenv"
+	"github.com/snapflip/snapflip/layer"
 	"github.com/snapflip/snapflip/pgsource"
 	"github.com/snapflip/snapflip/snapshot"
 )
@@ -42,9 +43,9 @@ func testStreamDeltas(t *testing.T, cached bool, seed uint64) {
 		`INSERT INTO items SELECT g, 'v' || g FROM generate_series(1, 60) g`,
 		`CREATE TABLE pairs (a text, b int, v int, PRIMARY KEY (a, b))`,
 		`INSERT INTO pairs SELECT 'k' || (g % 7), g, g FROM generate_series(1, 40) g`)
-	r.pub.Incremental, r.pub.MaxLayers, r.pub.RebaseRatio = true, 3, 100
+	r.pub.Incremental, r.w.MaxLayers, r.w.RebaseRatio = true, 3, 100
 	if cached {
-		r.pub.Runs = snapshot.NewRunCache(r.store, 1<<20)
+		r.w.Runs = layer.NewRunCache(r.store, 1<<20)
 	}
 	full := r.twin()
 	full.Source = plainSource{r.pub.Source}
@@ -180,8 +181,8 @@ func TestStreamDeltaOverKeyedBytesComparesInFull(t *testing.T) {
 		`INSERT INTO items SELECT g, 'v' || g FROM generate_series(1, 60) g`)
 	r.pub.Incremental = true
 	var log testenv.Log
-	r.pub.Log = slog.New(slog.NewTextHandler(&log, nil))
-	snapshot.SetKeyedBytes(r.pub, 4000)
+	r.w.Log = slog.New(slog.NewTextHandler(&log, nil))
+	layer.SetKeyedBytes(r.w, 4000)
 	full := r.twin()
 	full.Source = plainSource{r.pub.Source}
 	r.stream(t, fmt.Sprintf("snapflip_snap_%d", time.Now().UnixNano()%1e12))

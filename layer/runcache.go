@@ -1,4 +1,4 @@
-package snapshot
+package layer
 
 import (
 	"context"
@@ -6,6 +6,8 @@ import (
 	"sort"
 	"strings"
 	"sync"
+
+	"github.com/snapflip/snapflip/snapshot"
 )
 
 // RunCache keeps the fingerprint runs a long-running syncer reads, decoded, in
@@ -35,7 +37,7 @@ type RunCache struct {
 
 type runKey struct {
 	dataset    string
-	layer      Version
+	layer      snapshot.Version
 	collection string
 }
 
@@ -44,7 +46,7 @@ type decodedRun struct {
 	ids        string
 	ends       []uint32
 	lens       []int64
-	sums       []Digest
+	sums       []snapshot.Digest
 	dead       []bool
 	docs, tomb int64 // live entries and tombstones
 	size       int64 // bytes held
@@ -90,7 +92,7 @@ func NewRunCache(st RunReader, maxBytes int64) *RunCache {
 // the store and kept; nil when it is over the budget. entries, when known (the
 // layer's documents and tombstones), sizes the arrays up front, so that decoding a
 // large run leaves no garbage of grown copies behind.
-func (c *RunCache) run(ctx context.Context, dataset string, layer Version, collection string, entries int64) (*decodedRun, error) {
+func (c *RunCache) run(ctx context.Context, dataset string, layer snapshot.Version, collection string, entries int64) (*decodedRun, error) {
 	k := runKey{dataset, layer, collection}
 	c.mu.Lock()
 	r, ok := c.runs[k]
@@ -109,7 +111,7 @@ func (c *RunCache) run(ctx context.Context, dataset string, layer Version, colle
 	}
 	r = &decodedRun{}
 	if n := int(entries); n > 0 && int64(n)*decodedEntryBytes <= c.max {
-		r.ends, r.lens, r.sums, r.dead = make([]uint32, 0, n), make([]int64, 0, n), make([]Digest, 0, n), make([]bool, 0, n)
+		r.ends, r.lens, r.sums, r.dead = make([]uint32, 0, n), make([]int64, 0, n), make([]snapshot.Digest, 0, n), make([]bool, 0, n)
 	}
 	var ids strings.Builder
 	var derr error
@@ -154,7 +156,7 @@ func (c *RunCache) run(ctx context.Context, dataset string, layer Version, colle
 // live entries over ids not live below it, less its tombstones over ids live below
 // it. Counts are remembered per chain, so a chain one delta longer than one seen
 // costs lookups of that delta's entries alone.
-func (c *RunCache) liveCount(dataset, collection string, layers []LayerRef, runs []*decodedRun) int64 {
+func (c *RunCache) liveCount(dataset, collection string, layers []snapshot.LayerRef, runs []*decodedRun) int64 {
 	if n, ok := c.knownLive(dataset, collection, layers); ok {
 		return n
 	}
@@ -189,7 +191,7 @@ func (c *RunCache) liveCount(dataset, collection string, layers []LayerRef, runs
 }
 
 // chainKey names a collection's chain of layers in the remembered counts.
-func chainKey(dataset, collection string, layers []LayerRef) string {
+func chainKey(dataset, collection string, layers []snapshot.LayerRef) string {
 	var b strings.Builder
 	b.WriteString(dataset + "\x00" + collection)
 	for _, l := range layers {
@@ -200,7 +202,7 @@ func chainKey(dataset, collection string, layers []LayerRef) string {
 
 // knownLive returns the count of live ids remembered for the chain: found by reading
 // its runs, or written by this process. A nil cache remembers nothing.
-func (c *RunCache) knownLive(dataset, collection string, layers []LayerRef) (int64, bool) {
+func (c *RunCache) knownLive(dataset, collection string, layers []snapshot.LayerRef) (int64, bool) {
 	if c == nil {
 		return 0, false
 	}
@@ -211,7 +213,7 @@ func (c *RunCache) knownLive(dataset, collection string, layers []LayerRef) (int
 }
 
 // rememberLive remembers that the chain holds n live ids.
-func (c *RunCache) rememberLive(dataset, collection string, layers []LayerRef, n int64) {
+func (c *RunCache) rememberLive(dataset, collection string, layers []snapshot.LayerRef, n int64) {
 	if c == nil {
 		return
 	}
@@ -293,7 +295,7 @@ func (c *RunCache) put(k runKey, r *decodedRun) {
 
 // runsCached reports whether the run cache holds, or can hold, every run of the
 // parent's chain of collection name: none over its budget.
-func (p *Publisher) runsCached(parent CollectionStats, name string) bool {
+func (p *versionWrite) runsCached(parent snapshot.CollectionStats, name string) bool {
 	c := p.Runs
 	if c == nil {
 		return false
@@ -301,7 +303,7 @@ func (p *Publisher) runsCached(parent CollectionStats, name string) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	for _, l := range parent.Layers {
-		if (l.Docs+l.Tombstones)*decodedEntryBytes > c.max || c.big[runKey{p.Dataset, l.Version, name}] {
+		if (l.Docs+l.Tombstones)*decodedEntryBytes > c.max || c.big[runKey{p.dataset, l.Version, name}] {
 			return false
 		}
 	}

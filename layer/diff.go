@@ -1,18 +1,20 @@
-package snapshot
+package layer
 
 import (
 	"context"
 	"fmt"
+
+	"github.com/snapflip/snapflip/snapshot"
 )
 
 // DiffStore is what Diff needs from storage.
 type DiffStore interface {
-	ReadManifest(ctx context.Context, dataset string, v Version) (Manifest, error)
+	ReadManifest(ctx context.Context, dataset string, v snapshot.Version) (snapshot.Manifest, error)
 	// ScanDocuments calls fn with every document of a collection through a chain, in
 	// id order, until fn returns false.
-	ScanDocuments(ctx context.Context, dataset string, chain []Version, collection string, fn func(Document) bool) error
+	ScanDocuments(ctx context.Context, dataset string, chain []snapshot.Version, collection string, fn func(snapshot.Document) bool) error
 	// GetDocuments returns the documents of ids found through a chain.
-	GetDocuments(ctx context.Context, dataset string, chain []Version, collection string, ids []string) (map[string][]byte, error)
+	GetDocuments(ctx context.Context, dataset string, chain []snapshot.Version, collection string, ids []string) (map[string][]byte, error)
 	RunReader
 }
 
@@ -31,7 +33,7 @@ type CollectionDiff struct {
 // are read: the ids their fingerprint runs name are looked up through both chains.
 // Otherwise both versions are read in id order at once and merged. sample bounds the
 // ids listed per collection.
-func Diff(ctx context.Context, st DiffStore, dataset string, a, b Version, only string, sample int) (map[string]CollectionDiff, error) {
+func Diff(ctx context.Context, st DiffStore, dataset string, a, b snapshot.Version, only string, sample int) (map[string]CollectionDiff, error) {
 	ma, err := st.ReadManifest(ctx, dataset, a)
 	if err != nil {
 		return nil, fmt.Errorf("version %s: %w", a, err)
@@ -49,7 +51,7 @@ func Diff(ctx context.Context, st DiffStore, dataset string, a, b Version, only 
 	}
 	if only != "" {
 		if !names[only] {
-			return nil, fmt.Errorf("collection %q is in neither version: %w", only, ErrNotFound)
+			return nil, fmt.Errorf("collection %q is in neither version: %w", only, snapshot.ErrNotFound)
 		}
 		names = map[string]bool{only: true}
 	}
@@ -78,7 +80,7 @@ func Diff(ctx context.Context, st DiffStore, dataset string, a, b Version, only 
 
 // uniqueLayers returns the layers of chains a and b above their common suffix, and
 // whether they share one (a base, at least).
-func uniqueLayers(a, b []LayerRef) ([]LayerRef, []LayerRef, bool) {
+func uniqueLayers(a, b []snapshot.LayerRef) ([]snapshot.LayerRef, []snapshot.LayerRef, bool) {
 	n := 0
 	for n < len(a) && n < len(b) && a[len(a)-1-n].Version == b[len(b)-1-n].Version {
 		n++
@@ -90,7 +92,7 @@ func uniqueLayers(a, b []LayerRef) ([]LayerRef, []LayerRef, bool) {
 type collectionDiffer struct {
 	st            DiffStore
 	dataset, name string
-	a, b          []Version
+	a, b          []snapshot.Version
 	sample        int // how many ids to list
 }
 
@@ -98,13 +100,13 @@ type collectionDiffer struct {
 // a layer above the shared ones (ua in a, ub in b) names it, so only those layers'
 // fingerprint runs are read, and the ids they name are looked up through both chains,
 // 1,000 at a time.
-func (c collectionDiffer) layers(ctx context.Context, ua, ub []LayerRef) (CollectionDiff, error) {
+func (c collectionDiffer) layers(ctx context.Context, ua, ub []snapshot.LayerRef) (CollectionDiff, error) {
 	st, dataset, name, a, b, sample := c.st, c.dataset, c.name, c.a, c.b, c.sample
 	var d CollectionDiff
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	// The union of the ids the unique layers name, tombstones included, in order.
-	run := openChainRun(ctx, st, nil, dataset, append(append([]LayerRef{}, ua...), ub...), name)
+	run := openChainRun(ctx, chainSource{st: st, dataset: dataset}, append(append([]snapshot.LayerRef{}, ua...), ub...), name)
 	run.keepDeleted = true
 	var batch []string
 	flush := func() error {
@@ -168,11 +170,11 @@ func (c collectionDiffer) scans(ctx context.Context) (CollectionDiff, error) {
 	// Read B into a channel while A is scanned: both come in id order.
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	bdocs := make(chan Document, 256)
+	bdocs := make(chan snapshot.Document, 256)
 	berr := make(chan error, 1)
 	go func() {
 		defer close(bdocs)
-		berr <- st.ScanDocuments(ctx, dataset, b, name, func(doc Document) bool {
+		berr <- st.ScanDocuments(ctx, dataset, b, name, func(doc snapshot.Document) bool {
 			select {
 			case bdocs <- doc:
 				return true
@@ -182,7 +184,7 @@ func (c collectionDiffer) scans(ctx context.Context) (CollectionDiff, error) {
 		})
 	}()
 	next, more := <-bdocs
-	err := st.ScanDocuments(ctx, dataset, a, name, func(doc Document) bool {
+	err := st.ScanDocuments(ctx, dataset, a, name, func(doc snapshot.Document) bool {
 		for more && next.ID < doc.ID {
 			d.Added++
 			note("+", next.ID)

@@ -1,10 +1,11 @@
-package snapshot
+package layer
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"time"
+
+	"github.com/snapflip/snapflip/snapshot"
 )
 
 // Layered versions (docs/design.md, "Layered versions"). In incremental mode a
@@ -21,69 +22,49 @@ const (
 	DefaultRebaseRatio = 0.5
 )
 
-// LayerMode says how a publish found a collection's changed rows (OwnLayer.Mode).
-type LayerMode string
-
-// Layer modes of the publisher's own; a source's ScanSince names the others.
-const (
-	// ModeChangedOnly: a delta read from the changed rows alone (ChangedScanner).
-	ModeChangedOnly LayerMode = "row-version, changed rows only"
-	// ModeStream: a delta read from the ids the source's change stream named alone
-	// (KeyedScanner), deletions included.
-	ModeStream LayerMode = "stream, changed ids only"
-	// ModeSameFingerprint: nothing read, the table's row versions and definitions
-	// being the parent's.
-	ModeSameFingerprint LayerMode = "unchanged: same fingerprint"
-)
-
-// errDeltaInconsistent reports a source row the parent should hold but does not,
-// or a parent run that disagrees with the parent's counts: the delta cannot be
-// trusted, so the publish is redone as bases.
-var errDeltaInconsistent = errors.New("delta inconsistent with its parent")
-
 // nextKind returns the kind of collection name's next layer: LayerDelta, or
 // LayerBase with why a delta will not do.
-func (p *Publisher) nextKind(cur *Manifest, pos Position, name string, forced bool) (kind, why string) {
+func (p *versionWrite) nextKind(cur *snapshot.Manifest, pos snapshot.Position, name string, forced bool) (kind, why string) {
 	if forced {
-		return LayerBase, "the last delta was inconsistent with its parent"
+		return snapshot.LayerBase, "the last delta was inconsistent with its parent"
 	}
 	if cur == nil {
-		return LayerBase, "first version"
+		return snapshot.LayerBase, "first version"
 	}
 	pc, ok := cur.Collections[name]
 	switch {
 	case !ok:
-		return LayerBase, "new collection"
+		return snapshot.LayerBase, "new collection"
 	case len(pc.Layers) == 0:
-		return LayerBase, "the parent is a full copy, without fingerprints"
+		return snapshot.LayerBase, "the parent is a full copy, without fingerprints"
 	case cur.Source.Config != pos.Config:
-		return LayerBase, "the collection definitions changed"
+		return snapshot.LayerBase, "the collection definitions changed"
 	case p.maxLayers() < 2:
-		return LayerBase, fmt.Sprintf("max_layers is %d", p.maxLayers())
+		return snapshot.LayerBase, fmt.Sprintf("max_layers is %d", p.maxLayers())
 	}
 	var deltaRows, baseRows int64
 	for _, l := range pc.Layers {
-		if l.Kind == LayerBase {
+		if l.Kind == snapshot.LayerBase {
 			baseRows = l.Docs
 		} else {
 			deltaRows += l.Docs + l.Tombstones
 		}
 	}
 	if float64(deltaRows) > p.rebaseRatio()*float64(max(baseRows, 1)) {
-		return LayerBase, fmt.Sprintf("the deltas hold %d rows against the base's %d (rebase_ratio %g)", deltaRows, baseRows, p.rebaseRatio())
+		return snapshot.LayerBase, fmt.Sprintf("the deltas hold %d rows against the base's %d (rebase_ratio %g)", deltaRows, baseRows, p.rebaseRatio())
 	}
-	if p.TTL > 0 {
+	if ttl := p.req.Manifest.TTL; ttl > 0 {
 		oldest := layersDataTime(cur, pc.Layers)
-		if age := p.now().Sub(oldest); age >= p.TTL/2 {
-			return LayerBase, fmt.Sprintf("the chain's oldest layer is %s old, past half the TTL", age.Round(time.Second))
+		if age := p.now().Sub(oldest); age >= ttl/2 {
+			return snapshot.LayerBase, fmt.Sprintf("the chain's oldest layer is %s old, past half the TTL", age.Round(time.Second))
 		}
 	}
-	return LayerDelta, ""
+	return snapshot.LayerDelta, ""
 }
 
 // layersDataTime returns the oldest data time of the layers as version m records
 // them (a refresh of m rewrote them all).
-func layersDataTime(m *Manifest, layers []LayerRef) time.Time {
+func layersDataTime(m *snapshot.Manifest, layers []snapshot.LayerRef) time.Time {
 	var t time.Time
 	for _, l := range layers {
 		lt := l.DataTime
@@ -97,38 +78,41 @@ func layersDataTime(m *Manifest, layers []LayerRef) time.Time {
 	return t
 }
 
-func (p *Publisher) maxLayers() int {
+func (p *Writer) maxLayers() int {
 	if p.MaxLayers > 0 {
 		return p.MaxLayers
 	}
 	return DefaultMaxLayers
 }
 
-func (p *Publisher) rebaseRatio() float64 {
+func (p *Writer) rebaseRatio() float64 {
 	if p.RebaseRatio > 0 {
 		return p.RebaseRatio
 	}
 	return DefaultRebaseRatio
 }
 
-// writeLayers writes each collection's own layer for version m against the parent
-// cur (nil for none), filling m's stats with the version's totals (exactly what a
-// full copy would record) and its chains.
-func (p *Publisher) writeLayers(ctx context.Context, snap DeltaSnapshot, m *Manifest, cur *Manifest, forceBase bool) error {
-	w := p.Store.NewWriter(ctx, p.Dataset, m.Version)
-	for _, name := range p.Source.Collections() {
-		if err := p.newLayerWriter(w, m, cur, name, forceBase).write(ctx, snap); err != nil {
+// writeLayers writes each collection's own layer against the parent (nil for none),
+// returning each collection's stats: the version's totals (exactly what a full copy
+// would record) and its chains.
+func (vw *versionWrite) writeLayers(ctx context.Context, snap snapshot.DeltaSnapshot) (snapshot.WriteResult, error) {
+	m, res := vw.req.Manifest, snapshot.WriteResult{Collections: map[string]snapshot.CollectionStats{}}
+	w := vw.Store.NewWriter(ctx, vw.dataset, m.Version)
+	for _, name := range vw.req.Collections {
+		st, err := vw.newLayerWriter(w, name).write(ctx, snap)
+		if err != nil {
 			_, _ = w.Close(ctx)
-			return fmt.Errorf("collection %s: %w", name, err)
+			return res, fmt.Errorf("collection %s: %w", name, err)
 		}
+		res.Collections[name] = st
 	}
 	written, err := w.Close(ctx)
-	m.BytesWritten = w.BytesWritten()
+	res.BytesWritten = w.BytesWritten()
 	if err != nil {
-		return fmt.Errorf("write documents: %w", err)
+		return res, fmt.Errorf("write documents: %w", err)
 	}
 	chunks := w.ChunksWritten()
-	for name, st := range m.Collections {
+	for name, st := range res.Collections {
 		if st.Own != nil {
 			own := *st.Own
 			own.Written, own.ChunksWritten = written[name], chunks[name]
@@ -137,9 +121,9 @@ func (p *Publisher) writeLayers(ctx context.Context, snap DeltaSnapshot, m *Mani
 				st.Written = st.Rows
 			}
 		}
-		m.Collections[name] = st
+		res.Collections[name] = st
 	}
-	return nil
+	return res, nil
 }
 
 // mergeCount returns how many of a full chain's newest layers (newest first, a base
@@ -149,7 +133,7 @@ func (p *Publisher) writeLayers(ctx context.Context, snap DeltaSnapshot, m *Mani
 // into a larger one (a logarithmic number of times), not at every merge: under a
 // steady stream of changes a merge costs about what the newest tiers hold, not all the
 // deltas since the base.
-func mergeCount(layers []LayerRef) int {
+func mergeCount(layers []snapshot.LayerRef) int {
 	deltas := len(layers) - 1
 	var sum int64
 	for k := range deltas {
@@ -163,8 +147,8 @@ func mergeCount(layers []LayerRef) int {
 
 // carryLayers copies the parent's layers into a new chain; a refresh of the parent
 // rewrote them all, so their data time is at least its.
-func carryLayers(parent *Manifest, layers []LayerRef) []LayerRef {
-	out := make([]LayerRef, len(layers))
+func carryLayers(parent *snapshot.Manifest, layers []snapshot.LayerRef) []snapshot.LayerRef {
+	out := make([]snapshot.LayerRef, len(layers))
 	for i, l := range layers {
 		if parent.RefreshedAt.After(l.DataTime) {
 			l.DataTime = parent.RefreshedAt

@@ -1,4 +1,4 @@
-package snapshot_test
+package layer_test
 
 import (
 	"context"
@@ -16,6 +16,7 @@ import (
 	"log/slog"
 
 	"github.com/snapflip/snapflip/internal/testenv"
+	"github.com/snapflip/snapflip/layer"
 	"github.com/snapflip/snapflip/pgsource"
 	"github.com/snapflip/snapflip/snapshot"
 	"github.com/snapflip/snapflip/store"
@@ -116,12 +117,12 @@ func TestIncrementalPublishWritesOnlyChanges(t *testing.T) {
 
 	// Diff between versions sharing the base reads only the delta's run, and agrees
 	// with the full copies' scan.
-	dl, err := snapshot.Diff(ctx, r.store, "ds", base.Version, delta.Version, "", 10)
+	dl, err := layer.Diff(ctx, r.store, "ds", base.Version, delta.Version, "", 10)
 	if err != nil {
 		t.Fatal(err)
 	}
 	ms, _ := r.store.ListManifests(ctx, "full")
-	df, err := snapshot.Diff(ctx, r.store, "full", ms[0].Version, ms[len(ms)-1].Version, "", 10)
+	df, err := layer.Diff(ctx, r.store, "full", ms[0].Version, ms[len(ms)-1].Version, "", 10)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -147,9 +148,9 @@ func TestChainsStayBounded(t *testing.T) {
 func testChainsStayBounded(t *testing.T, cached bool) {
 	dsn, _ := testenv.PostgresServer(t)
 	r := newRigOn(t, dsn, twoCollections, twoTables...)
-	r.pub.Incremental, r.pub.MaxLayers, r.pub.RebaseRatio = true, 3, 100
+	r.pub.Incremental, r.w.MaxLayers, r.w.RebaseRatio = true, 3, 100
 	if cached {
-		r.pub.Runs = snapshot.NewRunCache(r.store, 1<<20)
+		r.w.Runs = layer.NewRunCache(r.store, 1<<20)
 	}
 	full := r.twin()
 	ctx := context.Background()
@@ -179,11 +180,11 @@ func testChainsStayBounded(t *testing.T, cached bool) {
 		m := r.publish(t, r.pub)
 		f := r.publish(t, full)
 		// diff across a merge agrees with the full copies' diff.
-		dl, err := snapshot.Diff(ctx, r.store, "ds", prev.Version, m.Version, "users", 10)
+		dl, err := layer.Diff(ctx, r.store, "ds", prev.Version, m.Version, "users", 10)
 		if err != nil {
 			t.Fatal(err)
 		}
-		df, err := snapshot.Diff(ctx, r.store, "full", prevFull.Version, f.Version, "users", 10)
+		df, err := layer.Diff(ctx, r.store, "full", prevFull.Version, f.Version, "users", 10)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -231,12 +232,12 @@ func testChainsStayBounded(t *testing.T, cached bool) {
 		t.Errorf("a delta over the merged one: own %+v, chain %d", *u.Own, len(u.Layers))
 	}
 
-	r.pub.MaxLayers = 1
+	r.w.MaxLayers = 1
 	r.exec(t, `UPDATE users SET name = 'nine' WHERE id = 'u3'`)
 	if u := r.publish(t, r.pub).Collections["users"]; u.Own.Kind != snapshot.LayerBase || len(u.Layers) != 1 {
 		t.Errorf("max_layers 1: own %+v, chain %d; want a base alone", *u.Own, len(u.Layers))
 	}
-	r.pub.MaxLayers, r.pub.RebaseRatio = 8, 0.1
+	r.w.MaxLayers, r.w.RebaseRatio = 8, 0.1
 	r.exec(t, `UPDATE users SET name = 'many' WHERE id IN ('u1', 'u2', 'u3')`) // 3 of 50 users: under 10%
 	if k := r.publish(t, r.pub).Collections["users"].Own.Kind; k != snapshot.LayerDelta {
 		t.Errorf("a small change: %s layer; want delta", k)
@@ -292,7 +293,7 @@ func TestParentCountingTooFewFallsBackToBase(t *testing.T) {
 			r := newRig(t, twoCollections, twoTables...)
 			r.pub.Incremental = true
 			if budget > 0 {
-				r.pub.Runs = snapshot.NewRunCache(r.store, budget)
+				r.w.Runs = layer.NewRunCache(r.store, budget)
 			}
 			ctx := context.Background()
 			r.exec(t, `UPDATE users SET name = 'x' WHERE id = 'u1'`)
@@ -398,18 +399,18 @@ func TestDataTimeIsTheChainsOldest(t *testing.T) {
 // flips back, and a deleted id is not carried.
 // readCounter counts the manifest and run reads that reach the store.
 type readCounter struct {
-	snapshot.ReadStore
+	*store.Store
 	manifests, runs atomic.Int64
 }
 
 func (c *readCounter) ReadManifest(ctx context.Context, dataset string, v snapshot.Version) (snapshot.Manifest, error) {
 	c.manifests.Add(1)
-	return c.ReadStore.ReadManifest(ctx, dataset, v)
+	return c.Store.ReadManifest(ctx, dataset, v)
 }
 
 func (c *readCounter) ScanRun(ctx context.Context, dataset string, layer snapshot.Version, collection string, fn func([]byte) bool) error {
 	c.runs.Add(1)
-	return c.ReadStore.ScanRun(ctx, dataset, layer, collection, fn)
+	return c.Store.ScanRun(ctx, dataset, layer, collection, fn)
 }
 
 // A flip is loaded (the new version's manifest, and what its layer changed) by the
@@ -421,8 +422,8 @@ func TestFlipsAreLoadedBeforeTheyAreServed(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	v1 := r.publish(t, r.pub)
-	st := &readCounter{ReadStore: r.store}
-	res := snapshot.NewResolver("ds", st, snapshot.ResolverConfig{Refresh: 20 * time.Millisecond}, nil)
+	st := &readCounter{Store: r.store}
+	res := snapshot.NewResolver("ds", st, snapshot.ResolverConfig{Refresh: 20 * time.Millisecond, Layers: layer.NewReader(st, "ds")}, nil)
 	go res.Run(ctx)
 	// serving waits until the pointer names v (Pointer reads no manifest), then
 	// returns the current view.
@@ -470,7 +471,7 @@ func TestCacheSurvivesFlips(t *testing.T) {
 	r.pub.Incremental = true
 	ctx := context.Background()
 	v1 := r.publish(t, r.pub)
-	res := snapshot.NewResolver("ds", r.store, snapshot.ResolverConfig{}, nil)
+	res := snapshot.NewResolver("ds", r.store, snapshot.ResolverConfig{Layers: layer.NewReader(r.store, "ds")}, nil)
 	ids := make([]string, 50)
 	for i := range ids {
 		ids[i] = fmt.Sprintf("u%d", i+1)
@@ -510,7 +511,7 @@ func TestCacheSurvivesFlips(t *testing.T) {
 
 	// A merged delta (the chain was at max_layers) holds every id of the deltas it
 	// replaced: only those miss.
-	r.pub.MaxLayers = 2
+	r.w.MaxLayers = 2
 	r.exec(t, `UPDATE users SET name = 'merged' WHERE id = 'u9'`)
 	v4 := r.publish(t, r.pub)
 	if l := v4.Collections["users"].Layers; len(l) != 2 || l[0].Merged != 1 {
@@ -597,7 +598,7 @@ func scanCollection(tb testing.TB, st *store.Store, dataset string, chain []snap
 
 // countingRuns counts the run reads that reach the store, per layer.
 type countingRuns struct {
-	snapshot.RunReader
+	layer.RunReader
 	mu    sync.Mutex
 	reads map[snapshot.Version]int
 }
@@ -614,11 +615,11 @@ func (c *countingRuns) ScanRun(ctx context.Context, dataset string, layer snapsh
 // are without it; a run over the cache's budget is streamed every time.
 func TestRunCacheReadsEachRunOnce(t *testing.T) {
 	r := newRig(t, twoCollections, twoTables...)
-	r.pub.Incremental, r.pub.MaxLayers, r.pub.RebaseRatio = true, 3, 100
+	r.pub.Incremental, r.w.MaxLayers, r.w.RebaseRatio = true, 3, 100
 	full := r.twin()
 	counted := &countingRuns{RunReader: r.store, reads: map[snapshot.Version]int{}}
-	cache := snapshot.NewRunCache(counted, 1<<20)
-	r.pub.Runs = cache
+	cache := layer.NewRunCache(counted, 1<<20)
+	r.w.Runs = cache
 	base := r.publish(t, r.pub)
 	for i := range 6 {
 		r.exec(t, fmt.Sprintf(`UPDATE users SET name = 'gen %d' WHERE id = 'u%d'`, i, i+1), fmt.Sprintf(`DELETE FROM users WHERE id = 'u%d'`, 20+i))
@@ -650,12 +651,13 @@ func TestRunCacheReadsEachRunOnce(t *testing.T) {
 	// record aged out), the first delta reads the chain to its end, which checks its
 	// count, and the next ones, whose parents this process wrote, read by id.
 	for _, recorded := range []bool{true, false} {
-		tiny := snapshot.NewRunCache(counted, 16)
-		pub := *r.pub
-		pub.Runs = tiny
-		if !recorded {
-			pub.Store = unrecorded{pub.Store}
-		}
+		tiny := layer.NewRunCache(counted, 16)
+		pub := *withWriter(r.pub, r.w, func(w *layer.Writer) {
+			w.Runs = tiny
+			if !recorded {
+				w.Store = unrecorded{w.Store}
+			}
+		})
 		before := counted.reads[base.Version]
 		for i := range 3 {
 			r.exec(t, fmt.Sprintf(`UPDATE users SET name = 'tiny %d %v' WHERE id = 'u40'`, i, recorded), fmt.Sprintf(`INSERT INTO users (id, name) VALUES ('tiny%d%v', 't')`, i, recorded))
@@ -678,7 +680,7 @@ func TestRunCacheReadsEachRunOnce(t *testing.T) {
 }
 
 // unrecorded is a store without recorded chain counts.
-type unrecorded struct{ snapshot.PublishStore }
+type unrecorded struct{ layer.Store }
 
 func (unrecorded) RecordedLive(context.Context, string, snapshot.Version, string) (int64, bool, error) {
 	return 0, false, nil
@@ -688,7 +690,7 @@ func (unrecorded) RecordedLive(context.Context, string, snapshot.Version, string
 // larger delta below them, and every version still reads what a full copy does.
 func TestTieredMergesKeepOlderTiers(t *testing.T) {
 	r := newRig(t, twoCollections, twoTables...)
-	r.pub.Incremental, r.pub.MaxLayers, r.pub.RebaseRatio = true, 4, 100
+	r.pub.Incremental, r.w.MaxLayers, r.w.RebaseRatio = true, 4, 100
 	full := r.twin()
 	r.publish(t, r.pub)
 	var tiered, copied int64
@@ -732,7 +734,7 @@ func testDeltaReadsChangedRowsOnly(t *testing.T, cached bool) {
 	r := newRig(t, twoCollections, twoTables...)
 	r.pub.Incremental = true
 	if cached {
-		r.pub.Runs = snapshot.NewRunCache(r.store, 1<<20)
+		r.w.Runs = layer.NewRunCache(r.store, 1<<20)
 	}
 	full := r.twin()
 	r.publish(t, r.pub)
@@ -780,9 +782,9 @@ func TestSparseMergeKeepsRewrittenUnchangedRows(t *testing.T) {
 	for _, cached := range []bool{false, true} {
 		t.Run(fmt.Sprintf("run cache %v", cached), func(t *testing.T) {
 			r := newRig(t, twoCollections, twoTables...)
-			r.pub.Incremental, r.pub.MaxLayers, r.pub.RebaseRatio = true, 3, 100
+			r.pub.Incremental, r.w.MaxLayers, r.w.RebaseRatio = true, 3, 100
 			if cached {
-				r.pub.Runs = snapshot.NewRunCache(r.store, 1<<20)
+				r.w.Runs = layer.NewRunCache(r.store, 1<<20)
 			}
 			full := r.twin()
 			r.publish(t, r.pub)
@@ -844,6 +846,7 @@ func TestTTLRepublishSaysWhy(t *testing.T) {
 	}
 	now := time.Now().Add(31 * time.Minute)
 	r.pub.Now = func() time.Time { return now }
+	r.w.Now = r.pub.Now
 	res, err := tk.Tick(ctx, 3, snapshot.PublishOptions{})
 	if err != nil || res.Publish.NoOp || res.Publish.Reason != snapshot.ReasonTTL {
 		t.Fatalf("tick past half the TTL: %+v, %v; want a publish with reason %q", res.Publish, err, snapshot.ReasonTTL)

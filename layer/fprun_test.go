@@ -1,4 +1,4 @@
-package snapshot
+package layer
 
 import (
 	"context"
@@ -8,12 +8,14 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/snapflip/snapflip/snapshot"
 )
 
 // memRuns holds runs in memory, chunked as a store keeps them.
-type memRuns map[Version][][]byte
+type memRuns map[snapshot.Version][][]byte
 
-func (m memRuns) ScanRun(_ context.Context, _ string, layer Version, _ string, fn func([]byte) bool) error {
+func (m memRuns) ScanRun(_ context.Context, _ string, layer snapshot.Version, _ string, fn func([]byte) bool) error {
 	for _, c := range m[layer] {
 		if !fn(c) {
 			return nil
@@ -22,7 +24,7 @@ func (m memRuns) ScanRun(_ context.Context, _ string, layer Version, _ string, f
 	return nil
 }
 
-func (m memRuns) ScanRunFrom(_ context.Context, _ string, layer Version, _ string, from int64, fn func([]byte) bool) error {
+func (m memRuns) ScanRunFrom(_ context.Context, _ string, layer snapshot.Version, _ string, from int64, fn func([]byte) bool) error {
 	for i, c := range m[layer] {
 		if int64(i) >= from && !fn(c) {
 			return nil
@@ -69,7 +71,7 @@ func TestRunRoundTrip(t *testing.T) {
 			e := RunEntry{ID: id, Deleted: r.IntN(4) == 0}
 			if !e.Deleted {
 				e.Len = r.Int64N(1 << 40)
-				e.Sum = Digest{r.Uint64(), r.Uint64()}
+				e.Sum = snapshot.Digest{r.Uint64(), r.Uint64()}
 			}
 			want = append(want, e)
 		}
@@ -108,15 +110,15 @@ func TestChainRunMatchesAModel(t *testing.T) {
 	r := rand.New(rand.NewPCG(3, 4))
 	for trial := range 100 {
 		runs := memRuns{}
-		var layers []LayerRef
+		var layers []snapshot.LayerRef
 		model := map[string]RunEntry{}
 		nlayers := 1 + r.IntN(5)
 		for l := range nlayers { // oldest (base) first
-			v := Version(fmt.Sprintf("layer-%d", l))
+			v := snapshot.Version(fmt.Sprintf("layer-%d", l))
 			touched := map[string]RunEntry{}
 			for range r.IntN(60) {
 				id := randomID(r)
-				e := RunEntry{ID: id, Len: r.Int64N(100), Sum: Digest{r.Uint64(), 1}}
+				e := RunEntry{ID: id, Len: r.Int64N(100), Sum: snapshot.Digest{r.Uint64(), 1}}
 				if l > 0 && r.IntN(3) == 0 {
 					e = RunEntry{ID: id, Deleted: true}
 				}
@@ -132,9 +134,9 @@ func TestChainRunMatchesAModel(t *testing.T) {
 				}
 			}
 			runs[v] = encodeRun(t, entries, 1+r.IntN(200))
-			layers = append([]LayerRef{{Version: v}}, layers...)
+			layers = append([]snapshot.LayerRef{{Version: v}}, layers...)
 		}
-		cr := openChainRun(context.Background(), runs, nil, "ds", layers, "c")
+		cr := openChainRun(context.Background(), chainSource{st: runs, dataset: "ds"}, layers, "c")
 		var got []RunEntry
 		for {
 			e, ok, err := cr.next()
@@ -158,7 +160,7 @@ func TestChainRunMatchesAModel(t *testing.T) {
 		// (the shorter chain's remembered first), and lookups newest layer first that
 		// answer what the model holds.
 		cache := NewRunCache(runs, 1<<30)
-		cr = openChainRun(context.Background(), nil, cache, "ds", layers, "c")
+		cr = openChainRun(context.Background(), chainSource{cache: cache, dataset: "ds"}, layers, "c")
 		var cached []RunEntry
 		for {
 			e, ok, err := cr.next()
@@ -204,47 +206,29 @@ func TestChainRunMatchesAModel(t *testing.T) {
 	}
 }
 
-func TestDigestSubAndParse(t *testing.T) {
-	var a, b Digest
-	a.AddDocument("x", []byte(`{"a":1}`))
-	a.AddDocument("y", []byte(`{"b":2}`))
-	b.AddDocument("x", []byte(`{"a":1}`))
-	a.Sub(Contribution("y", []byte(`{"b":2}`)))
-	if a != b {
-		t.Errorf("subtracting a pair's contribution: got %s, want %s", a, b)
-	}
-	p, err := ParseDigest(a.String())
-	if err != nil || p != a {
-		t.Errorf("ParseDigest(%s) = %s, %v", a, p, err)
-	}
-	if _, err := ParseDigest("zz"); err == nil {
-		t.Error("ParseDigest accepted zz")
-	}
-}
-
 // benchChain returns the runs of a chain of a 100,000-entry base and three deltas of
 // 1,000 entries each (a quarter of them tombstones), newest first.
-func benchChain(b *testing.B) (memRuns, []LayerRef) {
+func benchChain(b *testing.B) (memRuns, []snapshot.LayerRef) {
 	b.Helper()
 	r := rand.New(rand.NewPCG(5, 6))
 	runs := memRuns{}
-	var layers []LayerRef
+	var layers []snapshot.LayerRef
 	for l, n := range []int{100_000, 1_000, 1_000, 1_000} {
-		v := Version(fmt.Sprintf("layer-%d", l))
+		v := snapshot.Version(fmt.Sprintf("layer-%d", l))
 		ids := map[string]bool{}
 		for len(ids) < n {
 			ids[fmt.Sprintf("id-%07d", r.IntN(200_000))] = true
 		}
 		var entries []RunEntry
 		for _, id := range slices.Sorted(maps.Keys(ids)) {
-			e := RunEntry{ID: id, Len: 100, Sum: Digest{r.Uint64(), 1}}
+			e := RunEntry{ID: id, Len: 100, Sum: snapshot.Digest{r.Uint64(), 1}}
 			if l > 0 && r.IntN(4) == 0 {
 				e = RunEntry{ID: id, Deleted: true}
 			}
 			entries = append(entries, e)
 		}
 		runs[v] = encodeRun(b, entries, 0)
-		layers = append([]LayerRef{{Version: v, Docs: int64(n)}}, layers...)
+		layers = append([]snapshot.LayerRef{{Version: v, Docs: int64(n)}}, layers...)
 	}
 	return runs, layers
 }
@@ -275,10 +259,14 @@ func BenchmarkChainRun(b *testing.B) {
 			}
 		}
 		b.ReportAllocs()
-		scan(b, func() *chainRun { return openChainRun(context.Background(), nil, cache, "ds", layers, "c") })
+		scan(b, func() *chainRun {
+			return openChainRun(context.Background(), chainSource{cache: cache, dataset: "ds"}, layers, "c")
+		})
 	})
 	b.Run("streamed", func(b *testing.B) {
 		b.ReportAllocs()
-		scan(b, func() *chainRun { return openChainRun(context.Background(), runs, nil, "ds", layers, "c") })
+		scan(b, func() *chainRun {
+			return openChainRun(context.Background(), chainSource{st: runs, dataset: "ds"}, layers, "c")
+		})
 	})
 }

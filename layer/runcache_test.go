@@ -1,18 +1,20 @@
-package snapshot
+package layer
 
 import (
 	"context"
 	"fmt"
 	"testing"
+
+	"github.com/snapflip/snapflip/snapshot"
 )
 
 // countedRuns serves the runs of memRuns and counts the reads per layer.
 type countedRuns struct {
 	memRuns
-	reads map[Version]int
+	reads map[snapshot.Version]int
 }
 
-func (c *countedRuns) ScanRun(ctx context.Context, dataset string, layer Version, collection string, fn func([]byte) bool) error {
+func (c *countedRuns) ScanRun(ctx context.Context, dataset string, layer snapshot.Version, collection string, fn func([]byte) bool) error {
 	c.reads[layer]++
 	return c.memRuns.ScanRun(ctx, dataset, layer, collection, fn)
 }
@@ -22,22 +24,22 @@ func (c *countedRuns) ScanRun(ctx context.Context, dataset string, layer Version
 // to find that out.
 func TestRunCacheEvictsTheLeastRecentlyUsed(t *testing.T) {
 	ctx := context.Background()
-	runs := &countedRuns{memRuns: memRuns{}, reads: map[Version]int{}}
+	runs := &countedRuns{memRuns: memRuns{}, reads: map[snapshot.Version]int{}}
 	entries := func(n int) []RunEntry {
 		var es []RunEntry
 		for i := range n {
-			es = append(es, RunEntry{ID: fmt.Sprintf("id%03d", i), Len: int64(i + 1), Sum: Digest{uint64(i), 7}, Deleted: i == 3})
+			es = append(es, RunEntry{ID: fmt.Sprintf("id%03d", i), Len: int64(i + 1), Sum: snapshot.Digest{uint64(i), 7}, Deleted: i == 3})
 		}
 		return es
 	}
-	for _, v := range []Version{"a", "b", "c"} {
+	for _, v := range []snapshot.Version{"a", "b", "c"} {
 		runs.memRuns[v] = encodeRun(t, entries(10), 40)
 	}
 	runs.memRuns["huge"] = encodeRun(t, entries(30), 40)
 	one := int64(10 * (5 + decodedEntryBytes)) // ten entries with 5-byte ids
 	c := NewRunCache(runs, 2*one+one/2)        // two runs fit, not three
 	// read looks id up in the layer's run; cached is false when the run is over the budget.
-	read := func(v Version, id string) (e RunEntry, ok, cached bool) {
+	read := func(v snapshot.Version, id string) (e RunEntry, ok, cached bool) {
 		t.Helper()
 		r, err := c.run(ctx, "ds", v, "c", 0)
 		if err != nil {
@@ -55,14 +57,14 @@ func TestRunCacheEvictsTheLeastRecentlyUsed(t *testing.T) {
 	read("c", "id001") // evicts b
 	read("a", "id001")
 	read("b", "id001")
-	if want := map[Version]int{"a": 1, "b": 2, "c": 1}; runs.reads["a"] != want["a"] || runs.reads["b"] != want["b"] || runs.reads["c"] != want["c"] {
+	if want := map[snapshot.Version]int{"a": 1, "b": 2, "c": 1}; runs.reads["a"] != want["a"] || runs.reads["b"] != want["b"] || runs.reads["c"] != want["c"] {
 		t.Errorf("store reads %v; want %v", runs.reads, want)
 	}
 	if n, bytes := c.Cached(); n != 2 || bytes != 2*one {
 		t.Errorf("cached %d runs, %d bytes; want 2, %d", n, bytes, 2*one)
 	}
 	// Lookups answer what the run holds, tombstones included.
-	if e, ok, cached := read("a", "id005"); !ok || !cached || e != (RunEntry{ID: "id005", Len: 6, Sum: Digest{5, 7}}) {
+	if e, ok, cached := read("a", "id005"); !ok || !cached || e != (RunEntry{ID: "id005", Len: 6, Sum: snapshot.Digest{5, 7}}) {
 		t.Errorf("entry id005: %+v ok %v cached %v", e, ok, cached)
 	}
 	if e, ok, _ := read("a", "id003"); !ok || !e.Deleted {

@@ -1,7 +1,9 @@
-package snapshot
+package layer
 
 import (
 	"testing"
+
+	"github.com/snapflip/snapflip/snapshot"
 )
 
 // mergeCount merges the newest tier: at least two layers, stopping where the next
@@ -20,11 +22,11 @@ func TestMergeCountIsSizeTiered(t *testing.T) {
 		{[]int64{3, 2, 5, 100}, 3},
 		{[]int64{50, 1, 1}, 3},
 	} {
-		layers := make([]LayerRef, 0, len(tt.sizes)+1)
+		layers := make([]snapshot.LayerRef, 0, len(tt.sizes)+1)
 		for _, n := range tt.sizes {
-			layers = append(layers, LayerRef{Kind: LayerDelta, Docs: n - n/3, Tombstones: n / 3})
+			layers = append(layers, snapshot.LayerRef{Kind: snapshot.LayerDelta, Docs: n - n/3, Tombstones: n / 3})
 		}
-		layers = append(layers, LayerRef{Kind: LayerBase, Docs: 1000})
+		layers = append(layers, snapshot.LayerRef{Kind: snapshot.LayerBase, Docs: 1000})
 		if got := mergeCount(layers); got != tt.want {
 			t.Errorf("mergeCount(%v) = %d; want %d", tt.sizes, got, tt.want)
 		}

@@ -1,9 +1,11 @@
-package snapshot
+package layer
 
 import (
 	"context"
 	"encoding/binary"
 	"fmt"
+
+	"github.com/snapflip/snapflip/snapshot"
 )
 
 // A fingerprint run is a layer's own entries for one collection, in id byte order:
@@ -22,9 +24,9 @@ import (
 // RunEntry is one id of a fingerprint run.
 type RunEntry struct {
 	ID      string
-	Deleted bool   // a tombstone: the id is gone in this layer
-	Len     int64  // the document's length (not for tombstones)
-	Sum     Digest // Contribution(ID, document) (not for tombstones)
+	Deleted bool            // a tombstone: the id is gone in this layer
+	Len     int64           // the document's length (not for tombstones)
+	Sum     snapshot.Digest // Contribution(ID, document) (not for tombstones)
 }
 
 // runChunkVersion tags the chunk format.
@@ -54,7 +56,7 @@ func newRunEncoder(max int, emit func(ctx context.Context, chunk []byte) error) 
 // add appends an entry; ids must come in strictly increasing byte order.
 func (e *runEncoder) add(ctx context.Context, r RunEntry) error {
 	if e.any && r.ID <= e.last {
-		return fmt.Errorf("%w: fingerprint run out of order: %q after %q", ErrInvalid, r.ID, e.last)
+		return fmt.Errorf("%w: fingerprint run out of order: %q after %q", snapshot.ErrInvalid, r.ID, e.last)
 	}
 	e.any, e.last = true, r.ID
 	shared := 0
@@ -137,7 +139,7 @@ func DecodeRunChunk(chunk []byte, fn func(RunEntry) error) error {
 				return bad("truncated entry")
 			}
 			e.Len = int64(l)
-			e.Sum = Digest{binary.BigEndian.Uint64(p), binary.BigEndian.Uint64(p[8:])}
+			e.Sum = snapshot.Digest{binary.BigEndian.Uint64(p), binary.BigEndian.Uint64(p[8:])}
 			p = p[16:]
 		}
 		if err := fn(e); err != nil {
@@ -155,13 +157,13 @@ func DecodeRunChunk(chunk []byte, fn func(RunEntry) error) error {
 type RunReader interface {
 	// ScanRun calls fn with each chunk of the layer's run, in order, until fn
 	// returns false. A layer without a run calls fn never.
-	ScanRun(ctx context.Context, dataset string, layer Version, collection string, fn func(chunk []byte) bool) error
+	ScanRun(ctx context.Context, dataset string, layer snapshot.Version, collection string, fn func(chunk []byte) bool) error
 }
 
 // RunSeeker is a RunReader that can start a layer's run at its chunk from (chunks
 // are numbered from 0).
 type RunSeeker interface {
-	ScanRunFrom(ctx context.Context, dataset string, layer Version, collection string, from int64, fn func(chunk []byte) bool) error
+	ScanRunFrom(ctx context.Context, dataset string, layer snapshot.Version, collection string, from int64, fn func(chunk []byte) bool) error
 }
 
 // runIter pulls one layer's entries in order: from a decoded run held by a
@@ -176,12 +178,26 @@ type runIter struct {
 	done bool
 }
 
-// newRunIter reads the layer's run from cache when it is not nil (streaming it from
-// the cache's store when it is over the budget), otherwise from st. A reader that
-// needs only the entries after the id after may be given fewer before it: a run
-// streamed through the cache starts at the chunk the cache last saw begin at or
+// chainSource is where chain runs are read from: a store, through a run cache when
+// cache is not nil.
+type chainSource struct {
+	st      RunReader
+	cache   *RunCache
+	dataset string
+}
+
+// chainSource is where the version write reads the parent chain's runs.
+func (vw *versionWrite) chainSource() chainSource {
+	return chainSource{st: vw.Store, cache: vw.Runs, dataset: vw.dataset}
+}
+
+// newRunIter reads the layer's run from src's cache when it is not nil (streaming it
+// from the cache's store when it is over the budget), otherwise from its store. A
+// reader that needs only the entries after the id after may be given fewer before it:
+// a run streamed through the cache starts at the chunk the cache last saw begin at or
 // before after, when the store can seek.
-func newRunIter(ctx context.Context, st RunReader, cache *RunCache, dataset string, layer LayerRef, collection, after string) *runIter {
+func newRunIter(ctx context.Context, src chainSource, layer snapshot.LayerRef, collection, after string) *runIter {
+	st, cache, dataset := src.st, src.cache, src.dataset
 	var from int64
 	if cache != nil {
 		r, err := cache.run(ctx, dataset, layer.Version, collection, layer.Docs+layer.Tombstones)
@@ -277,19 +293,18 @@ type chainRun struct {
 	from int
 }
 
-// openChainRun starts reading every layer's run, through cache when not nil;
-// cancel ctx to stop early.
-func openChainRun(ctx context.Context, st RunReader, cache *RunCache, dataset string, layers []LayerRef, collection string) *chainRun {
-	return openChainRunAfter(ctx, st, cache, dataset, layers, collection, "")
+// openChainRun starts reading every layer's run from src; cancel ctx to stop early.
+func openChainRun(ctx context.Context, src chainSource, layers []snapshot.LayerRef, collection string) *chainRun {
+	return openChainRunAfter(ctx, src, layers, collection, "")
 }
 
 // openChainRunAfter is openChainRun for a reader that needs only the entries after
 // the id after: it may skip chunks before it (newRunIter), and still gets every
 // entry after it, in order.
-func openChainRunAfter(ctx context.Context, st RunReader, cache *RunCache, dataset string, layers []LayerRef, collection, after string) *chainRun {
+func openChainRunAfter(ctx context.Context, src chainSource, layers []snapshot.LayerRef, collection, after string) *chainRun {
 	its := make([]LayerReader[RunEntry], len(layers))
 	for i, l := range layers {
-		its[i] = newRunIter(ctx, st, cache, dataset, l, collection, after)
+		its[i] = newRunIter(ctx, src, l, collection, after)
 	}
 	return &chainRun{merge: NewChainMerge(its, runEntryID, runEntryDeleted)}
 }

@@ -1,4 +1,4 @@
-package snapshot
+package layer
 
 import (
 	"context"
@@ -8,39 +8,64 @@ import (
 	"sync/atomic"
 	"testing"
 
+	"github.com/snapflip/snapflip/snapshot"
+
 	"github.com/google/go-cmp/cmp"
 )
 
 // changesStore is a pure-logic ReadStore of hand-built manifests and runs that counts
 // the run chunks read. The real store is tested end to end (e2e.TestChangesAreTheDiff).
 type changesStore struct {
-	*countingStore
-	manifests map[Version]Manifest
+	manifests map[snapshot.Version]snapshot.Manifest
 	runs      memRuns
 	chunks    atomic.Int64
 }
 
-func (s *changesStore) ReadManifest(_ context.Context, _ string, v Version) (Manifest, error) {
+func (s *changesStore) ReadPointer(context.Context, string) (snapshot.Pointer, error) {
+	return snapshot.Pointer{}, snapshot.ErrNoVersion
+}
+
+func (s *changesStore) GetDocument(context.Context, string, []snapshot.Version, string, string) ([]byte, error) {
+	return []byte(`{}`), nil
+}
+
+func (s *changesStore) GetDocuments(_ context.Context, _ string, _ []snapshot.Version, _ string, ids []string) (map[string][]byte, error) {
+	out := map[string][]byte{}
+	for _, id := range ids {
+		out[id] = []byte(`{}`)
+	}
+	return out, nil
+}
+
+func (s *changesStore) ScanPage(context.Context, string, []snapshot.Version, string, string, int) ([]snapshot.Document, bool, error) {
+	return nil, false, nil
+}
+
+func (s *changesStore) ListManifests(context.Context, string) ([]snapshot.Manifest, error) {
+	return nil, nil
+}
+
+func (s *changesStore) ReadManifest(_ context.Context, _ string, v snapshot.Version) (snapshot.Manifest, error) {
 	m, ok := s.manifests[v]
 	if !ok {
-		return Manifest{}, fmt.Errorf("manifest %s: %w", v, ErrNotFound)
+		return snapshot.Manifest{}, fmt.Errorf("manifest %s: %w", v, snapshot.ErrNotFound)
 	}
 	return m, nil
 }
 
-func (s *changesStore) ScanRun(ctx context.Context, dataset string, layer Version, collection string, fn func([]byte) bool) error {
+func (s *changesStore) ScanRun(ctx context.Context, dataset string, layer snapshot.Version, collection string, fn func([]byte) bool) error {
 	return s.runs.ScanRun(ctx, dataset, layer, collection, func(c []byte) bool { s.chunks.Add(1); return fn(c) })
 }
 
-func (s *changesStore) ScanRunFrom(ctx context.Context, dataset string, layer Version, collection string, from int64, fn func([]byte) bool) error {
+func (s *changesStore) ScanRunFrom(ctx context.Context, dataset string, layer snapshot.Version, collection string, from int64, fn func([]byte) bool) error {
 	return s.runs.ScanRunFrom(ctx, dataset, layer, collection, from, func(c []byte) bool { s.chunks.Add(1); return fn(c) })
 }
 
 // layeredOf returns a published layered manifest of v over parent holding collection
 // c with the layers given, newest first.
-func layeredOf(v, parent Version, layers ...LayerRef) Manifest {
-	return Manifest{Version: v, Parent: parent, State: StatePublished, Format: FormatLayered,
-		Collections: map[string]CollectionStats{"c": {Layers: layers}}}
+func layeredOf(v, parent snapshot.Version, layers ...snapshot.LayerRef) snapshot.Manifest {
+	return snapshot.Manifest{Version: v, Parent: parent, State: snapshot.StatePublished, Format: snapshot.FormatLayered,
+		Collections: map[string]snapshot.CollectionStats{"c": {Layers: layers}}}
 }
 
 // TestChangedIDsKinds: a version that wrote a collection whole, as a base or a full
@@ -48,28 +73,28 @@ func layeredOf(v, parent Version, layers ...LayerRef) Manifest {
 // collection the version does not hold is ErrNotFound; a merged delta whose parent is
 // gone is ErrGone, its changes no longer to be told from what it merged.
 func TestChangedIDsKinds(t *testing.T) {
-	base := LayerRef{Version: "base", Kind: LayerBase, Docs: 3}
-	delta := LayerRef{Version: "delta", Kind: LayerDelta, Docs: 1}
-	st := &changesStore{countingStore: &countingStore{}, runs: memRuns{}, manifests: map[Version]Manifest{
+	base := snapshot.LayerRef{Version: "base", Kind: snapshot.LayerBase, Docs: 3}
+	delta := snapshot.LayerRef{Version: "delta", Kind: snapshot.LayerDelta, Docs: 1}
+	st := &changesStore{runs: memRuns{}, manifests: map[snapshot.Version]snapshot.Manifest{
 		"base":  layeredOf("base", "", base),
 		"delta": layeredOf("delta", "base", delta, base),
 		"same":  layeredOf("same", "delta", delta, base),
-		"full":  {Version: "full", State: StatePublished, Format: FormatFull, Parent: "delta", Collections: map[string]CollectionStats{"c": {Rows: 3}}},
-		"merge": layeredOf("merge", "expired", LayerRef{Version: "merge", Kind: LayerDelta, Docs: 1, Merged: 1}, base),
+		"full":  {Version: "full", State: snapshot.StatePublished, Format: snapshot.FormatFull, Parent: "delta", Collections: map[string]snapshot.CollectionStats{"c": {Rows: 3}}},
+		"merge": layeredOf("merge", "expired", snapshot.LayerRef{Version: "merge", Kind: snapshot.LayerDelta, Docs: 1, Merged: 1}, base),
 	}}
 	st.runs["delta"] = encodeRun(t, []RunEntry{{ID: "a", Len: 1}}, 0)
 	st.runs["merge"] = encodeRun(t, []RunEntry{{ID: "a", Len: 1}}, 0)
-	r := NewResolver("ds", st, ResolverConfig{}, nil)
+	r := snapshot.NewResolver("ds", st, snapshot.ResolverConfig{Layers: NewReader(st, "ds")}, nil)
 	ctx := context.Background()
 	for _, tc := range []struct {
-		v      Version
-		want   Changes
+		v      snapshot.Version
+		want   snapshot.Changes
 		chunks int64
 	}{
-		{"base", Changes{Kind: ChangesBase}, 0},
-		{"full", Changes{Kind: ChangesFull, Parent: "delta"}, 0},
-		{"same", Changes{Kind: ChangesUnchanged, Parent: "delta"}, 0},
-		{"delta", Changes{Kind: ChangesDelta, Parent: "base", IDs: []Change{{ID: "a"}}}, 1},
+		{"base", snapshot.Changes{Kind: snapshot.ChangesBase}, 0},
+		{"full", snapshot.Changes{Kind: snapshot.ChangesFull, Parent: "delta"}, 0},
+		{"same", snapshot.Changes{Kind: snapshot.ChangesUnchanged, Parent: "delta"}, 0},
+		{"delta", snapshot.Changes{Kind: snapshot.ChangesDelta, Parent: "base", IDs: []snapshot.Change{{ID: "a"}}}, 1},
 	} {
 		st.chunks.Store(0)
 		view, err := r.View(ctx, tc.v)
@@ -86,7 +111,7 @@ func TestChangedIDsKinds(t *testing.T) {
 		if n := st.chunks.Load(); n != tc.chunks {
 			t.Errorf("%s: %d run chunks read; want %d", tc.v, n, tc.chunks)
 		}
-		if _, err := r.ChangedIDs(ctx, view, "nope", "", 10); !errors.Is(err, ErrNotFound) {
+		if _, err := r.ChangedIDs(ctx, view, "nope", "", 10); !errors.Is(err, snapshot.ErrNotFound) {
 			t.Errorf("%s: an unknown collection: %v; want ErrNotFound", tc.v, err)
 		}
 	}
@@ -94,7 +119,7 @@ func TestChangedIDsKinds(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := r.ChangedIDs(ctx, view, "c", "", 10); !errors.Is(err, ErrGone) {
+	if _, err := r.ChangedIDs(ctx, view, "c", "", 10); !errors.Is(err, snapshot.ErrGone) {
 		t.Errorf("a merged delta whose parent expired: %v; want ErrGone", err)
 	}
 }
@@ -104,19 +129,19 @@ func TestChangedIDsKinds(t *testing.T) {
 // last; the run is read from the store once, however many pages.
 func TestChangedIDsPages(t *testing.T) {
 	var entries []RunEntry
-	var want []Change
+	var want []snapshot.Change
 	for i := range 50 {
 		e := RunEntry{ID: fmt.Sprintf("id%03d", i), Deleted: i%7 == 0, Len: int64(i + 1)}
 		entries = append(entries, e)
-		want = append(want, Change{ID: e.ID, Deleted: e.Deleted})
+		want = append(want, snapshot.Change{ID: e.ID, Deleted: e.Deleted})
 	}
-	delta := LayerRef{Version: "delta", Kind: LayerDelta, Docs: 43, Tombstones: 7}
-	st := &changesStore{countingStore: &countingStore{}, runs: memRuns{"delta": encodeRun(t, entries, 64)},
-		manifests: map[Version]Manifest{"delta": layeredOf("delta", "base", delta, LayerRef{Version: "base", Kind: LayerBase})}}
+	delta := snapshot.LayerRef{Version: "delta", Kind: snapshot.LayerDelta, Docs: 43, Tombstones: 7}
+	st := &changesStore{runs: memRuns{"delta": encodeRun(t, entries, 64)},
+		manifests: map[snapshot.Version]snapshot.Manifest{"delta": layeredOf("delta", "base", delta, snapshot.LayerRef{Version: "base", Kind: snapshot.LayerBase})}}
 	if len(st.runs["delta"]) < 5 {
 		t.Fatalf("%d chunks; want several", len(st.runs["delta"]))
 	}
-	r := NewResolver("ds", st, ResolverConfig{}, nil)
+	r := snapshot.NewResolver("ds", st, snapshot.ResolverConfig{Layers: NewReader(st, "ds")}, nil)
 	ctx := context.Background()
 	view, err := r.View(ctx, "delta")
 	if err != nil {
@@ -124,7 +149,7 @@ func TestChangedIDsPages(t *testing.T) {
 	}
 	st.chunks.Store(0)
 	for _, limit := range []int{1, 2, 7, 49, 50, 51, 1000} {
-		var got []Change
+		var got []snapshot.Change
 		after := ""
 		for pages := 0; ; pages++ {
 			page, err := r.ChangedIDs(ctx, view, "c", after, limit)
@@ -151,7 +176,7 @@ func TestChangedIDsPages(t *testing.T) {
 	// From a cursor between ids, or past the last.
 	for _, tc := range []struct {
 		after string
-		want  []Change
+		want  []snapshot.Change
 	}{
 		{"id0245", want[25:28]},
 		{"id049", nil},
@@ -170,16 +195,16 @@ func TestChangedIDsPages(t *testing.T) {
 // TestChangedIDsCorruptRun: a run that does not decode fails the changes as the
 // store's fault, never as ErrInvalid, which the API answers as the request's (400).
 func TestChangedIDsCorruptRun(t *testing.T) {
-	delta := LayerRef{Version: "delta", Kind: LayerDelta, Docs: 1}
-	st := &changesStore{countingStore: &countingStore{}, runs: memRuns{"delta": {{runChunkVersion, 1, 0, 9, 'a'}}},
-		manifests: map[Version]Manifest{"delta": layeredOf("delta", "base", delta, LayerRef{Version: "base", Kind: LayerBase})}}
-	r := NewResolver("ds", st, ResolverConfig{}, nil)
+	delta := snapshot.LayerRef{Version: "delta", Kind: snapshot.LayerDelta, Docs: 1}
+	st := &changesStore{runs: memRuns{"delta": {{runChunkVersion, 1, 0, 9, 'a'}}},
+		manifests: map[snapshot.Version]snapshot.Manifest{"delta": layeredOf("delta", "base", delta, snapshot.LayerRef{Version: "base", Kind: snapshot.LayerBase})}}
+	r := snapshot.NewResolver("ds", st, snapshot.ResolverConfig{Layers: NewReader(st, "ds")}, nil)
 	view, err := r.View(context.Background(), "delta")
 	if err != nil {
 		t.Fatal(err)
 	}
 	_, err = r.ChangedIDs(context.Background(), view, "c", "", 10)
-	if err == nil || errors.Is(err, ErrInvalid) || errors.Is(err, ErrNotFound) || errors.Is(err, ErrGone) {
+	if err == nil || errors.Is(err, snapshot.ErrInvalid) || errors.Is(err, snapshot.ErrNotFound) || errors.Is(err, snapshot.ErrGone) {
 		t.Errorf("a corrupt run: %v; want an error of the store's", err)
 	}
 }
@@ -190,27 +215,26 @@ func TestChangedIDsCorruptRun(t *testing.T) {
 // merged delta's merged run too. The changes are the same as when the run is cached.
 func TestChangedIDsPagesSeek(t *testing.T) {
 	var entries, merged []RunEntry
-	want := map[Version][]Change{}
+	want := map[snapshot.Version][]snapshot.Change{}
 	for i := range 600 {
 		e := RunEntry{ID: fmt.Sprintf("id%04d", i), Deleted: i%7 == 0, Len: int64(i + 1)}
 		entries = append(entries, e)
-		want["delta"] = append(want["delta"], Change{ID: e.ID, Deleted: e.Deleted})
+		want["delta"] = append(want["delta"], snapshot.Change{ID: e.ID, Deleted: e.Deleted})
 		if i%3 == 0 { // in the merge: the parent's delta's, copied unchanged
 			merged = append(merged, e)
 			continue
 		}
-		want["merge"] = append(want["merge"], Change{ID: e.ID, Deleted: e.Deleted})
+		want["merge"] = append(want["merge"], snapshot.Change{ID: e.ID, Deleted: e.Deleted})
 	}
 	for i := range 50 { // tombstones the parent's delta names, with no entry in the merge
 		merged = append(merged, RunEntry{ID: fmt.Sprintf("zz%04d", i), Deleted: true})
 	}
-	plain := LayerRef{Version: "delta", Kind: LayerDelta, Docs: 514, Tombstones: 86}
-	merge := LayerRef{Version: "merge", Kind: LayerDelta, Docs: 514, Tombstones: 86, Merged: 1}
-	old := LayerRef{Version: "old", Kind: LayerDelta, Docs: 171, Tombstones: 79}
-	base := LayerRef{Version: "base", Kind: LayerBase}
-	st := &changesStore{countingStore: &countingStore{},
-		runs: memRuns{"delta": encodeRun(t, entries, 64), "merge": encodeRun(t, entries, 64), "old": encodeRun(t, merged, 64)},
-		manifests: map[Version]Manifest{
+	plain := snapshot.LayerRef{Version: "delta", Kind: snapshot.LayerDelta, Docs: 514, Tombstones: 86}
+	merge := snapshot.LayerRef{Version: "merge", Kind: snapshot.LayerDelta, Docs: 514, Tombstones: 86, Merged: 1}
+	old := snapshot.LayerRef{Version: "old", Kind: snapshot.LayerDelta, Docs: 171, Tombstones: 79}
+	base := snapshot.LayerRef{Version: "base", Kind: snapshot.LayerBase}
+	st := &changesStore{runs: memRuns{"delta": encodeRun(t, entries, 64), "merge": encodeRun(t, entries, 64), "old": encodeRun(t, merged, 64)},
+		manifests: map[snapshot.Version]snapshot.Manifest{
 			"delta":  layeredOf("delta", "base", plain, base),
 			"merge":  layeredOf("merge", "parent", merge, base),
 			"parent": layeredOf("parent", "base", old, base),
@@ -220,15 +244,16 @@ func TestChangedIDsPagesSeek(t *testing.T) {
 		t.Fatalf("%d chunks; want many", chunks)
 	}
 	ctx := context.Background()
-	for _, v := range []Version{"delta", "merge"} {
-		r := NewResolver("ds", st, ResolverConfig{}, nil)
-		r.runs = NewRunCache(st, 16) // every run over the budget: streamed
+	for _, v := range []snapshot.Version{"delta", "merge"} {
+		lr := NewReader(st, "ds")
+		lr.runs = NewRunCache(st, 16) // every run over the budget: streamed
+		r := snapshot.NewResolver("ds", st, snapshot.ResolverConfig{Layers: lr}, nil)
 		view, err := r.View(ctx, v)
 		if err != nil {
 			t.Fatal(err)
 		}
 		st.chunks.Store(0)
-		var got []Change
+		var got []snapshot.Change
 		after, pages := "", 0
 		for ; ; pages++ {
 			page, err := r.ChangedIDs(ctx, view, "c", after, 10)

@@ -1,9 +1,11 @@
-package snapshot
+package layer
 
 import (
 	"context"
 	"fmt"
 	"log/slog"
+
+	"github.com/snapflip/snapflip/snapshot"
 )
 
 // layerWriter writes one collection's own layer of a version. It merges the parent's
@@ -12,95 +14,95 @@ import (
 // unrendered (nil body) or the same content → nothing; absent from the source →
 // tombstone.
 type layerWriter struct {
-	p    *Publisher
+	vw   *versionWrite
 	w    DocumentWriter
-	m    *Manifest // the version written
-	cur  *Manifest // its parent; nil for none
+	m    *snapshot.Manifest // the version written
+	cur  *snapshot.Manifest // its parent; nil for none
 	name string
 	log  *slog.Logger
 
-	kind, why  string          // LayerBase or LayerDelta, and for a base why
-	parent     CollectionStats // the parent's, for a delta
-	since      *Position       // the parent's source position, for a delta
-	merge      int             // how many of the parent chain's newest deltas this layer merges
-	head       parentHead      // the parent's entries
-	changed    []Document      // the changed rows alone, when head.sparse
-	keyed      bool            // changed came from the source's change stream
-	copies     *copier         // for a merge: the merged deltas' unchanged documents
-	enc        *runEncoder     // the layer's fingerprint run
-	prog       *progress       // logs a long read's progress
-	chunks     int64           // run chunks emitted
-	own        *OwnLayer       // what this layer did
-	layer      LayerRef        // the layer, as the chain names it
-	sourceRows int64           // the rows the source has, as counted by the join
+	kind, why  string                   // LayerBase or LayerDelta, and for a base why
+	parent     snapshot.CollectionStats // the parent's, for a delta
+	since      *snapshot.Position       // the parent's source position, for a delta
+	merge      int                      // how many of the parent chain's newest deltas this layer merges
+	head       parentHead               // the parent's entries
+	changed    []snapshot.Document      // the changed rows alone, when head.sparse
+	keyed      bool                     // changed came from the source's change stream
+	copies     *copier                  // for a merge: the merged deltas' unchanged documents
+	enc        *runEncoder              // the layer's fingerprint run
+	prog       *progress                // logs a long read's progress
+	chunks     int64                    // run chunks emitted
+	own        *snapshot.OwnLayer       // what this layer did
+	layer      snapshot.LayerRef        // the layer, as the chain names it
+	sourceRows int64                    // the rows the source has, as counted by the join
 
 	// The collection as of this version: the parent's, changed by the join.
-	digest      Digest
+	digest      snapshot.Digest
 	rows, bytes int64
 }
 
-// newLayerWriter prepares collection name's layer of version m over the parent cur
-// (nil for none); forceBase makes it a base.
-func (p *Publisher) newLayerWriter(w DocumentWriter, m, cur *Manifest, name string, forceBase bool) *layerWriter {
-	lw := &layerWriter{p: p, w: w, m: m, cur: cur, name: name,
-		log: p.log().With("dataset", p.Dataset, "version", m.Version, "collection", name)}
-	lw.kind, lw.why = p.nextKind(cur, m.Source, name, forceBase)
-	if lw.kind == LayerDelta {
-		lw.parent = cur.Collections[name]
-		lw.since = &cur.Source
+// newLayerWriter prepares the collection's layer of the version over its parent
+// (nil for none); a Base request makes it a base.
+func (vw *versionWrite) newLayerWriter(w DocumentWriter, name string) *layerWriter {
+	m := &vw.req.Manifest
+	lw := &layerWriter{vw: vw, w: w, m: m, cur: vw.req.Parent, name: name,
+		log: vw.log().With("dataset", vw.dataset, "version", m.Version, "collection", name)}
+	lw.kind, lw.why = vw.nextKind(lw.cur, m.Source, name, vw.req.Base)
+	if lw.kind == snapshot.LayerDelta {
+		lw.parent = lw.cur.Collections[name]
+		lw.since = &lw.cur.Source
 	}
 	return lw
 }
 
-// write writes the layer and records the collection's stats and chain in the
-// version's manifest.
-func (lw *layerWriter) write(ctx context.Context, snap DeltaSnapshot) error {
-	p, name := lw.p, lw.name
-	if lw.kind == LayerBase {
+// write writes the layer and returns the collection's stats and chain as of the
+// version.
+func (lw *layerWriter) write(ctx context.Context, snap snapshot.DeltaSnapshot) (snapshot.CollectionStats, error) {
+	vw, name := lw.vw, lw.name
+	if lw.kind == snapshot.LayerBase {
 		lw.log.InfoContext(ctx, "writing a base layer", "why", lw.why)
 	} else if lw.sameFingerprint() {
 		// The table's row versions and definitions are the parent's: nothing to read.
 		st := lw.parent
 		st.Layers = carryLayers(lw.cur, lw.parent.Layers)
-		st.Own = &OwnLayer{Mode: ModeSameFingerprint}
+		st.Own = &snapshot.OwnLayer{Mode: snapshot.ModeSameFingerprint}
 		st.Written = st.Rows
-		lw.m.Collections[name] = st
-		return nil
+		return st, nil
 	}
 	// A chain at max_layers gets a merged delta: this version's changes plus every
 	// id the parent's deltas name, over the parent's base (mergeCount).
-	if lw.kind == LayerDelta && len(lw.parent.Layers) >= p.maxLayers() {
+	if lw.kind == snapshot.LayerDelta && len(lw.parent.Layers) >= vw.maxLayers() {
 		lw.merge = mergeCount(lw.parent.Layers)
 		lw.log.InfoContext(ctx, "merging the chain's newest deltas into this version's layer", "deltas", lw.merge)
 	}
 
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	digest, err := ParseDigest(lw.parent.Digest)
+	digest, err := snapshot.ParseDigest(lw.parent.Digest)
 	if err != nil {
-		return err
+		return snapshot.CollectionStats{}, err
 	}
 	lw.digest, lw.rows, lw.bytes = digest, lw.parent.Rows, lw.parent.Bytes
-	lw.own = &OwnLayer{Kind: lw.kind}
-	lw.layer = LayerRef{Version: lw.m.Version, Kind: lw.kind, DataTime: lw.m.StartedAt, Merged: lw.merge}
+	lw.own = &snapshot.OwnLayer{Kind: lw.kind}
+	lw.layer = snapshot.LayerRef{Version: lw.m.Version, Kind: lw.kind, DataTime: lw.m.StartedAt, Merged: lw.merge}
 	lw.enc = newRunEncoder(0, lw.writeChunk)
-	lw.prog = newProgress(p.log(), p.Dataset, lw.m.Version, name, lw.parent.Rows, p.progressEvery(), p.now)
-	if lw.kind == LayerDelta {
+	lw.prog = vw.newProgress(name, lw.parent.Rows)
+	if lw.kind == snapshot.LayerDelta {
 		if err := lw.readChanged(ctx, snap); err != nil {
-			return err
+			return snapshot.CollectionStats{}, err
 		}
 	}
 	if err := lw.head.advance(); err != nil {
-		return err
+		return snapshot.CollectionStats{}, err
 	}
 	if lw.merge > 0 {
 		// A copied entry's newest layer is one of the merged deltas: read those alone.
-		lw.copies = &copier{st: p.Store, dataset: p.Dataset, chain: lw.cur.Chain(name)[:lw.merge], collection: name, w: lw.w}
+		lw.copies = &copier{st: vw.Store, dataset: vw.dataset, chain: lw.cur.Chain(name)[:lw.merge], collection: name, w: lw.w}
 	}
 	mode, err := lw.join(ctx, snap)
 	lw.own.Mode = mode
 	if err != nil {
-		return err
+		return snapshot.CollectionStats{}, err
 	}
 	return lw.finish(ctx)
 }
@@ -116,7 +118,7 @@ func (lw *layerWriter) sameFingerprint() bool {
 // openParent starts reading the parent chain's run; a merge's holds the tombstones
 // of the deltas it merges too.
 func (lw *layerWriter) openParent(ctx context.Context) *chainRun {
-	pr := openChainRun(ctx, lw.p.Store, lw.p.Runs, lw.p.Dataset, lw.parent.Layers, lw.name)
+	pr := openChainRun(ctx, lw.vw.chainSource(), lw.parent.Layers, lw.name)
 	pr.keepDeleted = lw.merge > 0
 	return pr
 }
@@ -130,7 +132,7 @@ func (lw *layerWriter) writeChunk(ctx context.Context, data []byte) error {
 
 // join merges the source's rows with the parent's entries, dropping the parent's
 // entries past the last row. It returns how the changed rows were found.
-func (lw *layerWriter) join(ctx context.Context, snap DeltaSnapshot) (LayerMode, error) {
+func (lw *layerWriter) join(ctx context.Context, snap snapshot.DeltaSnapshot) (snapshot.LayerMode, error) {
 	mode, err := lw.scan(ctx, snap)
 	if err != nil {
 		return mode, err
@@ -145,11 +147,11 @@ func (lw *layerWriter) join(ctx context.Context, snap DeltaSnapshot) (LayerMode,
 
 // scan adds the source's rows: the changed rows alone when those are the whole
 // change, otherwise every row as the source sends it.
-func (lw *layerWriter) scan(ctx context.Context, snap DeltaSnapshot) (LayerMode, error) {
+func (lw *layerWriter) scan(ctx context.Context, snap snapshot.DeltaSnapshot) (snapshot.LayerMode, error) {
 	if lw.head.sparse {
-		mode := ModeChangedOnly
+		mode := snapshot.ModeChangedOnly
 		if lw.keyed {
-			mode = ModeStream
+			mode = snapshot.ModeStream
 		}
 		for _, doc := range lw.changed {
 			if err := lw.add(ctx, doc); err != nil {
@@ -158,13 +160,13 @@ func (lw *layerWriter) scan(ctx context.Context, snap DeltaSnapshot) (LayerMode,
 		}
 		return mode, nil
 	}
-	mode, err := snap.ScanSince(ctx, lw.name, lw.since, func(doc Document) error { return lw.add(ctx, doc) })
-	return LayerMode(mode), err
+	mode, err := snap.ScanSince(ctx, lw.name, lw.since, func(doc snapshot.Document) error { return lw.add(ctx, doc) })
+	return snapshot.LayerMode(mode), err
 }
 
 // add joins one source row: the parent's entries before it are dropped, and the row
 // is compared with its own entry, if any.
-func (lw *layerWriter) add(ctx context.Context, doc Document) error {
+func (lw *layerWriter) add(ctx context.Context, doc snapshot.Document) error {
 	lw.sourceRows++
 	lw.prog.add(ctx, len(doc.Body))
 	for lw.head.ok && lw.head.entry.ID < doc.ID {
@@ -182,7 +184,7 @@ func (lw *layerWriter) add(ctx context.Context, doc Document) error {
 	}
 	if doc.Body == nil {
 		if !inParent {
-			return fmt.Errorf("%w: id %q is unchanged since the parent %s but not in it", errDeltaInconsistent, truncate(doc.ID, 200), lw.cur.Version)
+			return fmt.Errorf("%w: id %q is unchanged since the parent %s but not in it", snapshot.ErrDeltaInconsistent, truncate(doc.ID, 200), lw.cur.Version)
 		}
 		if merged {
 			return lw.keep(ctx, old)
@@ -190,11 +192,11 @@ func (lw *layerWriter) add(ctx context.Context, doc Document) error {
 		return nil
 	}
 	lw.own.Rendered++
-	if limit := lw.p.MaxDocumentBytes; limit > 0 && len(doc.Body) > limit {
+	if limit := lw.vw.MaxDocumentBytes; limit > 0 && len(doc.Body) > limit {
 		return fmt.Errorf("%w: collection %s key %q: document is %d bytes, over the limit of %d",
-			ErrSource, lw.name, truncate(doc.ID, 200), len(doc.Body), limit)
+			snapshot.ErrSource, lw.name, truncate(doc.ID, 200), len(doc.Body), limit)
 	}
-	sum := Contribution(doc.ID, doc.Body)
+	sum := snapshot.Contribution(doc.ID, doc.Body)
 	if inParent {
 		if sum == old.Sum && int64(len(doc.Body)) == old.Len {
 			if merged {
@@ -215,7 +217,7 @@ func (lw *layerWriter) add(ctx context.Context, doc Document) error {
 }
 
 // put writes a document, or a tombstone when body is empty, and its run entry.
-func (lw *layerWriter) put(ctx context.Context, id string, body []byte, sum Digest) error {
+func (lw *layerWriter) put(ctx context.Context, id string, body []byte, sum snapshot.Digest) error {
 	lw.own.Emitted++
 	if len(body) == 0 {
 		lw.layer.Tombstones++
@@ -229,10 +231,10 @@ func (lw *layerWriter) put(ctx context.Context, id string, body []byte, sum Dige
 			return err
 		}
 	}
-	if lw.p.Crash != nil {
-		crash(lw.p.Crash, CrashMidWrite, lw.own.Emitted)
+	if lw.vw.req.Crash != nil {
+		lw.vw.req.Crash(snapshot.CrashMidWrite, lw.own.Emitted)
 	}
-	return lw.w.Write(ctx, lw.name, Document{ID: id, Body: body})
+	return lw.w.Write(ctx, lw.name, snapshot.Document{ID: id, Body: body})
 }
 
 // keep copies an unchanged entry of a merged delta into this layer.
@@ -259,51 +261,50 @@ func (lw *layerWriter) dropHead(ctx context.Context) error {
 		lw.bytes -= h.Len
 		lw.digest.Sub(h.Sum)
 	}
-	if err := lw.put(ctx, h.ID, []byte{}, Digest{}); err != nil {
+	if err := lw.put(ctx, h.ID, []byte{}, snapshot.Digest{}); err != nil {
 		return err
 	}
 	return lw.head.advance()
 }
 
-// finish checks the join's counts, flushes what is queued, and records the
+// finish checks the join's counts, flushes what is queued, and returns the
 // collection's stats and chain.
-func (lw *layerWriter) finish(ctx context.Context) error {
+func (lw *layerWriter) finish(ctx context.Context) (snapshot.CollectionStats, error) {
 	if err := lw.copies.flush(ctx); err != nil {
-		return err
+		return snapshot.CollectionStats{}, err
 	}
-	if lw.kind == LayerDelta && lw.head.seen != lw.parent.Rows {
-		return fmt.Errorf("%w: the parent %s's fingerprints hold %d ids, its manifest %d", errDeltaInconsistent, lw.cur.Version, lw.head.seen, lw.parent.Rows)
+	if lw.kind == snapshot.LayerDelta && lw.head.seen != lw.parent.Rows {
+		return snapshot.CollectionStats{}, fmt.Errorf("%w: the parent %s's fingerprints hold %d ids, its manifest %d", snapshot.ErrDeltaInconsistent, lw.cur.Version, lw.head.seen, lw.parent.Rows)
 	}
 	if lw.rows != lw.sourceRows {
-		return fmt.Errorf("%w: counted %d rows from the source, %d through the parent", errDeltaInconsistent, lw.sourceRows, lw.rows)
+		return snapshot.CollectionStats{}, fmt.Errorf("%w: counted %d rows from the source, %d through the parent", snapshot.ErrDeltaInconsistent, lw.sourceRows, lw.rows)
 	}
 	if err := lw.enc.flush(ctx); err != nil {
-		return err
+		return snapshot.CollectionStats{}, err
 	}
 	own := lw.own
 	own.Chunks = lw.chunks
-	st := CollectionStats{Rows: lw.rows, Bytes: lw.bytes, Digest: lw.digest.String(), Own: own}
+	st := snapshot.CollectionStats{Rows: lw.rows, Bytes: lw.bytes, Digest: lw.digest.String(), Own: own}
 	switch {
-	case lw.kind == LayerBase:
-		st.Layers = []LayerRef{lw.layer}
+	case lw.kind == snapshot.LayerBase:
+		st.Layers = []snapshot.LayerRef{lw.layer}
 	case own.Emitted == 0 && lw.merge == 0:
 		own.Kind = "" // nothing changed: no layer, the parent's chain as it is
 		st.Layers = carryLayers(lw.cur, lw.parent.Layers)
 	default:
-		st.Layers = append([]LayerRef{lw.layer}, carryLayers(lw.cur, lw.parent.Layers[lw.merge:])...)
+		st.Layers = append([]snapshot.LayerRef{lw.layer}, carryLayers(lw.cur, lw.parent.Layers[lw.merge:])...)
 	}
 	if own.Kind != "" {
 		// What this layer's chain holds, counted over a parent checked: the next
 		// delta's parent count, by another process too (parentEntries).
 		if err := lw.w.WriteLive(ctx, lw.name, lw.rows); err != nil {
-			return err
+			return snapshot.CollectionStats{}, err
 		}
 	}
-	lw.m.Collections[lw.name] = st
 	lw.prog.done(ctx)
 	lw.log.InfoContext(ctx, "layer written", "kind", own.Kind, "mode", own.Mode, "inserted", own.Inserted, "changed", own.Changed,
 		"deleted", own.Deleted, "rendered", own.Rendered, "copied", own.Copied, "chain", len(st.Layers))
-	return nil
+	return st, nil
 }
 
 // parentHead walks the parent's entries in id order: its chain's run or, when only
@@ -346,9 +347,9 @@ func (h *parentHead) advance() error {
 // copier copies a merged delta's unchanged documents from the parent's chain into
 // the new layer, in batches of point reads, checking each against its run entry.
 type copier struct {
-	st         PublishStore
+	st         Store
 	dataset    string
-	chain      []Version
+	chain      []snapshot.Version
 	collection string
 	w          DocumentWriter
 	batch      []RunEntry
@@ -382,10 +383,10 @@ func (c *copier) flush(ctx context.Context) error {
 	}
 	for _, e := range c.batch {
 		body, ok := got[e.ID]
-		if !ok || int64(len(body)) != e.Len || Contribution(e.ID, body) != e.Sum {
-			return fmt.Errorf("%w: the parent's document %q does not match its fingerprint", errDeltaInconsistent, truncate(e.ID, 200))
+		if !ok || int64(len(body)) != e.Len || snapshot.Contribution(e.ID, body) != e.Sum {
+			return fmt.Errorf("%w: the parent's document %q does not match its fingerprint", snapshot.ErrDeltaInconsistent, truncate(e.ID, 200))
 		}
-		if err := c.w.Write(ctx, c.collection, Document{ID: e.ID, Body: body}); err != nil {
+		if err := c.w.Write(ctx, c.collection, snapshot.Document{ID: e.ID, Body: body}); err != nil {
 			return err
 		}
 	}

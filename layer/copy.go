@@ -1,0 +1,169 @@
+package layer
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/snapflip/snapflip/snapshot"
+
+	"golang.org/x/sync/errgroup"
+)
+
+// defaultProgressEvery is how often a long copy logs its progress.
+const defaultProgressEvery = 10 * time.Second
+
+// writeFull copies every collection from the snapshot into storage, returning each
+// collection's stats. A collection the snapshot can partition is read by one goroutine
+// per part, all into the one writer; each part keeps its own count and digest,
+// combined at the end. The parent's row counts, when known, give ETAs.
+func (vw *versionWrite) writeFull(ctx context.Context) (snapshot.WriteResult, error) {
+	res := snapshot.WriteResult{Collections: map[string]snapshot.CollectionStats{}}
+	w := vw.Store.NewWriter(ctx, vw.dataset, vw.req.Manifest.Version)
+	for _, name := range vw.req.Collections {
+		st, err := vw.copyCollection(ctx, w, name)
+		if err != nil {
+			_, _ = w.Close(ctx)
+			return res, fmt.Errorf("collection %s: %w", name, err)
+		}
+		res.Collections[name] = st
+	}
+	written, err := w.Close(ctx)
+	res.BytesWritten = w.BytesWritten()
+	if err != nil {
+		return res, fmt.Errorf("write documents: %w", err)
+	}
+	for name, st := range res.Collections {
+		st.Written = written[name]
+		res.Collections[name] = st
+	}
+	return res, nil
+}
+
+// copyCollection copies one collection into w.
+func (vw *versionWrite) copyCollection(ctx context.Context, w DocumentWriter, name string) (snapshot.CollectionStats, error) {
+	snap := vw.req.Snap
+	var expected int64
+	if vw.req.Parent != nil {
+		expected = vw.req.Parent.Collections[name].Rows
+	}
+	parts := 1
+	ps, partitioned := snap.(snapshot.PartitionedSnapshot)
+	if partitioned {
+		parts = max(ps.Partitions(name), 1)
+		if n, ok := ps.Rows(name); ok {
+			expected = n
+		}
+	}
+	prog := vw.newProgress(name, expected)
+	stats := make([]snapshot.CollectionStats, parts)
+	digests := make([]snapshot.Digest, parts)
+	g, gctx := errgroup.WithContext(ctx)
+	for part := range parts {
+		g.Go(func() error {
+			fn := func(doc snapshot.Document) error {
+				if vw.MaxDocumentBytes > 0 && len(doc.Body) > vw.MaxDocumentBytes {
+					return fmt.Errorf("%w: collection %s key %q: document is %d bytes, over the limit of %d",
+						snapshot.ErrSource, name, truncate(doc.ID, 200), len(doc.Body), vw.MaxDocumentBytes)
+				}
+				stats[part].Rows++
+				stats[part].Bytes += int64(len(doc.Body))
+				digests[part].AddDocument(doc.ID, doc.Body)
+				prog.add(gctx, len(doc.Body))
+				if vw.req.Crash != nil {
+					vw.req.Crash(snapshot.CrashMidWrite, prog.rows.Load())
+				}
+				return w.Write(gctx, name, doc)
+			}
+			if parts == 1 {
+				return snap.Scan(gctx, name, fn)
+			}
+			return ps.ScanPartition(gctx, name, part, parts, fn)
+		})
+	}
+	if err := g.Wait(); err != nil {
+		return snapshot.CollectionStats{}, err
+	}
+	var st snapshot.CollectionStats
+	var d snapshot.Digest
+	for i := range parts {
+		st.Rows += stats[i].Rows
+		st.Bytes += stats[i].Bytes
+		d.Add(digests[i])
+	}
+	st.Digest = d.String()
+	prog.done(ctx)
+	return st, nil
+}
+
+func (w *Writer) progressEvery() time.Duration {
+	if w.ProgressEvery > 0 {
+		return w.ProgressEvery
+	}
+	return defaultProgressEvery
+}
+
+// progress logs a collection's copy every interval: rows, bytes, rows/s and, when the
+// expected count is known, the percentage and an ETA.
+type progress struct {
+	log      *slog.Logger
+	every    time.Duration
+	expected int64
+	now      func() time.Time
+	start    time.Time
+
+	rows, bytes atomic.Int64
+	mu          sync.Mutex
+	next        time.Time
+}
+
+// newProgress returns the progress of the version's collection, expected rows long
+// (0: unknown).
+func (vw *versionWrite) newProgress(collection string, expected int64) *progress {
+	t := vw.now()
+	return &progress{
+		log:   vw.log().With("dataset", vw.dataset, "version", vw.req.Manifest.Version, "collection", collection),
+		every: vw.progressEvery(), expected: expected, now: vw.now, start: t, next: t.Add(vw.progressEvery()),
+	}
+}
+
+// add counts one document; every 1024 documents it checks whether to log.
+func (pr *progress) add(ctx context.Context, bytes int) {
+	pr.bytes.Add(int64(bytes))
+	if pr.rows.Add(1)%1024 != 0 {
+		return
+	}
+	t := pr.now()
+	pr.mu.Lock()
+	if t.Before(pr.next) {
+		pr.mu.Unlock()
+		return
+	}
+	pr.next = t.Add(pr.every)
+	pr.mu.Unlock()
+	pr.report(ctx, t, "copying")
+}
+
+func (pr *progress) done(ctx context.Context) { pr.report(ctx, pr.now(), "collection copied") }
+
+func (pr *progress) report(ctx context.Context, t time.Time, msg string) {
+	rows := pr.rows.Load()
+	secs := t.Sub(pr.start).Seconds()
+	rate := 0.0
+	if secs > 0 {
+		rate = float64(rows) / secs
+	}
+	attrs := []any{"rows", rows, "bytes", pr.bytes.Load(), "rows_per_sec", int64(rate), "elapsed", t.Sub(pr.start).Round(time.Millisecond).String()}
+	if pr.expected > 0 && msg == "copying" {
+		left := max(pr.expected-rows, 0)
+		eta := "unknown"
+		if rate > 0 {
+			eta = time.Duration(float64(left) / rate * float64(time.Second)).Round(time.Second).String()
+		}
+		attrs = append(attrs, "expected", pr.expected, "percent", min(100, 100*rows/pr.expected), "eta", eta)
+	}
+	pr.log.InfoContext(ctx, msg, attrs...)
+}

@@ -1,0 +1,136 @@
+package layer
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/snapflip/snapflip/snapshot"
+)
+
+// DocumentWriter writes one version's documents, batched and in parallel.
+type DocumentWriter interface {
+	// Write queues a document. It blocks while the writer's buffers are full and
+	// returns the first error any earlier batch met, after which the writer is done.
+	Write(ctx context.Context, collection string, doc snapshot.Document) error
+	// WriteChunk queues chunk n of the collection's fingerprint run (fprun.go).
+	WriteChunk(ctx context.Context, collection string, n int64, chunk []byte) error
+	// WriteLive records, beside the collection's run, how many live ids the chain
+	// its layer tops holds (Store.RecordedLive).
+	WriteLive(ctx context.Context, collection string, n int64) error
+	// Close flushes what is queued, waits for it, and returns the number of documents
+	// (and tombstones) written per collection, or the first error.
+	Close(ctx context.Context) (map[string]int64, error)
+	// ChunksWritten returns the run chunks acknowledged per collection.
+	ChunksWritten() map[string]int64
+	// BytesWritten returns the bytes of keys and values acknowledged.
+	BytesWritten() int64
+}
+
+// Store is what a Writer needs from storage.
+type Store interface {
+	// NewWriter returns a writer for the documents of one version; it stops when ctx
+	// ends.
+	NewWriter(ctx context.Context, dataset string, v snapshot.Version) DocumentWriter
+	// GetDocuments returns the documents of ids found through a chain (a merged
+	// delta copies the parent's unchanged documents).
+	GetDocuments(ctx context.Context, dataset string, chain []snapshot.Version, collection string, ids []string) (map[string][]byte, error)
+	// LocateDocuments is GetDocuments that also says which layer of the chain each
+	// document was read from.
+	LocateDocuments(ctx context.Context, dataset string, chain []snapshot.Version, collection string, ids []string) (map[string]Located, error)
+	// RecordedLive returns how many live ids the chain the layer tops holds, as the
+	// publish that wrote the layer recorded it (DocumentWriter.WriteLive); false when
+	// none did.
+	RecordedLive(ctx context.Context, dataset string, layer snapshot.Version, collection string) (int64, bool, error)
+	RunReader
+}
+
+// Located is a document read through a chain, and the index in the chain (newest
+// first) of the layer that holds it.
+type Located struct {
+	Body  []byte
+	Layer int
+}
+
+// Writer writes versions' documents for a snapshot.Publisher: per collection a layer
+// against the parent's chain when the version is layered, else a full copy.
+type Writer struct {
+	Store Store
+	// MaxDocumentBytes bounds one document; a larger one fails the sync naming it.
+	MaxDocumentBytes int
+	// ProgressEvery is how often a long copy logs its progress; default 10s.
+	ProgressEvery time.Duration
+	// MaxLayers bounds a chain (default DefaultMaxLayers): a collection whose chain
+	// is this long gets a merged delta next time it changes, which replaces every
+	// delta of the chain (its changes plus what those deltas held), leaving two
+	// layers. 1 makes every layer a base.
+	MaxLayers int
+	// RebaseRatio writes a base once the chain's deltas hold more rows than this
+	// share of the base's (default DefaultRebaseRatio).
+	RebaseRatio float64
+	// Runs keeps the parent chain's fingerprint runs decoded; nil reads them from
+	// Store every time. A long-running syncer sets a RunCache over Store.
+	Runs *RunCache
+	Now  func() time.Time
+	Log  *slog.Logger
+
+	keyedBytesMax int // the documents a keyed read holds; 0: maxKeyedBytes (tests set less)
+}
+
+var _ snapshot.VersionWriter = (*Writer)(nil)
+
+// versionWrite is one WriteVersion call: the writer and the version it writes.
+type versionWrite struct {
+	*Writer
+	req     snapshot.WriteRequest
+	dataset string
+}
+
+// WriteVersion writes the version's documents (snapshot.VersionWriter).
+func (w *Writer) WriteVersion(ctx context.Context, req snapshot.WriteRequest) (snapshot.WriteResult, error) {
+	vw := &versionWrite{Writer: w, req: req, dataset: req.Manifest.Dataset}
+	if req.Manifest.Format == snapshot.FormatLayered {
+		ds, ok := req.Snap.(snapshot.DeltaSnapshot)
+		if !ok {
+			return snapshot.WriteResult{}, fmt.Errorf("a layered version needs a source that can stream deltas")
+		}
+		return vw.writeLayers(ctx, ds)
+	}
+	return vw.writeFull(ctx)
+}
+
+// Flipped remembers the live ids of the layers the version wrote: the next delta's
+// parent count (snapshot.VersionWriter).
+func (w *Writer) Flipped(m snapshot.Manifest) {
+	for name, c := range m.Collections {
+		// The count of a layer this publish wrote is what it counted over a parent
+		// it checked. A collection carried unchanged has its parent's manifest
+		// count, which nothing here read: not remembered.
+		if len(c.Layers) > 0 && c.Own != nil && c.Own.Mode != snapshot.ModeSameFingerprint {
+			w.Runs.rememberLive(m.Dataset, name, c.Layers, c.Rows)
+		}
+	}
+}
+
+func (w *Writer) now() time.Time {
+	if w.Now != nil {
+		return w.Now()
+	}
+	return time.Now()
+}
+
+func (w *Writer) log() *slog.Logger {
+	if w.Log != nil {
+		return w.Log
+	}
+	return slog.Default()
+}
+
+// truncate shortens s to at most n bytes for an error message.
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "…"
+}
