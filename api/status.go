@@ -181,8 +181,8 @@ func ownSummary(o *snapshot.OwnLayer) string {
 	} else {
 		s = fmt.Sprintf("%s: %d inserted, %d changed, %d deleted; %d rendered", o.Kind, o.Inserted, o.Changed, o.Deleted, o.Rendered)
 	}
-	if o.Mode != "" {
-		s += " (" + string(o.Mode) + ")"
+	if o.Mode.Kind != snapshot.KindNone {
+		s += " (" + o.Mode.String() + ")"
 	}
 	return s
 }

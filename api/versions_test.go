@@ -42,14 +42,14 @@ func layeredManifests(now time.Time) []snapshot.Manifest {
 			"orders": {Rows: 1008, Written: 1008, Bytes: 65 << 10, Layers: []snapshot.LayerRef{
 				{Version: ver, Kind: snapshot.LayerDelta, Docs: 5, Tombstones: 1, Bytes: 1200, DataTime: now.Add(-5 * time.Minute)},
 				deltaLayer, baseLayer,
-			}, Own: &snapshot.OwnLayer{Kind: snapshot.LayerDelta, Mode: "row-version", Inserted: 3, Changed: 2, Deleted: 1,
+			}, Own: &snapshot.OwnLayer{Kind: snapshot.LayerDelta, Mode: snapshot.ModeRowVersion, Inserted: 3, Changed: 2, Deleted: 1,
 				Rendered: 5, Emitted: 6, Written: 6, Chunks: 1, ChunksWritten: 1}},
 			"users": {Rows: 40, Written: 40, Bytes: 4 << 10, Layers: []snapshot.LayerRef{
 				{Version: ver, Kind: snapshot.LayerBase, Docs: 40, Bytes: 4 << 10, DataTime: now.Add(-5 * time.Minute)},
-			}, Own: &snapshot.OwnLayer{Kind: snapshot.LayerBase, Mode: "content: first version", Inserted: 40, Rendered: 40,
+			}, Own: &snapshot.OwnLayer{Kind: snapshot.LayerBase, Mode: snapshot.ContentMode("first version"), Inserted: 40, Rendered: 40,
 				Emitted: 40, Written: 40, Chunks: 1, ChunksWritten: 1}},
 			"tags": {Rows: 7, Written: 7, Bytes: 100, Layers: []snapshot.LayerRef{baseLayer},
-				Own: &snapshot.OwnLayer{Mode: "unchanged: same fingerprint"}},
+				Own: &snapshot.OwnLayer{Mode: snapshot.ModeSameFingerprint}},
 		},
 	}
 	parent := snapshot.Manifest{

@@ -85,7 +85,7 @@ func TestIncrementalPublishWritesOnlyChanges(t *testing.T) {
 	delta := r.publish(t, r.pub)
 	f2 := r.publish(t, full)
 	u := delta.Collections["users"]
-	want := snapshot.OwnLayer{Kind: snapshot.LayerDelta, Mode: "row-version", Inserted: 1, Changed: 2, Deleted: 1, Rendered: 4,
+	want := snapshot.OwnLayer{Kind: snapshot.LayerDelta, Mode: snapshot.ModeRowVersion, Inserted: 1, Changed: 2, Deleted: 1, Rendered: 4,
 		Emitted: 4, Written: 4, Chunks: 1, ChunksWritten: 1}
 	if *u.Own != want {
 		t.Errorf("users' own layer = %+v;\nwant %+v", *u.Own, want)
@@ -760,8 +760,8 @@ func testDeltaReadsChangedRowsOnly(t *testing.T, cached bool) {
 		`UPDATE users SET name = 'a' WHERE id IN ('u1', 'u2')`, `INSERT INTO users VALUES ('u100', 'new')`)
 	check("the same value written again", snapshot.ModeChangedOnly, `UPDATE users SET name = name WHERE id = 'u3'`,
 		`UPDATE users SET name = 'b' WHERE id = 'u4'`)
-	check("a delete", "row-version", `DELETE FROM users WHERE id = 'u5'`, `UPDATE users SET name = 'c' WHERE id = 'u6'`)
-	check("a delete and an insert (the count alone would balance)", "row-version",
+	check("a delete", snapshot.ModeRowVersion, `DELETE FROM users WHERE id = 'u5'`, `UPDATE users SET name = 'c' WHERE id = 'u6'`)
+	check("a delete and an insert (the count alone would balance)", snapshot.ModeRowVersion,
 		`DELETE FROM users WHERE id = 'u7'`, `INSERT INTO users VALUES ('u101', 'new')`)
 	// u5's newest entry is the tombstone over the base's: it comes back as a new id.
 	check("an id deleted by an earlier delta inserted again", snapshot.ModeChangedOnly,

@@ -160,8 +160,7 @@ func (lw *layerWriter) scan(ctx context.Context, snap snapshot.DeltaSnapshot) (s
 		}
 		return mode, nil
 	}
-	mode, err := snap.ScanSince(ctx, lw.name, lw.since, func(doc snapshot.Document) error { return lw.add(ctx, doc) })
-	return snapshot.LayerMode(mode), err
+	return snap.ScanSince(ctx, lw.name, lw.since, func(doc snapshot.Document) error { return lw.add(ctx, doc) })
 }
 
 // add joins one source row: the parent's entries before it are dropped, and the row

@@ -121,16 +121,16 @@ func (m *memSnapshot) Scan(ctx context.Context, collection string, fn func(snaps
 }
 
 // ScanSince renders every row: a memSource cannot tell what changed.
-func (m *memSnapshot) ScanSince(ctx context.Context, collection string, _ *snapshot.Position, fn func(snapshot.Document) error) (string, error) {
+func (m *memSnapshot) ScanSince(ctx context.Context, collection string, _ *snapshot.Position, fn func(snapshot.Document) error) (snapshot.LayerMode, error) {
 	if collection != m.src.collection {
-		return "", fmt.Errorf("no collection %q", collection)
+		return snapshot.LayerMode{}, fmt.Errorf("no collection %q", collection)
 	}
 	for _, d := range m.src.docs {
 		if err := fn(d); err != nil {
-			return "", err
+			return snapshot.LayerMode{}, err
 		}
 	}
-	return "content: held in memory", ctx.Err()
+	return snapshot.ContentMode("held in memory"), ctx.Err()
 }
 
 func (m *memSnapshot) Close(context.Context) error { return nil }

@@ -68,15 +68,15 @@ func snapshotBounds(s string) (xmin, xmax uint64, err error) {
 }
 
 // ScanSince streams the collection in id byte order; see snapshot.DeltaSnapshot.
-func (r *snap) ScanSince(ctx context.Context, collection string, since *snapshot.Position, fn func(snapshot.Document) error) (string, error) {
+func (r *snap) ScanSince(ctx context.Context, collection string, since *snapshot.Position, fn func(snapshot.Document) error) (snapshot.LayerMode, error) {
 	c, ok := r.src.byName[collection]
 	if !ok {
-		return "", fmt.Errorf("collection %q: %w", collection, snapshot.ErrNotFound)
+		return snapshot.LayerMode{}, fmt.Errorf("collection %q: %w", collection, snapshot.ErrNotFound)
 	}
 	key := r.keys[collection]
 	mode, lo, window, err := r.changeMode(ctx, c, since)
 	if err != nil {
-		return "", fmt.Errorf("collection %s: %w", collection, err)
+		return snapshot.LayerMode{}, fmt.Errorf("collection %s: %w", collection, err)
 	}
 	sel, from := "to_json("+rowAlias+".*)::text", "("+c.rowsSQL()+"\n) AS "+rowAlias
 	var args []any
@@ -89,9 +89,9 @@ func (r *snap) ScanSince(ctx context.Context, collection string, since *snapshot
 	}
 	rows, err := r.inIDOrder(ctx, c, key, sel, from, args)
 	if err != nil {
-		return mode, err
+		return snapshot.ParseLayerMode(mode), err
 	}
-	return mode, readRows(rows, c, key, true, fn)
+	return snapshot.ParseLayerMode(mode), readRows(rows, c, key, true, fn)
 }
 
 // ScanChanged streams only the rows whose row version is in the window since the

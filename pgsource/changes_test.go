@@ -28,7 +28,7 @@ func scanSince(t *testing.T, src *pgsource.Source, coll string, since *snapshot.
 	if !ok {
 		t.Fatal("the Postgres snapshot is not a DeltaSnapshot")
 	}
-	mode, err = ds.ScanSince(ctx, coll, since, func(d snapshot.Document) error {
+	m, err := ds.ScanSince(ctx, coll, since, func(d snapshot.Document) error {
 		all = append(all, d.ID)
 		if d.Body != nil {
 			rendered = append(rendered, d.ID)
@@ -38,7 +38,7 @@ func scanSince(t *testing.T, src *pgsource.Source, coll string, since *snapshot.
 	if err != nil {
 		t.Fatalf("ScanSince(%s): %v", coll, err)
 	}
-	return rendered, all, mode, sn.Position()
+	return rendered, all, m.String(), sn.Position()
 }
 
 // Row-version mode renders exactly the rows written since the earlier snapshot, however

@@ -156,14 +156,14 @@ func TestScanSinceInDigitOrder(t *testing.T) {
 	}
 	read := func(sn *snap, table string, since *snapshot.Position) (got []string, mode string) {
 		t.Helper()
-		mode, err := sn.ScanSince(ctx, table, since, func(d snapshot.Document) error {
+		m, err := sn.ScanSince(ctx, table, since, func(d snapshot.Document) error {
 			got = append(got, d.ID+"="+string(d.Body))
 			return nil
 		})
 		if err != nil {
 			t.Fatal(err)
 		}
-		return got, mode
+		return got, m.String()
 	}
 
 	before := map[string][]string{}

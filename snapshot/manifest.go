@@ -97,28 +97,13 @@ type LayerRef struct {
 	Merged int `json:"merged,omitempty"`
 }
 
-// LayerMode says how a publish found a collection's changed rows (OwnLayer.Mode).
-type LayerMode string
-
-// Layer modes of the publisher's own; a source's ScanSince names the others.
-const (
-	// ModeChangedOnly: a delta read from the changed rows alone (ChangedScanner).
-	ModeChangedOnly LayerMode = "row-version, changed rows only"
-	// ModeStream: a delta read from the ids the source's change stream named alone
-	// (KeyedScanner), deletions included.
-	ModeStream LayerMode = "stream, changed ids only"
-	// ModeSameFingerprint: nothing read, the table's row versions and definitions
-	// being the parent's.
-	ModeSameFingerprint LayerMode = "unchanged: same fingerprint"
-)
-
 // OwnLayer is what one publish did for one collection.
 type OwnLayer struct {
 	Kind string `json:"kind"` // base, delta, or "" when nothing changed (no layer)
 	// Mode says how changed rows were found: as the source's ScanSince reports it
 	// ("row-version", or "content: <why>" when every row was rendered and compared by
 	// content), ModeChangedOnly, or ModeSameFingerprint.
-	Mode     LayerMode `json:"mode,omitempty"`
+	Mode     LayerMode `json:"mode,omitzero"`
 	Inserted int64     `json:"inserted"`
 	Changed  int64     `json:"changed"`
 	Deleted  int64     `json:"deleted"`

@@ -128,9 +128,9 @@ type DeltaSnapshot interface {
 	// ScanSince streams every row of the collection in strictly increasing id byte
 	// order. A row certainly unchanged since the snapshot at since is sent with a nil
 	// Body (not rendered); every other row with its JSON. since == nil renders every
-	// row. It returns how it decided: "row-version", or "content: <why>" when every
-	// row was rendered. Key errors are Scan's.
-	ScanSince(ctx context.Context, collection string, since *Position, fn func(Document) error) (mode string, err error)
+	// row. It returns how it decided: ModeRowVersion, or a ContentMode saying why
+	// every row was rendered. Key errors are Scan's.
+	ScanSince(ctx context.Context, collection string, since *Position, fn func(Document) error) (mode LayerMode, err error)
 }
 
 // ChangedScanner is a DeltaSnapshot that can send only the rows changed since a

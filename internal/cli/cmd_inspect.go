@@ -157,7 +157,7 @@ func ownText(o *snapshot.OwnLayer) string {
 		}
 		fmt.Fprintf(&b, "; %d of %d cells and %d of %d fingerprint chunks written", o.Written, o.Emitted, o.ChunksWritten, o.Chunks)
 	}
-	if o.Mode != "" {
+	if o.Mode.Kind != snapshot.KindNone {
 		fmt.Fprintf(&b, " (mode %s)", o.Mode)
 	}
 	return b.String()
