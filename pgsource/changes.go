@@ -69,12 +69,12 @@ func snapshotBounds(s string) (xmin, xmax uint64, err error) {
 
 // ScanSince streams the collection in id byte order; see snapshot.DeltaSnapshot.
 func (r *snap) ScanSince(ctx context.Context, collection string, since *snapshot.Position, fn func(snapshot.Document) error) (snapshot.LayerMode, error) {
-	c, ok := r.src.byName[collection]
-	if !ok {
-		return snapshot.LayerMode{}, fmt.Errorf("collection %q: %w", collection, snapshot.ErrNotFound)
+	cr, err := r.read(collection)
+	if err != nil {
+		return snapshot.LayerMode{}, err
 	}
-	key := r.keys[collection]
-	mode, lo, window, err := r.changeMode(ctx, c, since)
+	c := cr.c
+	mode, lo, window, err := r.changeMode(ctx, cr, since)
 	if err != nil {
 		return snapshot.LayerMode{}, fmt.Errorf("collection %s: %w", collection, err)
 	}
@@ -87,31 +87,34 @@ func (r *snap) ScanSince(ctx context.Context, collection string, since *snapshot
 		from = pgx.Identifier(c.tableParts()).Sanitize() + " AS " + rowAlias
 		args = []any{int64(lo), int64(window)}
 	}
-	rows, err := r.inIDOrder(ctx, c, key, sel, from, args)
+	rows, err := r.inIDOrder(ctx, cr, sel, from, args)
 	if err != nil {
 		return snapshot.ParseLayerMode(mode), err
 	}
-	return snapshot.ParseLayerMode(mode), readRows(rows, c, key, true, fn)
+	return snapshot.ParseLayerMode(mode), readRows(rows, c, cr.key, true, fn)
 }
 
 // ScanChanged streams only the rows whose row version is in the window since the
 // parent's snapshot, in id byte order; see snapshot.ChangedScanner.
 func (r *snap) ScanChanged(ctx context.Context, collection string, since *snapshot.Position, max int64, fn func(snapshot.Document) error) (int64, bool, error) {
-	c, ok := r.src.byName[collection]
-	if !ok {
-		return 0, false, fmt.Errorf("collection %q: %w", collection, snapshot.ErrNotFound)
+	cr, err := r.read(collection)
+	if err != nil {
+		return 0, false, err
 	}
-	mode, lo, window, err := r.changeMode(ctx, c, since)
+	c, key := cr.c, cr.key
+	mode, lo, window, err := r.changeMode(ctx, cr, since)
 	if err != nil || mode != "row-version" {
 		return 0, false, err
 	}
-	key := r.keys[collection]
-	p, passed := r.passes[collection]
-	passed = passed && since.Same(*p.since)
+	var p changedPass
+	passed := cr.pass != nil && since.Same(*cr.pass.since)
+	if passed {
+		p = *cr.pass
+	}
 	rel := p.rel // the pass ran on a countable table only
 	if !passed {
 		var ok bool
-		if rel, ok, err = r.countable(ctx, c); err != nil || !ok {
+		if rel, ok, err = r.countable(ctx, cr); err != nil || !ok {
 			return 0, false, err
 		}
 	}
@@ -120,8 +123,8 @@ func (r *snap) ScanChanged(ctx context.Context, collection string, since *snapsh
 	// When Open's pass counted them too, none or too many cost no scan, and in a
 	// plain table whose changed rows sit in few pages the scan probes those pages'
 	// ctids alone.
-	total, counted := r.rows[collection]
-	if !counted { // the stream's keys stood in for a count
+	total := cr.rows
+	if !cr.counted { // the stream's keys stood in for a count
 		return 0, false, nil
 	}
 	where, args := changedSQL, []any{int64(lo), int64(window), max + 1}
@@ -202,11 +205,6 @@ func windowFrom(agex, agelo string) string {
 	return "(" + agex + " BETWEEN 0 AND " + agelo + ")"
 }
 
-type modeKey struct {
-	collection string
-	since      *snapshot.Position
-}
-
 type changeModeResult struct {
 	mode       string
 	lo, window uint64
@@ -215,17 +213,16 @@ type changeModeResult struct {
 // changeMode decides how ScanSince finds changed rows: "row-version" with the xid
 // window [lo, lo+window) (mod 2^32) of rows to render, or "content: <why>". It asks
 // once per collection and parent.
-func (r *snap) changeMode(ctx context.Context, c Collection, since *snapshot.Position) (mode string, lo, window uint64, err error) {
-	k := modeKey{c.Name, since}
-	if m, ok := r.modes[k]; ok {
+func (r *snap) changeMode(ctx context.Context, cr *collectionRead, since *snapshot.Position) (mode string, lo, window uint64, err error) {
+	if m, ok := cr.modes[since]; ok {
 		return m.mode, m.lo, m.window, nil
 	}
-	mode, lo, window, err = r.decideMode(ctx, c, since)
+	mode, lo, window, err = r.decideMode(ctx, cr.c, since)
 	if err == nil {
-		if r.modes == nil {
-			r.modes = map[modeKey]changeModeResult{}
+		if cr.modes == nil {
+			cr.modes = map[*snapshot.Position]changeModeResult{}
 		}
-		r.modes[k] = changeModeResult{mode, lo, window}
+		cr.modes[since] = changeModeResult{mode, lo, window}
 	}
 	return mode, lo, window, err
 }
@@ -283,12 +280,12 @@ func allHeap(ctx context.Context, tx pgx.Tx, c Collection) (bool, error) {
 // are unique, since a duplicate id added and a row deleted would balance. Without
 // Postgres' guarantee every id is read, and the scan finds duplicates; a plain table's
 // index covers none of its inheritance children.
-func (r *snap) countable(ctx context.Context, c Collection) (relation, bool, error) {
-	rel, err := lookupRelation(ctx, r.tx, c)
+func (r *snap) countable(ctx context.Context, cr *collectionRead) (relation, bool, error) {
+	rel, err := lookupRelation(ctx, r.tx, cr.c)
 	if err != nil {
 		return rel, false, err
 	}
-	if unique, _ := rel.guarantee(r.keys[c.Name]); !unique {
+	if unique, _ := rel.guarantee(cr.key); !unique {
 		return rel, false, nil
 	}
 	if rel.kind != "p" {
@@ -329,7 +326,8 @@ type changedPass struct {
 // a table is then taken as changed, and its rows in the window compared by content.
 // A table ScanChanged cannot read so takes the hashing pass, which tells an unchanged
 // table exactly, since taking it as changed would read every row.
-func (r *snap) fingerprint(ctx context.Context, c Collection, since *snapshot.Position) (fp, defs string, rows int64, err error) {
+func (r *snap) fingerprint(ctx context.Context, cr *collectionRead, since *snapshot.Position) (fp, defs string, rows int64, err error) {
+	c := cr.c
 	var parent string
 	var parentRows int64
 	counted := false
@@ -346,14 +344,14 @@ func (r *snap) fingerprint(ctx context.Context, c Collection, since *snapshot.Po
 	}
 	defs = definitionsOf(cols)
 	r.pos.Definitions[c.Name] = defs // changeMode compares them with the parent's
-	mode, lo, _, err := r.changeMode(ctx, c, since)
+	mode, lo, _, err := r.changeMode(ctx, cr, since)
 	if err != nil {
 		return "", "", 0, err
 	}
 	if mode != "row-version" {
 		return hashedFingerprint(ctx, r.tx, c, cols)
 	}
-	rel, ok, err := r.countable(ctx, c)
+	rel, ok, err := r.countable(ctx, cr)
 	if err != nil {
 		return "", "", 0, err
 	}
@@ -375,10 +373,7 @@ func (r *snap) fingerprint(ctx context.Context, c Collection, since *snapshot.Po
 	if span < 0 { // 2^31 or more ids since the parent's snapshot: the window says nothing
 		return hashedFingerprint(ctx, r.tx, c, cols)
 	}
-	if r.passes == nil {
-		r.passes = map[string]changedPass{}
-	}
-	r.passes[c.Name] = p
+	cr.pass = &p
 	if p.changed == 0 && p.rows == parentRows {
 		return parent, defs, p.rows, nil
 	}

@@ -73,12 +73,12 @@ var integerTypes = map[uint32]bool{20: true, 21: true, 23: true} // int8, int2, 
 // key is one integer column Postgres guarantees unique and NOT NULL (so that the
 // ranges cover every row, and the scans follow its index), whose ids are in at most
 // maxDigitScans ranges.
-func (r *snap) digitScans(ctx context.Context, c Collection, key []string) ([]idRange, error) {
-	n, counted := r.rows[c.Name]
-	if c.Table == "" || len(key) != 1 || !counted || n < r.src.PartitionMinRows || n == 0 {
+func (r *snap) digitScans(ctx context.Context, cr *collectionRead) ([]idRange, error) {
+	c, key, n := cr.c, cr.key, cr.rows
+	if c.Table == "" || len(key) != 1 || !cr.counted || n < r.src.PartitionMinRows || n == 0 {
 		return nil, nil
 	}
-	rel, ok, err := r.countable(ctx, c)
+	rel, ok, err := r.countable(ctx, cr)
 	if err != nil || !ok {
 		return nil, err
 	}
@@ -116,9 +116,10 @@ func (r *snap) digitScans(ctx context.Context, c Collection, key []string) ([]id
 // merged from digitScans' index scans when it returns ranges and the connections for
 // them can be had, else sorted by Postgres. sel and from name the row rowAlias; args
 // are $1… of sel.
-func (r *snap) inIDOrder(ctx context.Context, c Collection, key []string, sel, from string, args []any) (rowReader, error) {
+func (r *snap) inIDOrder(ctx context.Context, cr *collectionRead, sel, from string, args []any) (rowReader, error) {
+	c, key := cr.c, cr.key
 	q := "SELECT " + keySQL(key) + ", " + sel + " FROM " + from
-	ranges, err := r.digitScans(ctx, c, key)
+	ranges, err := r.digitScans(ctx, cr)
 	if err != nil {
 		return nil, err
 	}

@@ -181,7 +181,7 @@ func TestScanSinceInDigitOrder(t *testing.T) {
 			`UPDATE `+tb.name+` SET v = 'changed ' || v WHERE id IN (SELECT id FROM `+tb.name+` ORDER BY random() LIMIT 20)`)
 	}
 	for _, tb := range tables {
-		ranges, err := sn.(*snap).digitScans(ctx, Collection{Name: tb.name, Table: tb.name}, []string{"id"})
+		ranges, err := sn.(*snap).digitScans(ctx, sn.(*snap).reads[tb.name])
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -265,7 +265,7 @@ func TestDigitScansFallBack(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer sn.Close(ctx)
-		if ranges, err := sn.(*snap).digitScans(ctx, Collection{Name: "nums", Table: "nums"}, []string{"id"}); err != nil || len(ranges) != 7 {
+		if ranges, err := sn.(*snap).digitScans(ctx, sn.(*snap).reads["nums"]); err != nil || len(ranges) != 7 {
 			t.Fatalf("nums would be read in %d index scans (%v); want 7", len(ranges), err)
 		}
 		during(sn.(*snap))

@@ -51,7 +51,6 @@ type Source struct {
 
 	cfg         *pgx.ConnConfig
 	collections []Collection
-	byName      map[string]Collection
 
 	mu       sync.Mutex
 	idle     *pgx.Conn // the last snapshot's connection, its transaction ended, for the next Open
@@ -102,12 +101,7 @@ func New(dsn string, collections []Collection) (*Source, error) {
 	if cfg.ConnectTimeout <= 0 {
 		cfg.ConnectTimeout = DefaultConnectTimeout
 	}
-	s := &Source{Readers: 1, PartitionMinRows: 200_000,
-		cfg: cfg, collections: collections, byName: map[string]Collection{}}
-	for _, c := range collections {
-		s.byName[c.Name] = c
-	}
-	return s, nil
+	return &Source{Readers: 1, PartitionMinRows: 200_000, cfg: cfg, collections: collections}, nil
 }
 
 // Collections returns the collection names in configured order.
@@ -243,12 +237,14 @@ func (s *Source) open(ctx context.Context, since *snapshot.Position) (snapshot.S
 		_ = closeConn(ctx, conn)
 		return nil, err
 	}
-	byteOrder := map[string]bool{}
+	reads := make(map[string]*collectionRead, len(s.collections))
 	for _, c := range s.collections {
-		if byteOrder[c.Name], err = needsByteOrder(ctx, conn, c, keys[c.Name]); err != nil {
+		cr := &collectionRead{c: c, key: keys[c.Name], parts: 1}
+		if cr.byteOrder, err = needsByteOrder(ctx, conn, c, cr.key); err != nil {
 			_ = closeConn(ctx, conn)
 			return nil, fmt.Errorf("collection %s: %w", c.Name, err)
 		}
+		reads[c.Name] = cr
 	}
 	system, err := systemID(ctx, tx)
 	if err != nil {
@@ -265,8 +261,7 @@ func (s *Source) open(ctx context.Context, since *snapshot.Position) (snapshot.S
 		}
 		pos.Stream = delta.pos
 	}
-	sn := &snap{src: s, conn: conn, born: born, tx: tx, pos: pos, keys: keys, byteOrder: byteOrder, rows: map[string]int64{}, parts: map[string]int{},
-		extra: map[int]*pgx.Conn{}, delta: delta, keyed: map[string][]string{}}
+	sn := &snap{src: s, conn: conn, born: born, tx: tx, pos: pos, reads: reads, extra: map[int]*pgx.Conn{}, delta: delta}
 	// Where the rows are, for a later version's stream delta to compare (its parent
 	// may have been read before the stream was).
 	if pos.Files, err = tableFiles(ctx, tx, s.collections); err != nil {
@@ -274,8 +269,8 @@ func (s *Source) open(ctx context.Context, since *snapshot.Position) (snapshot.S
 		return nil, fmt.Errorf("the files of the tables: %w", err)
 	}
 	for _, c := range s.collections {
-		sn.parts[c.Name] = 1
-		if keys, ok := delta.keys[c.Name]; ok && !byteOrder[c.Name] {
+		cr := reads[c.Name]
+		if known, ok := delta.known[c.Name]; ok && !cr.byteOrder {
 			// The stream knows every change since the parent: no count, no read.
 			cols, err := tableDefinitions(ctx, tx, c)
 			if err != nil {
@@ -284,15 +279,15 @@ func (s *Source) open(ctx context.Context, since *snapshot.Position) (snapshot.S
 			}
 			defs := definitionsOf(cols)
 			files, parentFiles := pos.Files[c.Name], since.Files[c.Name]
-			same := cols != "" && defs == since.Definitions[c.Name] && files != "" && files == parentFiles && filesOf(files, delta.oids[c.Name])
+			same := cols != "" && defs == since.Definitions[c.Name] && files != "" && files == parentFiles && filesOf(files, known.oid)
 			if parent := since.Fingerprints[c.Name]; same && parent != "" {
 				pos.Definitions[c.Name] = defs
-				pos.Fingerprints[c.Name] = streamFingerprint(parent, keys, pos)
-				sn.keyed[c.Name] = keys
+				pos.Fingerprints[c.Name] = streamFingerprint(parent, known.keys, pos)
+				cr.keyed = known
 				continue
 			}
 		}
-		fp, defs, rows, err := sn.fingerprint(ctx, c, since)
+		fp, defs, rows, err := sn.fingerprint(ctx, cr, since)
 		if err != nil {
 			_ = sn.Close(ctx)
 			return nil, fmt.Errorf("collection %s: fingerprint: %w", c.Name, err)
@@ -300,9 +295,9 @@ func (s *Source) open(ctx context.Context, since *snapshot.Position) (snapshot.S
 		if fp != "" {
 			pos.Fingerprints[c.Name] = fp
 			pos.Definitions[c.Name] = defs
-			sn.rows[c.Name] = rows
+			cr.rows, cr.counted = rows, true
 			if s.Readers > 1 && rows >= s.PartitionMinRows {
-				sn.parts[c.Name] = s.Readers
+				cr.parts = s.Readers
 			}
 		}
 	}
@@ -524,32 +519,49 @@ func ParseLSN(s string) (uint64, error) {
 // snap is one open snapshot transaction, plus the connections of parallel readers
 // that imported it.
 type snap struct {
-	src  *Source
-	conn *pgx.Conn
-	born time.Time // when conn connected
-	tx   pgx.Tx
-	pos  snapshot.Position
-	keys map[string][]string // every collection's key columns, configured or inferred
-	// byteOrder holds the collections whose one-column key must also be ordered by its
-	// id's bytes (see needsByteOrder).
-	byteOrder map[string]bool
-	rows      map[string]int64 // exact row counts of table collections
-	parts     map[string]int
-	exported  string
+	src      *Source
+	conn     *pgx.Conn
+	born     time.Time // when conn connected
+	tx       pgx.Tx
+	pos      snapshot.Position
+	reads    map[string]*collectionRead // by collection name, one for each configured
+	exported string
 
 	mu    sync.Mutex
 	extra map[int]*pgx.Conn // partition → its connection, in the exported snapshot
 
-	// delta is what the replication stream said about the snapshot; keyed holds the
-	// collections whose changed keys it knows exactly, and those keys.
+	// delta is what the replication stream said about the snapshot.
 	delta streamDelta
-	keyed map[string][]string
+}
 
-	// modes holds changeMode's answer per collection and parent, so that ScanChanged
-	// and a ScanSince that follows it ask the catalog once.
-	modes map[modeKey]changeModeResult
-	// passes holds what fingerprint's pass found, by collection.
-	passes map[string]changedPass
+// collectionRead is what a snapshot knows about reading one collection.
+type collectionRead struct {
+	c   Collection
+	key []string // the key columns, configured or inferred
+	// byteOrder: the one-column key must also be ordered by its id's bytes (see
+	// needsByteOrder).
+	byteOrder bool
+	// rows is the exact row count of a table collection, when counted.
+	rows    int64
+	counted bool
+	parts   int // how many hash partitions it is read in
+	// keyed are the changed keys the replication stream knows exactly, when they
+	// stand in for a count and a fingerprint; nil otherwise.
+	keyed *streamKeys
+	// modes holds changeMode's answer per parent, so that ScanChanged and a ScanSince
+	// that follows it ask the catalog once.
+	modes map[*snapshot.Position]changeModeResult
+	// pass is what fingerprint's pass found; nil when none ran.
+	pass *changedPass
+}
+
+// read returns the collection's read, or an error wrapping snapshot.ErrNotFound.
+func (r *snap) read(collection string) (*collectionRead, error) {
+	cr, ok := r.reads[collection]
+	if !ok {
+		return nil, fmt.Errorf("collection %q: %w", collection, snapshot.ErrNotFound)
+	}
+	return cr, nil
 }
 
 var _ snapshot.PartitionedSnapshot = (*snap)(nil)
@@ -558,14 +570,17 @@ func (r *snap) Position() snapshot.Position { return r.pos }
 
 // Rows returns the collection's row count when it was counted cheaply (tables).
 func (r *snap) Rows(collection string) (int64, bool) {
-	n, ok := r.rows[collection]
-	return n, ok
+	cr, ok := r.reads[collection]
+	if !ok {
+		return 0, false
+	}
+	return cr.rows, cr.counted
 }
 
 // Partitions returns how many parts the collection is read in.
 func (r *snap) Partitions(collection string) int {
-	if n := r.parts[collection]; n > 0 {
-		return n
+	if cr, ok := r.reads[collection]; ok && cr.parts > 0 {
+		return cr.parts
 	}
 	return 1
 }
@@ -650,26 +665,21 @@ func (r *snap) Scan(ctx context.Context, collection string, fn func(snapshot.Doc
 // NULL, empty, oversized, non-UTF-8 or duplicate key. Partition 0 reads on the main
 // transaction; the others on connections that imported its snapshot.
 func (r *snap) ScanPartition(ctx context.Context, collection string, part, parts int, fn func(snapshot.Document) error) error {
-	c, ok := r.src.byName[collection]
-	if !ok {
-		return fmt.Errorf("collection %q: %w", collection, snapshot.ErrNotFound)
+	cr, err := r.read(collection)
+	if err != nil {
+		return err
 	}
-	key := r.keys[collection]
-	var rows pgx.Rows
-	var err error
-	if part == 0 {
-		rows, err = r.tx.Query(ctx, selectSQL(c, key, r.byteOrder[collection], part, parts))
-	} else {
-		var conn *pgx.Conn
-		if conn, err = r.partitionConn(ctx, part); err != nil {
+	var on querier = r.tx
+	if part > 0 {
+		if on, err = r.partitionConn(ctx, part); err != nil {
 			return err
 		}
-		rows, err = conn.Query(ctx, selectSQL(c, key, r.byteOrder[collection], part, parts))
 	}
+	rows, err := on.Query(ctx, selectSQL(cr.c, cr.key, cr.byteOrder, part, parts))
 	if err != nil {
-		return fmt.Errorf("query %s: %w", describe(c), err)
+		return fmt.Errorf("query %s: %w", describe(cr.c), err)
 	}
-	return readRows(rows, c, key, false, fn)
+	return readRows(rows, cr.c, cr.key, false, fn)
 }
 
 // readRows streams a scan's (id, JSON) rows to fn, failing on a NULL, empty,

@@ -251,7 +251,7 @@ func TestFingerprintPass(t *testing.T) {
 		t.Errorf("ScanChanged = %d rows, ok %v, total %d; ScanSince rendered %d:\n%v\n%v", len(got), ok, total, len(want), got, want)
 	}
 	if n := seqScans(sn) - before; n != 0 {
-		t.Errorf("ScanChanged of %d changed rows in %d pages scanned the table %d times; want their pages probed", len(got), len(sn.passes["items"].blocks), n)
+		t.Errorf("ScanChanged of %d changed rows in %d pages scanned the table %d times; want their pages probed", len(got), len(sn.reads["items"].pass.blocks), n)
 	}
 	// More changed than the limit: declined, without a scan either.
 	before = seqScans(sn)
@@ -319,7 +319,7 @@ func TestFingerprintPassHeldBack(t *testing.T) {
 	if fp := sn.Position().Fingerprints["loose"]; fp != parent.Fingerprints["loose"] {
 		t.Errorf("loose, unchanged: fingerprint %s, the parent's %s", fp, parent.Fingerprints["loose"])
 	}
-	if _, ok := sn.(*snap).passes["loose"]; ok {
+	if sn.(*snap).reads["loose"].pass != nil {
 		t.Error("loose took the window's pass; want the hashing pass")
 	}
 	var got int

@@ -30,15 +30,19 @@ type streamDelta struct {
 	pos *snapshot.StreamPosition
 	// since is the parent the keys are exact for; nil for none.
 	since *snapshot.Position
-	// keys holds, per table collection whose changes since the parent are known
-	// exactly, the changed keys (columns joined by NUL), sorted; cols its key
+	// known holds the table collections whose changes since the parent are known
+	// exactly, by name.
+	known map[string]*streamKeys
+}
+
+// streamKeys are the keys of one collection that changed since the parent.
+type streamKeys struct {
+	// keys are the changed keys (columns joined by NUL), sorted; cols the key
 	// columns in the keys' order.
-	keys map[string][]string
-	cols map[string][]string
-	// oids holds, per collection of keys, the relation whose changes the keys are:
-	// a table dropped and created again under the same name is another, which the
-	// keys say nothing of.
-	oids map[string]uint32
+	keys, cols []string
+	// oid is the relation whose changes the keys are: a table dropped and created
+	// again under the same name is another, which the keys say nothing of.
+	oid uint32
 }
 
 // WAL pages begin with a header no record starts in: a position just past one is
@@ -120,7 +124,7 @@ func (st *stream) deltaLocked(ctx context.Context, vis visibility, since *snapsh
 		}
 		return d, unseen
 	}
-	d.since, d.keys, d.cols, d.oids = since, map[string][]string{}, map[string][]string{}, map[string]uint32{}
+	d.since, d.known = since, map[string]*streamKeys{}
 	for _, c := range st.tables.Collections {
 		keys := map[string]struct{}{}
 		exact := true
@@ -132,9 +136,7 @@ func (st *stream) deltaLocked(ctx context.Context, vis visibility, since *snapsh
 			maps.Copy(keys, t.keys[c.Collection])
 		}
 		if exact && len(keys) <= maxStreamKeys {
-			d.keys[c.Collection] = slices.Sorted(maps.Keys(keys))
-			d.cols[c.Collection] = c.Key
-			d.oids[c.Collection] = c.Relation.OID
+			d.known[c.Collection] = &streamKeys{keys: slices.Sorted(maps.Keys(keys)), cols: c.Key, oid: c.Relation.OID}
 		}
 	}
 	return d, unseen
@@ -274,15 +276,14 @@ func streamFingerprint(parent string, keys []string, pos snapshot.Position) stri
 // ScanKeyed sends the documents of the keys the stream named, looked up in the
 // snapshot by index in one statement; see snapshot.KeyedScanner.
 func (r *snap) ScanKeyed(ctx context.Context, collection string, since *snapshot.Position, max int64, fn func(snapshot.Document) error) (bool, error) {
-	keys, ok := r.keyed[collection]
-	if !ok || since == nil || r.delta.since == nil || !since.Same(*r.delta.since) || int64(len(keys)) > max {
+	cr, ok := r.reads[collection]
+	if !ok || cr.keyed == nil || since == nil || r.delta.since == nil || !since.Same(*r.delta.since) || int64(len(cr.keyed.keys)) > max {
 		return false, nil
 	}
+	keys, cols, c := cr.keyed.keys, cr.keyed.cols, cr.c
 	if len(keys) == 0 {
 		return true, nil
 	}
-	c := r.src.byName[collection]
-	cols := r.delta.cols[collection]
 	table := pgx.Identifier(c.tableParts()).Sanitize()
 	args := make([]any, len(cols))
 	vals := make([][]string, len(cols))
@@ -314,7 +315,7 @@ func (r *snap) ScanKeyed(ctx context.Context, collection string, since *snapshot
 	for i := range cols {
 		params[i] = "$" + strconv.Itoa(i+1) + "::text[]"
 	}
-	id := keySQL(r.keys[collection])
+	id := keySQL(cr.key)
 	q := "SELECT " + id + ", (SELECT to_json(d.*)::text FROM " + table + " AS d WHERE " + strings.Join(conds, " AND ") + ") FROM (SELECT " +
 		strings.Join(casts, ", ") + " FROM unnest(" + strings.Join(params, ", ") + ") AS u(" + strings.Join(names, ", ") + ")) AS " + rowAlias +
 		" ORDER BY " + id + " COLLATE \"C\""
@@ -322,7 +323,7 @@ func (r *snap) ScanKeyed(ctx context.Context, collection string, since *snapshot
 	if err != nil {
 		return false, fmt.Errorf("query %s: %w", describe(c), err)
 	}
-	if err := readRows(rows, c, r.keys[collection], true, fn); err != nil {
+	if err := readRows(rows, c, cr.key, true, fn); err != nil {
 		if isCode(err, "21000") { // more than one row for one key
 			return false, fmt.Errorf("%w: duplicate key in %s (a changed key names several rows)", snapshot.ErrSource, describe(c))
 		}
