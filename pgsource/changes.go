@@ -74,18 +74,19 @@ func (r *snap) ScanSince(ctx context.Context, collection string, since *snapshot
 		return snapshot.LayerMode{}, err
 	}
 	c := cr.c
-	mode, lo, window, err := r.changeMode(ctx, cr, since)
+	plan, err := r.changeMode(ctx, cr, since)
 	if err != nil {
 		return snapshot.LayerMode{}, fmt.Errorf("collection %s: %w", collection, err)
 	}
+	mode := snapshotMode(plan.mode)
 	sel, from := "to_json("+rowAlias+".*)::text", "("+c.rowsSQL()+"\n) AS "+rowAlias
 	var args []any
-	if mode == "row-version" {
+	if plan.mode == readRowVersion {
 		// FROM the table itself (not a subquery) so that xmin is there; t.* is the
 		// same columns in the same order as SELECT * FROM the table.
 		sel = "CASE WHEN " + changedSQL + " THEN " + sel + " END"
 		from = pgx.Identifier(c.tableParts()).Sanitize() + " AS " + rowAlias
-		args = []any{int64(lo), int64(window)}
+		args = []any{int64(plan.lo), int64(plan.window)}
 	}
 	rows, err := r.inIDOrder(ctx, cr, sel, from, args)
 	if err != nil {
@@ -102,8 +103,8 @@ func (r *snap) ScanChanged(ctx context.Context, collection string, since *snapsh
 		return 0, false, err
 	}
 	c, key := cr.c, cr.key
-	mode, lo, window, err := r.changeMode(ctx, cr, since)
-	if err != nil || mode != "row-version" {
+	plan, err := r.changeMode(ctx, cr, since)
+	if err != nil || plan.mode != readRowVersion {
 		return 0, false, err
 	}
 	var p changedPass
@@ -127,7 +128,7 @@ func (r *snap) ScanChanged(ctx context.Context, collection string, since *snapsh
 	if !cr.counted { // the stream's keys stood in for a count
 		return 0, false, nil
 	}
-	where, args := changedSQL, []any{int64(lo), int64(window), max + 1}
+	where, args := changedSQL, []any{int64(plan.lo), int64(plan.window), max + 1}
 	if passed {
 		switch {
 		case p.changed == 0:
@@ -205,63 +206,114 @@ func windowFrom(agex, agelo string) string {
 	return "(" + agex + " BETWEEN 0 AND " + agelo + ")"
 }
 
-type changeModeResult struct {
-	mode       string
+// readMode is how ScanSince finds a collection's changed rows: by row version, or
+// by content for one of the reasons that rule row versions out.
+type readMode int
+
+// The read modes.
+const (
+	// readRowVersion renders only the rows whose row version is in the window since
+	// the parent's snapshot.
+	readRowVersion readMode = iota + 1
+	// The others render every row and compare it by content; each names the reason.
+	contentNoParent
+	contentQuery
+	contentNotTable
+	contentNoIdentity
+	contentOtherCluster
+	contentDefinitions
+	contentNotHeap
+	contentParentSnapshotUnknown
+	contentXidsBackwards
+	contentWraparound
+)
+
+// readModeText is each mode's text, as manifests record it.
+var readModeText = map[readMode]string{
+	readRowVersion:               "row-version",
+	contentNoParent:              "content: no parent to compare with",
+	contentQuery:                 "content: a query has no row versions",
+	contentNotTable:              "content: not a table (a view, materialized view or foreign table)",
+	contentNoIdentity:            "content: the cluster's identity is unknown (pg_control_system() not granted)",
+	contentOtherCluster:          "content: the parent was read from another cluster, database or timeline",
+	contentDefinitions:           "content: the table's column or type definitions changed",
+	contentNotHeap:               "content: the table (or a partition) is not stored as heap",
+	contentParentSnapshotUnknown: "content: the parent's snapshot is unknown",
+	contentXidsBackwards:         "content: transaction ids went backwards since the parent (a restored cluster?)",
+	contentWraparound:            "content: over 2^31 transactions since the parent",
+}
+
+// String returns the mode's text: "row-version", or "content: <why>".
+func (m readMode) String() string {
+	if t, ok := readModeText[m]; ok {
+		return t
+	}
+	return fmt.Sprintf("readMode(%d)", int(m))
+}
+
+// snapshotMode is a read mode as ScanSince reports it to package snapshot (see
+// snapshot.DeltaSnapshot): its text.
+func snapshotMode(m readMode) string { return m.String() }
+
+// changePlan is changeMode's answer: the read mode and, for readRowVersion, the xid
+// window [lo, lo+window) (mod 2^32) of the rows to render.
+type changePlan struct {
+	mode       readMode
 	lo, window uint64
 }
 
-// changeMode decides how ScanSince finds changed rows: "row-version" with the xid
-// window [lo, lo+window) (mod 2^32) of rows to render, or "content: <why>". It asks
-// once per collection and parent.
-func (r *snap) changeMode(ctx context.Context, cr *collectionRead, since *snapshot.Position) (mode string, lo, window uint64, err error) {
-	if m, ok := cr.modes[since]; ok {
-		return m.mode, m.lo, m.window, nil
+// changeMode decides how ScanSince finds changed rows. It asks once per collection
+// and parent.
+func (r *snap) changeMode(ctx context.Context, cr *collectionRead, since *snapshot.Position) (changePlan, error) {
+	if p, ok := cr.modes[since]; ok {
+		return p, nil
 	}
-	mode, lo, window, err = r.decideMode(ctx, cr.c, since)
+	p, err := r.decideMode(ctx, cr.c, since)
 	if err == nil {
 		if cr.modes == nil {
-			cr.modes = map[*snapshot.Position]changeModeResult{}
+			cr.modes = map[*snapshot.Position]changePlan{}
 		}
-		cr.modes[since] = changeModeResult{mode, lo, window}
+		cr.modes[since] = p
 	}
-	return mode, lo, window, err
+	return p, err
 }
 
-func (r *snap) decideMode(ctx context.Context, c Collection, since *snapshot.Position) (mode string, lo, window uint64, err error) {
+func (r *snap) decideMode(ctx context.Context, c Collection, since *snapshot.Position) (changePlan, error) {
+	content := func(m readMode) (changePlan, error) { return changePlan{mode: m}, nil }
 	switch {
 	case since == nil:
-		return "content: no parent to compare with", 0, 0, nil
+		return content(contentNoParent)
 	case c.Table == "":
-		return "content: a query has no row versions", 0, 0, nil
+		return content(contentQuery)
 	case r.pos.Definitions[c.Name] == "":
-		return "content: not a table (a view, materialized view or foreign table)", 0, 0, nil
+		return content(contentNotTable)
 	case since.System == "" || r.pos.System == "":
-		return "content: the cluster's identity is unknown (pg_control_system() not granted)", 0, 0, nil
+		return content(contentNoIdentity)
 	case since.System != r.pos.System:
-		return "content: the parent was read from another cluster, database or timeline", 0, 0, nil
+		return content(contentOtherCluster)
 	case since.Definitions[c.Name] == "" || since.Definitions[c.Name] != r.pos.Definitions[c.Name]:
-		return "content: the table's column or type definitions changed", 0, 0, nil
+		return content(contentDefinitions)
 	}
 	if heap, err := allHeap(ctx, r.tx, c); err != nil {
-		return "", 0, 0, err
+		return changePlan{}, err
 	} else if !heap {
-		return "content: the table (or a partition) is not stored as heap", 0, 0, nil
+		return content(contentNotHeap)
 	}
 	pxmin, _, err := snapshotBounds(since.Snapshot)
 	if err != nil {
-		return "content: the parent's snapshot is unknown", 0, 0, nil
+		return content(contentParentSnapshotUnknown)
 	}
 	_, xmax, err := snapshotBounds(r.pos.Snapshot)
 	if err != nil {
-		return "", 0, 0, err
+		return changePlan{}, err
 	}
 	switch {
 	case xmax < pxmin:
-		return "content: transaction ids went backwards since the parent (a restored cluster?)", 0, 0, nil
+		return content(contentXidsBackwards)
 	case xmax-pxmin >= 1<<31:
-		return "content: over 2^31 transactions since the parent", 0, 0, nil
+		return content(contentWraparound)
 	}
-	return "row-version", pxmin & 0xffffffff, xmax - pxmin, nil
+	return changePlan{mode: readRowVersion, lo: pxmin & 0xffffffff, window: xmax - pxmin}, nil
 }
 
 // allHeap reports whether the table and every partition under it use the heap access
@@ -344,11 +396,11 @@ func (r *snap) fingerprint(ctx context.Context, cr *collectionRead, since *snaps
 	}
 	defs = definitionsOf(cols)
 	r.pos.Definitions[c.Name] = defs // changeMode compares them with the parent's
-	mode, lo, _, err := r.changeMode(ctx, cr, since)
+	plan, err := r.changeMode(ctx, cr, since)
 	if err != nil {
 		return "", "", 0, err
 	}
-	if mode != "row-version" {
+	if plan.mode != readRowVersion {
 		return hashedFingerprint(ctx, r.tx, c, cols)
 	}
 	rel, ok, err := r.countable(ctx, cr)
@@ -366,7 +418,7 @@ func (r *snap) fingerprint(ctx context.Context, cr *collectionRead, since *snaps
 		coalesce(array_agg(DISTINCT (t::text::point)[0]::int8) FILTER (WHERE w), '{}'),
 		coalesce(max((t::text::point)[1]::int4) FILTER (WHERE w), 0), age($1::text::xid)
 		FROM (SELECT `+rowAlias+`.ctid AS t, `+windowSQL+` AS w FROM `+pgx.Identifier(c.tableParts()).Sanitize()+` AS `+rowAlias+` OFFSET 0) AS p`,
-		strconv.FormatUint(lo, 10)).Scan(&p.rows, &p.changed, &p.blocks, &p.maxOffset, &span)
+		strconv.FormatUint(plan.lo, 10)).Scan(&p.rows, &p.changed, &p.blocks, &p.maxOffset, &span)
 	if err != nil {
 		return "", "", 0, err
 	}

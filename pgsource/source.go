@@ -550,7 +550,7 @@ type collectionRead struct {
 	keyed *streamKeys
 	// modes holds changeMode's answer per parent, so that ScanChanged and a ScanSince
 	// that follows it ask the catalog once.
-	modes map[*snapshot.Position]changeModeResult
+	modes map[*snapshot.Position]changePlan
 	// pass is what fingerprint's pass found; nil when none ran.
 	pass *changedPass
 }
