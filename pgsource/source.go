@@ -215,100 +215,135 @@ func (s *Source) Open(ctx context.Context) (snapshot.SourceSnapshot, error) {
 	return s.open(ctx, nil)
 }
 
-func (s *Source) open(ctx context.Context, since *snapshot.Position) (snapshot.SourceSnapshot, error) {
+// open begins the snapshot (start), then fingerprints every collection in it. A
+// failure after start ends the snapshot's transaction as Close does.
+func (s *Source) open(ctx context.Context, since *snapshot.Position) (_ snapshot.SourceSnapshot, err error) {
+	sn, err := s.start(ctx, since)
+	if err != nil {
+		return nil, err
+	}
+	defer func() {
+		if err != nil {
+			_ = sn.Close(ctx)
+		}
+	}()
+	// Where the rows are, for a later version's stream delta to compare (its parent
+	// may have been read before the stream was).
+	if sn.pos.Files, err = tableFiles(ctx, sn.tx, s.collections); err != nil {
+		return nil, fmt.Errorf("the files of the tables: %w", err)
+	}
+	for _, c := range s.collections {
+		if err := sn.measure(ctx, sn.reads[c.Name], since); err != nil {
+			return nil, fmt.Errorf("collection %s: %w", c.Name, err)
+		}
+	}
+	if s.Readers > 1 {
+		if err := sn.tx.QueryRow(ctx, "SELECT pg_export_snapshot()").Scan(&sn.exported); err != nil {
+			return nil, fmt.Errorf("export snapshot: %w", err)
+		}
+	}
+	return sn, nil
+}
+
+// start begins the snapshot's transaction and reads, inside it, the WAL position,
+// the collections' keys, the cluster's identity, and what the replication stream
+// says of the snapshot. A failure closes the connection.
+func (s *Source) start(ctx context.Context, since *snapshot.Position) (_ *snap, err error) {
 	conn, born, tx, err := s.begin(ctx)
 	if err != nil {
 		return nil, err
 	}
+	defer func() {
+		if err != nil {
+			_ = closeConn(ctx, conn)
+		}
+	}()
 	var lsnText, snapText string
 	err = tx.QueryRow(ctx, `SELECT (CASE WHEN pg_is_in_recovery() THEN pg_last_wal_replay_lsn()
 		ELSE pg_current_wal_insert_lsn() END)::text, pg_current_snapshot()::text`).Scan(&lsnText, &snapText)
 	if err != nil {
-		_ = closeConn(ctx, conn)
 		return nil, fmt.Errorf("read source position: %w", err)
 	}
 	lsn, err := ParseLSN(lsnText)
 	if err != nil {
-		_ = closeConn(ctx, conn)
 		return nil, err
 	}
 	keys, err := resolveKeys(ctx, tx, s.collections)
 	if err != nil {
-		_ = closeConn(ctx, conn)
 		return nil, err
 	}
 	reads := make(map[string]*collectionRead, len(s.collections))
 	for _, c := range s.collections {
 		cr := &collectionRead{c: c, key: keys[c.Name], parts: 1}
 		if cr.byteOrder, err = needsByteOrder(ctx, conn, c, cr.key); err != nil {
-			_ = closeConn(ctx, conn)
 			return nil, fmt.Errorf("collection %s: %w", c.Name, err)
 		}
 		reads[c.Name] = cr
 	}
 	system, err := systemID(ctx, tx)
 	if err != nil {
-		_ = closeConn(ctx, conn)
 		return nil, fmt.Errorf("read the cluster's identity: %w", err)
 	}
-	pos := snapshot.Position{LSN: lsn, Snapshot: snapText, Config: fingerprint(s.collections, keys),
-		Fingerprints: map[string]string{}, Definitions: map[string]string{}, System: system}
-	var delta streamDelta
+	sn := &snap{src: s, conn: conn, born: born, tx: tx, reads: reads, extra: map[int]*pgx.Conn{},
+		pos: snapshot.Position{LSN: lsn, Snapshot: snapText, Config: fingerprint(s.collections, keys),
+			Fingerprints: map[string]string{}, Definitions: map[string]string{}, System: system}}
 	if st := s.stream.Load(); st != nil {
-		if delta, err = st.delta(ctx, snapText, lsn, since); err != nil {
-			_ = closeConn(ctx, conn)
+		if sn.delta, err = st.delta(ctx, snapText, lsn, since); err != nil {
 			return nil, err
 		}
-		pos.Stream = delta.pos
-	}
-	sn := &snap{src: s, conn: conn, born: born, tx: tx, pos: pos, reads: reads, extra: map[int]*pgx.Conn{}, delta: delta}
-	// Where the rows are, for a later version's stream delta to compare (its parent
-	// may have been read before the stream was).
-	if pos.Files, err = tableFiles(ctx, tx, s.collections); err != nil {
-		_ = sn.Close(ctx)
-		return nil, fmt.Errorf("the files of the tables: %w", err)
-	}
-	for _, c := range s.collections {
-		cr := reads[c.Name]
-		if known, ok := delta.known[c.Name]; ok && !cr.byteOrder {
-			// The stream knows every change since the parent: no count, no read.
-			cols, err := tableDefinitions(ctx, tx, c)
-			if err != nil {
-				_ = sn.Close(ctx)
-				return nil, fmt.Errorf("collection %s: definitions: %w", c.Name, err)
-			}
-			defs := definitionsOf(cols)
-			files, parentFiles := pos.Files[c.Name], since.Files[c.Name]
-			same := cols != "" && defs == since.Definitions[c.Name] && files != "" && files == parentFiles && filesOf(files, known.oid)
-			if parent := since.Fingerprints[c.Name]; same && parent != "" {
-				pos.Definitions[c.Name] = defs
-				pos.Fingerprints[c.Name] = streamFingerprint(parent, known.keys, pos)
-				cr.keyed = known
-				continue
-			}
-		}
-		fp, defs, rows, err := sn.fingerprint(ctx, cr, since)
-		if err != nil {
-			_ = sn.Close(ctx)
-			return nil, fmt.Errorf("collection %s: fingerprint: %w", c.Name, err)
-		}
-		if fp != "" {
-			pos.Fingerprints[c.Name] = fp
-			pos.Definitions[c.Name] = defs
-			cr.rows, cr.counted = rows, true
-			if s.Readers > 1 && rows >= s.PartitionMinRows {
-				cr.parts = s.Readers
-			}
-		}
-	}
-	sn.pos = pos
-	if s.Readers > 1 {
-		if err := tx.QueryRow(ctx, "SELECT pg_export_snapshot()").Scan(&sn.exported); err != nil {
-			_ = sn.Close(ctx)
-			return nil, fmt.Errorf("export snapshot: %w", err)
-		}
+		sn.pos.Stream = sn.delta.pos
 	}
 	return sn, nil
+}
+
+// measure fingerprints one collection at the snapshot's position: from the stream's
+// keys when they tell every change since the parent (streamed), else by reading it
+// (fingerprint). A table counted at PartitionMinRows rows or more is read in Readers
+// partitions.
+func (r *snap) measure(ctx context.Context, cr *collectionRead, since *snapshot.Position) error {
+	if ok, err := r.streamed(ctx, cr, since); err != nil || ok {
+		return err
+	}
+	fp, defs, rows, err := r.fingerprint(ctx, cr, since)
+	if err != nil {
+		return fmt.Errorf("fingerprint: %w", err)
+	}
+	if fp == "" {
+		return nil
+	}
+	r.pos.Fingerprints[cr.c.Name], r.pos.Definitions[cr.c.Name] = fp, defs
+	cr.rows, cr.counted = rows, true
+	if r.src.Readers > 1 && rows >= r.src.PartitionMinRows {
+		cr.parts = r.src.Readers
+	}
+	return nil
+}
+
+// streamed fingerprints a collection from the keys the stream knows changed since
+// the parent, without a count or a read, when they are the changes of the table the
+// snapshot reads: its definitions and files are the parent's. It returns false when
+// they are not.
+func (r *snap) streamed(ctx context.Context, cr *collectionRead, since *snapshot.Position) (bool, error) {
+	known, ok := r.delta.known[cr.c.Name]
+	if !ok || cr.byteOrder {
+		return false, nil
+	}
+	name := cr.c.Name
+	cols, err := tableDefinitions(ctx, r.tx, cr.c)
+	if err != nil {
+		return false, fmt.Errorf("definitions: %w", err)
+	}
+	defs := definitionsOf(cols)
+	files, parentFiles := r.pos.Files[name], since.Files[name]
+	same := cols != "" && defs == since.Definitions[name] && files != "" && files == parentFiles && filesOf(files, known.oid)
+	parent := since.Fingerprints[name]
+	if !same || parent == "" {
+		return false, nil
+	}
+	r.pos.Definitions[name] = defs
+	r.pos.Fingerprints[name] = streamFingerprint(parent, known.keys, r.pos)
+	cr.keyed = known
+	return true, nil
 }
 
 // tableFingerprint returns a fingerprint of a table collection's contents as the
