@@ -88,7 +88,7 @@ func (r *snap) ScanSince(ctx context.Context, collection string, since *snapshot
 		from = pgx.Identifier(c.tableParts()).Sanitize() + " AS " + rowAlias
 		args = []any{int64(plan.lo), int64(plan.window)}
 	}
-	rows, err := r.inIDOrder(ctx, cr, sel, from, args)
+	rows, err := r.inIDOrder(ctx, idQuery{cr: cr, sel: sel, from: from, args: args})
 	if err != nil {
 		return snapshot.ParseLayerMode(mode), err
 	}

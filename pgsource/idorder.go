@@ -112,29 +112,38 @@ func (r *snap) digitScans(ctx context.Context, cr *collectionRead) ([]idRange, e
 	return ranges, nil
 }
 
-// inIDOrder runs SELECT <id>, <sel> FROM <from> with args, its rows in id byte order:
-// merged from digitScans' index scans when it returns ranges and the connections for
-// them can be had, else sorted by Postgres. sel and from name the row rowAlias; args
-// are $1… of sel.
-func (r *snap) inIDOrder(ctx context.Context, cr *collectionRead, sel, from string, args []any) (rowReader, error) {
-	c, key := cr.c, cr.key
-	q := "SELECT " + keySQL(key) + ", " + sel + " FROM " + from
-	ranges, err := r.digitScans(ctx, cr)
+// idQuery is the statement SELECT <id>, <sel> FROM <from> of one collection: sel and
+// from name the row rowAlias, and args are $1… of sel.
+type idQuery struct {
+	cr        *collectionRead
+	sel, from string
+	args      []any
+}
+
+func (q idQuery) sql() string {
+	return "SELECT " + keySQL(q.cr.key) + ", " + q.sel + " FROM " + q.from
+}
+
+// inIDOrder runs q, its rows in id byte order: merged from digitScans' index scans
+// when it returns ranges and the connections for them can be had, else sorted by
+// Postgres.
+func (r *snap) inIDOrder(ctx context.Context, q idQuery) (rowReader, error) {
+	ranges, err := r.digitScans(ctx, q.cr)
 	if err != nil {
 		return nil, err
 	}
 	if len(ranges) > 1 {
-		m, err := r.mergedScans(ctx, c, key, q, args, ranges)
+		m, err := r.mergedScans(ctx, q, ranges)
 		if m != nil || err != nil {
 			return m, err
 		}
 	}
 	if len(ranges) == 1 { // ids of one digit count and sign: the index's order is theirs
-		return r.scanRange(ctx, r.tx, c, key, q, args, ranges[0])
+		return scanRange(ctx, r.tx, q, ranges[0])
 	}
-	rows, err := r.tx.Query(ctx, q+" ORDER BY "+keySQL(key)+` COLLATE "C"`, args...)
+	rows, err := r.tx.Query(ctx, q.sql()+" ORDER BY "+keySQL(q.cr.key)+` COLLATE "C"`, q.args...)
 	if err != nil {
-		return nil, fmt.Errorf("query %s: %w", describe(c), err)
+		return nil, fmt.Errorf("query %s: %w", describe(q.cr.c), err)
 	}
 	return rows, nil
 }
@@ -146,7 +155,7 @@ func (r *snap) inIDOrder(ctx context.Context, cr *collectionRead, sel, from stri
 // table's lock already) is granted the lock before them, and would wait for the
 // transaction to end, while the transaction waits for them. The table is sorted by
 // Postgres instead.
-func (r *snap) mergedScans(ctx context.Context, c Collection, key []string, q string, args []any, ranges []idRange) (rowReader, error) {
+func (r *snap) mergedScans(ctx context.Context, q idQuery, ranges []idRange) (rowReader, error) {
 	if r.exported == "" {
 		if err := r.tx.QueryRow(ctx, "SELECT pg_export_snapshot()").Scan(&r.exported); err != nil {
 			return nil, fmt.Errorf("export snapshot: %w", err)
@@ -158,7 +167,7 @@ func (r *snap) mergedScans(ctx context.Context, c Collection, key []string, q st
 		if err == nil {
 			m.conns = append(m.conns, conn)
 			var rows pgx.Rows
-			if rows, err = r.scanRange(ctx, conn, c, key, q, args, rg); err == nil {
+			if rows, err = scanRange(ctx, conn, q, rg); err == nil {
 				m.add(rows) // its first row: a lock wait has ended by then
 				err = m.err
 			}
@@ -171,7 +180,7 @@ func (r *snap) mergedScans(ctx context.Context, c Collection, key []string, q st
 			return nil, nil
 		}
 	}
-	rows, err := r.scanRange(ctx, r.tx, c, key, q, args, ranges[0])
+	rows, err := scanRange(ctx, r.tx, q, ranges[0])
 	if err != nil {
 		m.Close()
 		return nil, err
@@ -180,16 +189,17 @@ func (r *snap) mergedScans(ctx context.Context, c Collection, key []string, q st
 	return m, nil
 }
 
-// scanRange starts the scan of one range of ids on q, in the range's byte order.
-func (r *snap) scanRange(ctx context.Context, on querier, c Collection, key []string, q string, args []any, rg idRange) (pgx.Rows, error) {
-	col := rowAlias + "." + pgx.Identifier{key[0]}.Sanitize()
-	stmt := q + " WHERE " + col + " BETWEEN $" + strconv.Itoa(len(args)+1) + "::int8 AND $" + strconv.Itoa(len(args)+2) + "::int8 ORDER BY " + col
+// scanRange starts the scan of one range of ids of q on on, in the range's byte
+// order.
+func scanRange(ctx context.Context, on querier, q idQuery, rg idRange) (pgx.Rows, error) {
+	col := rowAlias + "." + pgx.Identifier{q.cr.key[0]}.Sanitize()
+	stmt := q.sql() + " WHERE " + col + " BETWEEN $" + strconv.Itoa(len(q.args)+1) + "::int8 AND $" + strconv.Itoa(len(q.args)+2) + "::int8 ORDER BY " + col
 	if rg.desc {
 		stmt += " DESC"
 	}
-	rows, err := on.Query(ctx, stmt, slices.Concat(args, []any{rg.lo, rg.hi})...)
+	rows, err := on.Query(ctx, stmt, slices.Concat(q.args, []any{rg.lo, rg.hi})...)
 	if err != nil {
-		return nil, fmt.Errorf("query %s (ids %d..%d): %w", describe(c), rg.lo, rg.hi, err)
+		return nil, fmt.Errorf("query %s (ids %d..%d): %w", describe(q.cr.c), rg.lo, rg.hi, err)
 	}
 	return rows, nil
 }

@@ -440,86 +440,140 @@ func lookupPublication(ctx context.Context, q querier, name string) (publication
 
 // publication adds the publication's problems, or the DDL that makes it ready.
 func (p *logicalPlan) publication(ctx context.Context, tx pgx.Tx, pub publicationFacts, rs logicalRelations, srv serverFacts) error {
-	name := srv.publication
-	var all, unowned []string
-	partitioned := false
-	for _, r := range rs.roots {
-		all = append(all, r.name)
-		if !r.owned {
-			unowned = append(unowned, r.name)
-		}
-		partitioned = partitioned || r.kind == "p"
-	}
 	if !pub.exists {
-		create := fmt.Sprintf("CREATE PUBLICATION %s FOR TABLE %s WITH (publish_via_partition_root = true)", name, strings.Join(all, ", "))
-		if len(all) == 0 {
-			create = fmt.Sprintf("CREATE PUBLICATION %s WITH (publish_via_partition_root = true)", name)
-		}
-		if srv.mayCreate && len(unowned) == 0 {
-			p.report.Pending = []string{create, fmt.Sprintf("COMMENT ON PUBLICATION %s IS '%s'", name, logicalComment)}
-			return nil
-		}
-		var why []string
-		if !srv.mayCreate {
-			why = append(why, fmt.Sprintf("role %s lacks CREATE on database %s (GRANT CREATE ON DATABASE %s TO %s;)",
-				srv.role, srv.database, srv.database, srv.role))
-		}
-		if len(unowned) > 0 {
-			why = append(why, fmt.Sprintf("role %s does not own %s, and only a table's owner may publish it", srv.role, strings.Join(unowned, ", ")))
-		}
-		p.problem("publication %s does not exist and the syncer may not create it (%s): a DBA runs %s;", name, strings.Join(why, "; "), create)
+		p.createPublication(rs, srv)
 		return nil
 	}
+	name := srv.publication
 	p.report.PublicationExists, p.report.PublicationOurs, p.report.PublicationOwner = true, pub.ours, pub.owner
 	if !pub.insert || !pub.update || !pub.del || !pub.truncate {
 		p.problem("publication %s does not publish every kind of change (insert %v, update %v, delete %v, truncate %v): "+
 			"a DBA runs ALTER PUBLICATION %s SET (publish = 'insert, update, delete, truncate');",
 			name, pub.insert, pub.update, pub.del, pub.truncate, name)
 	}
-	if partitioned && !pub.viaRoot {
+	if rs.partitioned() && !pub.viaRoot {
 		p.problem("publication %s publishes a partitioned table's changes as its partitions': a DBA runs "+
 			"ALTER PUBLICATION %s SET (publish_via_partition_root = true);", name, name)
 	}
-	// A relation counts as published when it, or one of its partitions, is listed.
+	missing, err := p.unpublished(ctx, tx, rs, srv)
+	if err != nil {
+		return err
+	}
+	if srv.version >= 150000 {
+		if err := p.filtered(ctx, tx, pub, rs, srv); err != nil {
+			return err
+		}
+	}
+	if len(missing) > 0 {
+		p.addTables(pub, missing, srv)
+	}
+	return nil
+}
+
+// names returns the roots' names, in order.
+func (rs logicalRelations) names() []string {
+	var names []string
+	for _, r := range rs.roots {
+		names = append(names, r.name)
+	}
+	return names
+}
+
+// partitioned reports whether a root is a partitioned table.
+func (rs logicalRelations) partitioned() bool {
+	return slices.ContainsFunc(rs.roots, func(r *logicalRel) bool { return r.kind == "p" })
+}
+
+// unowned returns the names of the relations the role does not own.
+func unowned(rels []*logicalRel) []string {
+	var names []string
+	for _, r := range rels {
+		if !r.owned {
+			names = append(names, r.name)
+		}
+	}
+	return names
+}
+
+// createPublication adds the DDL that creates the publication, or the problem that
+// the syncer may not.
+func (p *logicalPlan) createPublication(rs logicalRelations, srv serverFacts) {
+	name, all, unowned := srv.publication, rs.names(), unowned(rs.roots)
+	create := fmt.Sprintf("CREATE PUBLICATION %s FOR TABLE %s WITH (publish_via_partition_root = true)", name, strings.Join(all, ", "))
+	if len(all) == 0 {
+		create = fmt.Sprintf("CREATE PUBLICATION %s WITH (publish_via_partition_root = true)", name)
+	}
+	if srv.mayCreate && len(unowned) == 0 {
+		p.report.Pending = []string{create, fmt.Sprintf("COMMENT ON PUBLICATION %s IS '%s'", name, logicalComment)}
+		return
+	}
+	var why []string
+	if !srv.mayCreate {
+		why = append(why, fmt.Sprintf("role %s lacks CREATE on database %s (GRANT CREATE ON DATABASE %s TO %s;)",
+			srv.role, srv.database, srv.database, srv.role))
+	}
+	if len(unowned) > 0 {
+		why = append(why, fmt.Sprintf("role %s does not own %s, and only a table's owner may publish it", srv.role, strings.Join(unowned, ", ")))
+	}
+	p.problem("publication %s does not exist and the syncer may not create it (%s): a DBA runs %s;", name, strings.Join(why, "; "), create)
+}
+
+// unpublished returns the roots the publication does not list. A relation counts as
+// published when it, or one of its partitions, is listed.
+func (p *logicalPlan) unpublished(ctx context.Context, tx pgx.Tx, rs logicalRelations, srv serverFacts) ([]*logicalRel, error) {
 	var listed []uint32
-	err := tx.QueryRow(ctx, `SELECT coalesce(array_agg(DISTINCT coalesce(pg_partition_root(r), r)::oid), '{}')
-		FROM (SELECT to_regclass(format('%I.%I', schemaname, tablename))::oid AS r FROM pg_publication_tables WHERE pubname = $1) t`,
-		p.report.Publication).Scan(&listed)
+	if err := tx.QueryRow(ctx, publishedRootsSQL, p.report.Publication).Scan(&listed); err != nil {
+		return nil, fmt.Errorf("read the tables of publication %s: %w", srv.publication, err)
+	}
+	var missing []*logicalRel
+	for _, r := range rs.roots {
+		if !slices.Contains(listed, r.oid) {
+			missing = append(missing, r)
+		}
+	}
+	return missing, nil
+}
+
+// publishedRootsSQL lists the roots of the relations publication $1 lists.
+const publishedRootsSQL = `SELECT coalesce(array_agg(DISTINCT coalesce(pg_partition_root(r), r)::oid), '{}')
+	FROM (SELECT to_regclass(format('%I.%I', schemaname, tablename))::oid AS r FROM pg_publication_tables WHERE pubname = $1) t`
+
+// filteredTablesSQL lists the tables publication $1 (an oid) publishes with a row
+// filter or a column list (Postgres 15 and later).
+const filteredTablesSQL = `SELECT format('%I.%I', n.nspname, c.relname) FROM pg_publication_rel pr
+	JOIN pg_class c ON c.oid = pr.prrelid JOIN pg_namespace n ON n.oid = c.relnamespace
+	WHERE pr.prpubid = $1 AND (pr.prqual IS NOT NULL OR pr.prattrs IS NOT NULL) ORDER BY 1`
+
+// filtered adds a problem when the publication publishes one of the roots with a row
+// filter or a column list, which would hide changes from the syncer.
+func (p *logicalPlan) filtered(ctx context.Context, tx pgx.Tx, pub publicationFacts, rs logicalRelations, srv serverFacts) error {
+	name, all := srv.publication, rs.names()
+	rows, err := tx.Query(ctx, filteredTablesSQL, pub.oid)
+	var filtered []string
+	if err == nil {
+		filtered, err = pgx.CollectRows(rows, pgx.RowTo[string])
+	}
 	if err != nil {
 		return fmt.Errorf("read the tables of publication %s: %w", name, err)
 	}
-	var missing, missingUnowned []string
-	for _, r := range rs.roots {
-		if !slices.Contains(listed, r.oid) {
-			missing = append(missing, r.name)
-			if !r.owned {
-				missingUnowned = append(missingUnowned, r.name)
-			}
-		}
+	if filtered = slices.DeleteFunc(filtered, func(t string) bool { return !slices.Contains(all, t) }); len(filtered) > 0 {
+		p.problem("publication %s publishes %s with a row filter or a column list, which would hide changes from the syncer: "+
+			"a DBA runs ALTER PUBLICATION %s SET TABLE ... without WHERE or column lists for them", name, strings.Join(filtered, ", "), name)
 	}
-	if srv.version >= 150000 {
-		// A row filter or a column list would hide changes from the syncer.
-		var filtered []string
-		rows, err := tx.Query(ctx, `SELECT format('%I.%I', n.nspname, c.relname) FROM pg_publication_rel pr
-			JOIN pg_class c ON c.oid = pr.prrelid JOIN pg_namespace n ON n.oid = c.relnamespace
-			WHERE pr.prpubid = $1 AND (pr.prqual IS NOT NULL OR pr.prattrs IS NOT NULL) ORDER BY 1`, pub.oid)
-		if err == nil {
-			filtered, err = pgx.CollectRows(rows, pgx.RowTo[string])
-		}
-		if err != nil {
-			return fmt.Errorf("read the tables of publication %s: %w", name, err)
-		}
-		if filtered = slices.DeleteFunc(filtered, func(t string) bool { return !slices.Contains(all, t) }); len(filtered) > 0 {
-			p.problem("publication %s publishes %s with a row filter or a column list, which would hide changes from the syncer: "+
-				"a DBA runs ALTER PUBLICATION %s SET TABLE ... without WHERE or column lists for them", name, strings.Join(filtered, ", "), name)
-		}
+	return nil
+}
+
+// addTables adds the DDL that adds the missing roots to the publication, or the
+// problem that the syncer may not.
+func (p *logicalPlan) addTables(pub publicationFacts, missing []*logicalRel, srv serverFacts) {
+	name := srv.publication
+	var names []string
+	for _, r := range missing {
+		names = append(names, r.name)
 	}
-	if len(missing) == 0 {
-		return nil
-	}
-	add := fmt.Sprintf("ALTER PUBLICATION %s ADD TABLE %s", name, strings.Join(missing, ", "))
+	add := fmt.Sprintf("ALTER PUBLICATION %s ADD TABLE %s", name, strings.Join(names, ", "))
 	var why string
-	switch {
+	switch missingUnowned := unowned(missing); {
 	case !pub.ours:
 		why = fmt.Sprintf("the syncer changes only a publication it created, and this one is %s's", pub.owner)
 	case !pub.owned:
@@ -528,8 +582,7 @@ func (p *logicalPlan) publication(ctx context.Context, tx pgx.Tx, pub publicatio
 		why = fmt.Sprintf("role %s does not own %s, and only a table's owner may publish it", srv.role, strings.Join(missingUnowned, ", "))
 	default:
 		p.report.Pending = append(p.report.Pending, add)
-		return nil
+		return
 	}
-	p.problem("publication %s does not publish %s, which the collections read (%s): a DBA runs %s;", name, strings.Join(missing, ", "), why, add)
-	return nil
+	p.problem("publication %s does not publish %s, which the collections read (%s): a DBA runs %s;", name, strings.Join(names, ", "), why, add)
 }

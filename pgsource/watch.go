@@ -172,89 +172,131 @@ func (w *watch) run(ctx context.Context) error {
 		return w.src.connectError(err)
 	}
 	defer closeConn(ctx, conn)
-	var (
-		set            watchedSet
-		resolvedAt     time.Time
-		last, xmax     string
-		lastCatalog    string
-		hotUntil       time.Time
-		first          = true
-		ticker         = time.NewTicker(w.cfg.Interval)
-		lastOIDsKey    string
-		moved          bool // the tables the collections read are others now
-		statsSignature = w.cfg.Mode == WatchModeStats
-	)
+	l := &watchLoop{w: w, conn: conn, first: true}
+	ticker := time.NewTicker(w.cfg.Interval)
 	defer ticker.Stop()
 	for {
-		resolving := resolvedAt.IsZero() || time.Since(resolvedAt) >= w.cfg.Resolve
-		if resolving {
-			if set, err = w.find(ctx, conn); err != nil {
-				return err
-			}
-			key := fmt.Sprint(set.relations)
-			resolvedAt = time.Now()
-			if key != lastOIDsKey {
-				w.log.InfoContext(ctx, "watching for changes", "tables", len(set.tables), "relations", len(set.relations), "interval", w.cfg.Interval.String(), "mode", w.cfg.Mode)
-				lastOIDsKey, first = key, true // a new set of tables: a new baseline
-			}
-			if tables := fmt.Sprint(set.tables); tables != w.watched {
-				moved, w.watched = w.watched != "", tables
-			}
-		}
-		start := time.Now()
-		sig, catalog, lsnText, xmaxText, err := w.poll(ctx, conn, set, statsSignature)
-		if err != nil {
-			return fmt.Errorf("poll: %w", err)
-		}
-		if resolving {
-			// The set is found by name, and the digest read by oid: a table dropped
-			// and created again between the two would leave a baseline that no longer
-			// names it, and its later changes unseen. So the set is found again after
-			// the baseline, until the two agree.
-			again, err := w.find(ctx, conn)
-			if err != nil {
-				return err
-			}
-			if !again.equal(set) {
-				resolvedAt = time.Time{}
-				continue
-			}
-		}
-		w.polls++
-		if w.polled != nil {
-			w.polled(WatchStats{Polls: w.polls, PollTime: time.Since(start), Tables: len(set.tables)})
-		}
-		lsn, xm, err := parsePosition(lsnText, xmaxText)
+		again, err := l.step(ctx)
 		if err != nil {
 			return err
 		}
-		now := time.Now()
-		switch {
-		case moved:
-			// A table dropped and created again, a view that reads others: a new
-			// baseline, and the replication stream must follow the new tables.
-			w.changed(Change{LSN: lsn, Xmax: xm, At: now, Reason: ReasonTablesChanged})
-		case first:
-			// A new baseline (start, reconnect, a new set of tables): a change reported
-			// before it, but after the last sync read, would otherwise wait for the
-			// schedule. One sync finds out; it is cheap when nothing changed.
-			w.changed(Change{LSN: lsn, Xmax: xm, At: now, Reason: ReasonWatchStarted})
-		case catalog != lastCatalog:
-			w.changed(Change{LSN: lsn, Xmax: xm, At: now, Reason: ReasonDefinitions})
-			// A view may read other tables now: find them at the next poll.
-			resolvedAt = time.Time{}
-		case sig != last:
-			hotUntil = now.Add(w.cfg.Hot)
-			w.changed(Change{LSN: lsn, Xmax: xm, At: now, Reason: ReasonStatistics})
-		case xmaxText != xmax && now.Before(hotUntil):
-			w.changed(Change{LSN: lsn, Xmax: xm, At: now, Reason: ReasonCommitWhileHot})
+		if again {
+			continue
 		}
-		first, moved, last, xmax, lastCatalog = false, false, sig, xmaxText, catalog
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
 		case <-ticker.C:
 		}
+	}
+}
+
+// watchLoop is one run's polling: the set it watches and the last poll's readings,
+// which the next poll is compared with.
+type watchLoop struct {
+	w    *watch
+	conn *pgx.Conn
+
+	set        watchedSet
+	resolvedAt time.Time
+	relations  string // the set's relations when it was last found
+	first      bool   // the next poll is a new baseline
+	moved      bool   // the tables the collections read are others now
+	last       pollReading
+	hotUntil   time.Time
+}
+
+// pollReading is what one poll read, as text.
+type pollReading struct {
+	sig, catalog, lsn, xmax string
+}
+
+// step polls once, finding the watched set first when it is due, and reports a
+// possible change. again says the set changed while its baseline was read: poll
+// again at once.
+func (l *watchLoop) step(ctx context.Context) (again bool, err error) {
+	w := l.w
+	resolving := l.resolvedAt.IsZero() || time.Since(l.resolvedAt) >= w.cfg.Resolve
+	if resolving {
+		if err := l.resolve(ctx); err != nil {
+			return false, err
+		}
+	}
+	start := time.Now()
+	p, err := w.poll(ctx, l.conn, l.set, w.cfg.Mode == WatchModeStats)
+	if err != nil {
+		return false, fmt.Errorf("poll: %w", err)
+	}
+	if resolving {
+		// The set is found by name, and the digest read by oid: a table dropped
+		// and created again between the two would leave a baseline that no longer
+		// names it, and its later changes unseen. So the set is found again after
+		// the baseline, until the two agree.
+		found, err := w.find(ctx, l.conn)
+		if err != nil {
+			return false, err
+		}
+		if !found.equal(l.set) {
+			l.resolvedAt = time.Time{}
+			return true, nil
+		}
+	}
+	w.polls++
+	if w.polled != nil {
+		w.polled(WatchStats{Polls: w.polls, PollTime: time.Since(start), Tables: len(l.set.tables)})
+	}
+	lsn, xmax, err := parsePosition(p.lsn, p.xmax)
+	if err != nil {
+		return false, err
+	}
+	l.report(p, lsn, xmax, time.Now())
+	l.first, l.moved, l.last = false, false, p
+	return false, nil
+}
+
+// resolve finds the watched set again; a new set of relations is a new baseline.
+func (l *watchLoop) resolve(ctx context.Context) error {
+	w := l.w
+	set, err := w.find(ctx, l.conn)
+	if err != nil {
+		return err
+	}
+	l.set, l.resolvedAt = set, time.Now()
+	if key := fmt.Sprint(set.relations); key != l.relations {
+		w.log.InfoContext(ctx, "watching for changes", "tables", len(set.tables), "relations", len(set.relations), "interval", w.cfg.Interval.String(), "mode", w.cfg.Mode)
+		l.relations, l.first = key, true // a new set of tables: a new baseline
+	}
+	if tables := fmt.Sprint(set.tables); tables != w.watched {
+		l.moved, w.watched = w.watched != "", tables
+	}
+	return nil
+}
+
+// report calls changed when the poll p, read at lsn and xmax, is a possible change
+// against the last one.
+func (l *watchLoop) report(p pollReading, lsn, xmax uint64, now time.Time) {
+	change := func(reason ChangeReason) {
+		l.w.changed(Change{LSN: lsn, Xmax: xmax, At: now, Reason: reason})
+	}
+	switch {
+	case l.moved:
+		// A table dropped and created again, a view that reads others: a new
+		// baseline, and the replication stream must follow the new tables.
+		change(ReasonTablesChanged)
+	case l.first:
+		// A new baseline (start, reconnect, a new set of tables): a change reported
+		// before it, but after the last sync read, would otherwise wait for the
+		// schedule. One sync finds out; it is cheap when nothing changed.
+		change(ReasonWatchStarted)
+	case p.catalog != l.last.catalog:
+		change(ReasonDefinitions)
+		// A view may read other tables now: find them at the next poll.
+		l.resolvedAt = time.Time{}
+	case p.sig != l.last.sig:
+		l.hotUntil = now.Add(l.w.cfg.Hot)
+		change(ReasonStatistics)
+	case p.xmax != l.last.xmax && now.Before(l.hotUntil):
+		change(ReasonCommitWhileHot)
 	}
 }
 
@@ -288,13 +330,15 @@ func (w *watch) find(ctx context.Context, conn *pgx.Conn) (watchedSet, error) {
 
 // poll reads the counters' signature (with stats, else ""), the definitions' digest,
 // the WAL position and the snapshot's xmax, in one round trip.
-func (w *watch) poll(ctx context.Context, conn *pgx.Conn, set watchedSet, stats bool) (sig, catalog, lsn, xmax string, err error) {
+func (w *watch) poll(ctx context.Context, conn *pgx.Conn, set watchedSet, stats bool) (pollReading, error) {
+	var p pollReading
+	var err error
 	if stats {
-		err = conn.QueryRow(ctx, watchSQL, set.tables, set.relations, set.results).Scan(&sig, &catalog, &lsn, &xmax)
+		err = conn.QueryRow(ctx, watchSQL, set.tables, set.relations, set.results).Scan(&p.sig, &p.catalog, &p.lsn, &p.xmax)
 	} else {
-		err = conn.QueryRow(ctx, definitionsWatchSQL, set.relations, set.results).Scan(&catalog, &lsn, &xmax)
+		err = conn.QueryRow(ctx, definitionsWatchSQL, set.relations, set.results).Scan(&p.catalog, &p.lsn, &p.xmax)
 	}
-	return sig, catalog, lsn, xmax, err
+	return p, err
 }
 
 // parsePosition parses the WAL position and snapshot xmax read as text.
