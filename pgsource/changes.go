@@ -32,7 +32,7 @@ var (
 // granted to the role.
 func systemID(ctx context.Context, tx pgx.Tx) (string, error) {
 	var ok bool
-	if err := tx.QueryRow(ctx, `SELECT has_function_privilege('pg_control_system()', 'execute')`).Scan(&ok); err != nil {
+	if err := tx.QueryRow(ctx, controlGrantedSQL).Scan(&ok); err != nil {
 		return "", err
 	}
 	if !ok {
@@ -42,15 +42,22 @@ func systemID(ctx context.Context, tx pgx.Tx) (string, error) {
 	// transactions) or a point-in-time restore keeps the system identifier but hands
 	// out transaction ids again from below what the parent saw.
 	var id string
-	err := tx.QueryRow(ctx, `SELECT (SELECT system_identifier FROM pg_control_system())::text || ':' ||
-		(SELECT oid FROM pg_database WHERE datname = current_database())::text || ':' ||
-		CASE WHEN has_function_privilege('pg_control_checkpoint()', 'execute')
-			THEN (SELECT timeline_id FROM pg_control_checkpoint())::text ELSE '?' END`).Scan(&id)
+	err := tx.QueryRow(ctx, systemIDSQL).Scan(&id)
 	if strings.HasSuffix(id, ":?") {
 		return "", err // no timeline: the identity is not enough
 	}
 	return id, err
 }
+
+// controlGrantedSQL reads whether the role may call pg_control_system().
+const controlGrantedSQL = `SELECT has_function_privilege('pg_control_system()', 'execute')`
+
+// systemIDSQL reads "<system identifier>:<database oid>:<timeline>", the timeline
+// "?" when pg_control_checkpoint() is not granted.
+const systemIDSQL = `SELECT (SELECT system_identifier FROM pg_control_system())::text || ':' ||
+	(SELECT oid FROM pg_database WHERE datname = current_database())::text || ':' ||
+	CASE WHEN has_function_privilege('pg_control_checkpoint()', 'execute')
+		THEN (SELECT timeline_id FROM pg_control_checkpoint())::text ELSE '?' END`
 
 // snapshotBounds parses pg_current_snapshot()'s "xmin:xmax:xip,…".
 func snapshotBounds(s string) (xmin, xmax uint64, err error) {
@@ -79,16 +86,13 @@ func (r *snap) ScanSince(ctx context.Context, collection string, since *snapshot
 		return snapshot.LayerMode{}, fmt.Errorf("collection %s: %w", collection, err)
 	}
 	mode := snapshotMode(plan.mode)
-	sel, from := "to_json("+rowAlias+".*)::text", "("+c.rowsSQL()+"\n) AS "+rowAlias
-	var args []any
+	q := idQuery{cr: cr, sel: docSQL, from: rowsFromSQL(c)}
 	if plan.mode == readRowVersion {
 		// FROM the table itself (not a subquery) so that xmin is there; t.* is the
 		// same columns in the same order as SELECT * FROM the table.
-		sel = "CASE WHEN " + changedSQL + " THEN " + sel + " END"
-		from = pgx.Identifier(c.tableParts()).Sanitize() + " AS " + rowAlias
-		args = []any{int64(plan.lo), int64(plan.window)}
+		q.sel, q.from, q.args = changedDocSQL, tableFromSQL(c), []any{int64(plan.lo), int64(plan.window)}
 	}
-	rows, err := r.inIDOrder(ctx, idQuery{cr: cr, sel: sel, from: from, args: args})
+	rows, err := r.inIDOrder(ctx, q)
 	if err != nil {
 		return snapshot.ParseLayerMode(mode), err
 	}
@@ -136,13 +140,11 @@ func (r *snap) ScanChanged(ctx context.Context, collection string, since *snapsh
 		case p.changed > max:
 			return total, false, nil
 		case rel.kind == "r" && int64(len(p.blocks))*int64(p.maxOffset)*4 <= total:
-			where = rowAlias + ".ctid = ANY (ARRAY(SELECT format('(%s,%s)', b, o)::tid FROM unnest($4::int8[]) AS b, generate_series(1, $5::int) AS o)) AND " + where
+			where = ctidProbeSQL + " AND " + where
 			args = append(args, p.blocks, p.maxOffset)
 		}
 	}
-	from := pgx.Identifier(c.tableParts()).Sanitize() + " AS " + rowAlias
-	rows, err := r.tx.Query(ctx, "SELECT id, doc, (count(*) OVER ())::text FROM (SELECT "+keySQL(key)+" AS id, to_json("+rowAlias+".*)::text AS doc FROM "+from+
-		" WHERE "+where+" LIMIT $3) AS changed ORDER BY id COLLATE \"C\"", args...)
+	rows, err := r.tx.Query(ctx, changedRowsSQL(c, key, where), args...)
 	if err != nil {
 		return 0, false, fmt.Errorf("query %s: %w", describe(c), err)
 	}
@@ -158,6 +160,35 @@ func (r *snap) ScanChanged(ctx context.Context, collection string, since *snapsh
 		return total, false, err
 	}
 	return total, true, readRows(&peeked{Rows: rows, first: true}, c, key, true, fn)
+}
+
+// changedRowsSQL reads, from the table collection c keyed by key, the id and
+// document of at most $3 rows where where holds, in id byte order, each with the
+// number of rows read.
+func changedRowsSQL(c Collection, key []string, where string) string {
+	return "SELECT id, doc, (count(*) OVER ())::text FROM (SELECT " + keySQL(key) + " AS id, " + docSQL + " AS doc FROM " +
+		tableFromSQL(c) + " WHERE " + where + " LIMIT $3) AS changed ORDER BY id COLLATE \"C\""
+}
+
+// ctidProbeSQL is true for a row at a ctid (block, 1…$5) of the blocks $4: the pages
+// a pass found changed rows in, probed alone.
+const ctidProbeSQL = rowAlias + ".ctid = ANY (ARRAY(SELECT format('(%s,%s)', b, o)::tid FROM unnest($4::int8[]) AS b, generate_series(1, $5::int) AS o))"
+
+// docSQL is the document of the row rowAlias: its JSON text.
+const docSQL = "to_json(" + rowAlias + ".*)::text"
+
+// changedDocSQL is the document of the row rowAlias when its row version is in the
+// window [$1, $1+$2) (changedSQL), else NULL.
+var changedDocSQL = "CASE WHEN " + changedSQL + " THEN " + docSQL + " END"
+
+// tableFromSQL is the FROM item of a table collection's table, named rowAlias.
+func tableFromSQL(c Collection) string {
+	return pgx.Identifier(c.tableParts()).Sanitize() + " AS " + rowAlias
+}
+
+// rowsFromSQL is the FROM item of a collection's rows (rowsSQL), named rowAlias.
+func rowsFromSQL(c Collection) string {
+	return "(" + c.rowsSQL() + "\n) AS " + rowAlias
 }
 
 // peeked is rows whose first row Next has been called for already.
@@ -321,12 +352,15 @@ func (r *snap) decideMode(ctx context.Context, c Collection, since *snapshot.Pos
 func allHeap(ctx context.Context, tx pgx.Tx, c Collection) (bool, error) {
 	var ok bool
 	// pg_partition_tree lists nothing for a table that is not partitioned.
-	err := tx.QueryRow(ctx, `SELECT coalesce(bool_and(c.relkind = 'p' OR coalesce(am.amname, '') = 'heap'), false)
-		FROM pg_class c LEFT JOIN pg_am am ON am.oid = c.relam
-		WHERE c.oid = to_regclass($1) OR c.oid IN (SELECT relid FROM pg_partition_tree(to_regclass($1)))`,
-		pgx.Identifier(c.tableParts()).Sanitize()).Scan(&ok)
+	err := tx.QueryRow(ctx, allHeapSQL, pgx.Identifier(c.tableParts()).Sanitize()).Scan(&ok)
 	return ok, err
 }
+
+// allHeapSQL reads whether the table $1 and every partition under it are stored as
+// heap.
+const allHeapSQL = `SELECT coalesce(bool_and(c.relkind = 'p' OR coalesce(am.amname, '') = 'heap'), false)
+	FROM pg_class c LEFT JOIN pg_am am ON am.oid = c.relam
+	WHERE c.oid = to_regclass($1) OR c.oid IN (SELECT relid FROM pg_partition_tree(to_regclass($1)))`
 
 // countable reports whether counting a table's rows proves no deletion: only when ids
 // are unique, since a duplicate id added and a row deleted would balance. Without
@@ -342,7 +376,7 @@ func (r *snap) countable(ctx context.Context, cr *collectionRead) (relation, boo
 	}
 	if rel.kind != "p" {
 		var children bool
-		if err := r.tx.QueryRow(ctx, `SELECT EXISTS (SELECT FROM pg_inherits WHERE inhparent = $1)`, rel.oid).Scan(&children); err != nil {
+		if err := r.tx.QueryRow(ctx, hasChildrenSQL, rel.oid).Scan(&children); err != nil {
 			return rel, false, err
 		}
 		if children {
@@ -351,6 +385,9 @@ func (r *snap) countable(ctx context.Context, cr *collectionRead) (relation, boo
 	}
 	return rel, true, nil
 }
+
+// hasChildrenSQL reads whether the relation $1 has inheritance children.
+const hasChildrenSQL = `SELECT EXISTS (SELECT FROM pg_inherits WHERE inhparent = $1)`
 
 // changedPass is what fingerprint's pass over a table found against the parent read
 // at since: the rows, how many are in the row-version window since the parent, the
@@ -410,15 +447,9 @@ func (r *snap) fingerprint(ctx context.Context, cr *collectionRead, since *snaps
 	if !ok {
 		return hashedFingerprint(ctx, r.tx, c, cols)
 	}
-	// The window's test once a row, in a subquery kept apart (OFFSET 0), for the
-	// aggregates that read it; a ctid's block and line number are its text's.
 	p := changedPass{since: since, rel: rel}
 	var span int32
-	err = r.tx.QueryRow(ctx, `SELECT count(*), count(*) FILTER (WHERE w),
-		coalesce(array_agg(DISTINCT (t::text::point)[0]::int8) FILTER (WHERE w), '{}'),
-		coalesce(max((t::text::point)[1]::int4) FILTER (WHERE w), 0), age($1::text::xid)
-		FROM (SELECT `+rowAlias+`.ctid AS t, `+windowSQL+` AS w FROM `+pgx.Identifier(c.tableParts()).Sanitize()+` AS `+rowAlias+` OFFSET 0) AS p`,
-		strconv.FormatUint(plan.lo, 10)).Scan(&p.rows, &p.changed, &p.blocks, &p.maxOffset, &span)
+	err = r.tx.QueryRow(ctx, changedPassSQL(c), strconv.FormatUint(plan.lo, 10)).Scan(&p.rows, &p.changed, &p.blocks, &p.maxOffset, &span)
 	if err != nil {
 		return "", "", 0, err
 	}
@@ -431,4 +462,16 @@ func (r *snap) fingerprint(ctx context.Context, cr *collectionRead, since *snaps
 	}
 	sum := sha256.Sum256(fmt.Appendf(nil, "changed\n%s\n%d\n%s", parent, r.pos.LSN, r.pos.Snapshot))
 	return countedFingerprint(p.rows, sum[:]), defs, p.rows, nil
+}
+
+// changedPassSQL reads, from the table collection c, the count of its rows, of
+// those in the window from the xid $1 (windowSQL), the blocks of those and their
+// greatest line number, and the age of $1. The window's test runs once a row, in a
+// subquery kept apart (OFFSET 0), for the aggregates that read it; a ctid's block and
+// line number are its text's.
+func changedPassSQL(c Collection) string {
+	return `SELECT count(*), count(*) FILTER (WHERE w),
+		coalesce(array_agg(DISTINCT (t::text::point)[0]::int8) FILTER (WHERE w), '{}'),
+		coalesce(max((t::text::point)[1]::int4) FILTER (WHERE w), 0), age($1::text::xid)
+		FROM (SELECT ` + rowAlias + `.ctid AS t, ` + windowSQL + ` AS w FROM ` + tableFromSQL(c) + ` OFFSET 0) AS p`
 }

@@ -218,8 +218,7 @@ func (rel relation) estimate(ctx context.Context, conn *pgx.Conn, r *CollectionR
 func checkQuery(ctx context.Context, conn *pgx.Conn, c Collection, r *CollectionReport) error {
 	r.Source = "query"
 	r.KeyGuarantee = notProvable
-	from := c.subquery()
-	sd, err := conn.PgConn().Prepare(ctx, "", "SELECT * FROM ("+from+"\n) AS "+rowAlias, nil)
+	sd, err := conn.PgConn().Prepare(ctx, "", "SELECT * FROM "+rowsFromSQL(c), nil)
 	if err != nil {
 		if ctx.Err() != nil {
 			return err

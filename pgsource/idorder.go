@@ -91,10 +91,7 @@ func (r *snap) digitScans(ctx context.Context, cr *collectionRead) ([]idRange, e
 	for i, rg := range all {
 		los[i], his[i] = rg.lo, rg.hi
 	}
-	col := rowAlias + "." + pgx.Identifier{key[0]}.Sanitize()
-	rows, err := r.tx.Query(ctx, "SELECT n - 1 FROM unnest($1::int8[], $2::int8[]) WITH ORDINALITY AS r(lo, hi, n)"+
-		" WHERE EXISTS (SELECT FROM "+pgx.Identifier(c.tableParts()).Sanitize()+" AS "+rowAlias+
-		" WHERE "+col+" BETWEEN r.lo AND r.hi)", los, his)
+	rows, err := r.tx.Query(ctx, heldRangesSQL(c, key[0]), los, his)
 	if err != nil {
 		return nil, fmt.Errorf("read the key ranges of %s: %w", describe(c), err)
 	}
@@ -124,6 +121,30 @@ func (q idQuery) sql() string {
 	return "SELECT " + keySQL(q.cr.key) + ", " + q.sel + " FROM " + q.from
 }
 
+// sortedSQL is q sorted by Postgres in id byte order.
+func (q idQuery) sortedSQL() string {
+	return q.sql() + " ORDER BY " + keySQL(q.cr.key) + ` COLLATE "C"`
+}
+
+// rangeSQL is q over the ids of one range of its one integer key column, lo and hi
+// the parameters after q's, in the range's byte order: the index's order, ascending
+// or descending.
+func (q idQuery) rangeSQL(desc bool) string {
+	col := rowAlias + "." + pgx.Identifier{q.cr.key[0]}.Sanitize()
+	stmt := q.sql() + " WHERE " + col + " BETWEEN $" + strconv.Itoa(len(q.args)+1) + "::int8 AND $" + strconv.Itoa(len(q.args)+2) + "::int8 ORDER BY " + col
+	if desc {
+		stmt += " DESC"
+	}
+	return stmt
+}
+
+// heldRangesSQL reads which of the ranges $1[i]..$2[i] of the table collection c's
+// integer key column col hold an id (i - 1, from 0): an index probe each.
+func heldRangesSQL(c Collection, col string) string {
+	return "SELECT n - 1 FROM unnest($1::int8[], $2::int8[]) WITH ORDINALITY AS r(lo, hi, n)" +
+		" WHERE EXISTS (SELECT FROM " + tableFromSQL(c) + " WHERE " + rowAlias + "." + pgx.Identifier{col}.Sanitize() + " BETWEEN r.lo AND r.hi)"
+}
+
 // inIDOrder runs q, its rows in id byte order: merged from digitScans' index scans
 // when it returns ranges and the connections for them can be had, else sorted by
 // Postgres.
@@ -141,7 +162,7 @@ func (r *snap) inIDOrder(ctx context.Context, q idQuery) (rowReader, error) {
 	if len(ranges) == 1 { // ids of one digit count and sign: the index's order is theirs
 		return scanRange(ctx, r.tx, q, ranges[0])
 	}
-	rows, err := r.tx.Query(ctx, q.sql()+" ORDER BY "+keySQL(q.cr.key)+` COLLATE "C"`, q.args...)
+	rows, err := r.tx.Query(ctx, q.sortedSQL(), q.args...)
 	if err != nil {
 		return nil, fmt.Errorf("query %s: %w", describe(q.cr.c), err)
 	}
@@ -157,7 +178,7 @@ func (r *snap) inIDOrder(ctx context.Context, q idQuery) (rowReader, error) {
 // Postgres instead.
 func (r *snap) mergedScans(ctx context.Context, q idQuery, ranges []idRange) (rowReader, error) {
 	if r.exported == "" {
-		if err := r.tx.QueryRow(ctx, "SELECT pg_export_snapshot()").Scan(&r.exported); err != nil {
+		if err := r.tx.QueryRow(ctx, exportSnapshotSQL).Scan(&r.exported); err != nil {
 			return nil, fmt.Errorf("export snapshot: %w", err)
 		}
 	}
@@ -192,12 +213,7 @@ func (r *snap) mergedScans(ctx context.Context, q idQuery, ranges []idRange) (ro
 // scanRange starts the scan of one range of ids of q on on, in the range's byte
 // order.
 func scanRange(ctx context.Context, on querier, q idQuery, rg idRange) (pgx.Rows, error) {
-	col := rowAlias + "." + pgx.Identifier{q.cr.key[0]}.Sanitize()
-	stmt := q.sql() + " WHERE " + col + " BETWEEN $" + strconv.Itoa(len(q.args)+1) + "::int8 AND $" + strconv.Itoa(len(q.args)+2) + "::int8 ORDER BY " + col
-	if rg.desc {
-		stmt += " DESC"
-	}
-	rows, err := on.Query(ctx, stmt, slices.Concat(q.args, []any{rg.lo, rg.hi})...)
+	rows, err := on.Query(ctx, q.rangeSQL(rg.desc), slices.Concat(q.args, []any{rg.lo, rg.hi})...)
 	if err != nil {
 		return nil, fmt.Errorf("query %s (ids %d..%d): %w", describe(q.cr.c), rg.lo, rg.hi, err)
 	}

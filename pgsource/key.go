@@ -117,8 +117,7 @@ func needsByteOrder(ctx context.Context, conn *pgx.Conn, c Collection, key []str
 		return need, err
 	}
 	// Described, not run: the key's type, from the statement Postgres would plan.
-	desc, err := conn.PgConn().Prepare(ctx, "", "SELECT "+rowAlias+"."+pgx.Identifier{key[0]}.Sanitize()+
-		" FROM ("+c.subquery()+"\n) AS "+rowAlias, nil)
+	desc, err := conn.PgConn().Prepare(ctx, "", "SELECT "+rowAlias+"."+pgx.Identifier{key[0]}.Sanitize()+" FROM "+rowsFromSQL(c), nil)
 	if err != nil {
 		return false, fmt.Errorf("query: %w", err)
 	}

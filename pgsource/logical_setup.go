@@ -235,12 +235,19 @@ func activeSlotError(slot string, pid int) error {
 
 // setDDLTimeouts bounds the transaction's waits for locks and its statements.
 func setDDLTimeouts(ctx context.Context, tx pgx.Tx) error {
-	if _, err := tx.Exec(ctx, "SET LOCAL lock_timeout = '"+logicalLockTimeout+"'"); err != nil {
+	if _, err := tx.Exec(ctx, ddlLockTimeoutSQL); err != nil {
 		return err
 	}
-	_, err := tx.Exec(ctx, "SET LOCAL statement_timeout = '"+logicalStatementTimeout+"'")
+	_, err := tx.Exec(ctx, ddlStatementTimeoutSQL)
 	return err
 }
+
+// ddlLockTimeoutSQL and ddlStatementTimeoutSQL set the transaction's
+// logicalLockTimeout and logicalStatementTimeout.
+const (
+	ddlLockTimeoutSQL      = "SET LOCAL lock_timeout = '" + logicalLockTimeout + "'"
+	ddlStatementTimeoutSQL = "SET LOCAL statement_timeout = '" + logicalStatementTimeout + "'"
+)
 
 // ddlError says what a failed statement of stmt means for the caller.
 func ddlError(stmt string, err error) error {

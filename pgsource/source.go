@@ -238,7 +238,7 @@ func (s *Source) open(ctx context.Context, since *snapshot.Position) (_ snapshot
 		}
 	}
 	if s.Readers > 1 {
-		if err := sn.tx.QueryRow(ctx, "SELECT pg_export_snapshot()").Scan(&sn.exported); err != nil {
+		if err := sn.tx.QueryRow(ctx, exportSnapshotSQL).Scan(&sn.exported); err != nil {
 			return nil, fmt.Errorf("export snapshot: %w", err)
 		}
 	}
@@ -259,9 +259,7 @@ func (s *Source) start(ctx context.Context, since *snapshot.Position) (_ *snap, 
 		}
 	}()
 	var lsnText, snapText string
-	err = tx.QueryRow(ctx, `SELECT (CASE WHEN pg_is_in_recovery() THEN pg_last_wal_replay_lsn()
-		ELSE pg_current_wal_insert_lsn() END)::text, pg_current_snapshot()::text`).Scan(&lsnText, &snapText)
-	if err != nil {
+	if err := tx.QueryRow(ctx, snapshotPositionSQL).Scan(&lsnText, &snapText); err != nil {
 		return nil, fmt.Errorf("read source position: %w", err)
 	}
 	lsn, err := ParseLSN(lsnText)
@@ -295,6 +293,15 @@ func (s *Source) start(ctx context.Context, since *snapshot.Position) (_ *snap, 
 	}
 	return sn, nil
 }
+
+// snapshotPositionSQL reads the WAL position (replayed, on a standby) and the
+// transaction's snapshot, "xmin:xmax:xip,…".
+const snapshotPositionSQL = `SELECT (CASE WHEN pg_is_in_recovery() THEN pg_last_wal_replay_lsn()
+	ELSE pg_current_wal_insert_lsn() END)::text, pg_current_snapshot()::text`
+
+// exportSnapshotSQL exports the transaction's snapshot for other connections to
+// import.
+const exportSnapshotSQL = "SELECT pg_export_snapshot()"
 
 // measure fingerprints one collection at the snapshot's position: from the stream's
 // keys when they tell every change since the parent (streamed), else by reading it
@@ -367,13 +374,18 @@ func tableFingerprint(ctx context.Context, tx pgx.Tx, c Collection) (fp, defs st
 func hashedFingerprint(ctx context.Context, tx pgx.Tx, c Collection, cols string) (fp, defs string, rows int64, err error) {
 	var xsum string
 	// sum over bigint adds in numeric, so no hash overflows.
-	err = tx.QueryRow(ctx, `SELECT count(*), coalesce(sum(hashint8extended(`+xminSQL+`, 0)), 0)::text FROM `+
-		pgx.Identifier(c.tableParts()).Sanitize()+` AS `+rowAlias).Scan(&rows, &xsum)
+	err = tx.QueryRow(ctx, xminSumSQL(c)).Scan(&rows, &xsum)
 	if err != nil {
 		return "", "", 0, err
 	}
 	sum := sha256.Sum256(fmt.Appendf(nil, "%d:%s\n%s", rows, xsum, cols))
 	return countedFingerprint(rows, sum[:]), definitionsOf(cols), rows, nil
+}
+
+// xminSumSQL reads the table collection c's row count and the sum of a hash of every
+// visible row version's xmin.
+func xminSumSQL(c Collection) string {
+	return `SELECT count(*), coalesce(sum(hashint8extended(` + xminSQL + `, 0)), 0)::text FROM ` + tableFromSQL(c)
 }
 
 // countedFingerprint is a table's fingerprint, "<rows>.<hash>": the row count, which a
@@ -408,7 +420,7 @@ func tableDefinitions(ctx context.Context, tx pgx.Tx, c Collection) (string, err
 	}
 	name := pgx.Identifier(c.tableParts()).Sanitize()
 	var kind string
-	err := tx.QueryRow(ctx, `SELECT coalesce((SELECT relkind::text FROM pg_class WHERE oid = to_regclass($1)), '')`, name).Scan(&kind)
+	err := tx.QueryRow(ctx, relkindSQL, name).Scan(&kind)
 	if err != nil || kind != "r" && kind != "p" {
 		return "", err
 	}
@@ -424,6 +436,9 @@ func tableDefinitions(ctx context.Context, tx pgx.Tx, c Collection) (string, err
 	}
 	return cols + "\n" + rels, nil
 }
+
+// relkindSQL reads the relation $1's kind (pg_class.relkind); "" when there is none.
+const relkindSQL = `SELECT coalesce((SELECT relkind::text FROM pg_class WHERE oid = to_regclass($1)), '')`
 
 // columnsFingerprintSQL describes, as unambiguous JSON, the table $1's columns (name,
 // type, default for rows written before the column was added) and every type they
@@ -638,16 +653,16 @@ func (r *snap) partitionConn(ctx context.Context, part int) (*pgx.Conn, error) {
 
 // importSnapshot returns a new connection whose REPEATABLE READ transaction imports
 // the exported snapshot, so that it reads the same snapshot as the main transaction.
-// Its lock waits end after importLockTimeout: the main transaction holds its tables'
-// locks already, so a lock this connection waits for is one a DDL statement queued
-// behind the main transaction is granted first, and it waits for the main transaction
-// to end, which waits for this connection.
+// Its lock waits end after a second (importLockTimeoutSQL): the main transaction
+// holds its tables' locks already, so a lock this connection waits for is one a DDL
+// statement queued behind the main transaction is granted first, and it waits for the
+// main transaction to end, which waits for this connection.
 func (r *snap) importSnapshot(ctx context.Context) (*pgx.Conn, error) {
 	c, err := pgx.ConnectConfig(ctx, r.src.cfg)
 	if err != nil {
 		return nil, r.src.connectError(err)
 	}
-	if _, err := c.Exec(ctx, "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY"); err != nil {
+	if _, err := c.Exec(ctx, beginImportSQL); err != nil {
 		_ = closeConn(ctx, c)
 		return nil, err
 	}
@@ -655,15 +670,19 @@ func (r *snap) importSnapshot(ctx context.Context) (*pgx.Conn, error) {
 		_ = closeConn(ctx, c)
 		return nil, fmt.Errorf("import snapshot: %w", err)
 	}
-	if _, err := c.Exec(ctx, "SET LOCAL lock_timeout = "+quoteLiteral(importLockTimeout)); err != nil {
+	if _, err := c.Exec(ctx, importLockTimeoutSQL); err != nil {
 		_ = closeConn(ctx, c)
 		return nil, err
 	}
 	return c, nil
 }
 
-// importLockTimeout is importSnapshot's lock_timeout.
-const importLockTimeout = "1s"
+// beginImportSQL begins the transaction that imports an exported snapshot, which
+// must be REPEATABLE READ.
+const beginImportSQL = "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY"
+
+// importLockTimeoutSQL sets importSnapshot's lock_timeout, 1s.
+const importLockTimeoutSQL = "SET LOCAL lock_timeout = '1s'"
 
 func quoteLiteral(s string) string { return "'" + strings.ReplaceAll(s, "'", "''") + "'" }
 
@@ -675,14 +694,12 @@ const rowAlias = "t"
 // order, so a duplicate id is next to its twin (twins hash alike, so they share a
 // partition).
 func selectSQL(c Collection, key []string, byteOrder bool, part, parts int) string {
-	// A query pasted from psql often ends in ';', which is a syntax error inside the
-	// subquery it becomes.
-	from := c.rowsSQL()
 	// The row's alias is only ever used qualified (t.* and t."key"): an unqualified t
 	// means a column named t when the row has one, and the whole row would be served
-	// as that column's value.
+	// as that column's value. (A query pasted from psql often ends in ';', which
+	// rowsSQL leaves out: a syntax error inside the subquery it becomes.)
 	id := keySQL(key)
-	q := "SELECT " + id + ", to_json(" + rowAlias + ".*)::text FROM (" + from + "\n) AS " + rowAlias
+	q := "SELECT " + id + ", " + docSQL + " FROM " + rowsFromSQL(c)
 	if parts > 1 {
 		// A NULL id hashes to NULL, which no partition would match: it goes to
 		// partition 0, where the scan fails on it as a whole read does.

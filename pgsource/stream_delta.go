@@ -294,32 +294,15 @@ func (r *snap) ScanKeyed(ctx context.Context, collection string, since *snapshot
 	}
 	// The key columns' types, in one round trip.
 	var types []string
-	if err := r.tx.QueryRow(ctx, `SELECT coalesce(array_agg(format_type(atttypid, NULL) ORDER BY array_position($2::text[], attname::text)), '{}')
-		FROM pg_attribute WHERE attrelid = to_regclass($1) AND attnum > 0 AND NOT attisdropped AND attname = ANY($2::text[])`,
-		table, cols).Scan(&types); err != nil {
+	if err := r.tx.QueryRow(ctx, keyTypesSQL, table, cols).Scan(&types); err != nil {
 		return false, fmt.Errorf("collection %s: the types of key columns %v: %w", collection, cols, err)
 	} else if len(types) != len(cols) {
 		return false, fmt.Errorf("%w: collection %s: %s has %d of the key columns %v", snapshot.ErrSource, collection, table, len(types), cols)
 	}
-	casts, names, conds := make([]string, len(cols)), make([]string, len(cols)), make([]string, len(cols))
-	for i, col := range cols {
-		q := pgx.Identifier{col}.Sanitize()
-		names[i] = "k" + strconv.Itoa(i)
-		casts[i] = "u." + names[i] + "::" + types[i] + " AS " + q
-		// Equal in the key's type is not enough: numeric 1.5 and 1.50 are equal and
-		// distinct ids. The index finds the candidates, the text (the id's) the row.
-		conds[i] = "d." + q + " = " + rowAlias + "." + q + " AND (d." + q + `)::text COLLATE "C" = (` + rowAlias + "." + q + `)::text COLLATE "C"`
+	for i := range cols {
 		args[i] = vals[i]
 	}
-	params := make([]string, len(cols))
-	for i := range cols {
-		params[i] = "$" + strconv.Itoa(i+1) + "::text[]"
-	}
-	id := keySQL(cr.key)
-	q := "SELECT " + id + ", (SELECT to_json(d.*)::text FROM " + table + " AS d WHERE " + strings.Join(conds, " AND ") + ") FROM (SELECT " +
-		strings.Join(casts, ", ") + " FROM unnest(" + strings.Join(params, ", ") + ") AS u(" + strings.Join(names, ", ") + ")) AS " + rowAlias +
-		" ORDER BY " + id + " COLLATE \"C\""
-	rows, err := r.tx.Query(ctx, q, args...)
+	rows, err := r.tx.Query(ctx, keyedSQL(table, cr.key, cols, types), args...)
 	if err != nil {
 		return false, fmt.Errorf("query %s: %w", describe(c), err)
 	}
@@ -330,6 +313,30 @@ func (r *snap) ScanKeyed(ctx context.Context, collection string, since *snapshot
 		return false, err
 	}
 	return true, nil
+}
+
+// keyTypesSQL reads the types of the columns $2 of the table $1, in that order.
+const keyTypesSQL = `SELECT coalesce(array_agg(format_type(atttypid, NULL) ORDER BY array_position($2::text[], attname::text)), '{}')
+	FROM pg_attribute WHERE attrelid = to_regclass($1) AND attnum > 0 AND NOT attisdropped AND attname = ANY($2::text[])`
+
+// keyedSQL reads, in id byte order, the id (made from key) of every key the stream
+// named and the document of table's row under it, NULL when there is none. The keys'
+// columns cols, of types, are the text arrays $1…, one a column.
+func keyedSQL(table string, key, cols, types []string) string {
+	casts, names, conds, params := make([]string, len(cols)), make([]string, len(cols)), make([]string, len(cols)), make([]string, len(cols))
+	for i, col := range cols {
+		q := pgx.Identifier{col}.Sanitize()
+		names[i] = "k" + strconv.Itoa(i)
+		casts[i] = "u." + names[i] + "::" + types[i] + " AS " + q
+		// Equal in the key's type is not enough: numeric 1.5 and 1.50 are equal and
+		// distinct ids. The index finds the candidates, the text (the id's) the row.
+		conds[i] = "d." + q + " = " + rowAlias + "." + q + " AND (d." + q + `)::text COLLATE "C" = (` + rowAlias + "." + q + `)::text COLLATE "C"`
+		params[i] = "$" + strconv.Itoa(i+1) + "::text[]"
+	}
+	id := keySQL(key)
+	return "SELECT " + id + ", (SELECT to_json(d.*)::text FROM " + table + " AS d WHERE " + strings.Join(conds, " AND ") + ") FROM (SELECT " +
+		strings.Join(casts, ", ") + " FROM unnest(" + strings.Join(params, ", ") + ") AS u(" + strings.Join(names, ", ") + ")) AS " + rowAlias +
+		" ORDER BY " + id + " COLLATE \"C\""
 }
 
 // Streaming reports whether this process reads the replication stream now.

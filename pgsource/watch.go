@@ -382,7 +382,7 @@ func watchedTables(ctx context.Context, conn *pgx.Conn, collections []Collection
 	for _, c := range collections {
 		from := c.rowsSQL()
 		var plan string
-		if err := conn.QueryRow(ctx, "EXPLAIN (FORMAT JSON, VERBOSE) "+from).Scan(&plan); err != nil {
+		if err := conn.QueryRow(ctx, explainSQL(from)).Scan(&plan); err != nil {
 			return nil, fmt.Errorf("collection %s: find the tables it reads: %w", c.Name, err)
 		}
 		rels, err := planRelations(plan)
@@ -391,7 +391,7 @@ func watchedTables(ctx context.Context, conn *pgx.Conn, collections []Collection
 		}
 		for _, r := range rels {
 			var oid *uint32
-			if err := conn.QueryRow(ctx, "SELECT to_regclass($1)::oid", r).Scan(&oid); err != nil {
+			if err := conn.QueryRow(ctx, regclassSQL, r).Scan(&oid); err != nil {
 				return nil, err
 			}
 			if oid != nil {
@@ -406,6 +406,13 @@ func watchedTables(ctx context.Context, conn *pgx.Conn, collections []Collection
 	slices.Sort(out)
 	return out, nil
 }
+
+// explainSQL plans the statement stmt without running it, as JSON that names the
+// relations it scans.
+func explainSQL(stmt string) string { return "EXPLAIN (FORMAT JSON, VERBOSE) " + stmt }
+
+// regclassSQL reads the oid of the relation named $1; NULL when there is none.
+const regclassSQL = "SELECT to_regclass($1)::oid"
 
 // planRelations returns every relation an EXPLAIN (FORMAT JSON) plan scans, as
 // quoted schema-qualified names.
