@@ -56,3 +56,33 @@ func TestTableNamesWithDots(t *testing.T) {
 		}
 	}
 }
+
+// Validate names the field of a bad value; a zero value takes its default.
+func TestWatchAndStreamConfigValidate(t *testing.T) {
+	logical := pgsource.LogicalConfig{Publication: "p", Slot: "s"}
+	for _, tt := range []struct {
+		name string
+		got  error
+		want string // "" for no error
+	}{
+		{"watch zero", pgsource.WatchConfig{}.Validate(), ""},
+		{"watch defaults", pgsource.DefaultWatchConfig().Validate(), ""},
+		{"watch interval", pgsource.WatchConfig{Interval: -1}.Validate(), "WatchConfig.Interval"},
+		{"watch hot", pgsource.WatchConfig{Hot: -1}.Validate(), "WatchConfig.Hot"},
+		{"watch resolve", pgsource.WatchConfig{Resolve: -1}.Validate(), "WatchConfig.Resolve"},
+		{"watch mode", pgsource.WatchConfig{Mode: "notify"}.Validate(), `watch mode "notify"`},
+		{"stream zero", pgsource.StreamConfig{LogicalConfig: logical}.Validate(), ""},
+		{"stream publication", pgsource.StreamConfig{LogicalConfig: pgsource.LogicalConfig{Slot: "s"}}.Validate(), "LogicalConfig.Publication"},
+		{"stream slot", pgsource.StreamConfig{LogicalConfig: pgsource.LogicalConfig{Publication: "p"}}.Validate(), "LogicalConfig.Slot"},
+		{"stream catch-up", pgsource.StreamConfig{LogicalConfig: logical, CatchUp: -1}.Validate(), "StreamConfig.CatchUp"},
+		{"stream retained", pgsource.StreamConfig{LogicalConfig: logical, WarnRetained: -1}.Validate(), "StreamConfig.WarnRetained"},
+		{"stream nudge", pgsource.StreamConfig{LogicalConfig: logical, NudgeAfter: -1}.Validate(), "StreamConfig.NudgeAfter"},
+	} {
+		switch {
+		case tt.want == "" && tt.got != nil:
+			t.Errorf("%s: Validate = %v; want nil", tt.name, tt.got)
+		case tt.want != "" && (tt.got == nil || !strings.Contains(tt.got.Error(), tt.want)):
+			t.Errorf("%s: Validate = %v; want an error naming %s", tt.name, tt.got, tt.want)
+		}
+	}
+}

@@ -9,6 +9,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/snapflip/snapflip/snapshot"
 )
 
 // What watch.mode logical needs in the source: wal_level = logical, a role with the
@@ -30,6 +32,18 @@ type LogicalConfig struct {
 	Publication string
 	// Slot is the logical replication slot (plugin pgoutput) of the stream.
 	Slot string
+}
+
+// Validate reports a missing publication or slot, naming the field. The error wraps
+// snapshot.ErrInvalid.
+func (c LogicalConfig) Validate() error {
+	switch {
+	case c.Publication == "":
+		return fmt.Errorf("%w LogicalConfig.Publication: required", snapshot.ErrInvalid)
+	case c.Slot == "":
+		return fmt.Errorf("%w LogicalConfig.Slot: required", snapshot.ErrInvalid)
+	}
+	return nil
 }
 
 // ErrLogicalSetup reports that what watch.mode logical needs is missing and the syncer

@@ -1,6 +1,7 @@
 package pgsource
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -32,7 +33,8 @@ import (
 // a crash replays, it never loses. With nothing held, it is confirmed as far as the
 // stream has been read, so writes to other tables never pin WAL.
 
-// StreamConfig tunes Stream.
+// StreamConfig tunes Stream. A zero field takes its default (DefaultStreamConfig),
+// but for LogicalConfig's, which are required.
 type StreamConfig struct {
 	LogicalConfig
 	// CatchUp bounds how long a snapshot waits for the stream to pass its position
@@ -45,6 +47,38 @@ type StreamConfig struct {
 	// to log a running-transactions record so that it moves; default 8 MiB.
 	NudgeAfter int64
 	Log        *slog.Logger
+}
+
+// DefaultStreamConfig returns the values Stream takes for StreamConfig's zero
+// fields; it names no publication or slot.
+func DefaultStreamConfig() StreamConfig {
+	return StreamConfig{CatchUp: 5 * time.Second, WarnRetained: 1 << 30, NudgeAfter: 8 << 20}
+}
+
+// Validate reports the first unusable field, naming it: a missing publication or
+// slot, or a negative duration or size. The error wraps snapshot.ErrInvalid.
+func (c StreamConfig) Validate() error {
+	if err := c.LogicalConfig.Validate(); err != nil {
+		return err
+	}
+	switch {
+	case c.CatchUp < 0:
+		return fmt.Errorf("%w StreamConfig.CatchUp %s: must not be negative (0 takes the default)", snapshot.ErrInvalid, c.CatchUp)
+	case c.WarnRetained < 0:
+		return fmt.Errorf("%w StreamConfig.WarnRetained %d: must not be negative (0 takes the default)", snapshot.ErrInvalid, c.WarnRetained)
+	case c.NudgeAfter < 0:
+		return fmt.Errorf("%w StreamConfig.NudgeAfter %d: must not be negative (0 takes the default)", snapshot.ErrInvalid, c.NudgeAfter)
+	}
+	return nil
+}
+
+// withDefaults returns c with its zero fields set to DefaultStreamConfig's.
+func (c StreamConfig) withDefaults() StreamConfig {
+	d := DefaultStreamConfig()
+	c.CatchUp = cmp.Or(c.CatchUp, d.CatchUp)
+	c.WarnRetained = cmp.Or(c.WarnRetained, d.WarnRetained)
+	c.NudgeAfter = cmp.Or(c.NudgeAfter, d.NudgeAfter)
+	return c
 }
 
 // StreamStats describes the stream, for metrics.
@@ -172,15 +206,10 @@ type stream struct {
 // transaction (ReasonStreamUnseen); stats every few seconds. The caller must be the only reader (it holds the watch lease): a reader
 // still attached to the slot is terminated.
 func (s *Source) Stream(ctx context.Context, cfg StreamConfig, changed func(Change), stats func(StreamStats)) error {
-	if cfg.CatchUp <= 0 {
-		cfg.CatchUp = 5 * time.Second
+	if err := cfg.Validate(); err != nil {
+		return err
 	}
-	if cfg.WarnRetained <= 0 {
-		cfg.WarnRetained = 1 << 30
-	}
-	if cfg.NudgeAfter <= 0 {
-		cfg.NudgeAfter = 8 << 20
-	}
+	cfg = cfg.withDefaults()
 	log := cfg.Log
 	if log == nil {
 		log = slog.Default()

@@ -1,6 +1,7 @@
 package pgsource
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -34,7 +35,7 @@ import (
 // in both modes: DDL moves no counter and the replication stream carries none. In
 // logical mode the poll reads that digest alone; the stream reports the rows.
 
-// WatchConfig tunes Watch.
+// WatchConfig tunes Watch. A zero field takes its default (DefaultWatchConfig).
 type WatchConfig struct {
 	// Interval is the time between polls; default 200ms.
 	Interval time.Duration
@@ -48,6 +49,55 @@ type WatchConfig struct {
 	// Watch polls the definitions alone (Stream reports the rows).
 	Mode string
 	Log  *slog.Logger
+}
+
+// DefaultWatchConfig returns the values Watch takes for WatchConfig's zero fields.
+func DefaultWatchConfig() WatchConfig {
+	return WatchConfig{Interval: 200 * time.Millisecond, Hot: 11 * time.Second, Resolve: time.Minute, Mode: WatchModeStats}
+}
+
+// Validate reports the first unusable field, naming it: a negative duration, or an
+// unknown mode. The error wraps snapshot.ErrInvalid.
+func (c WatchConfig) Validate() error {
+	for _, f := range []struct {
+		name string
+		d    time.Duration
+	}{{"Interval", c.Interval}, {"Hot", c.Hot}, {"Resolve", c.Resolve}} {
+		if f.d < 0 {
+			return fmt.Errorf("%w WatchConfig.%s %s: must not be negative (0 takes the default)", snapshot.ErrInvalid, f.name, f.d)
+		}
+	}
+	_, err := parseWatchMode(c.Mode)
+	return err
+}
+
+// withDefaults returns c with its zero fields set to DefaultWatchConfig's.
+func (c WatchConfig) withDefaults() WatchConfig {
+	d := DefaultWatchConfig()
+	c.Interval = cmp.Or(c.Interval, d.Interval)
+	c.Hot = cmp.Or(c.Hot, d.Hot)
+	c.Resolve = cmp.Or(c.Resolve, d.Resolve)
+	c.Mode = cmp.Or(c.Mode, d.Mode)
+	return c
+}
+
+// watchMode is a WatchConfig.Mode, parsed.
+type watchMode int
+
+const (
+	watchStats watchMode = iota + 1
+	watchLogical
+)
+
+// parseWatchMode parses a WatchConfig.Mode; "" is WatchModeStats.
+func parseWatchMode(s string) (watchMode, error) {
+	switch s {
+	case "", WatchModeStats:
+		return watchStats, nil
+	case WatchModeLogical:
+		return watchLogical, nil
+	}
+	return 0, fmt.Errorf("%w watch mode %q: want %q or %q", snapshot.ErrInvalid, s, WatchModeStats, WatchModeLogical)
 }
 
 // The watch's modes.
@@ -110,27 +160,16 @@ const watchRetry = 3 * time.Second
 // started"). The error returned is ctx's, or one wrapping snapshot.ErrInvalid for an
 // unknown mode.
 func (s *Source) Watch(ctx context.Context, cfg WatchConfig, changed func(Change), polled func(WatchStats)) error {
-	if cfg.Interval <= 0 {
-		cfg.Interval = 200 * time.Millisecond
+	if err := cfg.Validate(); err != nil {
+		return err
 	}
-	if cfg.Hot <= 0 {
-		cfg.Hot = 11 * time.Second
-	}
-	if cfg.Resolve <= 0 {
-		cfg.Resolve = time.Minute
-	}
-	switch cfg.Mode {
-	case "":
-		cfg.Mode = WatchModeStats
-	case WatchModeStats, WatchModeLogical:
-	default:
-		return fmt.Errorf("%w watch mode %q: want %q or %q", snapshot.ErrInvalid, cfg.Mode, WatchModeStats, WatchModeLogical)
-	}
+	cfg = cfg.withDefaults()
+	mode, _ := parseWatchMode(cfg.Mode)
 	log := cfg.Log
 	if log == nil {
 		log = slog.Default()
 	}
-	w := &watch{src: s, cfg: cfg, log: log, changed: changed, polled: polled}
+	w := &watch{src: s, cfg: cfg, mode: mode, log: log, changed: changed, polled: polled}
 	for {
 		err := w.run(ctx)
 		if ctx.Err() != nil {
@@ -145,7 +184,8 @@ func (s *Source) Watch(ctx context.Context, cfg WatchConfig, changed func(Change
 
 type watch struct {
 	src     *Source
-	cfg     WatchConfig
+	cfg     WatchConfig // with its defaults
+	mode    watchMode
 	log     *slog.Logger
 	changed func(Change)
 	polled  func(WatchStats)
@@ -223,7 +263,7 @@ func (l *watchLoop) step(ctx context.Context) (again bool, err error) {
 		}
 	}
 	start := time.Now()
-	p, err := w.poll(ctx, l.conn, l.set, w.cfg.Mode == WatchModeStats)
+	p, err := w.poll(ctx, l.conn, l.set, w.mode == watchStats)
 	if err != nil {
 		return false, fmt.Errorf("poll: %w", err)
 	}

@@ -28,7 +28,7 @@ func TestWatchBaselineAgreesWithItsTables(t *testing.T) {
 		finds   int
 		reasons []ChangeReason
 	)
-	w := &watch{src: src, log: slog.New(slog.DiscardHandler),
+	w := &watch{src: src, log: slog.New(slog.DiscardHandler), mode: watchLogical,
 		cfg:     WatchConfig{Interval: 20 * time.Millisecond, Hot: time.Second, Resolve: time.Hour, Mode: WatchModeLogical},
 		changed: func(c Change) { mu.Lock(); reasons = append(reasons, c.Reason); mu.Unlock() },
 		polled:  func(WatchStats) {},
