@@ -88,7 +88,7 @@ func (r *genRun) startLogical() {
 	ctx, cancel := context.WithCancel(context.Background())
 	l.cancel = cancel
 	go func() {
-		l.done <- src.Stream(ctx, pgsource.StreamConfig{LogicalConfig: pgsource.LogicalConfig{Publication: l.slot, Slot: l.slot}, Log: quiet}, nil, nil)
+		l.done <- src.Stream(ctx, pgsource.StreamConfig{LogicalConfig: pgsource.LogicalConfig{Publication: l.slot, Slot: l.slot}}, nil, nil)
 	}()
 	r.t.Cleanup(func() {
 		cancel()

@@ -9,4 +9,9 @@
 // A document's id is made from its row's key, one column or several (see ID); a table
 // collection may leave its key out, and its primary key (or only unique index over NOT
 // NULL columns) is used. Check reports what a sync would find, without reading a row.
+//
+// Watch and Stream follow the source for changes between syncs. They log nothing:
+// what an operator may want to know (a retry, a replication slot created or lost, a
+// version compared in full) they report as a typed Event to the Observer in their
+// config, which the binary supplies.
 package pgsource

@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
 	"slices"
 	"strings"
 	"sync"
@@ -46,7 +45,9 @@ type StreamConfig struct {
 	// confirmed position, with no transaction held, before the reading asks the server
 	// to log a running-transactions record so that it moves; default 8 MiB.
 	NudgeAfter int64
-	Log        *slog.Logger
+	// Observer hears the stream's events (EventStreamStarted, EventSlotCreated, …);
+	// nil for none.
+	Observer Observer
 }
 
 // DefaultStreamConfig returns the values Stream takes for StreamConfig's zero
@@ -173,7 +174,6 @@ func (r *streamRelation) collections() []string {
 // stream is one reading of the slot.
 type stream struct {
 	cfg     StreamConfig
-	log     *slog.Logger
 	reading string
 	system  string
 	start   uint64 // the slot's confirmed position when the reading began
@@ -199,22 +199,18 @@ type stream struct {
 // Stream reads the replication slot until ctx ends or the connection fails, and
 // lets the snapshots opened meanwhile learn exactly which keys changed. It prepares
 // the publication (PrepareLogical), creates the slot when it is missing, and starts
-// a new one when the slot was invalidated, logging loudly (the next version is then
-// compared in full, since the stream's history has a gap). changed is called for
-// each committed transaction that changed a watched collection, and again, from the
-// goroutine that opens a snapshot, when a snapshot does not yet see such a
-// transaction (ReasonStreamUnseen); stats every few seconds. The caller must be the only reader (it holds the watch lease): a reader
-// still attached to the slot is terminated.
+// a new one when the slot was invalidated, reporting it (EventSlotLost: the next
+// version is then compared in full, since the stream's history has a gap). changed
+// is called for each committed transaction that changed a watched collection, and
+// again, from the goroutine that opens a snapshot, when a snapshot does not yet see
+// such a transaction (ReasonStreamUnseen); stats every few seconds. The caller must
+// be the only reader (it holds the watch lease): a reader still attached to the slot
+// is terminated. An invalid config (StreamConfig.Validate) fails at once.
 func (s *Source) Stream(ctx context.Context, cfg StreamConfig, changed func(Change), stats func(StreamStats)) error {
 	if err := cfg.Validate(); err != nil {
 		return err
 	}
 	cfg = cfg.withDefaults()
-	log := cfg.Log
-	if log == nil {
-		log = slog.Default()
-	}
-	log = log.With("slot", cfg.Slot)
 	tables, err := s.PrepareLogical(ctx, cfg.LogicalConfig)
 	if err != nil {
 		return err
@@ -239,7 +235,7 @@ func (s *Source) Stream(ctx context.Context, cfg StreamConfig, changed func(Chan
 	if err != nil {
 		return fmt.Errorf("identify system: %w", err)
 	}
-	st := &stream{cfg: cfg, log: log, reading: uuid.NewString(), tables: tables, connCfg: s.cfg,
+	st := &stream{cfg: cfg, reading: uuid.NewString(), tables: tables, connCfg: s.cfg,
 		system: fmt.Sprintf("%s:%d:%s", sys.SystemID, sys.Timeline, sys.DBName),
 		moved:  make(chan struct{}), fresh: true, rels: map[uint32]*streamRelation{}, changed: changed}
 	if st.start, err = st.claimSlot(ctx, conn, repl); err != nil {
@@ -250,7 +246,7 @@ func (s *Source) Stream(ctx context.Context, cfg StreamConfig, changed func(Chan
 		return fmt.Errorf("start replication from slot %s: %w", cfg.Slot, err)
 	}
 	st.recv = st.start
-	log.InfoContext(ctx, "reading the replication stream", "from", snapshot.Position{LSN: st.start}.String(), "reading", st.reading)
+	st.report(ctx, Event{Kind: EventStreamStarted, LSN: st.start, Reading: st.reading})
 	s.stream.Store(st)
 	defer s.stream.CompareAndSwap(st, nil)
 	if changed != nil {
@@ -259,6 +255,12 @@ func (s *Source) Stream(ctx context.Context, cfg StreamConfig, changed func(Chan
 		changed(Change{LSN: st.start, At: time.Now(), Reason: ReasonWatchStarted})
 	}
 	return st.read(ctx, conn, repl, changed, stats)
+}
+
+// report tells the config's Observer, if any, of e, an event of the stream's slot.
+func (st *stream) report(ctx context.Context, e Event) {
+	e.Slot = st.cfg.Slot
+	observe(ctx, st.cfg.Observer, e)
 }
 
 // ErrTablesChanged: a relation the stream follows was dropped (and maybe created
@@ -287,16 +289,16 @@ func (st *stream) claimSlot(ctx context.Context, conn *pgx.Conn, repl *pgconn.Pg
 			if err != nil {
 				return 0, err
 			}
-			st.log.WarnContext(ctx, "created the replication slot: the next version is compared in full with its parent", "at", res.ConsistentPoint)
+			st.report(ctx, Event{Kind: EventSlotCreated, LSN: lsn})
 			return lsn, nil
 		case f.walStatus == "lost":
-			st.log.ErrorContext(ctx, "the replication slot was invalidated (max_slot_wal_keep_size): its changes are lost; dropping it and starting a new one, and the next version is compared in full")
+			st.report(ctx, Event{Kind: EventSlotLost})
 			if _, err := conn.Exec(ctx, "SELECT pg_drop_replication_slot($1)", slot); err != nil {
 				return 0, fmt.Errorf("drop invalidated slot %s: %w", slot, err)
 			}
 		case f.active && attempt < 20:
 			// The lease is ours: whoever reads the slot lost it (a paused process).
-			st.log.WarnContext(ctx, "the replication slot is read by another process; ending it", "pid", f.pid)
+			st.report(ctx, Event{Kind: EventSlotTaken, PID: f.pid})
 			if _, err := conn.Exec(ctx, "SELECT pg_terminate_backend($1)", f.pid); err != nil {
 				return 0, fmt.Errorf("end the slot's reader (pid %d): %w", f.pid, err)
 			}
@@ -322,7 +324,7 @@ func (st *stream) claimSlot(ctx context.Context, conn *pgx.Conn, repl *pgconn.Pg
 
 // read receives the stream until ctx ends or the connection fails.
 func (st *stream) read(ctx context.Context, conn *pgx.Conn, repl *pgconn.PgConn, changed func(Change), stats func(StreamStats)) error {
-	nudge := newNudger(ctx, st.connCfg, st.log, st.reading)
+	nudge := newNudger(ctx, st.connCfg, st.report, st.reading)
 	defer nudge.close()
 	slot := &slotWatch{st: st, conn: conn, stats: stats, nudge: nudge}
 	nextStatus := time.Now()

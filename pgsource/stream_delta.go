@@ -5,7 +5,6 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
-	"log/slog"
 	"maps"
 	"slices"
 	"strconv"
@@ -79,8 +78,7 @@ func (st *stream) delta(ctx context.Context, snapText string, lsn uint64, since 
 		case <-ctx.Done():
 			return streamDelta{}, ctx.Err()
 		case <-timeout.C:
-			st.log.WarnContext(ctx, "the replication stream did not reach the snapshot in time: this version is compared in full",
-				"snapshot_lsn", snapshot.Position{LSN: lsn}.String(), "wait", st.cfg.CatchUp.String())
+			st.report(ctx, Event{Kind: EventStreamBehind, LSN: lsn, Wait: st.cfg.CatchUp})
 			return streamDelta{}, nil
 		case <-nudge.C:
 			st.nudge(ctx)
@@ -116,11 +114,7 @@ func (st *stream) deltaLocked(ctx context.Context, vis visibility, since *snapsh
 	d = streamDelta{pos: &snapshot.StreamPosition{Slot: st.cfg.Slot, System: st.system, Reading: st.reading, Resume: resume}}
 	if why := st.invalidFor(since); why != "" {
 		if since != nil && since.Stream != nil {
-			lvl := slog.LevelInfo
-			if since.Stream.System != st.system {
-				lvl = slog.LevelError
-			}
-			st.log.Log(ctx, lvl, "the stream cannot say what changed since the parent: this version is compared in full", "why", why)
+			st.report(ctx, Event{Kind: EventStreamNoDelta, Why: why, OtherSystem: since.Stream.System != st.system})
 		}
 		return d, unseen
 	}
@@ -157,7 +151,7 @@ func (st *stream) nudge(ctx context.Context) {
 		_, err = conn.Exec(ctx, "SELECT txid_current()")
 	}
 	if err != nil && ctx.Err() == nil {
-		st.log.WarnContext(ctx, "could not nudge the replication stream past a snapshot", "err", err)
+		st.report(ctx, Event{Kind: EventNudgeFailed, Err: err})
 	}
 }
 

@@ -3,7 +3,6 @@ package pgsource
 import (
 	"context"
 	"fmt"
-	"log/slog"
 	"slices"
 	"strconv"
 	"strings"
@@ -82,8 +81,7 @@ func (w *slotWatch) check(ctx context.Context, now time.Time) error {
 	w.nextRetained = now.Add(retainedEvery)
 	if retained > st.cfg.WarnRetained && now.Sub(w.warned) > time.Minute {
 		w.warned = now
-		st.log.WarnContext(ctx, "the replication slot retains much WAL on the source: are versions failing to publish?",
-			"retained_bytes", retained, "threshold", st.cfg.WarnRetained)
+		st.report(ctx, Event{Kind: EventSlotRetains, Retained: retained, Threshold: st.cfg.WarnRetained})
 	}
 	if w.stats != nil {
 		w.stats(StreamStats{RetainedBytes: retained, Held: held})
@@ -117,9 +115,9 @@ func (w *slotWatch) tablesKept(ctx context.Context) error {
 // nudger asks the server for a running-transactions record, one request at a time,
 // in the background on a connection of its own, so the stream is read meanwhile.
 type nudger struct {
-	connCfg *pgx.ConnConfig // with statement_timeout nudgeWait
-	log     *slog.Logger
-	slot    string // the temporary slot's name, the reading's own
+	connCfg *pgx.ConnConfig              // with statement_timeout nudgeWait
+	report  func(context.Context, Event) // the reading's
+	slot    string                       // the temporary slot's name, the reading's own
 	ctx     context.Context
 	cancel  context.CancelFunc
 	wg      sync.WaitGroup
@@ -135,10 +133,10 @@ type nudger struct {
 }
 
 // newNudger returns a nudger whose requests end with ctx or close.
-func newNudger(ctx context.Context, connCfg *pgx.ConnConfig, log *slog.Logger, reading string) *nudger {
+func newNudger(ctx context.Context, connCfg *pgx.ConnConfig, report func(context.Context, Event), reading string) *nudger {
 	cfg := connCfg.Copy()
 	cfg.RuntimeParams["statement_timeout"] = strconv.FormatInt(nudgeWait.Milliseconds(), 10)
-	n := &nudger{connCfg: cfg, log: log, slot: "snapflip_nudge_" + strings.ReplaceAll(reading, "-", "")}
+	n := &nudger{connCfg: cfg, report: report, slot: "snapflip_nudge_" + strings.ReplaceAll(reading, "-", "")}
 	n.ctx, n.cancel = context.WithCancel(ctx)
 	return n
 }
@@ -166,8 +164,7 @@ func (n *nudger) poke(now time.Time) {
 		n.next = time.Now().Add(nudgeBackoff)
 		if !n.failed {
 			n.failed = true
-			n.log.WarnContext(ctx, "could not have the server log a running-transactions record: the slot's restart position "+
-				"then moves only every 15 s, and the slot retains that much more WAL; tried again each minute", "err", err)
+			n.report(ctx, Event{Kind: EventRecordFailed, Err: err})
 		}
 	}()
 }

@@ -15,6 +15,13 @@ import (
 	"github.com/snapflip/snapflip/internal/testenv"
 )
 
+// logEvents logs each event to log: its kind's sentence, and its error.
+func logEvents(log *slog.Logger) func(context.Context, Event) {
+	return func(ctx context.Context, e Event) {
+		log.InfoContext(ctx, e.Kind.String(), "slot", e.Slot, "err", e.Err, "why", e.Why)
+	}
+}
+
 // nudgeConn returns a nudger over dsn whose log goes to log, and a connection of the
 // test's own to dsn.
 func nudgeConn(t *testing.T, dsn string, log *testenv.Log) (*nudger, *pgx.Conn) {
@@ -23,7 +30,7 @@ func nudgeConn(t *testing.T, dsn string, log *testenv.Log) (*nudger, *pgx.Conn) 
 	if err != nil {
 		t.Fatal(err)
 	}
-	n := newNudger(context.Background(), cfg, slog.New(slog.NewTextHandler(log, nil)), uuid.NewString())
+	n := newNudger(context.Background(), cfg, logEvents(slog.New(slog.NewTextHandler(log, nil))), uuid.NewString())
 	t.Cleanup(n.close)
 	conn, err := pgx.Connect(context.Background(), dsn)
 	if err != nil {
@@ -98,7 +105,7 @@ func TestNudgeCloseEndsARequest(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	n := newNudger(context.Background(), cfg, slog.New(slog.NewTextHandler(&log, nil)), uuid.NewString())
+	n := newNudger(context.Background(), cfg, logEvents(slog.New(slog.NewTextHandler(&log, nil))), uuid.NewString())
 	n.poke(time.Now())
 	c := <-accepted // the request waits for the server's answer
 	defer c.Close()

@@ -37,7 +37,13 @@ func streamSource(t *testing.T, dsn string, slot string, cs []pgsource.Collectio
 // returns once the stream is read.
 func startStream(t *testing.T, src *pgsource.Source, slot string, log *slog.Logger) (stop func()) {
 	t.Helper()
-	return startStreamWith(t, src, pgsource.StreamConfig{LogicalConfig: pgsource.LogicalConfig{Publication: slot, Slot: slot}, Log: log})
+	cfg := pgsource.StreamConfig{LogicalConfig: pgsource.LogicalConfig{Publication: slot, Slot: slot}}
+	if log != nil {
+		cfg.Observer = pgsource.ObserverFunc(func(ctx context.Context, e pgsource.Event) {
+			log.InfoContext(ctx, e.Kind.String(), "slot", e.Slot, "err", e.Err, "why", e.Why)
+		})
+	}
+	return startStreamWith(t, src, cfg)
 }
 
 // startStreamWith is startStream with a config of the caller's.

@@ -5,7 +5,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"log/slog"
 	"slices"
 	"strconv"
 	"time"
@@ -48,7 +47,9 @@ type WatchConfig struct {
 	// Mode is WatchModeStats (the default when empty), or WatchModeLogical, in which
 	// Watch polls the definitions alone (Stream reports the rows).
 	Mode string
-	Log  *slog.Logger
+	// Observer hears the watch's events (EventWatching, EventWatchFailed); nil for
+	// none.
+	Observer Observer
 }
 
 // DefaultWatchConfig returns the values Watch takes for WatchConfig's zero fields.
@@ -156,26 +157,22 @@ const watchRetry = 3 * time.Second
 
 // Watch polls until ctx ends, calling changed for each possible change and polled
 // after each poll, both from one goroutine. A failing connection is retried every few
-// seconds and logged, and each new connection reports a new baseline ("watch
-// started"). The error returned is ctx's, or one wrapping snapshot.ErrInvalid for an
-// unknown mode.
+// seconds and reported (EventWatchFailed), and each new connection reports a new
+// baseline ("watch started"). The error returned is ctx's, or one wrapping
+// snapshot.ErrInvalid for an invalid config (WatchConfig.Validate).
 func (s *Source) Watch(ctx context.Context, cfg WatchConfig, changed func(Change), polled func(WatchStats)) error {
 	if err := cfg.Validate(); err != nil {
 		return err
 	}
 	cfg = cfg.withDefaults()
 	mode, _ := parseWatchMode(cfg.Mode)
-	log := cfg.Log
-	if log == nil {
-		log = slog.Default()
-	}
-	w := &watch{src: s, cfg: cfg, mode: mode, log: log, changed: changed, polled: polled}
+	w := &watch{src: s, cfg: cfg, mode: mode, changed: changed, polled: polled}
 	for {
 		err := w.run(ctx)
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
-		log.WarnContext(ctx, "watching the source failed; retrying (the schedule still runs)", "err", err)
+		observe(ctx, cfg.Observer, Event{Kind: EventWatchFailed, Err: err})
 		if retry.Sleep(ctx, watchRetry) != nil {
 			return ctx.Err()
 		}
@@ -186,7 +183,6 @@ type watch struct {
 	src     *Source
 	cfg     WatchConfig // with its defaults
 	mode    watchMode
-	log     *slog.Logger
 	changed func(Change)
 	polled  func(WatchStats)
 
@@ -303,7 +299,8 @@ func (l *watchLoop) resolve(ctx context.Context) error {
 	}
 	l.set, l.resolvedAt = set, time.Now()
 	if key := fmt.Sprint(set.relations); key != l.relations {
-		w.log.InfoContext(ctx, "watching for changes", "tables", len(set.tables), "relations", len(set.relations), "interval", w.cfg.Interval.String(), "mode", w.cfg.Mode)
+		observe(ctx, w.cfg.Observer, Event{Kind: EventWatching, Tables: len(set.tables), Relations: len(set.relations),
+			Interval: w.cfg.Interval, Mode: w.cfg.Mode})
 		l.relations, l.first = key, true // a new set of tables: a new baseline
 	}
 	if tables := fmt.Sprint(set.tables); tables != w.watched {

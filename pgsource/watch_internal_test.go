@@ -3,7 +3,6 @@ package pgsource
 import (
 	"context"
 	"errors"
-	"log/slog"
 	"sync"
 	"testing"
 	"time"
@@ -28,7 +27,7 @@ func TestWatchBaselineAgreesWithItsTables(t *testing.T) {
 		finds   int
 		reasons []ChangeReason
 	)
-	w := &watch{src: src, log: slog.New(slog.DiscardHandler), mode: watchLogical,
+	w := &watch{src: src, mode: watchLogical,
 		cfg:     WatchConfig{Interval: 20 * time.Millisecond, Hot: time.Second, Resolve: time.Hour, Mode: WatchModeLogical},
 		changed: func(c Change) { mu.Lock(); reasons = append(reasons, c.Reason); mu.Unlock() },
 		polled:  func(WatchStats) {},

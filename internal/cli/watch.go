@@ -162,7 +162,7 @@ func (s *syncer) readStream(ctx, held context.Context, log *slog.Logger, pend *p
 		case <-sctx.Done():
 		}
 	}()
-	err = s.src.Stream(sctx, pgsource.StreamConfig{LogicalConfig: s.cfg.logicalConfig(), Log: log},
+	err = s.src.Stream(sctx, pgsource.StreamConfig{LogicalConfig: s.cfg.logicalConfig(), Observer: sourceEvents(log)},
 		func(c pgsource.Change) {
 			wm.changes.WithLabelValues(string(c.Reason)).Inc()
 			pend.add(c)
@@ -193,7 +193,7 @@ func (m *Syncer) runWatch(ctx context.Context, s *syncer) {
 	poll := func() error {
 		// In logical mode the poll reads the definitions alone (the stream reports
 		// rows), and the stream's reader reports the tables.
-		return s.src.Watch(ctx, pgsource.WatchConfig{Interval: cfg.Interval, Mode: cfg.Mode, Log: log},
+		return s.src.Watch(ctx, pgsource.WatchConfig{Interval: cfg.Interval, Mode: cfg.Mode, Observer: sourceEvents(log)},
 			func(c pgsource.Change) {
 				wm.changes.WithLabelValues(string(c.Reason)).Inc()
 				pend.add(c)
