@@ -19,9 +19,6 @@ import (
 // follows compares the definitions it reads in its own snapshot with its parent's and
 // re-reads a collection whose definitions changed in full, comparing by content.
 
-// ReasonDefinitions: the definitions of a watched relation changed (DDL, a rewrite).
-const ReasonDefinitions ChangeReason = "definitions"
-
 // catalogDigest returns a statement's digest of the catalog state that decides what
 // the relations of the parameter rels (and their partitions and inheritance children)
 // and the collections' result types of the parameter types say as JSON: each

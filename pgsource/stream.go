@@ -90,17 +90,6 @@ type StreamStats struct {
 	Held int
 }
 
-// The reasons for a Change of the replication stream.
-const (
-	// ReasonStream: the replication stream delivered a committed change to a watched
-	// table.
-	ReasonStream ChangeReason = "stream"
-	// ReasonStreamUnseen: a snapshot opened for a version did not yet see a committed
-	// change the stream delivered (Postgres makes a commit visible a moment after
-	// logging it), so the version after it must hold it.
-	ReasonStreamUnseen ChangeReason = "committed, not yet visible"
-)
-
 // maxStreamKeys bounds the changed keys kept per collection, in a transaction and in
 // a version; past it, the collection is compared in full. (A version reads fewer by
 // id when its parent is small: snapshot decides.)

@@ -126,24 +126,55 @@ type Change struct {
 	Reason ChangeReason
 }
 
-// ChangeReason says why the watch reported a Change. Its string is what logs and the
-// changes metric's reason label print.
-type ChangeReason string
+// ChangeReason says why the watch or the stream reported a Change. Its String is
+// what logs and the changes metric's reason label print.
+type ChangeReason int
 
 // The reasons for a Change.
 const (
 	// ReasonStatistics: a watched table's statistics counters moved.
-	ReasonStatistics ChangeReason = "statistics"
+	ReasonStatistics ChangeReason = iota + 1
 	// ReasonCommitWhileHot: a transaction committed elsewhere while a watched table's
 	// counters had moved within WatchConfig.Hot.
-	ReasonCommitWhileHot ChangeReason = "commit while hot"
+	ReasonCommitWhileHot
 	// ReasonWatchStarted: a new baseline (start, reconnect, a new set of tables).
-	ReasonWatchStarted ChangeReason = "watch started"
+	ReasonWatchStarted
 	// ReasonTablesChanged: the tables the collections read are others than when the
 	// watch last found them (a table dropped and created again, a view redefined to
 	// read others); the replication stream must follow the new ones.
-	ReasonTablesChanged ChangeReason = "tables changed"
+	ReasonTablesChanged
+	// ReasonDefinitions: the definitions of a watched relation changed (DDL, a
+	// rewrite; see catalog.go).
+	ReasonDefinitions
+	// ReasonStream: the replication stream delivered a committed change to a watched
+	// table.
+	ReasonStream
+	// ReasonStreamUnseen: a snapshot opened for a version did not yet see a committed
+	// change the stream delivered (Postgres makes a commit visible a moment after
+	// logging it), so the version after it must hold it.
+	ReasonStreamUnseen
 )
+
+var reasonText = map[ChangeReason]string{
+	ReasonStatistics:     "statistics",
+	ReasonCommitWhileHot: "commit while hot",
+	ReasonWatchStarted:   "watch started",
+	ReasonTablesChanged:  "tables changed",
+	ReasonDefinitions:    "definitions",
+	ReasonStream:         "stream",
+	ReasonStreamUnseen:   "committed, not yet visible",
+}
+
+// String returns the reason's words, as logs and metric labels print them.
+func (r ChangeReason) String() string {
+	if t, ok := reasonText[r]; ok {
+		return t
+	}
+	return fmt.Sprintf("ChangeReason(%d)", int(r))
+}
+
+// MarshalText is String's words, so that a JSON log prints them too.
+func (r ChangeReason) MarshalText() ([]byte, error) { return []byte(r.String()), nil }
 
 // WatchStats counts what the watch did, for metrics.
 type WatchStats struct {

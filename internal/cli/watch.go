@@ -164,7 +164,7 @@ func (s *syncer) readStream(ctx, held context.Context, log *slog.Logger, pend *p
 	}()
 	err = s.src.Stream(sctx, pgsource.StreamConfig{LogicalConfig: s.cfg.logicalConfig(), Observer: sourceEvents(log)},
 		func(c pgsource.Change) {
-			wm.changes.WithLabelValues(string(c.Reason)).Inc()
+			wm.changes.WithLabelValues(c.Reason.String()).Inc()
 			pend.add(c)
 		},
 		func(st pgsource.StreamStats) { wm.retained.Set(float64(st.RetainedBytes)) })
@@ -195,7 +195,7 @@ func (m *Syncer) runWatch(ctx context.Context, s *syncer) {
 		// rows), and the stream's reader reports the tables.
 		return s.src.Watch(ctx, pgsource.WatchConfig{Interval: cfg.Interval, Mode: cfg.Mode, Observer: sourceEvents(log)},
 			func(c pgsource.Change) {
-				wm.changes.WithLabelValues(string(c.Reason)).Inc()
+				wm.changes.WithLabelValues(c.Reason.String()).Inc()
 				pend.add(c)
 				if c.Reason == pgsource.ReasonTablesChanged {
 					select {
