@@ -139,7 +139,7 @@ func (r *snap) ScanChanged(ctx context.Context, collection string, since *snapsh
 			return total, true, nil
 		case p.changed > max:
 			return total, false, nil
-		case rel.kind == "r" && int64(len(p.blocks))*int64(p.maxOffset)*4 <= total:
+		case rel.kind == relTable && int64(len(p.blocks))*int64(p.maxOffset)*4 <= total:
 			where = ctidProbeSQL + " AND " + where
 			args = append(args, p.blocks, p.maxOffset)
 		}
@@ -374,7 +374,7 @@ func (r *snap) countable(ctx context.Context, cr *collectionRead) (relation, boo
 	if unique, _ := rel.guarantee(cr.key); !unique {
 		return rel, false, nil
 	}
-	if rel.kind != "p" {
+	if rel.kind != relPartitioned {
 		var children bool
 		if err := r.tx.QueryRow(ctx, hasChildrenSQL, rel.oid).Scan(&children); err != nil {
 			return rel, false, err

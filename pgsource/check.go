@@ -192,9 +192,9 @@ func (rel relation) guarantee(key []string) (bool, string) {
 func (rel relation) estimate(ctx context.Context, conn *pgx.Conn, r *CollectionReport) error {
 	var q string
 	switch rel.kind {
-	case "r", "m":
+	case relTable, relMatView:
 		q = `SELECT reltuples::float8, pg_total_relation_size(oid) FROM pg_class WHERE oid = $1`
-	case "p":
+	case relPartitioned:
 		q = `SELECT CASE WHEN bool_and(c.reltuples >= 0) THEN sum(c.reltuples)::float8 ELSE -1 END,
 			coalesce(sum(pg_total_relation_size(c.oid)), 0)
 			FROM pg_partition_tree($1) p JOIN pg_class c ON c.oid = p.relid WHERE p.isleaf`

@@ -146,7 +146,7 @@ type querier interface {
 // relation is what the catalog says about a table collection's relation.
 type relation struct {
 	oid     uint32
-	kind    string // pg_class.relkind
+	kind    relKind
 	columns []column
 	uniques []uniqueIndex // valid unique indexes without WHERE or expressions, primary key first
 }
@@ -177,14 +177,31 @@ func (r relation) column(name string) (column, bool) {
 // errNoRelation reports a table collection whose relation does not exist.
 var errNoRelation = errors.New("not found")
 
-// relkinds names pg_class.relkind values in messages.
-var relkinds = map[string]string{"r": "table", "p": "partitioned table", "v": "view", "m": "materialized view", "f": "foreign table"}
+// relKind is a relation's pg_class.relkind, a one-letter code.
+type relKind string
+
+// The relation kinds a collection may read.
+const (
+	relTable       relKind = "r"
+	relPartitioned relKind = "p"
+	relView        relKind = "v"
+	relMatView     relKind = "m"
+	relForeign     relKind = "f"
+)
+
+// relkinds names relation kinds in messages.
+var relkinds = map[relKind]string{relTable: "table", relPartitioned: "partitioned table", relView: "view",
+	relMatView: "materialized view", relForeign: "foreign table"}
+
+// isTable reports whether the kind holds rows of its own: a table, or a partitioned
+// table (whose partitions do).
+func (k relKind) isTable() bool { return k == relTable || k == relPartitioned }
 
 func (r relation) kindName() string {
 	if k, ok := relkinds[r.kind]; ok {
 		return k
 	}
-	return "relation (relkind " + r.kind + ")"
+	return "relation (relkind " + string(r.kind) + ")"
 }
 
 // lookupRelation reads a table collection's relation from the catalog, as the sync's
@@ -247,7 +264,7 @@ func lookupRelation(ctx context.Context, q querier, c Collection) (relation, err
 // or else its only unique index whose columns are all NOT NULL. The error, a sentence
 // naming the collection, says what was found and to set key:.
 func (r relation) inferKey(c Collection) ([]string, error) {
-	if r.kind != "r" && r.kind != "p" && r.kind != "m" {
+	if !r.kind.isTable() && r.kind != relMatView {
 		return nil, fmt.Errorf("collection %s: %s is a %s, whose key cannot be inferred: name its key in the config (key: column, or key: [column, column])",
 			c.Name, c.Table, r.kindName())
 	}

@@ -405,9 +405,16 @@ type slotFacts struct {
 	standby bool
 }
 
+// slotLogical is pg_replication_slots.slot_type of a logical slot; walLost its
+// wal_status once invalidated.
+const (
+	slotLogical = "logical"
+	walLost     = "lost"
+)
+
 // ours reports, as an error, a slot of the name that is not a logical pgoutput slot.
 func (f slotFacts) ours(name string) error {
-	if f.kind != "logical" || f.plugin != "pgoutput" {
+	if f.kind != slotLogical || f.plugin != "pgoutput" {
 		return fmt.Errorf("replication slot %s is a %s slot of plugin %q, not a logical slot of pgoutput: it is not snapflip's: name another watch.slot", name, f.kind, f.plugin)
 	}
 	return nil
@@ -502,7 +509,7 @@ func (rs logicalRelations) names() []string {
 
 // partitioned reports whether a root is a partitioned table.
 func (rs logicalRelations) partitioned() bool {
-	return slices.ContainsFunc(rs.roots, func(r *logicalRel) bool { return r.kind == "p" })
+	return slices.ContainsFunc(rs.roots, func(r *logicalRel) bool { return r.kind == relPartitioned })
 }
 
 // unowned returns the names of the relations the role does not own.

@@ -67,8 +67,8 @@ type LogicalCollection struct {
 type logicalRel struct {
 	oid     uint32
 	name    string // quoted, schema-qualified
-	kind    string // pg_class.relkind
-	owned   bool   // the role owns it (may publish it)
+	kind    relKind
+	owned   bool // the role owns it (may publish it)
 	root    *logicalRel
 	columns []string // pgoutput's columns (roots)
 	// identity are the replica identity's columns; nil when it has none (NOTHING,
@@ -79,6 +79,13 @@ type logicalRel struct {
 	collections  map[string]bool
 	keys         []collectionKey // the table collections keyed on this table (leaves)
 }
+
+// The replica identities, pg_class.relreplident (NOTHING is the fourth).
+const (
+	identityFull       = "f"
+	identityDefault    = "d"
+	identityUsingIndex = "i"
+)
 
 type identityIndex struct {
 	name    string // quoted
@@ -125,7 +132,7 @@ func (p *logicalPlan) relations(ctx context.Context, tx pgx.Tx, collections []Co
 				return rs, err
 			}
 			if unpublishable != "" {
-				if k, ok := relkinds[r.kind]; ok && r.kind != "r" && r.kind != "p" {
+				if k, ok := relkinds[r.kind]; ok && !r.kind.isTable() {
 					unpublishable = k
 				}
 				p.problem("collection %s reads %s, a %s, whose changes logical replication does not carry: use watch.mode stats",
@@ -277,15 +284,15 @@ func readLeaves(ctx context.Context, q querier, root *logicalRel) ([]*logicalRel
 			return nil, fmt.Errorf("read the indexes of %s: %w", l.name, err)
 		}
 		switch ident := idents[l]; {
-		case ident == "f":
+		case ident == identityFull:
 			l.identity, l.identityDesc = allColumns[l], "FULL"
-		case ident == "d" && primary != nil:
+		case ident == identityDefault && primary != nil:
 			l.identity, l.identityDesc = primary.columns, fmt.Sprintf("DEFAULT: its primary key %s (%s)", primary.name, strings.Join(primary.columns, ", "))
-		case ident == "d":
+		case ident == identityDefault:
 			l.identityDesc = "DEFAULT, and it has no primary key"
-		case ident == "i" && replident != nil:
+		case ident == identityUsingIndex && replident != nil:
 			l.identity, l.identityDesc = replident.columns, fmt.Sprintf("USING INDEX %s (%s)", replident.name, strings.Join(replident.columns, ", "))
-		case ident == "i":
+		case ident == identityUsingIndex:
 			l.identityDesc = "USING INDEX of an index that no longer qualifies"
 		default:
 			l.identityDesc = "NOTHING"

@@ -419,9 +419,9 @@ func tableDefinitions(ctx context.Context, tx pgx.Tx, c Collection) (string, err
 		return "", nil
 	}
 	name := pgx.Identifier(c.tableParts()).Sanitize()
-	var kind string
+	var kind relKind
 	err := tx.QueryRow(ctx, relkindSQL, name).Scan(&kind)
-	if err != nil || kind != "r" && kind != "p" {
+	if err != nil || !kind.isTable() {
 		return "", err
 	}
 	var cols string
