@@ -117,7 +117,7 @@ func needsByteOrder(ctx context.Context, conn *pgx.Conn, c Collection, key []str
 		return need, err
 	}
 	// Described, not run: the key's type, from the statement Postgres would plan.
-	desc, err := conn.PgConn().Prepare(ctx, "", "SELECT "+rowAlias+"."+pgx.Identifier{key[0]}.Sanitize()+" FROM "+rowsFromSQL(c), nil)
+	desc, err := conn.PgConn().Prepare(ctx, "", keyColumnSQL(c, key[0]), nil)
 	if err != nil {
 		return false, fmt.Errorf("query: %w", err)
 	}
@@ -127,6 +127,12 @@ func needsByteOrder(ctx context.Context, conn *pgx.Conn, c Collection, key []str
 	err = conn.QueryRow(ctx, `SELECT coalesce((SELECT typcollation <> 0 FROM pg_type WHERE oid = $1), false)`,
 		desc.Fields[0].DataTypeOID).Scan(&need)
 	return need, err
+}
+
+// keyColumnSQL reads the column col of a collection's rows: described, not run, it
+// gives the column's type.
+func keyColumnSQL(c Collection, col string) string {
+	return "SELECT " + rowAlias + "." + pgx.Identifier{col}.Sanitize() + " FROM " + rowsFromSQL(c)
 }
 
 // describeKey names a key's columns in messages: "column id", "columns (a, b)".

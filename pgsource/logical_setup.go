@@ -230,7 +230,7 @@ func (s *Source) RemoveLogical(ctx context.Context, cfg LogicalConfig) (droppedS
 		if err := setDDLTimeouts(ctx, tx); err != nil {
 			return err
 		}
-		stmt := "DROP PUBLICATION IF EXISTS " + pgx.Identifier{cfg.Publication}.Sanitize()
+		stmt := dropPublicationSQL(cfg.Publication)
 		if _, err := tx.Exec(ctx, stmt); err != nil {
 			return ddlError(stmt, err)
 		}
@@ -249,19 +249,17 @@ func activeSlotError(slot string, pid int) error {
 
 // setDDLTimeouts bounds the transaction's waits for locks and its statements.
 func setDDLTimeouts(ctx context.Context, tx pgx.Tx) error {
-	if _, err := tx.Exec(ctx, ddlLockTimeoutSQL); err != nil {
+	if _, err := tx.Exec(ctx, setLocalSQL("lock_timeout", logicalLockTimeout)); err != nil {
 		return err
 	}
-	_, err := tx.Exec(ctx, ddlStatementTimeoutSQL)
+	_, err := tx.Exec(ctx, setLocalSQL("statement_timeout", logicalStatementTimeout))
 	return err
 }
 
-// ddlLockTimeoutSQL and ddlStatementTimeoutSQL set the transaction's
-// logicalLockTimeout and logicalStatementTimeout.
-const (
-	ddlLockTimeoutSQL      = "SET LOCAL lock_timeout = '" + logicalLockTimeout + "'"
-	ddlStatementTimeoutSQL = "SET LOCAL statement_timeout = '" + logicalStatementTimeout + "'"
-)
+// dropPublicationSQL drops the publication named name, if it exists.
+func dropPublicationSQL(name string) string {
+	return "DROP PUBLICATION IF EXISTS " + pgx.Identifier{name}.Sanitize()
+}
 
 // ddlError says what a failed statement of stmt means for the caller.
 func ddlError(stmt string, err error) error {

@@ -449,10 +449,10 @@ func (r *snap) partitionConn(ctx context.Context, part int) (*pgx.Conn, error) {
 
 // importSnapshot returns a new connection whose REPEATABLE READ transaction imports
 // the exported snapshot, so that it reads the same snapshot as the main transaction.
-// Its lock waits end after a second (importLockTimeoutSQL): the main transaction
-// holds its tables' locks already, so a lock this connection waits for is one a DDL
-// statement queued behind the main transaction is granted first, and it waits for the
-// main transaction to end, which waits for this connection.
+// Its lock waits end after importLockTimeout: the main transaction holds its tables'
+// locks already, so a lock this connection waits for is one a DDL statement queued
+// behind the main transaction is granted first, and it waits for the main transaction
+// to end, which waits for this connection.
 func (r *snap) importSnapshot(ctx context.Context) (*pgx.Conn, error) {
 	c, err := pgx.ConnectConfig(ctx, r.src.cfg)
 	if err != nil {
@@ -466,7 +466,7 @@ func (r *snap) importSnapshot(ctx context.Context) (*pgx.Conn, error) {
 		_ = closeConn(ctx, c)
 		return nil, fmt.Errorf("import snapshot: %w", err)
 	}
-	if _, err := c.Exec(ctx, importLockTimeoutSQL); err != nil {
+	if _, err := c.Exec(ctx, setLocalSQL("lock_timeout", importLockTimeout)); err != nil {
 		_ = closeConn(ctx, c)
 		return nil, err
 	}
@@ -477,10 +477,15 @@ func (r *snap) importSnapshot(ctx context.Context) (*pgx.Conn, error) {
 // must be REPEATABLE READ.
 const beginImportSQL = "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY"
 
-// importLockTimeoutSQL sets importSnapshot's lock_timeout, 1s.
-const importLockTimeoutSQL = "SET LOCAL lock_timeout = '1s'"
+// importLockTimeout is importSnapshot's lock_timeout.
+const importLockTimeout = "1s"
 
 func quoteLiteral(s string) string { return "'" + strings.ReplaceAll(s, "'", "''") + "'" }
+
+// setLocalSQL sets the setting to value for the rest of the transaction.
+func setLocalSQL(setting, value string) string {
+	return "SET LOCAL " + setting + " = " + quoteLiteral(value)
+}
 
 // rowAlias names the collection's row in the generated SQL.
 const rowAlias = "t"

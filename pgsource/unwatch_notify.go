@@ -37,6 +37,9 @@ const removeLockTimeout = "1s"
 
 var removeStatementTimeout = "5s" // a variable for its test
 
+// dropNotifySQL drops NotifyFunction and every trigger that calls it.
+const dropNotifySQL = "DROP FUNCTION " + NotifyFunction + " CASCADE"
+
 // RemoveNotify removes what the notify mode installed in the database: the function
 // and, with it, every trigger that calls it (whichever configuration installed them),
 // and the schema when nothing else is in it and this role owns it. It returns the
@@ -73,13 +76,13 @@ func (s *Source) RemoveNotify(ctx context.Context) (tables []string, found bool,
 		// Dropping the function drops the triggers that depend on it; unlike DROP
 		// TRIGGER, this needs ownership of the function only, not of each table. The
 		// timeouts bound how long it holds up the tables' readers and writers.
-		if _, err := tx.Exec(ctx, "SET LOCAL lock_timeout = '"+removeLockTimeout+"'"); err != nil {
+		if _, err := tx.Exec(ctx, setLocalSQL("lock_timeout", removeLockTimeout)); err != nil {
 			return err
 		}
-		if _, err := tx.Exec(ctx, "SET LOCAL statement_timeout = '"+removeStatementTimeout+"'"); err != nil {
+		if _, err := tx.Exec(ctx, setLocalSQL("statement_timeout", removeStatementTimeout)); err != nil {
 			return err
 		}
-		_, err = tx.Exec(ctx, "DROP FUNCTION "+NotifyFunction+" CASCADE")
+		_, err = tx.Exec(ctx, dropNotifySQL)
 		switch {
 		case err == nil:
 			return nil
