@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"cloud.google.com/go/bigtable"
+	btapb "cloud.google.com/go/bigtable/admin/apiv2/adminpb"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 )
@@ -20,8 +21,8 @@ type SchemaReport struct {
 	Exists bool
 	// Families describes each column family snapflip uses, in name order.
 	Families []FamilyReport
-	// Routing is the app profile's routing ("single-cluster", "multi-cluster"), or why
-	// it was not checked (the emulator has no app profiles).
+	// Routing is the app profile's routing ("single-cluster c1", "multi-cluster", …),
+	// or RoutingNotChecked against the emulator.
 	Routing string
 	// Problems are what would make a sync fail, each a sentence; empty when a sync
 	// could succeed. What a sync sets up by itself (a missing table or family) is not
@@ -55,7 +56,7 @@ var familyHolds = map[string]string{
 
 // CheckSchema reports whether the table exists with the column families and GC rules
 // the config implies, and, outside the emulator, whether the app profile routes to a
-// single cluster, which conditional writes need. It writes nothing. Its error is for
+// single cluster with transactional writes (judgeAppProfile says why that matters). It writes nothing. Its error is for
 // a Bigtable it could not ask at all.
 func (s *Store) CheckSchema(ctx context.Context) (SchemaReport, error) {
 	// Each question gets op_timeout, whatever the caller's deadline: an unreachable
@@ -96,7 +97,7 @@ func (s *Store) CheckSchema(ctx context.Context) (SchemaReport, error) {
 			Need: need[fam], Keep: keep[fam]})
 	}
 	if s.cfg.EmulatorHost != "" {
-		r.Routing = "not checked: the emulator has no app profiles"
+		r.Routing = RoutingNotChecked
 		return r, nil
 	}
 	profile := s.cfg.AppProfile
@@ -115,12 +116,38 @@ func (s *Store) CheckSchema(ctx context.Context) (SchemaReport, error) {
 			profile, s.cfg.Project, s.cfg.Instance, err))
 		return r, nil
 	}
-	if p.GetSingleClusterRouting() != nil {
-		r.Routing = "single-cluster"
-	} else {
-		r.Routing = "multi-cluster"
-		r.Problems = append(r.Problems, fmt.Sprintf("bigtable: app profile %q routes to several clusters; conditional writes "+
-			"(the pointer flip, leases, slot claims) need single-cluster routing: set bigtable.app_profile to one that has it", profile))
+	routing, problem := judgeAppProfile(profile, p)
+	r.Routing = routing
+	if problem != "" {
+		r.Problems = append(r.Problems, "bigtable: "+problem)
 	}
 	return r, nil
+}
+
+// RoutingNotChecked is SchemaReport.Routing against the emulator, which has no app
+// profiles (nor replication).
+const RoutingNotChecked = "not checked (emulator)"
+
+// judgeAppProfile says how the app profile named name routes and, when that breaks
+// snapflip's guarantees, why, as a sentence ("" when it keeps them). Only single-cluster
+// routing with transactional writes keeps them: conditional writes (the pointer flip,
+// leases, slot claims) need both, and replication between clusters keeps no order
+// across rows, so a profile that may read another cluster could see a pointer before
+// the documents it names.
+func judgeAppProfile(name string, p *btapb.AppProfile) (routing, problem string) {
+	const fix = ": use one profile with single-cluster routing and transactional writes for the syncer and the API " +
+		"(docs/configuration.md#bigtable)"
+	switch {
+	case p.GetDataBoostIsolationReadOnly() != nil:
+		return "data boost (read-only)", fmt.Sprintf("app profile %q uses Data Boost, which is read-only and may read writes late%s", name, fix)
+	case p.GetMultiClusterRoutingUseAny() != nil:
+		return "multi-cluster", fmt.Sprintf("app profile %q routes to several clusters, which accept conditional writes each "+
+			"on its own and replicate rows in no order%s", name, fix)
+	case p.GetSingleClusterRouting() == nil:
+		return "unknown", fmt.Sprintf("app profile %q has no routing policy this check knows%s", name, fix)
+	case !p.GetSingleClusterRouting().GetAllowTransactionalWrites():
+		return "single-cluster " + p.GetSingleClusterRouting().GetClusterId() + ", transactional writes off",
+			fmt.Sprintf("app profile %q does not allow transactional writes, which the pointer flip, leases and slot claims are%s", name, fix)
+	}
+	return "single-cluster " + p.GetSingleClusterRouting().GetClusterId(), ""
 }

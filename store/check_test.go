@@ -92,7 +92,7 @@ func TestCheckSchema(t *testing.T) {
 		!strings.Contains(r.Problems[0], "documents 168h") || !strings.Contains(r.Problems[0], "syncer retention --apply") {
 		t.Errorf("with a longer TTL: short families %v, problems %q; want d and m, one problem naming the TTL, the rule and the command", short, r.Problems)
 	}
-	if r.Routing == "" {
-		t.Error("the report says nothing of the app profile's routing")
+	if r.Routing != store.RoutingNotChecked {
+		t.Errorf("against the emulator, routing = %q; want %q", r.Routing, store.RoutingNotChecked)
 	}
 }

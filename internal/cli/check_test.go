@@ -49,7 +49,7 @@ collections:
 		"key       payment_date, payment_id (inferred)", "rows      about 50",
 		"collection loose", "will be checked during the sync",
 		"collection active (query)", "rows      unknown",
-		"bigtable table snapflip: does not exist yet", "family d (documents)", "app profile routing: not checked",
+		"bigtable table snapflip: does not exist yet", "family d (documents)", "app profile routing: not checked (emulator)",
 		"ok: a sync could succeed",
 	} {
 		if !strings.Contains(out, want) {

@@ -36,9 +36,10 @@ writing anything or reading a row, whether a sync could succeed:
   for Bigtable: that the table exists with the column families and GC rules the config
   implies (a missing table or family is created by the next sync; a rule that keeps
   documents or manifests shorter than the ttl needs is a problem, which "syncer
-  retention --apply" mends; a sync never changes an existing rule), and, outside the
-  emulator, that the app profile routes to a single cluster, which conditional writes
-  need;
+  retention --apply" mends; a sync never changes an existing rule), and that the app
+  profile routes to a single cluster with transactional writes, which the pointer flip,
+  leases and the readers' order need (against the emulator, which has no app profiles:
+  "not checked (emulator)");
 
   with watch.mode logical: wal_level, the role's REPLICATION attribute, a free
   replication slot, the publication (which the syncer creates when the role may) and
