@@ -45,7 +45,8 @@ type BigtableConfig struct {
 	Instance string `yaml:"instance"`
 	// Table, default "snapflip".
 	Table string `yaml:"table"`
-	// AppProfile must use single-cluster routing (conditional writes need it).
+	// AppProfile must use single-cluster routing with transactional writes, the same
+	// profile as the API's (docs/configuration.md#app-profile).
 	AppProfile string `yaml:"app_profile"`
 	// BatchRows bounds the rows of one ApplyBulk; default 1000 (measured: see docs/performance.md).
 	BatchRows int `yaml:"batch_rows"`
