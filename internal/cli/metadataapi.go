@@ -84,7 +84,7 @@ shutdown, 1 when it could not serve, 2 for a usage mistake.`,
 	fs.DurationVar(&o.refresh, "pointer-refresh", 500*time.Millisecond, "how long a pointer read is reused (a flip is served within it)")
 	bindEnv(fs, "pointer-refresh", EnvRefresh)
 	fs.DurationVar(&o.drain, "shutdown-timeout", 25*time.Second, "how long in-flight requests may finish at shutdown")
-	fs.IntVar(&o.cacheSize, "cache-size", 100_000, "documents cached by (version, collection, id); negative: off")
+	fs.IntVar(&o.cacheSize, "cache-size", 100_000, "documents cached by (version, collection, id); negative: off; 0 is refused")
 	bindEnv(fs, "cache-size", EnvCacheSize)
 	fs.IntVar(&o.batchLimit, "batch-limit", 1000, "the most ids one batchGet may ask for")
 	fs.IntVar(&o.maxWatchers, "max-watchers", 1000, "the most GET /v1/watch streams open at once; past it, a watch answers 503")
@@ -101,6 +101,10 @@ func (m *MetadataAPI) serve(ctx context.Context, def store.Config, o *apiFlags) 
 	}
 	if o.maxWatchers <= 0 {
 		return fmt.Errorf("%w: --max-watchers %d: must be positive", ErrUsage, o.maxWatchers)
+	}
+	if o.cacheSize == 0 {
+		// The resolver reads a zero size as its default, which is not what "0" says.
+		return fmt.Errorf("%w: --cache-size 0: give a positive size, or a negative one to turn the cache off", ErrUsage)
 	}
 	if o.batchLimit <= 0 {
 		return fmt.Errorf("%w: --batch-limit %d: must be positive", ErrUsage, o.batchLimit)

@@ -34,3 +34,22 @@ func TestMetadataAPIRefusesNoWatchers(t *testing.T) {
 		t.Errorf("--max-watchers 0: Run = %v; want a usage error naming the flag", err)
 	}
 }
+
+// TestMetadataAPIRefusesZeroCache: --cache-size 0 (or SNAPFLIP_CACHE_SIZE=0) is a usage
+// error, not the default in disguise, nor the cache off.
+func TestMetadataAPIRefusesZeroCache(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		getenv map[string]string
+		args   []string
+	}{
+		{"flag", nil, []string{"--cache-size", "0"}},
+		{"variable", map[string]string{EnvCacheSize: "0"}, nil},
+	} {
+		m := &MetadataAPI{Getenv: env(tc.getenv), Stderr: io.Discard}
+		err := m.Run(context.Background(), append([]string{"--addr", "127.0.0.1:0"}, tc.args...))
+		if !errors.Is(err, ErrUsage) || !strings.Contains(err.Error(), "--cache-size") {
+			t.Errorf("%s: Run = %v; want a usage error naming --cache-size", tc.name, err)
+		}
+	}
+}
