@@ -49,7 +49,7 @@ test:
 demo: build
 	@deploy/local/demo.sh
 
-## chaos: the long form of the reliability suite: 50 random kills mid-sync, 60 s of load with flips, an 8,000-operation linearizability check, 3,000 logical-mode probes, 20 watched generative histories
+## chaos: the long form of the reliability suite: 50 random kills mid-sync, 60 s of load with flips, an 8,000-operation linearizability check, 200 generative schemas, 20 watched generative histories, 3,000 logical-mode probes
 chaos:
 	@$(GO) build -o bin/bigtable-emulator cloud.google.com/go/bigtable/cmd/emulator
 	@deploy/local/postgres.sh start $(TEST_PG_PORT)
