@@ -96,32 +96,42 @@ func (s *Store) CheckSchema(ctx context.Context) (SchemaReport, error) {
 		r.Families = append(r.Families, FamilyReport{Name: fam, Holds: familyHolds[fam], Want: pols[fam].String(), Have: have[fam],
 			Need: need[fam], Keep: keep[fam]})
 	}
-	if s.cfg.EmulatorHost != "" {
-		r.Routing = RoutingNotChecked
-		return r, nil
+	routing, problem, err := s.AppProfileRouting(ctx)
+	r.Routing = routing
+	switch {
+	case err != nil:
+		r.Problems = append(r.Problems, "bigtable: "+err.Error())
+	case problem != "":
+		r.Problems = append(r.Problems, "bigtable: "+problem)
 	}
+	return r, nil
+}
+
+// AppProfileRouting reports how the configured app profile routes ("single-cluster
+// c1", "multi-cluster", …; RoutingNotChecked against the emulator) and, when that
+// breaks snapflip's guarantees, why, as a sentence ("" when it keeps them). Its error
+// is for a profile it could not read within op_timeout (routing "unknown").
+func (s *Store) AppProfileRouting(ctx context.Context) (routing, problem string, err error) {
+	if s.cfg.EmulatorHost != "" {
+		return RoutingNotChecked, "", nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, s.cfg.OpTimeout)
+	defer cancel()
 	profile := s.cfg.AppProfile
 	if profile == "" {
 		profile = "default"
 	}
 	iac, err := bigtable.NewInstanceAdminClient(ctx, s.cfg.Project, s.opts...)
 	if err != nil {
-		return r, fmt.Errorf("bigtable instance admin client: %w", err)
+		return "unknown", "", fmt.Errorf("bigtable instance admin client: %w", err)
 	}
 	defer iac.Close()
 	p, err := iac.GetAppProfile(ctx, s.cfg.Instance, profile)
 	if err != nil {
-		r.Routing = "unknown"
-		r.Problems = append(r.Problems, fmt.Sprintf("bigtable: cannot read app profile %q of instance %s/%s: %v",
-			profile, s.cfg.Project, s.cfg.Instance, err))
-		return r, nil
+		return "unknown", "", fmt.Errorf("cannot read app profile %q of instance %s/%s: %w", profile, s.cfg.Project, s.cfg.Instance, err)
 	}
-	routing, problem := judgeAppProfile(profile, p)
-	r.Routing = routing
-	if problem != "" {
-		r.Problems = append(r.Problems, "bigtable: "+problem)
-	}
-	return r, nil
+	routing, problem = judgeAppProfile(profile, p)
+	return routing, problem, nil
 }
 
 // RoutingNotChecked is SchemaReport.Routing against the emulator, which has no app

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"os"
@@ -127,6 +128,8 @@ func (m *MetadataAPI) serve(ctx context.Context, def store.Config, o *apiFlags) 
 	if err != nil {
 		// Keep serving: readiness reports the problem until Bigtable answers.
 		log.Warn("bigtable not reachable at start", "err", err)
+	} else {
+		warnAppProfile(ctx, st, log)
 	}
 	res := snapshot.NewResolver(o.dataset, st, snapshot.ResolverConfig{Refresh: o.refresh, CacheSize: o.cacheSize, MaxStale: o.maxStale,
 		Layers: layer.NewReader(st, o.dataset)}, nil)
@@ -201,4 +204,18 @@ func (m *MetadataAPI) serve(ctx context.Context, def store.Config, o *apiFlags) 
 		return err
 	}
 	return nil
+}
+
+// warnAppProfile logs a warning when the app profile breaks the guarantees `syncer
+// check` checks (docs/configuration.md#app-profile), and serves regardless: the
+// syncer's check is the gate, and a profile the API's role may not read is no reason
+// not to serve.
+func warnAppProfile(ctx context.Context, st *store.Store, log *slog.Logger) {
+	routing, problem, err := st.AppProfileRouting(ctx)
+	switch {
+	case err != nil:
+		log.Info("app profile not checked", "err", err)
+	case problem != "":
+		log.Warn("app profile breaks snapflip's guarantees", "routing", routing, "problem", problem)
+	}
 }
