@@ -236,6 +236,7 @@ func chart(ms []snapshot.Manifest, history []snapshot.AuditEntry, current snapsh
 	colors := map[snapshot.State]string{
 		snapshot.StatePublished: "#1a7f37", snapshot.StateRetired: "#57606a", snapshot.StateSealed: "#0969da",
 		snapshot.StateFailed: "#cf222e", snapshot.StateRolledBack: "#bf8700", snapshot.StateWriting: "#8250df",
+		snapshot.StateUnchanged: "#afb8c1",
 	}
 	svg := fmt.Sprintf(`<svg xmlns="http://www.w3.org/2000/svg" width="%.0f" height="%.0f" viewBox="0 0 %.0f %.0f" role="img" aria-label="version timeline">`, W, H, W, H)
 	svg += fmt.Sprintf(`<line x1="%.0f" y1="%.0f" x2="%.0f" y2="%.0f" stroke="#d0d7de"/>`, pad, H-pad, W-pad, H-pad)
@@ -288,7 +289,7 @@ h1{font-size:20px;margin:0 0 4px} h2{font-size:16px;margin:24px 0 8px}
 table{border-collapse:collapse;width:100%} td,th{text-align:left;padding:4px 8px;border-bottom:1px solid #eaeef2;font-size:13px}
 code{font:12px ui-monospace,monospace} .bar{background:#eaeef2;border-radius:4px;height:10px;width:300px;display:inline-block;vertical-align:middle}
 .fill{background:#1a7f37;height:10px;border-radius:4px} .warn{background:#bf8700} .pin{color:#bf8700;font-weight:600}
-.state-published{color:#1a7f37} .state-failed{color:#cf222e} .state-rolled_back{color:#bf8700}
+.state-published{color:#1a7f37} .state-failed{color:#cf222e} .state-rolled_back{color:#bf8700} .state-unchanged{color:#6e7781}
 </style></head><body>
 <h1>snapflip · dataset <code>{{.Dataset}}</code></h1>
 <div class="muted">read-only status, {{.Now.Format "2006-01-02 15:04:05"}} UTC</div>

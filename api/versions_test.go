@@ -263,3 +263,22 @@ func TestStatusPageShowsFreshness(t *testing.T) {
 		}
 	}
 }
+
+// A version the syncer found unchanged is shown neutral on the status page (grey on
+// the timeline, its own class in the table), never in the failed red.
+func TestStatusPageShowsUnchangedNeutral(t *testing.T) {
+	now := time.Now()
+	ms := append(layeredManifests(now), snapshot.Manifest{Version: "7b1e4c1a-3f7e-4c57-9d0c-0a5d2c1f8e21-1700000000001",
+		State: snapshot.StateUnchanged, Reason: "identical to " + string(ver), StartedAt: now.Add(-time.Minute), Writer: "w"})
+	s := newServer(t, &fakeReader{manifests: ms}, func(c *api.Config) { c.Dataset = "demo" })
+	_, body := do(t, s, http.MethodGet, "/", "")
+	page := string(body)
+	if !strings.Contains(page, `class="state-unchanged">unchanged`) {
+		t.Errorf("status page lacks the unchanged version in its table:\n%.2000s", page)
+	}
+	for _, line := range strings.Split(page, "\n") {
+		if strings.Contains(line, "1700000000001") && strings.Contains(line, "#cf222e") {
+			t.Errorf("the unchanged version is drawn in the failed red: %s", line)
+		}
+	}
+}

@@ -24,18 +24,23 @@ const (
 	StateRetired State = "retired"
 	// StateFailed: the sync that wrote it failed or lost; never served.
 	StateFailed State = "failed"
+	// StateUnchanged: the sync found the source as the current version holds it
+	// (the same digests), so nothing was published; never served, left to expire.
+	// Not a failure: a quiet source makes one each cycle that reads it.
+	StateUnchanged State = "unchanged"
 	// StateRolledBack: an operator rolled back away from this version.
 	StateRolledBack State = "rolled_back"
 )
 
 // transitions lists the states each state may move to.
 var transitions = map[State][]State{
-	StateWriting:    {StateSealed, StateFailed},
+	StateWriting:    {StateSealed, StateFailed, StateUnchanged},
 	StateSealed:     {StatePublished, StateFailed},
 	StatePublished:  {StateRetired, StateRolledBack},
 	StateRetired:    {StatePublished},
 	StateRolledBack: {StatePublished},
 	StateFailed:     {},
+	StateUnchanged:  {},
 }
 
 // CanTransition reports whether a manifest may move from one state to another.

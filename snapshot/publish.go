@@ -353,13 +353,13 @@ func (a *attempt) write(ctx context.Context, snap SourceSnapshot) error {
 }
 
 // vet checks the written version before it is sealed. A result that is a no-op (the
-// same digests as the current version), or an error (a gate refused it), is the
-// publish's; the version is then marked failed.
+// same digests as the current version; the version is then marked unchanged), or an
+// error (a gate refused it; marked failed), is the publish's.
 func (a *attempt) vet(ctx context.Context) (PublishResult, error) {
 	p, opts := a.p, a.run.opts
 	if a.current != nil && !opts.Force && !opts.Republish && sameCollections(*a.current, a.m) {
 		a.log.InfoContext(ctx, "source unchanged (same digests); not flipping", "current", a.cur.Version)
-		p.fail(ctx, a.m, StateWriting, fmt.Errorf("unchanged: identical to %s", a.cur.Version))
+		p.settle(ctx, a.m, StateWriting, StateUnchanged, "identical to "+string(a.cur.Version))
 		return PublishResult{Previous: a.cur.Version, NoOp: true}, nil
 	}
 	if !opts.Force {
@@ -507,16 +507,22 @@ func (p *Publisher) checkGates(cur *Manifest, m Manifest) error {
 	return nil
 }
 
-// fail marks the version failed, from the state it is in. It runs on a context that
-// outlives the caller's, so that a cancelled sync still records its end.
+// fail marks the version failed, from the state it is in.
 func (p *Publisher) fail(ctx context.Context, m Manifest, from State, cause error) {
+	p.settle(ctx, m, from, StateFailed, cause.Error())
+}
+
+// settle moves the version from state from to its end state to, with reason. It runs
+// on a context that outlives the caller's, so that a cancelled sync still records
+// its end.
+func (p *Publisher) settle(ctx context.Context, m Manifest, from, to State, reason string) {
 	bg, cancel := Detach(ctx, cleanupTimeout)
 	defer cancel()
-	failed := m
-	failed.State = StateFailed
-	failed.Reason = truncate(cause.Error(), 1000)
-	if err := p.Store.UpdateManifest(bg, failed, from); err != nil {
-		p.log().WarnContext(ctx, "mark version failed", "dataset", p.Dataset, "version", m.Version, "err", err)
+	ended := m
+	ended.State = to
+	ended.Reason = truncate(reason, 1000)
+	if err := p.Store.UpdateManifest(bg, ended, from); err != nil {
+		p.log().WarnContext(ctx, "mark version "+string(to), "dataset", p.Dataset, "version", m.Version, "err", err)
 	}
 }
 

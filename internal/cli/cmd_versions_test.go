@@ -1,0 +1,46 @@
+package cli
+
+import (
+	"encoding/json"
+	"testing"
+
+	"github.com/snapflip/snapflip/internal/testenv"
+)
+
+// A sync that finds the source as the current version holds it is recorded as an
+// unchanged version, not a failed one, in `syncer versions`; a refused one stays
+// failed.
+func TestUnchangedSyncIsNotAFailure(t *testing.T) {
+	dsn := thingsSource(t)
+	getenv := env(map[string]string{EnvPostgresDSN: dsn, EnvEmulatorHost: testenv.Bigtable(t)})
+	// A query has no row versions: every sync reads it and compares digests.
+	cfg := writeFile(t, "q.yaml", "dataset: un\nttl: 1h\ncollections: [{name: q, query: 'SELECT id, n FROM things', key: id}]\n")
+	v1 := publish(t, getenv, cfg)
+	if out, _, err := run(t, false, getenv, "once", "--config", cfg); err != nil {
+		t.Fatalf("syncer once on an unchanged source = %v\n%s", err, out)
+	}
+	testenv.Exec(t, dsn, `DELETE FROM things`)
+	if out, _, err := run(t, false, getenv, "once", "--config", cfg); err == nil {
+		t.Fatalf("syncer once emptying the collection = nil\n%s; want refused by a gate", out)
+	}
+	out, _, err := run(t, false, getenv, "versions", "--json", "--config", cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rows []struct {
+		Version string `json:"version"`
+		State   string `json:"state"`
+	}
+	if err := json.Unmarshal([]byte(out), &rows); err != nil {
+		t.Fatalf("versions --json: %v\n%s", err, out)
+	}
+	states := map[string]int{}
+	for _, r := range rows {
+		if r.Version != v1 {
+			states[r.State]++
+		}
+	}
+	if states["unchanged"] != 1 || states["failed"] != 1 || len(rows) != 3 {
+		t.Errorf("versions = %s; want %s published, one unchanged and one failed (refused)", out, v1)
+	}
+}
