@@ -4,8 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
-	"log/slog"
 	"net/url"
 	"strings"
 	"time"
@@ -60,7 +58,6 @@ func (r *genRun) startLogical() {
 	}
 	src.Readers, src.PartitionMinRows = r.readers()
 	st := testenv.Store(r.t, testenv.StoreConfig(r.e.btAddr))
-	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
 	const holder = "gen-logical"
 	lease, err := st.NewLease("publish/e2e", store.LeaseConfig{Holder: holder, Duration: time.Second,
 		BeforeAcquire: func(ctx context.Context, token uint64) error { return st.AdvanceFence(ctx, "e2e", token) }})
@@ -68,9 +65,9 @@ func (r *genRun) startLogical() {
 		r.fatalf("lease: %v", err)
 	}
 	l := &genLogical{lease: lease, r: r, src: src, slot: fmt.Sprintf("snapflip_gen_%d_%d", r.seed%1e9, time.Now().UnixNano()%1e9), done: make(chan error, 1)}
-	w := &layer.Writer{Store: st, MaxDocumentBytes: 8 << 20, MaxLayers: r.maxLayers, RebaseRatio: r.rebaseRatio, Runs: r.e.runs, Log: quiet}
+	w := &layer.Writer{Store: st, MaxDocumentBytes: 8 << 20, MaxLayers: r.maxLayers, RebaseRatio: r.rebaseRatio, Runs: r.e.runs}
 	l.pub = &snapshot.Publisher{
-		Dataset: "e2e", Store: st, Source: src, Versions: snapshot.NewVersionGen(uuid.New(), nil), Writer: holder, Log: quiet,
+		Dataset: "e2e", Store: st, Source: src, Versions: snapshot.NewVersionGen(uuid.New(), nil), Writer: holder,
 		TTL: time.Hour, Audit: st, Data: w,
 		DefaultGate: &snapshot.Gate{AllowEmpty: true},
 		Incremental: true,

@@ -141,8 +141,8 @@ func (lw *layerWriter) keyedOnly(ctx context.Context, ks snapshot.KeyedScanner) 
 		return nil
 	})
 	if errors.Is(err, errKeyedTooLarge) {
-		lw.vw.log().InfoContext(ctx, "the changed documents are too large to hold: every id is compared",
-			"dataset", lw.vw.dataset, "collection", lw.name, "bytes_over", limit)
+		lw.vw.observe(ctx, snapshot.Event{Kind: snapshot.EventKeyedTooLarge, Dataset: lw.vw.dataset, Collection: lw.name,
+			Attrs: []any{"bytes_over", limit}})
 		return changedRows{}, nil
 	}
 	if err != nil || !ok {

@@ -3,7 +3,6 @@ package layer
 import (
 	"context"
 	"fmt"
-	"log/slog"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -106,14 +105,15 @@ func (w *Writer) progressEvery() time.Duration {
 	return defaultProgressEvery
 }
 
-// progress logs a collection's copy every interval: rows, bytes, rows/s and, when the
+// progress reports a collection's copy every interval: rows, bytes, rows/s and, when the
 // expected count is known, the percentage and an ETA.
 type progress struct {
-	log      *slog.Logger
-	every    time.Duration
-	expected int64
-	now      func() time.Time
-	start    time.Time
+	vw         *versionWrite
+	collection string
+	every      time.Duration
+	expected   int64
+	now        func() time.Time
+	start      time.Time
 
 	rows, bytes atomic.Int64
 	mu          sync.Mutex
@@ -125,7 +125,7 @@ type progress struct {
 func (vw *versionWrite) newProgress(collection string, expected int64) *progress {
 	t := vw.now()
 	return &progress{
-		log:   vw.log().With("dataset", vw.dataset, "version", vw.req.Manifest.Version, "collection", collection),
+		vw: vw, collection: collection,
 		every: vw.progressEvery(), expected: expected, now: vw.now, start: t, next: t.Add(vw.progressEvery()),
 	}
 }
@@ -144,12 +144,14 @@ func (pr *progress) add(ctx context.Context, bytes int) {
 	}
 	pr.next = t.Add(pr.every)
 	pr.mu.Unlock()
-	pr.report(ctx, t, "copying")
+	pr.report(ctx, t, snapshot.EventCopying)
 }
 
-func (pr *progress) done(ctx context.Context) { pr.report(ctx, pr.now(), "collection copied") }
+func (pr *progress) done(ctx context.Context) {
+	pr.report(ctx, pr.now(), snapshot.EventCollectionCopied)
+}
 
-func (pr *progress) report(ctx context.Context, t time.Time, msg string) {
+func (pr *progress) report(ctx context.Context, t time.Time, kind snapshot.EventKind) {
 	rows := pr.rows.Load()
 	secs := t.Sub(pr.start).Seconds()
 	rate := 0.0
@@ -157,7 +159,7 @@ func (pr *progress) report(ctx context.Context, t time.Time, msg string) {
 		rate = float64(rows) / secs
 	}
 	attrs := []any{"rows", rows, "bytes", pr.bytes.Load(), "rows_per_sec", int64(rate), "elapsed", t.Sub(pr.start).Round(time.Millisecond).String()}
-	if pr.expected > 0 && msg == "copying" {
+	if pr.expected > 0 && kind == snapshot.EventCopying {
 		left := max(pr.expected-rows, 0)
 		eta := "unknown"
 		if rate > 0 {
@@ -165,5 +167,5 @@ func (pr *progress) report(ctx context.Context, t time.Time, msg string) {
 		}
 		attrs = append(attrs, "expected", pr.expected, "percent", min(100, 100*rows/pr.expected), "eta", eta)
 	}
-	pr.log.InfoContext(ctx, msg, attrs...)
+	pr.vw.event(ctx, kind, pr.collection, attrs...)
 }

@@ -13,8 +13,6 @@ import (
 
 	"github.com/google/uuid"
 
-	"log/slog"
-
 	"github.com/snapflip/snapflip/internal/testenv"
 	"github.com/snapflip/snapflip/layer"
 	"github.com/snapflip/snapflip/pgsource"
@@ -866,5 +864,5 @@ func (r *rig) ticker(tb testing.TB, holder string) *snapshot.Ticker {
 	if err != nil {
 		tb.Fatal(err)
 	}
-	return &snapshot.Ticker{Publisher: r.pub, Lease: lease, Slots: r.store, Holder: holder, Log: slog.New(slog.DiscardHandler)}
+	return &snapshot.Ticker{Publisher: r.pub, Lease: lease, Slots: r.store, Holder: holder}
 }

@@ -3,7 +3,6 @@ package layer
 import (
 	"context"
 	"fmt"
-	"log/slog"
 
 	"github.com/snapflip/snapflip/snapshot"
 )
@@ -19,7 +18,6 @@ type layerWriter struct {
 	m    *snapshot.Manifest // the version written
 	cur  *snapshot.Manifest // its parent; nil for none
 	name string
-	log  *slog.Logger
 
 	kind, why  string                   // LayerBase or LayerDelta, and for a base why
 	parent     snapshot.CollectionStats // the parent's, for a delta
@@ -45,8 +43,7 @@ type layerWriter struct {
 // (nil for none); a Base request makes it a base.
 func (vw *versionWrite) newLayerWriter(w DocumentWriter, name string) *layerWriter {
 	m := &vw.req.Manifest
-	lw := &layerWriter{vw: vw, w: w, m: m, cur: vw.req.Parent, name: name,
-		log: vw.log().With("dataset", vw.dataset, "version", m.Version, "collection", name)}
+	lw := &layerWriter{vw: vw, w: w, m: m, cur: vw.req.Parent, name: name}
 	lw.kind, lw.why = vw.nextKind(lw.cur, m.Source, name, vw.req.Base)
 	if lw.kind == snapshot.LayerDelta {
 		lw.parent = lw.cur.Collections[name]
@@ -60,7 +57,7 @@ func (vw *versionWrite) newLayerWriter(w DocumentWriter, name string) *layerWrit
 func (lw *layerWriter) write(ctx context.Context, snap snapshot.DeltaSnapshot) (snapshot.CollectionStats, error) {
 	vw, name := lw.vw, lw.name
 	if lw.kind == snapshot.LayerBase {
-		lw.log.InfoContext(ctx, "writing a base layer", "why", lw.why)
+		lw.vw.event(ctx, snapshot.EventWritingBase, lw.name, "why", lw.why)
 	} else if lw.sameFingerprint() {
 		// The table's row versions and definitions are the parent's: nothing to read.
 		st := lw.parent
@@ -73,7 +70,7 @@ func (lw *layerWriter) write(ctx context.Context, snap snapshot.DeltaSnapshot) (
 	// id the parent's deltas name, over the parent's base (mergeCount).
 	if lw.kind == snapshot.LayerDelta && len(lw.parent.Layers) >= vw.maxLayers() {
 		lw.merge = mergeCount(lw.parent.Layers)
-		lw.log.InfoContext(ctx, "merging the chain's newest deltas into this version's layer", "deltas", lw.merge)
+		lw.vw.event(ctx, snapshot.EventMergingDeltas, lw.name, "deltas", lw.merge)
 	}
 
 	ctx, cancel := context.WithCancel(ctx)
@@ -301,7 +298,7 @@ func (lw *layerWriter) finish(ctx context.Context) (snapshot.CollectionStats, er
 		}
 	}
 	lw.prog.done(ctx)
-	lw.log.InfoContext(ctx, "layer written", "kind", own.Kind, "mode", own.Mode, "inserted", own.Inserted, "changed", own.Changed,
+	lw.vw.event(ctx, snapshot.EventLayerWritten, lw.name, "kind", own.Kind, "mode", own.Mode, "inserted", own.Inserted, "changed", own.Changed,
 		"deleted", own.Deleted, "rendered", own.Rendered, "copied", own.Copied, "chain", len(st.Layers))
 	return st, nil
 }

@@ -3,7 +3,6 @@ package layer_test
 import (
 	"context"
 	"fmt"
-	"log/slog"
 	"runtime"
 	"slices"
 	"strconv"
@@ -32,8 +31,8 @@ func BenchmarkBaseLayer(b *testing.B) {
 	pub := &snapshot.Publisher{
 		Dataset: "bench", Store: st, Source: src,
 		Versions: snapshot.NewVersionGen(uuid.New(), nil), Writer: "bench",
-		Incremental: true, Log: slog.New(slog.DiscardHandler),
-		Data: &layer.Writer{Store: st, MaxLayers: 1, Log: slog.New(slog.DiscardHandler)},
+		Incremental: true,
+		Data:        &layer.Writer{Store: st, MaxLayers: 1},
 	}
 	ctx := context.Background()
 	var before, after runtime.MemStats

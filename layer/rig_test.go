@@ -1,7 +1,6 @@
 package layer_test
 
 import (
-	"log/slog"
 	"testing"
 
 	"github.com/google/uuid"
@@ -36,12 +35,11 @@ func newRigOn(tb testing.TB, dsn string, collections []pgsource.Collection, sche
 	if err != nil {
 		tb.Fatal(err)
 	}
-	log := slog.New(slog.DiscardHandler)
-	w := &layer.Writer{Store: st, MaxDocumentBytes: 1 << 20, Log: log}
+	w := &layer.Writer{Store: st, MaxDocumentBytes: 1 << 20}
 	return &rig{dsn: dsn, store: st, w: w, pub: &snapshot.Publisher{
 		Dataset: "ds", Store: st, Source: src,
 		Versions: snapshot.NewVersionGen(uuid.New(), nil), Writer: "test",
-		Log: log, Data: w,
+		Data: w,
 	}}
 }
 

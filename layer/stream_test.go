@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
 	"math/rand/v2"
 	"slices"
 	"strings"
@@ -181,7 +180,7 @@ func TestStreamDeltaOverKeyedBytesComparesInFull(t *testing.T) {
 		`INSERT INTO items SELECT g, 'v' || g FROM generate_series(1, 60) g`)
 	r.pub.Incremental = true
 	var log testenv.Log
-	r.w.Log = slog.New(slog.NewTextHandler(&log, nil))
+	r.w.Observer = snapshot.ObserverFunc(func(_ context.Context, e snapshot.Event) { fmt.Fprintln(&log, e.Kind, e.Attrs) })
 	layer.SetKeyedBytes(r.w, 4000)
 	full := r.twin()
 	full.Source = plainSource{r.pub.Source}

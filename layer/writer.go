@@ -3,7 +3,6 @@ package layer
 import (
 	"context"
 	"fmt"
-	"log/slog"
 	"time"
 
 	"github.com/snapflip/snapflip/snapshot"
@@ -73,7 +72,9 @@ type Writer struct {
 	// Store every time. A long-running syncer sets a RunCache over Store.
 	Runs *RunCache
 	Now  func() time.Time
-	Log  *slog.Logger
+	// Observer receives what the writer does besides its result (a layer written, a
+	// long copy's progress); nil discards it.
+	Observer snapshot.Observer
 
 	keyedBytesMax int // the documents a keyed read holds; 0: maxKeyedBytes (tests set less)
 }
@@ -120,11 +121,17 @@ func (w *Writer) now() time.Time {
 	return time.Now()
 }
 
-func (w *Writer) log() *slog.Logger {
-	if w.Log != nil {
-		return w.Log
+// observe reports e, unless the writer has no Observer.
+func (w *Writer) observe(ctx context.Context, e snapshot.Event) {
+	if w.Observer != nil {
+		w.Observer.Observe(ctx, e)
 	}
-	return slog.Default()
+}
+
+// event reports an event about the collection of the version written.
+func (vw *versionWrite) event(ctx context.Context, kind snapshot.EventKind, collection string, attrs ...any) {
+	vw.observe(ctx, snapshot.Event{Kind: kind, Dataset: vw.dataset, Version: vw.req.Manifest.Version,
+		Collection: collection, Attrs: attrs})
 }
 
 // truncate shortens s to at most n bytes for an error message.

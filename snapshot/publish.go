@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
 	"time"
 )
 
@@ -56,7 +55,9 @@ type Publisher struct {
 	// otherwise every version is a full copy.
 	Incremental bool
 	Now         func() time.Time
-	Log         *slog.Logger
+	// Observer receives what the publisher does besides its result (a sync started,
+	// a version published, bookkeeping that failed); nil discards it.
+	Observer Observer
 	// Data writes each version's documents: layers, or a full copy (package layer).
 	Data VersionWriter
 }
@@ -194,8 +195,7 @@ func (p *Publisher) publish(ctx context.Context, run publishRun) (PublishResult,
 		if run.base || !errors.Is(err, ErrDeltaInconsistent) {
 			return res, err
 		}
-		p.log().WarnContext(ctx, "the delta disagrees with its parent: publishing again with base layers",
-			"dataset", p.Dataset, "version", a.m.Version, "err", err)
+		a.event(ctx, EventDeltaInconsistent, "err", err)
 		run.base = true
 	}
 }
@@ -208,7 +208,11 @@ type attempt struct {
 	cur     Pointer   // the pointer as read; zero when nothing is published
 	current *Manifest // the manifest of the version it names; nil when none
 	m       Manifest  // the new version
-	log     *slog.Logger
+}
+
+// event reports an event about the attempt's version.
+func (a *attempt) event(ctx context.Context, kind EventKind, attrs ...any) {
+	observe(ctx, a.p.Observer, Event{Kind: kind, Dataset: a.p.Dataset, Version: a.m.Version, Attrs: attrs})
 }
 
 // publish runs the attempt's steps (see Publish), each of which may end it.
@@ -230,8 +234,8 @@ func (a *attempt) publish(ctx context.Context) (PublishResult, error) {
 	crash(p.Crash, CrashAfterOpen, 0)
 
 	if a.current != nil && !opts.Force && !opts.Republish && a.current.Source.SameContents(pos, p.Source.Collections()) {
-		p.log().InfoContext(ctx, "source unchanged; nothing to publish",
-			"dataset", p.Dataset, "version", a.cur.Version, "source_lsn", pos.String())
+		observe(ctx, p.Observer, Event{Kind: EventSourceUnchanged, Dataset: p.Dataset, Version: a.cur.Version,
+			Attrs: []any{"source_lsn", pos.String()}})
 		a.holds(ctx, pos, a.current.Source)
 		return PublishResult{Previous: a.cur.Version, NoOp: true}, nil
 	}
@@ -332,8 +336,7 @@ func (a *attempt) write(ctx context.Context, snap SourceSnapshot) error {
 	if err := p.Store.CreateManifest(ctx, a.m); err != nil {
 		return fmt.Errorf("create manifest %s: %w", a.m.Version, err)
 	}
-	a.log = p.log().With("dataset", p.Dataset, "version", a.m.Version)
-	a.log.InfoContext(ctx, "sync started", "source_lsn", pos.String(), "forced", opts.Force)
+	a.event(ctx, EventSyncStarted, "source_lsn", pos.String(), "forced", opts.Force)
 
 	res, err := p.Data.WriteVersion(ctx, WriteRequest{Snap: snap, Collections: p.Source.Collections(),
 		Manifest: a.m, Parent: a.current, Base: a.run.base, Crash: p.Crash})
@@ -358,13 +361,13 @@ func (a *attempt) write(ctx context.Context, snap SourceSnapshot) error {
 func (a *attempt) vet(ctx context.Context) (PublishResult, error) {
 	p, opts := a.p, a.run.opts
 	if a.current != nil && !opts.Force && !opts.Republish && sameCollections(*a.current, a.m) {
-		a.log.InfoContext(ctx, "source unchanged (same digests); not flipping", "current", a.cur.Version)
+		a.event(ctx, EventSameDigests, "current", a.cur.Version)
 		p.settle(ctx, a.m, StateWriting, StateUnchanged, "identical to "+string(a.cur.Version))
 		return PublishResult{Previous: a.cur.Version, NoOp: true}, nil
 	}
 	if !opts.Force {
 		if err := p.checkGates(a.current, a.m); err != nil {
-			a.log.WarnContext(ctx, "publish refused", "err", err)
+			a.event(ctx, EventPublishRefused, "err", err)
 			p.fail(ctx, a.m, StateWriting, err)
 			return PublishResult{Previous: a.cur.Version}, err
 		}
@@ -426,20 +429,20 @@ func (a *attempt) published(ctx context.Context, flip Flip) PublishResult {
 	bg, cancel := Detach(ctx, cleanupTimeout)
 	defer cancel()
 	if err := p.Store.UpdateManifest(bg, published, StateSealed); err != nil {
-		a.log.WarnContext(ctx, "mark version published", "err", err)
+		a.event(ctx, EventMarkPublishedFailed, "err", err)
 	}
 	if a.current != nil {
-		p.retire(bg, a.cur.Version, a.log)
+		a.retire(bg)
 	}
 	p.Data.Flipped(published)
 	if p.Audit != nil {
 		e := AuditEntry{Dataset: p.Dataset, At: flip.At, Action: ActionFlip, From: a.cur.Version, To: published.Version,
 			Token: flip.Token, By: p.Writer, Reason: string(a.run.reason())}
 		if err := p.Audit.AppendAudit(bg, e); err != nil {
-			a.log.WarnContext(ctx, "record flip in the audit trail", "err", err)
+			a.event(ctx, EventAuditFlipFailed, "err", err)
 		}
 	}
-	a.log.InfoContext(ctx, "published", "previous", a.cur.Version, "token", flip.Token,
+	a.event(ctx, EventPublished, "previous", a.cur.Version, "token", flip.Token,
 		"rows", published.Rows(), "duration", p.now().Sub(a.started).String())
 	return PublishResult{Manifest: published, Previous: a.cur.Version, Reason: a.run.reason()}
 }
@@ -464,7 +467,7 @@ func (p *Publisher) FailAbandoned(ctx context.Context, token uint64) (int, error
 			return n, err
 		}
 		n++
-		p.log().InfoContext(ctx, "marked abandoned version failed", "dataset", p.Dataset, "version", m.Version, "writer", m.Writer)
+		observe(ctx, p.Observer, Event{Kind: EventMarkedAbandoned, Dataset: p.Dataset, Version: m.Version, Attrs: []any{"writer", m.Writer}})
 	}
 	return n, nil
 }
@@ -522,7 +525,7 @@ func (p *Publisher) settle(ctx context.Context, m Manifest, from, to State, reas
 	ended.State = to
 	ended.Reason = truncate(reason, 1000)
 	if err := p.Store.UpdateManifest(bg, ended, from); err != nil {
-		p.log().WarnContext(ctx, "mark version "+string(to), "dataset", p.Dataset, "version", m.Version, "err", err)
+		observe(ctx, p.Observer, Event{Kind: EventMarkFailedFailed, Dataset: p.Dataset, Version: m.Version, Attrs: []any{"state", to, "err", err}})
 	}
 }
 
@@ -555,19 +558,19 @@ func (p *Publisher) confirmFlip(ctx context.Context, m Manifest, cur Pointer) Ma
 	published := m
 	published.State, published.PublishedAt = StatePublished, cur.FlippedAt
 	if err := p.Store.UpdateManifest(ctx, published, StateSealed); err != nil {
-		p.log().WarnContext(ctx, "mark the current version published", "dataset", p.Dataset, "version", m.Version, "err", err)
+		observe(ctx, p.Observer, Event{Kind: EventMarkCurrentFailed, Dataset: p.Dataset, Version: m.Version, Attrs: []any{"err", err}})
 		return m
 	}
-	p.log().InfoContext(ctx, "the current version was still marked sealed (a flip of unknown outcome that applied, or failed bookkeeping): marked it published",
-		"dataset", p.Dataset, "version", m.Version)
+	observe(ctx, p.Observer, Event{Kind: EventMarkedCurrent, Dataset: p.Dataset, Version: m.Version})
 	return published
 }
 
 // retire moves the replaced version from published to retired.
-func (p *Publisher) retire(ctx context.Context, v Version, log *slog.Logger) {
+func (a *attempt) retire(ctx context.Context) {
+	p, v := a.p, a.cur.Version
 	old, err := p.Store.ReadManifest(ctx, p.Dataset, v)
 	if err != nil {
-		log.WarnContext(ctx, "read replaced manifest", "previous", v, "err", err)
+		a.event(ctx, EventReadReplacedFailed, "previous", v, "err", err)
 		return
 	}
 	if old.State != StatePublished {
@@ -575,7 +578,7 @@ func (p *Publisher) retire(ctx context.Context, v Version, log *slog.Logger) {
 	}
 	old.State = StateRetired
 	if err := p.Store.UpdateManifest(ctx, old, StatePublished); err != nil {
-		log.WarnContext(ctx, "retire replaced version", "previous", v, "err", err)
+		a.event(ctx, EventRetireFailed, "previous", v, "err", err)
 	}
 }
 
@@ -584,11 +587,4 @@ func (p *Publisher) now() time.Time {
 		return p.Now()
 	}
 	return time.Now()
-}
-
-func (p *Publisher) log() *slog.Logger {
-	if p.Log != nil {
-		return p.Log
-	}
-	return slog.Default()
 }

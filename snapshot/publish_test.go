@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
 	"strings"
 	"testing"
 	"time"
@@ -43,8 +42,7 @@ func newRigOn(tb testing.TB, dsn string, collections []pgsource.Collection, sche
 	return &rig{dsn: dsn, store: st, pub: &snapshot.Publisher{
 		Dataset: "ds", Store: st, Source: src,
 		Versions: snapshot.NewVersionGen(uuid.New(), nil), Writer: "test",
-		Log:  slog.New(slog.DiscardHandler),
-		Data: &layer.Writer{Store: st, MaxDocumentBytes: 1 << 20, Log: slog.New(slog.DiscardHandler)},
+		Data: &layer.Writer{Store: st, MaxDocumentBytes: 1 << 20},
 	}}
 }
 
@@ -278,7 +276,7 @@ func TestTickerFailsAbandonedVersions(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	tk := &snapshot.Ticker{Publisher: r.pub, Lease: lease, Slots: r.store, Holder: "me", Log: slog.New(slog.DiscardHandler)}
+	tk := &snapshot.Ticker{Publisher: r.pub, Lease: lease, Slots: r.store, Holder: "me"}
 	res, err := tk.Tick(ctx, 12345, snapshot.PublishOptions{})
 	if err != nil {
 		t.Fatal(err)
@@ -310,7 +308,7 @@ func TestAbandonedVersionsAreLookedForOnceAMinute(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	tk := &snapshot.Ticker{Publisher: r.pub, Lease: lease, Slots: r.store, Holder: "me", Log: slog.New(slog.DiscardHandler)}
+	tk := &snapshot.Ticker{Publisher: r.pub, Lease: lease, Slots: r.store, Holder: "me"}
 	abandon := func() snapshot.Version {
 		t.Helper()
 		m := snapshot.Manifest{Dataset: "ds", Version: r.pub.Versions.Next(), State: snapshot.StateWriting, Token: 0, Writer: "dead"}
@@ -534,7 +532,7 @@ func TestTickReadsTheCurrentStateOnce(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	tk := &snapshot.Ticker{Publisher: r.pub, Lease: lease, Slots: r.store, Holder: "me", Log: slog.New(slog.DiscardHandler)}
+	tk := &snapshot.Ticker{Publisher: r.pub, Lease: lease, Slots: r.store, Holder: "me"}
 	c := &countingStore{PublishStore: r.pub.Store}
 	r.pub.Store = c
 	res, _, err := tk.PublishLeased(ctx, snapshot.PublishOptions{})
@@ -555,7 +553,7 @@ func (r *rig) ticker(tb testing.TB, holder string) *snapshot.Ticker {
 	if err != nil {
 		tb.Fatal(err)
 	}
-	return &snapshot.Ticker{Publisher: r.pub, Lease: lease, Slots: r.store, Holder: holder, Log: slog.New(slog.DiscardHandler)}
+	return &snapshot.Ticker{Publisher: r.pub, Lease: lease, Slots: r.store, Holder: holder}
 }
 
 func (r *rig) exec(tb testing.TB, stmts ...string) {

@@ -38,18 +38,21 @@ func (p *Publisher) keepAlive(ctx context.Context, opts PublishOptions) (publish
 	}
 	age := p.now().Sub(m.DataTime())
 	due := age >= p.TTL/2
-	log := p.log().With("dataset", p.Dataset, "version", cur.Version, "age", age.Round(time.Millisecond).String(), "ttl", p.TTL.String())
+	event := func(kind EventKind, attrs ...any) {
+		attrs = append([]any{"age", age.Round(time.Millisecond).String(), "ttl", p.TTL.String()}, attrs...)
+		observe(ctx, p.Observer, Event{Kind: kind, Dataset: p.Dataset, Version: cur.Version, Attrs: attrs})
+	}
 	switch {
 	case cur.Pinned && due:
-		log.InfoContext(ctx, "pinned version past half its TTL: refreshing its cells in place")
+		event(EventPinnedRefresh)
 		n, err := p.refresh(ctx, m)
 		res.Refreshed = n
 		return run, res, true, err
 	case cur.Pinned:
-		log.InfoContext(ctx, "dataset pinned: not publishing (syncer unpin resumes)", "reason", cur.Reason)
+		event(EventPinned, "reason", cur.Reason)
 		return run, res, true, nil
 	case due:
-		log.InfoContext(ctx, "current version past half its TTL: republishing")
+		event(EventRepublish)
 		run.opts.Republish = true
 	}
 	return run, res, false, nil

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
 	"strings"
 	"time"
 )
@@ -31,7 +30,9 @@ type Admin struct {
 	// Crash, when set, is called at CrashRollbackFlip (tests kill the process there).
 	Crash func(at CrashPoint, rows int64)
 	Now   func() time.Time
-	Log   *slog.Logger
+	// Observer receives what the admin did (a rollback, an unpin) and bookkeeping
+	// that failed; nil discards it.
+	Observer Observer
 }
 
 // AdminStore is what Admin needs from storage.
@@ -135,8 +136,8 @@ func (a *Admin) operatorFlip(ctx context.Context, action Action, by, reason stri
 	}
 	a.audit(bg, AuditEntry{Dataset: a.Dataset, At: f.At, Action: action, From: cur.Version, To: f.Version,
 		Token: f.Token, Pinned: f.Pin, By: by, Reason: reason})
-	a.log().InfoContext(ctx, string(action), "dataset", a.Dataset, "from", cur.Version, "to", f.Version,
-		"token", f.Token, "pinned", f.Pin, "by", by, "reason", reason)
+	observe(ctx, a.Observer, Event{Kind: actionEvent(action), Dataset: a.Dataset, Attrs: []any{"from", cur.Version, "to", f.Version,
+		"token", f.Token, "pinned", f.Pin, "by", by, "reason", reason}})
 	return RollbackResult{From: cur.Version, To: f.Version, Token: f.Token, Pinned: f.Pin, At: f.At, Reason: reason,
 		Took: a.now().Sub(start).Round(time.Millisecond).String()}, nil
 }
@@ -210,7 +211,7 @@ func (a *Admin) release(ctx context.Context, h Hold) {
 	rctx, cancel := Detach(ctx, cleanupTimeout)
 	defer cancel()
 	if err := h.Release(rctx); err != nil && !errors.Is(err, ErrLeaseLost) {
-		a.log().WarnContext(ctx, "release lease", "err", err)
+		observe(ctx, a.Observer, Event{Kind: EventReleaseLeaseFailed, Attrs: []any{"err", err}})
 	}
 }
 
@@ -225,13 +226,13 @@ func (a *Admin) mark(ctx context.Context, v Version, from, to State, reason stri
 		m.Reason = reason
 	}
 	if err := a.Store.UpdateManifest(ctx, m, from); err != nil {
-		a.log().WarnContext(ctx, "mark version", "version", v, "state", to, "err", err)
+		observe(ctx, a.Observer, Event{Kind: EventMarkVersionFailed, Version: v, Attrs: []any{"state", to, "err", err}})
 	}
 }
 
 func (a *Admin) audit(ctx context.Context, e AuditEntry) {
 	if err := a.Store.AppendAudit(ctx, e); err != nil {
-		a.log().WarnContext(ctx, "record audit entry", "action", e.Action, "err", err)
+		observe(ctx, a.Observer, Event{Kind: EventAuditFailed, Attrs: []any{"action", e.Action, "err", err}})
 	}
 }
 
@@ -263,9 +264,10 @@ func (a *Admin) now() time.Time {
 	return time.Now()
 }
 
-func (a *Admin) log() *slog.Logger {
-	if a.Log != nil {
-		return a.Log
+// actionEvent returns the event an operator's action reports.
+func actionEvent(action Action) EventKind {
+	if action == ActionUnpin {
+		return EventUnpin
 	}
-	return slog.Default()
+	return EventRollback
 }

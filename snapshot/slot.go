@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
 	"sync"
 	"time"
 )
@@ -28,7 +27,8 @@ type Ticker struct {
 	Holder string
 	// AcquireTimeout bounds the wait for the lease; default 1 minute.
 	AcquireTimeout time.Duration
-	Log            *slog.Logger
+	// Observer receives what the ticker does besides its result; nil discards it.
+	Observer Observer
 
 	mu sync.Mutex
 	// abandonChecked is when this replica last looked for abandoned versions.
@@ -98,7 +98,7 @@ func (t *Ticker) publishLeased(ctx context.Context, timeout time.Duration, opts 
 		rctx, cancel := Detach(ctx, cleanupTimeout)
 		defer cancel()
 		if err := hold.Release(rctx); err != nil && !errors.Is(err, ErrLeaseLost) {
-			t.log().WarnContext(ctx, "release lease", "token", hold.Token(), "err", err)
+			observe(ctx, t.Observer, Event{Kind: EventReleaseLeaseFailed, Attrs: []any{"token", hold.Token(), "err", err}})
 		}
 	}()
 	pctx, cancelPub := context.WithCancelCause(ctx)
@@ -135,17 +135,10 @@ func (t *Ticker) failAbandoned(ctx context.Context, token uint64) {
 		return
 	}
 	if _, err := t.Publisher.FailAbandoned(ctx, token); err != nil {
-		t.log().WarnContext(ctx, "mark abandoned versions", "err", err)
+		observe(ctx, t.Observer, Event{Kind: EventMarkAbandonedFailed, Attrs: []any{"err", err}})
 		return
 	}
 	t.mu.Lock()
 	t.abandonChecked = now
 	t.mu.Unlock()
-}
-
-func (t *Ticker) log() *slog.Logger {
-	if t.Log != nil {
-		return t.Log
-	}
-	return slog.Default()
 }

@@ -55,7 +55,7 @@ func newAdmin(st *store.Store, dataset string, ttl, leaseDuration time.Duration,
 	if err != nil {
 		return nil, err
 	}
-	return &snapshot.Admin{Dataset: dataset, Store: st, Lease: lease, TTL: ttl, Log: log}, nil
+	return &snapshot.Admin{Dataset: dataset, Store: st, Lease: lease, TTL: ttl, Observer: logObserver{log}}, nil
 }
 
 // apiAdmin is the metadata API's admin. Before each rollback it reads how long the

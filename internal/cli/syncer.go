@@ -272,7 +272,7 @@ func wireSyncer(ctx context.Context, cfg SyncerConfig, log *slog.Logger) (*synce
 		ProgressEvery:    cfg.ProgressInterval,
 		MaxLayers:        cfg.MaxLayers,
 		RebaseRatio:      cfg.RebaseRatio,
-		Log:              log,
+		Observer:         logObserver{log},
 	}
 	pub := &snapshot.Publisher{
 		Dataset:     cfg.Dataset,
@@ -285,7 +285,7 @@ func wireSyncer(ctx context.Context, cfg SyncerConfig, log *slog.Logger) (*synce
 		Gates:       gates,
 		DefaultGate: &defGate,
 		Incremental: cfg.Versions == VersionsIncremental,
-		Log:         log,
+		Observer:    logObserver{log},
 		Data:        layers,
 	}
 	return &syncer{
@@ -294,7 +294,7 @@ func wireSyncer(ctx context.Context, cfg SyncerConfig, log *slog.Logger) (*synce
 		store:  st,
 		layers: layers,
 		ticker: &snapshot.Ticker{Publisher: pub, Lease: lease, Slots: st, Holder: holder,
-			AcquireTimeout: cfg.Lease.AcquireTimeout, Log: log},
+			AcquireTimeout: cfg.Lease.AcquireTimeout, Observer: logObserver{log}},
 		sched:   sched,
 		metrics: metrics,
 		log:     log.With("holder", holder),

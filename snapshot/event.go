@@ -1,0 +1,141 @@
+package snapshot
+
+import "context"
+
+// Level is how much an event matters to an operator. The values are those of the
+// standard library's structured logger, so a binary converts by a type conversion.
+type Level int
+
+// The levels of events.
+const (
+	LevelDebug Level = -4
+	LevelInfo  Level = 0
+	LevelWarn  Level = 4
+	LevelError Level = 8
+)
+
+// EventKind names something the protocol or the layer writer did or failed to do on
+// the side of its result: progress, a choice made, bookkeeping that failed best effort.
+// Its String is the message a binary logs; its Level is fixed per kind.
+type EventKind int
+
+// The kinds of events. Publisher, Ticker and Admin report the first group; package
+// layer's Writer the second.
+const (
+	_ EventKind = iota
+
+	EventSyncStarted         // a publish created its manifest and starts writing
+	EventSourceUnchanged     // the source is at the current version's position
+	EventSameDigests         // the written version equals the current one
+	EventPublishRefused      // a gate refused the flip
+	EventPublished           // the pointer moved to the new version
+	EventDeltaInconsistent   // a delta disagreed with its parent; publishing with bases
+	EventMarkPublishedFailed // the new version stayed sealed after its flip
+	EventAuditFlipFailed     // the flip is missing from the audit trail
+	EventReadReplacedFailed  // the replaced version's manifest could not be read
+	EventRetireFailed        // the replaced version stayed published
+	EventMarkFailedFailed    // a failed version could not be marked failed
+	EventMarkCurrentFailed   // the current version stayed marked sealed
+	EventMarkedCurrent       // the current version, still sealed, was marked published
+	EventMarkedAbandoned     // a version abandoned by an earlier lease holder was failed
+	EventMarkAbandonedFailed // looking for abandoned versions failed
+	EventPinnedRefresh       // the pinned version's cells are refreshed in place
+	EventPinned              // the dataset is pinned: nothing is published
+	EventRepublish           // the current version is past half its TTL
+	EventReleaseLeaseFailed  // the publish lease was not released (it expires)
+	EventRollback            // an operator rolled the pointer back, and pinned it
+	EventUnpin               // an operator resumed scheduled publishing
+	EventMarkVersionFailed   // a rollback's bookkeeping could not move a manifest's state
+	EventAuditFailed         // an operator's change is missing from the audit trail
+	EventKeyedTooLarge       // the changed documents outgrew memory: every id is compared
+	EventWritingBase         // a collection is written as a base layer
+	EventMergingDeltas       // a collection's newest deltas are merged into its layer
+	EventLayerWritten        // a collection's layer is written
+	EventCopying             // a long copy's progress
+	EventCollectionCopied    // a collection's copy is done
+	numEventKinds
+)
+
+var eventKinds = [numEventKinds]struct {
+	text  string
+	level Level
+}{
+	EventSyncStarted:         {"sync started", LevelInfo},
+	EventSourceUnchanged:     {"source unchanged; nothing to publish", LevelInfo},
+	EventSameDigests:         {"source unchanged (same digests); not flipping", LevelInfo},
+	EventPublishRefused:      {"publish refused", LevelWarn},
+	EventPublished:           {"published", LevelInfo},
+	EventDeltaInconsistent:   {"the delta disagrees with its parent: publishing again with base layers", LevelWarn},
+	EventMarkPublishedFailed: {"mark version published", LevelWarn},
+	EventAuditFlipFailed:     {"record flip in the audit trail", LevelWarn},
+	EventReadReplacedFailed:  {"read replaced manifest", LevelWarn},
+	EventRetireFailed:        {"retire replaced version", LevelWarn},
+	EventMarkFailedFailed:    {"mark version failed", LevelWarn},
+	EventMarkCurrentFailed:   {"mark the current version published", LevelWarn},
+	EventMarkedCurrent: {"the current version was still marked sealed (a flip of unknown outcome that applied, or failed bookkeeping): marked it published",
+		LevelInfo},
+	EventMarkedAbandoned:     {"marked abandoned version failed", LevelInfo},
+	EventMarkAbandonedFailed: {"mark abandoned versions", LevelWarn},
+	EventPinnedRefresh:       {"pinned version past half its TTL: refreshing its cells in place", LevelInfo},
+	EventPinned:              {"dataset pinned: not publishing (syncer unpin resumes)", LevelInfo},
+	EventRepublish:           {"current version past half its TTL: republishing", LevelInfo},
+	EventReleaseLeaseFailed:  {"release lease", LevelWarn},
+	EventRollback:            {string(ActionRollback), LevelInfo},
+	EventUnpin:               {string(ActionUnpin), LevelInfo},
+	EventMarkVersionFailed:   {"mark version", LevelWarn},
+	EventAuditFailed:         {"record audit entry", LevelWarn},
+	EventKeyedTooLarge:       {"the changed documents are too large to hold: every id is compared", LevelInfo},
+	EventWritingBase:         {"writing a base layer", LevelInfo},
+	EventMergingDeltas:       {"merging the chain's newest deltas into this version's layer", LevelInfo},
+	EventLayerWritten:        {"layer written", LevelInfo},
+	EventCopying:             {"copying", LevelInfo},
+	EventCollectionCopied:    {"collection copied", LevelInfo},
+}
+
+// String returns the kind's log message; "" for a kind this version does not know.
+func (k EventKind) String() string {
+	if k <= 0 || k >= numEventKinds {
+		return ""
+	}
+	return eventKinds[k].text
+}
+
+// Level returns how much an event of the kind matters; LevelInfo for a kind this
+// version does not know.
+func (k EventKind) Level() Level {
+	if k <= 0 || k >= numEventKinds {
+		return LevelInfo
+	}
+	return eventKinds[k].level
+}
+
+// Event is one thing worth telling an operator. Dataset, Version and Collection are
+// empty when the event is not about one; Attrs holds the rest as alternating keys and
+// values (the structured logger's convention), keys stable across releases.
+type Event struct {
+	Kind       EventKind
+	Dataset    string
+	Version    Version
+	Collection string
+	Attrs      []any
+}
+
+// Observer receives events. It is called synchronously from the goroutine that
+// reported the event, so it must be quick and safe for concurrent use. A nil Observer
+// in a Publisher, Ticker, Admin or layer.Writer discards events.
+type Observer interface {
+	Observe(ctx context.Context, e Event)
+}
+
+// ObserverFunc adapts a function to Observer.
+type ObserverFunc func(ctx context.Context, e Event)
+
+// Observe calls f.
+func (f ObserverFunc) Observe(ctx context.Context, e Event) { f(ctx, e) }
+
+// observe reports e to o, unless o is nil.
+func observe(ctx context.Context, o Observer, e Event) {
+	if o != nil {
+		o.Observe(ctx, e)
+	}
+}

@@ -1,0 +1,45 @@
+package snapshot_test
+
+import (
+	"testing"
+
+	"github.com/snapflip/snapflip/snapshot"
+)
+
+// Every kind has its message and a level; the messages are what operators and the
+// end-to-end tests grep, so a few are pinned here.
+func TestEventKindText(t *testing.T) {
+	seen := map[string]snapshot.EventKind{}
+	for k := snapshot.EventSyncStarted; k.String() != ""; k++ {
+		if prev, ok := seen[k.String()]; ok {
+			t.Errorf("kinds %d and %d both say %q", prev, k, k)
+		}
+		seen[k.String()] = k
+	}
+	for _, tc := range []struct {
+		kind  snapshot.EventKind
+		text  string
+		level snapshot.Level
+	}{
+		{snapshot.EventSyncStarted, "sync started", snapshot.LevelInfo},
+		{snapshot.EventPublished, "published", snapshot.LevelInfo},
+		{snapshot.EventSourceUnchanged, "source unchanged; nothing to publish", snapshot.LevelInfo},
+		{snapshot.EventPublishRefused, "publish refused", snapshot.LevelWarn},
+		{snapshot.EventRollback, "rollback", snapshot.LevelInfo},
+		{snapshot.EventUnpin, "unpin", snapshot.LevelInfo},
+		{snapshot.EventLayerWritten, "layer written", snapshot.LevelInfo},
+		{snapshot.EventCopying, "copying", snapshot.LevelInfo},
+		{snapshot.EventCollectionCopied, "collection copied", snapshot.LevelInfo},
+		{snapshot.EventKind(0), "", snapshot.LevelInfo},
+	} {
+		if got, want := tc.kind.String(), tc.text; got != want {
+			t.Errorf("kind %d says %q; want %q", tc.kind, got, want)
+		}
+		if got, want := tc.kind.Level(), tc.level; got != want {
+			t.Errorf("kind %q: level %d; want %d", tc.kind, got, want)
+		}
+	}
+	if got, want := len(seen), int(snapshot.EventCollectionCopied); got != want {
+		t.Errorf("%d kinds with a message; want %d", got, want)
+	}
+}
