@@ -93,7 +93,7 @@ func (a *Admin) Rollback(ctx context.Context, req RollbackRequest) (RollbackResu
 		a.mark(ctx, cur.Version, StatePublished, StateRolledBack, "rolled back: "+req.Reason)
 		a.mark(ctx, f.Version, target.State, StatePublished, "")
 	}
-	res, err := a.operatorFlip(ctx, ActionRollback, req.By, req.Reason, plan, after)
+	res, err := a.operatorFlip(ctx, operatorOp{action: ActionRollback, by: req.By, reason: req.Reason, plan: plan, after: after})
 	if err != nil {
 		return res, fmt.Errorf("rollback: %w", err)
 	}
@@ -101,13 +101,24 @@ func (a *Admin) Rollback(ctx context.Context, req RollbackRequest) (RollbackResu
 	return res, nil
 }
 
+// operatorOp is an operator's change of the pointer: what it is, who asks for it and
+// why, how it chooses the flip, and its bookkeeping once the pointer has moved.
+type operatorOp struct {
+	action     Action
+	by, reason string
+	// plan chooses the flip from the pointer as read, or refuses, changing nothing.
+	plan func(context.Context, Pointer) (Flip, error)
+	// after, when set, runs once the pointer has moved.
+	after func(context.Context, Pointer, Flip)
+}
+
 // operatorFlip runs an operator's change of the pointer under the publish lease: it
-// reads the pointer, lets plan choose the flip (or refuse, changing nothing), flips
-// with the lease's token as a rollback flip, records the audit entry, and runs after
-// for bookkeeping. Once the pointer has moved, failures are logged, not returned: the
-// change has happened.
-func (a *Admin) operatorFlip(ctx context.Context, action Action, by, reason string,
-	plan func(context.Context, Pointer) (Flip, error), after func(context.Context, Pointer, Flip)) (RollbackResult, error) {
+// reads the pointer, lets op.plan choose the flip (or refuse, changing nothing), flips
+// with the lease's token as a rollback flip, records the audit entry, and runs
+// op.after for bookkeeping. Once the pointer has moved, failures are reported to the
+// Observer, not returned: the change has happened.
+func (a *Admin) operatorFlip(ctx context.Context, op operatorOp) (RollbackResult, error) {
+	action, by, reason := op.action, op.by, op.reason
 	start := a.now()
 	if strings.TrimSpace(reason) == "" {
 		return RollbackResult{}, fmt.Errorf("%w %s: a reason is required", ErrInvalid, action)
@@ -121,7 +132,7 @@ func (a *Admin) operatorFlip(ctx context.Context, action Action, by, reason stri
 	if err != nil {
 		return RollbackResult{}, fmt.Errorf("read pointer: %w", err)
 	}
-	f, err := plan(ctx, cur)
+	f, err := op.plan(ctx, cur)
 	if err != nil {
 		return RollbackResult{}, err
 	}
@@ -131,8 +142,8 @@ func (a *Admin) operatorFlip(ctx context.Context, action Action, by, reason stri
 	}
 	bg, cancel := Detach(ctx, cleanupTimeout)
 	defer cancel()
-	if after != nil {
-		after(bg, cur, f)
+	if op.after != nil {
+		op.after(bg, cur, f)
 	}
 	a.audit(bg, AuditEntry{Dataset: a.Dataset, At: f.At, Action: action, From: cur.Version, To: f.Version,
 		Token: f.Token, Pinned: f.Pin, By: by, Reason: reason})
@@ -185,7 +196,7 @@ func (a *Admin) Unpin(ctx context.Context, reason, by string) (RollbackResult, e
 		}
 		return Flip{Version: cur.Version, Source: cur.Source, Pin: false}, nil
 	}
-	res, err := a.operatorFlip(ctx, ActionUnpin, by, reason, plan, nil)
+	res, err := a.operatorFlip(ctx, operatorOp{action: ActionUnpin, by: by, reason: reason, plan: plan})
 	if err != nil {
 		return res, fmt.Errorf("unpin: %w", err)
 	}
