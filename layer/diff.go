@@ -27,13 +27,24 @@ type CollectionDiff struct {
 	Sample  []string `json:"sample,omitempty"`
 }
 
-// Diff compares two versions collection by collection (one, when only is set). A
-// collection whose count and digest are equal in both is reported the same without
-// reading it. When both chains share their older layers, only the layers that differ
-// are read: the ids their fingerprint runs name are looked up through both chains.
-// Otherwise both versions are read in id order at once and merged. sample bounds the
-// ids listed per collection.
-func Diff(ctx context.Context, st DiffStore, dataset string, a, b snapshot.Version, only string, sample int) (map[string]CollectionDiff, error) {
+// DiffRequest names what Diff compares.
+type DiffRequest struct {
+	Dataset string
+	// From and To are the versions compared: what changes from From to To.
+	From, To snapshot.Version
+	// Collection limits the comparison to one collection; "" compares every one.
+	Collection string
+	// Sample is how many ids to list per collection (0: none).
+	Sample int
+}
+
+// Diff compares two versions collection by collection (one, when req.Collection is
+// set). A collection whose count and digest are equal in both is reported the same
+// without reading it. When both chains share their older layers, only the layers that
+// differ are read: the ids their fingerprint runs name are looked up through both
+// chains. Otherwise both versions are read in id order at once and merged.
+func Diff(ctx context.Context, st DiffStore, req DiffRequest) (map[string]CollectionDiff, error) {
+	dataset, a, b, only, sample := req.Dataset, req.From, req.To, req.Collection, req.Sample
 	ma, err := st.ReadManifest(ctx, dataset, a)
 	if err != nil {
 		return nil, fmt.Errorf("version %s: %w", a, err)

@@ -115,12 +115,12 @@ func TestIncrementalPublishWritesOnlyChanges(t *testing.T) {
 
 	// Diff between versions sharing the base reads only the delta's run, and agrees
 	// with the full copies' scan.
-	dl, err := layer.Diff(ctx, r.store, "ds", base.Version, delta.Version, "", 10)
+	dl, err := layer.Diff(ctx, r.store, layer.DiffRequest{Dataset: "ds", From: base.Version, To: delta.Version, Sample: 10})
 	if err != nil {
 		t.Fatal(err)
 	}
 	ms, _ := r.store.ListManifests(ctx, "full")
-	df, err := layer.Diff(ctx, r.store, "full", ms[0].Version, ms[len(ms)-1].Version, "", 10)
+	df, err := layer.Diff(ctx, r.store, layer.DiffRequest{Dataset: "full", From: ms[0].Version, To: ms[len(ms)-1].Version, Sample: 10})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -178,11 +178,11 @@ func testChainsStayBounded(t *testing.T, cached bool) {
 		m := r.publish(t, r.pub)
 		f := r.publish(t, full)
 		// diff across a merge agrees with the full copies' diff.
-		dl, err := layer.Diff(ctx, r.store, "ds", prev.Version, m.Version, "users", 10)
+		dl, err := layer.Diff(ctx, r.store, layer.DiffRequest{Dataset: "ds", From: prev.Version, To: m.Version, Collection: "users", Sample: 10})
 		if err != nil {
 			t.Fatal(err)
 		}
-		df, err := layer.Diff(ctx, r.store, "full", prevFull.Version, f.Version, "users", 10)
+		df, err := layer.Diff(ctx, r.store, layer.DiffRequest{Dataset: "full", From: prevFull.Version, To: f.Version, Collection: "users", Sample: 10})
 		if err != nil {
 			t.Fatal(err)
 		}

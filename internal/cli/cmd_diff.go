@@ -30,7 +30,7 @@ Collections whose digests are equal are not read.`,
 		Args: versionArgs("A", "B"),
 		RunE: m.readRun(g, func(ctx context.Context, e *readEnv, args []string) error {
 			a, b := snapshot.Version(args[0]), snapshot.Version(args[1])
-			d, err := layer.Diff(ctx, e.store, e.cfg.Dataset, a, b, coll, sample)
+			d, err := layer.Diff(ctx, e.store, layer.DiffRequest{Dataset: e.cfg.Dataset, From: a, To: b, Collection: coll, Sample: sample})
 			if err != nil {
 				return err
 			}
