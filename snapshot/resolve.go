@@ -44,7 +44,8 @@ func (v View) HasCollection(name string) bool {
 	return ok
 }
 
-// ResolverConfig tunes a Resolver.
+// ResolverConfig tunes a Resolver. A zero field takes its default
+// (DefaultResolverConfig).
 type ResolverConfig struct {
 	// Refresh is how long a pointer read is reused; default 500ms.
 	Refresh time.Duration
@@ -63,9 +64,43 @@ type ResolverConfig struct {
 	Layers LayerRuns
 }
 
-// DefaultResolverConfig returns the defaults.
+// DefaultResolverConfig returns the defaults a zero field of ResolverConfig takes
+// (but Layers, which has none).
 func DefaultResolverConfig() ResolverConfig {
 	return ResolverConfig{Refresh: 500 * time.Millisecond, Timeout: 5 * time.Second, MaxStale: time.Minute, CacheSize: 100_000}
+}
+
+// Validate reports the first bad value of c as an error naming its field: a negative
+// duration (zero takes the default). A negative CacheSize is valid: no cache.
+func (c ResolverConfig) Validate() error {
+	for _, f := range []struct {
+		name string
+		d    time.Duration
+	}{{"Refresh", c.Refresh}, {"Timeout", c.Timeout}, {"MaxStale", c.MaxStale}} {
+		if f.d < 0 {
+			return fmt.Errorf("%w resolver config: %s %s is negative (0 takes the default)", ErrInvalid, f.name, f.d)
+		}
+	}
+	return nil
+}
+
+// withDefaults returns c with every zero field, and every negative duration, set to
+// its default.
+func (c ResolverConfig) withDefaults() ResolverConfig {
+	def := DefaultResolverConfig()
+	if c.Refresh <= 0 {
+		c.Refresh = def.Refresh
+	}
+	if c.Timeout <= 0 {
+		c.Timeout = def.Timeout
+	}
+	if c.MaxStale <= 0 {
+		c.MaxStale = def.MaxStale
+	}
+	if c.CacheSize == 0 {
+		c.CacheSize = def.CacheSize
+	}
+	return c
 }
 
 // Resolver answers reads through the pointer. It reads the pointer once per Refresh
@@ -109,24 +144,14 @@ func newDoc(body []byte) Doc {
 	return Doc{Body: body, ETag: fmt.Sprintf(`"%016x"`, xxhash.Sum64(body))}
 }
 
-// NewResolver returns a Resolver for the dataset. now defaults to time.Now.
+// NewResolver returns a Resolver for the dataset. now defaults to time.Now. A zero
+// field of cfg takes its default; so, for compatibility, does a negative duration,
+// which Validate refuses.
 func NewResolver(dataset string, store ReadStore, cfg ResolverConfig, now func() time.Time) *Resolver {
 	if now == nil {
 		now = time.Now
 	}
-	def := DefaultResolverConfig()
-	if cfg.Refresh <= 0 {
-		cfg.Refresh = def.Refresh
-	}
-	if cfg.Timeout <= 0 {
-		cfg.Timeout = def.Timeout
-	}
-	if cfg.MaxStale <= 0 {
-		cfg.MaxStale = def.MaxStale
-	}
-	if cfg.CacheSize == 0 {
-		cfg.CacheSize = def.CacheSize
-	}
+	cfg = cfg.withDefaults()
 	r := &Resolver{dataset: dataset, store: store, cfg: cfg, now: now,
 		fetch: &fetcher{store: store, dataset: dataset, timeout: cfg.Timeout}}
 	r.ptr = &pointerCache{refresh: cfg.Refresh, timeout: cfg.Timeout, maxStale: cfg.MaxStale, now: now, read: r.readPointer}

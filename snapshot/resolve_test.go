@@ -411,3 +411,32 @@ func TestFlipThatFailsToLoadIsReportedByRequests(t *testing.T) {
 		t.Errorf("Current through a pointer to a version writing = %v; want ErrCurrentExpired naming its state", err)
 	}
 }
+
+func TestResolverConfigValidate(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		cfg  ResolverConfig
+		want string // in the error; "" for none
+	}{
+		{"zero takes the defaults", ResolverConfig{}, ""},
+		{"defaults", DefaultResolverConfig(), ""},
+		{"negative cache size turns the cache off", ResolverConfig{CacheSize: -1}, ""},
+		{"negative refresh", ResolverConfig{Refresh: -time.Second}, "Refresh -1s is negative"},
+		{"negative timeout", ResolverConfig{Timeout: -time.Second}, "Timeout -1s is negative"},
+		{"negative max stale", ResolverConfig{MaxStale: -time.Second}, "MaxStale -1s is negative"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			err := tc.cfg.Validate()
+			switch {
+			case tc.want == "" && err != nil:
+				t.Errorf("Validate() = %v; want nil", err)
+			case tc.want != "" && (!errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), tc.want)):
+				t.Errorf("Validate() = %v; want ErrInvalid naming %q", err, tc.want)
+			}
+		})
+	}
+	if got, want := (ResolverConfig{CacheSize: -1}).withDefaults(), (ResolverConfig{Refresh: 500 * time.Millisecond,
+		Timeout: 5 * time.Second, MaxStale: time.Minute, CacheSize: -1}); got != want {
+		t.Errorf("withDefaults() = %+v; want %+v", got, want)
+	}
+}
