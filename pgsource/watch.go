@@ -243,12 +243,8 @@ func (w *watch) run(ctx context.Context) error {
 	ticker := time.NewTicker(w.cfg.Interval)
 	defer ticker.Stop()
 	for {
-		again, err := l.step(ctx)
-		if err != nil {
+		if err := l.step(ctx); err != nil {
 			return err
-		}
-		if again {
-			continue
 		}
 		select {
 		case <-ctx.Done():
@@ -279,20 +275,21 @@ type pollReading struct {
 }
 
 // step polls once, finding the watched set first when it is due, and reports a
-// possible change. again says the set changed while its baseline was read: poll
-// again at once.
-func (l *watchLoop) step(ctx context.Context) (again bool, err error) {
+// possible change. When the set changed while its baseline was read, it reports
+// nothing, and the next step finds the set again (a poll interval later, so that DDL
+// that never stops costs a poll's round trips, not a busy loop).
+func (l *watchLoop) step(ctx context.Context) error {
 	w := l.w
 	resolving := l.resolvedAt.IsZero() || time.Since(l.resolvedAt) >= w.cfg.Resolve
 	if resolving {
 		if err := l.resolve(ctx); err != nil {
-			return false, err
+			return err
 		}
 	}
 	start := time.Now()
 	p, err := w.poll(ctx, l.conn, l.set, w.mode == watchStats)
 	if err != nil {
-		return false, fmt.Errorf("poll: %w", err)
+		return fmt.Errorf("poll: %w", err)
 	}
 	if resolving {
 		// The set is found by name, and the digest read by oid: a table dropped
@@ -301,11 +298,11 @@ func (l *watchLoop) step(ctx context.Context) (again bool, err error) {
 		// the baseline, until the two agree.
 		found, err := w.find(ctx, l.conn)
 		if err != nil {
-			return false, err
+			return err
 		}
 		if !found.equal(l.set) {
 			l.resolvedAt = time.Time{}
-			return true, nil
+			return nil
 		}
 	}
 	w.polls++
@@ -314,11 +311,11 @@ func (l *watchLoop) step(ctx context.Context) (again bool, err error) {
 	}
 	lsn, xmax, err := parsePosition(p.lsn, p.xmax)
 	if err != nil {
-		return false, err
+		return err
 	}
 	l.report(p, lsn, xmax, time.Now())
 	l.first, l.moved, l.last = false, false, p
-	return false, nil
+	return nil
 }
 
 // resolve finds the watched set again; a new set of relations is a new baseline.
