@@ -20,26 +20,39 @@ const defaultProgressEvery = 10 * time.Second
 // per part, all into the one writer; each part keeps its own count and digest,
 // combined at the end. The parent's row counts, when known, give ETAs.
 func (vw *versionWrite) writeFull(ctx context.Context) (snapshot.WriteResult, error) {
-	res := snapshot.WriteResult{Collections: map[string]snapshot.CollectionStats{}}
-	w := vw.Store.NewWriter(ctx, vw.dataset, vw.req.Manifest.Version)
-	for _, name := range vw.req.Collections {
-		st, err := vw.copyCollection(ctx, w, name)
-		if err != nil {
-			_, _ = w.Close(ctx)
-			return res, fmt.Errorf("collection %s: %w", name, err)
-		}
-		res.Collections[name] = st
-	}
-	written, err := w.Close(ctx)
-	res.BytesWritten = w.BytesWritten()
+	res, _, written, err := vw.writeEach(ctx, vw.copyCollection)
 	if err != nil {
-		return res, fmt.Errorf("write documents: %w", err)
+		return res, err
 	}
 	for name, st := range res.Collections {
 		st.Written = written[name]
 		res.Collections[name] = st
 	}
 	return res, nil
+}
+
+// writeEach writes every collection of the version with write, all into one writer,
+// and closes it. It returns each collection's stats as write made them, with the
+// version's bytes written, and the closed writer and its documents written per
+// collection, which the caller completes the stats with.
+func (vw *versionWrite) writeEach(ctx context.Context, write func(context.Context, DocumentWriter, string) (snapshot.CollectionStats, error)) (
+	snapshot.WriteResult, DocumentWriter, map[string]int64, error) {
+	res := snapshot.WriteResult{Collections: map[string]snapshot.CollectionStats{}}
+	w := vw.Store.NewWriter(ctx, vw.dataset, vw.req.Manifest.Version)
+	for _, name := range vw.req.Collections {
+		st, err := write(ctx, w, name)
+		if err != nil {
+			_, _ = w.Close(ctx)
+			return res, w, nil, fmt.Errorf("collection %s: %w", name, err)
+		}
+		res.Collections[name] = st
+	}
+	written, err := w.Close(ctx)
+	res.BytesWritten = w.BytesWritten()
+	if err != nil {
+		return res, w, nil, fmt.Errorf("write documents: %w", err)
+	}
+	return res, w, written, nil
 }
 
 // copyCollection copies one collection into w.

@@ -96,20 +96,11 @@ func (p *Writer) rebaseRatio() float64 {
 // returning each collection's stats: the version's totals (exactly what a full copy
 // would record) and its chains.
 func (vw *versionWrite) writeLayers(ctx context.Context, snap snapshot.DeltaSnapshot) (snapshot.WriteResult, error) {
-	m, res := vw.req.Manifest, snapshot.WriteResult{Collections: map[string]snapshot.CollectionStats{}}
-	w := vw.Store.NewWriter(ctx, vw.dataset, m.Version)
-	for _, name := range vw.req.Collections {
-		st, err := vw.newLayerWriter(w, name).write(ctx, snap)
-		if err != nil {
-			_, _ = w.Close(ctx)
-			return res, fmt.Errorf("collection %s: %w", name, err)
-		}
-		res.Collections[name] = st
-	}
-	written, err := w.Close(ctx)
-	res.BytesWritten = w.BytesWritten()
+	res, w, written, err := vw.writeEach(ctx, func(ctx context.Context, w DocumentWriter, name string) (snapshot.CollectionStats, error) {
+		return vw.newLayerWriter(w, name).write(ctx, snap)
+	})
 	if err != nil {
-		return res, fmt.Errorf("write documents: %w", err)
+		return res, err
 	}
 	chunks := w.ChunksWritten()
 	for name, st := range res.Collections {
