@@ -2,7 +2,6 @@ package client
 
 import (
 	"cmp"
-	"encoding/json"
 	"strconv"
 	"strings"
 )
@@ -37,16 +36,10 @@ func (v versionID) Compare(w versionID) int { return cmp.Compare(v.millis, w.mil
 // Less reports whether v was made before w.
 func (v versionID) Less(w versionID) bool { return v.Compare(w) < 0 }
 
-// UnmarshalJSON parses a JSON string; null leaves v as it was, as it would a string.
-func (v *versionID) UnmarshalJSON(b []byte) error {
-	if string(b) == "null" {
-		return nil
-	}
-	var s string
-	if err := json.Unmarshal(b, &s); err != nil {
-		return err
-	}
-	*v = parseVersion(s)
+// UnmarshalText parses a version id (encoding/json calls it for a JSON string, and
+// leaves v as it was for null).
+func (v *versionID) UnmarshalText(b []byte) error {
+	*v = parseVersion(string(b))
 	return nil
 }
 
@@ -72,17 +65,10 @@ const (
 var changesKinds = map[string]changesKind{
 	"delta": changesDelta, "unchanged": changesUnchanged, "base": changesBase, "full": changesFull}
 
-// UnmarshalJSON parses a kind's name; a name it does not know is changesOther, and
-// null leaves k as it was.
-func (k *changesKind) UnmarshalJSON(b []byte) error {
-	if string(b) == "null" {
-		return nil
-	}
-	var s string
-	if err := json.Unmarshal(b, &s); err != nil {
-		return err
-	}
-	*k = changesKinds[s]
+// UnmarshalText parses a kind's name; a name it does not know is changesOther
+// (encoding/json calls it for a JSON string, and leaves k as it was for null).
+func (k *changesKind) UnmarshalText(b []byte) error {
+	*k = changesKinds[string(b)]
 	return nil
 }
 
