@@ -173,9 +173,10 @@ func TestResolverServesLastGoodPointerWhileStorageFails(t *testing.T) {
 }
 
 func TestResolverRefusesIncompleteVersions(t *testing.T) {
-	st := &countingStore{ptr: Pointer{Version: "v1"}, states: map[Version]State{"v1": StatePublished, "w": StateWriting, "f": StateFailed}}
+	st := &countingStore{ptr: Pointer{Version: "v1"}, states: map[Version]State{"v1": StatePublished, "w": StateWriting, "f": StateFailed,
+		"u": StateUnchanged}}
 	r := NewResolver("ds", st, ResolverConfig{}, nil)
-	for _, v := range []Version{"w", "f", "nope"} {
+	for _, v := range []Version{"w", "f", "u", "nope"} {
 		if _, err := r.View(context.Background(), v); !errors.Is(err, ErrGone) {
 			t.Errorf("View(%s) = %v; want ErrGone", v, err)
 		}

@@ -134,13 +134,16 @@ func TestTransitions(t *testing.T) {
 		{StatePublished, StateRolledBack, true},
 		{StateFailed, StateSealed, false},
 		{StateRetired, StatePublished, true},
+		{StateWriting, StateUnchanged, true},
+		{StateUnchanged, StatePublished, false},
+		{StateSealed, StateUnchanged, false},
 	}
 	for _, tt := range tests {
 		if got := CanTransition(tt.from, tt.to); got != tt.want {
 			t.Errorf("CanTransition(%s, %s) = %v; want %v", tt.from, tt.to, got, tt.want)
 		}
 	}
-	for _, s := range []State{StateWriting, StateFailed} {
+	for _, s := range []State{StateWriting, StateFailed, StateUnchanged} {
 		if s.Servable() {
 			t.Errorf("%s is servable", s)
 		}
