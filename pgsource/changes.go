@@ -94,9 +94,9 @@ func (r *snap) ScanSince(ctx context.Context, collection string, since *snapshot
 	}
 	rows, err := r.inIDOrder(ctx, q)
 	if err != nil {
-		return snapshot.ParseLayerMode(mode), err
+		return mode, err
 	}
-	return snapshot.ParseLayerMode(mode), readRows(rows, c, cr.key, true, fn)
+	return mode, readRows(rows, c, cr.key, true, fn)
 }
 
 // ScanChanged streams only the rows whose row version is in the window since the
@@ -259,32 +259,39 @@ const (
 	contentWraparound
 )
 
-// readModeText is each mode's text, as manifests record it.
-var readModeText = map[readMode]string{
-	readRowVersion:               "row-version",
-	contentNoParent:              "content: no parent to compare with",
-	contentQuery:                 "content: a query has no row versions",
-	contentNotTable:              "content: not a table (a view, materialized view or foreign table)",
-	contentNoIdentity:            "content: the cluster's identity is unknown (pg_control_system() not granted)",
-	contentOtherCluster:          "content: the parent was read from another cluster, database or timeline",
-	contentDefinitions:           "content: the table's column or type definitions changed",
-	contentNotHeap:               "content: the table (or a partition) is not stored as heap",
-	contentParentSnapshotUnknown: "content: the parent's snapshot is unknown",
-	contentXidsBackwards:         "content: transaction ids went backwards since the parent (a restored cluster?)",
-	contentWraparound:            "content: over 2^31 transactions since the parent",
+// contentWhy says, for each mode that renders every row, why.
+var contentWhy = map[readMode]string{
+	contentNoParent:              "no parent to compare with",
+	contentQuery:                 "a query has no row versions",
+	contentNotTable:              "not a table (a view, materialized view or foreign table)",
+	contentNoIdentity:            "the cluster's identity is unknown (pg_control_system() not granted)",
+	contentOtherCluster:          "the parent was read from another cluster, database or timeline",
+	contentDefinitions:           "the table's column or type definitions changed",
+	contentNotHeap:               "the table (or a partition) is not stored as heap",
+	contentParentSnapshotUnknown: "the parent's snapshot is unknown",
+	contentXidsBackwards:         "transaction ids went backwards since the parent (a restored cluster?)",
+	contentWraparound:            "over 2^31 transactions since the parent",
 }
 
-// String returns the mode's text: "row-version", or "content: <why>".
+// String returns the mode's text, as manifests record it: "row-version", or
+// "content: <why>".
 func (m readMode) String() string {
-	if t, ok := readModeText[m]; ok {
-		return t
+	if m != readRowVersion {
+		if _, ok := contentWhy[m]; !ok {
+			return fmt.Sprintf("readMode(%d)", int(m))
+		}
 	}
-	return fmt.Sprintf("readMode(%d)", int(m))
+	return snapshotMode(m).String()
 }
 
 // snapshotMode is a read mode as ScanSince reports it to package snapshot (see
-// snapshot.DeltaSnapshot): its text.
-func snapshotMode(m readMode) string { return m.String() }
+// snapshot.DeltaSnapshot).
+func snapshotMode(m readMode) snapshot.LayerMode {
+	if m == readRowVersion {
+		return snapshot.ModeRowVersion
+	}
+	return snapshot.ContentMode(contentWhy[m])
+}
 
 // changePlan is changeMode's answer: the read mode and, for readRowVersion, the xid
 // window [lo, lo+window) (mod 2^32) of the rows to render.
