@@ -3,5 +3,5 @@
 // in the Snapshot-Version header. Errors are application/problem+json documents.
 //
 // The package never touches storage: it is given a Reader (implemented by
-// snapshot.Resolver) and nothing else.
+// resolver.Resolver) and nothing else.
 package api

@@ -17,10 +17,11 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/snapflip/snapflip/resolver"
 	"github.com/snapflip/snapflip/snapshot"
 )
 
-// Reader answers reads through the pointer; snapshot.Resolver implements it.
+// Reader answers reads through the pointer; resolver.Resolver implements it.
 type Reader interface {
 	// Current returns a view of the current version; ErrNoVersion when none is
 	// published, ErrCurrentExpired when it outlived its TTL.
@@ -28,9 +29,9 @@ type Reader interface {
 	// View returns a view of one version; ErrGone when it does not exist (any more).
 	View(ctx context.Context, v snapshot.Version) (snapshot.View, error)
 	// Get returns one document; ErrNotFound when the collection or id is unknown.
-	Get(ctx context.Context, view snapshot.View, collection, id string) (snapshot.Doc, error)
+	Get(ctx context.Context, view snapshot.View, collection, id string) (resolver.Doc, error)
 	// GetMany returns the documents found and the ids missing, all from the view.
-	GetMany(ctx context.Context, view snapshot.View, collection string, ids []string) (map[string]snapshot.Doc, []string, error)
+	GetMany(ctx context.Context, view snapshot.View, collection string, ids []string) (map[string]resolver.Doc, []string, error)
 	// Page returns up to limit documents after an id, in id order, and whether more
 	// follow; ErrNotFound for an unknown collection.
 	Page(ctx context.Context, view snapshot.View, collection, after string, limit int) ([]snapshot.Document, bool, error)

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/snapflip/snapflip/api"
+	"github.com/snapflip/snapflip/resolver"
 	"github.com/snapflip/snapflip/snapshot"
 )
 
@@ -32,7 +33,7 @@ func newServer(t testing.TB, r api.Reader, set func(*api.Config)) *api.Server {
 	return s
 }
 
-// fakeReader is a pure-logic stand-in for snapshot.Resolver; the real one is tested
+// fakeReader is a pure-logic stand-in for resolver.Resolver; the real one is tested
 // end to end in package e2e.
 type fakeReader struct {
 	docs    map[string]string // collection + "\x00" + id → document
@@ -60,19 +61,19 @@ func (f *fakeReader) Current(context.Context) (snapshot.View, error) {
 	return snapshot.View{Version: ver, Manifest: snapshot.Manifest{Collections: map[string]snapshot.CollectionStats{"c": {}}}}, nil
 }
 
-func (f *fakeReader) Get(_ context.Context, v snapshot.View, collection, id string) (snapshot.Doc, error) {
+func (f *fakeReader) Get(_ context.Context, v snapshot.View, collection, id string) (resolver.Doc, error) {
 	f.gotIDs = append(f.gotIDs, id)
 	if id == f.panicOn {
 		panic("boom")
 	}
 	if !v.HasCollection(collection) {
-		return snapshot.Doc{}, snapshot.ErrNotFound
+		return resolver.Doc{}, snapshot.ErrNotFound
 	}
 	d, ok := f.docs[collection+"\x00"+id]
 	if !ok {
-		return snapshot.Doc{}, snapshot.ErrNotFound
+		return resolver.Doc{}, snapshot.ErrNotFound
 	}
-	return snapshot.Doc{Body: []byte(d), ETag: `"e"`}, nil
+	return resolver.Doc{Body: []byte(d), ETag: `"e"`}, nil
 }
 
 func (f *fakeReader) View(ctx context.Context, v snapshot.Version) (snapshot.View, error) {
@@ -82,8 +83,8 @@ func (f *fakeReader) View(ctx context.Context, v snapshot.Version) (snapshot.Vie
 	return snapshot.View{}, snapshot.ErrGone
 }
 
-func (f *fakeReader) GetMany(ctx context.Context, v snapshot.View, collection string, ids []string) (map[string]snapshot.Doc, []string, error) {
-	out := map[string]snapshot.Doc{}
+func (f *fakeReader) GetMany(ctx context.Context, v snapshot.View, collection string, ids []string) (map[string]resolver.Doc, []string, error) {
+	out := map[string]resolver.Doc{}
 	var missing []string
 	for _, id := range ids {
 		if d, err := f.Get(ctx, v, collection, id); err == nil {

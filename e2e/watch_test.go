@@ -18,7 +18,7 @@ import (
 	"github.com/snapflip/snapflip/api"
 	"github.com/snapflip/snapflip/internal/testenv"
 	"github.com/snapflip/snapflip/layer"
-	"github.com/snapflip/snapflip/snapshot"
+	"github.com/snapflip/snapflip/resolver"
 )
 
 // watchEvent is the data of a /v1/watch flip event.
@@ -382,7 +382,10 @@ func TestWatchHeartbeatsCloseAndLeaks(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
 	st := testenv.Store(t, testenv.StoreConfig(e.btAddr))
-	res := snapshot.NewResolver("e2e", st, snapshot.ResolverConfig{Refresh: 20 * time.Millisecond, Layers: layer.NewReader(st, "e2e")}, nil)
+	res, err := resolver.New("e2e", st, resolver.Config{Refresh: 20 * time.Millisecond, Layers: layer.NewReader(st, "e2e")}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
 	go res.Run(ctx)
 	cfg := api.DefaultConfig()
 	cfg.WatchHeartbeat, cfg.WatchInterval, cfg.Registry = 20*time.Millisecond, 10*time.Millisecond, prometheus.NewRegistry()

@@ -26,7 +26,7 @@ import (
 const changesRunCacheBytes = 16 << 20
 
 // Reader reads layers' fingerprint runs for the read side: a delta's changes
-// (snapshot.Resolver.ChangedIDs) and the ids a layer names (what a flip changed, for
+// (resolver.Resolver.ChangedIDs) and the ids a layer names (what a flip changed, for
 // the Resolver's document cache).
 type Reader struct {
 	st      ReadStore

@@ -8,6 +8,7 @@ import (
 	"sync/atomic"
 	"testing"
 
+	"github.com/snapflip/snapflip/resolver"
 	"github.com/snapflip/snapflip/snapshot"
 
 	"github.com/google/go-cmp/cmp"
@@ -84,7 +85,10 @@ func TestChangedIDsKinds(t *testing.T) {
 	}}
 	st.runs["delta"] = encodeRun(t, []RunEntry{{ID: "a", Len: 1}}, 0)
 	st.runs["merge"] = encodeRun(t, []RunEntry{{ID: "a", Len: 1}}, 0)
-	r := snapshot.NewResolver("ds", st, snapshot.ResolverConfig{Layers: NewReader(st, "ds")}, nil)
+	r, err := resolver.New("ds", st, resolver.Config{Layers: NewReader(st, "ds")}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
 	ctx := context.Background()
 	for _, tc := range []struct {
 		v      snapshot.Version
@@ -141,7 +145,10 @@ func TestChangedIDsPages(t *testing.T) {
 	if len(st.runs["delta"]) < 5 {
 		t.Fatalf("%d chunks; want several", len(st.runs["delta"]))
 	}
-	r := snapshot.NewResolver("ds", st, snapshot.ResolverConfig{Layers: NewReader(st, "ds")}, nil)
+	r, err := resolver.New("ds", st, resolver.Config{Layers: NewReader(st, "ds")}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
 	ctx := context.Background()
 	view, err := r.View(ctx, "delta")
 	if err != nil {
@@ -198,7 +205,10 @@ func TestChangedIDsCorruptRun(t *testing.T) {
 	delta := snapshot.LayerRef{Version: "delta", Kind: snapshot.LayerDelta, Docs: 1}
 	st := &changesStore{runs: memRuns{"delta": {{runChunkVersion, 1, 0, 9, 'a'}}},
 		manifests: map[snapshot.Version]snapshot.Manifest{"delta": layeredOf("delta", "base", delta, snapshot.LayerRef{Version: "base", Kind: snapshot.LayerBase})}}
-	r := snapshot.NewResolver("ds", st, snapshot.ResolverConfig{Layers: NewReader(st, "ds")}, nil)
+	r, err := resolver.New("ds", st, resolver.Config{Layers: NewReader(st, "ds")}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
 	view, err := r.View(context.Background(), "delta")
 	if err != nil {
 		t.Fatal(err)
@@ -247,7 +257,10 @@ func TestChangedIDsPagesSeek(t *testing.T) {
 	for _, v := range []snapshot.Version{"delta", "merge"} {
 		lr := NewReader(st, "ds")
 		lr.runs = NewRunCache(st, 16) // every run over the budget: streamed
-		r := snapshot.NewResolver("ds", st, snapshot.ResolverConfig{Layers: lr}, nil)
+		r, err := resolver.New("ds", st, resolver.Config{Layers: lr}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
 		view, err := r.View(ctx, v)
 		if err != nil {
 			t.Fatal(err)

@@ -16,6 +16,7 @@ import (
 	"github.com/snapflip/snapflip/internal/testenv"
 	"github.com/snapflip/snapflip/layer"
 	"github.com/snapflip/snapflip/pgsource"
+	"github.com/snapflip/snapflip/resolver"
 	"github.com/snapflip/snapflip/snapshot"
 	"github.com/snapflip/snapflip/store"
 )
@@ -421,7 +422,10 @@ func TestFlipsAreLoadedBeforeTheyAreServed(t *testing.T) {
 	defer cancel()
 	v1 := r.publish(t, r.pub)
 	st := &readCounter{Store: r.store}
-	res := snapshot.NewResolver("ds", st, snapshot.ResolverConfig{Refresh: 20 * time.Millisecond, Layers: layer.NewReader(st, "ds")}, nil)
+	res, err := resolver.New("ds", st, resolver.Config{Refresh: 20 * time.Millisecond, Layers: layer.NewReader(st, "ds")}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
 	go res.Run(ctx)
 	// serving waits until the pointer names v (Pointer reads no manifest), then
 	// returns the current view.
@@ -469,7 +473,10 @@ func TestCacheSurvivesFlips(t *testing.T) {
 	r.pub.Incremental = true
 	ctx := context.Background()
 	v1 := r.publish(t, r.pub)
-	res := snapshot.NewResolver("ds", r.store, snapshot.ResolverConfig{Layers: layer.NewReader(r.store, "ds")}, nil)
+	res, err := resolver.New("ds", r.store, resolver.Config{Layers: layer.NewReader(r.store, "ds")}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
 	ids := make([]string, 50)
 	for i := range ids {
 		ids[i] = fmt.Sprintf("u%d", i+1)

@@ -177,11 +177,11 @@ func (m *Manifest) Chain(collection string) []Version {
 	if len(c.Layers) == 0 {
 		return []Version{m.Version}
 	}
-	return layerVersions(c.Layers)
+	return LayerVersions(c.Layers)
 }
 
-// layerVersions returns the versions of layers, in their order.
-func layerVersions(ls []LayerRef) []Version {
+// LayerVersions returns the versions of layers, in their order.
+func LayerVersions(ls []LayerRef) []Version {
 	out := make([]Version, len(ls))
 	for i, l := range ls {
 		out[i] = l.Version

@@ -523,7 +523,7 @@ func (p *Publisher) settle(ctx context.Context, m Manifest, from, to State, reas
 	defer cancel()
 	ended := m
 	ended.State = to
-	ended.Reason = truncate(reason, 1000)
+	ended.Reason = Truncate(reason, 1000)
 	if err := p.Store.UpdateManifest(bg, ended, from); err != nil {
 		observe(ctx, p.Observer, Event{Kind: EventMarkFailedFailed, Dataset: p.Dataset, Version: m.Version, Attrs: []any{"state", to, "err", err}})
 	}

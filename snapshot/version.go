@@ -25,19 +25,19 @@ const maxMillis = 9_999_999_999_999
 // what is wrong when s is not "<uuid>-<unix-millis>".
 func ParseVersion(s string) (Version, error) {
 	if len(s) < uuidLen+2 || s[uuidLen] != '-' {
-		return "", fmt.Errorf("%w version %q: want <uuid>-<unix-millis>", ErrInvalid, truncate(s, 80))
+		return "", fmt.Errorf("%w version %q: want <uuid>-<unix-millis>", ErrInvalid, Truncate(s, 80))
 	}
 	id, err := uuid.Parse(s[:uuidLen])
 	if err != nil || id.String() != s[:uuidLen] {
-		return "", fmt.Errorf("%w version %q: the first 36 characters are not a lowercase uuid", ErrInvalid, truncate(s, 80))
+		return "", fmt.Errorf("%w version %q: the first 36 characters are not a lowercase uuid", ErrInvalid, Truncate(s, 80))
 	}
 	digits := s[uuidLen+1:]
 	if len(digits) > 13 || (len(digits) > 1 && digits[0] == '0') {
-		return "", fmt.Errorf("%w version %q: millis must be 1..13 digits without leading zeros", ErrInvalid, truncate(s, 80))
+		return "", fmt.Errorf("%w version %q: millis must be 1..13 digits without leading zeros", ErrInvalid, Truncate(s, 80))
 	}
 	for i := 0; i < len(digits); i++ {
 		if digits[i] < '0' || digits[i] > '9' {
-			return "", fmt.Errorf("%w version %q: millis must be decimal digits", ErrInvalid, truncate(s, 80))
+			return "", fmt.Errorf("%w version %q: millis must be decimal digits", ErrInvalid, Truncate(s, 80))
 		}
 	}
 	return Version(s), nil
@@ -92,7 +92,8 @@ func (g *VersionGen) Next() Version {
 	return Version(g.client.String() + "-" + strconv.FormatInt(ms, 10))
 }
 
-func truncate(s string, n int) string {
+// Truncate returns s cut to n bytes and marked so, for quoting input in an error.
+func Truncate(s string, n int) string {
 	if len(s) <= n {
 		return s
 	}

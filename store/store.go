@@ -15,6 +15,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/snapflip/snapflip/layer"
+	"github.com/snapflip/snapflip/resolver"
 	"github.com/snapflip/snapflip/snapshot"
 )
 
@@ -151,7 +152,7 @@ type Store struct {
 
 var (
 	_ snapshot.PublishStore = (*Store)(nil)
-	_ snapshot.ReadStore    = (*Store)(nil)
+	_ resolver.ReadStore    = (*Store)(nil)
 	_ layer.Store           = (*Store)(nil)
 	_ layer.RunSeeker       = (*Store)(nil)
 )

@@ -18,6 +18,7 @@ import (
 
 	"github.com/snapflip/snapflip/api"
 	"github.com/snapflip/snapflip/layer"
+	"github.com/snapflip/snapflip/resolver"
 	"github.com/snapflip/snapflip/snapshot"
 	"github.com/snapflip/snapflip/store"
 )
@@ -131,8 +132,11 @@ func (m *MetadataAPI) serve(ctx context.Context, def store.Config, o *apiFlags) 
 	} else {
 		warnAppProfile(ctx, st, log)
 	}
-	res := snapshot.NewResolver(o.dataset, st, snapshot.ResolverConfig{Refresh: o.refresh, CacheSize: o.cacheSize, MaxStale: o.maxStale,
+	res, err := resolver.New(o.dataset, st, resolver.Config{Refresh: o.refresh, CacheSize: o.cacheSize, MaxStale: o.maxStale,
 		Layers: layer.NewReader(st, o.dataset)}, nil)
+	if err != nil {
+		return err
+	}
 	// The pointer stays fresh until the server has drained, not just until ctx ends.
 	rctx, stopRefresh := context.WithCancel(context.WithoutCancel(ctx))
 	defer stopRefresh()

@@ -1,10 +1,12 @@
-package snapshot
+package resolver
 
 import (
 	"context"
 	"slices"
 	"sync"
 	"sync/atomic"
+
+	"github.com/snapflip/snapflip/snapshot"
 )
 
 // The document cache survives flips. It is keyed by (collection, id), not by
@@ -34,12 +36,12 @@ type cacheKey struct {
 // concurrent readers move it without a lock).
 type cacheEntry struct {
 	doc Doc
-	at  atomic.Pointer[Version]
+	at  atomic.Pointer[snapshot.Version]
 }
 
 // carryKey names one collection of one version.
 type carryKey struct {
-	v          Version
+	v          snapshot.Version
 	collection string
 }
 
@@ -47,7 +49,7 @@ type carryKey struct {
 type changeSet struct {
 	once   sync.Once
 	ok     bool // the parent's answers hold for every id not in ids
-	parent Version
+	parent snapshot.Version
 	ids    map[string]struct{}
 }
 
@@ -70,7 +72,7 @@ func (r *Resolver) holdsAt(ctx context.Context, e *cacheEntry, k docKey) bool {
 
 // unchangedSince reports whether older is an ancestor of newer within maxCarrySteps
 // and no version after it up to newer changed the id.
-func (r *Resolver) unchangedSince(ctx context.Context, newer, older Version, collection, id string) bool {
+func (r *Resolver) unchangedSince(ctx context.Context, newer, older snapshot.Version, collection, id string) bool {
 	v := newer
 	for range maxCarrySteps {
 		cs := r.changes(ctx, v, collection)
@@ -89,7 +91,7 @@ func (r *Resolver) unchangedSince(ctx context.Context, newer, older Version, col
 }
 
 // changes returns what the collection's layer of version v changed, reading it once.
-func (r *Resolver) changes(ctx context.Context, v Version, collection string) *changeSet {
+func (r *Resolver) changes(ctx context.Context, v snapshot.Version, collection string) *changeSet {
 	k := carryKey{v, collection}
 	cs, ok := r.carry.Get(k)
 	if !ok {
@@ -102,9 +104,9 @@ func (r *Resolver) changes(ctx context.Context, v Version, collection string) *c
 	return cs
 }
 
-func (r *Resolver) loadChanges(ctx context.Context, cs *changeSet, v Version, collection string) {
+func (r *Resolver) loadChanges(ctx context.Context, cs *changeSet, v snapshot.Version, collection string) {
 	m, err := r.manifest(ctx, v)
-	if err != nil || m.Format != FormatLayered || m.Parent == "" {
+	if err != nil || m.Format != snapshot.FormatLayered || m.Parent == "" {
 		return
 	}
 	p, err := r.manifest(ctx, m.Parent)
@@ -115,11 +117,11 @@ func (r *Resolver) loadChanges(ctx context.Context, cs *changeSet, v Version, co
 	if len(c.Layers) == 0 || len(pc.Layers) == 0 {
 		return
 	}
-	own, parent := layerVersions(c.Layers), layerVersions(pc.Layers)
+	own, parent := snapshot.LayerVersions(c.Layers), snapshot.LayerVersions(pc.Layers)
 	switch {
 	case slices.Equal(own, parent): // nothing changed
 		cs.ids = map[string]struct{}{}
-	case own[0] == v && c.Layers[0].Kind == LayerDelta && c.Layers[0].Merged < len(parent) &&
+	case own[0] == v && c.Layers[0].Kind == snapshot.LayerDelta && c.Layers[0].Merged < len(parent) &&
 		slices.Equal(own[1:], parent[c.Layers[0].Merged:]) &&
 		c.Layers[0].Docs+c.Layers[0].Tombstones <= maxCarryIDs:
 		// A merged delta holds every id of the parent layers it replaces, so an id it
@@ -136,7 +138,7 @@ func (r *Resolver) loadChanges(ctx context.Context, cs *changeSet, v Version, co
 }
 
 // manifest returns a manifest through the manifest cache, whatever its state.
-func (r *Resolver) manifest(ctx context.Context, v Version) (Manifest, error) {
+func (r *Resolver) manifest(ctx context.Context, v snapshot.Version) (snapshot.Manifest, error) {
 	if m, ok := r.manifests.Get(v); ok {
 		return m, nil
 	}

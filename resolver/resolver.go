@@ -1,4 +1,4 @@
-package snapshot
+package resolver
 
 import (
 	"context"
@@ -10,43 +10,31 @@ import (
 
 	"github.com/cespare/xxhash/v2"
 	lru "github.com/hashicorp/golang-lru/v2"
+	"github.com/snapflip/snapflip/snapshot"
 )
 
 // ReadStore is what the read side needs from storage.
 type ReadStore interface {
 	// ReadPointer returns the pointer, or ErrNoVersion when nothing is published.
-	ReadPointer(ctx context.Context, dataset string) (Pointer, error)
+	ReadPointer(ctx context.Context, dataset string) (snapshot.Pointer, error)
 	// ReadManifest returns a manifest, or ErrNotFound.
-	ReadManifest(ctx context.Context, dataset string, v Version) (Manifest, error)
+	ReadManifest(ctx context.Context, dataset string, v snapshot.Version) (snapshot.Manifest, error)
 	// GetDocument returns one document through a chain (Manifest.Chain: the layers
 	// holding the collection, newest first), or ErrNotFound.
-	GetDocument(ctx context.Context, dataset string, chain []Version, collection, id string) ([]byte, error)
+	GetDocument(ctx context.Context, dataset string, chain []snapshot.Version, collection, id string) ([]byte, error)
 	// GetDocuments returns the documents of ids found through a chain, in one read;
 	// missing ids are absent from the map.
-	GetDocuments(ctx context.Context, dataset string, chain []Version, collection string, ids []string) (map[string][]byte, error)
+	GetDocuments(ctx context.Context, dataset string, chain []snapshot.Version, collection string, ids []string) (map[string][]byte, error)
 	// ScanPage returns up to limit documents through a chain whose ids sort after
 	// after, in id order, and whether more follow.
-	ScanPage(ctx context.Context, dataset string, chain []Version, collection, after string, limit int) ([]Document, bool, error)
+	ScanPage(ctx context.Context, dataset string, chain []snapshot.Version, collection, after string, limit int) ([]snapshot.Document, bool, error)
 	// ListManifests returns every manifest of the dataset, oldest first.
-	ListManifests(ctx context.Context, dataset string) ([]Manifest, error)
+	ListManifests(ctx context.Context, dataset string) ([]snapshot.Manifest, error)
 }
 
-// View is one version as a reader sees it: every answer made from a View comes from
-// that version alone.
-type View struct {
-	Version  Version
-	Manifest Manifest
-}
-
-// HasCollection reports whether the version holds the collection.
-func (v View) HasCollection(name string) bool {
-	_, ok := v.Manifest.Collections[name]
-	return ok
-}
-
-// ResolverConfig tunes a Resolver. A zero field takes its default
-// (DefaultResolverConfig).
-type ResolverConfig struct {
+// Config tunes a Resolver. A zero field takes its default
+// (DefaultConfig).
+type Config struct {
 	// Refresh is how long a pointer read is reused; default 500ms.
 	Refresh time.Duration
 	// Timeout bounds one pointer refresh and one document fetch; default 5s.
@@ -61,40 +49,39 @@ type ResolverConfig struct {
 	// Layers reads layers' fingerprint runs: a delta's changes (ChangedIDs), and
 	// which ids a flip changed, to carry cached documents across it (carry.go). Nil
 	// turns both off.
-	Layers LayerRuns
+	Layers snapshot.LayerRuns
 }
 
-// DefaultResolverConfig returns the defaults a zero field of ResolverConfig takes
+// DefaultConfig returns the defaults a zero field of Config takes
 // (but Layers, which has none).
-func DefaultResolverConfig() ResolverConfig {
-	return ResolverConfig{Refresh: 500 * time.Millisecond, Timeout: 5 * time.Second, MaxStale: time.Minute, CacheSize: 100_000}
+func DefaultConfig() Config {
+	return Config{Refresh: 500 * time.Millisecond, Timeout: 5 * time.Second, MaxStale: time.Minute, CacheSize: 100_000}
 }
 
 // Validate reports the first bad value of c as an error naming its field: a negative
 // duration (zero takes the default). A negative CacheSize is valid: no cache.
-func (c ResolverConfig) Validate() error {
+func (c Config) Validate() error {
 	for _, f := range []struct {
 		name string
 		d    time.Duration
 	}{{"Refresh", c.Refresh}, {"Timeout", c.Timeout}, {"MaxStale", c.MaxStale}} {
 		if f.d < 0 {
-			return fmt.Errorf("%w resolver config: %s %s is negative (0 takes the default)", ErrInvalid, f.name, f.d)
+			return fmt.Errorf("%w resolver config: %s %s is negative (0 takes the default)", snapshot.ErrInvalid, f.name, f.d)
 		}
 	}
 	return nil
 }
 
-// withDefaults returns c with every zero field, and every negative duration, set to
-// its default.
-func (c ResolverConfig) withDefaults() ResolverConfig {
-	def := DefaultResolverConfig()
-	if c.Refresh <= 0 {
+// withDefaults returns c with every zero field set to its default.
+func (c Config) withDefaults() Config {
+	def := DefaultConfig()
+	if c.Refresh == 0 {
 		c.Refresh = def.Refresh
 	}
-	if c.Timeout <= 0 {
+	if c.Timeout == 0 {
 		c.Timeout = def.Timeout
 	}
-	if c.MaxStale <= 0 {
+	if c.MaxStale == 0 {
 		c.MaxStale = def.MaxStale
 	}
 	if c.CacheSize == 0 {
@@ -109,12 +96,12 @@ func (c ResolverConfig) withDefaults() ResolverConfig {
 type Resolver struct {
 	dataset string
 	store   ReadStore
-	cfg     ResolverConfig
+	cfg     Config
 	now     func() time.Time
 
 	ptr *pointerCache
 
-	manifests *lru.Cache[Version, Manifest]
+	manifests *lru.Cache[snapshot.Version, snapshot.Manifest]
 	docs      *lru.Cache[cacheKey, *cacheEntry] // nil when off
 	carry     *lru.Cache[carryKey, *changeSet]
 	fetch     *fetcher
@@ -127,7 +114,7 @@ const maxCachedManifests = 1024
 
 // docKey names a document of one version (a fetch).
 type docKey struct {
-	v          Version
+	v          snapshot.Version
 	collection string
 	id         string
 }
@@ -144,10 +131,12 @@ func newDoc(body []byte) Doc {
 	return Doc{Body: body, ETag: fmt.Sprintf(`"%016x"`, xxhash.Sum64(body))}
 }
 
-// NewResolver returns a Resolver for the dataset. now defaults to time.Now. A zero
-// field of cfg takes its default; so, for compatibility, does a negative duration,
-// which Validate refuses.
-func NewResolver(dataset string, store ReadStore, cfg ResolverConfig, now func() time.Time) *Resolver {
+// New returns a Resolver for the dataset. now defaults to time.Now. A zero field of
+// cfg takes its default; a bad one is an error naming it (Config.Validate).
+func New(dataset string, store ReadStore, cfg Config, now func() time.Time) (*Resolver, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
 	if now == nil {
 		now = time.Now
 	}
@@ -155,14 +144,14 @@ func NewResolver(dataset string, store ReadStore, cfg ResolverConfig, now func()
 	r := &Resolver{dataset: dataset, store: store, cfg: cfg, now: now,
 		fetch: &fetcher{store: store, dataset: dataset, timeout: cfg.Timeout}}
 	r.ptr = &pointerCache{refresh: cfg.Refresh, timeout: cfg.Timeout, maxStale: cfg.MaxStale, now: now, read: r.readPointer}
-	r.manifests, _ = lru.New[Version, Manifest](maxCachedManifests)
+	r.manifests, _ = lru.New[snapshot.Version, snapshot.Manifest](maxCachedManifests)
 	if cfg.CacheSize > 0 {
 		r.docs, _ = lru.New[cacheKey, *cacheEntry](cfg.CacheSize)
 	}
 	if cfg.CacheSize > 0 && cfg.Layers != nil {
 		r.carry, _ = lru.New[carryKey, *changeSet](maxCachedManifests)
 	}
-	return r
+	return r, nil
 }
 
 // readPointer reads the pointer and, when it names a version not seen yet, loads that
@@ -171,7 +160,7 @@ func NewResolver(dataset string, store ReadStore, cfg ResolverConfig, now func()
 // staleness bound), so a flip never makes them wait on Bigtable, however many arrive
 // at once. Loading is best effort: what fails here is read again on the request path,
 // which reports it.
-func (r *Resolver) readPointer(ctx context.Context) (Pointer, error) {
+func (r *Resolver) readPointer(ctx context.Context) (snapshot.Pointer, error) {
 	p, err := r.store.ReadPointer(ctx, r.dataset)
 	if err != nil || p.Version == "" {
 		return p, err
@@ -196,7 +185,7 @@ func (r *Resolver) readPointer(ctx context.Context) (Pointer, error) {
 // nothing is published. A request that finds the pointer too old waits for one read,
 // shared with every concurrent request; Run keeps that from happening on a live
 // replica.
-func (r *Resolver) Pointer(ctx context.Context) (Pointer, error) {
+func (r *Resolver) Pointer(ctx context.Context) (snapshot.Pointer, error) {
 	return r.ptr.get(ctx)
 }
 
@@ -207,21 +196,21 @@ func (r *Resolver) Pointer(ctx context.Context) (Pointer, error) {
 func (r *Resolver) Run(ctx context.Context) { r.ptr.run(ctx) }
 
 // Current returns a View of the current version.
-func (r *Resolver) Current(ctx context.Context) (View, error) {
+func (r *Resolver) Current(ctx context.Context) (snapshot.View, error) {
 	p, err := r.Pointer(ctx)
 	if err != nil {
-		return View{}, err
+		return snapshot.View{}, err
 	}
 	v, err := r.View(ctx, p.Version)
-	if errors.Is(err, ErrGone) {
-		return View{}, fmt.Errorf("%w: %v", ErrCurrentExpired, err)
+	if errors.Is(err, snapshot.ErrGone) {
+		return snapshot.View{}, fmt.Errorf("%w: %v", snapshot.ErrCurrentExpired, err)
 	}
 	return v, err
 }
 
 // View returns a View of the given version, or an error wrapping ErrGone when the
 // version was never written, is not complete, or has outlived its TTL.
-func (r *Resolver) View(ctx context.Context, v Version) (View, error) {
+func (r *Resolver) View(ctx context.Context, v snapshot.Version) (snapshot.View, error) {
 	m, ok := r.manifests.Get(v)
 	if ok && m.Expired(r.now()) {
 		ok = false // it may have been refreshed in place since: read it again
@@ -229,31 +218,31 @@ func (r *Resolver) View(ctx context.Context, v Version) (View, error) {
 	if !ok {
 		var err error
 		m, err = r.store.ReadManifest(ctx, r.dataset, v)
-		if errors.Is(err, ErrNotFound) {
-			return View{}, fmt.Errorf("version %s does not exist or has expired: %w", v, ErrGone)
+		if errors.Is(err, snapshot.ErrNotFound) {
+			return snapshot.View{}, fmt.Errorf("version %s does not exist or has expired: %w", v, snapshot.ErrGone)
 		}
 		if err != nil {
-			return View{}, fmt.Errorf("version %s: %w", v, err)
+			return snapshot.View{}, fmt.Errorf("version %s: %w", v, err)
 		}
 		if !m.State.Servable() {
-			return View{}, fmt.Errorf("version %s is %s, never served: %w", v, m.State, ErrGone)
+			return snapshot.View{}, fmt.Errorf("version %s is %s, never served: %w", v, m.State, snapshot.ErrGone)
 		}
-		if m.Format != FormatFull && m.Format != FormatLayered {
-			return View{}, fmt.Errorf("version %s has manifest format %d, written by a newer snapflip that this one cannot read: %w", v, m.Format, ErrGone)
+		if m.Format != snapshot.FormatFull && m.Format != snapshot.FormatLayered {
+			return snapshot.View{}, fmt.Errorf("version %s has manifest format %d, written by a newer snapflip that this one cannot read: %w", v, m.Format, snapshot.ErrGone)
 		}
 		r.manifests.Add(v, m)
 	}
 	if m.Expired(r.now()) {
-		return View{}, fmt.Errorf("version %s expired at %s: %w", v, m.ExpiresAt(0).UTC().Format(time.RFC3339), ErrGone)
+		return snapshot.View{}, fmt.Errorf("version %s expired at %s: %w", v, m.ExpiresAt(0).UTC().Format(time.RFC3339), snapshot.ErrGone)
 	}
-	return View{Version: v, Manifest: m}, nil
+	return snapshot.View{Version: v, Manifest: m}, nil
 }
 
 // Get returns one document of the view's version, or an error wrapping ErrNotFound
 // when the collection or the id is unknown.
-func (r *Resolver) Get(ctx context.Context, view View, collection, id string) (Doc, error) {
+func (r *Resolver) Get(ctx context.Context, view snapshot.View, collection, id string) (Doc, error) {
 	if !view.HasCollection(collection) {
-		return Doc{}, fmt.Errorf("collection %q: %w", collection, ErrNotFound)
+		return Doc{}, fmt.Errorf("collection %q: %w", collection, snapshot.ErrNotFound)
 	}
 	key := docKey{view.Version, collection, id}
 	if d, ok := r.cached(ctx, key); ok {
@@ -273,7 +262,7 @@ func (r *Resolver) Get(ctx context.Context, view View, collection, id string) (D
 
 func (r *Resolver) found(d Doc, collection, id string) (Doc, error) {
 	if d.Missing {
-		return Doc{}, fmt.Errorf("collection %s id %q: %w", collection, truncate(id, 200), ErrNotFound)
+		return Doc{}, fmt.Errorf("collection %s id %q: %w", collection, snapshot.Truncate(id, 200), snapshot.ErrNotFound)
 	}
 	return d, nil
 }
@@ -311,9 +300,9 @@ func (r *Resolver) CarriedHits() int64 { return r.carriedHits.Load() }
 // GetMany returns the documents of ids at the view's version, from the cache where it
 // can and in one storage read for the rest, and the ids that have none, in request
 // order. Every answer comes from the view's version.
-func (r *Resolver) GetMany(ctx context.Context, view View, collection string, ids []string) (map[string]Doc, []string, error) {
+func (r *Resolver) GetMany(ctx context.Context, view snapshot.View, collection string, ids []string) (map[string]Doc, []string, error) {
 	if !view.HasCollection(collection) {
-		return nil, nil, fmt.Errorf("collection %q: %w", collection, ErrNotFound)
+		return nil, nil, fmt.Errorf("collection %q: %w", collection, snapshot.ErrNotFound)
 	}
 	out := make(map[string]Doc, len(ids))
 	var fetch []string
@@ -357,15 +346,15 @@ func (r *Resolver) GetMany(ctx context.Context, view View, collection string, id
 
 // Page returns up to limit documents of a collection at the view's version whose ids
 // sort after after, in id order, and whether more follow.
-func (r *Resolver) Page(ctx context.Context, view View, collection, after string, limit int) ([]Document, bool, error) {
+func (r *Resolver) Page(ctx context.Context, view snapshot.View, collection, after string, limit int) ([]snapshot.Document, bool, error) {
 	if !view.HasCollection(collection) {
-		return nil, false, fmt.Errorf("collection %q: %w", collection, ErrNotFound)
+		return nil, false, fmt.Errorf("collection %q: %w", collection, snapshot.ErrNotFound)
 	}
 	return r.store.ScanPage(ctx, r.dataset, view.Manifest.Chain(collection), collection, after, limit)
 }
 
 // Versions returns the dataset's versions, newest first.
-func (r *Resolver) Versions(ctx context.Context) ([]Manifest, error) {
+func (r *Resolver) Versions(ctx context.Context) ([]snapshot.Manifest, error) {
 	ms, err := r.store.ListManifests(ctx, r.dataset)
 	if err != nil {
 		return nil, err
@@ -375,15 +364,15 @@ func (r *Resolver) Versions(ctx context.Context) ([]Manifest, error) {
 }
 
 // ListHistory returns the audit trail, newest first, when the store keeps one.
-func (r *Resolver) ListHistory(ctx context.Context, limit int) ([]AuditEntry, error) {
-	if a, ok := r.store.(AuditStore); ok {
+func (r *Resolver) ListHistory(ctx context.Context, limit int) ([]snapshot.AuditEntry, error) {
+	if a, ok := r.store.(snapshot.AuditStore); ok {
 		return a.ListAudit(ctx, r.dataset, limit)
 	}
 	return nil, nil
 }
 
 // Manifest returns one version's manifest whatever its state, or ErrNotFound.
-func (r *Resolver) Manifest(ctx context.Context, v Version) (Manifest, error) {
+func (r *Resolver) Manifest(ctx context.Context, v snapshot.Version) (snapshot.Manifest, error) {
 	return r.store.ReadManifest(ctx, r.dataset, v)
 }
 
@@ -397,4 +386,4 @@ func (r *Resolver) Ready(ctx context.Context) error {
 	return err
 }
 
-func isNotFound(err error) bool { return errors.Is(err, ErrNotFound) }
+func isNotFound(err error) bool { return errors.Is(err, snapshot.ErrNotFound) }

@@ -1,4 +1,4 @@
-package snapshot
+package resolver
 
 import (
 	"context"
@@ -9,6 +9,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/snapflip/snapflip/snapshot"
 )
 
 // countingStore is a pure-logic ReadStore that counts pointer reads and can block
@@ -17,15 +19,15 @@ type countingStore struct {
 	reads   atomic.Int64
 	gate    chan struct{} // when non-nil, each pointer read waits on it
 	mu      sync.Mutex
-	ptr     Pointer
+	ptr     snapshot.Pointer
 	ptrErr  error
-	states  map[Version]State
-	formats map[Version]int // a manifest's format; 0 when absent
+	states  map[snapshot.Version]snapshot.State
+	formats map[snapshot.Version]int // a manifest's format; 0 when absent
 	getDocs atomic.Int64
 	readc   chan struct{} // closed at the next pointer read; see awaitReads
 }
 
-func (s *countingStore) ReadPointer(ctx context.Context, _ string) (Pointer, error) {
+func (s *countingStore) ReadPointer(ctx context.Context, _ string) (snapshot.Pointer, error) {
 	s.mu.Lock()
 	s.reads.Add(1)
 	if s.readc != nil {
@@ -67,20 +69,20 @@ func (s *countingStore) awaitReads(tb testing.TB, n int64) {
 	}
 }
 
-func (s *countingStore) ReadManifest(_ context.Context, _ string, v Version) (Manifest, error) {
+func (s *countingStore) ReadManifest(_ context.Context, _ string, v snapshot.Version) (snapshot.Manifest, error) {
 	st, ok := s.states[v]
 	if !ok {
-		return Manifest{}, ErrNotFound
+		return snapshot.Manifest{}, snapshot.ErrNotFound
 	}
-	return Manifest{Version: v, State: st, Format: s.formats[v], Collections: map[string]CollectionStats{"c": {}}}, nil
+	return snapshot.Manifest{Version: v, State: st, Format: s.formats[v], Collections: map[string]snapshot.CollectionStats{"c": {}}}, nil
 }
 
-func (s *countingStore) GetDocument(context.Context, string, []Version, string, string) ([]byte, error) {
+func (s *countingStore) GetDocument(context.Context, string, []snapshot.Version, string, string) ([]byte, error) {
 	s.getDocs.Add(1)
 	return []byte(`{}`), nil
 }
 
-func (s *countingStore) GetDocuments(_ context.Context, _ string, _ []Version, _ string, ids []string) (map[string][]byte, error) {
+func (s *countingStore) GetDocuments(_ context.Context, _ string, _ []snapshot.Version, _ string, ids []string) (map[string][]byte, error) {
 	out := map[string][]byte{}
 	for _, id := range ids {
 		out[id] = []byte(`{}`)
@@ -88,22 +90,24 @@ func (s *countingStore) GetDocuments(_ context.Context, _ string, _ []Version, _
 	return out, nil
 }
 
-func (s *countingStore) ScanPage(context.Context, string, []Version, string, string, int) ([]Document, bool, error) {
+func (s *countingStore) ScanPage(context.Context, string, []snapshot.Version, string, string, int) ([]snapshot.Document, bool, error) {
 	return nil, false, nil
 }
 
-func (s *countingStore) ScanRun(context.Context, string, Version, string, func([]byte) bool) error {
+func (s *countingStore) ScanRun(context.Context, string, snapshot.Version, string, func([]byte) bool) error {
 	return nil
 }
 
-func (s *countingStore) ListManifests(context.Context, string) ([]Manifest, error) { return nil, nil }
+func (s *countingStore) ListManifests(context.Context, string) ([]snapshot.Manifest, error) {
+	return nil, nil
+}
 
 func TestResolverReadsThePointerAtMostOncePerRefresh(t *testing.T) {
-	st := &countingStore{ptr: Pointer{Version: "v1"}, states: map[Version]State{"v1": StatePublished}}
+	st := &countingStore{ptr: snapshot.Pointer{Version: "v1"}, states: map[snapshot.Version]snapshot.State{"v1": snapshot.StatePublished}}
 	now := time.Unix(1000, 0)
 	var mu sync.Mutex
 	clock := func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
-	r := NewResolver("ds", st, ResolverConfig{Refresh: time.Second}, clock)
+	r := mustNew(t, "ds", st, Config{Refresh: time.Second}, clock)
 	ctx := context.Background()
 	for range 100 {
 		if _, err := r.Current(ctx); err != nil {
@@ -127,8 +131,8 @@ func TestResolverReadsThePointerAtMostOncePerRefresh(t *testing.T) {
 }
 
 func TestResolverOneRefreshInFlight(t *testing.T) {
-	st := &countingStore{ptr: Pointer{Version: "v1"}, states: map[Version]State{"v1": StatePublished}, gate: make(chan struct{})}
-	r := NewResolver("ds", st, ResolverConfig{Refresh: time.Second}, nil)
+	st := &countingStore{ptr: snapshot.Pointer{Version: "v1"}, states: map[snapshot.Version]snapshot.State{"v1": snapshot.StatePublished}, gate: make(chan struct{})}
+	r := mustNew(t, "ds", st, Config{Refresh: time.Second}, nil)
 	var wg sync.WaitGroup
 	for range 50 {
 		wg.Add(1)
@@ -149,9 +153,9 @@ func TestResolverOneRefreshInFlight(t *testing.T) {
 }
 
 func TestResolverServesLastGoodPointerWhileStorageFails(t *testing.T) {
-	st := &countingStore{ptr: Pointer{Version: "v1"}, states: map[Version]State{"v1": StatePublished}}
+	st := &countingStore{ptr: snapshot.Pointer{Version: "v1"}, states: map[snapshot.Version]snapshot.State{"v1": snapshot.StatePublished}}
 	now := time.Unix(1000, 0)
-	r := NewResolver("ds", st, ResolverConfig{Refresh: time.Second, MaxStale: 10 * time.Second}, func() time.Time { return now })
+	r := mustNew(t, "ds", st, Config{Refresh: time.Second, MaxStale: 10 * time.Second}, func() time.Time { return now })
 	ctx := context.Background()
 	if _, err := r.Current(ctx); err != nil {
 		t.Fatal(err)
@@ -173,11 +177,11 @@ func TestResolverServesLastGoodPointerWhileStorageFails(t *testing.T) {
 }
 
 func TestResolverRefusesIncompleteVersions(t *testing.T) {
-	st := &countingStore{ptr: Pointer{Version: "v1"}, states: map[Version]State{"v1": StatePublished, "w": StateWriting, "f": StateFailed,
-		"u": StateUnchanged}}
-	r := NewResolver("ds", st, ResolverConfig{}, nil)
-	for _, v := range []Version{"w", "f", "u", "nope"} {
-		if _, err := r.View(context.Background(), v); !errors.Is(err, ErrGone) {
+	st := &countingStore{ptr: snapshot.Pointer{Version: "v1"}, states: map[snapshot.Version]snapshot.State{"v1": snapshot.StatePublished, "w": snapshot.StateWriting, "f": snapshot.StateFailed,
+		"u": snapshot.StateUnchanged}}
+	r := mustNew(t, "ds", st, Config{}, nil)
+	for _, v := range []snapshot.Version{"w", "f", "u", "nope"} {
+		if _, err := r.View(context.Background(), v); !errors.Is(err, snapshot.ErrGone) {
 			t.Errorf("View(%s) = %v; want ErrGone", v, err)
 		}
 	}
@@ -185,7 +189,7 @@ func TestResolverRefusesIncompleteVersions(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := r.Get(context.Background(), view, "other", "x"); !errors.Is(err, ErrNotFound) {
+	if _, err := r.Get(context.Background(), view, "other", "x"); !errors.Is(err, snapshot.ErrNotFound) {
 		t.Errorf("Get(unknown collection) = %v; want ErrNotFound", err)
 	}
 	if st.getDocs.Load() != 0 {
@@ -196,15 +200,15 @@ func TestResolverRefusesIncompleteVersions(t *testing.T) {
 // A manifest format this release does not know is refused (410), never served as if
 // it were one it knows; formats 0 (full copy) and 2 (layered) are served.
 func TestResolverRefusesUnknownFormats(t *testing.T) {
-	st := &countingStore{states: map[Version]State{"full": StatePublished, "layered": StatePublished, "future": StatePublished},
-		formats: map[Version]int{"layered": FormatLayered, "future": 3}}
-	r := NewResolver("ds", st, ResolverConfig{}, nil)
-	for _, v := range []Version{"full", "layered"} {
+	st := &countingStore{states: map[snapshot.Version]snapshot.State{"full": snapshot.StatePublished, "layered": snapshot.StatePublished, "future": snapshot.StatePublished},
+		formats: map[snapshot.Version]int{"layered": snapshot.FormatLayered, "future": 3}}
+	r := mustNew(t, "ds", st, Config{}, nil)
+	for _, v := range []snapshot.Version{"full", "layered"} {
 		if _, err := r.View(context.Background(), v); err != nil {
 			t.Errorf("View(%s) = %v; want it served", v, err)
 		}
 	}
-	if _, err := r.View(context.Background(), "future"); !errors.Is(err, ErrGone) || !strings.Contains(err.Error(), "format 3") {
+	if _, err := r.View(context.Background(), "future"); !errors.Is(err, snapshot.ErrGone) || !strings.Contains(err.Error(), "format 3") {
 		t.Errorf("View(a format-3 manifest) = %v; want ErrGone naming the format", err)
 	}
 }
@@ -213,8 +217,8 @@ func TestResolverRefusesUnknownFormats(t *testing.T) {
 // request still notices a flip within one refresh interval, and the first request
 // after the quiet spell gets the new version without waiting for a read.
 func TestResolverIdleReplicaServesTheNewPointer(t *testing.T) {
-	st := &countingStore{ptr: Pointer{Version: "v1"}}
-	r := NewResolver("ds", st, ResolverConfig{Refresh: 20 * time.Millisecond}, nil)
+	st := &countingStore{ptr: snapshot.Pointer{Version: "v1"}}
+	r := mustNew(t, "ds", st, Config{Refresh: 20 * time.Millisecond}, nil)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	go r.Run(ctx)
@@ -222,7 +226,7 @@ func TestResolverIdleReplicaServesTheNewPointer(t *testing.T) {
 		t.Fatalf("Pointer = %v, %v; want v1", p.Version, err)
 	}
 	st.mu.Lock()
-	st.ptr = Pointer{Version: "v2"}
+	st.ptr = snapshot.Pointer{Version: "v2"}
 	st.mu.Unlock()
 	// No request for a while; the refresher keeps reading.
 	before := st.reads.Load()
@@ -232,7 +236,7 @@ func TestResolverIdleReplicaServesTheNewPointer(t *testing.T) {
 	st.gate = make(chan struct{})
 	st.mu.Unlock()
 	defer close(st.gate)
-	got := make(chan Version, 1)
+	got := make(chan snapshot.Version, 1)
 	go func() {
 		p, _ := r.Pointer(ctx)
 		got <- p.Version
@@ -251,17 +255,17 @@ func TestResolverIdleReplicaServesTheNewPointer(t *testing.T) {
 // more than one refresh interval plus one timeout ago is never served: the request
 // waits for a new read.
 func TestResolverNeverServesAPointerOlderThanTheBound(t *testing.T) {
-	st := &countingStore{ptr: Pointer{Version: "v1"}}
+	st := &countingStore{ptr: snapshot.Pointer{Version: "v1"}}
 	now := time.Unix(1000, 0)
 	var mu sync.Mutex
 	clock := func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
-	r := NewResolver("ds", st, ResolverConfig{Refresh: time.Second, Timeout: time.Second, MaxStale: time.Hour}, clock)
+	r := mustNew(t, "ds", st, Config{Refresh: time.Second, Timeout: time.Second, MaxStale: time.Hour}, clock)
 	ctx := context.Background()
 	if p, _ := r.Pointer(ctx); p.Version != "v1" {
 		t.Fatalf("Pointer = %s; want v1", p.Version)
 	}
 	st.mu.Lock()
-	st.ptr = Pointer{Version: "v2"}
+	st.ptr = snapshot.Pointer{Version: "v2"}
 	st.mu.Unlock()
 	for _, after := range []time.Duration{time.Second, 30 * time.Second, 59 * time.Second} {
 		mu.Lock()
@@ -277,12 +281,12 @@ func TestResolverNeverServesAPointerOlderThanTheBound(t *testing.T) {
 // do not wait for the next doomed read: they get the last good pointer within
 // MaxStale, the error past it, at once.
 func TestResolverAnswersAtOnceWhileStorageFails(t *testing.T) {
-	st := &countingStore{ptr: Pointer{Version: "v1"}}
+	st := &countingStore{ptr: snapshot.Pointer{Version: "v1"}}
 	now := time.Unix(1000, 0)
 	var mu sync.Mutex
 	clock := func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
 	advance := func(d time.Duration) { mu.Lock(); now = now.Add(d); mu.Unlock() }
-	r := NewResolver("ds", st, ResolverConfig{Refresh: time.Second, Timeout: time.Minute, MaxStale: 10 * time.Second}, clock)
+	r := mustNew(t, "ds", st, Config{Refresh: time.Second, Timeout: time.Minute, MaxStale: 10 * time.Second}, clock)
 	ctx := context.Background()
 	if _, err := r.Pointer(ctx); err != nil {
 		t.Fatal(err)
@@ -325,11 +329,11 @@ func TestResolverAnswersAtOnceWhileStorageFails(t *testing.T) {
 // read that then failed (Bigtable just went away, and the read took its whole timeout
 // to fail) gets the last good pointer if it was within MaxStale when the request came.
 func TestResolverServesStaleAfterASlowFailure(t *testing.T) {
-	st := &countingStore{ptr: Pointer{Version: "v1"}}
+	st := &countingStore{ptr: snapshot.Pointer{Version: "v1"}}
 	now := time.Unix(1000, 0)
 	var mu sync.Mutex
 	clock := func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
-	r := NewResolver("ds", st, ResolverConfig{Refresh: time.Second, Timeout: 5 * time.Second, MaxStale: 2 * time.Second}, clock)
+	r := mustNew(t, "ds", st, Config{Refresh: time.Second, Timeout: 5 * time.Second, MaxStale: 2 * time.Second}, clock)
 	ctx := context.Background()
 	if _, err := r.Pointer(ctx); err != nil {
 		t.Fatal(err)
@@ -360,10 +364,10 @@ type monotonicStore struct {
 	n atomic.Int64
 }
 
-func (s *monotonicStore) ReadPointer(context.Context, string) (Pointer, error) {
+func (s *monotonicStore) ReadPointer(context.Context, string) (snapshot.Pointer, error) {
 	n := s.n.Add(1)
 	time.Sleep(time.Duration(n%3) * time.Millisecond)
-	return Pointer{Version: Version(fmt.Sprintf("v%06d", n))}, nil
+	return snapshot.Pointer{Version: snapshot.Version(fmt.Sprintf("v%06d", n))}, nil
 }
 
 // TestResolverNeverGoesBack: a replica never serves an older version after a newer one
@@ -371,7 +375,7 @@ func (s *monotonicStore) ReadPointer(context.Context, string) (Pointer, error) {
 // sees versions in order.
 func TestResolverNeverGoesBack(t *testing.T) {
 	st := &monotonicStore{}
-	r := NewResolver("ds", st, ResolverConfig{Refresh: time.Millisecond}, nil)
+	r := mustNew(t, "ds", st, Config{Refresh: time.Millisecond}, nil)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	go r.Run(ctx)
@@ -380,7 +384,7 @@ func TestResolverNeverGoesBack(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			var last Version
+			var last snapshot.Version
 			for st.n.Load() < 50 { // until the pointer has been read 50 times
 				p, err := r.Pointer(ctx)
 				if err != nil {
@@ -401,14 +405,14 @@ func TestResolverNeverGoesBack(t *testing.T) {
 // A flip the pointer refresh cannot load (here: the version is not servable) is still
 // swapped in, and the request path reads it again and reports why it cannot serve it.
 func TestFlipThatFailsToLoadIsReportedByRequests(t *testing.T) {
-	st := &countingStore{ptr: Pointer{Version: "v2"}, states: map[Version]State{"v1": StatePublished, "v2": StateWriting}}
-	r := NewResolver("ds", st, ResolverConfig{Refresh: time.Second}, nil)
+	st := &countingStore{ptr: snapshot.Pointer{Version: "v2"}, states: map[snapshot.Version]snapshot.State{"v1": snapshot.StatePublished, "v2": snapshot.StateWriting}}
+	r := mustNew(t, "ds", st, Config{Refresh: time.Second}, nil)
 	ctx := context.Background()
 	if p, err := r.Pointer(ctx); err != nil || p.Version != "v2" {
 		t.Fatalf("Pointer = %v, %v; want v2 (loading it failed, reading it did not)", p.Version, err)
 	}
 	_, err := r.Current(ctx)
-	if !errors.Is(err, ErrCurrentExpired) || !strings.Contains(err.Error(), "v2 is writing, never served") {
+	if !errors.Is(err, snapshot.ErrCurrentExpired) || !strings.Contains(err.Error(), "v2 is writing, never served") {
 		t.Errorf("Current through a pointer to a version writing = %v; want ErrCurrentExpired naming its state", err)
 	}
 }
@@ -416,28 +420,41 @@ func TestFlipThatFailsToLoadIsReportedByRequests(t *testing.T) {
 func TestResolverConfigValidate(t *testing.T) {
 	for _, tc := range []struct {
 		name string
-		cfg  ResolverConfig
+		cfg  Config
 		want string // in the error; "" for none
 	}{
-		{"zero takes the defaults", ResolverConfig{}, ""},
-		{"defaults", DefaultResolverConfig(), ""},
-		{"negative cache size turns the cache off", ResolverConfig{CacheSize: -1}, ""},
-		{"negative refresh", ResolverConfig{Refresh: -time.Second}, "Refresh -1s is negative"},
-		{"negative timeout", ResolverConfig{Timeout: -time.Second}, "Timeout -1s is negative"},
-		{"negative max stale", ResolverConfig{MaxStale: -time.Second}, "MaxStale -1s is negative"},
+		{"zero takes the defaults", Config{}, ""},
+		{"defaults", DefaultConfig(), ""},
+		{"negative cache size turns the cache off", Config{CacheSize: -1}, ""},
+		{"negative refresh", Config{Refresh: -time.Second}, "Refresh -1s is negative"},
+		{"negative timeout", Config{Timeout: -time.Second}, "Timeout -1s is negative"},
+		{"negative max stale", Config{MaxStale: -time.Second}, "MaxStale -1s is negative"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			err := tc.cfg.Validate()
 			switch {
 			case tc.want == "" && err != nil:
 				t.Errorf("Validate() = %v; want nil", err)
-			case tc.want != "" && (!errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), tc.want)):
+			case tc.want != "" && (!errors.Is(err, snapshot.ErrInvalid) || !strings.Contains(err.Error(), tc.want)):
 				t.Errorf("Validate() = %v; want ErrInvalid naming %q", err, tc.want)
 			}
 		})
 	}
-	if got, want := (ResolverConfig{CacheSize: -1}).withDefaults(), (ResolverConfig{Refresh: 500 * time.Millisecond,
+	if _, err := New("ds", &countingStore{}, Config{MaxStale: -time.Second}, nil); !errors.Is(err, snapshot.ErrInvalid) {
+		t.Errorf("New with a negative MaxStale = %v; want ErrInvalid", err)
+	}
+	if got, want := (Config{CacheSize: -1}).withDefaults(), (Config{Refresh: 500 * time.Millisecond,
 		Timeout: 5 * time.Second, MaxStale: time.Minute, CacheSize: -1}); got != want {
 		t.Errorf("withDefaults() = %+v; want %+v", got, want)
 	}
+}
+
+// mustNew returns a Resolver over st, failing the test on a bad config.
+func mustNew(t *testing.T, dataset string, st ReadStore, cfg Config, now func() time.Time) *Resolver {
+	t.Helper()
+	r, err := New(dataset, st, cfg, now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
 }

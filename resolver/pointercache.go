@@ -1,4 +1,4 @@
-package snapshot
+package resolver
 
 import (
 	"context"
@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"sync"
 	"time"
+
+	"github.com/snapflip/snapflip/snapshot"
 )
 
 // pointerCache keeps the last pointer read and decides, for each request, whether it
@@ -25,13 +27,13 @@ import (
 // time and their results land in order, so a replica never goes back to an older
 // pointer except when the pointer itself went back (a rollback).
 type pointerCache struct {
-	read                       func(ctx context.Context) (Pointer, error)
+	read                       func(ctx context.Context) (snapshot.Pointer, error)
 	refresh, timeout, maxStale time.Duration
 	now                        func() time.Time
 
 	mu        sync.Mutex
 	base      context.Context // reads end when it ends (Run's context); default Background
-	ptr       Pointer
+	ptr       snapshot.Pointer
 	none      bool          // the last good read found nothing published
 	fetchedAt time.Time     // when the last good read was sent; zero before one
 	err       error         // the last read's error; nil when it succeeded
@@ -40,7 +42,7 @@ type pointerCache struct {
 }
 
 // get returns the pointer a request may resolve through, by the rules above.
-func (c *pointerCache) get(ctx context.Context) (Pointer, error) {
+func (c *pointerCache) get(ctx context.Context) (snapshot.Pointer, error) {
 	c.mu.Lock()
 	now := c.now()
 	switch {
@@ -62,7 +64,7 @@ func (c *pointerCache) get(ctx context.Context) (Pointer, error) {
 	select {
 	case <-ch:
 	case <-ctx.Done():
-		return Pointer{}, ctx.Err()
+		return snapshot.Pointer{}, ctx.Err()
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -79,20 +81,20 @@ func (c *pointerCache) get(ctx context.Context) (Pointer, error) {
 func (c *pointerCache) good() bool { return !c.fetchedAt.IsZero() }
 
 // answer is the last good read as a result. Callers hold mu.
-func (c *pointerCache) answer() (Pointer, error) {
+func (c *pointerCache) answer() (snapshot.Pointer, error) {
 	if c.none {
-		return Pointer{}, ErrNoVersion
+		return snapshot.Pointer{}, snapshot.ErrNoVersion
 	}
 	return c.ptr, nil
 }
 
 // stale answers while reads fail: the last good pointer up to max-stale, then the
 // error. Callers hold mu.
-func (c *pointerCache) stale(now time.Time) (Pointer, error) {
+func (c *pointerCache) stale(now time.Time) (snapshot.Pointer, error) {
 	if c.good() && now.Sub(c.fetchedAt) < c.maxStale {
 		return c.answer()
 	}
-	return Pointer{}, fmt.Errorf("read pointer: %w", c.err)
+	return snapshot.Pointer{}, fmt.Errorf("read pointer: %w", c.err)
 }
 
 // start begins a read unless one is in flight, and returns the channel closed when the
@@ -116,7 +118,7 @@ func (c *pointerCache) start() chan struct{} {
 		defer c.mu.Unlock()
 		c.triedAt = sent
 		switch {
-		case err == nil, errors.Is(err, ErrNoVersion):
+		case err == nil, errors.Is(err, snapshot.ErrNoVersion):
 			c.ptr, c.none, c.fetchedAt, c.err = p, err != nil, sent, nil
 		default:
 			c.err = err

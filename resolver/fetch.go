@@ -1,9 +1,11 @@
-package snapshot
+package resolver
 
 import (
 	"context"
 	"sync"
 	"time"
+
+	"github.com/snapflip/snapflip/snapshot"
 )
 
 // fetcher coalesces concurrent document misses into batched reads. A miss joins a
@@ -30,7 +32,7 @@ const (
 
 type fetchReq struct {
 	key   docKey
-	chain []Version // the layers holding key's collection at key's version
+	chain []snapshot.Version // the layers holding key's collection at key's version
 	done  chan fetchResult
 }
 
@@ -41,7 +43,7 @@ type fetchResult struct {
 }
 
 // get reads one document through the queue. It returns found = false for a miss.
-func (f *fetcher) get(ctx context.Context, k docKey, chain []Version) ([]byte, bool, error) {
+func (f *fetcher) get(ctx context.Context, k docKey, chain []snapshot.Version) ([]byte, bool, error) {
 	req := &fetchReq{key: k, chain: chain, done: make(chan fetchResult, 1)}
 	f.mu.Lock()
 	f.queue = append(f.queue, req)
@@ -78,7 +80,7 @@ func (f *fetcher) drain() {
 // read serves one batch: one read per (version, collection) it holds.
 func (f *fetcher) read(batch []*fetchReq) {
 	type group struct {
-		v          Version
+		v          snapshot.Version
 		collection string
 	}
 	groups := map[group][]*fetchReq{}
