@@ -16,6 +16,9 @@ func TestUnchangedSyncIsNotAFailure(t *testing.T) {
 	// A query has no row versions: every sync reads it and compares digests.
 	cfg := writeFile(t, "q.yaml", "dataset: un\nttl: 1h\ncollections: [{name: q, query: 'SELECT id, n FROM things', key: id}]\n")
 	v1 := publish(t, getenv, cfg)
+	// A commit elsewhere moves the source's position, so the next sync reads the
+	// query (at the same position a sync has nothing to read and writes nothing).
+	testenv.Exec(t, dsn, `CREATE TABLE elsewhere (n int); INSERT INTO elsewhere VALUES (1)`)
 	if out, _, err := run(t, false, getenv, "once", "--config", cfg); err != nil {
 		t.Fatalf("syncer once on an unchanged source = %v\n%s", err, out)
 	}
