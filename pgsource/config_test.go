@@ -70,7 +70,8 @@ func TestWatchAndStreamConfigValidate(t *testing.T) {
 		{"watch interval", pgsource.WatchConfig{Interval: -1}.Validate(), "WatchConfig.Interval"},
 		{"watch hot", pgsource.WatchConfig{Hot: -1}.Validate(), "WatchConfig.Hot"},
 		{"watch resolve", pgsource.WatchConfig{Resolve: -1}.Validate(), "WatchConfig.Resolve"},
-		{"watch mode", pgsource.WatchConfig{Mode: "notify"}.Validate(), `watch mode "notify"`},
+		{"watch mode", pgsource.WatchConfig{Mode: 7}.Validate(), "WatchConfig.Mode 7"},
+		{"watch mode text", second(pgsource.ParseWatchMode("notify")), `watch mode "notify": want "stats" or "logical"`},
 		{"stream zero", pgsource.StreamConfig{LogicalConfig: logical}.Validate(), ""},
 		{"stream publication", pgsource.StreamConfig{LogicalConfig: pgsource.LogicalConfig{Slot: "s"}}.Validate(), "LogicalConfig.Publication"},
 		{"stream slot", pgsource.StreamConfig{LogicalConfig: pgsource.LogicalConfig{Publication: "p"}}.Validate(), "LogicalConfig.Slot"},
@@ -86,3 +87,6 @@ func TestWatchAndStreamConfigValidate(t *testing.T) {
 		}
 	}
 }
+
+// second returns a call's error, for a table of errors.
+func second[T any](_ T, err error) error { return err }

@@ -115,7 +115,7 @@ type Event struct {
 	// configuration.
 	Tables, Relations int
 	Interval          time.Duration
-	Mode              string
+	Mode              WatchMode
 	// Retained is the WAL the slot retains, Threshold the warning's, in bytes.
 	Retained, Threshold int64
 }

@@ -44,9 +44,9 @@ type WatchConfig struct {
 	// Resolve is how often the watched tables are found again (new partitions, a
 	// changed view); default 1 minute.
 	Resolve time.Duration
-	// Mode is WatchModeStats (the default when empty), or WatchModeLogical, in which
-	// Watch polls the definitions alone (Stream reports the rows).
-	Mode string
+	// Mode is WatchModeStats (the zero value), or WatchModeLogical, in which Watch polls the
+	// definitions alone (Stream reports the rows).
+	Mode WatchMode
 	// Observer hears the watch's events (EventWatching, EventWatchFailed); nil for
 	// none.
 	Observer Observer
@@ -68,8 +68,10 @@ func (c WatchConfig) Validate() error {
 			return fmt.Errorf("%w WatchConfig.%s %s: must not be negative (0 takes the default)", snapshot.ErrInvalid, f.name, f.d)
 		}
 	}
-	_, err := parseWatchMode(c.Mode)
-	return err
+	if c.Mode != WatchModeStats && c.Mode != WatchModeLogical {
+		return fmt.Errorf("%w WatchConfig.Mode %d: want WatchModeStats or WatchModeLogical", snapshot.ErrInvalid, c.Mode)
+	}
+	return nil
 }
 
 // withDefaults returns c with its zero fields set to DefaultWatchConfig's.
@@ -78,37 +80,42 @@ func (c WatchConfig) withDefaults() WatchConfig {
 	c.Interval = cmp.Or(c.Interval, d.Interval)
 	c.Hot = cmp.Or(c.Hot, d.Hot)
 	c.Resolve = cmp.Or(c.Resolve, d.Resolve)
-	c.Mode = cmp.Or(c.Mode, d.Mode)
 	return c
 }
 
-// watchMode is a WatchConfig.Mode, parsed.
-type watchMode int
-
-const (
-	watchStats watchMode = iota + 1
-	watchLogical
-)
-
-// parseWatchMode parses a WatchConfig.Mode; "" is WatchModeStats.
-func parseWatchMode(s string) (watchMode, error) {
-	switch s {
-	case "", WatchModeStats:
-		return watchStats, nil
-	case WatchModeLogical:
-		return watchLogical, nil
-	}
-	return 0, fmt.Errorf("%w watch mode %q: want %q or %q", snapshot.ErrInvalid, s, WatchModeStats, WatchModeLogical)
-}
+// WatchMode is how a watch notices commits.
+type WatchMode int
 
 // The watch's modes.
 const (
 	// WatchModeStats polls the statistics counters only: no DDL, no privilege.
-	WatchModeStats = "stats"
-	// WatchModeLogical reads the source's logical replication stream (Stream), and
-	// polls the definitions of the watched relations (Watch).
-	WatchModeLogical = "logical"
+	WatchModeStats WatchMode = iota
+	// WatchModeLogical reads the source's logical replication stream (Stream), and polls
+	// the definitions of the watched relations (Watch).
+	WatchModeLogical
 )
+
+// String returns the mode as the configuration names it: "stats" or "logical".
+func (m WatchMode) String() string {
+	switch m {
+	case WatchModeStats:
+		return "stats"
+	case WatchModeLogical:
+		return "logical"
+	}
+	return fmt.Sprintf("WatchMode(%d)", int(m))
+}
+
+// ParseWatchMode parses a mode as the configuration names it; "" is WatchModeStats.
+func ParseWatchMode(s string) (WatchMode, error) {
+	switch s {
+	case "", "stats":
+		return WatchModeStats, nil
+	case "logical":
+		return WatchModeLogical, nil
+	}
+	return 0, fmt.Errorf("%w watch mode %q: want %q or %q", snapshot.ErrInvalid, s, WatchModeStats, WatchModeLogical)
+}
 
 // Change is a possible committed change to a watched table.
 type Change struct {
@@ -196,8 +203,7 @@ func (s *Source) Watch(ctx context.Context, cfg WatchConfig, changed func(Change
 		return err
 	}
 	cfg = cfg.withDefaults()
-	mode, _ := parseWatchMode(cfg.Mode)
-	w := &watch{src: s, cfg: cfg, mode: mode, changed: changed, polled: polled}
+	w := &watch{src: s, cfg: cfg, mode: cfg.Mode, changed: changed, polled: polled}
 	for {
 		err := w.run(ctx)
 		if ctx.Err() != nil {
@@ -213,7 +219,7 @@ func (s *Source) Watch(ctx context.Context, cfg WatchConfig, changed func(Change
 type watch struct {
 	src     *Source
 	cfg     WatchConfig // with its defaults
-	mode    watchMode
+	mode    WatchMode
 	changed func(Change)
 	polled  func(WatchStats)
 
@@ -287,7 +293,7 @@ func (l *watchLoop) step(ctx context.Context) error {
 		}
 	}
 	start := time.Now()
-	p, err := w.poll(ctx, l.conn, l.set, w.mode == watchStats)
+	p, err := w.poll(ctx, l.conn, l.set, w.mode == WatchModeStats)
 	if err != nil {
 		return fmt.Errorf("poll: %w", err)
 	}

@@ -27,7 +27,7 @@ func TestWatchBaselineAgreesWithItsTables(t *testing.T) {
 		finds   int
 		reasons []ChangeReason
 	)
-	w := &watch{src: src, mode: watchLogical,
+	w := &watch{src: src, mode: WatchModeLogical,
 		cfg:     WatchConfig{Interval: 20 * time.Millisecond, Hot: time.Second, Resolve: time.Hour, Mode: WatchModeLogical},
 		changed: func(c Change) { mu.Lock(); reasons = append(reasons, c.Reason); mu.Unlock() },
 		polled:  func(WatchStats) {},

@@ -189,13 +189,13 @@ func TestWatchRefusesUnknownModes(t *testing.T) {
 	}
 	var l changeLog
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	err = src.Watch(ctx, pgsource.WatchConfig{Mode: "notify"}, l.add, l.polled)
+	err = src.Watch(ctx, pgsource.WatchConfig{Mode: 7}, l.add, l.polled)
 	cancel()
-	if want := `watch mode "notify": want "stats" or "logical"`; !errors.Is(err, snapshot.ErrInvalid) || !strings.Contains(fmt.Sprint(err), want) {
-		t.Errorf("Watch in mode notify = %v; want snapshot.ErrInvalid saying %q", err, want)
+	if want := "WatchConfig.Mode 7: want WatchModeStats or WatchModeLogical"; !errors.Is(err, snapshot.ErrInvalid) || !strings.Contains(fmt.Sprint(err), want) {
+		t.Errorf("Watch in mode 7 = %v; want snapshot.ErrInvalid saying %q", err, want)
 	}
 	if got := l.take(); len(got) > 0 || l.pollCount() > 0 {
-		t.Errorf("Watch in mode notify reported %+v after %d polls; want nothing", got, l.pollCount())
+		t.Errorf("Watch in mode 7 reported %+v after %d polls; want nothing", got, l.pollCount())
 	}
 }
 
@@ -209,8 +209,8 @@ func TestWatchRefusesUnknownModes(t *testing.T) {
 // its row versions unchanged: TestScanSinceRendersOnlyRowsWrittenSince). DDL on
 // other relations reports nothing.
 func TestWatchSeesDefinitionChanges(t *testing.T) {
-	for _, mode := range []string{pgsource.WatchModeStats, pgsource.WatchModeLogical} {
-		t.Run(mode, func(t *testing.T) {
+	for _, mode := range []pgsource.WatchMode{pgsource.WatchModeStats, pgsource.WatchModeLogical} {
+		t.Run(mode.String(), func(t *testing.T) {
 			t.Parallel()
 			dsn := testenv.Postgres(t)
 			testenv.Exec(t, dsn,

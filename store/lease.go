@@ -47,16 +47,42 @@ func decodeLeaseState(b []byte) (leaseState, error) {
 	return leaseState{binary.BigEndian.Uint64(b), binary.BigEndian.Uint64(b[8:]), string(b[16:])}, nil
 }
 
+// LeaseEventKind says what happened to a lease.
+type LeaseEventKind int
+
+// The kinds of lease events.
+const (
+	// LeaseAcquired: the lease was free, expired or released, and is now held.
+	LeaseAcquired LeaseEventKind = iota + 1
+	// LeaseTakeover: acquired from a holder that stopped renewing.
+	LeaseTakeover
+	// LeaseReleased: the holder gave the lease up.
+	LeaseReleased
+	// LeaseLost: a renewal found the lease taken over or unreadable past its term.
+	LeaseLost
+	// LeaseWaiting: Acquire found the lease held, by HeldBy, and takes it over at
+	// TakeoverAt unless that holder renews before.
+	LeaseWaiting
+)
+
+var leaseEventTexts = [...]string{LeaseAcquired: "acquired", LeaseTakeover: "takeover",
+	LeaseReleased: "released", LeaseLost: "lost", LeaseWaiting: "waiting"}
+
+// String returns the kind as logs and metric labels name it.
+func (k LeaseEventKind) String() string {
+	if k <= 0 || int(k) >= len(leaseEventTexts) {
+		return "unknown"
+	}
+	return leaseEventTexts[k]
+}
+
 // LeaseEvent reports what happened to a lease, for logs and metrics.
 type LeaseEvent struct {
 	Name   string
 	Holder string
 	Token  uint64
-	// Kind is "acquired", "takeover" (acquired from a holder that stopped renewing),
-	// "released", "lost", or "waiting" (Acquire found the lease held: by HeldBy, and
-	// takes it over at TakeoverAt unless that holder renews before).
-	Kind string
-	Err  error
+	Kind   LeaseEventKind
+	Err    error
 	// HeldBy and TakeoverAt describe the holder a "waiting" contender waits for.
 	HeldBy     string
 	TakeoverAt time.Time
@@ -218,7 +244,7 @@ func (l *Lease) TryAcquire(ctx context.Context) (snapshot.Hold, error) {
 			return nil, fmt.Errorf("lease %s: %w", l.name, err)
 		}
 	}
-	kind := "acquired"
+	kind := LeaseAcquired
 	if raw != nil && cur.holder != "" {
 		if !l.expired(raw) {
 			l.mu.Lock()
@@ -226,7 +252,7 @@ func (l *Lease) TryAcquire(ctx context.Context) (snapshot.Hold, error) {
 			l.mu.Unlock()
 			return nil, &heldError{lease: l.name, holder: cur.holder, token: cur.token, takeoverAt: at}
 		}
-		kind = "takeover"
+		kind = LeaseTakeover
 	}
 	next := leaseState{token: cur.token + 1, seq: cur.seq + 1, holder: l.cfg.Holder}
 	if l.cfg.BeforeAcquire != nil {
@@ -300,7 +326,7 @@ func (l *Lease) Acquire(ctx context.Context) (snapshot.Hold, error) {
 		if errors.As(err, &held) && (held.holder != reportedHolder || time.Since(reportedAt) >= waitReportEvery) {
 			reportedHolder, reportedAt = held.holder, time.Now()
 			if l.cfg.OnEvent != nil {
-				l.cfg.OnEvent(LeaseEvent{Name: l.name, Holder: l.cfg.Holder, Token: held.token, Kind: "waiting",
+				l.cfg.OnEvent(LeaseEvent{Name: l.name, Holder: l.cfg.Holder, Token: held.token, Kind: LeaseWaiting,
 					HeldBy: held.holder, TakeoverAt: held.takeoverAt})
 			}
 		}
@@ -324,7 +350,7 @@ func giveUp(ctx context.Context, last error) error {
 	return fmt.Errorf("%w (last attempt: %v)", ctx.Err(), last)
 }
 
-func (l *Lease) event(kind string, token uint64, err error) {
+func (l *Lease) event(kind LeaseEventKind, token uint64, err error) {
 	if l.cfg.OnEvent != nil {
 		l.cfg.OnEvent(LeaseEvent{Name: l.name, Holder: l.cfg.Holder, Token: token, Kind: kind, Err: err})
 	}
@@ -460,7 +486,7 @@ func (h *hold) markLost(err error) {
 	h.mu.Unlock()
 	close(h.lost)
 	h.cancel(err)
-	h.l.event("lost", h.token, err)
+	h.l.event(LeaseLost, h.token, err)
 }
 
 // Release stops renewing and frees the lease, keeping its token.
@@ -493,7 +519,7 @@ func (h *hold) Release(ctx context.Context) error {
 			return err
 		}
 		if ok {
-			h.l.event("released", h.token, nil)
+			h.l.event(LeaseReleased, h.token, nil)
 			return nil
 		}
 		if ours, err := h.adoptOwnState(ctx, leaseState{}, time.Time{}); retried || err != nil || !ours {

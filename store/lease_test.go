@@ -413,7 +413,7 @@ func TestAcquireSaysWhoItWaitsFor(t *testing.T) {
 	}
 	select {
 	case e := <-events:
-		if e.Kind != "waiting" || e.HeldBy != "holder-a" || e.TakeoverAt.Before(asked) || e.TakeoverAt.After(asked.Add(6*time.Second)) {
+		if e.Kind != store.LeaseWaiting || e.HeldBy != "holder-a" || e.TakeoverAt.Before(asked) || e.TakeoverAt.After(asked.Add(6*time.Second)) {
 			t.Errorf("first event = %+v; want waiting for holder-a, takeover within the lease duration", e)
 		}
 	default:

@@ -106,7 +106,7 @@ func runCheck(ctx context.Context, cfg SyncerConfig) checkReport {
 	for _, c := range rep.Collections {
 		rep.Problems = append(rep.Problems, c.Problems...)
 	}
-	if err == nil && cfg.Watch.Enabled && cfg.Watch.Mode == pgsource.WatchModeLogical {
+	if err == nil && cfg.Watch.logical() {
 		var lr pgsource.LogicalReport
 		if lr, err = src.CheckLogical(ctx, cfg.logicalConfig()); err != nil {
 			rep.Problems = append(rep.Problems, "postgres: check watch.mode logical: "+err.Error())

@@ -178,6 +178,15 @@ func (w *WatchConfig) fillDefaults(dataset string) {
 	}
 }
 
+// mode returns the watch's mode, parsed (validate refuses an unknown one).
+func (w WatchConfig) mode() pgsource.WatchMode {
+	m, _ := pgsource.ParseWatchMode(w.Mode)
+	return m
+}
+
+// logical reports whether the syncer watches the replication stream.
+func (w WatchConfig) logical() bool { return w.Enabled && w.mode() == pgsource.WatchModeLogical }
+
 // validate reports the first unusable watch field, by name.
 func (w WatchConfig) validate() error {
 	if w.Interval < 10*time.Millisecond {
@@ -186,12 +195,11 @@ func (w WatchConfig) validate() error {
 	if w.MinInterval < 0 {
 		return fmt.Errorf("watch.min_interval %s: must not be negative", w.MinInterval)
 	}
-	switch w.Mode {
-	case pgsource.WatchModeStats, pgsource.WatchModeLogical:
-	case "notify":
+	if w.Mode == "notify" {
 		return fmt.Errorf(`watch.mode "notify" was removed: use %q (the replication stream; no triggers on your tables), `+
 			"see docs/freshness.md", pgsource.WatchModeLogical)
-	default:
+	}
+	if _, err := pgsource.ParseWatchMode(w.Mode); err != nil || w.Mode == "" {
 		return fmt.Errorf("watch.mode %q: must be %q or %q", w.Mode, pgsource.WatchModeStats, pgsource.WatchModeLogical)
 	}
 	if !publicationName.MatchString(w.Publication) {
@@ -272,7 +280,7 @@ func DefaultSyncerConfig() SyncerConfig {
 		MaxDocumentBytes: 8 << 20,
 		ProgressInterval: 10 * time.Second,
 		Versions:         VersionsIncremental,
-		Watch:            WatchConfig{Enabled: true, Interval: 200 * time.Millisecond, MinInterval: time.Second, Mode: pgsource.WatchModeStats, Publication: DefaultPublication},
+		Watch:            WatchConfig{Enabled: true, Interval: 200 * time.Millisecond, MinInterval: time.Second, Mode: pgsource.WatchModeStats.String(), Publication: DefaultPublication},
 		MaxLayers:        layer.DefaultMaxLayers,
 		RebaseRatio:      layer.DefaultRebaseRatio,
 		Postgres:         PostgresConfig{Readers: 1, PartitionMinRows: 200_000},

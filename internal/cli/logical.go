@@ -63,7 +63,7 @@ func unwatchLogical(ctx context.Context, w io.Writer, src *pgsource.Source, cfg 
 	} else {
 		fmt.Fprintf(w, "no publication %s created by snapflip to drop (a DBA's is kept)\n", lc.Publication)
 	}
-	if cfg.Watch.Enabled && cfg.Watch.Mode == pgsource.WatchModeLogical {
+	if cfg.Watch.logical() {
 		fmt.Fprintln(w, "note: this config still says watch.mode: logical; a syncer running with it creates them again")
 	}
 	return nil

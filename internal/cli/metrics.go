@@ -104,20 +104,20 @@ func newSyncerMetrics(dataset string) *syncerMetrics {
 // leaseEvent logs a lease event and counts it.
 func (m *syncerMetrics) leaseEvent(log *slog.Logger) func(store.LeaseEvent) {
 	return func(e store.LeaseEvent) {
-		m.leaseEvents.WithLabelValues(e.Kind).Inc()
+		m.leaseEvents.WithLabelValues(e.Kind.String()).Inc()
 		attrs := []any{"lease", e.Name, "holder", e.Holder, "token", e.Token}
 		switch e.Kind {
-		case "acquired", "takeover":
+		case store.LeaseAcquired, store.LeaseTakeover:
 			m.leaseHeld.Set(1)
 			m.leaseToken.Set(float64(e.Token))
-			log.Info("lease "+e.Kind, attrs...)
-		case "released":
+			log.Info("lease "+e.Kind.String(), attrs...)
+		case store.LeaseReleased:
 			m.leaseHeld.Set(0)
 			log.Debug("lease released", attrs...)
-		case "lost":
+		case store.LeaseLost:
 			m.leaseHeld.Set(0)
 			log.Warn("lease lost", append(attrs, "err", e.Err)...)
-		case "waiting":
+		case store.LeaseWaiting:
 			in := time.Until(e.TakeoverAt).Round(time.Second)
 			log.Info(fmt.Sprintf("waiting for the publish lease: held by %s; it is taken over in %s unless that holder renews it", e.HeldBy, in),
 				append(attrs, "held_by", e.HeldBy, "takeover_at", e.TakeoverAt.UTC().Format(time.RFC3339))...)

@@ -23,14 +23,14 @@ func TestLeaseEventsShowWhoHoldsWhat(t *testing.T) {
 	m := newSyncerMetrics("ds")
 	var logs strings.Builder
 	on := m.leaseEvent(slog.New(slog.NewTextHandler(&logs, nil)))
-	on(store.LeaseEvent{Name: "publish/ds", Holder: "host/1/abc", Token: 7, Kind: "takeover"})
+	on(store.LeaseEvent{Name: "publish/ds", Holder: "host/1/abc", Token: 7, Kind: store.LeaseTakeover})
 	if got := testutil.ToFloat64(m.leaseHeld); got != 1 {
 		t.Errorf("lease_held = %v; want 1", got)
 	}
 	if got := testutil.ToFloat64(m.leaseToken); got != 7 {
 		t.Errorf("lease_token = %v; want 7", got)
 	}
-	on(store.LeaseEvent{Name: "publish/ds", Holder: "host/1/abc", Token: 7, Kind: "lost", Err: errors.New("taken over")})
+	on(store.LeaseEvent{Name: "publish/ds", Holder: "host/1/abc", Token: 7, Kind: store.LeaseLost, Err: errors.New("taken over")})
 	if got := testutil.ToFloat64(m.leaseHeld); got != 0 {
 		t.Errorf("lease_held after lost = %v; want 0", got)
 	}
@@ -59,7 +59,7 @@ func TestLeaseWaitIsLogged(t *testing.T) {
 	var logs strings.Builder
 	on := m.leaseEvent(slog.New(slog.NewTextHandler(&logs, nil)))
 	at := time.Now().Add(12 * time.Second)
-	on(store.LeaseEvent{Name: "publish/ds", Holder: "me", Kind: "waiting", HeldBy: "host-b/42/xyz", Token: 9, TakeoverAt: at})
+	on(store.LeaseEvent{Name: "publish/ds", Holder: "me", Kind: store.LeaseWaiting, HeldBy: "host-b/42/xyz", Token: 9, TakeoverAt: at})
 	for _, want := range []string{"waiting for the publish lease", "held by host-b/42/xyz", "taken over in 12s", "takeover_at=" + at.UTC().Format(time.RFC3339)} {
 		if !strings.Contains(logs.String(), want) {
 			t.Errorf("log lacks %q:\n%s", want, logs.String())

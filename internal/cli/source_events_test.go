@@ -21,7 +21,7 @@ func TestSourceEventsLog(t *testing.T) {
 	}{
 		{pgsource.Event{Kind: pgsource.EventWatchFailed, Err: errors.New("boom")},
 			`level=WARN msg="watching the source failed; retrying (the schedule still runs)" err=boom`},
-		{pgsource.Event{Kind: pgsource.EventWatching, Tables: 2, Relations: 3, Interval: 200 * time.Millisecond, Mode: "stats"},
+		{pgsource.Event{Kind: pgsource.EventWatching, Tables: 2, Relations: 3, Interval: 200 * time.Millisecond, Mode: pgsource.WatchModeStats},
 			`level=INFO msg="watching for changes" tables=2 relations=3 interval=200ms mode=stats`},
 		{pgsource.Event{Kind: pgsource.EventStreamStarted, Slot: "s", LSN: 0x1_0000_00ff, Reading: "r"},
 			`level=INFO msg="reading the replication stream" slot=s from=1/FF reading=r`},

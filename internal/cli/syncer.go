@@ -364,7 +364,7 @@ func orNone(v snapshot.Version) string {
 // pointer alone and releases the lease.
 func (m *Syncer) runSchedule(ctx context.Context, s *syncer) error {
 	log := s.log.With("dataset", s.cfg.Dataset)
-	if s.cfg.Watch.Enabled && s.cfg.Watch.Mode == pgsource.WatchModeLogical {
+	if s.cfg.Watch.logical() {
 		// What logical mode needs and cannot make itself is a configuration error:
 		// refuse to start, naming it, rather than fall back to the schedule silently.
 		if _, err := s.src.PrepareLogical(ctx, s.cfg.logicalConfig()); errors.Is(err, pgsource.ErrLogicalSetup) {
