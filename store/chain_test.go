@@ -11,6 +11,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/snapflip/snapflip/snapshot"
+	"github.com/snapflip/snapflip/store"
 )
 
 // Reads through a chain of hand-written layers answer what a model of newest-wins
@@ -107,6 +108,41 @@ func TestChainReadsMatchAModel(t *testing.T) {
 		}
 		if !slices.Equal(listed, ids) {
 			t.Fatalf("limit %d: listed %d ids, want %d", limit, len(listed), len(ids))
+		}
+	}
+	// Spans: every page of ids in [From, To) (or (From, To)) at several limits lists
+	// exactly the model's ids there; bounds fall on ids, between them, and outside.
+	for range 40 {
+		sp := store.Span{From: id(r.IntN(1600) - 50), Inclusive: r.IntN(2) == 0, To: id(r.IntN(1600))}
+		if r.IntN(4) == 0 {
+			sp.To = "" // unbounded
+		}
+		if r.IntN(5) == 0 {
+			sp.From += "\x00$#" // between two ids
+		}
+		var want []string
+		for _, k := range ids {
+			if (k > sp.From || sp.Inclusive && k == sp.From) && (sp.To == "" || k < sp.To) {
+				want = append(want, k)
+			}
+		}
+		limit := 1 + r.IntN(300)
+		var listed []string
+		for next := sp; ; {
+			docs, more, err := st.ScanSpan(ctx, "ds", chain, "c", next, limit)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, d := range docs {
+				listed = append(listed, d.ID)
+			}
+			if !more {
+				break
+			}
+			next = store.Span{From: docs[len(docs)-1].ID, To: sp.To}
+		}
+		if !slices.Equal(listed, want) {
+			t.Fatalf("span %+v, limit %d: listed %d ids, want %d", sp, limit, len(listed), len(want))
 		}
 	}
 	var scanned []string

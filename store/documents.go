@@ -339,13 +339,49 @@ func (s *Store) RefreshVersion(ctx context.Context, dataset string, chains map[s
 // hold more rows has been read past it, and a round that ends short (tombstones,
 // shadowed rows) reads on from there with a larger limit.
 func (s *Store) ScanPage(ctx context.Context, dataset string, chain []snapshot.Version, collection, after string, limit int) ([]snapshot.Document, bool, error) {
+	return s.ScanSpan(ctx, dataset, chain, collection, Span{From: after, Inclusive: after == ""}, limit)
+}
+
+// Span is the ids a scan covers: those after From (from From on, when Inclusive) and,
+// unless To is "", before To. Ids compare as bytes.
+type Span struct {
+	From      string
+	Inclusive bool
+	To        string
+}
+
+// rowRange returns the row keys of span's ids under a collection's prefix. Escaping
+// keeps id order, and an id's key is the prefix and its escaped id alone, so a key
+// sorts at or after prefix+escape(From) exactly when its id sorts at or after From.
+func (sp Span) rowRange(prefix string) bigtable.RowRange {
+	lo, hi := prefix+escapeComponent(sp.From), prefixEnd(prefix)
+	if !sp.Inclusive {
+		// The smallest key greater than every key of From: escaped ids never hold
+		// 0x00, so From's key plus 0x00 sorts between it and the next id.
+		lo += "\x00"
+	}
+	if sp.To != "" {
+		hi = prefix + escapeComponent(sp.To)
+	}
+	return bigtable.NewRange(lo, hi)
+}
+
+// after returns the span's ids after id.
+func (sp Span) after(id string) Span { return Span{From: id, To: sp.To} }
+
+// ScanSpan is ScanPage over the ids of span: up to limit documents whose ids are in
+// it, in id order, and whether more of the span's follow.
+func (s *Store) ScanSpan(ctx context.Context, dataset string, chain []snapshot.Version, collection string, span Span, limit int) ([]snapshot.Document, bool, error) {
 	ctx, cancel := s.op(ctx)
 	defer cancel()
+	if span.To != "" && span.To <= span.From {
+		return nil, false, nil
+	}
 	if len(chain) == 1 && limit < maxDirectPage {
 		// One layer (a full copy or a base): one read, no merge.
 		// Tombstones are not expected there; one would only shorten the page, so the
 		// merged rounds below handle it.
-		got, err := s.readRange(ctx, dataset, chain[0], collection, after, after == "", limit+1)
+		got, err := s.readRange(ctx, dataset, chain[0], collection, span, limit+1)
 		if err != nil {
 			return nil, false, err
 		}
@@ -357,7 +393,6 @@ func (s *Store) ScanPage(ctx context.Context, dataset string, chain []snapshot.V
 		}
 	}
 	var docs []snapshot.Document
-	from, open := after, true // read ids after from ("" and open: from the start)
 	n := limit + 1
 	for {
 		type layerRead struct {
@@ -368,7 +403,7 @@ func (s *Store) ScanPage(ctx context.Context, dataset string, chain []snapshot.V
 		g, gctx := errgroup.WithContext(ctx)
 		for i, v := range chain {
 			g.Go(func() error {
-				got, err := s.readRange(gctx, dataset, v, collection, from, open && from == "", n)
+				got, err := s.readRange(gctx, dataset, v, collection, span, n)
 				reads[i] = layerRead{got, len(got) < n}
 				return err
 			})
@@ -411,21 +446,16 @@ func (s *Store) ScanPage(ctx context.Context, dataset string, chain []snapshot.V
 		if !bounded {
 			return docs, false, nil
 		}
-		from, open = bound, false
+		span = span.after(bound)
 		n = min(n*4, 10_000)
 	}
 }
 
-// readRange reads up to n rows of one layer whose ids sort after from (from the
-// start when first), tombstones included.
-func (s *Store) readRange(ctx context.Context, dataset string, v snapshot.Version, collection, from string, first bool, n int) ([]snapshot.Document, error) {
+// readRange reads up to n rows of one layer whose ids are in span, tombstones
+// included.
+func (s *Store) readRange(ctx context.Context, dataset string, v snapshot.Version, collection string, span Span, n int) ([]snapshot.Document, error) {
 	prefix := docPrefix(dataset, v, collection)
-	rng := bigtable.PrefixRange(prefix)
-	if !first {
-		// The smallest key greater than every key of from: escaped ids never hold
-		// 0x00, so from's key plus 0x00 sorts between it and the next id.
-		rng = bigtable.NewRange(prefix+escapeComponent(from)+"\x00", prefixEnd(prefix))
-	}
+	rng := span.rowRange(prefix)
 	var docs []snapshot.Document
 	err := s.readDocs(ctx, prefix, rng, func(d snapshot.Document) bool {
 		docs = append(docs, d)
