@@ -32,6 +32,11 @@ type Collection struct {
 	// is opened: the table's primary key, or else its only unique index over NOT NULL
 	// columns.
 	KeyColumns Columns `yaml:"key,omitempty"`
+	// Indexes are the fields a version indexes for queries by field: each one field
+	// (a top-level key of the document: a column of the table, an output name of the
+	// query) or several, in order. In YAML, `indexes: [customer_id, [inventory_id,
+	// rental_date]]`.
+	Indexes []Columns `yaml:"indexes,omitempty"`
 }
 
 // Columns names a key's columns, in order. In YAML it is one name (key: id) or a list
@@ -121,6 +126,9 @@ func ValidateCollections(cs []Collection) error {
 			}
 			key[col] = true
 		}
+		if err := validateIndexes(field, c); err != nil {
+			return err
+		}
 		if j, dup := seen[c.Name]; dup {
 			return fmt.Errorf("%s.name %q: already used by collections[%d]", field, c.Name, j)
 		}
@@ -205,6 +213,11 @@ func fingerprint(cs []Collection, keys map[string][]string) string {
 			key = fmt.Sprintf("%q", k[0])
 		}
 		fmt.Fprintf(h, "%q %q %q %s\n", c.Name, c.Table, c.Query, key)
+		if len(c.Indexes) > 0 {
+			// A version with other indexes is never taken for an unchanged source;
+			// without indexes the hash is what it was before there were any.
+			fmt.Fprintf(h, "indexes %q\n", c.Indexes)
+		}
 	}
 	return hex.EncodeToString(h.Sum(nil))[:16]
 }

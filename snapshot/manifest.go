@@ -74,6 +74,28 @@ type CollectionStats struct {
 	Layers []LayerRef `json:"layers,omitempty"`
 	// Own says what this version's publish wrote for the collection (format 2).
 	Own *OwnLayer `json:"own,omitempty"`
+	// Indexes are the collection's indexes in this version: every layer of its chain
+	// holds their entries for the documents it holds. Absent from versions written
+	// before they were declared.
+	Indexes []IndexDef `json:"indexes,omitempty"`
+}
+
+// IndexDef is one index of a collection: its fields, each typed by the base type of
+// its column as Postgres names it (pg_type.typname; "text" for an enum), which fixes
+// how its values compare.
+type IndexDef struct {
+	Name   string   `json:"name"`
+	Fields []string `json:"fields"`
+	Types  []string `json:"types"`
+}
+
+// IndexWrite is what one layer wrote for one index: entries for new values and
+// tombstones for values its documents no longer hold.
+type IndexWrite struct {
+	Name    string `json:"name"`
+	Entries int64  `json:"entries"`
+	Removed int64  `json:"removed,omitempty"`
+	Bytes   int64  `json:"bytes"`
 }
 
 // Layer kinds.
@@ -123,6 +145,9 @@ type OwnLayer struct {
 	Written       int64 `json:"written"`
 	Chunks        int64 `json:"chunks"`
 	ChunksWritten int64 `json:"chunks_written"`
+	// Indexes are what the layer wrote for each index, counted in Emitted and
+	// Written with the documents.
+	Indexes []IndexWrite `json:"indexes,omitempty"`
 }
 
 // Manifest is a version's record.

@@ -183,3 +183,11 @@ type PartitionedSnapshot interface {
 	// Rows returns the collection's row count when the source counted it cheaply.
 	Rows(collection string) (int64, bool)
 }
+
+// IndexedSnapshot is a SourceSnapshot whose collections declare indexes.
+type IndexedSnapshot interface {
+	// Indexes returns the collection's declared indexes, each field typed as of the
+	// snapshot; none when it declares none. A declared field the documents do not
+	// hold is an error wrapping ErrSource that names it.
+	Indexes(ctx context.Context, collection string) ([]IndexDef, error)
+}
