@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"net/http"
 	"net/http/httptest"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -111,7 +112,7 @@ func TestWatchDescribesTheManifest(t *testing.T) {
 			"tags":   {Layer: "none"},
 		}
 		for name, w := range want {
-			if c := got.Collections[name]; c.Own == nil || *c.Own != w {
+			if c := got.Collections[name]; c.Own == nil || !reflect.DeepEqual(*c.Own, w) {
 				t.Errorf("collection %s: %+v; want own %+v", name, c.Own, w)
 			}
 		}

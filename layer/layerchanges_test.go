@@ -42,6 +42,10 @@ func (s *changesStore) ScanPage(context.Context, string, []snapshot.Version, str
 	return nil, false, nil
 }
 
+func (s *changesStore) ScanSpan(context.Context, string, []snapshot.Version, string, snapshot.Span, int) ([]snapshot.Document, bool, error) {
+	return nil, false, nil
+}
+
 func (s *changesStore) ListManifests(context.Context, string) ([]snapshot.Manifest, error) {
 	return nil, nil
 }

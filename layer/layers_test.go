@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"maps"
+	"reflect"
 	"slices"
 	"strings"
 	"sync"
@@ -86,7 +87,7 @@ func TestIncrementalPublishWritesOnlyChanges(t *testing.T) {
 	u := delta.Collections["users"]
 	want := snapshot.OwnLayer{Kind: snapshot.LayerDelta, Mode: snapshot.ModeRowVersion, Inserted: 1, Changed: 2, Deleted: 1, Rendered: 4,
 		Emitted: 4, Written: 4, Chunks: 1, ChunksWritten: 1}
-	if *u.Own != want {
+	if !reflect.DeepEqual(*u.Own, want) {
 		t.Errorf("users' own layer = %+v;\nwant %+v", *u.Own, want)
 	}
 	if o := delta.Collections["orders"]; o.Own.Kind != "" || len(o.Layers) != 1 || o.Layers[0].Version != base.Version {

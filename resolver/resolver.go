@@ -28,6 +28,8 @@ type ReadStore interface {
 	// ScanPage returns up to limit documents through a chain whose ids sort after
 	// after, in id order, and whether more follow.
 	ScanPage(ctx context.Context, dataset string, chain []snapshot.Version, collection, after string, limit int) ([]snapshot.Document, bool, error)
+	// ScanSpan is ScanPage over the ids of a span.
+	ScanSpan(ctx context.Context, dataset string, chain []snapshot.Version, collection string, span snapshot.Span, limit int) ([]snapshot.Document, bool, error)
 	// ListManifests returns every manifest of the dataset, oldest first.
 	ListManifests(ctx context.Context, dataset string) ([]snapshot.Manifest, error)
 }

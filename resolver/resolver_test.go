@@ -94,6 +94,10 @@ func (s *countingStore) ScanPage(context.Context, string, []snapshot.Version, st
 	return nil, false, nil
 }
 
+func (s *countingStore) ScanSpan(context.Context, string, []snapshot.Version, string, snapshot.Span, int) ([]snapshot.Document, bool, error) {
+	return nil, false, nil
+}
+
 func (s *countingStore) ScanRun(context.Context, string, snapshot.Version, string, func([]byte) bool) error {
 	return nil
 }

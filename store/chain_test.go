@@ -11,7 +11,6 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/snapflip/snapflip/snapshot"
-	"github.com/snapflip/snapflip/store"
 )
 
 // Reads through a chain of hand-written layers answer what a model of newest-wins
@@ -113,7 +112,7 @@ func TestChainReadsMatchAModel(t *testing.T) {
 	// Spans: every page of ids in [From, To) (or (From, To)) at several limits lists
 	// exactly the model's ids there; bounds fall on ids, between them, and outside.
 	for range 40 {
-		sp := store.Span{From: id(r.IntN(1600) - 50), Inclusive: r.IntN(2) == 0, To: id(r.IntN(1600))}
+		sp := snapshot.Span{From: id(r.IntN(1600) - 50), Inclusive: r.IntN(2) == 0, To: id(r.IntN(1600))}
 		if r.IntN(4) == 0 {
 			sp.To = "" // unbounded
 		}
@@ -139,7 +138,7 @@ func TestChainReadsMatchAModel(t *testing.T) {
 			if !more {
 				break
 			}
-			next = store.Span{From: docs[len(docs)-1].ID, To: sp.To}
+			next = snapshot.Span{From: docs[len(docs)-1].ID, To: sp.To}
 		}
 		if !slices.Equal(listed, want) {
 			t.Fatalf("span %+v, limit %d: listed %d ids, want %d", sp, limit, len(listed), len(want))

@@ -339,21 +339,13 @@ func (s *Store) RefreshVersion(ctx context.Context, dataset string, chains map[s
 // hold more rows has been read past it, and a round that ends short (tombstones,
 // shadowed rows) reads on from there with a larger limit.
 func (s *Store) ScanPage(ctx context.Context, dataset string, chain []snapshot.Version, collection, after string, limit int) ([]snapshot.Document, bool, error) {
-	return s.ScanSpan(ctx, dataset, chain, collection, Span{From: after, Inclusive: after == ""}, limit)
+	return s.ScanSpan(ctx, dataset, chain, collection, snapshot.Span{From: after, Inclusive: after == ""}, limit)
 }
 
-// Span is the ids a scan covers: those after From (from From on, when Inclusive) and,
-// unless To is "", before To. Ids compare as bytes.
-type Span struct {
-	From      string
-	Inclusive bool
-	To        string
-}
-
-// rowRange returns the row keys of span's ids under a collection's prefix. Escaping
+// rowRange returns the row keys of the span's ids under a collection's prefix. Escaping
 // keeps id order, and an id's key is the prefix and its escaped id alone, so a key
 // sorts at or after prefix+escape(From) exactly when its id sorts at or after From.
-func (sp Span) rowRange(prefix string) bigtable.RowRange {
+func rowRange(sp snapshot.Span, prefix string) bigtable.RowRange {
 	lo, hi := prefix+escapeComponent(sp.From), prefixEnd(prefix)
 	if !sp.Inclusive {
 		// The smallest key greater than every key of From: escaped ids never hold
@@ -366,15 +358,12 @@ func (sp Span) rowRange(prefix string) bigtable.RowRange {
 	return bigtable.NewRange(lo, hi)
 }
 
-// after returns the span's ids after id.
-func (sp Span) after(id string) Span { return Span{From: id, To: sp.To} }
-
 // ScanSpan is ScanPage over the ids of span: up to limit documents whose ids are in
 // it, in id order, and whether more of the span's follow.
-func (s *Store) ScanSpan(ctx context.Context, dataset string, chain []snapshot.Version, collection string, span Span, limit int) ([]snapshot.Document, bool, error) {
+func (s *Store) ScanSpan(ctx context.Context, dataset string, chain []snapshot.Version, collection string, span snapshot.Span, limit int) ([]snapshot.Document, bool, error) {
 	ctx, cancel := s.op(ctx)
 	defer cancel()
-	if span.To != "" && span.To <= span.From {
+	if span.Empty() {
 		return nil, false, nil
 	}
 	if len(chain) == 1 && limit < maxDirectPage {
@@ -446,16 +435,16 @@ func (s *Store) ScanSpan(ctx context.Context, dataset string, chain []snapshot.V
 		if !bounded {
 			return docs, false, nil
 		}
-		span = span.after(bound)
+		span = span.After(bound)
 		n = min(n*4, 10_000)
 	}
 }
 
 // readRange reads up to n rows of one layer whose ids are in span, tombstones
 // included.
-func (s *Store) readRange(ctx context.Context, dataset string, v snapshot.Version, collection string, span Span, n int) ([]snapshot.Document, error) {
+func (s *Store) readRange(ctx context.Context, dataset string, v snapshot.Version, collection string, span snapshot.Span, n int) ([]snapshot.Document, error) {
 	prefix := docPrefix(dataset, v, collection)
-	rng := span.rowRange(prefix)
+	rng := rowRange(span, prefix)
 	var docs []snapshot.Document
 	err := s.readDocs(ctx, prefix, rng, func(d snapshot.Document) bool {
 		docs = append(docs, d)
