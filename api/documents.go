@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/base64"
 	"encoding/json"
+	"fmt"
 	"maps"
 	"net/http"
 	"slices"
@@ -47,13 +48,17 @@ func (v *verbatim) write(w http.ResponseWriter) {
 	_, _ = w.Write(v.b)
 }
 
-// getDocument answers GET /v1/data/{collection}/{id}.
+// getDocument answers GET /v1/data/{collection}/{id}?select=.
 func (s *Server) getDocument(w http.ResponseWriter, r *http.Request) error {
 	collection, err := pathParam(r, "collection", 128)
 	if err != nil {
 		return err
 	}
 	id, err := pathParam(r, "id", MaxIDBytes)
+	if err != nil {
+		return err
+	}
+	sel, err := parseSelect(r)
 	if err != nil {
 		return err
 	}
@@ -66,8 +71,12 @@ func (s *Server) getDocument(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
+	body, err := sel.apply(doc.Body)
+	if err != nil {
+		return fmt.Errorf("document %q of %s in %s: %w", truncate(id, 80), collection, view.Version, err)
+	}
 	cacheHeaders(w, view.Version, pinned)
-	writeTagged(w, r, doc.ETag, doc.Body)
+	writeTagged(w, r, sel.etag(doc.ETag, body), body)
 	return nil
 }
 
@@ -90,7 +99,7 @@ type batchGetRequest struct {
 	IDs []string `json:"ids"`
 }
 
-// batchGet answers POST /v1/data/{collection}:batchGet.
+// batchGet answers POST /v1/data/{collection}:batchGet?select=.
 func (s *Server) batchGet(w http.ResponseWriter, r *http.Request) error {
 	collection, err := pathParam(r, "collection", 128)
 	if err != nil {
@@ -111,6 +120,10 @@ func (s *Server) batchGet(w http.ResponseWriter, r *http.Request) error {
 			return err
 		}
 	}
+	sel, err := parseSelect(r)
+	if err != nil {
+		return err
+	}
 	view, pinned, err := s.view(r)
 	if err != nil {
 		return err
@@ -127,7 +140,11 @@ func (s *Server) batchGet(w http.ResponseWriter, r *http.Request) error {
 		if i > 0 {
 			b.raw(",")
 		}
-		b.str(id).raw(":").raw(string(docs[id].Body))
+		body, err := sel.apply(docs[id].Body)
+		if err != nil {
+			return fmt.Errorf("document %q of %s in %s: %w", truncate(id, 80), collection, view.Version, err)
+		}
+		b.str(id).raw(":").raw(string(body))
 	}
 	b.raw(`},"missing":[`)
 	for i, id := range missing {
@@ -190,13 +207,19 @@ func (s *Server) pageLimit(r *http.Request) (int, error) {
 	return n, nil
 }
 
-// listDocuments answers GET /v1/data/{collection}?limit=&page_token=.
+// listDocuments answers GET /v1/data/{collection}?limit=&page_token=&select=.
 func (s *Server) listDocuments(w http.ResponseWriter, r *http.Request) error {
 	collection, err := pathParam(r, "collection", 128)
 	if err != nil {
 		return err
 	}
 	limit, err := s.pageLimit(r)
+	if err != nil {
+		return err
+	}
+	// A page token does not carry the selection: every page names it again (so a
+	// token is the same whatever a page selects).
+	sel, err := parseSelect(r)
 	if err != nil {
 		return err
 	}
@@ -236,7 +259,11 @@ func (s *Server) listDocuments(w http.ResponseWriter, r *http.Request) error {
 		if i > 0 {
 			b.raw(",")
 		}
-		b.raw(`{"id":`).str(d.ID).raw(`,"document":`).raw(string(d.Body)).raw("}")
+		body, err := sel.apply(d.Body)
+		if err != nil {
+			return fmt.Errorf("document %q of %s in %s: %w", truncate(d.ID, 80), collection, view.Version, err)
+		}
+		b.raw(`{"id":`).str(d.ID).raw(`,"document":`).raw(string(body)).raw("}")
 	}
 	b.raw("]")
 	if more && len(docs) > 0 {

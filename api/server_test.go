@@ -7,9 +7,11 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -96,8 +98,23 @@ func (f *fakeReader) GetMany(ctx context.Context, v snapshot.View, collection st
 	return out, missing, nil
 }
 
-func (f *fakeReader) Page(context.Context, snapshot.View, string, string, int) ([]snapshot.Document, bool, error) {
-	return nil, false, nil
+// Page pages over the collection's docs in id order.
+func (f *fakeReader) Page(_ context.Context, v snapshot.View, collection, after string, limit int) ([]snapshot.Document, bool, error) {
+	if !v.HasCollection(collection) {
+		return nil, false, snapshot.ErrNotFound
+	}
+	var out []snapshot.Document
+	for _, key := range slices.Sorted(maps.Keys(f.docs)) {
+		c, id, _ := strings.Cut(key, "\x00")
+		if c != collection || id <= after {
+			continue
+		}
+		if len(out) == limit {
+			return out, true, nil
+		}
+		out = append(out, snapshot.Document{ID: id, Body: []byte(f.docs[key])})
+	}
+	return out, false, nil
 }
 
 func (f *fakeReader) Versions(context.Context) ([]snapshot.Manifest, error) { return f.manifests, nil }
