@@ -278,9 +278,9 @@ func TestSnapshotAcrossFlip(t *testing.T) {
 
 // reader is what a Client and a Snapshot have in common.
 type reader interface {
-	Get(ctx context.Context, collection, id string) (Document, error)
-	BatchGet(ctx context.Context, collection string, ids []string) (map[string]Document, []string, string, error)
-	List(ctx context.Context, collection string, opts ListOptions) iter.Seq2[Document, error]
+	Get(ctx context.Context, collection, id string, opts ...ReadOption) (Document, error)
+	BatchGet(ctx context.Context, collection string, ids []string, opts ...ReadOption) (map[string]Document, []string, string, error)
+	List(ctx context.Context, collection string, opts ListOptions, read ...ReadOption) iter.Seq2[Document, error]
 }
 
 var (

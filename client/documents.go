@@ -18,11 +18,13 @@ type Document struct {
 	ID string
 	// JSON is the document: the JSON Postgres makes of the row with to_json, its
 	// columns in order, byte for byte as stored (the bytes the ETag hashes), whether
-	// read by Get, BatchGet or List.
+	// read by Get, BatchGet or List. Read with Select, it holds the selected fields,
+	// each name and value as stored, joined by ",".
 	JSON json.RawMessage
 	// Version is the version it was read from.
 	Version string
-	// ETag is the strong entity tag of the bytes; only Get sets it.
+	// ETag is the strong entity tag of the bytes (with Select, of the selection's);
+	// only Get sets it.
 	ETag string
 }
 
@@ -30,9 +32,9 @@ type Document struct {
 func (d Document) Decode(v any) error { return json.Unmarshal(d.JSON, v) }
 
 // Get reads one document of the current version. An unknown collection or id is an
-// error matching ErrNotFound.
-func (c *Client) Get(ctx context.Context, collection, id string) (Document, error) {
-	return c.get(ctx, "", collection, id)
+// error matching ErrNotFound. Select keeps only some fields.
+func (c *Client) Get(ctx context.Context, collection, id string, opts ...ReadOption) (Document, error) {
+	return c.get(ctx, "", collection, id, opts)
 }
 
 // BatchGet reads many documents of one collection, all from one version: the documents
@@ -40,9 +42,10 @@ func (c *Client) Get(ctx context.Context, collection, id string) (Document, erro
 // A list longer than Config.BatchLimit ids, or than Config.MaxBatchBytes of JSON, is
 // sent as several requests; the first one's version is named in the others, so all
 // parts still come from one version (a part whose version expired meanwhile fails
-// with ErrGone). Duplicate ids are asked for once. No ids: nothing is sent.
-func (c *Client) BatchGet(ctx context.Context, collection string, ids []string) (docs map[string]Document, missing []string, version string, err error) {
-	return c.batchGet(ctx, "", collection, ids)
+// with ErrGone). Duplicate ids are asked for once. No ids: nothing is sent. Select
+// keeps only some fields.
+func (c *Client) BatchGet(ctx context.Context, collection string, ids []string, opts ...ReadOption) (docs map[string]Document, missing []string, version string, err error) {
+	return c.batchGet(ctx, "", collection, ids, opts)
 }
 
 // ListOptions tunes List.
@@ -55,16 +58,17 @@ type ListOptions struct {
 // List returns the documents of a collection in id order (by the bytes of the id),
 // page by page as the loop asks for them, all from one version: the first page's,
 // which the API's page tokens carry to the next pages whatever the pointer does
-// meanwhile. An error ends the sequence, yielded with a zero Document:
+// meanwhile. Select keeps only some fields of every document, on every page. An error
+// ends the sequence, yielded with a zero Document:
 //
-//	for doc, err := range c.List(ctx, "tenants", client.ListOptions{}) {
+//	for doc, err := range c.List(ctx, "tenants", client.ListOptions{}, client.Select("id", "plan")) {
 //		if err != nil {
 //			return err
 //		}
 //		...
 //	}
-func (c *Client) List(ctx context.Context, collection string, opts ListOptions) iter.Seq2[Document, error] {
-	return c.list(ctx, "", collection, opts)
+func (c *Client) List(ctx context.Context, collection string, opts ListOptions, read ...ReadOption) iter.Seq2[Document, error] {
+	return c.list(ctx, "", collection, opts, read)
 }
 
 // docPath returns the escaped path of a document.
@@ -93,14 +97,18 @@ func checkVersion(method, path, want, got string) error {
 	return nil
 }
 
-func (c *Client) get(ctx context.Context, version, collection, id string) (Document, error) {
+func (c *Client) get(ctx context.Context, version, collection, id string, opts []ReadOption) (Document, error) {
 	switch {
 	case collection == "":
 		return Document{}, invalid("get: empty collection")
 	case id == "":
 		return Document{}, invalid("get: empty id")
 	}
-	r := request{method: http.MethodGet, path: docPath(collection, id), query: versionQuery(version), version: version}
+	o, err := resolve("get", opts)
+	if err != nil {
+		return Document{}, err
+	}
+	r := request{method: http.MethodGet, path: docPath(collection, id), query: o.query(versionQuery(version)), version: version}
 	var cached *cacheEntry
 	key := ""
 	if c.cache != nil {
@@ -182,9 +190,13 @@ type batchAnswer struct {
 	Missing   []string                   `json:"missing"`
 }
 
-func (c *Client) batchGet(ctx context.Context, version, collection string, ids []string) (map[string]Document, []string, string, error) {
+func (c *Client) batchGet(ctx context.Context, version, collection string, ids []string, opts []ReadOption) (map[string]Document, []string, string, error) {
 	if collection == "" {
 		return nil, nil, "", invalid("batchGet: empty collection")
+	}
+	o, err := resolve("batchGet", opts)
+	if err != nil {
+		return nil, nil, "", err
 	}
 	seen := make(map[string]bool, len(ids))
 	uniq := make([]string, 0, len(ids))
@@ -201,7 +213,7 @@ func (c *Client) batchGet(ctx context.Context, version, collection string, ids [
 	var missing []string
 	path := "/v1/data/" + escapeSegment(collection) + ":batchGet"
 	for _, part := range splitBatch(uniq, c.cfg.BatchLimit, c.cfg.MaxBatchBytes) {
-		r := request{method: http.MethodPost, path: path, query: versionQuery(version), body: batchBody(part), version: version}
+		r := request{method: http.MethodPost, path: path, query: o.query(versionQuery(version)), body: batchBody(part), version: version}
 		a, err := c.send(ctx, r)
 		if err != nil {
 			return nil, nil, "", err
@@ -232,17 +244,23 @@ type listAnswer struct {
 	NextPageToken string `json:"next_page_token"`
 }
 
-func (c *Client) list(ctx context.Context, version, collection string, opts ListOptions) iter.Seq2[Document, error] {
+func (c *Client) list(ctx context.Context, version, collection string, opts ListOptions, read []ReadOption) iter.Seq2[Document, error] {
 	return func(yield func(Document, error) bool) {
 		if collection == "" {
 			yield(Document{}, invalid("list: empty collection"))
+			return
+		}
+		o, err := resolve("list", read)
+		if err != nil {
+			yield(Document{}, err)
 			return
 		}
 		path := "/v1/data/" + escapeSegment(collection)
 		token := ""
 		for {
 			// The first page names the version (if any); the next ones carry it in
-			// their token, which the API reads instead of the query.
+			// their token, which the API reads instead of the query. The selection is
+			// not in the token: every page names it.
 			q := url.Values{}
 			if token == "" {
 				q = versionQuery(version)
@@ -252,6 +270,7 @@ func (c *Client) list(ctx context.Context, version, collection string, opts List
 			if opts.PageSize != 0 {
 				q.Set("limit", strconv.Itoa(opts.PageSize))
 			}
+			o.query(q)
 			a, err := c.send(ctx, request{method: http.MethodGet, path: path, query: q, version: version})
 			if err != nil {
 				yield(Document{}, err)

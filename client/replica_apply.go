@@ -228,7 +228,7 @@ func (r *Replica) readChanged(ctx context.Context, version, collection string, i
 	if len(ids) == 0 {
 		return changes, nil
 	}
-	docs, _, _, err := r.c.batchGet(ctx, version, collection, slices.Collect(maps.Keys(ids)))
+	docs, _, _, err := r.c.batchGet(ctx, version, collection, slices.Collect(maps.Keys(ids)), nil)
 	if err != nil {
 		return nil, err
 	}
@@ -241,7 +241,7 @@ func (r *Replica) readChanged(ctx context.Context, version, collection string, i
 // readWhole reads every document of a collection in the version.
 func (r *Replica) readWhole(ctx context.Context, version, collection string) (map[string]json.RawMessage, error) {
 	docs := map[string]json.RawMessage{}
-	for d, err := range r.c.list(ctx, version, collection, ListOptions{PageSize: 1000}) {
+	for d, err := range r.c.list(ctx, version, collection, ListOptions{PageSize: 1000}, nil) {
 		if err != nil {
 			return nil, err
 		}

@@ -68,17 +68,17 @@ func (c *Client) Pin(version string) (*Snapshot, error) {
 func (s *Snapshot) Version() string { return s.version }
 
 // Get reads one document of the handle's version; see Client.Get.
-func (s *Snapshot) Get(ctx context.Context, collection, id string) (Document, error) {
-	return s.c.get(ctx, s.version, collection, id)
+func (s *Snapshot) Get(ctx context.Context, collection, id string, opts ...ReadOption) (Document, error) {
+	return s.c.get(ctx, s.version, collection, id, opts)
 }
 
 // BatchGet reads many documents of the handle's version; see Client.BatchGet. The
 // version it returns is always the handle's.
-func (s *Snapshot) BatchGet(ctx context.Context, collection string, ids []string) (docs map[string]Document, missing []string, version string, err error) {
-	return s.c.batchGet(ctx, s.version, collection, ids)
+func (s *Snapshot) BatchGet(ctx context.Context, collection string, ids []string, opts ...ReadOption) (docs map[string]Document, missing []string, version string, err error) {
+	return s.c.batchGet(ctx, s.version, collection, ids, opts)
 }
 
 // List returns the documents of a collection in the handle's version; see Client.List.
-func (s *Snapshot) List(ctx context.Context, collection string, opts ListOptions) iter.Seq2[Document, error] {
-	return s.c.list(ctx, s.version, collection, opts)
+func (s *Snapshot) List(ctx context.Context, collection string, opts ListOptions, read ...ReadOption) iter.Seq2[Document, error] {
+	return s.c.list(ctx, s.version, collection, opts, read)
 }
