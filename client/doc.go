@@ -43,6 +43,9 @@
 // Config.Retry says; a 4xx never is. Every method takes a context, which bounds the
 // whole call, retries included.
 //
+// Select("a", "b"), passed to Get, BatchGet or List, keeps only those top-level fields
+// of each document (the API's ?select=).
+//
 // With Config.CacheBytes set, Get keeps the documents it read with their ETags and
 // revalidates them: a document unchanged since the last read (even across flips) costs
 // a 304 without a body.
