@@ -29,9 +29,6 @@ func (o Op) String() string {
 	return opNames[o]
 }
 
-// equality reports whether o pins the field to a set of values (or NULL).
-func (o Op) equality() bool { return o == OpEq || o == OpIn || o == OpIsNull }
-
 // MaxIn is the most values an in list may hold.
 const MaxIn = 100
 

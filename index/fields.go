@@ -30,8 +30,8 @@ func AppendKey(dst []byte, d Def, body []byte) ([]byte, error) {
 	if len(d.Types) != len(d.Fields) {
 		return dst, errInvalid("index %s has %d fields and %d types", d.Name, len(d.Fields), len(d.Types))
 	}
-	var stack [16][]byte
-	vals := stack[:0]
+	var stack [16][]byte // no allocation for an index of up to 16 fields
+	var vals [][]byte
 	if len(d.Fields) <= len(stack) {
 		vals = stack[:len(d.Fields)]
 	} else {
@@ -149,19 +149,21 @@ func skipSpace(b []byte, p int) int {
 // -1, and whether it holds an escape.
 func skipString(b []byte, p int) (int, bool) {
 	escaped := false
-	for i := p + 1; i < len(b); i++ {
-		j := bytes.IndexAny(b[i:], `"\`)
+	for i := p + 1; ; {
+		j := bytes.IndexByte(b[i:], '"')
 		if j < 0 {
 			return -1, escaped
 		}
-		i += j
-		if b[i] == '"' {
-			return i + 1, escaped
+		q := i + j
+		k := q
+		for k > i && b[k-1] == '\\' {
+			k--
 		}
-		escaped = true
-		i++
+		if (q-k)%2 == 0 { // the quote is not escaped: the string ends
+			return q + 1, escaped || bytes.IndexByte(b[p+1:q], '\\') >= 0
+		}
+		escaped, i = true, q+1
 	}
-	return -1, escaped
 }
 
 // skipValue returns the index just past the JSON value starting at b[p], or -1.
