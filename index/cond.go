@@ -74,7 +74,7 @@ func quoteIn(v string) string {
 func ParseCond(field, expr string) (Cond, error) {
 	c, why := parseCond(field, expr)
 	if why != "" {
-		return Cond{}, errInvalid("filter %q=%q: %s", truncate(field), truncate(expr), why)
+		return Cond{}, errInvalid("filter %s=%s: %s", show(field), show(expr), why)
 	}
 	return c, nil
 }

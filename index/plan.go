@@ -2,6 +2,7 @@ package index
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -29,8 +30,9 @@ type Scan struct {
 const MaxRanges = 1000
 
 // ErrNoIndex reports a filter that no declared index serves: equality on a prefix of
-// an index's fields and at most one range on the next. It wraps snapshot.ErrInvalid.
-var ErrNoIndex = fmt.Errorf("no index serves the filter: %w", snapshot.ErrInvalid)
+// an index's fields and at most one range on the next. Plan's errors that wrap it
+// also wrap snapshot.ErrInvalid.
+var ErrNoIndex = errors.New("no index serves the filter")
 
 // fieldConds are the conditions on one field: at most one equality (eq, in or
 // is.null) and at most a lower and an upper bound.
@@ -51,7 +53,10 @@ func Plan(defs []Def, conds []Cond) (Scan, error) {
 	}
 	byField, order, why := group(conds)
 	if why == "" {
-		why = "no index has equality on a prefix of its fields and a range on the next"
+		why = "an index serves equality (eq, in, is.null) on a prefix of its fields and at most one range (gt, gte, lt, lte) on the next"
+		if f := unindexed(defs, order); f != "" {
+			why = "no index has the field " + f
+		}
 		for _, d := range byLength(defs) {
 			if serves(d, byField, order) {
 				return plan(d, byField)
@@ -59,6 +64,16 @@ func Plan(defs []Def, conds []Cond) (Scan, error) {
 		}
 	}
 	return Scan{}, noIndex(defs, conds, why)
+}
+
+// unindexed returns the first of fields that no index has, or "".
+func unindexed(defs []Def, fields []string) string {
+	for _, f := range fields {
+		if !slices.ContainsFunc(defs, func(d Def) bool { return slices.Contains(d.Fields, f) }) {
+			return f
+		}
+	}
+	return ""
 }
 
 func noIndex(defs []Def, conds []Cond, why string) error {
@@ -74,7 +89,7 @@ func noIndex(defs []Def, conds []Cond, why string) error {
 	if len(defs) > 0 {
 		list = "the indexes are " + strings.Join(names, ", ")
 	}
-	return fmt.Errorf("filter %s: %s; %s: %w", truncateList(strings.Join(cs, "&")), why, list, ErrNoIndex)
+	return fmt.Errorf("filter %s: %w (%s; %s): %w", truncateList(strings.Join(cs, "&")), ErrNoIndex, why, list, snapshot.ErrInvalid)
 }
 
 func truncateList(s string) string {

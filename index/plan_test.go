@@ -112,3 +112,21 @@ func numbers(n int) string {
 	}
 	return strings.Join(s, ",")
 }
+
+func TestDefValidate(t *testing.T) {
+	if err := NewDef([]string{"a", "b"}, []Type{TypeText, TypeDate}).Validate(); err != nil {
+		t.Errorf("a valid index: %v", err)
+	}
+	for _, d := range []Def{
+		NewDef(nil, nil),
+		NewDef([]string{"a"}, nil),
+		NewDef([]string{"a", "a"}, []Type{TypeText, TypeText}),
+		NewDef([]string{""}, []Type{TypeText}),
+		NewDef([]string{"a"}, []Type{0}),
+		{Name: "b", Fields: []string{"a"}, Types: []Type{TypeText}},
+	} {
+		if err := d.Validate(); !errors.Is(err, snapshot.ErrInvalid) {
+			t.Errorf("%+v: Validate() = %v; want ErrInvalid", d, err)
+		}
+	}
+}

@@ -2,6 +2,9 @@ package index
 
 import (
 	"fmt"
+	"strconv"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/snapflip/snapflip/snapshot"
 )
@@ -145,3 +148,15 @@ func truncate(s string) string {
 // bad returns an error that a caller wraps, with the value and type, into one
 // wrapping snapshot.ErrInvalid.
 func bad(format string, args ...any) error { return fmt.Errorf(format, args...) }
+
+// show returns s for an error message: truncated, and quoted if it holds anything
+// but printable UTF-8.
+func show(s string) string {
+	t := truncate(s)
+	for _, r := range t {
+		if r == utf8.RuneError || !unicode.IsPrint(r) {
+			return strconv.Quote(t)
+		}
+	}
+	return t
+}
