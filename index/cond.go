@@ -59,6 +59,21 @@ func (c Cond) String() string {
 	return c.Field + "=" + c.Op.String() + "." + v
 }
 
+// check reports a condition ParseCond would not return: an unknown operator, or a
+// number of values other than its operator takes.
+func (c Cond) check() error {
+	n := len(c.Values)
+	switch {
+	case c.Op <= 0 || int(c.Op) >= len(opNames):
+		return errInvalid("filter on %s: unknown operator %d", show(c.Field), int(c.Op))
+	case c.Op == OpIsNull && n != 0,
+		c.Op == OpIn && (n == 0 || n > MaxIn),
+		c.Op != OpIsNull && c.Op != OpIn && n != 1:
+		return errInvalid("filter on %s: %d values for %s", show(c.Field), n, c.Op)
+	}
+	return nil
+}
+
 func quoteIn(v string) string {
 	if v != "" && !strings.ContainsAny(v, `,()"\`) {
 		return v

@@ -51,6 +51,11 @@ func Plan(defs []Def, conds []Cond) (Scan, error) {
 	if len(conds) == 0 {
 		return Scan{}, errInvalid("a filter needs a condition")
 	}
+	for _, c := range conds {
+		if err := c.check(); err != nil {
+			return Scan{}, err
+		}
+	}
 	byField, order, why := group(conds)
 	if why == "" {
 		why = "an index serves equality (eq, in, is.null) on a prefix of its fields and at most one range (gt, gte, lt, lte) on the next"

@@ -84,6 +84,9 @@ func TestPlanRefuses(t *testing.T) {
 		phrase string
 	}{
 		{"no condition", nil, false, "needs a condition"},
+		{"no value", []Cond{{Field: "a", Op: OpGt}}, false, "0 values for gt"},
+		{"no op", []Cond{{Field: "a", Values: []string{"1"}}}, false, "unknown operator"},
+		{"value for is.null", []Cond{{Field: "a", Op: OpIsNull, Values: []string{"1"}}}, false, "1 values for is"},
 		{"unindexed field", conds(t, "z", "eq.1"), true, "z=eq.1"},
 		{"range before equality", conds(t, "a", "gt.1", "b", "eq.2020-01-01"), true, "(a,b), (c)"},
 		{"skips a field", conds(t, "b", "eq.2020-01-01"), true, "(a,b)"},
@@ -129,4 +132,39 @@ func TestDefValidate(t *testing.T) {
 			t.Errorf("%+v: Validate() = %v; want ErrInvalid", d, err)
 		}
 	}
+}
+
+// FuzzPlan plans whatever ParseCond accepts: no panic, an error wraps ErrInvalid, and
+// the ranges are sorted and disjoint.
+func FuzzPlan(f *testing.F) {
+	f.Add("a", "in.(1,2)", "b", "gt.x")
+	f.Add("b", "is.null", "c", "lte.2020-01-01T00:00:00Z")
+	f.Fuzz(func(t *testing.T, f1, e1, f2, e2 string) {
+		defs := []Def{
+			NewDef([]string{"a", "b"}, []Type{TypeNumber, TypeText}),
+			NewDef([]string{"b", "c"}, []Type{TypeText, TypeTimestampTZ}),
+			NewDef([]string{"c", "a", "d"}, []Type{TypeTimestampTZ, TypeNumber, TypeBool}),
+		}
+		var cs []Cond
+		for _, fe := range [][2]string{{f1, e1}, {f2, e2}} {
+			if c, err := ParseCond(fe[0], fe[1]); err == nil {
+				cs = append(cs, c)
+			}
+		}
+		scan, err := Plan(defs, cs)
+		if err != nil {
+			if !errors.Is(err, snapshot.ErrInvalid) {
+				t.Fatalf("Plan(%v): %v; want ErrInvalid", cs, err)
+			}
+			return
+		}
+		for i, r := range scan.Ranges {
+			if r.End != nil && bytes.Compare(r.Start, r.End) >= 0 {
+				t.Fatalf("Plan(%v): empty range %x", cs, r)
+			}
+			if i > 0 && (scan.Ranges[i-1].End == nil || bytes.Compare(scan.Ranges[i-1].End, r.Start) > 0) {
+				t.Fatalf("Plan(%v): ranges %x overlap", cs, scan.Ranges)
+			}
+		}
+	})
 }
