@@ -100,6 +100,8 @@ func TestEncodeText(t *testing.T) {
 		{TypeDate, "0044-03-15 BC", `"0044-03-15 BC"`}, {TypeDate, "-infinity", `"-infinity"`},
 		{TypeTimestamp, "2020-01-02 03:04:05.5", `"2020-01-02T03:04:05.5"`},
 		{TypeTimestamp, "2020-01-02", `"2020-01-02T00:00:00"`},
+		{TypeTimestamp, "2020-01-01 23:59:60", `"2020-01-02T00:00:00"`},
+		{TypeTimestamp, "2020-01-01 24:00:00", `"2020-01-02T00:00:00"`},
 		{TypeTimestampTZ, "2020-01-02 03:04:05+00", `"2020-01-02T03:04:05+00:00"`},
 		{TypeTimestampTZ, "2020-01-02T08:34:05Z", `"2020-01-02T14:04:05+05:30"`},
 		{TypeTimestampTZ, "2020-01-02t03:04:05.000001z", `"2020-01-02T03:04:05.000001+00:00"`},
@@ -118,7 +120,7 @@ func TestEncodeText(t *testing.T) {
 	}{
 		{TypeNumber, "1,5"}, {TypeNumber, " 1"}, {TypeNumber, "0x10"}, {TypeNumber, "1_000"}, {TypeNumber, ""},
 		{TypeText, "a\x00"}, {TypeText, "\xff"}, {TypeBool, "t"}, {TypeTimestamp, "2020-01-02T03:04:05Z"},
-		{TypeTimestampTZ, "2020-01-02T03:04:05"}, {TypeTimestampTZ, "2020-01-02"}, {TypeDate, "2020-01-02T00:00:00"},
+		{TypeTimestampTZ, "2020-01-02T03:04:05"}, {TypeTimestamp, "2020-01-01 23:59:60.5"}, {TypeTimestampTZ, "2020-01-02"}, {TypeDate, "2020-01-02T00:00:00"},
 	} {
 		if got, err := EncodeText(tt.typ, tt.text); !errors.Is(err, snapshot.ErrInvalid) {
 			t.Errorf("EncodeText(%s, %q) = %x, %v; want an error wrapping ErrInvalid", tt.typ, tt.text, got, err)

@@ -107,7 +107,9 @@ func (dt datetime) days() (int64, error) {
 	if dt.month < 1 || dt.month > 12 || dt.day < 1 || dt.day > daysIn(y, dt.month) {
 		return 0, bad("no such date")
 	}
-	if dt.min > 59 || dt.sec > 60 || dt.hour > 24 || (dt.hour == 24 && dt.min+dt.sec+dt.usec > 0) {
+	// Postgres reads 24:00:00 as the next midnight and a leap second 60 as the next
+	// minute's first, and nothing later.
+	if dt.min > 59 || dt.sec > 60 || (dt.sec == 60 && dt.usec > 0) || dt.hour > 24 || (dt.hour == 24 && dt.min+dt.sec+dt.usec > 0) {
 		return 0, bad("no such time")
 	}
 	if dt.off < -(16*3600-1) || dt.off > 16*3600-1 {
