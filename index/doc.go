@@ -38,4 +38,10 @@
 // first fields of an index makes prefixes (one per combination of in values), and a
 // range on the next field bounds what follows them. A range never reaches the NULL
 // byte unless is.null asks for it, so gt, gte, lt and lte never match NULL.
+//
+// # Errors
+//
+// Every refusal of input (a value its type cannot hold, a malformed filter, a type
+// no index can order, a filter no index serves) wraps snapshot.ErrInvalid and names
+// the input; ErrNotIndexable and ErrNoIndex single out the last two.
 package index

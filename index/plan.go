@@ -11,7 +11,8 @@ import (
 )
 
 // Range is a span of encoded values components (Key's output, without the id): a key K
-// is in it when Start <= K < End, a nil End leaving it unbounded above. The encodings
+// is in it when Start <= K < End, an empty Start meaning the index's first entry and a
+// nil End leaving it unbounded above. The encodings
 // are self-delimiting, so K followed by any suffix (the id) is in it exactly when K is:
 // a scan from Start to End over full row keys under one index prefix returns exactly
 // the entries whose values are in the range.
@@ -60,7 +61,7 @@ func Plan(defs []Def, conds []Cond) (Scan, error) {
 	if why == "" {
 		why = "an index serves equality (eq, in, is.null) on a prefix of its fields and at most one range (gt, gte, lt, lte) on the next"
 		if f := unindexed(defs, order); f != "" {
-			why = "no index has the field " + f
+			why = "no index has the field " + show(f)
 		}
 		for _, d := range byLength(defs) {
 			if serves(d, byField, order) {
