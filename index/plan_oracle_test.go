@@ -213,7 +213,16 @@ type filterCase struct {
 
 func checkFilter(t *testing.T, ctx context.Context, conn *pgx.Conn, fc filterCase, seed uint64) {
 	t.Helper()
-	scan, err := index.Plan(fc.defs, fc.conds)
+	// The conditions go through their query-parameter form, as the API receives them.
+	parsed := make([]index.Cond, len(fc.conds))
+	for i, c := range fc.conds {
+		field, expr, _ := strings.Cut(c.String(), "=")
+		var err error
+		if parsed[i], err = index.ParseCond(field, expr); err != nil {
+			t.Fatalf("ParseCond of %s: %v", c, err)
+		}
+	}
+	scan, err := index.Plan(fc.defs, parsed)
 	if err != nil {
 		t.Fatalf("seed %d: Plan(%v): %v", seed, fc.conds, err)
 	}
