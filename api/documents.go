@@ -223,6 +223,13 @@ func (s *Server) listDocuments(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
+	conds, err := filterConds(r)
+	if err != nil {
+		return err
+	}
+	if len(conds) > 0 {
+		return s.filterDocuments(w, r, filterRequest{collection: collection, conds: conds, limit: limit, sel: sel})
+	}
 	var view snapshot.View
 	var after string
 	pinned := true
@@ -253,24 +260,44 @@ func (s *Server) listDocuments(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
+	var next string
+	if more && len(docs) > 0 {
+		next = encodeToken(pageToken{Version: view.Version, Collection: collection, After: docs[len(docs)-1].ID})
+	}
+	return writePage(w, page{view: view, pinned: pinned, collection: collection, docs: docs, sel: sel, next: next})
+}
+
+// page is one page of documents as the list and filter routes answer it.
+type page struct {
+	view       snapshot.View
+	pinned     bool // read from a version the request named
+	collection string
+	docs       []snapshot.Document
+	sel        selection
+	next       string // the next page's token; "" for the last page
+}
+
+// writePage writes a page: its version, its documents (their selected fields), and
+// the token of the next page.
+func writePage(w http.ResponseWriter, p page) error {
 	var b verbatim
-	b.raw(`{"version":`).str(string(view.Version)).raw(`,"documents":[`)
-	for i, d := range docs {
+	b.raw(`{"version":`).str(string(p.view.Version)).raw(`,"documents":[`)
+	for i, d := range p.docs {
 		if i > 0 {
 			b.raw(",")
 		}
-		body, err := sel.apply(d.Body)
+		body, err := p.sel.apply(d.Body)
 		if err != nil {
-			return fmt.Errorf("document %q of %s in %s: %w", truncate(d.ID, 80), collection, view.Version, err)
+			return fmt.Errorf("document %q of %s in %s: %w", truncate(d.ID, 80), p.collection, p.view.Version, err)
 		}
 		b.raw(`{"id":`).str(d.ID).raw(`,"document":`).raw(string(body)).raw("}")
 	}
 	b.raw("]")
-	if more && len(docs) > 0 {
-		b.raw(`,"next_page_token":`).str(encodeToken(pageToken{Version: view.Version, Collection: collection, After: docs[len(docs)-1].ID}))
+	if p.next != "" {
+		b.raw(`,"next_page_token":`).str(p.next)
 	}
 	b.raw("}\n")
-	cacheHeaders(w, view.Version, pinned)
+	cacheHeaders(w, p.view.Version, p.pinned)
 	b.write(w)
 	return nil
 }

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/snapflip/snapflip/api"
+	"github.com/snapflip/snapflip/index"
 	"github.com/snapflip/snapflip/resolver"
 	"github.com/snapflip/snapflip/snapshot"
 )
@@ -99,6 +100,47 @@ func (f *fakeReader) GetMany(ctx context.Context, v snapshot.View, collection st
 }
 
 // Page pages over the collection's docs in id order.
+// Filter answers a filter from the fake's documents: those whose entry (their key
+// in the index, then their id) falls in a range of the scan, in entry order.
+func (f *fakeReader) Filter(_ context.Context, v snapshot.View, collection string, scan index.Scan, after string, limit int) (resolver.FilterPage, error) {
+	if !v.HasCollection(collection) {
+		return resolver.FilterPage{}, snapshot.ErrNotFound
+	}
+	type entry struct {
+		id string
+		d  snapshot.Document
+	}
+	var entries []entry
+	for key, body := range f.docs {
+		c, id, _ := strings.Cut(key, "\x00")
+		if c != collection {
+			continue
+		}
+		k, err := index.Key(scan.Index, []byte(body))
+		if err != nil {
+			return resolver.FilterPage{}, err
+		}
+		e := index.EntryID(k, id)
+		for _, rg := range scan.Ranges {
+			sp := index.EntrySpan(rg)
+			if e >= sp.From && (sp.To == "" || e < sp.To) && e > after {
+				entries = append(entries, entry{e, snapshot.Document{ID: id, Body: []byte(body)}})
+				break
+			}
+		}
+	}
+	slices.SortFunc(entries, func(a, b entry) int { return strings.Compare(a.id, b.id) })
+	var out resolver.FilterPage
+	for i, e := range entries {
+		if i == limit {
+			out.Next = entries[i-1].id
+			break
+		}
+		out.Docs = append(out.Docs, e.d)
+	}
+	return out, nil
+}
+
 func (f *fakeReader) Page(_ context.Context, v snapshot.View, collection, after string, limit int) ([]snapshot.Document, bool, error) {
 	if !v.HasCollection(collection) {
 		return nil, false, snapshot.ErrNotFound

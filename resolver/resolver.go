@@ -107,12 +107,16 @@ type Resolver struct {
 	docs      *lru.Cache[cacheKey, *cacheEntry] // nil when off
 	carry     *lru.Cache[carryKey, *changeSet]
 	fetch     *fetcher
+	filters   *lru.Cache[filterKey, filterIDs] // filter pages' ids, by version
 
-	hits, misses, carriedHits atomic.Int64
+	hits, misses, carriedHits, filterHits atomic.Int64
 }
 
 // maxCachedManifests bounds the manifest cache.
 const maxCachedManifests = 1024
+
+// maxCachedFilters bounds the filter cache: the ids of so many filter pages.
+const maxCachedFilters = 10_000
 
 // docKey names a document of one version (a fetch).
 type docKey struct {
@@ -147,6 +151,7 @@ func New(dataset string, store ReadStore, cfg Config, now func() time.Time) (*Re
 		fetch: &fetcher{store: store, dataset: dataset, timeout: cfg.Timeout}}
 	r.ptr = &pointerCache{refresh: cfg.Refresh, timeout: cfg.Timeout, maxStale: cfg.MaxStale, now: now, read: r.readPointer}
 	r.manifests, _ = lru.New[snapshot.Version, snapshot.Manifest](maxCachedManifests)
+	r.filters, _ = lru.New[filterKey, filterIDs](maxCachedFilters)
 	if cfg.CacheSize > 0 {
 		r.docs, _ = lru.New[cacheKey, *cacheEntry](cfg.CacheSize)
 	}

@@ -1,0 +1,149 @@
+package api
+
+import (
+	"errors"
+	"fmt"
+	"net/http"
+	"slices"
+	"strings"
+
+	"github.com/snapflip/snapflip/index"
+	"github.com/snapflip/snapflip/snapshot"
+)
+
+// listParams are the list route's own query parameters; every other one is a filter
+// condition on the field it names.
+var listParams = map[string]bool{"limit": true, "page_token": true, "version": true, "select": true}
+
+// maxConds bounds the conditions of one filter.
+const maxConds = 32
+
+// filterConds returns the request's filter conditions, in field order; none for a
+// plain list.
+func filterConds(r *http.Request) ([]index.Cond, error) {
+	if r.URL.RawQuery == "" {
+		return nil, nil
+	}
+	q := r.URL.Query()
+	var fields []string
+	for f := range q {
+		if !listParams[f] {
+			fields = append(fields, f)
+		}
+	}
+	slices.Sort(fields)
+	var conds []index.Cond
+	for _, f := range fields {
+		for _, v := range q[f] {
+			if len(conds) == maxConds {
+				return nil, badRequest("filter: more than %d conditions", maxConds)
+			}
+			c, err := index.ParseCond(f, v)
+			if err != nil {
+				return nil, badRequest("%v", err)
+			}
+			conds = append(conds, c)
+		}
+	}
+	return conds, nil
+}
+
+// filterToken is a filter page's next_page_token: the version, the collection, the
+// filter (so that a token is never read for another), and the entry to read after.
+type filterToken struct {
+	Version    snapshot.Version `json:"v"`
+	Collection string           `json:"c"`
+	Filter     string           `json:"f"`
+	After      []byte           `json:"e"`
+}
+
+// filterText is a filter's conditions as one string, for its page tokens.
+func filterText(conds []index.Cond) string {
+	parts := make([]string, len(conds))
+	for i, c := range conds {
+		parts[i] = c.String()
+	}
+	return strings.Join(parts, "&")
+}
+
+// filterView returns the view a filter page reads and the entry it starts after:
+// the page token's, or the request's version from the start.
+func (s *Server) filterView(r *http.Request, collection, filter string) (snapshot.View, string, bool, error) {
+	tok := r.URL.Query().Get("page_token")
+	if tok == "" {
+		view, pinned, err := s.view(r)
+		return view, "", pinned, err
+	}
+	var t filterToken
+	if err := decodeToken(tok, &t); err != nil {
+		return snapshot.View{}, "", true, err
+	}
+	v, err := snapshot.ParseVersion(string(t.Version))
+	switch {
+	case err != nil:
+		return snapshot.View{}, "", true, badRequest("page_token: %v", err)
+	case t.Collection != collection || t.Filter != filter || len(t.After) == 0:
+		return snapshot.View{}, "", true, badRequest("page_token: it belongs to another collection or filter; pass back the next_page_token of a page of this one")
+	}
+	view, err := s.reader.View(r.Context(), v)
+	return view, string(t.After), true, err
+}
+
+// planFilter returns the scan of the collection's indexes in the view that serves
+// conds, or a bad request naming them.
+func planFilter(view snapshot.View, collection string, conds []index.Cond) (index.Scan, error) {
+	c, ok := view.Manifest.Collections[collection]
+	if !ok {
+		return index.Scan{}, fmt.Errorf("collection %q: %w", collection, snapshot.ErrNotFound)
+	}
+	if len(c.Indexes) == 0 {
+		return index.Scan{}, badRequest("filter: collection %s has no indexes in version %s: declare them in its config (indexes: [field, …]) to filter by field",
+			collection, view.Version)
+	}
+	defs := make([]index.Def, 0, len(c.Indexes))
+	for _, d := range c.Indexes {
+		def, err := index.Typed(d)
+		if err != nil {
+			return index.Scan{}, err
+		}
+		defs = append(defs, def)
+	}
+	scan, err := index.Plan(defs, conds)
+	if errors.Is(err, snapshot.ErrInvalid) {
+		return index.Scan{}, badRequest("filter on collection %s: %v", collection, err)
+	}
+	return scan, err
+}
+
+// filterDocuments answers GET /v1/data/{collection}?{field}={op}.{value}&…: a page of
+// the documents that match every condition, in the order of the index that serves
+// them, all from one version.
+func (s *Server) filterDocuments(w http.ResponseWriter, r *http.Request, fr filterRequest) error {
+	filter := filterText(fr.conds)
+	view, after, pinned, err := s.filterView(r, fr.collection, filter)
+	if err != nil {
+		return err
+	}
+	w.Header().Set(HeaderVersion, string(view.Version))
+	scan, err := planFilter(view, fr.collection, fr.conds)
+	if err != nil {
+		return err
+	}
+	got, err := s.reader.Filter(r.Context(), view, fr.collection, scan, after, fr.limit)
+	if err != nil {
+		return err
+	}
+	var next string
+	if got.Next != "" {
+		next = encodeToken(filterToken{Version: view.Version, Collection: fr.collection, Filter: filter, After: []byte(got.Next)})
+	}
+	return writePage(w, page{view: view, pinned: pinned, collection: fr.collection, docs: got.Docs, sel: fr.sel, next: next})
+}
+
+// filterRequest is a filter as the list route read it.
+type filterRequest struct {
+	collection string
+	conds      []index.Cond
+	limit      int
+	sel        selection
+}

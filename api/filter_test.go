@@ -1,0 +1,143 @@
+package api_test
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/url"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/snapflip/snapflip/snapshot"
+)
+
+// filterReader returns a fake with collection c indexed on n (int4) and on (t, n),
+// collection bare without indexes, and documents i0…i9 with n = i mod 4 (NULL for
+// i9) and t alternating "x", "y".
+func filterReader() *fakeReader {
+	f := &fakeReader{docs: map[string]string{}}
+	for i := range 10 {
+		n := fmt.Sprint(i % 4)
+		if i == 9 {
+			n = "null"
+		}
+		f.docs[fmt.Sprintf("c\x00i%d", i)] = fmt.Sprintf(`{"id":"i%d","t":%q,"n":%s}`, i, []string{"x", "y"}[i%2], n)
+	}
+	f.manifests = []snapshot.Manifest{{Version: ver, Collections: map[string]snapshot.CollectionStats{
+		"c": {Indexes: []snapshot.IndexDef{
+			{Name: "n", Fields: []string{"n"}, Types: []string{"int4"}},
+			{Name: "t,n", Fields: []string{"t", "n"}, Types: []string{"text", "int4"}},
+		}},
+		"bare": {},
+	}}}
+	return f
+}
+
+// filterIDs pages through a filter and returns the ids in order, checking that every
+// page is of one version.
+func filterIDs(t *testing.T, h http.Handler, query string) []string {
+	t.Helper()
+	var ids []string
+	target := "/v1/data/c?" + query
+	for range 20 {
+		resp, body := do(t, h, "GET", target, "")
+		if resp.StatusCode != 200 {
+			t.Fatalf("GET %s = %d %s", target, resp.StatusCode, body)
+		}
+		var page struct {
+			Version   string `json:"version"`
+			Documents []struct {
+				ID       string          `json:"id"`
+				Document json.RawMessage `json:"document"`
+			} `json:"documents"`
+			Next string `json:"next_page_token"`
+		}
+		if err := json.Unmarshal(body, &page); err != nil || page.Version != string(ver) {
+			t.Fatalf("GET %s: %s, %v", target, body, err)
+		}
+		for _, d := range page.Documents {
+			ids = append(ids, d.ID)
+		}
+		if page.Next == "" {
+			return ids
+		}
+		target = "/v1/data/c?" + query + "&page_token=" + url.QueryEscape(page.Next)
+	}
+	t.Fatalf("GET %s: more than 20 pages", query)
+	return nil
+}
+
+// A filter answers the matching documents in the order of its index's fields, then
+// by id, over pages of one version.
+func TestFilterPagesInIndexOrder(t *testing.T) {
+	h := newServer(t, filterReader(), nil)
+	for _, tc := range []struct {
+		query string
+		want  []string
+	}{
+		{"n=eq.1", []string{"i1", "i5"}},
+		{"n=gt.1&limit=2", []string{"i2", "i6", "i3", "i7"}},
+		{"n=gte.1&n=lt.3&limit=1", []string{"i1", "i5", "i2", "i6"}},
+		{"n=in.(3,0)", []string{"i0", "i4", "i8", "i3", "i7"}},
+		{"n=is.null", []string{"i9"}},
+		{"t=eq.y&limit=3", []string{"i1", "i5", "i3", "i7", "i9"}},
+		{"t=eq.x&n=lte.0", []string{"i0", "i4", "i8"}},
+		{"n=eq.1.0", []string{"i1", "i5"}},
+		{"n=eq.9", nil},
+	} {
+		if got := filterIDs(t, h, tc.query); !slices.Equal(got, tc.want) {
+			t.Errorf("%s: ids %v; want %v", tc.query, got, tc.want)
+		}
+	}
+}
+
+// A filter keeps the selected fields of each document.
+func TestFilterSelects(t *testing.T) {
+	h := newServer(t, filterReader(), nil)
+	resp, body := do(t, h, "GET", "/v1/data/c?n=eq.2&select=n", "")
+	if resp.StatusCode != 200 || !strings.Contains(string(body), `{"id":"i2","document":{"n":2}}`) {
+		t.Errorf("filter with select = %d %s", resp.StatusCode, body)
+	}
+}
+
+// A filter no index serves, a value of the wrong type, a malformed condition and a
+// token of another filter are each a 400 problem naming the input, never a 5xx.
+func TestFilterRefusesWhatNoIndexServes(t *testing.T) {
+	h := newServer(t, filterReader(), nil)
+	many := make([]string, 10_000)
+	for i := range many {
+		many[i] = fmt.Sprint(i)
+	}
+	for _, tc := range []struct{ target, want string }{
+		{"/v1/data/c?id=eq.i1", "the indexes are (n), (t,n)"},
+		{"/v1/data/c?n=eq.1&t=gt.x", "no index serves"},
+		{"/v1/data/c?n=eq.abc", "abc"},
+		{"/v1/data/c?n=like.1", "like.1"},
+		{"/v1/data/c?n=in.(1,2", "in.(1,2"},
+		{"/v1/data/c?n=in.(" + strings.Join(many, ",") + ")", "more than 100 values"},
+		{"/v1/data/c?n=eq.%00", "n"},
+		{"/v1/data/c?n=eq.%FF", "n"},
+		{"/v1/data/c?%FF=eq.1", "eq.1"},
+		{"/v1/data/c?limit=eq.5", "limit"},
+		{"/v1/data/bare?n=eq.1", "collection bare has no indexes"},
+		{"/v1/data/c?n=eq.1&page_token=" + url.QueryEscape("eyJ2IjoiNyJ9"), "page_token"},
+	} {
+		resp, body := do(t, h, "GET", tc.target, "")
+		if resp.StatusCode != 400 || !strings.Contains(string(body), tc.want) {
+			t.Errorf("GET %.120s = %d %.300s; want 400 naming %q", tc.target, resp.StatusCode, body, tc.want)
+		}
+	}
+	// A token of one filter is refused by another.
+	resp, body := do(t, h, "GET", "/v1/data/c?n=gt.0&limit=1", "")
+	var page struct {
+		Next string `json:"next_page_token"`
+	}
+	if err := json.Unmarshal(body, &page); err != nil || resp.StatusCode != 200 || page.Next == "" {
+		t.Fatalf("first page: %d %s", resp.StatusCode, body)
+	}
+	resp, body = do(t, h, "GET", "/v1/data/c?n=gt.1&limit=1&page_token="+url.QueryEscape(page.Next), "")
+	if resp.StatusCode != 400 || !strings.Contains(string(body), "another collection or filter") {
+		t.Errorf("a token of another filter = %d %s; want 400", resp.StatusCode, body)
+	}
+}

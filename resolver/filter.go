@@ -1,0 +1,135 @@
+package resolver
+
+import (
+	"context"
+	"fmt"
+	"strings"
+
+	"github.com/snapflip/snapflip/index"
+	"github.com/snapflip/snapflip/snapshot"
+)
+
+// FilterPage is one page of a filter: its documents in index order, and the entry to
+// read on after, "" when none follow.
+type FilterPage struct {
+	Docs []snapshot.Document
+	Next string
+}
+
+// filterKey names one page of one filter of one version, which never changes.
+type filterKey struct {
+	v          snapshot.Version
+	collection string
+	query      string // the index, its ranges and the page's start
+	limit      int
+}
+
+// Filter returns up to limit documents of the view's collection whose entries in
+// scan's index fall in its ranges, in index order (the fields' values, then the id),
+// after the entry after ("" for the first page). Every page of one filter comes from
+// the view's version alone. It returns an error wrapping ErrNotFound for a collection
+// the version does not hold, and ErrInvalid for an index it does not hold.
+func (r *Resolver) Filter(ctx context.Context, view snapshot.View, collection string, scan index.Scan, after string, limit int) (FilterPage, error) {
+	c, ok := view.Manifest.Collections[collection]
+	if !ok {
+		return FilterPage{}, fmt.Errorf("collection %q: %w", collection, snapshot.ErrNotFound)
+	}
+	if !hasIndex(c.Indexes, scan.Index.Name) {
+		return FilterPage{}, fmt.Errorf("%w collection %s has no index %s in version %s", snapshot.ErrInvalid, collection, scan.Index.Name, view.Version)
+	}
+	key := filterKey{view.Version, collection, scanKey(scan, after), limit}
+	if ids, ok := r.filters.Get(key); ok {
+		r.filterHits.Add(1)
+		return r.filterDocs(ctx, view, collection, ids)
+	}
+	ids, err := r.filterIDs(ctx, view, collection, scan, after, limit)
+	if err != nil {
+		return FilterPage{}, err
+	}
+	r.filters.Add(key, ids)
+	return r.filterDocs(ctx, view, collection, ids)
+}
+
+// filterIDs reads up to limit+1 entries of the scan after the entry after and
+// returns the page's: the ids of its documents and, last, the entry that ends it when
+// more follow ("" else).
+func (r *Resolver) filterIDs(ctx context.Context, view snapshot.View, collection string, scan index.Scan, after string, limit int) (filterIDs, error) {
+	chain, entries := view.Manifest.Chain(collection), index.Collection(collection, scan.Index.Name)
+	var got []snapshot.Document
+	for _, rg := range scan.Ranges {
+		span := index.EntrySpan(rg)
+		if after != "" && span.From <= after {
+			span = span.After(after)
+		}
+		if span.Empty() {
+			continue
+		}
+		page, _, err := r.store.ScanSpan(ctx, r.dataset, chain, entries, span, limit+1-len(got))
+		if err != nil {
+			return filterIDs{}, err
+		}
+		if got = append(got, page...); len(got) > limit {
+			break
+		}
+	}
+	out := filterIDs{}
+	for i, e := range got {
+		if i == limit {
+			out.next = got[limit-1].ID
+			break
+		}
+		_, id, err := index.ParseEntryID(e.ID)
+		if err != nil {
+			return filterIDs{}, fmt.Errorf("index %s of %s at %s: %w", scan.Index.Name, collection, view.Version, err)
+		}
+		out.ids = append(out.ids, id)
+	}
+	return out, nil
+}
+
+// filterIDs is one filter page's entries: the ids in order and the entry it ends at.
+type filterIDs struct {
+	ids  []string
+	next string
+}
+
+// filterDocs reads the page's documents, in its order. An entry whose document the
+// version does not hold is an index that disagrees with its documents: an error.
+func (r *Resolver) filterDocs(ctx context.Context, view snapshot.View, collection string, page filterIDs) (FilterPage, error) {
+	docs, missing, err := r.GetMany(ctx, view, collection, page.ids)
+	if err != nil {
+		return FilterPage{}, err
+	}
+	if len(missing) > 0 {
+		return FilterPage{}, fmt.Errorf("%w: an index of %s at %s names %d ids without a document, such as %q",
+			snapshot.ErrDeltaInconsistent, collection, view.Version, len(missing), snapshot.Truncate(missing[0], 200))
+	}
+	out := FilterPage{Docs: make([]snapshot.Document, len(page.ids)), Next: page.next}
+	for i, id := range page.ids {
+		out.Docs[i] = snapshot.Document{ID: id, Body: docs[id].Body}
+	}
+	return out, nil
+}
+
+// FilterHits returns how many filter pages were answered from the filter cache.
+func (r *Resolver) FilterHits() int64 { return r.filterHits.Load() }
+
+// hasIndex reports whether defs name the index.
+func hasIndex(defs []snapshot.IndexDef, name string) bool {
+	for _, d := range defs {
+		if d.Name == name {
+			return true
+		}
+	}
+	return false
+}
+
+// scanKey is a scan and a page start as one string, for the filter cache.
+func scanKey(scan index.Scan, after string) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "%q %q", scan.Index.Name, after)
+	for _, rg := range scan.Ranges {
+		fmt.Fprintf(&b, " %q %q", rg.Start, rg.End)
+	}
+	return b.String()
+}
