@@ -53,6 +53,8 @@ type ListOptions struct {
 	// PageSize is how many documents one request asks for, 1..1000; 0 leaves it to the
 	// server (100).
 	PageSize int
+
+	filters []Filter // Query's conditions
 }
 
 // List returns the documents of a collection in id order (by the bytes of the id),
@@ -250,6 +252,10 @@ func (c *Client) list(ctx context.Context, version, collection string, opts List
 			yield(Document{}, invalid("list: empty collection"))
 			return
 		}
+		if err := checkFilters(opts.filters); err != nil {
+			yield(Document{}, err)
+			return
+		}
 		o, err := resolve("list", read)
 		if err != nil {
 			yield(Document{}, err)
@@ -269,6 +275,9 @@ func (c *Client) list(ctx context.Context, version, collection string, opts List
 			}
 			if opts.PageSize != 0 {
 				q.Set("limit", strconv.Itoa(opts.PageSize))
+			}
+			for _, f := range opts.filters {
+				q.Add(f.field, f.expr)
 			}
 			o.query(q)
 			a, err := c.send(ctx, request{method: http.MethodGet, path: path, query: q, version: version})
