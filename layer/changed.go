@@ -39,103 +39,74 @@ func (p *Writer) keyedBytes() int {
 // errKeyedTooLarge stops a keyed read whose documents outgrow keyedBytes.
 var errKeyedTooLarge = errors.New("the changed documents outgrow the keyed read's memory")
 
-// fromEntry is a parent entry with the index in the chain of the layer it is from.
-type fromEntry struct {
-	RunEntry
-	from int
+// sourceAnswer is what the source said of the rows changed since the parent, and
+// what the parent holds of them.
+type sourceAnswer struct {
+	// given reports that the source answered: it can tell the changed rows apart,
+	// and they are within the read's bounds.
+	given bool
+	docs  []snapshot.Document // the changed rows the source has, in id order
+	// named is every id the source named, in id order: docs, and for a keyed read
+	// the ids the source no longer has, without a body.
+	named []snapshot.Document
+	total int64 // for a changed-rows read, the source's row count
+	// parent is the parent's entries of the named ids.
+	parent parentMatch
 }
 
-// changedRows is what changedOnly read.
-type changedRows struct {
-	docs    []snapshot.Document // the changed rows, in id order
-	gone    []string            // the changed ids the source no longer has, in id order
-	matched []fromEntry         // the parent's entries of those the parent holds, in id order
-	// whole reports that they are the whole change: no row was deleted.
-	whole bool
-	// consumed reports that the parent's chain run was read to its end.
-	consumed bool
-	// sourceRows and parentSeen are, when whole, the join's counts of what it does
-	// not read: the source's unchanged rows, and the parent's live ids.
-	sourceRows, parentSeen int64
+// parentMatch is what the parent holds of a set of ids.
+type parentMatch struct {
+	entries  []fromEntry // the parent's live entries of the ids, in id order
+	live     int64       // how many live ids the parent holds
+	consumed bool        // the parent chain's run was read to its end
 }
 
-// readChanged reads the changed rows alone (changedOnly) and, when they are the
-// whole change, sets the join up to read only them. Otherwise the join reads every
-// row, and the parent's run again if it was read.
-func (lw *layerWriter) readChanged(ctx context.Context, snap snapshot.DeltaSnapshot) error {
-	var c changedRows
-	var err error
+// askSource asks the source for the rows changed since the parent: the ids its
+// change stream names (keyedOnly) and, when it gives none, the changed rows
+// (changedOnly). It returns the answers, each matched with the parent's entries.
+func (lw *layerWriter) askSource(ctx context.Context, snap snapshot.DeltaSnapshot, parent snapshot.CollectionStats) (keyed, changed sourceAnswer, err error) {
 	if ks, ok := snap.(snapshot.KeyedScanner); ok {
-		c, err = lw.keyedOnly(ctx, ks)
-		lw.keyed = c.whole
-	}
-	if cs, ok := snap.(snapshot.ChangedScanner); ok && err == nil && !c.whole && !c.consumed {
-		c, err = lw.changedOnly(ctx, cs)
-	}
-	if err != nil {
-		return err
-	}
-	if !c.whole {
-		// The join reads the parent's run: unread yet, or read to its end (its readers
-		// end with ctx) and so again.
-		lw.head.run = lw.openParent(ctx)
-		return nil
-	}
-	if lw.merge > 0 {
-		if c, err = lw.sparseMerge(ctx, c); err != nil {
-			return err
+		if keyed, err = lw.keyedOnly(ctx, ks, parent); err != nil || keyed.given {
+			return keyed, sourceAnswer{}, err
 		}
 	}
-	lw.changed, lw.sourceRows = c.docs, c.sourceRows
-	lw.head.sparse, lw.head.matched, lw.head.seen = true, c.matched, c.parentSeen
-	return nil
+	if cs, ok := snap.(snapshot.ChangedScanner); ok {
+		changed, err = lw.changedOnly(ctx, cs, parent)
+	}
+	return sourceAnswer{}, changed, err
 }
 
-// changedOnly reads the collection's changed rows alone and matches them with the
-// parent's chain (parentEntries). They are
-// the whole change when, with I of them not in the parent, the parent's count plus I
-// is the source's count (the source's other rows are, by row version, the parent's).
-// Otherwise (a row deleted, too many changed, no row versions) the join reads every
-// id.
-func (lw *layerWriter) changedOnly(ctx context.Context, cs snapshot.ChangedScanner) (changedRows, error) {
-	var c changedRows
-	total, ok, err := cs.ScanChanged(ctx, lw.name, lw.since, maxChangedOnly, func(d snapshot.Document) error {
+// changedOnly reads the collection's changed rows alone, up to maxChangedOnly, and
+// matches them with the parent's chain (parentEntries); planDelta tells whether they
+// are the whole change.
+func (lw *layerWriter) changedOnly(ctx context.Context, cs snapshot.ChangedScanner, parent snapshot.CollectionStats) (sourceAnswer, error) {
+	var c sourceAnswer
+	total, ok, err := cs.ScanChanged(ctx, lw.name, &lw.cur.Source, maxChangedOnly, func(d snapshot.Document) error {
 		c.docs = append(c.docs, d)
 		return nil
 	})
 	if err != nil || !ok {
-		return changedRows{}, err
+		return sourceAnswer{}, err
 	}
-	var seen int64
-	if c.matched, seen, c.consumed, err = lw.parentEntries(ctx, c.docs); err != nil {
-		return c, err
-	}
-	changed, inParent := int64(len(c.docs)), int64(len(c.matched))
-	if lw.parent.Rows+changed-inParent == total {
-		c.whole = true
-		c.sourceRows = total - changed // the join counts the changed ones
-		c.parentSeen = seen
-	}
-	return c, nil
+	c.given, c.named, c.total = true, c.docs, total
+	c.parent, err = lw.parentEntries(ctx, parent, c.docs)
+	return c, err
 }
 
 // keyedOnly reads the ids the source's change stream names, and matches them with
 // the parent's chain as changedOnly does. They are the whole change, deletions
 // included: an id the source no longer has is looked up in the parent like the
 // others, and the join, not finding it among the documents, writes its tombstone.
-func (lw *layerWriter) keyedOnly(ctx context.Context, ks snapshot.KeyedScanner) (changedRows, error) {
-	var c changedRows
-	var all []snapshot.Document
+func (lw *layerWriter) keyedOnly(ctx context.Context, ks snapshot.KeyedScanner, parent snapshot.CollectionStats) (sourceAnswer, error) {
+	var c sourceAnswer
 	var size int
 	limit := lw.vw.keyedBytes()
-	ok, err := ks.ScanKeyed(ctx, lw.name, lw.since, keyedLimit(lw.parent.Rows), func(d snapshot.Document) error {
+	ok, err := ks.ScanKeyed(ctx, lw.name, &lw.cur.Source, keyedLimit(parent.Rows), func(d snapshot.Document) error {
 		if size += len(d.ID) + len(d.Body); size > limit {
 			return errKeyedTooLarge
 		}
-		all = append(all, d)
-		if d.Body == nil {
-			c.gone = append(c.gone, d.ID)
-		} else {
+		c.named = append(c.named, d)
+		if d.Body != nil {
 			c.docs = append(c.docs, d)
 		}
 		return nil
@@ -143,16 +114,15 @@ func (lw *layerWriter) keyedOnly(ctx context.Context, ks snapshot.KeyedScanner) 
 	if errors.Is(err, errKeyedTooLarge) {
 		lw.vw.observe(ctx, snapshot.Event{Kind: snapshot.EventKeyedTooLarge, Dataset: lw.vw.dataset, Collection: lw.name,
 			Attrs: []any{"bytes_over", limit}})
-		return changedRows{}, nil
+		return sourceAnswer{}, nil
 	}
 	if err != nil || !ok {
-		return changedRows{}, err
+		return sourceAnswer{}, err
 	}
-	if c.matched, c.parentSeen, c.consumed, err = lw.parentEntries(ctx, all); err != nil {
-		return c, err
+	if c.parent, err = lw.parentEntries(ctx, parent, c.named); err != nil {
+		return sourceAnswer{}, err
 	}
-	c.whole = true
-	c.sourceRows = lw.parent.Rows - int64(len(c.matched)) // the join counts the documents
+	c.given = true
 	return c, nil
 }
 
@@ -163,50 +133,51 @@ func (lw *layerWriter) keyedOnly(ctx context.Context, ks snapshot.KeyedScanner) 
 // this process) or recorded beside its newest layer's run by the publish that wrote
 // it. Then the changed ids' parent documents are read by id instead: what a delta
 // reads of its parent follows the change, not the parent's size.
-func (lw *layerWriter) parentEntries(ctx context.Context, docs []snapshot.Document) (matched []fromEntry, seen int64, consumed bool, err error) {
-	runs, layers := lw.vw.Runs, lw.parent.Layers
-	if !lw.vw.runsCached(lw.parent, lw.name) {
+func (lw *layerWriter) parentEntries(ctx context.Context, parent snapshot.CollectionStats, docs []snapshot.Document) (parentMatch, error) {
+	runs, layers := lw.vw.Runs, parent.Layers
+	if !lw.vw.runsCached(parent, lw.name) {
 		n, ok := runs.knownLive(lw.vw.dataset, lw.name, layers)
 		if !ok && len(layers) > 0 {
+			var err error
 			if n, ok, err = lw.vw.Store.RecordedLive(ctx, lw.vw.dataset, layers[0].Version, lw.name); err != nil {
-				return nil, 0, false, err
+				return parentMatch{}, err
 			}
-			if ok && n == lw.parent.Rows {
+			if ok && n == parent.Rows {
 				runs.rememberLive(lw.vw.dataset, lw.name, layers, n)
 			}
 		}
-		if ok && n == lw.parent.Rows {
-			matched, err = lw.readParent(ctx, docs)
-			return matched, lw.parent.Rows, false, err
+		if ok && n == parent.Rows {
+			entries, err := lw.readParent(ctx, docs)
+			return parentMatch{entries: entries, live: parent.Rows}, err
 		}
 	}
-	matched, seen, consumed, err = lw.matchParent(ctx, docs)
-	if err == nil && consumed {
-		runs.rememberLive(lw.vw.dataset, lw.name, layers, seen)
+	m, err := lw.matchParent(ctx, parent, docs)
+	if err == nil && m.consumed {
+		runs.rememberLive(lw.vw.dataset, lw.name, layers, m.live)
 	}
-	return matched, seen, consumed, err
+	return m, err
 }
 
 // matchParent returns the parent's live entries of the ids of docs (in id order) and
 // how many live ids the parent holds: looked up in the run cache's decoded runs when
 // every run of the chain is there, otherwise by reading the parent's chain run to its
 // end (consumed).
-func (lw *layerWriter) matchParent(ctx context.Context, docs []snapshot.Document) (matched []fromEntry, seen int64, consumed bool, err error) {
-	runs, err := lw.vw.cachedRuns(ctx, lw.parent, lw.name)
+func (lw *layerWriter) matchParent(ctx context.Context, parent snapshot.CollectionStats, docs []snapshot.Document) (parentMatch, error) {
+	runs, err := lw.vw.cachedRuns(ctx, parent, lw.name)
 	if err != nil {
-		return nil, 0, false, err
+		return parentMatch{}, err
 	}
 	if runs != nil {
-		return lookUp(runs, docs), lw.parent.Rows, false, nil
+		return parentMatch{entries: lookUp(runs, docs), live: parent.Rows}, nil
 	}
-	lw.head.run = lw.openParent(ctx)
-	if matched, seen, err = matchRun(lw.head.run, docs); err != nil {
-		return matched, seen, true, err
+	m, err := matchRun(ctx, openRunCursor(ctx, lw.vw.chainSource(), parent.Layers, lw.name, false), docs)
+	if err != nil {
+		return m, err
 	}
-	if seen != lw.parent.Rows {
-		return matched, seen, true, fmt.Errorf("%w: the parent's fingerprints hold %d ids, its manifest %d", snapshot.ErrDeltaInconsistent, seen, lw.parent.Rows)
+	if m.live != parent.Rows {
+		return m, fmt.Errorf("%w: the parent's fingerprints hold %d ids, its manifest %d", snapshot.ErrDeltaInconsistent, m.live, parent.Rows)
 	}
-	return matched, seen, true, nil
+	return m, nil
 }
 
 // readParent returns the parent's entries of the ids of docs (in id order) that it
@@ -215,23 +186,35 @@ func (lw *layerWriter) matchParent(ctx context.Context, docs []snapshot.Document
 func (lw *layerWriter) readParent(ctx context.Context, docs []snapshot.Document) ([]fromEntry, error) {
 	chain := lw.cur.Chain(lw.name)
 	var matched []fromEntry
-	for start := 0; start < len(docs); start += copyBatch {
-		batch := docs[start:min(start+copyBatch, len(docs))]
-		ids := make([]string, len(batch))
-		for i, d := range batch {
-			ids[i] = d.ID
-		}
+	err := inBatches(docs, func(d snapshot.Document) string { return d.ID }, func(_ []snapshot.Document, ids []string) error {
 		got, err := lw.vw.Store.LocateDocuments(ctx, lw.vw.dataset, chain, lw.name, ids)
 		if err != nil {
-			return nil, fmt.Errorf("read the parent's documents of the changed ids: %w", err)
+			return fmt.Errorf("read the parent's documents of the changed ids: %w", err)
 		}
 		for _, id := range ids {
 			if d, ok := got[id]; ok {
 				matched = append(matched, fromEntry{RunEntry{ID: id, Len: int64(len(d.Body)), Sum: snapshot.Contribution(id, d.Body)}, d.Layer})
 			}
 		}
+		return nil
+	})
+	return matched, err
+}
+
+// inBatches calls fn with items, copyBatch at a time (what one read of documents by
+// id fetches), and their ids.
+func inBatches[T any](items []T, id func(T) string, fn func(batch []T, ids []string) error) error {
+	for start := 0; start < len(items); start += copyBatch {
+		batch := items[start:min(start+copyBatch, len(items))]
+		ids := make([]string, len(batch))
+		for i, it := range batch {
+			ids[i] = id(it)
+		}
+		if err := fn(batch, ids); err != nil {
+			return err
+		}
 	}
-	return matched, nil
+	return nil
 }
 
 // lookUp returns the parent's entries of the changed ids, each its newest layer's
@@ -251,76 +234,88 @@ func lookUp(runs []*decodedRun, docs []snapshot.Document) []fromEntry {
 	return matched
 }
 
-// matchRun reads the parent's chain run to its end and returns its entries for the
-// changed ids, and how many live ids it holds.
-func matchRun(pr *chainRun, docs []snapshot.Document) (matched []fromEntry, seen int64, err error) {
-	i := 0
-	for {
-		e, more, err := pr.next()
-		if err != nil {
-			return matched, seen, err
-		}
-		if !more {
-			return matched, seen, nil
-		}
-		if e.Deleted { // a merge's chain run names tombstones too
-			continue
-		}
-		seen++
-		for i < len(docs) && docs[i].ID < e.ID {
-			i++
-		}
-		if i < len(docs) && docs[i].ID == e.ID {
-			matched = append(matched, fromEntry{e, pr.from})
-			i++
-		}
-	}
+// matchRun reads the parent's chain run to its end (consumed) and returns its live
+// entries for the ids of docs, and how many live ids it holds.
+func matchRun(ctx context.Context, parent parentCursor, docs []snapshot.Document) (parentMatch, error) {
+	var m matchSink
+	err := joinAll(ctx, parent, &m, docs)
+	return parentMatch{entries: m.entries, live: parent.live(), consumed: true}, err
 }
 
-// sparseMerge adds to a merge read from the changed rows alone every entry of the
-// merged deltas (the chain's newest merge layers) whose id did not change: as a
-// parent entry, and, when live, as a document unchanged since the parent, so that the
-// join keeps it (copies it, or keeps its tombstone) as it does reading every id. The
-// source rows the join does not read go down by the unchanged documents added, which
-// it counts.
-func (lw *layerWriter) sparseMerge(ctx context.Context, c changedRows) (changedRows, error) {
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	mr := openChainRun(ctx, lw.vw.chainSource(), lw.parent.Layers[:lw.merge], lw.name)
-	mr.keepDeleted = true
-	docs := make([]snapshot.Document, 0, len(c.docs))
-	heads := make([]fromEntry, 0, len(c.matched))
-	i, j, k := 0, 0, 0
-	for {
-		e, ok, err := mr.next()
-		if err != nil {
-			return changedRows{}, err
-		}
-		if !ok {
-			break
-		}
-		for ; i < len(c.docs) && c.docs[i].ID < e.ID; i++ {
-			docs = append(docs, c.docs[i])
-		}
-		for ; j < len(c.matched) && c.matched[j].ID < e.ID; j++ {
-			heads = append(heads, c.matched[j])
-		}
-		for ; k < len(c.gone) && c.gone[k] < e.ID; k++ {
-		}
-		if i < len(c.docs) && c.docs[i].ID == e.ID {
-			continue // changed: its document and parent entry follow
-		}
-		if k < len(c.gone) && c.gone[k] == e.ID && !e.Deleted {
-			continue // deleted: its parent entry follows, and the join writes its tombstone
-		}
-		heads = append(heads, fromEntry{e, mr.from})
-		if !e.Deleted {
-			docs = append(docs, snapshot.Document{ID: e.ID}) // no body: unchanged since the parent
-			c.sourceRows--
+// matchSink collects the parent's live entries of the ids joined.
+type matchSink struct{ entries []fromEntry }
+
+func (m *matchSink) row(_ context.Context, _ snapshot.Document, e fromEntry, found bool) error {
+	if found && !e.Deleted { // a merge's chain run names tombstones too
+		m.entries = append(m.entries, e)
+	}
+	return nil
+}
+
+func (m *matchSink) parentOnly(context.Context, fromEntry) error { return nil }
+
+// joinAll joins docs, in id order, with every entry of parent.
+func joinAll(ctx context.Context, parent parentCursor, to joinSink, docs []snapshot.Document) error {
+	j, err := startJoin(parent, to)
+	if err != nil {
+		return err
+	}
+	for _, d := range docs {
+		if err := j.row(ctx, d); err != nil {
+			return err
 		}
 	}
-	c.docs, c.matched = append(docs, c.docs[i:]...), append(heads, c.matched[j:]...)
-	return c, nil
+	return j.end(ctx)
+}
+
+// sparseMerge returns the rows and parent entries a merge read from the changed rows
+// alone joins: besides the changed ones, every entry of the merged deltas (the
+// chain's newest merge layers) whose id did not change, as a parent entry, and, when
+// live, as a document unchanged since the parent, so that the join keeps it (copies
+// it, or keeps its tombstone) as it does reading every id. It also returns how many
+// documents it added, which the join counts as source rows.
+func (lw *layerWriter) sparseMerge(ctx context.Context, p deltaPlan) (mergeSink, error) {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	merged := openRunCursor(ctx, lw.vw.chainSource(), p.parent.Layers[:p.merge], lw.name, true)
+	m := mergeSink{matched: p.changed.parent.entries, keyed: p.kind == planKeyed}
+	m.rows = make([]snapshot.Document, 0, len(p.changed.docs))
+	m.entries = make([]fromEntry, 0, len(m.matched))
+	err := joinAll(ctx, merged, &m, p.changed.named)
+	return m, err
+}
+
+// mergeSink is the join of the ids the source named with the merged deltas' entries,
+// which sparseMerge makes.
+type mergeSink struct {
+	matched []fromEntry // the parent's live entries of the named ids, not yet passed
+	keyed   bool        // a named id without a body is one the source no longer has
+
+	rows      []snapshot.Document // the rows to join, in id order
+	entries   []fromEntry         // their parent entries, in id order
+	unchanged int64               // the documents added unchanged since the parent
+}
+
+func (m *mergeSink) row(_ context.Context, doc snapshot.Document, e fromEntry, found bool) error {
+	if len(m.matched) > 0 && m.matched[0].ID == doc.ID {
+		m.entries = append(m.entries, m.matched[0])
+		m.matched = m.matched[1:]
+	}
+	if gone := m.keyed && doc.Body == nil; !gone {
+		m.rows = append(m.rows, doc) // changed: its parent entry, if any, is matched's
+	} else if found && e.Deleted {
+		m.entries = append(m.entries, e) // deleted before: the join keeps its tombstone
+	}
+	return nil
+}
+
+func (m *mergeSink) parentOnly(_ context.Context, e fromEntry) error {
+	m.entries = append(m.entries, e)
+	if !e.Deleted {
+		m.rows = append(m.rows, snapshot.Document{ID: e.ID}) // no body: unchanged since the parent
+		m.unchanged++
+	}
+	return nil
 }
 
 // cachedRuns returns the parent chain's runs (newest first) decoded from the run

@@ -7,96 +7,72 @@ import (
 	"github.com/snapflip/snapflip/snapshot"
 )
 
-// layerWriter writes one collection's own layer of a version. It merges the parent's
-// fingerprints with the source's rows, both in id byte order, writing what differs:
-// per id, absent from the parent → insert; present with another content → change;
-// unrendered (nil body) or the same content → nothing; absent from the source →
-// tombstone.
+// layerWriter writes one collection's own layer of a version, as its plan says
+// (planDelta). A delta merges the parent's entries with the source's rows, both in
+// id byte order, writing what differs: per id, absent from the parent → insert;
+// present with another content → change; unrendered (nil body) or the same content
+// → nothing; absent from the source → tombstone.
 type layerWriter struct {
 	vw   *versionWrite
 	w    DocumentWriter
-	m    *snapshot.Manifest // the version written
-	cur  *snapshot.Manifest // its parent; nil for none
 	name string
+	cur  *snapshot.Manifest // the parent version; nil for none
+	plan deltaPlan
 
-	kind, why  string                   // LayerBase or LayerDelta, and for a base why
-	parent     snapshot.CollectionStats // the parent's, for a delta
-	since      *snapshot.Position       // the parent's source position, for a delta
-	merge      int                      // how many of the parent chain's newest deltas this layer merges
-	head       parentHead               // the parent's entries
-	changed    []snapshot.Document      // the changed rows alone, when head.sparse
-	keyed      bool                     // changed came from the source's change stream
-	copies     *copier                  // for a merge: the merged deltas' unchanged documents
-	enc        *runEncoder              // the layer's fingerprint run
-	prog       *progress                // logs a long read's progress
-	chunks     int64                    // run chunks emitted
-	own        *snapshot.OwnLayer       // what this layer did
-	layer      snapshot.LayerRef        // the layer, as the chain names it
-	sourceRows int64                    // the rows the source has, as counted by the join
+	join   *mergeJoin        // the parent's entries, joined with the source's rows
+	copies *copier           // for a merge: the merged deltas' unchanged documents
+	enc    *runEncoder       // the layer's fingerprint run
+	chunks int64             // run chunks emitted
+	prog   *progress         // reports a long read's progress
+	own    snapshot.OwnLayer // what this layer did
+	layer  snapshot.LayerRef // the layer, as the chain names it
+	totals collectionTotals
+}
 
-	// The collection as of this version: the parent's, changed by the join.
+// collectionTotals is the collection as of the version (the parent's, changed by
+// the join) and the rows the source has, as the join counts them.
+type collectionTotals struct {
 	digest      snapshot.Digest
 	rows, bytes int64
+	sourceRows  int64
 }
 
-// newLayerWriter prepares the collection's layer of the version over its parent
-// (nil for none); a Base request makes it a base.
+// newLayerWriter prepares the collection's layer of the version over its parent.
 func (vw *versionWrite) newLayerWriter(w DocumentWriter, name string) *layerWriter {
-	m := &vw.req.Manifest
-	lw := &layerWriter{vw: vw, w: w, m: m, cur: vw.req.Parent, name: name}
-	lw.kind, lw.why = vw.nextKind(lw.cur, m.Source, name, vw.req.Base)
-	if lw.kind == snapshot.LayerDelta {
-		lw.parent = lw.cur.Collections[name]
-		lw.since = &lw.cur.Source
-	}
-	return lw
+	return &layerWriter{vw: vw, w: w, name: name, cur: vw.req.Parent}
 }
 
-// write writes the layer and returns the collection's stats and chain as of the
-// version.
+// write plans the layer, writes it, and returns the collection's stats and chain
+// as of the version.
 func (lw *layerWriter) write(ctx context.Context, snap snapshot.DeltaSnapshot) (snapshot.CollectionStats, error) {
-	vw, name := lw.vw, lw.name
-	if lw.kind == snapshot.LayerBase {
-		lw.vw.event(ctx, snapshot.EventWritingBase, lw.name, "why", lw.why)
-	} else if lw.sameFingerprint() {
-		// The table's row versions and definitions are the parent's: nothing to read.
-		st := lw.parent
-		st.Layers = carryLayers(lw.cur, lw.parent.Layers)
-		st.Own = &snapshot.OwnLayer{Mode: snapshot.ModeSameFingerprint}
-		st.Written = st.Rows
-		return st, nil
-	}
-	// A chain at max_layers gets a merged delta: this version's changes plus every
-	// id the parent's deltas name, over the parent's base (mergeCount).
-	if lw.kind == snapshot.LayerDelta && len(lw.parent.Layers) >= vw.maxLayers() {
-		lw.merge = mergeCount(lw.parent.Layers)
-		lw.vw.event(ctx, snapshot.EventMergingDeltas, lw.name, "deltas", lw.merge)
-	}
-
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	digest, err := snapshot.ParseDigest(lw.parent.Digest)
+	in, err := lw.planInput(ctx, snap)
 	if err != nil {
 		return snapshot.CollectionStats{}, err
 	}
-	lw.digest, lw.rows, lw.bytes = digest, lw.parent.Rows, lw.parent.Bytes
-	lw.own = &snapshot.OwnLayer{Kind: lw.kind}
-	lw.layer = snapshot.LayerRef{Version: lw.m.Version, Kind: lw.kind, DataTime: lw.m.StartedAt, Merged: lw.merge}
-	lw.enc = newRunEncoder(0, lw.writeChunk)
-	lw.prog = vw.newProgress(name, lw.parent.Rows)
-	if lw.kind == snapshot.LayerDelta {
-		if err := lw.readChanged(ctx, snap); err != nil {
-			return snapshot.CollectionStats{}, err
-		}
+	lw.plan = planDelta(in)
+	switch lw.plan.kind {
+	case planSameFingerprint:
+		return lw.carried(), nil
+	case planBase:
+		lw.vw.event(ctx, snapshot.EventWritingBase, lw.name, "why", lw.plan.why)
 	}
-	if err := lw.head.advance(); err != nil {
+	if lw.plan.merge > 0 {
+		lw.vw.event(ctx, snapshot.EventMergingDeltas, lw.name, "deltas", lw.plan.merge)
+	}
+	from, err := lw.joinFrom(ctx)
+	if err != nil {
 		return snapshot.CollectionStats{}, err
 	}
-	if lw.merge > 0 {
-		// A copied entry's newest layer is one of the merged deltas: read those alone.
-		lw.copies = &copier{st: vw.Store, dataset: vw.dataset, chain: lw.cur.Chain(name)[:lw.merge], collection: name, w: lw.w}
+	if err := lw.start(ctx, from); err != nil {
+		return snapshot.CollectionStats{}, err
 	}
-	mode, err := lw.join(ctx, snap)
+	mode, err := lw.scan(ctx, snap, from.rows)
+	if err == nil {
+		// The parent's entries past the last row are gone from the source.
+		err = lw.join.end(ctx)
+	}
 	lw.own.Mode = mode
 	if err != nil {
 		return snapshot.CollectionStats{}, err
@@ -104,20 +80,94 @@ func (lw *layerWriter) write(ctx context.Context, snap snapshot.DeltaSnapshot) (
 	return lw.finish(ctx)
 }
 
+// planInput gathers what the layer's plan is chosen from: the kind of layer the
+// parent chain and the config allow and, for a delta of a table whose fingerprint
+// moved, the source's answers about the changed rows.
+func (lw *layerWriter) planInput(ctx context.Context, snap snapshot.DeltaSnapshot) (planInput, error) {
+	vw := lw.vw
+	in := planInput{maxLayers: vw.maxLayers()}
+	in.kind, in.why = vw.nextKind(lw.cur, vw.req.Manifest.Source, lw.name, vw.req.Base)
+	if in.kind != snapshot.LayerDelta {
+		return in, nil
+	}
+	in.parent = lw.cur.Collections[lw.name]
+	if in.sameFingerprint = lw.sameFingerprint(); in.sameFingerprint {
+		return in, nil
+	}
+	var err error
+	in.keyed, in.changed, err = lw.askSource(ctx, snap, in.parent)
+	return in, err
+}
+
 // sameFingerprint reports whether the table's row versions and definitions are the
 // parent's.
 func (lw *layerWriter) sameFingerprint() bool {
-	src, parent := lw.m.Source, lw.cur.Source
+	src, parent := lw.vw.req.Manifest.Source, lw.cur.Source
 	fp := src.Fingerprints[lw.name]
 	return fp != "" && fp == parent.Fingerprints[lw.name] && src.Definitions[lw.name] == parent.Definitions[lw.name]
 }
 
-// openParent starts reading the parent chain's run; a merge's holds the tombstones
-// of the deltas it merges too.
-func (lw *layerWriter) openParent(ctx context.Context) *chainRun {
-	pr := openChainRun(ctx, lw.vw.chainSource(), lw.parent.Layers, lw.name)
-	pr.keepDeleted = lw.merge > 0
-	return pr
+// carried returns the parent's stats and chain, for a table with nothing to read.
+func (lw *layerWriter) carried() snapshot.CollectionStats {
+	st := lw.plan.parent
+	st.Layers = carryLayers(lw.cur, st.Layers)
+	st.Own = &snapshot.OwnLayer{Mode: snapshot.ModeSameFingerprint}
+	st.Written = st.Rows
+	return st
+}
+
+// joinInput is what the join reads besides the source's scan.
+type joinInput struct {
+	parent parentCursor
+	// rows are, for a sparse plan, the source rows joined, in id order; unread
+	// the source rows the join does not read.
+	rows   []snapshot.Document
+	unread int64
+}
+
+// joinFrom opens what the plan joins: for a base nothing of a parent; for a full
+// join the parent chain's run (a merge's holding the tombstones of the deltas it
+// merges too); for a sparse plan the parent's entries of the changed ids, with, for a
+// merge, the merged deltas' unchanged entries (sparseMerge).
+func (lw *layerWriter) joinFrom(ctx context.Context) (joinInput, error) {
+	p := lw.plan
+	switch {
+	case p.kind == planBase:
+		return joinInput{parent: &sliceCursor{}}, nil
+	case p.kind == planFullJoin:
+		return joinInput{parent: openRunCursor(ctx, lw.vw.chainSource(), p.parent.Layers, lw.name, p.merge > 0)}, nil
+	case p.merge > 0:
+		m, err := lw.sparseMerge(ctx, p)
+		if err != nil {
+			return joinInput{}, err
+		}
+		return joinInput{parent: &sliceCursor{entries: m.entries, liveIDs: p.changed.parent.live},
+			rows: m.rows, unread: p.sourceRows - m.unchanged}, nil
+	}
+	return joinInput{parent: &sliceCursor{entries: p.changed.parent.entries, liveIDs: p.changed.parent.live},
+		rows: p.changed.docs, unread: p.sourceRows}, nil
+}
+
+// start sets the layer up over the parent's collection, and starts the join.
+func (lw *layerWriter) start(ctx context.Context, from joinInput) error {
+	p, m := lw.plan, &lw.vw.req.Manifest
+	digest, err := snapshot.ParseDigest(p.parent.Digest)
+	if err != nil {
+		return err
+	}
+	lw.totals = collectionTotals{digest: digest, rows: p.parent.Rows, bytes: p.parent.Bytes, sourceRows: from.unread}
+	lw.own = snapshot.OwnLayer{Kind: p.layerKind()}
+	lw.layer = snapshot.LayerRef{Version: m.Version, Kind: p.layerKind(), DataTime: m.StartedAt, Merged: p.merge}
+	lw.enc = newRunEncoder(0, lw.writeChunk)
+	lw.prog = lw.vw.newProgress(lw.name, p.parent.Rows)
+	if lw.join, err = startJoin(from.parent, lw); err != nil {
+		return err
+	}
+	if p.merge > 0 {
+		// A copied entry's newest layer is one of the merged deltas: read those alone.
+		lw.copies = &copier{st: lw.vw.Store, dataset: lw.vw.dataset, chain: lw.cur.Chain(lw.name)[:p.merge], collection: lw.name, w: lw.w}
+	}
+	return nil
 }
 
 // writeChunk writes the layer run's next chunk.
@@ -127,63 +177,46 @@ func (lw *layerWriter) writeChunk(ctx context.Context, data []byte) error {
 	return lw.w.WriteChunk(ctx, lw.name, n, data)
 }
 
-// join merges the source's rows with the parent's entries, dropping the parent's
-// entries past the last row. It returns how the changed rows were found.
-func (lw *layerWriter) join(ctx context.Context, snap snapshot.DeltaSnapshot) (snapshot.LayerMode, error) {
-	mode, err := lw.scan(ctx, snap)
-	if err != nil {
-		return mode, err
-	}
-	for lw.head.ok {
-		if err := lw.dropHead(ctx); err != nil {
-			return mode, err
-		}
-	}
-	return mode, nil
-}
-
-// scan adds the source's rows: the changed rows alone when those are the whole
-// change, otherwise every row as the source sends it.
-func (lw *layerWriter) scan(ctx context.Context, snap snapshot.DeltaSnapshot) (snapshot.LayerMode, error) {
-	if lw.head.sparse {
+// scan adds the source's rows: for a sparse plan its rows alone, otherwise every
+// row as the source sends it. It returns how the changed rows were found.
+func (lw *layerWriter) scan(ctx context.Context, snap snapshot.DeltaSnapshot, rows []snapshot.Document) (snapshot.LayerMode, error) {
+	add := func(doc snapshot.Document) error { return lw.add(ctx, doc) }
+	switch lw.plan.kind {
+	case planKeyed, planChangedOnly:
 		mode := snapshot.ModeChangedOnly
-		if lw.keyed {
+		if lw.plan.kind == planKeyed {
 			mode = snapshot.ModeStream
 		}
-		for _, doc := range lw.changed {
-			if err := lw.add(ctx, doc); err != nil {
+		for _, doc := range rows {
+			if err := add(doc); err != nil {
 				return mode, err
 			}
 		}
 		return mode, nil
+	case planBase:
+		return snap.ScanSince(ctx, lw.name, nil, add)
 	}
-	return snap.ScanSince(ctx, lw.name, lw.since, func(doc snapshot.Document) error { return lw.add(ctx, doc) })
+	return snap.ScanSince(ctx, lw.name, &lw.cur.Source, add)
 }
 
-// add joins one source row: the parent's entries before it are dropped, and the row
-// is compared with its own entry, if any.
+// add counts one source row and joins it with the parent's entries.
 func (lw *layerWriter) add(ctx context.Context, doc snapshot.Document) error {
-	lw.sourceRows++
+	lw.totals.sourceRows++
 	lw.prog.add(ctx, len(doc.Body))
-	for lw.head.ok && lw.head.entry.ID < doc.ID {
-		if err := lw.dropHead(ctx); err != nil {
-			return err
-		}
-	}
-	matched := lw.head.ok && lw.head.entry.ID == doc.ID
-	inParent := matched && !lw.head.entry.Deleted
-	old, merged := lw.head.entry, lw.head.from < lw.merge
-	if matched {
-		if err := lw.head.advance(); err != nil {
-			return err
-		}
-	}
+	return lw.join.row(ctx, doc)
+}
+
+// row compares a source row with its parent entry old, if found (joinSink).
+func (lw *layerWriter) row(ctx context.Context, doc snapshot.Document, old fromEntry, found bool) error {
+	inParent := found && !old.Deleted
+	merged := found && old.from < lw.plan.merge
+	t := &lw.totals
 	if doc.Body == nil {
 		if !inParent {
 			return fmt.Errorf("%w: id %q is unchanged since the parent %s but not in it", snapshot.ErrDeltaInconsistent, truncate(doc.ID, 200), lw.cur.Version)
 		}
 		if merged {
-			return lw.keep(ctx, old)
+			return lw.keep(ctx, old.RunEntry)
 		}
 		return nil
 	}
@@ -196,19 +229,19 @@ func (lw *layerWriter) add(ctx context.Context, doc snapshot.Document) error {
 	if inParent {
 		if sum == old.Sum && int64(len(doc.Body)) == old.Len {
 			if merged {
-				return lw.keep(ctx, old)
+				return lw.keep(ctx, old.RunEntry)
 			}
 			return nil
 		}
 		lw.own.Changed++
-		lw.digest.Sub(old.Sum)
-		lw.bytes -= old.Len
+		t.digest.Sub(old.Sum)
+		t.bytes -= old.Len
 	} else {
 		lw.own.Inserted++
-		lw.rows++
+		t.rows++
 	}
-	lw.digest.Add(sum)
-	lw.bytes += int64(len(doc.Body))
+	t.digest.Add(sum)
+	t.bytes += int64(len(doc.Body))
 	return lw.put(ctx, doc.ID, doc.Body, sum)
 }
 
@@ -245,55 +278,52 @@ func (lw *layerWriter) keep(ctx context.Context, e RunEntry) error {
 	return lw.copies.add(ctx, e)
 }
 
-// dropHead handles a parent entry the source does not have: a live one is deleted;
-// a merged delta's tombstone is kept.
-func (lw *layerWriter) dropHead(ctx context.Context) error {
-	h := lw.head.entry
+// parentOnly handles a parent entry the source does not have (joinSink): a live one
+// is deleted; a merged delta's tombstone is kept.
+func (lw *layerWriter) parentOnly(ctx context.Context, h fromEntry) error {
 	if h.Deleted {
 		lw.own.Copied++
 	} else {
 		lw.own.Deleted++
-		lw.rows--
-		lw.bytes -= h.Len
-		lw.digest.Sub(h.Sum)
+		lw.totals.rows--
+		lw.totals.bytes -= h.Len
+		lw.totals.digest.Sub(h.Sum)
 	}
-	if err := lw.put(ctx, h.ID, []byte{}, snapshot.Digest{}); err != nil {
-		return err
-	}
-	return lw.head.advance()
+	return lw.put(ctx, h.ID, []byte{}, snapshot.Digest{})
 }
 
 // finish checks the join's counts, flushes what is queued, and returns the
 // collection's stats and chain.
 func (lw *layerWriter) finish(ctx context.Context) (snapshot.CollectionStats, error) {
+	p, t := lw.plan, lw.totals
 	if err := lw.copies.flush(ctx); err != nil {
 		return snapshot.CollectionStats{}, err
 	}
-	if lw.kind == snapshot.LayerDelta && lw.head.seen != lw.parent.Rows {
-		return snapshot.CollectionStats{}, fmt.Errorf("%w: the parent %s's fingerprints hold %d ids, its manifest %d", snapshot.ErrDeltaInconsistent, lw.cur.Version, lw.head.seen, lw.parent.Rows)
+	if live := lw.join.parent.live(); p.kind != planBase && live != p.parent.Rows {
+		return snapshot.CollectionStats{}, fmt.Errorf("%w: the parent %s's fingerprints hold %d ids, its manifest %d", snapshot.ErrDeltaInconsistent, lw.cur.Version, live, p.parent.Rows)
 	}
-	if lw.rows != lw.sourceRows {
-		return snapshot.CollectionStats{}, fmt.Errorf("%w: counted %d rows from the source, %d through the parent", snapshot.ErrDeltaInconsistent, lw.sourceRows, lw.rows)
+	if t.rows != t.sourceRows {
+		return snapshot.CollectionStats{}, fmt.Errorf("%w: counted %d rows from the source, %d through the parent", snapshot.ErrDeltaInconsistent, t.sourceRows, t.rows)
 	}
 	if err := lw.enc.flush(ctx); err != nil {
 		return snapshot.CollectionStats{}, err
 	}
 	own := lw.own
 	own.Chunks = lw.chunks
-	st := snapshot.CollectionStats{Rows: lw.rows, Bytes: lw.bytes, Digest: lw.digest.String(), Own: own}
+	st := snapshot.CollectionStats{Rows: t.rows, Bytes: t.bytes, Digest: t.digest.String(), Own: &own}
 	switch {
-	case lw.kind == snapshot.LayerBase:
+	case p.kind == planBase:
 		st.Layers = []snapshot.LayerRef{lw.layer}
-	case own.Emitted == 0 && lw.merge == 0:
+	case own.Emitted == 0 && p.merge == 0:
 		own.Kind = "" // nothing changed: no layer, the parent's chain as it is
-		st.Layers = carryLayers(lw.cur, lw.parent.Layers)
+		st.Layers = carryLayers(lw.cur, p.parent.Layers)
 	default:
-		st.Layers = append([]snapshot.LayerRef{lw.layer}, carryLayers(lw.cur, lw.parent.Layers[lw.merge:])...)
+		st.Layers = append([]snapshot.LayerRef{lw.layer}, carryLayers(lw.cur, p.parent.Layers[p.merge:])...)
 	}
 	if own.Kind != "" {
 		// What this layer's chain holds, counted over a parent checked: the next
 		// delta's parent count, by another process too (parentEntries).
-		if err := lw.w.WriteLive(ctx, lw.name, lw.rows); err != nil {
+		if err := lw.w.WriteLive(ctx, lw.name, t.rows); err != nil {
 			return snapshot.CollectionStats{}, err
 		}
 	}
@@ -301,43 +331,6 @@ func (lw *layerWriter) finish(ctx context.Context) (snapshot.CollectionStats, er
 	lw.vw.event(ctx, snapshot.EventLayerWritten, lw.name, "kind", own.Kind, "mode", own.Mode, "inserted", own.Inserted, "changed", own.Changed,
 		"deleted", own.Deleted, "rendered", own.Rendered, "copied", own.Copied, "chain", len(st.Layers))
 	return st, nil
-}
-
-// parentHead walks the parent's entries in id order: its chain's run or, when only
-// the changed rows are read (sparse), the entries matched to them.
-type parentHead struct {
-	run     *chainRun   // nil for a base
-	sparse  bool        // read matched, not run
-	matched []fromEntry // when sparse, the entries not yet walked
-	// entry is the next entry not yet merged: a live one, or, when merging, a
-	// tombstone of a merged delta; ok says there is one, from is its layer's index
-	// in the chain.
-	entry RunEntry
-	ok    bool
-	from  int
-	// seen counts the live entries: read from run, or, when sparse, the parent's.
-	seen int64
-}
-
-// advance moves to the next entry.
-func (h *parentHead) advance() error {
-	if h.sparse {
-		h.ok = len(h.matched) > 0
-		if h.ok {
-			h.entry, h.from, h.matched = h.matched[0].RunEntry, h.matched[0].from, h.matched[1:]
-		}
-		return nil
-	}
-	if h.run == nil {
-		return nil
-	}
-	var err error
-	h.entry, h.ok, err = h.run.next()
-	h.from = h.run.from
-	if h.ok && !h.entry.Deleted {
-		h.seen++
-	}
-	return err
 }
 
 // copier copies a merged delta's unchanged documents from the parent's chain into
@@ -369,22 +362,24 @@ func (c *copier) flush(ctx context.Context) error {
 	if c == nil || len(c.batch) == 0 {
 		return nil
 	}
-	ids := make([]string, len(c.batch))
-	for i, e := range c.batch {
-		ids[i] = e.ID
-	}
-	got, err := c.st.GetDocuments(ctx, c.dataset, c.chain, c.collection, ids)
+	err := inBatches(c.batch, runEntryID, func(batch []RunEntry, ids []string) error {
+		got, err := c.st.GetDocuments(ctx, c.dataset, c.chain, c.collection, ids)
+		if err != nil {
+			return fmt.Errorf("read the parent's documents to merge: %w", err)
+		}
+		for _, e := range batch {
+			body, ok := got[e.ID]
+			if !ok || int64(len(body)) != e.Len || snapshot.Contribution(e.ID, body) != e.Sum {
+				return fmt.Errorf("%w: the parent's document %q does not match its fingerprint", snapshot.ErrDeltaInconsistent, truncate(e.ID, 200))
+			}
+			if err := c.w.Write(ctx, c.collection, snapshot.Document{ID: e.ID, Body: body}); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
 	if err != nil {
-		return fmt.Errorf("read the parent's documents to merge: %w", err)
-	}
-	for _, e := range c.batch {
-		body, ok := got[e.ID]
-		if !ok || int64(len(body)) != e.Len || snapshot.Contribution(e.ID, body) != e.Sum {
-			return fmt.Errorf("%w: the parent's document %q does not match its fingerprint", snapshot.ErrDeltaInconsistent, truncate(e.ID, 200))
-		}
-		if err := c.w.Write(ctx, c.collection, snapshot.Document{ID: e.ID, Body: body}); err != nil {
-			return err
-		}
+		return err
 	}
 	c.batch = c.batch[:0]
 	return nil
