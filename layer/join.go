@@ -9,7 +9,8 @@ import (
 // A delta is a merge-join of the parent's entries with the source's rows, both in id
 // byte order. The same join, written once here, also finds the parent's entries of
 // the changed ids (matchRun) and adds a merge's unchanged entries to the changed rows
-// (sparseMerge); what each does with the pairs it meets is a joinSink.
+// (sparseMerge), and, read side, tells a merged delta's copies from its changes
+// (changeWalk); what each does with the pairs it meets is a joinSink.
 
 // fromEntry is a parent entry with the index in the chain of the layer it is from.
 type fromEntry struct {
@@ -78,6 +79,12 @@ type joinSink interface {
 	parentOnly(ctx context.Context, e fromEntry) error
 }
 
+// skipSink is a joinSink for a join that only seeks the parent's entries of ids.
+type skipSink struct{}
+
+func (skipSink) row(context.Context, snapshot.Document, fromEntry, bool) error { return nil }
+func (skipSink) parentOnly(context.Context, fromEntry) error                   { return nil }
+
 // mergeJoin joins source rows, pushed in strictly increasing id byte order, with a
 // parent cursor's entries.
 type mergeJoin struct {
@@ -102,16 +109,27 @@ func (j *mergeJoin) advance() error {
 // row joins the source's next row: the parent's entries before it go to parentOnly,
 // then the row, with its entry if the parent has one.
 func (j *mergeJoin) row(ctx context.Context, doc snapshot.Document) error {
-	if err := j.dropBefore(ctx, doc.ID, true); err != nil {
+	e, found, err := j.seek(ctx, doc.ID)
+	if err != nil {
 		return err
 	}
-	e, found := j.head, j.ok && j.head.ID == doc.ID
+	return j.to.row(ctx, doc, e, found)
+}
+
+// seek moves the join to id, which is after every id sought or joined before: the
+// parent's entries before it go to parentOnly, and its own entry, if the parent has
+// one, is returned and consumed.
+func (j *mergeJoin) seek(ctx context.Context, id string) (fromEntry, bool, error) {
+	if err := j.dropBefore(ctx, id, true); err != nil {
+		return fromEntry{}, false, err
+	}
+	e, found := j.head, j.ok && j.head.ID == id
 	if found {
 		if err := j.advance(); err != nil {
-			return err
+			return fromEntry{}, false, err
 		}
 	}
-	return j.to.row(ctx, doc, e, found)
+	return e, found, nil
 }
 
 // end hands the parent's entries past the last row to parentOnly.

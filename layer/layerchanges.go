@@ -82,11 +82,9 @@ type changeWalk struct {
 	collection string
 	after      string    // the page's start: no entry at or before it is needed
 	own        *chainRun // the version's own layer, tombstones included
-	// merged is the run of the parent's deltas the layer merged (their newest entry
-	// per id, tombstones included), nil for a plain delta; head is its next entry.
-	merged *chainRun
-	head   RunEntry
-	headOK bool
+	// merged seeks the own layer's ids in the run of the parent's deltas the layer
+	// merged (their newest entry per id, tombstones included); nil for a plain delta.
+	merged *mergeJoin
 	// parentChain is the parent's chain, for tombstones of ids merged does not name.
 	parentChain []snapshot.Version
 }
@@ -94,11 +92,11 @@ type changeWalk struct {
 // openMerged starts reading the parent's deltas that the version's layer merged.
 func (w *changeWalk) openMerged(ctx context.Context, parent snapshot.View, merged int) error {
 	pc := parent.Manifest.Collections[w.collection]
-	w.merged = openChainRunAfter(ctx, w.r.chainSource(), pc.Layers[:merged], w.collection, w.after)
-	w.merged.keepDeleted = true
+	run := openChainRunAfter(ctx, w.r.chainSource(), pc.Layers[:merged], w.collection, w.after)
+	run.keepDeleted = true
 	w.parentChain = parent.Manifest.Chain(w.collection)
 	var err error
-	w.head, w.headOK, err = w.merged.next()
+	w.merged, err = startJoin(&runCursor{run: run}, skipSink{})
 	return err
 }
 
@@ -117,17 +115,14 @@ const (
 )
 
 // classify tells what entry e of the version's layer is.
-func (w *changeWalk) classify(e RunEntry) (verdict, error) {
+func (w *changeWalk) classify(ctx context.Context, e RunEntry) (verdict, error) {
 	if w.merged == nil {
 		return entryChanged, nil // a plain delta holds its changes alone
 	}
-	for w.headOK && w.head.ID < e.ID {
-		var err error
-		if w.head, w.headOK, err = w.merged.next(); err != nil {
-			return entryChanged, err
-		}
+	p, named, err := w.merged.seek(ctx, e.ID)
+	if err != nil {
+		return entryChanged, err
 	}
-	p, named := w.head, w.headOK && w.head.ID == e.ID
 	switch {
 	case !named && e.Deleted:
 		return entryLookUp, nil
@@ -164,7 +159,7 @@ func (w *changeWalk) page(ctx context.Context, after string, limit int) ([]snaps
 			if e.ID <= after {
 				continue
 			}
-			v, err := w.classify(e)
+			v, err := w.classify(ctx, e)
 			if err != nil {
 				return nil, false, err
 			}
@@ -198,15 +193,18 @@ func (w *changeWalk) parentHolds(ctx context.Context, cands []candidate) (map[st
 		}
 	}
 	held := make(map[string]bool, len(ids))
-	for start := 0; start < len(ids); start += copyBatch {
-		batch := ids[start:min(start+copyBatch, len(ids))]
+	err := inBatches(ids, func(id string) string { return id }, func(_, batch []string) error {
 		got, err := w.r.st.GetDocuments(ctx, w.r.dataset, w.parentChain, w.collection, batch)
 		if err != nil {
-			return nil, fmt.Errorf("read the parent's documents of deleted ids: %w", err)
+			return fmt.Errorf("read the parent's documents of deleted ids: %w", err)
 		}
 		for id := range got {
 			held[id] = true
 		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
 	}
 	return held, nil
 }
