@@ -20,39 +20,47 @@ const defaultProgressEvery = 10 * time.Second
 // per part, all into the one writer; each part keeps its own count and digest,
 // combined at the end. The parent's row counts, when known, give ETAs.
 func (vw *versionWrite) writeFull(ctx context.Context) (snapshot.WriteResult, error) {
-	res, _, written, err := vw.writeEach(ctx, vw.copyCollection)
+	out, err := vw.writeEach(ctx, vw.copyCollection)
 	if err != nil {
-		return res, err
+		return out.res, err
 	}
-	for name, st := range res.Collections {
-		st.Written = written[name]
-		res.Collections[name] = st
+	for name, st := range out.res.Collections {
+		st.Written = out.docs[name]
+		out.res.Collections[name] = st
 	}
-	return res, nil
+	return out.res, nil
+}
+
+// written is what writeEach wrote.
+type written struct {
+	// res holds each collection's stats as the write made them, and the version's
+	// bytes written.
+	res snapshot.WriteResult
+	// docs and chunks are the documents (and tombstones) and run chunks the store
+	// acknowledged per collection, which complete the stats.
+	docs, chunks map[string]int64
 }
 
 // writeEach writes every collection of the version with write, all into one writer,
-// and closes it. It returns each collection's stats as write made them, with the
-// version's bytes written, and the closed writer and its documents written per
-// collection, which the caller completes the stats with.
-func (vw *versionWrite) writeEach(ctx context.Context, write func(context.Context, DocumentWriter, string) (snapshot.CollectionStats, error)) (
-	snapshot.WriteResult, DocumentWriter, map[string]int64, error) {
-	res := snapshot.WriteResult{Collections: map[string]snapshot.CollectionStats{}}
+// and closes it.
+func (vw *versionWrite) writeEach(ctx context.Context, write func(context.Context, DocumentWriter, string) (snapshot.CollectionStats, error)) (written, error) {
+	out := written{res: snapshot.WriteResult{Collections: map[string]snapshot.CollectionStats{}}}
 	w := vw.Store.NewWriter(ctx, vw.dataset, vw.req.Manifest.Version)
 	for _, name := range vw.req.Collections {
 		st, err := write(ctx, w, name)
 		if err != nil {
 			_, _ = w.Close(ctx)
-			return res, w, nil, fmt.Errorf("collection %s: %w", name, err)
+			return out, fmt.Errorf("collection %s: %w", name, err)
 		}
-		res.Collections[name] = st
+		out.res.Collections[name] = st
 	}
-	written, err := w.Close(ctx)
-	res.BytesWritten = w.BytesWritten()
+	docs, err := w.Close(ctx)
+	out.res.BytesWritten = w.BytesWritten()
 	if err != nil {
-		return res, w, nil, fmt.Errorf("write documents: %w", err)
+		return out, fmt.Errorf("write documents: %w", err)
 	}
-	return res, w, written, nil
+	out.docs, out.chunks = docs, w.ChunksWritten()
+	return out, nil
 }
 
 // copyCollection copies one collection into w.

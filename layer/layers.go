@@ -96,25 +96,24 @@ func (p *Writer) rebaseRatio() float64 {
 // returning each collection's stats: the version's totals (exactly what a full copy
 // would record) and its chains.
 func (vw *versionWrite) writeLayers(ctx context.Context, snap snapshot.DeltaSnapshot) (snapshot.WriteResult, error) {
-	res, w, written, err := vw.writeEach(ctx, func(ctx context.Context, w DocumentWriter, name string) (snapshot.CollectionStats, error) {
+	out, err := vw.writeEach(ctx, func(ctx context.Context, w DocumentWriter, name string) (snapshot.CollectionStats, error) {
 		return vw.newLayerWriter(w, name).write(ctx, snap)
 	})
 	if err != nil {
-		return res, err
+		return out.res, err
 	}
-	chunks := w.ChunksWritten()
-	for name, st := range res.Collections {
+	for name, st := range out.res.Collections {
 		if st.Own != nil {
 			own := *st.Own
-			own.Written, own.ChunksWritten = written[name], chunks[name]
+			own.Written, own.ChunksWritten = out.docs[name], out.chunks[name]
 			st.Own = &own
 			if own.Written == own.Emitted && own.ChunksWritten == own.Chunks {
 				st.Written = st.Rows
 			}
 		}
-		res.Collections[name] = st
+		out.res.Collections[name] = st
 	}
-	return res, nil
+	return out.res, nil
 }
 
 // mergeCount returns how many of a full chain's newest layers (newest first, a base
