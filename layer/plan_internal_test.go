@@ -106,3 +106,36 @@ func (r recordSink) parentOnly(_ context.Context, e fromEntry) error {
 	*r.got = append(*r.got, "parent "+e.ID)
 	return nil
 }
+
+// A sparse merge of a keyed read joins, besides the changed rows, every entry of the
+// merged deltas the source did not name: a live one as a row unchanged since the
+// parent, a tombstone as a parent entry alone. A named id the source no longer has
+// keeps its parent entry (the join writes its tombstone), or, already a tombstone in
+// the merged deltas, that tombstone.
+func TestMergeSinkKeyed(t *testing.T) {
+	live := func(id string, from int) fromEntry { return fromEntry{RunEntry{ID: id, Len: 2}, from} }
+	tomb := func(id string) fromEntry { return fromEntry{RunEntry{ID: id, Deleted: true}, 0} }
+	body := []byte(`{}`)
+	named := []snapshot.Document{{ID: "a", Body: body}, {ID: "c"}, {ID: "e", Body: body}, {ID: "g"}}
+	merged := &sliceCursor{entries: []fromEntry{live("b", 1), live("c", 0), tomb("d"), tomb("e"), tomb("g"), live("h", 1)}}
+	m := mergeSink{matched: []fromEntry{live("a", 3), live("c", 0)}, keyed: true}
+	if err := joinAll(t.Context(), merged, &m, named); err != nil {
+		t.Fatal(err)
+	}
+	var rows, entries []string
+	for _, d := range m.rows {
+		rows = append(rows, fmt.Sprintf("%s body %v", d.ID, d.Body != nil))
+	}
+	for _, e := range m.entries {
+		entries = append(entries, fmt.Sprintf("%s deleted %v from %d", e.ID, e.Deleted, e.from))
+	}
+	got := []any{rows, entries, m.unchanged}
+	want := []any{
+		[]string{"a body true", "b body false", "e body true", "h body false"},
+		[]string{"a deleted false from 3", "b deleted false from 1", "c deleted false from 0", "d deleted true from 0", "g deleted true from 0", "h deleted false from 1"},
+		int64(2),
+	}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("sparse merge (-want +got):\n%s", diff)
+	}
+}
