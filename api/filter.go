@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/snapflip/snapflip/index"
+	"github.com/snapflip/snapflip/resolver"
 	"github.com/snapflip/snapflip/snapshot"
 )
 
@@ -129,7 +130,7 @@ func (s *Server) filterDocuments(w http.ResponseWriter, r *http.Request, fr filt
 	if err != nil {
 		return err
 	}
-	got, err := s.reader.Filter(r.Context(), view, fr.collection, scan, after, fr.limit)
+	got, err := s.reader.Filter(r.Context(), view, resolver.FilterQuery{Collection: fr.collection, Scan: scan, After: after, Limit: fr.limit})
 	if err != nil {
 		return err
 	}

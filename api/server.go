@@ -17,7 +17,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
-	"github.com/snapflip/snapflip/index"
 	"github.com/snapflip/snapflip/resolver"
 	"github.com/snapflip/snapflip/snapshot"
 )
@@ -36,9 +35,9 @@ type Reader interface {
 	// Page returns up to limit documents after an id, in id order, and whether more
 	// follow; ErrNotFound for an unknown collection.
 	Page(ctx context.Context, view snapshot.View, collection, after string, limit int) ([]snapshot.Document, bool, error)
-	// Filter returns a page of the documents whose entries in scan's index fall in
-	// its ranges, after the entry after ("" for the first page), in index order.
-	Filter(ctx context.Context, view snapshot.View, collection string, scan index.Scan, after string, limit int) (resolver.FilterPage, error)
+	// Filter returns a page of the documents whose entries in the scan's index fall
+	// in its ranges, after the entry q.After ("" for the first page), in index order.
+	Filter(ctx context.Context, view snapshot.View, q resolver.FilterQuery) (resolver.FilterPage, error)
 	// Versions returns every version's manifest, newest first.
 	Versions(ctx context.Context) ([]snapshot.Manifest, error)
 	// Manifest returns one version's manifest whatever its state; ErrNotFound when

@@ -102,7 +102,8 @@ func (f *fakeReader) GetMany(ctx context.Context, v snapshot.View, collection st
 // Page pages over the collection's docs in id order.
 // Filter answers a filter from the fake's documents: those whose entry (their key
 // in the index, then their id) falls in a range of the scan, in entry order.
-func (f *fakeReader) Filter(_ context.Context, v snapshot.View, collection string, scan index.Scan, after string, limit int) (resolver.FilterPage, error) {
+func (f *fakeReader) Filter(_ context.Context, v snapshot.View, q resolver.FilterQuery) (resolver.FilterPage, error) {
+	collection, scan, after, limit := q.Collection, q.Scan, q.After, q.Limit
 	if !v.HasCollection(collection) {
 		return resolver.FilterPage{}, snapshot.ErrNotFound
 	}

@@ -90,21 +90,23 @@ func checkFilters(fs []Filter) error {
 //		...
 //	}
 func (c *Client) Query(ctx context.Context, collection string, filters []Filter, opts ListOptions, read ...ReadOption) iter.Seq2[Document, error] {
-	return c.query(ctx, "", collection, filters, opts, read)
+	opts.filters = filters
+	return c.query(ctx, "", collection, opts, read)
 }
 
 // Query is Client.Query on the snapshot's version.
 func (s *Snapshot) Query(ctx context.Context, collection string, filters []Filter, opts ListOptions, read ...ReadOption) iter.Seq2[Document, error] {
-	return s.c.query(ctx, s.version, collection, filters, opts, read)
+	opts.filters = filters
+	return s.c.query(ctx, s.version, collection, opts, read)
 }
 
-// query lists the documents that match filters, of which there must be one or more.
-func (c *Client) query(ctx context.Context, version, collection string, filters []Filter, opts ListOptions, read []ReadOption) iter.Seq2[Document, error] {
-	if len(filters) == 0 {
+// query lists the documents that match opts' filters, of which there must be one or
+// more.
+func (c *Client) query(ctx context.Context, version, collection string, opts ListOptions, read []ReadOption) iter.Seq2[Document, error] {
+	if len(opts.filters) == 0 {
 		return func(yield func(Document, error) bool) {
 			yield(Document{}, invalid("query: no filters (List reads every document)"))
 		}
 	}
-	opts.filters = filters
 	return c.list(ctx, version, collection, opts, read)
 }

@@ -7,6 +7,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/snapflip/snapflip/index"
 	"github.com/snapflip/snapflip/snapshot"
 
 	"golang.org/x/sync/errgroup"
@@ -26,6 +27,12 @@ func (vw *versionWrite) writeFull(ctx context.Context) (snapshot.WriteResult, er
 	}
 	for name, st := range out.res.Collections {
 		st.Written = out.docs[name]
+		// A full copy writes one entry per document in each index.
+		for _, d := range st.Indexes {
+			if got := out.docs[index.Collection(name, d.Name)]; got != st.Rows {
+				return out.res, fmt.Errorf("%w: collection %s index %s: %d of %d entries written", snapshot.ErrDeltaInconsistent, name, d.Name, got, st.Rows)
+			}
+		}
 		out.res.Collections[name] = st
 	}
 	return out.res, nil
@@ -80,9 +87,11 @@ func (vw *versionWrite) copyCollection(ctx context.Context, w DocumentWriter, na
 	}
 	prog := vw.newProgress(name, expected)
 	stats := make([]snapshot.CollectionStats, parts)
+	ixs := make([]*indexer, parts)
 	digests := make([]snapshot.Digest, parts)
 	g, gctx := errgroup.WithContext(ctx)
 	for part := range parts {
+		ixs[part] = newIndexer(vw, w, name, nil)
 		g.Go(func() error {
 			fn := func(doc snapshot.Document) error {
 				if vw.MaxDocumentBytes > 0 && len(doc.Body) > vw.MaxDocumentBytes {
@@ -96,7 +105,10 @@ func (vw *versionWrite) copyCollection(ctx context.Context, w DocumentWriter, na
 				if vw.req.Crash != nil {
 					vw.req.Crash(snapshot.CrashMidWrite, prog.rows.Load())
 				}
-				return w.Write(gctx, name, doc)
+				if err := w.Write(gctx, name, doc); err != nil {
+					return err
+				}
+				return ixs[part].add(gctx, doc)
 			}
 			if parts == 1 {
 				return snap.Scan(gctx, name, fn)
@@ -114,7 +126,7 @@ func (vw *versionWrite) copyCollection(ctx context.Context, w DocumentWriter, na
 		st.Bytes += stats[i].Bytes
 		d.Add(digests[i])
 	}
-	st.Digest = d.String()
+	st.Digest, st.Indexes = d.String(), vw.declared[name]
 	prog.done(ctx)
 	return st, nil
 }

@@ -107,7 +107,7 @@ func (vw *versionWrite) writeLayers(ctx context.Context, snap snapshot.DeltaSnap
 			own := *st.Own
 			own.Written, own.ChunksWritten = out.docs[name], out.chunks[name]
 			st.Own = &own
-			if own.Written == own.Emitted && own.ChunksWritten == own.Chunks {
+			if own.Written == own.Emitted && own.ChunksWritten == own.Chunks && indexesSealed(name, own, out.docs) {
 				st.Written = st.Rows
 			}
 		}

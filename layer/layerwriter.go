@@ -21,6 +21,7 @@ type layerWriter struct {
 
 	join   *mergeJoin        // the parent's entries, joined with the source's rows
 	copies *copier           // for a merge: the merged deltas' unchanged documents
+	ix     *indexer          // the layer's index entries; nil for no indexes
 	enc    *runEncoder       // the layer's fingerprint run
 	chunks int64             // run chunks emitted
 	prog   *progress         // reports a long read's progress
@@ -91,6 +92,11 @@ func (lw *layerWriter) planInput(ctx context.Context, snap snapshot.DeltaSnapsho
 		return in, nil
 	}
 	in.parent = lw.cur.Collections[lw.name]
+	if !sameIndexes(in.parent.Indexes, vw.declared[lw.name]) {
+		// The chain's layers hold no entries of an index the parent did not have.
+		in.kind, in.why = snapshot.LayerBase, "an index was added or changed"
+		return in, nil
+	}
 	if in.sameFingerprint = lw.sameFingerprint(); in.sameFingerprint {
 		return in, nil
 	}
@@ -113,6 +119,7 @@ func (lw *layerWriter) carried() snapshot.CollectionStats {
 	st.Layers = carryLayers(lw.cur, st.Layers)
 	st.Own = &snapshot.OwnLayer{Mode: snapshot.ModeSameFingerprint}
 	st.Written = st.Rows
+	st.Indexes = lw.vw.declared[lw.name] // the parent's: planDelta writes a base else
 	return st
 }
 
@@ -163,9 +170,14 @@ func (lw *layerWriter) start(ctx context.Context, from joinInput) error {
 	if lw.join, err = startJoin(from.parent, lw); err != nil {
 		return err
 	}
+	var under []snapshot.Version // the chain under the layer: what its index entries change
+	if p.kind != planBase {
+		under = lw.cur.Chain(lw.name)[p.merge:]
+	}
+	lw.ix = newIndexer(lw.vw, lw.w, lw.name, under)
 	if p.merge > 0 {
 		// A copied entry's newest layer is one of the merged deltas: read those alone.
-		lw.copies = &copier{st: lw.vw.Store, dataset: lw.vw.dataset, chain: lw.cur.Chain(lw.name)[:p.merge], collection: lw.name, w: lw.w}
+		lw.copies = &copier{st: lw.vw.Store, dataset: lw.vw.dataset, chain: lw.cur.Chain(lw.name)[:p.merge], collection: lw.name, w: lw.w, ix: lw.ix}
 	}
 	return nil
 }
@@ -263,7 +275,11 @@ func (lw *layerWriter) put(ctx context.Context, id string, body []byte, sum snap
 	if lw.vw.req.Crash != nil {
 		lw.vw.req.Crash(snapshot.CrashMidWrite, lw.own.Emitted)
 	}
-	return lw.w.Write(ctx, lw.name, snapshot.Document{ID: id, Body: body})
+	doc := snapshot.Document{ID: id, Body: body}
+	if err := lw.w.Write(ctx, lw.name, doc); err != nil {
+		return err
+	}
+	return lw.ix.add(ctx, doc)
 }
 
 // keep copies an unchanged entry of a merged delta into this layer.
@@ -299,6 +315,10 @@ func (lw *layerWriter) finish(ctx context.Context) (snapshot.CollectionStats, er
 	if err := lw.copies.flush(ctx); err != nil {
 		return snapshot.CollectionStats{}, err
 	}
+	indexes, err := lw.ix.done(ctx)
+	if err != nil {
+		return snapshot.CollectionStats{}, err
+	}
 	if live := lw.join.parent.live(); p.kind != planBase && live != p.parent.Rows {
 		return snapshot.CollectionStats{}, fmt.Errorf("%w: the parent %s's fingerprints hold %d ids, its manifest %d", snapshot.ErrDeltaInconsistent, lw.cur.Version, live, p.parent.Rows)
 	}
@@ -309,8 +329,8 @@ func (lw *layerWriter) finish(ctx context.Context) (snapshot.CollectionStats, er
 		return snapshot.CollectionStats{}, err
 	}
 	own := lw.own
-	own.Chunks = lw.chunks
-	st := snapshot.CollectionStats{Rows: t.rows, Bytes: t.bytes, Digest: t.digest.String(), Own: &own}
+	own.Chunks, own.Indexes = lw.chunks, indexes
+	st := snapshot.CollectionStats{Rows: t.rows, Bytes: t.bytes, Digest: t.digest.String(), Own: &own, Indexes: lw.vw.declared[lw.name]}
 	switch {
 	case p.kind == planBase:
 		st.Layers = []snapshot.LayerRef{lw.layer}
@@ -341,6 +361,7 @@ type copier struct {
 	chain      []snapshot.Version
 	collection string
 	w          DocumentWriter
+	ix         *indexer // the layer's index entries, which copies change too
 	batch      []RunEntry
 }
 
@@ -372,7 +393,11 @@ func (c *copier) flush(ctx context.Context) error {
 			if !ok || int64(len(body)) != e.Len || snapshot.Contribution(e.ID, body) != e.Sum {
 				return fmt.Errorf("%w: the parent's document %q does not match its fingerprint", snapshot.ErrDeltaInconsistent, truncate(e.ID, 200))
 			}
-			if err := c.w.Write(ctx, c.collection, snapshot.Document{ID: e.ID, Body: body}); err != nil {
+			doc := snapshot.Document{ID: e.ID, Body: body}
+			if err := c.w.Write(ctx, c.collection, doc); err != nil {
+				return err
+			}
+			if err := c.ix.add(ctx, doc); err != nil {
 				return err
 			}
 		}

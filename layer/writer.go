@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/snapflip/snapflip/index"
 	"github.com/snapflip/snapflip/snapshot"
 )
 
@@ -86,11 +87,19 @@ type versionWrite struct {
 	*Writer
 	req     snapshot.WriteRequest
 	dataset string
+	// indexes are each collection's indexes in the version, as the manifest records
+	// them (declared) and typed.
+	indexes  map[string][]index.Def
+	declared map[string][]snapshot.IndexDef
 }
 
 // WriteVersion writes the version's documents (snapshot.VersionWriter).
 func (w *Writer) WriteVersion(ctx context.Context, req snapshot.WriteRequest) (snapshot.WriteResult, error) {
 	vw := &versionWrite{Writer: w, req: req, dataset: req.Manifest.Dataset}
+	var err error
+	if vw.indexes, vw.declared, err = readIndexes(ctx, req.Snap, req.Collections); err != nil {
+		return snapshot.WriteResult{}, err
+	}
 	if req.Manifest.Format == snapshot.FormatLayered {
 		ds, ok := req.Snap.(snapshot.DeltaSnapshot)
 		if !ok {

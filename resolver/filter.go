@@ -24,12 +24,23 @@ type filterKey struct {
 	limit      int
 }
 
-// Filter returns up to limit documents of the view's collection whose entries in
-// scan's index fall in its ranges, in index order (the fields' values, then the id),
-// after the entry after ("" for the first page). Every page of one filter comes from
-// the view's version alone. It returns an error wrapping ErrNotFound for a collection
-// the version does not hold, and ErrInvalid for an index it does not hold.
-func (r *Resolver) Filter(ctx context.Context, view snapshot.View, collection string, scan index.Scan, after string, limit int) (FilterPage, error) {
+// FilterQuery is one page of a filter: the collection, the scan of one of its
+// indexes that serves the filter, the entry the page starts after ("" for the first
+// page), and how many documents it holds at most.
+type FilterQuery struct {
+	Collection string
+	Scan       index.Scan
+	After      string
+	Limit      int
+}
+
+// Filter returns up to q.Limit documents of the view's collection whose entries in
+// the scan's index fall in its ranges, in index order (the fields' values, then the
+// id), after the entry q.After. Every page of one filter comes from the view's
+// version alone. It returns an error wrapping ErrNotFound for a collection the
+// version does not hold, and ErrInvalid for an index it does not hold.
+func (r *Resolver) Filter(ctx context.Context, view snapshot.View, q FilterQuery) (FilterPage, error) {
+	collection, scan, after, limit := q.Collection, q.Scan, q.After, q.Limit
 	c, ok := view.Manifest.Collections[collection]
 	if !ok {
 		return FilterPage{}, fmt.Errorf("collection %q: %w", collection, snapshot.ErrNotFound)
@@ -42,7 +53,7 @@ func (r *Resolver) Filter(ctx context.Context, view snapshot.View, collection st
 		r.filterHits.Add(1)
 		return r.filterDocs(ctx, view, collection, ids)
 	}
-	ids, err := r.filterIDs(ctx, view, collection, scan, after, limit)
+	ids, err := r.filterIDs(ctx, view, q)
 	if err != nil {
 		return FilterPage{}, err
 	}
@@ -50,10 +61,11 @@ func (r *Resolver) Filter(ctx context.Context, view snapshot.View, collection st
 	return r.filterDocs(ctx, view, collection, ids)
 }
 
-// filterIDs reads up to limit+1 entries of the scan after the entry after and
+// filterIDs reads up to q.Limit+1 entries of the scan after the entry q.After and
 // returns the page's: the ids of its documents and, last, the entry that ends it when
 // more follow ("" else).
-func (r *Resolver) filterIDs(ctx context.Context, view snapshot.View, collection string, scan index.Scan, after string, limit int) (filterIDs, error) {
+func (r *Resolver) filterIDs(ctx context.Context, view snapshot.View, q FilterQuery) (filterIDs, error) {
+	collection, scan, after, limit := q.Collection, q.Scan, q.After, q.Limit
 	chain, entries := view.Manifest.Chain(collection), index.Collection(collection, scan.Index.Name)
 	var got []snapshot.Document
 	for _, rg := range scan.Ranges {

@@ -1,0 +1,193 @@
+package layer_test
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/snapflip/snapflip/index"
+	"github.com/snapflip/snapflip/pgsource"
+	"github.com/snapflip/snapflip/snapshot"
+	"github.com/snapflip/snapflip/store"
+)
+
+// entriesThrough returns the live entries of a collection's index through a chain.
+func entriesThrough(tb testing.TB, st *store.Store, chain []snapshot.Version, collection, name string) []string {
+	tb.Helper()
+	var out []string
+	err := st.ScanDocuments(context.Background(), "ds", chain, index.Collection(collection, name), func(d snapshot.Document) bool {
+		out = append(out, d.ID)
+		return true
+	})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return out
+}
+
+// entriesOf returns the entries a version's documents make in each of its indexes:
+// what its index must hold.
+func entriesOf(tb testing.TB, st *store.Store, m snapshot.Manifest, collection string) map[string][]string {
+	tb.Helper()
+	c := m.Collections[collection]
+	out := map[string][]string{}
+	err := st.ScanDocuments(context.Background(), "ds", m.Chain(collection), collection, func(d snapshot.Document) bool {
+		for _, decl := range c.Indexes {
+			def, err := index.Typed(decl)
+			if err != nil {
+				tb.Fatal(err)
+			}
+			k, err := index.Key(def, d.Body)
+			if err != nil {
+				tb.Fatal(err)
+			}
+			out[decl.Name] = append(out[decl.Name], index.EntryID(k, d.ID))
+		}
+		return true
+	})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	for _, e := range out {
+		slices.Sort(e)
+	}
+	return out
+}
+
+// checkIndexes fails tb unless every index of m holds exactly the entries its
+// documents make, and the layer wrote no more than its changed ids cause.
+func checkIndexes(tb testing.TB, st *store.Store, m snapshot.Manifest, collection string, indexes int) {
+	tb.Helper()
+	c := m.Collections[collection]
+	if len(c.Indexes) != indexes {
+		tb.Fatalf("version %s: %d indexes %+v; want %d", m.Version, len(c.Indexes), c.Indexes, indexes)
+	}
+	want := entriesOf(tb, st, m, collection)
+	for _, d := range c.Indexes {
+		got := entriesThrough(tb, st, m.Chain(collection), collection, d.Name)
+		if !slices.Equal(got, want[d.Name]) {
+			tb.Fatalf("version %s index %s: %d entries through the chain %v, %d from the documents", m.Version, d.Name, len(got), m.Chain(collection), len(want[d.Name]))
+		}
+	}
+	if own := c.Own; own != nil && own.Kind == snapshot.LayerDelta {
+		ids := own.Inserted + own.Changed + own.Deleted + own.Copied
+		for _, iw := range own.Indexes {
+			if iw.Entries > ids || iw.Removed > ids {
+				tb.Errorf("version %s index %s: a delta naming %d ids wrote %d entries and %d tombstones", m.Version, iw.Name, ids, iw.Entries, iw.Removed)
+			}
+		}
+	}
+}
+
+// Every version's index entries, read through its chain, are exactly those its
+// documents make, over a random history of inserts, deletes, key changes and value
+// changes into and out of NULL, through deltas, merged deltas and rebases; a full
+// copy's are too. An index added to the config makes the next version a base that
+// carries it; one removed leaves the next version without it.
+//
+// It mutates a shared history step by step; each check covers the whole version.
+func TestIndexEntriesMatchTheDocuments(t *testing.T) {
+	schema := []string{
+		`CREATE TABLE t (id int PRIMARY KEY, n int, s text, at timestamptz)`,
+		`INSERT INTO t SELECT g, g % 7, CASE WHEN g % 5 = 0 THEN NULL ELSE 's' || (g % 11) END,
+			'2024-01-01'::timestamptz + g * interval '1 hour' FROM generate_series(1, 300) g`,
+	}
+	two := []pgsource.Collection{{Name: "t", Table: "t", Indexes: []pgsource.Columns{{"n"}, {"s", "at"}}}}
+	r := newRig(t, two, schema...)
+	r.pub.Incremental, r.w.MaxLayers, r.w.RebaseRatio = true, 3, 0.3
+	full := r.twin()
+	rnd := rand.New(rand.NewPCG(3, 4))
+	checkIndexes(t, r.store, r.publish(t, r.pub), "t", 2)
+	kinds := map[string]int{}
+	for step := range 14 {
+		id := func() int { return 1 + rnd.IntN(330) }
+		var sql []string
+		for range 1 + rnd.IntN(12) {
+			switch rnd.IntN(6) {
+			case 0:
+				sql = append(sql, fmt.Sprintf(`UPDATE t SET n = %d WHERE id = %d`, rnd.IntN(9), id()))
+			case 1:
+				sql = append(sql, fmt.Sprintf(`UPDATE t SET s = CASE WHEN s IS NULL THEN 'back' ELSE NULL END WHERE id = %d`, id()))
+			case 2:
+				sql = append(sql, fmt.Sprintf(`DELETE FROM t WHERE id = %d`, id()))
+			case 3:
+				sql = append(sql, fmt.Sprintf(`INSERT INTO t VALUES (%d, 1, 'new', now()) ON CONFLICT (id) DO NOTHING`, 330+id()))
+			case 4:
+				sql = append(sql, fmt.Sprintf(`UPDATE t SET id = id + 1000 WHERE id = %d`, id()))
+			default:
+				sql = append(sql, fmt.Sprintf(`UPDATE t SET at = at + interval '1 day' WHERE n = %d`, rnd.IntN(7)))
+			}
+		}
+		r.exec(t, sql...)
+		m := r.publish(t, r.pub)
+		checkIndexes(t, r.store, m, "t", 2)
+		switch c := m.Collections["t"]; {
+		case c.Own.Kind == snapshot.LayerDelta && c.Layers[0].Merged > 0:
+			kinds["merged"]++
+		default:
+			kinds[c.Own.Kind]++
+		}
+		if step%5 == 0 {
+			checkIndexes(t, r.store, r.publish(t, full), "t", 2)
+		}
+	}
+
+	if kinds["merged"] == 0 || kinds[snapshot.LayerDelta] == 0 || kinds[snapshot.LayerBase] == 0 {
+		t.Errorf("the history wrote %v; want deltas, merged deltas and rebases", kinds)
+	}
+
+	// One index more: the next version is a base holding all three.
+	three := []pgsource.Collection{{Name: "t", Table: "t", Indexes: []pgsource.Columns{{"n"}, {"s", "at"}, {"at"}}}}
+	src, err := pgsource.New(r.dsn, three)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.pub.Source = src
+	m := r.publish(t, r.pub)
+	if c := m.Collections["t"]; c.Own == nil || c.Own.Kind != snapshot.LayerBase {
+		t.Fatalf("a version with an index added: own %+v; want a base", c.Own)
+	}
+	checkIndexes(t, r.store, m, "t", 3)
+	r.exec(t, `UPDATE t SET n = 100 WHERE id IN (SELECT id FROM t ORDER BY id LIMIT 3)`)
+	checkIndexes(t, r.store, r.publish(t, r.pub), "t", 3)
+
+	// None: the next version has no index. (Any change to a collection's definition,
+	// its indexes included, makes the next version a base.)
+	src, err = pgsource.New(r.dsn, []pgsource.Collection{{Name: "t", Table: "t"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.pub.Source = src
+	r.exec(t, `UPDATE t SET n = 101 WHERE id IN (SELECT id FROM t ORDER BY id LIMIT 3)`)
+	m = r.publish(t, r.pub)
+	if c := m.Collections["t"]; len(c.Indexes) != 0 || len(c.Own.Indexes) != 0 {
+		t.Errorf("a version without indexes: indexes %+v, own %+v; want none", c.Indexes, c.Own)
+	}
+}
+
+// A field whose type no index orders, and a value too long to index, fail the
+// version with an error naming them; nothing is published.
+func TestUnindexableFieldsFailTheVersion(t *testing.T) {
+	for _, tc := range []struct {
+		name, schema, want string
+		indexes            []pgsource.Columns
+	}{
+		{"jsonb", `CREATE TABLE t (id int PRIMARY KEY, j jsonb); INSERT INTO t VALUES (1, '{}')`, `index j field "j"`, []pgsource.Columns{{"j"}}},
+		{"long", `CREATE TABLE t (id int PRIMARY KEY, s text); INSERT INTO t VALUES (1, repeat('x', 5000))`, "over the limit of 2048", []pgsource.Columns{{"s"}}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := newRig(t, []pgsource.Collection{{Name: "t", Table: "t", Indexes: tc.indexes}}, tc.schema)
+			r.pub.Incremental = true
+			_, err := r.pub.Publish(context.Background(), snapshot.PublishOptions{})
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("Publish = %v; want an error saying %q", err, tc.want)
+			}
+			if _, err := r.store.ReadPointer(context.Background(), "ds"); err == nil {
+				t.Error("a version was published")
+			}
+		})
+	}
+}
