@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/snapflip/snapflip/index"
+	"github.com/snapflip/snapflip/layer"
 	"github.com/snapflip/snapflip/pgsource"
 	"github.com/snapflip/snapflip/snapshot"
 	"github.com/snapflip/snapflip/store"
@@ -189,5 +190,56 @@ func TestUnindexableFieldsFailTheVersion(t *testing.T) {
 				t.Error("a version was published")
 			}
 		})
+	}
+}
+
+// lossyStore is a store whose writers lose the acknowledgement of every index cell
+// after the first few: as if the process died, or storage failed, between a layer's
+// documents and its index entries.
+type lossyStore struct {
+	layer.Store
+	keep int64
+}
+
+func (s lossyStore) NewWriter(ctx context.Context, dataset string, v snapshot.Version) layer.DocumentWriter {
+	return &lossyWriter{DocumentWriter: s.Store.NewWriter(ctx, dataset, v), keep: s.keep}
+}
+
+type lossyWriter struct {
+	layer.DocumentWriter
+	keep int64
+}
+
+func (w *lossyWriter) Close(ctx context.Context) (map[string]int64, error) {
+	n, err := w.DocumentWriter.Close(ctx)
+	for c, k := range n {
+		if strings.Contains(c, "/") {
+			n[c] = min(k, w.keep)
+		}
+	}
+	return n, err
+}
+
+// A layer whose index cells were not all acknowledged is never sealed nor
+// published, for a base as for a delta: the pointer stays where it was.
+func TestAPartialIndexIsNeverPublished(t *testing.T) {
+	r := newRig(t, []pgsource.Collection{{Name: "t", Table: "t", Indexes: []pgsource.Columns{{"n"}}}},
+		`CREATE TABLE t (id int PRIMARY KEY, n int)`, `INSERT INTO t SELECT g, g FROM generate_series(1, 100) g`)
+	r.pub.Incremental = true
+	ctx := context.Background()
+	lossy := withWriter(r.pub, r.w, func(w *layer.Writer) { w.Store = lossyStore{Store: r.store, keep: 10} })
+	for _, step := range []string{"base", "delta"} {
+		if step == "delta" {
+			r.publish(t, r.pub)
+			r.exec(t, `UPDATE t SET n = n + 1000 WHERE id <= 20`)
+		}
+		before, _ := r.store.ReadPointer(ctx, "ds")
+		_, err := lossy.Publish(ctx, snapshot.PublishOptions{})
+		if err == nil || !strings.Contains(err.Error(), "index n: wrote 10 of") {
+			t.Fatalf("%s: Publish with index cells lost = %v; want an error naming the index", step, err)
+		}
+		if after, _ := r.store.ReadPointer(ctx, "ds"); after.Version != before.Version {
+			t.Fatalf("%s: the pointer moved to %s", step, after.Version)
+		}
 	}
 }

@@ -147,11 +147,21 @@ func (ix *indexer) done(ctx context.Context) ([]snapshot.IndexWrite, error) {
 	return slices.Clone(ix.counts), nil
 }
 
-// indexesSealed reports whether every entry a layer wrote was acknowledged: written
-// holds the cells acknowledged per collection, entries' included.
-func indexesSealed(collection string, own snapshot.OwnLayer, written map[string]int64) bool {
-	for _, iw := range own.Indexes {
-		if written[index.Collection(collection, iw.Name)] != iw.Entries+iw.Removed {
+// indexesWritten returns a layer's index writes with the cells storage acknowledged
+// for each: written holds them per collection, entries' included.
+func indexesWritten(collection string, iws []snapshot.IndexWrite, written map[string]int64) []snapshot.IndexWrite {
+	out := slices.Clone(iws)
+	for i := range out {
+		out[i].Written = written[index.Collection(collection, out[i].Name)]
+	}
+	return out
+}
+
+// indexesSealed reports whether every entry and tombstone a layer queued was
+// acknowledged.
+func indexesSealed(iws []snapshot.IndexWrite) bool {
+	for _, iw := range iws {
+		if iw.Written != iw.Entries+iw.Removed {
 			return false
 		}
 	}

@@ -90,12 +90,14 @@ type IndexDef struct {
 }
 
 // IndexWrite is what one layer wrote for one index: entries for new values and
-// tombstones for values its documents no longer hold.
+// tombstones for values its documents no longer hold, and how many of those cells
+// storage acknowledged (Written): a layer is complete when it is Entries + Removed.
 type IndexWrite struct {
 	Name    string `json:"name"`
 	Entries int64  `json:"entries"`
 	Removed int64  `json:"removed,omitempty"`
 	Bytes   int64  `json:"bytes"`
+	Written int64  `json:"written"`
 }
 
 // Layer kinds.
@@ -240,6 +242,12 @@ func (m *Manifest) CheckComplete() error {
 			if o.Written != o.Emitted || o.ChunksWritten != o.Chunks {
 				return fmt.Errorf("version %s collection %s: wrote %d of %d cells and %d of %d fingerprint chunks",
 					m.Version, name, o.Written, o.Emitted, o.ChunksWritten, o.Chunks)
+			}
+			for _, iw := range o.Indexes {
+				if iw.Written != iw.Entries+iw.Removed {
+					return fmt.Errorf("version %s collection %s index %s: wrote %d of %d entries and tombstones",
+						m.Version, name, iw.Name, iw.Written, iw.Entries+iw.Removed)
+				}
 			}
 			continue
 		}
