@@ -82,6 +82,8 @@ run curl -s "$base/v1/data/active_flags/new-billing"
 run curl -s -X POST "$base/v1/data/tenants:batchGet" -H 'Content-Type: application/json' -d '{"ids": ["tenant-0001", "acme/eu#1", "no-such-tenant"]}'
 run curl -s "$base/v1/data/active_flags?limit=2"
 run curl -s "$base/v1/data/tenants?limit=3&select=name,plan"
+run curl -s "$base/v1/data/tenants?plan=eq.team&seats=gte.50&limit=3&select=name,plan,seats"
+run curl -s "$base/v1/data/tenants?region=in.(europe-west1,asia-east1)&limit=2&select=name,region"
 run curl -s "$base/v1/collections"
 run curl -s "$base/v1/versions/current"
 run curl -s -i "$base/v1/data/tenants/no-such-tenant"
