@@ -153,13 +153,13 @@ func chainSummary(m snapshot.Manifest, name string, now time.Time) string {
 	base := c.Layers[len(c.Layers)-1]
 	age := compactAge(now.Sub(layerDataTime(m, base)))
 	own := "unchanged"
-	if c.Own != nil && c.Own.Kind != "" {
-		own = c.Own.Kind
+	if c.Own != nil && c.Own.Kind != snapshot.LayerNone {
+		own = string(c.Own.Kind)
 	}
-	if len(c.Layers) == 1 && own == snapshot.LayerBase {
+	if len(c.Layers) == 1 && c.Own != nil && c.Own.Kind == snapshot.LayerBase {
 		return "base → 1 layer, " + age + " old"
 	}
-	return own + " → " + plural(int64(len(c.Layers)), "layer") + " → " + base.Kind + " " + age + " old"
+	return own + " → " + plural(int64(len(c.Layers)), "layer") + " → " + string(base.Kind) + " " + age + " old"
 }
 
 // plural returns "1 doc", "2 docs".
@@ -176,7 +176,7 @@ func ownSummary(o *snapshot.OwnLayer) string {
 		return "full copy"
 	}
 	var s string
-	if o.Kind == "" {
+	if o.Kind == snapshot.LayerNone {
 		s = "no layer"
 	} else {
 		s = fmt.Sprintf("%s: %d inserted, %d changed, %d deleted; %d rendered", o.Kind, o.Inserted, o.Changed, o.Deleted, o.Rendered)

@@ -76,7 +76,7 @@ func layeredManifests(now time.Time) []snapshot.Manifest {
 }
 
 func TestVersionShape(t *testing.T) {
-	own := func(kinds ...string) snapshot.Manifest {
+	own := func(kinds ...snapshot.LayerKind) snapshot.Manifest {
 		m := snapshot.Manifest{Format: snapshot.FormatLayered, Collections: map[string]snapshot.CollectionStats{}}
 		for i, k := range kinds {
 			m.Collections[string(rune('a'+i))] = snapshot.CollectionStats{Own: &snapshot.OwnLayer{Kind: k}}

@@ -86,8 +86,8 @@ func newFlipEvent(p snapshot.Pointer, m snapshot.Manifest) flipEvent {
 	for name, c := range m.Collections {
 		fc := flipCollection{Rows: c.Rows}
 		if o := c.Own; o != nil {
-			layer := o.Kind
-			if layer == "" {
+			layer := string(o.Kind)
+			if o.Kind == snapshot.LayerNone {
 				layer = "none"
 			}
 			fc.Own = &flipOwn{Layer: layer, IDs: o.Inserted + o.Changed + o.Deleted,

@@ -102,7 +102,7 @@ func TestIndexEntriesMatchTheDocuments(t *testing.T) {
 	full := r.twin()
 	rnd := rand.New(rand.NewPCG(3, 4))
 	checkIndexes(t, r.store, r.publish(t, r.pub), "t", 2)
-	kinds := map[string]int{}
+	kinds := map[snapshot.LayerKind]int{}
 	for step := range 14 {
 		id := func() int { return 1 + rnd.IntN(330) }
 		var sql []string

@@ -24,7 +24,7 @@ const (
 
 // nextKind returns the kind of collection name's next layer: LayerDelta, or
 // LayerBase with why a delta will not do.
-func (p *versionWrite) nextKind(cur *snapshot.Manifest, pos snapshot.Position, name string, forced bool) (kind, why string) {
+func (p *versionWrite) nextKind(cur *snapshot.Manifest, pos snapshot.Position, name string, forced bool) (kind snapshot.LayerKind, why string) {
 	if forced {
 		return snapshot.LayerBase, "the last delta was inconsistent with its parent"
 	}

@@ -335,12 +335,12 @@ func (lw *layerWriter) finish(ctx context.Context) (snapshot.CollectionStats, er
 	case p.kind == planBase:
 		st.Layers = []snapshot.LayerRef{lw.layer}
 	case own.Emitted == 0 && p.merge == 0:
-		own.Kind = "" // nothing changed: no layer, the parent's chain as it is
+		own.Kind = snapshot.LayerNone // nothing changed: no layer, the parent's chain as it is
 		st.Layers = carryLayers(lw.cur, p.parent.Layers)
 	default:
 		st.Layers = append([]snapshot.LayerRef{lw.layer}, carryLayers(lw.cur, p.parent.Layers[p.merge:])...)
 	}
-	if own.Kind != "" {
+	if own.Kind != snapshot.LayerNone {
 		// What this layer's chain holds, counted over a parent checked: the next
 		// delta's parent count, by another process too (parentEntries).
 		if err := lw.w.WriteLive(ctx, lw.name, t.rows); err != nil {

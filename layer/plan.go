@@ -61,12 +61,12 @@ type deltaPlan struct {
 }
 
 // layerKind is the kind of layer the plan writes (nothing, for planSameFingerprint).
-func (p deltaPlan) layerKind() string {
+func (p deltaPlan) layerKind() snapshot.LayerKind {
 	switch p.kind {
 	case planBase:
 		return snapshot.LayerBase
 	case planSameFingerprint:
-		return ""
+		return snapshot.LayerNone
 	}
 	return snapshot.LayerDelta
 }
@@ -75,7 +75,8 @@ func (p deltaPlan) layerKind() string {
 type planInput struct {
 	// kind and why are nextKind's: LayerBase with why a delta will not do, or
 	// LayerDelta.
-	kind, why string
+	kind snapshot.LayerKind
+	why  string
 	// sameFingerprint reports that the source says the table's row versions and
 	// definitions are the parent's.
 	sameFingerprint bool

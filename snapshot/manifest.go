@@ -100,21 +100,26 @@ type IndexWrite struct {
 	Written int64  `json:"written"`
 }
 
+// LayerKind says what a layer holds.
+type LayerKind string
+
 // Layer kinds.
 const (
+	// LayerNone: a publish that changed nothing of a collection wrote no layer.
+	LayerNone LayerKind = ""
 	// LayerBase holds every live row of a collection.
-	LayerBase = "base"
+	LayerBase LayerKind = "base"
 	// LayerDelta holds the rows that differ from the parent, and tombstones.
-	LayerDelta = "delta"
+	LayerDelta LayerKind = "delta"
 )
 
 // LayerRef names one layer of a chain: rows written by one publish under its
 // version's prefix, shared by every later version whose chain includes it.
 type LayerRef struct {
-	Version    Version `json:"version"`
-	Kind       string  `json:"kind"`
-	Docs       int64   `json:"docs"`
-	Tombstones int64   `json:"tombstones,omitempty"`
+	Version    Version   `json:"version"`
+	Kind       LayerKind `json:"kind"`
+	Docs       int64     `json:"docs"`
+	Tombstones int64     `json:"tombstones,omitempty"`
 	// Bytes is the size of the layer's documents.
 	Bytes int64 `json:"bytes"`
 	// DataTime is the layer's cell timestamp, or a lower bound of it: its TTL counts
@@ -128,7 +133,7 @@ type LayerRef struct {
 
 // OwnLayer is what one publish did for one collection.
 type OwnLayer struct {
-	Kind string `json:"kind"` // base, delta, or "" when nothing changed (no layer)
+	Kind LayerKind `json:"kind"` // base, delta, or LayerNone when nothing changed
 	// Mode says how changed rows were found: as the source's ScanSince reports it
 	// ("row-version", or "content: <why>" when every row was rendered and compared by
 	// content), ModeChangedOnly, or ModeSameFingerprint.

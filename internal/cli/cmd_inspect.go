@@ -128,7 +128,7 @@ func writeInspect(w io.Writer, m snapshot.Manifest, ttl time.Duration, now time.
 				data = m.RefreshedAt
 				dataText = data.UTC().Format(time.RFC3339) + " (refreshed)"
 			}
-			kind := l.Kind
+			kind := string(l.Kind)
 			if l.Merged > 0 {
 				kind = fmt.Sprintf("delta (merges %d)", l.Merged)
 			}
@@ -148,7 +148,7 @@ func ownText(o *snapshot.OwnLayer) string {
 		return "a full copy"
 	}
 	var b strings.Builder
-	if o.Kind == "" {
+	if o.Kind == snapshot.LayerNone {
 		b.WriteString("no layer; the parent's chain as it was")
 	} else {
 		fmt.Fprintf(&b, "a %s layer: %d inserted, %d changed, %d deleted, %d rendered", o.Kind, o.Inserted, o.Changed, o.Deleted, o.Rendered)

@@ -90,7 +90,7 @@ func newSyncerMetrics(dataset string) *syncerMetrics {
 	for _, k := range []string{"doc", "tombstone", "copied"} {
 		m.rowsWritten.WithLabelValues(k)
 	}
-	for _, k := range []string{snapshot.LayerBase, snapshot.LayerDelta, layerMerged} {
+	for _, k := range []string{string(snapshot.LayerBase), string(snapshot.LayerDelta), layerMerged} {
 		m.layers.WithLabelValues(k)
 	}
 	m.reg.MustRegister(m.leaseEvents, m.leaseHeld, m.leaseToken, m.slots, m.syncs, m.lastSuccess, m.duration,
@@ -172,7 +172,7 @@ func (m *syncerMetrics) observeWritten(mf snapshot.Manifest) {
 		case o.Kind == snapshot.LayerDelta && len(c.Layers) > 0 && c.Layers[0].Merged > 0:
 			m.layers.WithLabelValues(layerMerged).Inc()
 		case o.Kind == snapshot.LayerBase || o.Kind == snapshot.LayerDelta:
-			m.layers.WithLabelValues(o.Kind).Inc()
+			m.layers.WithLabelValues(string(o.Kind)).Inc()
 		}
 	}
 	m.rendered.Add(float64(rendered))
