@@ -303,7 +303,7 @@ func (r *genRun) describeCase(c genCase, how string, attempts int) string {
 		fmt.Fprintf(&b, "  %s;\n", strings.ReplaceAll(genShort(stmt, 3000), "\n", "\n  "))
 	}
 	gc := c.gc.Collection
-	y, _ := yaml.Marshal(map[string]any{"collections": []genYAMLColl{{gc.Name, gc.Table, gc.Query, gc.Key}}})
+	y, _ := yaml.Marshal(map[string]any{"collections": []genYAMLColl{{gc.Name, gc.Table, gc.Query, gc.Key, genYAMLIndexes(gc.Indexes)}}})
 	fmt.Fprintf(&b, "  -- config:\n  %s", strings.ReplaceAll(string(y), "\n", "\n  "))
 	fmt.Fprintf(&b, "\n  -- Postgres says: %s\n  -- it fails with:\n%s", c.gc.oracle, how)
 	return b.String()

@@ -6,7 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"slices"
+	"reflect"
 	"strconv"
 	"strings"
 	"sync"
@@ -59,6 +59,9 @@ type genSizes struct {
 	schemas, syncs int
 	opt            sqlgen.Options
 	path           string // a bug's sub-test ("fixed/<name>", "known/<name>"); "" for the random schemas
+	// filters declares random indexes before every sync and checks random filters
+	// after it (gen_filter_test.go); such histories replay under TestGenerativeFilters.
+	filters bool
 }
 
 func genEnvInt(tb testing.TB, name string, def int) int {
@@ -111,9 +114,13 @@ func (sz genSizes) replay(seed uint64) string {
 		}
 		return fmt.Sprintf("go test -race -count=1 -run 'TestGenerative/%s$' -v ./e2e/%s", run, env)
 	}
-	return fmt.Sprintf("%s=%d %s=1 %s=%d %s=%d %s=%d %s=%d go test -race -count=1 -run 'TestGenerative/seed=%d$' -v ./e2e/%s",
-		envGenSeed, seed, envGenSchemas, envGenSyncs, sz.syncs, envGenTables, sz.opt.Tables,
-		envGenColumns, sz.opt.Columns, envGenRows, sz.opt.Rows, seed, env)
+	test, schemas := "TestGenerative", envGenSchemas
+	if sz.filters {
+		test, schemas = "TestGenerativeFilters", envGenFilterSchemas
+	}
+	return fmt.Sprintf("%s=%d %s=1 %s=%d %s=%d %s=%d %s=%d go test -race -count=1 -run '%s/seed=%d$' -v ./e2e/%s",
+		envGenSeed, seed, schemas, envGenSyncs, sz.syncs, envGenTables, sz.opt.Tables,
+		envGenColumns, sz.opt.Columns, envGenRows, sz.opt.Rows, test, seed, env)
 }
 
 // genOptions turns on, by bits of the seed, the generator's options: each random
@@ -177,6 +184,9 @@ type genStats struct {
 	// made while they read.
 	logical, stream, large, spilled, during int
 	types                                   map[string]int
+	// Of filtered histories: filters answered (pinned to an earlier version, with
+	// select), refused as they must be, indexes declared (composite).
+	filtered, pinned, selected, choices, refused, indexes, composite int
 }
 
 func (s *genStats) add(o genStats) {
@@ -203,6 +213,13 @@ func (s *genStats) add(o genStats) {
 	s.longestChain = max(s.longestChain, o.longestChain)
 	s.rollbacks += o.rollbacks
 	s.crashes += o.crashes
+	s.filtered += o.filtered
+	s.pinned += o.pinned
+	s.selected += o.selected
+	s.choices += o.choices
+	s.refused += o.refused
+	s.indexes += o.indexes
+	s.composite += o.composite
 	if s.types == nil {
 		s.types = map[string]int{}
 	}
@@ -251,6 +268,7 @@ type genRun struct {
 	log     []string                   // every statement run, for the report
 	stats   genStats
 	failed  bool
+	filters *genFilters // the indexes and versions of a filtered history; nil for others
 }
 
 // genColl is a collection and the SQL that asks Postgres what it must hold.
@@ -325,7 +343,12 @@ func newGenRun(t *testing.T, seed uint64, sz genSizes, s *sqlgen.Schema, colls [
 	}
 	// Half the random histories sync the incremental deployment from the replication
 	// stream (gen_logical_test.go).
-	r.wantLogical = sz.path == "" && (h>>5)%2 == 0
+	// The stream's source holds its collections from the start, and filtered histories
+	// change their indexes at every sync.
+	r.wantLogical = sz.path == "" && !sz.filters && (h>>5)%2 == 0
+	if sz.filters {
+		r.filters = newGenFilters(seed)
+	}
 	return r
 }
 
@@ -365,6 +388,9 @@ func (r *genRun) history(create []string, step func(k int) []string) genStats {
 			// A step may change the database's settings, which new sessions see.
 			r.conn.Close(context.Background())
 			r.connect()
+		}
+		if r.filters != nil {
+			r.declareIndexes()
 		}
 		if k == 1 && r.seed%4 == 1 {
 			if _, invalid := r.states(); len(invalid) == 0 {
@@ -436,6 +462,12 @@ func (r *genRun) history(create []string, step func(k int) []string) genStats {
 		if ms := r.checkTwin(); len(ms) > 0 {
 			r.report(fmt.Sprintf("after sync %d of %d (%s), the incremental version differs from the full copy", k+1, r.sz.syncs, strings.TrimSpace(out)), ms)
 			return r.done()
+		}
+		if r.filters != nil {
+			if ms := r.checkFilters(version, k, states); len(ms) > 0 {
+				r.report(fmt.Sprintf("after sync %d of %d (%s), a filter's answer differs from Postgres'", k+1, r.sz.syncs, strings.TrimSpace(out)), ms)
+				return r.done()
+			}
 		}
 		if !strings.HasPrefix(out, "unchanged") {
 			if _, ms := checkChanges(t, r.e, version, 1+int(r.seed%3)); len(ms) > 0 {
@@ -567,8 +599,11 @@ func (r *genRun) writeConfig(path string, colls []genColl, extra string) {
 	var want []genYAMLColl
 	for _, gc := range colls {
 		c := gc.Collection
-		want = append(want, genYAMLColl{c.Name, c.Table, c.Query, c.Key})
+		want = append(want, genYAMLColl{c.Name, c.Table, c.Query, c.Key, genYAMLIndexes(c.Indexes)})
 		fmt.Fprintf(&b, "  - name: %s\n    key: %s\n", genYAMLString(c.Name), genYAMLString(c.Key))
+		if len(c.Indexes) > 0 {
+			fmt.Fprintf(&b, "    indexes: %s\n", genYAMLIndexList(c.Indexes))
+		}
 		if c.Table != "" {
 			fmt.Fprintf(&b, "    table: %s\n", genYAMLString(c.Table))
 		} else {
@@ -578,7 +613,7 @@ func (r *genRun) writeConfig(path string, colls []genColl, extra string) {
 	var got struct {
 		Collections []genYAMLColl `yaml:"collections"`
 	}
-	if err := yaml.Unmarshal([]byte(b.String()), &got); err != nil || !slices.Equal(got.Collections, want) {
+	if err := yaml.Unmarshal([]byte(b.String()), &got); err != nil || !reflect.DeepEqual(got.Collections, want) {
 		r.t.Fatalf("the test's config does not decode to its collections (%v):\n%s", err, b.String())
 	}
 	if err := os.WriteFile(path, []byte(b.String()), 0o600); err != nil {
@@ -606,6 +641,29 @@ type genYAMLColl struct {
 	Table string `yaml:"table,omitempty"`
 	Query string `yaml:"query,omitempty"`
 	Key   string `yaml:"key"`
+	// Indexes are lists of fields, always written as lists.
+	Indexes [][]string `yaml:"indexes,omitempty"`
+}
+
+func genYAMLIndexes(ixs []pgsource.Columns) [][]string {
+	var out [][]string
+	for _, ix := range ixs {
+		out = append(out, []string(ix))
+	}
+	return out
+}
+
+// genYAMLIndexList returns indexes as a YAML flow sequence of sequences.
+func genYAMLIndexList(ixs []pgsource.Columns) string {
+	lists := make([]string, len(ixs))
+	for i, ix := range ixs {
+		fields := make([]string, len(ix))
+		for j, f := range ix {
+			fields[j] = genYAMLString(f)
+		}
+		lists[i] = "[" + strings.Join(fields, ", ") + "]"
+	}
+	return "[" + strings.Join(lists, ", ") + "]"
 }
 
 // genYAMLString returns s as a YAML double-quoted scalar in printable ASCII.
@@ -643,7 +701,9 @@ func (r *genRun) report(what string, ms []genMismatch) {
 		fmt.Fprintf(&b, "  %s\n", m)
 	}
 	fmt.Fprintf(&b, "replay: %s\n", r.sz.replay(r.seed))
-	if len(r.s.Tables) > 0 { // a hand-written case is minimal already
+	// A hand-written case is minimal already; a filtered history's failure needs its
+	// indexes and versions, which the shrinker's single sync does not have.
+	if len(r.s.Tables) > 0 && r.filters == nil {
 		b.WriteString(r.shrink(ms))
 	}
 	r.failed = true
