@@ -39,6 +39,7 @@ collections:
   - name: things
     table: public.things
     key: id
+    indexes: [gen, [b, ts]]
   - name: flags
     query: "SELECT key, value, gen FROM flags WHERE enabled"
     key: key

@@ -9,12 +9,14 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/snapflip/snapflip/index"
 	"github.com/snapflip/snapflip/internal/cli"
 	"github.com/snapflip/snapflip/internal/testenv"
 	"github.com/snapflip/snapflip/snapshot"
@@ -324,6 +326,7 @@ func checkPublished(tb testing.TB, st *store.Store, dataset string) (map[int64]i
 			if n != c.Rows {
 				tb.Errorf("version %s %s: %d documents stored; manifest says %d", m.Version, name, n, c.Rows)
 			}
+			checkIndexes(tb, st, dataset, m, name)
 		}
 	}
 	for slot, n := range publishedPerSlot {
@@ -469,4 +472,41 @@ func (e *env) startSyncers(tb testing.TB, n int) ([]*exec.Cmd, []*strings.Builde
 		procs, logs = append(procs, cmd), append(logs, &log)
 	}
 	return procs, logs
+}
+
+// checkIndexes fails tb unless each index of a collection in version m holds, read
+// through its chain, exactly the entries the version's documents make.
+func checkIndexes(tb testing.TB, st *store.Store, dataset string, m snapshot.Manifest, collection string) {
+	tb.Helper()
+	ctx := context.Background()
+	c := m.Collections[collection]
+	for _, decl := range c.Indexes {
+		def, err := index.Typed(decl)
+		if err != nil {
+			tb.Fatal(err)
+		}
+		var want, got []string
+		err = st.ScanDocuments(ctx, dataset, m.Chain(collection), collection, func(d snapshot.Document) bool {
+			k, err := index.Key(def, d.Body)
+			if err != nil {
+				tb.Fatalf("version %s %s: %v", m.Version, collection, err)
+			}
+			want = append(want, index.EntryID(k, d.ID))
+			return true
+		})
+		if err != nil {
+			tb.Fatal(err)
+		}
+		err = st.ScanDocuments(ctx, dataset, m.Chain(collection), index.Collection(collection, decl.Name), func(d snapshot.Document) bool {
+			got = append(got, d.ID)
+			return true
+		})
+		if err != nil {
+			tb.Fatal(err)
+		}
+		slices.Sort(want)
+		if !slices.Equal(got, want) {
+			tb.Errorf("version %s %s index %s: %d entries through the chain, %d made by its documents", m.Version, collection, decl.Name, len(got), len(want))
+		}
+	}
 }
