@@ -4,11 +4,14 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"net/http/httptest"
 	"net/url"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 
+	"github.com/snapflip/snapflip/api"
 	"github.com/snapflip/snapflip/snapshot"
 )
 
@@ -139,5 +142,132 @@ func TestFilterRefusesWhatNoIndexServes(t *testing.T) {
 	resp, body = do(t, h, "GET", "/v1/data/c?n=gt.1&limit=1&page_token="+url.QueryEscape(page.Next), "")
 	if resp.StatusCode != 400 || !strings.Contains(string(body), "another collection or filter") {
 		t.Errorf("a token of another filter = %d %s; want 400", resp.StatusCode, body)
+	}
+}
+
+// hostileFilters are queries a client could send to filter c: quotes, commas and
+// parentheses inside in, NUL, invalid UTF-8, 10,000 values in in, fields named like
+// the list route's parameters, values of the wrong type, malformed escapes.
+func hostileFilters() []string {
+	many := make([]string, 10_000)
+	for i := range many {
+		many[i] = fmt.Sprint(i)
+	}
+	return []string{
+		`n=in.(1,"2,3",4)`, `t=in.(a(b)`, `t=in.(a,b))`, `t=in.("a`, `t=in.(a,,b)`,
+		`t=in.(%22%5C%22)`, "n=in.(" + strings.Join(many, ",") + ")",
+		"n=eq.%00", "t=eq.a%00b", "%00=eq.1", "t=eq.%FF", "%FF%FE=eq.1", "t=in.(%C0%80)", "n=eq.\x00", "t=eq.\xff",
+		"limit=eq.5", "version=eq.5", "page_token=eq.5", "n=eq.1&limit=eq.1",
+		"n=eq.true", "n=gt.2022-01-01T00:00:00Z", "n=in.(1,x)", "n=is.true", "n=like.1*",
+		"n=eq.1;x", "n=eq.%zz", "n=eq.1 2", "=eq.1", "=", "n=gt.1&n=gt.2",
+	}
+}
+
+// oddFilters are queries a filter answers, for the fuzz target's corpus: quotes,
+// commas and parentheses quoted inside in, a huge number, an empty range, a select
+// that looks like a filter.
+var oddFilters = []string{`t=in.("a,b","(c)","d\"e",f)`, "n=eq.1e999999999", "t=eq.x&n=gt.1&n=lt.0", "n=eq.1&t=eq.x",
+	"select=eq.5&n=eq.1", "&&", "n=in.(" + strings.Repeat("1,", 99) + "1)"}
+
+// FuzzFilterQuery: whatever query string a client sends to the list route of a
+// collection with indexes, the answer is a 200 page or a 4xx problem naming
+// something of what it sent, never a 5xx.
+func FuzzFilterQuery(f *testing.F) {
+	for _, q := range append(hostileFilters(), oddFilters...) {
+		f.Add(q)
+	}
+	h := newServer(f, filterReader(), nil)
+	f.Fuzz(func(t *testing.T, raw string) {
+		req := httptest.NewRequest(http.MethodGet, "/v1/data/c", nil)
+		req.URL.RawQuery = raw
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, req)
+		res := rec.Result()
+		body := rec.Body.Bytes()
+		if res.StatusCode == 200 {
+			if !json.Valid(body) {
+				t.Fatalf("GET /v1/data/c?%q = 200 %q; not JSON", raw, body)
+			}
+			return
+		}
+		var p api.Problem
+		if res.StatusCode < 400 || res.StatusCode >= 500 || res.Header.Get("Content-Type") != "application/problem+json" || json.Unmarshal(body, &p) != nil {
+			t.Fatalf("GET /v1/data/c?%q = %d %s; want 200 or a 4xx problem", raw, res.StatusCode, body)
+		}
+		if !namesInput(p.Detail, raw) {
+			t.Fatalf("GET /v1/data/c?%q = %d, detail %q: it names nothing of the query", raw, res.StatusCode, p.Detail)
+		}
+	})
+}
+
+// namesInput reports whether a problem's detail names something of a raw query: the
+// first bytes of a parameter's name or value, as sent or decoded, plain or with Go's
+// escapes (which the server quotes input that is not printable with), or a pair with
+// an empty name as it is; a query of nothing but separators names nothing, and any
+// detail will do.
+func namesInput(detail, raw string) bool {
+	var parts []string
+	for _, kv := range strings.Split(raw, "&") {
+		k, v, _ := strings.Cut(kv, "=")
+		parts = append(parts, k, v)
+		if k == "" {
+			parts = append(parts, kv) // "=" or "=v": the detail can only quote the pair
+		}
+		if d, err := url.QueryUnescape(k); err == nil {
+			parts = append(parts, d)
+		}
+		if d, err := url.QueryUnescape(v); err == nil {
+			parts = append(parts, d)
+		}
+	}
+	some := false
+	for _, s := range parts {
+		if s == "" {
+			continue
+		}
+		some = true
+		quoted := strconv.Quote(s)
+		for _, form := range []string{s, quoted[1 : len(quoted)-1]} {
+			if mentions(detail, form[:min(len(form), 8)]) {
+				return true
+			}
+		}
+	}
+	return !some
+}
+
+// mentions reports whether detail holds s; one shorter than 4 bytes must stand apart
+// from letters and digits, so that a field "n" is not found in "invalid".
+func mentions(detail, s string) bool {
+	if len(s) >= 4 {
+		return strings.Contains(detail, s)
+	}
+	word := func(b byte) bool { return b >= '0' && b <= '9' || b >= 'a' && b <= 'z' || b >= 'A' && b <= 'Z' }
+	for i := 0; ; {
+		j := strings.Index(detail[i:], s)
+		if j < 0 {
+			return false
+		}
+		j += i
+		end := j + len(s)
+		if (j == 0 || !word(detail[j-1]) || !word(s[0])) && (end == len(detail) || !word(detail[end]) || !word(s[len(s)-1])) {
+			return true
+		}
+		i = j + 1
+	}
+}
+
+// Every hostile filter is a 400 problem that names what was sent.
+func TestFilterHostileQueries(t *testing.T) {
+	h := newServer(t, filterReader(), nil)
+	for _, raw := range hostileFilters() {
+		req := httptest.NewRequest(http.MethodGet, "/v1/data/c", nil)
+		req.URL.RawQuery = raw
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, req)
+		var p api.Problem
+		if rec.Code != 400 || json.Unmarshal(rec.Body.Bytes(), &p) != nil || !namesInput(p.Detail, raw) {
+			t.Errorf("GET /v1/data/c?%.80q = %d %.300s; want a 400 problem naming the input", raw, rec.Code, rec.Body.Bytes())
+		}
 	}
 }

@@ -242,12 +242,26 @@ func (s *Server) strictQuery(next http.Handler) http.Handler {
 			next.ServeHTTP(w, r)
 			return
 		}
-		if _, err := url.ParseQuery(r.URL.RawQuery); err != nil {
-			s.writeError(w, r, badRequest("query string: %v", err))
+		if err := checkQuery(r.URL.RawQuery); err != nil {
+			s.writeError(w, r, err)
 			return
 		}
 		next.ServeHTTP(w, r)
 	})
+}
+
+// checkQuery refuses a query string net/url cannot read, naming the first parameter
+// it cannot (as sent, truncated) and why.
+func checkQuery(raw string) error {
+	if _, err := url.ParseQuery(raw); err == nil {
+		return nil
+	}
+	for _, kv := range strings.Split(raw, "&") {
+		if _, err := url.ParseQuery(kv); err != nil {
+			return badRequest("query string: parameter %q: %v", truncate(kv, 80), err)
+		}
+	}
+	return badRequest("query string: malformed")
 }
 
 // recoverer turns a panic into a 500 problem document and logs it with its stack.
