@@ -299,24 +299,7 @@ func TestHostileRequests(t *testing.T) {
 	e.awaitVersion(t, docPath("things", "plain"), "")
 	raw := func(method, target, body string) int {
 		t.Helper()
-		// Send the target as written: no client-side cleaning or escaping.
-		conn, err := net.Dial("tcp", strings.TrimPrefix(e.base, "http://"))
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer conn.Close()
-		request := fmt.Sprintf("%s %s HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\nConnection: close\r\n\r\n%s", method, target, len(body), body)
-		fmt.Fprint(conn, request)
-		resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
-		if err != nil {
-			t.Fatalf("%s %.60s: %v", method, target, err)
-		}
-		defer resp.Body.Close()
-		b, err := io.ReadAll(resp.Body)
-		if err != nil {
-			t.Fatalf("%s %.60s: read body: %v", method, target, err)
-		}
-		checkRawOpenAPI(t, []byte(request), resp, b)
+		resp, _ := e.raw(t, method, target, body)
 		return resp.StatusCode
 	}
 	for _, tc := range []struct {
@@ -409,4 +392,28 @@ func TestBatchGetAndListServeTheBytesGETServes(t *testing.T) {
 	if len(listed) != len(byGET) {
 		t.Errorf("list has %d documents; want %d", len(listed), len(byGET))
 	}
+}
+
+// raw sends a request with target as written (no client-side cleaning or escaping),
+// checks the exchange against the OpenAPI document and returns the response and body.
+func (e *env) raw(tb testing.TB, method, target, body string) (*http.Response, []byte) {
+	tb.Helper()
+	conn, err := net.Dial("tcp", strings.TrimPrefix(e.base, "http://"))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	defer conn.Close()
+	request := fmt.Sprintf("%s %s HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\nConnection: close\r\n\r\n%s", method, target, len(body), body)
+	fmt.Fprint(conn, request)
+	resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+	if err != nil {
+		tb.Fatalf("%s %.60s: %v", method, target, err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		tb.Fatalf("%s %.60s: read body: %v", method, target, err)
+	}
+	checkRawOpenAPI(tb, []byte(request), resp, b)
+	return resp, b
 }
