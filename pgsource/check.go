@@ -41,6 +41,9 @@ type CollectionReport struct {
 	// SizeBytes is the table's size on disk with its indexes and TOAST
 	// (pg_total_relation_size, summed over partitions); -1 when unknown.
 	SizeBytes int64
+	// Indexes are the collection's declared indexes, in configured order: whether each
+	// field exists and can be indexed, and the index's estimated size.
+	Indexes []IndexReport `json:",omitempty"`
 	// Problems are what would make a sync fail, each a sentence naming the collection;
 	// empty when nothing was found.
 	Problems []string
@@ -51,9 +54,11 @@ func (r CollectionReport) OK() bool { return len(r.Problems) == 0 }
 
 // Check reports on every collection, in configured order, without reading a row: does
 // the table exist (is the query valid), what is the key (configured or inferred), is
-// it provably unique and NOT NULL, how large is the table, and every problem found
-// (a missing table, key column or privilege, a key that cannot be inferred, a query
-// that does not parse, a statement the sync would run that Postgres rejects).
+// it provably unique and NOT NULL, how large is the table, for each declared index
+// whether its fields exist and can be indexed and its estimated size, and every
+// problem found (a missing table, key column, index field or privilege, a key that
+// cannot be inferred, a field whose type cannot be indexed, a query that does not
+// parse, a statement the sync would run that Postgres rejects).
 //
 // It writes nothing: its session is read only (default_transaction_read_only), the
 // catalog is read, and statements are only described (parsed and analyzed, as PREPARE
@@ -76,6 +81,9 @@ func (s *Source) Check(ctx context.Context) ([]CollectionReport, error) {
 			err = checkTable(ctx, conn, c, &r)
 		} else {
 			err = checkQuery(ctx, conn, c, &r)
+		}
+		if err == nil {
+			err = s.checkIndexes(ctx, conn, c, &r)
 		}
 		if err != nil {
 			return nil, fmt.Errorf("collection %s: %w", c.Name, err)

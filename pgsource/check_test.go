@@ -11,6 +11,7 @@ import (
 	"github.com/google/go-cmp/cmp/cmpopts"
 	"github.com/jackc/pgx/v5"
 
+	"github.com/snapflip/snapflip/index"
 	"github.com/snapflip/snapflip/internal/testenv"
 	"github.com/snapflip/snapflip/pgsource"
 )
@@ -232,4 +233,154 @@ func snapshotQueryRow(tb testing.TB, dsn, q string, dest any) error {
 	}
 	defer conn.Close(ctx)
 	return conn.QueryRow(ctx, q).Scan(dest)
+}
+
+// TestCheckIndexes: Check reports each declared index's fields (whether the documents
+// hold them, their base type, whether they can be indexed and why not) and its
+// estimated size, within a fifth of what the rows' real entries take; a missing or
+// unindexable field is a problem naming the collection and the index.
+func TestCheckIndexes(t *testing.T) {
+	dsn := testenv.Postgres(t)
+	testenv.Exec(t, dsn, `CREATE TYPE rating AS ENUM ('G', 'PG', 'NC-17')`,
+		`CREATE DOMAIN film_year AS int CHECK (VALUE > 1900)`,
+		`CREATE TABLE film (id int PRIMARY KEY, title text, rating rating, release_year film_year, special jsonb,
+			code char(3), tags text[], updated timestamptz)`,
+		`INSERT INTO film SELECT g, 'A Film Titled Number ' || g || repeat('z', g % 20), (ARRAY['G', 'PG', 'NC-17'])[g % 3 + 1]::rating,
+			1950 + g % 70, '{}', 'abc', '{}', '2024-01-01'::timestamptz + g * interval '1 hour' FROM generate_series(1, 500) g`,
+		`ANALYZE film`)
+	collections := []pgsource.Collection{
+		{Name: "film", Table: "film", Indexes: []pgsource.Columns{{"title"}, {"rating", "release_year"}, {"special"}, {"nope"},
+			{"code"}, {"tags"}, {"updated"}}},
+		{Name: "film_q", Query: "SELECT id, title AS name FROM film", Key: "id", Indexes: []pgsource.Columns{{"name"}, {"title"}}},
+		{Name: "gone", Table: "gone", Key: "id", Indexes: []pgsource.Columns{{"a"}}},
+	}
+	src, err := pgsource.New(dsn, collections)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := src.Check(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 3 {
+		t.Fatalf("%d reports; want 3", len(got))
+	}
+	field := func(name, typ string, indexable bool, why string) pgsource.IndexField {
+		return pgsource.IndexField{Name: name, Exists: typ != "", Type: typ, Indexable: indexable, Why: why}
+	}
+	wantFilm := []pgsource.IndexReport{
+		{Name: "title", Fields: []pgsource.IndexField{field("title", "text", true, "")}},
+		{Name: "rating,release_year", Fields: []pgsource.IndexField{field("rating", "text", true, ""), field("release_year", "int4", true, "")}},
+		{Name: "special", Fields: []pgsource.IndexField{field("special", "jsonb", false, "type jsonb: JSON values are not ordered by their rendering")}},
+		{Name: "nope", Fields: []pgsource.IndexField{field("nope", "", false, "")}},
+		{Name: "code", Fields: []pgsource.IndexField{field("code", "bpchar", false,
+			"type bpchar: char(n) compares ignoring trailing spaces, which its JSON rendering keeps")}},
+		{Name: "tags", Fields: []pgsource.IndexField{field("tags", "_text", false, "type _text: arrays cannot be indexed")}},
+		{Name: "updated", Fields: []pgsource.IndexField{field("updated", "timestamptz", true, "")}},
+	}
+	sizes := cmpopts.IgnoreFields(pgsource.IndexReport{}, "EntryBytes", "EstimatedBytes")
+	widths := cmpopts.IgnoreFields(pgsource.IndexField{}, "Width")
+	if diff := cmp.Diff(wantFilm, got[0].Indexes, sizes, widths); diff != "" {
+		t.Errorf("film's indexes (-want +got):\n%s", diff)
+	}
+	wantProblems := []string{
+		`collection film: index special: field "special" cannot be indexed: type jsonb: JSON values are not ordered by their rendering`,
+		`collection film: index nope: no field "nope": the documents hold id, title, rating, release_year, special, code, tags, updated`,
+		`collection film: index code: field "code" cannot be indexed: type bpchar: `,
+		`collection film: index tags: field "tags" cannot be indexed: type _text: arrays cannot be indexed`,
+	}
+	if len(got[0].Problems) != len(wantProblems) {
+		t.Errorf("film's problems %q; want %d", got[0].Problems, len(wantProblems))
+	}
+	for i, p := range got[0].Problems {
+		if i < len(wantProblems) && !strings.HasPrefix(p, wantProblems[i]) {
+			t.Errorf("film's problem %d = %q; want it to start %q", i, p, wantProblems[i])
+		}
+	}
+
+	// The estimates: one entry per row, its bytes within a fifth of the real entries'
+	// mean; none for an index that cannot be built.
+	for _, ir := range got[0].Indexes {
+		if !ir.OK() {
+			if ir.EntryBytes != 0 || ir.EstimatedBytes != -1 {
+				t.Errorf("index %s cannot be built, yet its estimate is %d bytes an entry, %d in all", ir.Name, ir.EntryBytes, ir.EstimatedBytes)
+			}
+			continue
+		}
+		if ir.Fields[0].Width <= 0 {
+			t.Errorf("index %s: field %s has no width after ANALYZE", ir.Name, ir.Fields[0].Name)
+		}
+		real := meanEntryBytes(t, dsn, ir)
+		if ir.EstimatedBytes != 500*int64(ir.EntryBytes) || float64(ir.EntryBytes) < real*0.8 || float64(ir.EntryBytes) > real*1.2 {
+			t.Errorf("index %s: estimate %d bytes an entry, %d in all; the real entries take %.1f bytes each, 500 rows", ir.Name, ir.EntryBytes, ir.EstimatedBytes, real)
+		}
+		t.Logf("index %s: estimated %d bytes an entry, real %.1f", ir.Name, ir.EntryBytes, real)
+	}
+
+	// A query has no statistics: its fields' widths and rows are unknown, so is its
+	// size; a field it does not output is a problem.
+	q := got[1]
+	if len(q.Indexes) != 2 || !q.Indexes[0].OK() || q.Indexes[0].Fields[0].Width != -1 || q.Indexes[0].EntryBytes <= 0 ||
+		q.Indexes[0].EstimatedBytes != -1 || q.Indexes[1].OK() {
+		t.Errorf("film_q's indexes = %+v; want name indexable, without statistics or size, and title missing", q.Indexes)
+	}
+	if len(q.Problems) != 1 || !strings.Contains(q.Problems[0], `index title: no field "title": the documents hold id, name`) {
+		t.Errorf("film_q's problems = %q; want title missing", q.Problems)
+	}
+	// A missing table: its indexes are listed, unchecked, and the table is the problem.
+	g := got[2]
+	if len(g.Indexes) != 1 || g.Indexes[0].Name != "a" || g.Indexes[0].Fields[0].Exists || len(g.Problems) != 1 ||
+		!strings.Contains(g.Problems[0], "does not exist") {
+		t.Errorf("gone = %+v; want its index unchecked, one problem: the table", g)
+	}
+
+	// With the storage's row key, each entry costs its row key and value.
+	sized, err := pgsource.New(dsn, collections[:1])
+	if err != nil {
+		t.Fatal(err)
+	}
+	sized.RowKeyBytes = func(collection, id string) int { return len(collection) + len(id) + 100 }
+	withKeys, err := sized.Check(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a, b := got[0].Indexes[0].EntryBytes, withKeys[0].Indexes[0].EntryBytes; b != a+len("film/title")+100 {
+		t.Errorf("with row keys, an entry of title takes %d bytes; want %d + %d", b, a, len("film/title")+100)
+	}
+}
+
+// meanEntryBytes returns the mean bytes of the entries of index ir, whose fields are
+// film's, as layers write them: each row's values encoded, escaped, a separator and
+// its id, and the entry's value.
+func meanEntryBytes(tb testing.TB, dsn string, ir pgsource.IndexReport) float64 {
+	tb.Helper()
+	def := index.Def{Name: ir.Name}
+	for _, f := range ir.Fields {
+		ty, err := index.TypeFor(f.Type)
+		if err != nil {
+			tb.Fatal(err)
+		}
+		def.Fields, def.Types = append(def.Fields, f.Name), append(def.Types, ty)
+	}
+	ctx := context.Background()
+	conn, err := pgx.Connect(ctx, dsn)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	rows, err := conn.Query(ctx, `SELECT id::text, to_json(f)::text FROM film f`)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	var id, body string
+	var total, n int
+	if _, err := pgx.ForEachRow(rows, []any{&id, &body}, func() error {
+		key, err := index.Key(def, []byte(body))
+		total += len(index.EntryID(key, id)) + len(index.EntryBody)
+		n++
+		return err
+	}); err != nil {
+		tb.Fatal(err)
+	}
+	return float64(total) / float64(n)
 }

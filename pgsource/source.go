@@ -46,6 +46,10 @@ type Source struct {
 	// PartitionMinRows is the row count from which a table is read in parallel;
 	// default 200,000.
 	PartitionMinRows int64
+	// RowKeyBytes returns the bytes of the row key that stores document id of
+	// collection (in any version), for Check's estimates of index sizes; nil counts
+	// the id alone.
+	RowKeyBytes func(collection, id string) int
 
 	cfg         *pgx.ConnConfig
 	collections []Collection

@@ -116,3 +116,14 @@ func idFromDocKey(prefix, key string) (string, error) {
 	}
 	return unescapeComponent(key[len(prefix):])
 }
+
+// sizingVersion stands for any version when sizing row keys: versions made now all
+// have its length (a uuid, '-', 13 digits of millis), and no byte of one is escaped.
+const sizingVersion = snapshot.Version("00000000-0000-0000-0000-000000000000-1000000000000")
+
+// DocumentKeyBytes returns the bytes of the row key that stores document id of
+// collection in a version of dataset: what a document or an index entry costs in
+// storage beyond its value.
+func DocumentKeyBytes(dataset, collection, id string) int {
+	return len(docKey(dataset, sizingVersion, collection, id))
+}

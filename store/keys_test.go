@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"strings"
 	"testing"
+
+	"github.com/snapflip/snapflip/snapshot"
 )
 
 var awkwardIDs = []string{
@@ -83,6 +85,16 @@ func TestBatchDocKey(t *testing.T) {
 	for i := range want {
 		if got[i] != want[i] {
 			t.Errorf("key %d = %q; want %q", i, got[i], want[i])
+		}
+	}
+}
+
+// DocumentKeyBytes is the length of a real version's document key, escapes included.
+func TestDocumentKeyBytes(t *testing.T) {
+	v := snapshot.Version("7b1e4c1a-3f7e-4c57-9d0c-0a5d2c1f8e21-1767225600000")
+	for _, id := range awkwardIDs {
+		if got, want := DocumentKeyBytes("ds#1", "rental/customer_id", id), len(docKey("ds#1", v, "rental/customer_id", id)); got != want {
+			t.Errorf("DocumentKeyBytes(%q) = %d; want %d", id, got, want)
 		}
 	}
 }
