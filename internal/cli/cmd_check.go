@@ -31,7 +31,11 @@ writing anything or reading a row, whether a sync could succeed:
   per collection: that the table exists or the query is valid, its key columns
   (configured, or inferred from the table's primary key or only unique index) and
   whether Postgres guarantees them unique and not NULL (else the sync checks them as
-  it reads), the estimated row count and size;
+  it reads), the estimated row count and size; per declared index, its fields, each
+  with the Postgres type its values compare as (a missing field, or a type an index
+  cannot order such as jsonb, char(n) or an array, is a problem), and its estimated
+  size: a row's entry (row key and value, its values as wide as Postgres' statistics
+  say) times the estimated rows;
 
   for Bigtable: that the table exists with the column families and GC rules the config
   implies (a missing table or family is created by the next sync; a rule that keeps
@@ -98,6 +102,7 @@ func runCheck(ctx context.Context, cfg SyncerConfig) checkReport {
 	src, err := pgsource.New(cfg.Postgres.DSN, cfg.sources())
 	if err == nil {
 		rep.Postgres = src.Describe()
+		src.RowKeyBytes = func(collection, id string) int { return store.DocumentKeyBytes(cfg.Dataset, collection, id) }
 		rep.Collections, err = src.Check(ctx)
 	}
 	if err != nil {
@@ -156,6 +161,9 @@ func (r checkReport) print(w io.Writer) {
 			size = humanBytes(c.SizeBytes)
 		}
 		fmt.Fprintf(w, "  rows      %s\n  size      %s\n", rows, size)
+		for _, ix := range c.Indexes {
+			fmt.Fprintf(w, "  index     %s\n", indexText(c, ix))
+		}
 		for _, p := range c.Problems {
 			fmt.Fprintf(w, "  problem   %s\n", p)
 		}
@@ -197,6 +205,34 @@ func (r checkReport) print(w io.Writer) {
 	for _, p := range r.Problems {
 		fmt.Fprintf(w, "  - %s\n", p)
 	}
+}
+
+// indexText says what check found of one index: its fields, each with its type, and
+// its estimated size, or why it cannot be built.
+func indexText(c pgsource.CollectionReport, ix pgsource.IndexReport) string {
+	fields := make([]string, len(ix.Fields))
+	for i, f := range ix.Fields {
+		switch {
+		case !c.Exists:
+			fields[i] = f.Name
+		case !f.Exists:
+			fields[i] = f.Name + " (missing)"
+		case !f.Indexable:
+			fields[i] = f.Name + " " + f.Type + " (cannot be indexed)"
+		default:
+			fields[i] = f.Name + " " + f.Type
+		}
+	}
+	text := ix.Name + ": " + strings.Join(fields, ", ") + "; "
+	switch {
+	case !c.Exists:
+		return text + "not checked"
+	case !ix.OK():
+		return text + "cannot be built"
+	case ix.EstimatedBytes < 0:
+		return text + fmt.Sprintf("size unknown (%s an entry, rows unknown)", humanBytes(int64(ix.EntryBytes)))
+	}
+	return text + fmt.Sprintf("about %s (%s an entry, one a row)", humanBytes(ix.EstimatedBytes), humanBytes(int64(ix.EntryBytes)))
 }
 
 // humanBytes formats n bytes as "12.3 MiB".

@@ -22,13 +22,18 @@ func (m *Syncer) inspectCommand(g *syncerFlags) *cobra.Command {
 		Short: "Print a version's manifest in full",
 		Long: `Inspect prints a version's manifest as JSON: its state, who wrote it and when, the
 source LSN, the fencing token, the bytes its publish wrote, and each collection's
-count, digest, chain of layers and what the publish wrote for it.
+count, digest, chain of layers, indexes and what the publish wrote for it; and under
+"index_layers", for each collection with indexes, what each layer of its chain wrote
+for each index (entries, entries removed, bytes), read from the manifest of the
+version that wrote the layer.
 
 With --table it prints the same for people: per collection, the chain a read consults,
 newest layer first (each layer's version, kind, documents, tombstones, bytes, data time
 and expiry: the data time plus the TTL), and what this version's publish wrote (the
 kind of its layer, how changed rows were found, and the rows inserted, changed,
-deleted and rendered). A full copy has one "layer", the version's own rows.`,
+deleted and rendered), then its indexes, each field with its Postgres type, and per
+index and layer the entries written, the entries removed and their bytes. A full
+copy has one "layer", the version's own rows.`,
 		Example: `  syncer inspect 7b1e4c1a-3f7e-4c57-9d0c-0a5d2c1f8e21-1767225600000 --config snapflip.yaml
   syncer inspect 7b1e4c1a-3f7e-4c57-9d0c-0a5d2c1f8e21-1767225600000 --table --config snapflip.yaml`,
 		Args: versionArgs("VERSION"),
@@ -37,10 +42,14 @@ deleted and rendered). A full copy has one "layer", the version's own rows.`,
 			if err != nil {
 				return err
 			}
-			if asTable {
-				return writeInspect(e.out, man, e.cfg.TTL, time.Now())
+			in, err := inspect(ctx, e.store, man)
+			if err != nil {
+				return err
 			}
-			return printJSON(e.out, man)
+			if asTable {
+				return writeInspect(e.out, in, e.cfg.TTL, time.Now())
+			}
+			return printJSON(e.out, in)
 		}),
 	}
 	c.Flags().BoolVar(&asTable, "table", false, "print tables of each collection's chain and what the publish wrote, not JSON")
@@ -49,30 +58,16 @@ deleted and rendered). A full copy has one "layer", the version's own rows.`,
 	return c
 }
 
-// writeInspect prints manifest m for people: the version, then per collection its
-// chain of layers and what the publish wrote. ttl is the configured TTL, for a manifest
-// without its own.
-func writeInspect(w io.Writer, m snapshot.Manifest, ttl time.Duration, now time.Time) error {
+// writeInspect prints in's manifest for people: the version, then per collection its
+// chain of layers, what the publish wrote, and its indexes with what each layer wrote
+// for them. ttl is the configured TTL, for a manifest without its own.
+func writeInspect(w io.Writer, in inspection, ttl time.Duration, now time.Time) error {
+	m := in.Manifest
 	if m.TTL > 0 {
 		ttl = m.TTL
 	}
-	stamp := func(t time.Time) string {
-		if t.IsZero() {
-			return "-"
-		}
-		return t.UTC().Format(time.RFC3339) + " (" + now.Sub(t).Round(time.Second).String() + " ago)"
-	}
-	expiry := func(data time.Time) string {
-		if ttl <= 0 || data.IsZero() {
-			return "-"
-		}
-		exp := data.Add(ttl)
-		s := exp.UTC().Format(time.RFC3339)
-		if !exp.After(now) {
-			s += " (expired)"
-		}
-		return s
-	}
+	clock := inspectClock{ttl: ttl, now: now}
+	stamp, expiry := clock.stamp, clock.expiry
 	tw := tabwriter.NewWriter(w, 2, 4, 2, ' ', 0)
 	format := "0 (full copy)"
 	switch m.Format {
@@ -110,36 +105,72 @@ func writeInspect(w io.Writer, m snapshot.Manifest, ttl time.Duration, now time.
 		return err
 	}
 	for _, name := range m.CollectionNames() {
-		c := m.Collections[name]
-		fmt.Fprintf(w, "\ncollection %s: %d documents, %s, digest %s\n", name, c.Rows, humanBytes(c.Bytes), dash(c.Digest))
-		fmt.Fprintf(w, "  this version wrote: %s\n", ownText(c.Own))
-		tw := tabwriter.NewWriter(w, 2, 4, 2, ' ', 0)
-		fmt.Fprintln(tw, "  LAYER\tKIND\tDOCS\tTOMBSTONES\tBYTES\tDATA TIME\tEXPIRES")
-		if len(c.Layers) == 0 {
-			// A full copy: the version's own rows hold the collection.
-			fmt.Fprintf(tw, "  %s\tfull\t%d\t0\t%s\t%s\t%s\n", m.Version, c.Rows, humanBytes(c.Bytes),
-				m.DataTime().UTC().Format(time.RFC3339), expiry(m.DataTime()))
-		}
-		for _, l := range c.Layers {
-			data := l.DataTime
-			dataText := data.UTC().Format(time.RFC3339)
-			if m.RefreshedAt.After(data) {
-				// A refresh of the version rewrote every layer of its chains.
-				data = m.RefreshedAt
-				dataText = data.UTC().Format(time.RFC3339) + " (refreshed)"
-			}
-			kind := string(l.Kind)
-			if l.Merged > 0 {
-				kind = fmt.Sprintf("delta (merges %d)", l.Merged)
-			}
-			fmt.Fprintf(tw, "  %s\t%s\t%d\t%d\t%s\t%s\t%s\n", l.Version, kind, l.Docs, l.Tombstones, humanBytes(l.Bytes),
-				dataText, expiry(data))
-		}
-		if err := tw.Flush(); err != nil {
+		if err := writeCollection(w, m, name, clock, in.IndexLayers[name]); err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+// inspectClock formats a manifest's times as of now, expiring by ttl.
+type inspectClock struct {
+	ttl time.Duration
+	now time.Time
+}
+
+// stamp formats t with how long ago it was; "-" for no time.
+func (c inspectClock) stamp(t time.Time) string {
+	if t.IsZero() {
+		return "-"
+	}
+	return t.UTC().Format(time.RFC3339) + " (" + c.now.Sub(t).Round(time.Second).String() + " ago)"
+}
+
+// expiry formats when data written at data expires; "-" without a TTL or a time.
+func (c inspectClock) expiry(data time.Time) string {
+	if c.ttl <= 0 || data.IsZero() {
+		return "-"
+	}
+	exp := data.Add(c.ttl)
+	s := exp.UTC().Format(time.RFC3339)
+	if !exp.After(c.now) {
+		s += " (expired)"
+	}
+	return s
+}
+
+// writeCollection prints one collection of manifest m: its chain of layers, what the
+// publish wrote, and its indexes with what each layer wrote for them.
+func writeCollection(w io.Writer, m snapshot.Manifest, name string, clock inspectClock, layers []layerIndexes) error {
+	c := m.Collections[name]
+	fmt.Fprintf(w, "\ncollection %s: %d documents, %s, digest %s\n", name, c.Rows, humanBytes(c.Bytes), dash(c.Digest))
+	fmt.Fprintf(w, "  this version wrote: %s\n", ownText(c.Own))
+	tw := tabwriter.NewWriter(w, 2, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "  LAYER\tKIND\tDOCS\tTOMBSTONES\tBYTES\tDATA TIME\tEXPIRES")
+	if len(c.Layers) == 0 {
+		// A full copy: the version's own rows hold the collection.
+		fmt.Fprintf(tw, "  %s\tfull\t%d\t0\t%s\t%s\t%s\n", m.Version, c.Rows, humanBytes(c.Bytes),
+			m.DataTime().UTC().Format(time.RFC3339), clock.expiry(m.DataTime()))
+	}
+	for _, l := range c.Layers {
+		data := l.DataTime
+		dataText := data.UTC().Format(time.RFC3339)
+		if m.RefreshedAt.After(data) {
+			// A refresh of the version rewrote every layer of its chains.
+			data = m.RefreshedAt
+			dataText = data.UTC().Format(time.RFC3339) + " (refreshed)"
+		}
+		kind := string(l.Kind)
+		if l.Merged > 0 {
+			kind = fmt.Sprintf("delta (merges %d)", l.Merged)
+		}
+		fmt.Fprintf(tw, "  %s\t%s\t%d\t%d\t%s\t%s\t%s\n", l.Version, kind, l.Docs, l.Tombstones, humanBytes(l.Bytes),
+			dataText, clock.expiry(data))
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	return writeIndexes(w, c, layers)
 }
 
 // ownText says what a version's publish wrote for one collection.

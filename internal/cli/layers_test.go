@@ -133,7 +133,7 @@ func TestInspectTableShowsChains(t *testing.T) {
 	now := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
 	ms := layeredFixture(now)
 	var out bytes.Buffer
-	if err := writeInspect(&out, ms[3], 0, now); err != nil {
+	if err := writeInspect(&out, inspection{Manifest: ms[3]}, 0, now); err != nil {
 		t.Fatal(err)
 	}
 	text := out.String()
@@ -166,7 +166,7 @@ func TestInspectTableShowsChains(t *testing.T) {
 	// A full copy has one row, the version's own, expiring by the configured TTL when
 	// the manifest has none; a refreshed layered version's layers count from the refresh.
 	out.Reset()
-	if err := writeInspect(&out, ms[1], 24*time.Hour, now); err != nil {
+	if err := writeInspect(&out, inspection{Manifest: ms[1]}, 24*time.Hour, now); err != nil {
 		t.Fatal(err)
 	}
 	for _, re := range []string{
@@ -180,7 +180,7 @@ func TestInspectTableShowsChains(t *testing.T) {
 	refreshed := ms[2]
 	refreshed.RefreshedAt = now.Add(-time.Hour)
 	out.Reset()
-	if err := writeInspect(&out, refreshed, 0, now); err != nil {
+	if err := writeInspect(&out, inspection{Manifest: refreshed}, 0, now); err != nil {
 		t.Fatal(err)
 	}
 	if re := `(?m)^  ` + string(vBase) + ` +base +1000 +0 +64\.0 KiB +2026-03-01T11:00:00Z \(refreshed\) +2026-03-04T11:00:00Z$`; !regexp.MustCompile(re).MatchString(out.String()) {
