@@ -152,8 +152,9 @@ type OwnLayer struct {
 	Written       int64 `json:"written"`
 	Chunks        int64 `json:"chunks"`
 	ChunksWritten int64 `json:"chunks_written"`
-	// Indexes are what the layer wrote for each index, counted in Emitted and
-	// Written with the documents.
+	// Indexes are what the layer wrote for each index; their cells are counted here,
+	// not in Emitted and Written, and the version seals only when each index's
+	// acknowledged cells are its Entries plus Removed.
 	Indexes []IndexWrite `json:"indexes,omitempty"`
 }
 
