@@ -237,7 +237,7 @@ func TestCheckAndInspectIndexesOfRealLayers(t *testing.T) {
 		t.Fatalf("inspect's JSON = %+v, %v; want film's 2 layers", in.IndexLayers, err)
 	}
 	layers := in.IndexLayers["film"]
-	if l := layers[0]; l.Layer != rows[0].Version || l.Kind != "delta" || len(l.Indexes) != 2 || l.Indexes[0] != (snapshot.IndexWrite{Name: "rating", Entries: 4, Removed: 4, Bytes: l.Indexes[0].Bytes}) {
+	if l := layers[0]; l.Layer != rows[0].Version || l.Kind != "delta" || len(l.Indexes) != 2 || l.Indexes[0] != (snapshot.IndexWrite{Name: "rating", Entries: 4, Removed: 4, Bytes: l.Indexes[0].Bytes, Written: 8}) {
 		t.Errorf("the delta's index writes = %+v; want rating's 4 entries and 4 removed", l)
 	}
 	// The base wrote one entry a row: its bytes (entry ids and values) plus a row key
