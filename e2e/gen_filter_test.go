@@ -115,7 +115,7 @@ const (
 
 // genKinds are the base types (pg_type.typname) an index can hold; an enum is text.
 var genKinds = map[string]genKind{
-	"int2": kindNumber, "int4": kindNumber, "int8": kindNumber, "oid": kindNumber, "numeric": kindNumber,
+	"int2": kindNumber, "int4": kindNumber, "int8": kindNumber, "numeric": kindNumber,
 	"float4": kindNumber, "float8": kindNumber, "text": kindText, "varchar": kindText, "name": kindText,
 	"uuid": kindText, "bool": kindBool, "date": kindDate, "timestamp": kindTimestamp, "timestamptz": kindTimestampTZ,
 }
@@ -146,7 +146,8 @@ func (r *genRun) indexable(gc genColl) map[string]genKind {
 	}
 	out := map[string]genKind{}
 	for _, f := range sd.Fields {
-		if seen[f.Name] > 1 || genListParams[f.Name] {
+		// kin-openapi splits an object parameter's keys at U+001F too (see below).
+		if seen[f.Name] > 1 || genListParams[f.Name] || strings.Contains(f.Name, "\x1f") {
 			continue
 		}
 		if k, ok := genKinds[r.baseType(f.DataTypeOID)]; ok {
@@ -157,12 +158,13 @@ func (r *genRun) indexable(gc genColl) map[string]genKind {
 }
 
 // baseType returns the name of the type whose values oid's compare as: a domain's
-// base type, "text" for an enum, the type's own name otherwise.
+// base type, "text" for an enum, a built-in type's own name, "" for a user's type.
 func (r *genRun) baseType(oid uint32) string {
 	for {
 		var typtype, name string
 		var base uint32
-		err := r.conn.QueryRow(context.Background(), "SELECT typtype::text, typbasetype, typname::text FROM pg_type WHERE oid = $1", oid).Scan(&typtype, &base, &name)
+		var builtIn bool
+		err := r.conn.QueryRow(context.Background(), "SELECT typtype::text, typbasetype, typname::text, typnamespace = 'pg_catalog'::regnamespace FROM pg_type WHERE oid = $1", oid).Scan(&typtype, &base, &name, &builtIn)
 		switch {
 		case err != nil:
 			r.fatalf("type %d: %v", oid, err)
@@ -171,6 +173,8 @@ func (r *genRun) baseType(oid uint32) string {
 			continue
 		case typtype == "e":
 			return "text"
+		case !builtIn:
+			return "" // a user's type, whatever its name: "numeric" in another schema is no number
 		}
 		return name
 	}

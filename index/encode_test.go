@@ -147,7 +147,7 @@ func TestTypeText(t *testing.T) {
 
 func TestTypeFor(t *testing.T) {
 	for name, want := range map[string]Type{
-		"int2": TypeNumber, "int4": TypeNumber, "int8": TypeNumber, "oid": TypeNumber, "numeric": TypeNumber,
+		"int2": TypeNumber, "int4": TypeNumber, "int8": TypeNumber, "numeric": TypeNumber,
 		"float4": TypeNumber, "float8": TypeNumber, "text": TypeText, "varchar": TypeText, "name": TypeText,
 		"uuid": TypeText, "bool": TypeBool, "date": TypeDate, "timestamp": TypeTimestamp, "timestamptz": TypeTimestampTZ,
 	} {

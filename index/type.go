@@ -73,7 +73,7 @@ func (t *Type) UnmarshalText(b []byte) error {
 // error wrapping ErrNotIndexable that names it and says why.
 func TypeFor(typname string) (Type, error) {
 	switch typname {
-	case "int2", "int4", "int8", "oid", "numeric", "float4", "float8":
+	case "int2", "int4", "int8", "numeric", "float4", "float8":
 		return TypeNumber, nil
 	case "text", "varchar", "name", "uuid":
 		return TypeText, nil
@@ -98,6 +98,7 @@ func TypeFor(typname string) (Type, error) {
 
 var notIndexable = map[string]string{
 	"bpchar":        "char(n) compares ignoring trailing spaces, which its JSON rendering keeps",
+	"oid":           "to_json writes an oid as a string, not a number",
 	"citext":        "citext compares case-insensitively, not by bytes",
 	"json":          "JSON values have no order",
 	"jsonb":         "JSON values are not ordered by their rendering",

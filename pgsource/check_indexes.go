@@ -247,7 +247,6 @@ func (s *Source) entryBytes(collection string, ir IndexReport, id string) int {
 var samples = map[string]struct{ text, json string }{
 	"int2":        {"1234", "1234"},
 	"int4":        {"1234567", "1234567"},
-	"oid":         {"1234567", "1234567"},
 	"int8":        {"1234567890123", "1234567890123"},
 	"numeric":     {"12345.67", "12345.67"},
 	"float4":      {"12345.67", "12345.67"},

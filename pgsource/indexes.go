@@ -62,13 +62,19 @@ func IndexName(fields []string) string {
 
 // baseTypesSQL resolves type oids to the name of the type their values compare as:
 // a domain's base type (through domains over domains), "text" for an enum (indexes
-// compare its labels as text), the type itself otherwise.
+// compare its labels as text), the type itself otherwise. Only a built-in type
+// (pg_catalog's) is named bare; any other is named as format_type qualifies it, so a
+// user's type that happens to be called "numeric" is never taken for the built-in one.
 const baseTypesSQL = `WITH RECURSIVE d(start, oid) AS (
 		SELECT o, o FROM unnest($1::oid[]) AS o
 		UNION ALL
 		SELECT d.start, t.typbasetype FROM d JOIN pg_type t ON t.oid = d.oid WHERE t.typtype = 'd'
 	)
-	SELECT d.start, CASE t.typtype WHEN 'e' THEN 'text' ELSE t.typname::text END
+	SELECT d.start, CASE
+			WHEN t.typtype = 'e' THEN 'text'
+			WHEN t.typnamespace = 'pg_catalog'::regnamespace THEN t.typname::text
+			ELSE format_type(t.oid, NULL) || ' (user-defined)'
+		END
 	FROM d JOIN pg_type t ON t.oid = d.oid WHERE t.typtype <> 'd'`
 
 // fieldTypes returns the name of each top-level field of the collection's documents

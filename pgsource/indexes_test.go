@@ -117,3 +117,23 @@ func TestIndexesChangeTheConfigFingerprint(t *testing.T) {
 		t.Errorf("config fingerprints: none %s, empty %s, [n] %s, [n,id] %s; want none = empty, the rest distinct", none, empty, one, two)
 	}
 }
+
+// A user's type named like a built-in one ("numeric" in another schema, over point)
+// is not taken for the built-in: it is typed by its qualified name, which no index
+// orders.
+func TestIndexFieldOfAUserTypeNamedLikeABuiltIn(t *testing.T) {
+	dsn := testenv.Postgres(t)
+	testenv.Exec(t, dsn, `CREATE SCHEMA odd`, `CREATE DOMAIN odd."numeric" AS point`, `CREATE TYPE odd.int4 AS (x int)`,
+		`CREATE TABLE t (id int PRIMARY KEY, p odd."numeric", c odd.int4)`)
+	src, err := pgsource.New(dsn, []pgsource.Collection{{Name: "t", Table: "t", Indexes: []pgsource.Columns{{"p"}, {"c"}}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := indexesOf(t, src, "t")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got[0].Types[0] != "point" || got[1].Types[0] != "odd.int4 (user-defined)" {
+		t.Errorf("types = %q, %q; want point (the domain's base) and the composite's qualified name", got[0].Types, got[1].Types)
+	}
+}
