@@ -21,12 +21,19 @@ import (
 // copied from table, and the given top-level settings (YAML lines), and returns its path.
 func writeConfig(tb testing.TB, dir, name, table string, settings ...string) string {
 	tb.Helper()
+	return writeCollectionConfig(tb, dir, name, fmt.Sprintf("{name: items, table: %s, key: id}", table), settings...)
+}
+
+// writeCollectionConfig is writeConfig with the collection given as YAML (a flow
+// mapping).
+func writeCollectionConfig(tb testing.TB, dir, name, collection string, settings ...string) string {
+	tb.Helper()
 	var y strings.Builder
 	y.WriteString("dataset: bench\n")
 	for _, s := range settings {
 		y.WriteString(s + "\n")
 	}
-	fmt.Fprintf(&y, "collections:\n  - {name: items, table: %s, key: id}\n", table)
+	fmt.Fprintf(&y, "collections:\n  - %s\n", collection)
 	p := filepath.Join(dir, name+".yaml")
 	if err := os.WriteFile(p, []byte(y.String()), 0o600); err != nil {
 		tb.Fatal(err)

@@ -50,6 +50,7 @@ var benchmarks = []string{
 	"BenchmarkDDLToServed",
 	"BenchmarkLargeSync",
 	"BenchmarkReplica",
+	"BenchmarkFilter",
 }
 
 // AppendFigure appends f to the file at path, creating it if need be.
