@@ -6,6 +6,8 @@
 // their own processes against a Bigtable emulator process started fresh for it.
 // Change-driven syncs: commit to served (BenchmarkCommitToVisible), the watch's cost to
 // Postgres (BenchmarkWatchCost), cache hits while the pointer flips (BenchmarkCacheUnderFlips).
+// Queries by field (BenchmarkFilter): a sync with indexes against one without, cold and
+// hot filters against list pages and against Postgres through its own index.
 // Each benchmark records its figures, one row each, to the file EnvFigures names, and
 // `make bench` ends by printing them (perftable) as docs/performance.md's table.
 package bench
