@@ -249,12 +249,13 @@ func TestLogicalFollowsARecreatedTable(t *testing.T) {
 	testenv.Exec(t, e.dsn, `ALTER TABLE flags REPLICA IDENTITY FULL`)
 	defer e.runSyncer(t, logicalConfig(t, e))()
 	e.awaitServed(t, docPath("things", "plain"), `"id":"plain"`, time.Now(), 30*time.Second)
-	// The rows are kept, so that no validation gate refuses the new table's version.
-	testenv.Exec(t, e.dsn, `CREATE TABLE kept AS SELECT id, note FROM things`)
+	// The rows are kept, so that no validation gate refuses the new table's version,
+	// with the columns the config's indexes name.
+	testenv.Exec(t, e.dsn, `CREATE TABLE kept AS SELECT id, note, gen, b, ts FROM things`)
 	for i, recreate := range [][]string{
-		{`BEGIN; DROP TABLE things; CREATE TABLE things (id text PRIMARY KEY, note text); INSERT INTO things SELECT * FROM kept;
+		{`BEGIN; DROP TABLE things; CREATE TABLE things (id text PRIMARY KEY, note text, gen int, b boolean, ts timestamptz); INSERT INTO things SELECT * FROM kept;
 			UPDATE things SET note = 'recreated 0' WHERE id = 'plain'; COMMIT`},
-		{`BEGIN; DROP TABLE things; CREATE TABLE things (id text PRIMARY KEY, note text); INSERT INTO things SELECT * FROM kept;
+		{`BEGIN; DROP TABLE things; CREATE TABLE things (id text PRIMARY KEY, note text, gen int, b boolean, ts timestamptz); INSERT INTO things SELECT * FROM kept;
 			UPDATE things SET note = 'recreated 1' WHERE id = 'plain'; COMMIT`},
 	} {
 		testenv.Exec(t, e.dsn, recreate...)
