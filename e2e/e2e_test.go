@@ -45,6 +45,15 @@ collections:
     key: key
 `
 
+// unindexed returns a config without the index declarations of config's things.
+func unindexed(cfg string) string {
+	const indexes = "    indexes: [gen, [b, ts]]\n"
+	if !strings.Contains(cfg, indexes) {
+		panic("the shared config no longer declares " + indexes)
+	}
+	return strings.Replace(cfg, indexes, "", 1)
+}
+
 const schema = `CREATE TABLE things (
 	id text PRIMARY KEY,
 	n numeric, i bigint, f double precision, b boolean, ts timestamptz, d date,
