@@ -238,9 +238,9 @@ func percentile(sorted []time.Duration, p float64) time.Duration {
 // same with the collection declaring BenchmarkFilter's two indexes, each commit also
 // changing the indexed price (1M-indexes). Run it with -benchtime 1x.
 //
-// Apart from those commits (and not with indexes) it times a commit made less than a second after a read
-// on the same session while the watch is cold (no change for 12 s): Postgres then
-// holds the session's statistics back for up to 10 s (PGSTAT_MIN_INTERVAL,
+// Apart from those commits (and not with indexes) it times a commit made less than a
+// second after a read on the same Postgres connection while the watch is cold (no
+// change for 12 s): Postgres then holds the backend's statistics back for up to 10 s (PGSTAT_MIN_INTERVAL,
 // PGSTAT_IDLE_INTERVAL), so the counters the watch polls do not move.
 func BenchmarkCommitToVisible(b *testing.B) {
 	const commits, readThenWrite = 50, 2
