@@ -3,6 +3,7 @@ package index
 import (
 	"bytes"
 	"fmt"
+	"slices"
 	"unicode/utf8"
 )
 
@@ -40,6 +41,11 @@ func AppendKey(dst []byte, d Def, body []byte) ([]byte, error) {
 	if err := scanFields(body, d.Fields, vals); err != nil {
 		return dst, err
 	}
+	return appendValues(dst, d, vals)
+}
+
+// appendValues appends the encodings of d's fields' raw values, nil encoded as NULL.
+func appendValues(dst []byte, d Def, vals [][]byte) ([]byte, error) {
 	for i, raw := range vals {
 		if raw == nil {
 			dst = append(dst, tagNull)
@@ -51,6 +57,53 @@ func AppendKey(dst []byte, d Def, body []byte) ([]byte, error) {
 		}
 	}
 	return dst, nil
+}
+
+// KeySet computes the keys of several indexes of one collection, reading each
+// document's fields once for all of them.
+type KeySet struct {
+	defs  []Def
+	names []string // every field of the indexes, once
+	pos   [][]int  // pos[i][j]: where defs[i].Fields[j] is in names
+}
+
+// NewKeySet returns the KeySet of defs.
+func NewKeySet(defs []Def) KeySet {
+	ks := KeySet{defs: defs, pos: make([][]int, len(defs))}
+	for i, d := range defs {
+		for _, f := range d.Fields {
+			j := slices.Index(ks.names, f)
+			if j < 0 {
+				j = len(ks.names)
+				ks.names = append(ks.names, f)
+			}
+			ks.pos[i] = append(ks.pos[i], j)
+		}
+	}
+	return ks
+}
+
+// Keys returns Key(d, body) for each of the set's indexes, in order.
+func (ks KeySet) Keys(body []byte) ([][]byte, error) {
+	all := make([][]byte, len(ks.names))
+	if err := scanFields(body, ks.names, all); err != nil {
+		return nil, err
+	}
+	keys := make([][]byte, len(ks.defs))
+	for i, d := range ks.defs {
+		if len(d.Types) != len(d.Fields) {
+			return nil, errInvalid("index %s has %d fields and %d types", d.Name, len(d.Fields), len(d.Types))
+		}
+		vals := make([][]byte, len(d.Fields))
+		for j, p := range ks.pos[i] {
+			vals[j] = all[p]
+		}
+		var err error
+		if keys[i], err = appendValues(nil, d, vals); err != nil {
+			return nil, err
+		}
+	}
+	return keys, nil
 }
 
 // scanFields fills vals[i] with the raw value of names[i] in the object body.

@@ -108,3 +108,36 @@ func BenchmarkKey(b *testing.B) {
 		}
 	}
 }
+
+// A KeySet's keys are each index's Key, whatever the indexes share or the document
+// holds.
+func FuzzKeySet(f *testing.F) {
+	for _, s := range []string{`{"a":1,"b":"x","c":true}`, `{"b":null,"a":-0.5}`, `{}`, `{"a":"not a number"}`, `[]`} {
+		f.Add([]byte(s))
+	}
+	defs := []Def{
+		NewDef([]string{"a"}, []Type{TypeNumber}),
+		NewDef([]string{"b", "a"}, []Type{TypeText, TypeNumber}),
+		NewDef([]string{"c", "b"}, []Type{TypeBool, TypeText}),
+	}
+	ks := NewKeySet(defs)
+	f.Fuzz(func(t *testing.T, body []byte) {
+		got, err := ks.Keys(body)
+		var firstErr error
+		for i, d := range defs {
+			want, werr := Key(d, body)
+			if werr != nil {
+				if firstErr == nil {
+					firstErr = werr
+				}
+				continue
+			}
+			if err == nil && !bytes.Equal(got[i], want) {
+				t.Fatalf("KeySet key %d of %s = %x; Key = %x", i, body, got[i], want)
+			}
+		}
+		if (err == nil) != (firstErr == nil) {
+			t.Fatalf("KeySet.Keys(%s) error %v; Key's %v", body, err, firstErr)
+		}
+	})
+}

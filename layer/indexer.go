@@ -21,6 +21,8 @@ type indexer struct {
 	dataset    string
 	collection string
 	defs       []index.Def
+	keys       index.KeySet       // the defs', read once a document
+	stored     []string           // where each def's entries are stored (index.Collection)
 	under      []snapshot.Version // the chain under the layer; nil for a base
 	w          DocumentWriter
 	pending    []snapshot.Document // written ids and their new bodies (empty: deleted)
@@ -41,9 +43,10 @@ func newIndexer(vw *versionWrite, w DocumentWriter, collection string, under []s
 	if len(defs) == 0 {
 		return nil
 	}
-	ix := &indexer{st: vw.Store, dataset: vw.dataset, collection: collection, defs: defs, under: under, w: w}
+	ix := &indexer{st: vw.Store, dataset: vw.dataset, collection: collection, defs: defs, keys: index.NewKeySet(defs), under: under, w: w}
 	for _, d := range defs {
 		ix.counts = append(ix.counts, snapshot.IndexWrite{Name: d.Name})
+		ix.stored = append(ix.stored, index.Collection(collection, d.Name))
 	}
 	return ix
 }
@@ -88,30 +91,30 @@ func (ix *indexer) flush(ctx context.Context) error {
 // entries writes, for each index, the change from the values of old to those of
 // cur (either empty: no document).
 func (ix *indexer) entries(ctx context.Context, id string, old, cur []byte) error {
-	for i, def := range ix.defs {
-		was, err := ix.key(def, id, old)
-		if err != nil {
-			return err
-		}
-		now, err := ix.key(def, id, cur)
-		if err != nil {
-			return err
-		}
-		if was != nil && now != nil && bytes.Equal(was, now) {
+	was, err := ix.keysOf(id, old)
+	if err != nil {
+		return err
+	}
+	now, err := ix.keysOf(id, cur)
+	if err != nil {
+		return err
+	}
+	for i := range ix.defs {
+		if was != nil && now != nil && bytes.Equal(was[i], now[i]) {
 			continue
 		}
 		c := &ix.counts[i]
 		if was != nil {
 			c.Removed++
-			if err := ix.w.Write(ctx, index.Collection(ix.collection, def.Name), snapshot.Document{ID: index.EntryID(was, id)}); err != nil {
+			if err := ix.w.Write(ctx, ix.stored[i], snapshot.Document{ID: index.EntryID(was[i], id)}); err != nil {
 				return err
 			}
 		}
 		if now != nil {
 			c.Entries++
-			e := index.EntryID(now, id)
+			e := index.EntryID(now[i], id)
 			c.Bytes += int64(len(e) + len(index.EntryBody))
-			if err := ix.w.Write(ctx, index.Collection(ix.collection, def.Name), snapshot.Document{ID: e, Body: index.EntryBody}); err != nil {
+			if err := ix.w.Write(ctx, ix.stored[i], snapshot.Document{ID: e, Body: index.EntryBody}); err != nil {
 				return err
 			}
 		}
@@ -119,21 +122,24 @@ func (ix *indexer) entries(ctx context.Context, id string, old, cur []byte) erro
 	return nil
 }
 
-// key returns the values component of a document's entry in def, or nil for no
-// document. A value the field's type cannot hold fails the version, naming it.
-func (ix *indexer) key(def index.Def, id string, body []byte) ([]byte, error) {
+// keysOf returns the values component of a document's entry in each index, or nil
+// for no document. A value the field's type cannot hold, or values over
+// MaxIndexKeyBytes, fail the version, naming them.
+func (ix *indexer) keysOf(id string, body []byte) ([][]byte, error) {
 	if len(body) == 0 {
 		return nil, nil
 	}
-	k, err := index.Key(def, body)
+	keys, err := ix.keys.Keys(body)
 	if err != nil {
-		return nil, fmt.Errorf("%w: collection %s id %q: index %s: %v", snapshot.ErrSource, ix.collection, truncate(id, 200), def.Name, err)
+		return nil, fmt.Errorf("%w: collection %s id %q: %v", snapshot.ErrSource, ix.collection, truncate(id, 200), err)
 	}
-	if len(k) > MaxIndexKeyBytes {
-		return nil, fmt.Errorf("%w: collection %s id %q: index %s: the indexed values take %d bytes, over the limit of %d",
-			snapshot.ErrSource, ix.collection, truncate(id, 200), def.Name, len(k), MaxIndexKeyBytes)
+	for i, k := range keys {
+		if len(k) > MaxIndexKeyBytes {
+			return nil, fmt.Errorf("%w: collection %s id %q: index %s: the indexed values take %d bytes, over the limit of %d",
+				snapshot.ErrSource, ix.collection, truncate(id, 200), ix.defs[i].Name, len(k), MaxIndexKeyBytes)
+		}
 	}
-	return k, nil
+	return keys, nil
 }
 
 // done flushes what is pending and returns what the layer wrote per index.
