@@ -29,12 +29,13 @@ func TestFaultSlowBigtable(t *testing.T) {
 	testenv.Exec(t, dsn, schema, `INSERT INTO things (id) SELECT 'bulk-' || g FROM generate_series(1, 2000) g`,
 		`INSERT INTO things (id) VALUES ('plain')`)
 	e.configPath = t.TempDir() + "/snapflip.yaml"
-	// A batch timeout of 450 ms: 20 ms each way must pass even on a loaded machine (at
-	// 300 ms and 30 ms, batches of 1,000 rows timed out under the full suite), 400 ms
-	// each way must not.
+	// A batch timeout of 700 ms: 400 ms each way makes every batch's round trip at least
+	// 800 ms, so it must fail; batches of 250 rows with 20 ms each way, or none, must
+	// pass even on a loaded machine (batches of 1,000 rows under a 450 ms timeout timed
+	// out under the full suite with no delay at all).
 	// Without the shared config's indexes: every sync here rewrites every row's gen,
-	// which with them triples the cells a batch timeout is calibrated for.
-	writeConfig(t, e, unindexed(config)+"bigtable:\n  batch_timeout: 450ms\n  op_timeout: 5s\n")
+	// which with them adds the cells a batch timeout is calibrated for.
+	writeConfig(t, e, unindexed(config)+"bigtable:\n  batch_rows: 250\n  batch_timeout: 700ms\n  op_timeout: 5s\n")
 	e.startAPI(t)
 	direct := testenv.Store(t, testenv.StoreConfig(emulator)) // the test's own view, never slowed
 	ctx := context.Background()
