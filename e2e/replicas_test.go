@@ -497,8 +497,8 @@ func checkIndexes(tb testing.TB, st *store.Store, dataset string, m snapshot.Man
 		if err != nil {
 			tb.Fatal(err)
 		}
-		err = st.ScanDocuments(ctx, dataset, m.Chain(collection), index.Collection(collection, decl.Name), func(d snapshot.Document) bool {
-			got = append(got, d.ID)
+		err = st.ScanIndex(ctx, dataset, m.Chain(collection), index.Collection(collection, decl.Name), func(e string) bool {
+			got = append(got, e)
 			return true
 		})
 		if err != nil {

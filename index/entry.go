@@ -8,11 +8,9 @@ import (
 	"github.com/snapflip/snapflip/snapshot"
 )
 
-// Collection names where the entries of a collection's index are stored: a
-// collection of their own beside the documents, written under the same layers, so
-// that chains, merges, retention and TTL treat them as they treat documents. A
-// collection's name never holds "/", so no collection of documents shares it.
-func Collection(collection, index string) string { return collection + "/" + index }
+// Collection names where the entries of a collection's index are stored
+// (snapshot.IndexCollection).
+func Collection(collection, index string) string { return snapshot.IndexCollection(collection, index) }
 
 // EntryBody is the body of a live entry; a tombstone's is empty, as a document's.
 var EntryBody = []byte{'1'}

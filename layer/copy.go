@@ -21,16 +21,19 @@ const defaultProgressEvery = 10 * time.Second
 // per part, all into the one writer; each part keeps its own count and digest,
 // combined at the end. The parent's row counts, when known, give ETAs.
 func (vw *versionWrite) writeFull(ctx context.Context) (snapshot.WriteResult, error) {
+	vw.fullIndexes = map[string][]snapshot.IndexWrite{}
 	out, err := vw.writeEach(ctx, vw.copyCollection)
 	if err != nil {
 		return out.res, err
 	}
 	for name, st := range out.res.Collections {
 		st.Written = out.docs[name]
-		// A full copy writes one entry per document in each index.
-		for _, d := range st.Indexes {
-			if got := out.docs[index.Collection(name, d.Name)]; got != st.Rows {
-				return out.res, fmt.Errorf("%w: collection %s index %s: %d of %d entries written", snapshot.ErrDeltaInconsistent, name, d.Name, got, st.Rows)
+		// A full copy packs one entry per document in each index, and storage
+		// acknowledged every block.
+		for _, iw := range vw.fullIndexes[name] {
+			if got := out.docs[index.Collection(name, iw.Name)]; iw.Entries != st.Rows || got != iw.Cells() {
+				return out.res, fmt.Errorf("%w: collection %s index %s: %d entries for %d documents, %d of %d blocks written",
+					snapshot.ErrDeltaInconsistent, name, iw.Name, iw.Entries, st.Rows, got, iw.Cells())
 			}
 		}
 		out.res.Collections[name] = st
@@ -90,8 +93,11 @@ func (vw *versionWrite) copyCollection(ctx context.Context, w DocumentWriter, na
 	ixs := make([]*indexer, parts)
 	digests := make([]snapshot.Digest, parts)
 	g, gctx := errgroup.WithContext(ctx)
+	ixs[0] = newIndexer(vw, w, name, nil)
 	for part := range parts {
-		ixs[part] = newIndexer(vw, w, name, nil)
+		if part > 0 {
+			ixs[part] = ixs[0].share()
+		}
 		g.Go(func() error {
 			fn := func(doc snapshot.Document) error {
 				if vw.MaxDocumentBytes > 0 && len(doc.Body) > vw.MaxDocumentBytes {
@@ -119,6 +125,11 @@ func (vw *versionWrite) copyCollection(ctx context.Context, w DocumentWriter, na
 	if err := g.Wait(); err != nil {
 		return snapshot.CollectionStats{}, err
 	}
+	iws, err := ixs[0].done(ctx)
+	if err != nil {
+		return snapshot.CollectionStats{}, err
+	}
+	vw.fullIndexes[name] = iws
 	var st snapshot.CollectionStats
 	var d snapshot.Digest
 	for i := range parts {

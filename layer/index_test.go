@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/snapflip/snapflip/index"
 	"github.com/snapflip/snapflip/layer"
@@ -19,8 +20,8 @@ import (
 func entriesThrough(tb testing.TB, st *store.Store, chain []snapshot.Version, collection, name string) []string {
 	tb.Helper()
 	var out []string
-	err := st.ScanDocuments(context.Background(), "ds", chain, index.Collection(collection, name), func(d snapshot.Document) bool {
-		out = append(out, d.ID)
+	err := st.ScanIndex(context.Background(), "ds", chain, index.Collection(collection, name), func(e string) bool {
+		out = append(out, e)
 		return true
 	})
 	if err != nil {
@@ -193,28 +194,26 @@ func TestUnindexableFieldsFailTheVersion(t *testing.T) {
 	}
 }
 
-// lossyStore is a store whose writers lose the acknowledgement of every index cell
-// after the first few: as if the process died, or storage failed, between a layer's
-// documents and its index entries.
+// lossyStore is a store whose writers lose the acknowledgement of an index's last
+// cell (a base's last block, a delta's last entry or tombstone): as if the process
+// died, or storage failed, between a layer's documents and its index entries.
 type lossyStore struct {
 	layer.Store
-	keep int64
 }
 
 func (s lossyStore) NewWriter(ctx context.Context, dataset string, v snapshot.Version) layer.DocumentWriter {
-	return &lossyWriter{DocumentWriter: s.Store.NewWriter(ctx, dataset, v), keep: s.keep}
+	return &lossyWriter{DocumentWriter: s.Store.NewWriter(ctx, dataset, v)}
 }
 
 type lossyWriter struct {
 	layer.DocumentWriter
-	keep int64
 }
 
 func (w *lossyWriter) Close(ctx context.Context) (map[string]int64, error) {
 	n, err := w.DocumentWriter.Close(ctx)
 	for c, k := range n {
-		if strings.Contains(c, "/") {
-			n[c] = min(k, w.keep)
+		if strings.Contains(c, "/") && k > 0 {
+			n[c] = k - 1
 		}
 	}
 	return n, err
@@ -227,7 +226,7 @@ func TestAPartialIndexIsNeverPublished(t *testing.T) {
 		`CREATE TABLE t (id int PRIMARY KEY, n int)`, `INSERT INTO t SELECT g, g FROM generate_series(1, 100) g`)
 	r.pub.Incremental = true
 	ctx := context.Background()
-	lossy := withWriter(r.pub, r.w, func(w *layer.Writer) { w.Store = lossyStore{Store: r.store, keep: 10} })
+	lossy := withWriter(r.pub, r.w, func(w *layer.Writer) { w.Store = lossyStore{Store: r.store} })
 	for _, step := range []string{"base", "delta"} {
 		if step == "delta" {
 			r.publish(t, r.pub)
@@ -235,11 +234,43 @@ func TestAPartialIndexIsNeverPublished(t *testing.T) {
 		}
 		before, _ := r.store.ReadPointer(ctx, "ds")
 		_, err := lossy.Publish(ctx, snapshot.PublishOptions{})
-		if err == nil || !strings.Contains(err.Error(), "index n: wrote 10 of") {
+		want := map[string]string{"base": "index n: wrote 0 of 1 cells", "delta": "index n: wrote 39 of 40 cells"}[step]
+		if err == nil || !strings.Contains(err.Error(), want) {
 			t.Fatalf("%s: Publish with index cells lost = %v; want an error naming the index", step, err)
 		}
 		if after, _ := r.store.ReadPointer(ctx, "ds"); after.Version != before.Version {
 			t.Fatalf("%s: the pointer moved to %s", step, after.Version)
 		}
+	}
+}
+
+// A pinned version's refresh rewrites its indexes' cells with its documents': the
+// base's blocks and the delta's entries and tombstones, so TTL collects neither.
+func TestPinnedRefreshCoversTheIndexes(t *testing.T) {
+	r := newRig(t, []pgsource.Collection{{Name: "t", Table: "t", Indexes: []pgsource.Columns{{"n"}}}},
+		`CREATE TABLE t (id int PRIMARY KEY, n int)`, `INSERT INTO t SELECT g, g FROM generate_series(1, 600) g`)
+	r.pub.Incremental = true
+	ctx := context.Background()
+	tk := r.ticker(t, "admin")
+	for i, stmts := range [][]string{nil, {`UPDATE t SET n = -n WHERE id <= 5`}, {`UPDATE t SET n = 0 WHERE id = 600`}} {
+		r.exec(t, stmts...)
+		if res, err := tk.Tick(ctx, int64(i+1), snapshot.PublishOptions{}); err != nil || res.Publish.NoOp {
+			t.Fatalf("tick %d: %+v, %v", i, res, err)
+		}
+	}
+	admin := &snapshot.Admin{Dataset: "ds", Store: r.store, Lease: tk.Lease}
+	if _, err := admin.Rollback(ctx, snapshot.RollbackRequest{Previous: true, Reason: "hold", By: "test"}); err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now().Add(time.Hour)
+	r.pub.TTL, r.pub.Now = time.Hour, func() time.Time { return now }
+	_, res, done, err := r.pub.KeepAlive(ctx, snapshot.PublishOptions{})
+	if err != nil || !done {
+		t.Fatalf("KeepAlive = %+v, %v, %v", res, done, err)
+	}
+	// The base's 600 documents and 3 blocks of entries; the delta's 5 documents, and 5
+	// tombstones and 5 entries of the index.
+	if want := int64(600 + 3 + 5 + 10); res.Refreshed != want {
+		t.Errorf("refreshed %d rows; want %d (the index's cells with the documents)", res.Refreshed, want)
 	}
 }

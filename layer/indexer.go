@@ -11,7 +11,8 @@ import (
 )
 
 // indexer writes a layer's index entries beside its documents. A base (or a full
-// copy) writes, per index, one entry for each document. A delta writes, for each id
+// copy) writes, per index, one entry for each document, sorted and packed in blocks
+// once every document is in (packer). A delta writes, for each id
 // the layer writes, what its document's values change: a tombstone for each entry
 // whose values it no longer holds and an entry for each it now does, its old values
 // read from the chain under the layer (what a read sees once the layer is gone). An
@@ -27,6 +28,9 @@ type indexer struct {
 	w          DocumentWriter
 	pending    []snapshot.Document // written ids and their new bodies (empty: deleted)
 	counts     []snapshot.IndexWrite
+	// packers hold a base's entries per index, shared by the indexers of its parts
+	// (share); nil for a delta.
+	packers []*packer
 }
 
 // MaxIndexKeyBytes bounds the encoded values of one entry (a row key holds them and
@@ -47,8 +51,22 @@ func newIndexer(vw *versionWrite, w DocumentWriter, collection string, under []s
 	for _, d := range defs {
 		ix.counts = append(ix.counts, snapshot.IndexWrite{Name: d.Name})
 		ix.stored = append(ix.stored, index.Collection(collection, d.Name))
+		if len(under) == 0 {
+			ix.packers = append(ix.packers, &packer{stored: ix.stored[len(ix.stored)-1]})
+		}
 	}
 	return ix
+}
+
+// share returns an indexer of the same layer for another goroutine: a base's parts
+// read in parallel hold their entries in the same packers, which done writes once.
+func (ix *indexer) share() *indexer {
+	if ix == nil {
+		return nil
+	}
+	c := *ix
+	c.counts, c.pending = slices.Clone(ix.counts), nil
+	return &c
 }
 
 // add records a document, or a tombstone (empty body), the layer writes.
@@ -99,6 +117,16 @@ func (ix *indexer) entries(ctx context.Context, id string, old, cur []byte) erro
 	if err != nil {
 		return err
 	}
+	if ix.packers != nil {
+		for i, p := range ix.packers {
+			if now != nil {
+				if err := p.add(index.EntryID(now[i], id)); err != nil {
+					return err
+				}
+			}
+		}
+		return nil
+	}
 	for i := range ix.defs {
 		if was != nil && now != nil && bytes.Equal(was[i], now[i]) {
 			continue
@@ -142,10 +170,18 @@ func (ix *indexer) keysOf(id string, body []byte) ([][]byte, error) {
 	return keys, nil
 }
 
-// done flushes what is pending and returns what the layer wrote per index.
+// done flushes what is pending, or writes a base's blocks, and returns what the
+// layer wrote per index. Of the indexers a base shares, one calls it.
 func (ix *indexer) done(ctx context.Context) ([]snapshot.IndexWrite, error) {
 	if ix == nil {
 		return nil, nil
+	}
+	for i, p := range ix.packers {
+		blocks, bytes, err := p.write(ctx, ix.w)
+		if err != nil {
+			return nil, err
+		}
+		ix.counts[i] = snapshot.IndexWrite{Name: ix.defs[i].Name, Entries: p.entries, Bytes: bytes, Packed: true, Blocks: blocks}
 	}
 	if err := ix.flush(ctx); err != nil {
 		return nil, err
@@ -163,11 +199,11 @@ func indexesWritten(collection string, iws []snapshot.IndexWrite, written map[st
 	return out
 }
 
-// indexesSealed reports whether every entry and tombstone a layer queued was
-// acknowledged.
+// indexesSealed reports whether every cell a layer queued for its indexes (blocks, or
+// entries and tombstones) was acknowledged.
 func indexesSealed(iws []snapshot.IndexWrite) bool {
 	for _, iw := range iws {
-		if iw.Written != iw.Entries+iw.Removed {
+		if iw.Written != iw.Cells() {
 			return false
 		}
 	}

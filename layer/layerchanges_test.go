@@ -42,7 +42,7 @@ func (s *changesStore) ScanPage(context.Context, string, []snapshot.Version, str
 	return nil, false, nil
 }
 
-func (s *changesStore) ScanSpan(context.Context, string, []snapshot.Version, string, snapshot.Span, int) ([]snapshot.Document, bool, error) {
+func (s *changesStore) ScanEntries(context.Context, string, []snapshot.Version, string, snapshot.Span, int) ([]snapshot.Document, bool, error) {
 	return nil, false, nil
 }
 

@@ -91,6 +91,8 @@ type versionWrite struct {
 	// them (declared) and typed.
 	indexes  map[string][]index.Def
 	declared map[string][]snapshot.IndexDef
+	// fullIndexes are what a full copy wrote per collection and index.
+	fullIndexes map[string][]snapshot.IndexWrite
 }
 
 // WriteVersion writes the version's documents (snapshot.VersionWriter).

@@ -22,14 +22,16 @@ type IndexReport struct {
 	Name string
 	// Fields are its fields, in index order.
 	Fields []IndexField
-	// EntryBytes estimates what one entry takes in storage: its row key
-	// (Source.RowKeyBytes; without it, the entry's id alone) and its value. Its values
+	// EntryBytes estimates what one entry takes in storage as a delta writes it: its
+	// row key (Source.RowKeyBytes; without it, the entry's id alone) and its value. A
+	// base packs its entries in blocks with their shared prefixes left out, so it
+	// takes less, and EstimatedBytes bounds it from above. Its values
 	// and the document's id are as wide as their columns' Width where Postgres has
 	// statistics, else as wide as a typical value of their type. Zero when a field is
 	// missing or cannot be indexed.
 	EntryBytes int
-	// EstimatedBytes is the collection's estimated rows times EntryBytes: one entry a
-	// document; -1 when either is unknown.
+	// EstimatedBytes is the collection's estimated rows times EntryBytes, one entry a
+	// document: at most what a base's index takes; -1 when either is unknown.
 	EstimatedBytes int64
 }
 

@@ -28,8 +28,9 @@ type ReadStore interface {
 	// ScanPage returns up to limit documents through a chain whose ids sort after
 	// after, in id order, and whether more follow.
 	ScanPage(ctx context.Context, dataset string, chain []snapshot.Version, collection, after string, limit int) ([]snapshot.Document, bool, error)
-	// ScanSpan is ScanPage over the ids of a span.
-	ScanSpan(ctx context.Context, dataset string, chain []snapshot.Version, collection string, span snapshot.Span, limit int) ([]snapshot.Document, bool, error)
+	// ScanEntries returns up to limit entries of an index (index.Collection) through
+	// a chain whose ids are in span, in order, and whether more follow.
+	ScanEntries(ctx context.Context, dataset string, chain []snapshot.Version, collection string, span snapshot.Span, limit int) ([]snapshot.Document, bool, error)
 	// ListManifests returns every manifest of the dataset, oldest first.
 	ListManifests(ctx context.Context, dataset string) ([]snapshot.Manifest, error)
 }

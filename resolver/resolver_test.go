@@ -94,7 +94,7 @@ func (s *countingStore) ScanPage(context.Context, string, []snapshot.Version, st
 	return nil, false, nil
 }
 
-func (s *countingStore) ScanSpan(context.Context, string, []snapshot.Version, string, snapshot.Span, int) ([]snapshot.Document, bool, error) {
+func (s *countingStore) ScanEntries(context.Context, string, []snapshot.Version, string, snapshot.Span, int) ([]snapshot.Document, bool, error) {
 	return nil, false, nil
 }
 

@@ -98,6 +98,19 @@ type IndexWrite struct {
 	Removed int64  `json:"removed,omitempty"`
 	Bytes   int64  `json:"bytes"`
 	Written int64  `json:"written"`
+	// Packed says the layer (a base) wrote its entries sorted in Blocks, a stored
+	// row each, rather than a row per entry.
+	Packed bool  `json:"packed,omitempty"`
+	Blocks int64 `json:"blocks,omitempty"`
+}
+
+// Cells returns how many cells the layer queued for the index: its blocks when
+// packed, else its entries and tombstones.
+func (iw IndexWrite) Cells() int64 {
+	if iw.Packed {
+		return iw.Blocks
+	}
+	return iw.Entries + iw.Removed
 }
 
 // LayerKind says what a layer holds.
@@ -222,14 +235,25 @@ func LayerVersions(ls []LayerRef) []Version {
 	return out
 }
 
-// Chains returns every collection's chain.
+// Chains returns every collection's chain, keyed by collection, and the same chain
+// for each of its indexes, whose entries are stored as a collection of their own
+// (IndexCollection) under the same layers.
 func (m *Manifest) Chains() map[string][]Version {
 	out := make(map[string][]Version, len(m.Collections))
-	for name := range m.Collections {
+	for name, c := range m.Collections {
 		out[name] = m.Chain(name)
+		for _, d := range c.Indexes {
+			out[IndexCollection(name, d.Name)] = out[name]
+		}
 	}
 	return out
 }
+
+// IndexCollection names where the entries of a collection's index are stored: a
+// collection of their own beside the documents, written under the same layers, so
+// that chains, merges, retention and TTL treat them as they treat documents. A
+// collection's name never holds "/", so no collection of documents shares it.
+func IndexCollection(collection, index string) string { return collection + "/" + index }
 
 // ChainLength returns the longest chain of any collection (1 for a full copy).
 func (m *Manifest) ChainLength() int {
@@ -250,9 +274,9 @@ func (m *Manifest) CheckComplete() error {
 					m.Version, name, o.Written, o.Emitted, o.ChunksWritten, o.Chunks)
 			}
 			for _, iw := range o.Indexes {
-				if iw.Written != iw.Entries+iw.Removed {
-					return fmt.Errorf("version %s collection %s index %s: wrote %d of %d entries and tombstones",
-						m.Version, name, iw.Name, iw.Written, iw.Entries+iw.Removed)
+				if iw.Written != iw.Cells() {
+					return fmt.Errorf("version %s collection %s index %s: wrote %d of %d cells (%d entries, %d tombstones, %d blocks)",
+						m.Version, name, iw.Name, iw.Written, iw.Cells(), iw.Entries, iw.Removed, iw.Blocks)
 				}
 			}
 			continue

@@ -24,5 +24,13 @@ type Span struct {
 // After returns the span's ids after id.
 func (sp Span) After(id string) Span { return Span{From: id, To: sp.To} }
 
+// Contains reports whether id is in the span.
+func (sp Span) Contains(id string) bool {
+	if id < sp.From || (id == sp.From && !sp.Inclusive) {
+		return false
+	}
+	return sp.To == "" || id < sp.To
+}
+
 // Empty reports whether no id can be in the span.
 func (sp Span) Empty() bool { return sp.To != "" && sp.To <= sp.From }

@@ -13,6 +13,7 @@ import (
 	"cloud.google.com/go/bigtable"
 	"golang.org/x/sync/errgroup"
 
+	"github.com/snapflip/snapflip/index"
 	"github.com/snapflip/snapflip/layer"
 	"github.com/snapflip/snapflip/snapshot"
 )
@@ -361,6 +362,46 @@ func rowRange(sp snapshot.Span, prefix string) bigtable.RowRange {
 // ScanSpan is ScanPage over the ids of span: up to limit documents whose ids are in
 // it, in id order, and whether more of the span's follow.
 func (s *Store) ScanSpan(ctx context.Context, dataset string, chain []snapshot.Version, collection string, span snapshot.Span, limit int) ([]snapshot.Document, bool, error) {
+	return s.scanSpan(ctx, dataset, chain, collection, span, limit, s.readRange)
+}
+
+// ScanEntries is ScanSpan over an index's entries (index.Collection), whose base
+// layer packs them in blocks (index.IsBlock): up to limit entries in span, in order,
+// each with index.EntryBody, and whether more of the span's follow.
+func (s *Store) ScanEntries(ctx context.Context, dataset string, chain []snapshot.Version, collection string, span snapshot.Span, limit int) ([]snapshot.Document, bool, error) {
+	base := chain[len(chain)-1]
+	return s.scanSpan(ctx, dataset, chain, collection, span, limit, func(ctx context.Context, dataset string, v snapshot.Version, collection string, span snapshot.Span, n int) ([]snapshot.Document, error) {
+		return s.readEntries(ctx, dataset, v, collection, span, n, v == base)
+	})
+}
+
+// ScanIndex calls fn with every entry of an index through a chain, in order, until fn
+// returns false.
+func (s *Store) ScanIndex(ctx context.Context, dataset string, chain []snapshot.Version, collection string, fn func(entry string) bool) error {
+	span := snapshot.Span{Inclusive: true}
+	for {
+		page, more, err := s.ScanEntries(ctx, dataset, chain, collection, span, 5000)
+		if err != nil {
+			return err
+		}
+		for _, e := range page {
+			if !fn(e.ID) {
+				return nil
+			}
+		}
+		if !more {
+			return nil
+		}
+		span = span.After(page[len(page)-1].ID)
+	}
+}
+
+// layerRange reads up to n rows of one layer whose ids are in span, tombstones
+// included.
+type layerRange func(ctx context.Context, dataset string, v snapshot.Version, collection string, span snapshot.Span, n int) ([]snapshot.Document, error)
+
+// scanSpan is ScanSpan with each layer's rows read by read.
+func (s *Store) scanSpan(ctx context.Context, dataset string, chain []snapshot.Version, collection string, span snapshot.Span, limit int, read layerRange) ([]snapshot.Document, bool, error) {
 	ctx, cancel := s.op(ctx)
 	defer cancel()
 	if span.Empty() {
@@ -370,7 +411,7 @@ func (s *Store) ScanSpan(ctx context.Context, dataset string, chain []snapshot.V
 		// One layer (a full copy or a base): one read, no merge.
 		// Tombstones are not expected there; one would only shorten the page, so the
 		// merged rounds below handle it.
-		got, err := s.readRange(ctx, dataset, chain[0], collection, span, limit+1)
+		got, err := read(ctx, dataset, chain[0], collection, span, limit+1)
 		if err != nil {
 			return nil, false, err
 		}
@@ -392,7 +433,7 @@ func (s *Store) ScanSpan(ctx context.Context, dataset string, chain []snapshot.V
 		g, gctx := errgroup.WithContext(ctx)
 		for i, v := range chain {
 			g.Go(func() error {
-				got, err := s.readRange(gctx, dataset, v, collection, span, n)
+				got, err := read(gctx, dataset, v, collection, span, n)
 				reads[i] = layerRead{got, len(got) < n}
 				return err
 			})
@@ -451,6 +492,63 @@ func (s *Store) readRange(ctx context.Context, dataset string, v snapshot.Versio
 		return true
 	}, fmt.Sprintf("scan %s at %s", collection, v), bigtable.RowFilter(column(famDocs, colDoc)), bigtable.LimitRows(int64(n)))
 	return docs, err
+}
+
+// readEntries reads up to n entries (and tombstones) of one layer of an index whose
+// ids are in span. A packed layer's block is keyed by its last entry, so the blocks
+// holding the span's entries are the rows from its start up to the first whose key
+// reaches its end: the read is not bounded by the span's end but stops there. packed
+// says the layer is likely packed, which sizes the reads; either kind reads right.
+func (s *Store) readEntries(ctx context.Context, dataset string, v snapshot.Version, collection string, span snapshot.Span, n int, packed bool) ([]snapshot.Document, error) {
+	prefix := docPrefix(dataset, v, collection)
+	rows, to := n, span.To
+	if packed {
+		rows = n/index.BlockEntries + 2
+		span.To = "" // the block holding the end's entries is keyed past it
+	}
+	what := fmt.Sprintf("scan %s at %s", collection, v)
+	var out []snapshot.Document
+	for {
+		read, blocks, last, done := 0, 0, "", false
+		var derr error
+		keep := func(d snapshot.Document) bool {
+			if to != "" && d.ID >= to {
+				done = true
+			} else if span.Contains(d.ID) {
+				out = append(out, d)
+				done = len(out) == n
+			}
+			return !done
+		}
+		err := s.readDocs(ctx, prefix, rowRange(span, prefix), func(d snapshot.Document) bool {
+			read, last = read+1, d.ID
+			if !index.IsBlock(d.Body) {
+				return keep(d)
+			}
+			blocks++
+			entries, err := index.BlockEntriesOf(d.Body)
+			if err != nil {
+				derr = fmt.Errorf("%s: block %q: %w", what, snapshot.Truncate(d.ID, 200), err)
+				return false
+			}
+			for _, e := range entries {
+				if !keep(snapshot.Document{ID: e, Body: index.EntryBody}) {
+					return false
+				}
+			}
+			return true
+		}, what, bigtable.RowFilter(column(famDocs, colDoc)), bigtable.LimitRows(int64(rows)))
+		if err == nil {
+			err = derr
+		}
+		if err != nil || done || read < rows {
+			return out, err
+		}
+		span = span.After(last)
+		if rows = n - len(out); blocks > 0 {
+			rows = rows/index.BlockEntries + 2
+		}
+	}
 }
 
 // maxDirectPage bounds the pages read directly from a one-layer chain (limit+1 rows

@@ -87,7 +87,9 @@ func inspect(ctx context.Context, st manifestReader, m snapshot.Manifest) (inspe
 }
 
 // writeIndexes prints a collection's indexes, each field with its type, and a table
-// of what each layer of its chain wrote for each of them, newest layer first.
+// of what each layer of its chain wrote for each of them, newest layer first: its
+// entries, tombstones, stored rows (a base's blocks, a delta's entries and
+// tombstones) and bytes.
 func writeIndexes(w io.Writer, c snapshot.CollectionStats, layers []layerIndexes) error {
 	for _, ix := range c.Indexes {
 		fields := make([]string, len(ix.Fields))
@@ -103,18 +105,18 @@ func writeIndexes(w io.Writer, c snapshot.CollectionStats, layers []layerIndexes
 		return nil
 	}
 	tw := tabwriter.NewWriter(w, 2, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "  INDEX\tLAYER\tENTRIES\tREMOVED\tBYTES")
+	fmt.Fprintln(tw, "  INDEX\tLAYER\tENTRIES\tREMOVED\tROWS\tBYTES")
 	for _, ix := range c.Indexes {
 		for _, l := range layers {
 			at := slices.IndexFunc(l.Indexes, func(iw snapshot.IndexWrite) bool { return iw.Name == ix.Name })
 			switch {
 			case l.ManifestGone:
-				fmt.Fprintf(tw, "  %s\t%s\t?\t?\t? (its manifest is gone)\n", ix.Name, l.Layer)
+				fmt.Fprintf(tw, "  %s\t%s\t?\t?\t?\t? (its manifest is gone)\n", ix.Name, l.Layer)
 			case at < 0:
-				fmt.Fprintf(tw, "  %s\t%s\t0\t0\t0 B\n", ix.Name, l.Layer)
+				fmt.Fprintf(tw, "  %s\t%s\t0\t0\t0\t0 B\n", ix.Name, l.Layer)
 			default:
 				iw := l.Indexes[at]
-				fmt.Fprintf(tw, "  %s\t%s\t%d\t%d\t%s\n", ix.Name, l.Layer, iw.Entries, iw.Removed, humanBytes(iw.Bytes))
+				fmt.Fprintf(tw, "  %s\t%s\t%d\t%d\t%d\t%s\n", ix.Name, l.Layer, iw.Entries, iw.Removed, iw.Cells(), humanBytes(iw.Bytes))
 			}
 		}
 	}

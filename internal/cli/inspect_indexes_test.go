@@ -83,12 +83,12 @@ func TestInspectShowsIndexesPerLayer(t *testing.T) {
 	for _, re := range []string{
 		`(?m)^  index customer_id \(customer_id int4\)$`,
 		`(?m)^  index status,placed \(status text, placed timestamptz\)$`,
-		`(?m)^  INDEX +LAYER +ENTRIES +REMOVED +BYTES$`,
-		`(?m)^  customer_id +` + string(vCur) + ` +3 +1 +45 B$`,
-		`(?m)^  customer_id +` + string(vDelta) + ` +4 +2 +60 B$`,
-		`(?m)^  customer_id +` + string(vBase) + ` +1000 +0 +15\.0 KiB$`,
-		`(?m)^  status,placed +` + string(vCur) + ` +0 +0 +0 B$`, // its delta changed no status or placed
-		`(?m)^  status,placed +` + string(vBase) + ` +1000 +0 +25\.0 KiB$`,
+		`(?m)^  INDEX +LAYER +ENTRIES +REMOVED +ROWS +BYTES$`,
+		`(?m)^  customer_id +` + string(vCur) + ` +3 +1 +4 +45 B$`,
+		`(?m)^  customer_id +` + string(vDelta) + ` +4 +2 +6 +60 B$`,
+		`(?m)^  customer_id +` + string(vBase) + ` +1000 +0 +1000 +15\.0 KiB$`,
+		`(?m)^  status,placed +` + string(vCur) + ` +0 +0 +0 +0 B$`, // its delta changed no status or placed
+		`(?m)^  status,placed +` + string(vBase) + ` +1000 +0 +1000 +25\.0 KiB$`,
 	} {
 		if !regexp.MustCompile(re).MatchString(text) {
 			t.Errorf("inspect lacks a line matching %s:\n%s", re, text)
@@ -122,7 +122,7 @@ func TestInspectShowsIndexesPerLayer(t *testing.T) {
 	if err := writeInspect(&out, in, 0, now); err != nil {
 		t.Fatal(err)
 	}
-	if re := `(?m)^  customer_id +` + string(vDelta) + ` +\? +\? +\? \(its manifest is gone\)$`; !regexp.MustCompile(re).MatchString(out.String()) {
+	if re := `(?m)^  customer_id +` + string(vDelta) + ` +\? +\? +\? +\? \(its manifest is gone\)$`; !regexp.MustCompile(re).MatchString(out.String()) {
 		t.Errorf("inspect lacks a line matching %s:\n%s", re, out.String())
 	}
 }
@@ -222,11 +222,11 @@ func TestCheckAndInspectIndexesOfRealLayers(t *testing.T) {
 	for _, re := range []string{
 		`(?m)^  index rating \(rating text\)$`,
 		`(?m)^  index release_year,title \(release_year int4, title text\)$`,
-		`(?m)^  INDEX +LAYER +ENTRIES +REMOVED +BYTES$`,
-		`(?m)^  rating +` + cur + ` +4 +4 +[0-9]+ B$`,
-		`(?m)^  rating +` + base + ` +200 +0 +[0-9.]+ KiB$`,
-		`(?m)^  release_year,title +` + cur + ` +1 +1 +[0-9]+ B$`,
-		`(?m)^  release_year,title +` + base + ` +200 +0 +[0-9.]+ KiB$`,
+		`(?m)^  INDEX +LAYER +ENTRIES +REMOVED +ROWS +BYTES$`,
+		`(?m)^  rating +` + cur + ` +4 +4 +8 +[0-9]+ B$`,
+		`(?m)^  rating +` + base + ` +200 +0 +1 +[0-9.]+ (B|KiB)$`,
+		`(?m)^  release_year,title +` + cur + ` +1 +1 +2 +[0-9]+ B$`,
+		`(?m)^  release_year,title +` + base + ` +200 +0 +1 +[0-9.]+ KiB$`,
 	} {
 		if !regexp.MustCompile(re).MatchString(text) {
 			t.Errorf("inspect --table lacks a line matching %s:\n%s", re, text)
@@ -240,12 +240,19 @@ func TestCheckAndInspectIndexesOfRealLayers(t *testing.T) {
 	if l := layers[0]; l.Layer != rows[0].Version || l.Kind != "delta" || len(l.Indexes) != 2 || l.Indexes[0] != (snapshot.IndexWrite{Name: "rating", Entries: 4, Removed: 4, Bytes: l.Indexes[0].Bytes, Written: 8}) {
 		t.Errorf("the delta's index writes = %+v; want rating's 4 entries and 4 removed", l)
 	}
-	// The base wrote one entry a row: its bytes (entry ids and values) plus a row key
-	// prefix each are what check estimated, within a fifth.
+	// A delta writes one entry a row: its entries' bytes plus a row key prefix each
+	// are what check estimated an entry takes, within a fifth. The base packed its
+	// entries in blocks, and stored at most what check estimated for all of them.
+	keyBytes := int64(store.DocumentKeyBytes("idx", "film/rating", ""))
+	delta := layers[0].Indexes[0]
+	perEntry := float64(delta.Bytes)/float64(delta.Entries) + float64(keyBytes)
+	if float64(rating.EntryBytes) < 0.8*perEntry || float64(rating.EntryBytes) > 1.2*perEntry {
+		t.Errorf("the delta wrote %+v, %.1f bytes an entry with its row key; check estimated %d", delta, perEntry, rating.EntryBytes)
+	}
 	written := layers[1].Indexes[0]
-	stored := written.Bytes + written.Entries*int64(store.DocumentKeyBytes("idx", "film/rating", ""))
-	if written.Name != "rating" || written.Entries != 200 || float64(rating.EstimatedBytes) < 0.8*float64(stored) || float64(rating.EstimatedBytes) > 1.2*float64(stored) {
-		t.Errorf("the base wrote %+v, %d bytes with row keys; check estimated %d", written, stored, rating.EstimatedBytes)
+	stored := written.Bytes + written.Blocks*keyBytes
+	if written.Name != "rating" || written.Entries != 200 || !written.Packed || written.Blocks != 1 || stored > rating.EstimatedBytes {
+		t.Errorf("the base wrote %+v, %d bytes with row keys; check estimated at most %d", written, stored, rating.EstimatedBytes)
 	}
 	t.Logf("rating: check estimated %d bytes, the base stored %d", rating.EstimatedBytes, stored)
 }

@@ -1,0 +1,91 @@
+package layer
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"sync"
+	"testing"
+
+	"github.com/snapflip/snapflip/index"
+	"github.com/snapflip/snapflip/snapshot"
+)
+
+// blockSink is a DocumentWriter that keeps what is written.
+type blockSink struct {
+	DocumentWriter
+	docs []snapshot.Document
+}
+
+func (s *blockSink) Write(_ context.Context, _ string, d snapshot.Document) error {
+	s.docs = append(s.docs, d)
+	return nil
+}
+
+// A packer given entries in any order, from several goroutines, writes them sorted in
+// blocks, in memory or spilled to files and merged, and refuses an entry given twice.
+func TestPackerSortsAndSpills(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		n       int
+		spillAt int
+		spills  bool
+	}{{"empty", 0, 0, false}, {"in memory", 5000, 0, false}, {"spilled", 5000, 4 << 10, true}, {"one spill", 300, 300 * 20, true}} {
+		t.Run(tc.name, func(t *testing.T) {
+			rnd := rand.New(rand.NewPCG(uint64(tc.n), 7))
+			var want []string
+			for i := range tc.n {
+				want = append(want, index.EntryID(fmt.Appendf(nil, "v%d", rnd.IntN(50)), fmt.Sprint(i)))
+			}
+			p := &packer{stored: "c/i", spillAt: tc.spillAt}
+			var wg sync.WaitGroup
+			for g := range 4 {
+				wg.Go(func() {
+					for i := g; i < len(want); i += 4 {
+						if err := p.add(want[i]); err != nil {
+							t.Error(err)
+						}
+					}
+				})
+			}
+			wg.Wait()
+			if spilled := len(p.spills) > 0; spilled != tc.spills {
+				t.Errorf("spilled %d files; want spills %v", len(p.spills), tc.spills)
+			}
+			sink := &blockSink{}
+			blocks, bytes, err := p.write(context.Background(), sink)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var got []string
+			var size int64
+			for _, d := range sink.docs {
+				es, err := index.BlockEntriesOf(d.Body)
+				if err != nil {
+					t.Fatal(err)
+				}
+				got = append(got, es...)
+				size += int64(len(d.ID) + len(d.Body))
+			}
+			slices.Sort(want)
+			if !slices.Equal(got, want) || p.entries != int64(len(want)) {
+				t.Fatalf("%d entries back of %d (counted %d)", len(got), len(want), p.entries)
+			}
+			if blocks != int64(len(sink.docs)) || bytes != size || blocks != int64((len(want)+index.BlockEntries-1)/index.BlockEntries) {
+				t.Errorf("%d blocks and %d bytes counted; %d blocks of %d bytes written", blocks, bytes, len(sink.docs), size)
+			}
+		})
+	}
+	p := &packer{stored: "c/i", spillAt: 64}
+	for range 2 {
+		for _, e := range []string{"b\x00x", "a\x00x", "c\x00x"} {
+			if err := p.add(e); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if _, _, err := p.write(context.Background(), &blockSink{}); err == nil {
+		t.Error("entries given twice were packed")
+	}
+}
