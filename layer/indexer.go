@@ -52,7 +52,8 @@ func newIndexer(vw *versionWrite, w DocumentWriter, collection string, under []s
 		ix.counts = append(ix.counts, snapshot.IndexWrite{Name: d.Name})
 		ix.stored = append(ix.stored, index.Collection(collection, d.Name))
 		if len(under) == 0 {
-			ix.packers = append(ix.packers, &packer{stored: ix.stored[len(ix.stored)-1]})
+			// The collection's indexes share one budget of memory.
+			ix.packers = append(ix.packers, &packer{stored: ix.stored[len(ix.stored)-1], spillAt: spillBytes / len(defs)})
 		}
 	}
 	return ix

@@ -17,9 +17,10 @@ import (
 	"github.com/snapflip/snapflip/snapshot"
 )
 
-// spillBytes is how many bytes of entries a packer holds in memory before it sorts
-// them and spills them to a temporary file (os.TempDir, unlinked as soon as made), so
-// that a base of any size packs its index in bounded memory.
+// spillBytes is how many bytes of entries the packers of one collection's indexes
+// hold in memory, together, before each sorts its own and spills them to a temporary
+// file (os.TempDir, unlinked as soon as made), so that a base of any size packs its
+// indexes in bounded memory.
 const spillBytes = 64 << 20
 
 // entryOverhead is what a held entry costs beyond its bytes (its string header).
