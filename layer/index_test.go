@@ -7,7 +7,6 @@ import (
 	"slices"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/snapflip/snapflip/index"
 	"github.com/snapflip/snapflip/layer"
@@ -258,16 +257,7 @@ func TestPinnedRefreshCoversTheIndexes(t *testing.T) {
 			t.Fatalf("tick %d: %+v, %v", i, res, err)
 		}
 	}
-	admin := &snapshot.Admin{Dataset: "ds", Store: r.store, Lease: tk.Lease}
-	if _, err := admin.Rollback(ctx, snapshot.RollbackRequest{Previous: true, Reason: "hold", By: "test"}); err != nil {
-		t.Fatal(err)
-	}
-	now := time.Now().Add(time.Hour)
-	r.pub.TTL, r.pub.Now = time.Hour, func() time.Time { return now }
-	_, res, done, err := r.pub.KeepAlive(ctx, snapshot.PublishOptions{})
-	if err != nil || !done {
-		t.Fatalf("KeepAlive = %+v, %v, %v", res, done, err)
-	}
+	res, _ := pinPreviousAndRefresh(t, r, tk)
 	// The base's 600 documents and 3 blocks of entries; the delta's 5 documents, and 5
 	// tombstones and 5 entries of the index.
 	if want := int64(600 + 3 + 5 + 10); res.Refreshed != want {

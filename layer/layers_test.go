@@ -361,6 +361,23 @@ func TestPinnedRefreshCoversTheChain(t *testing.T) {
 			m = res.Publish.Manifest
 		}
 	}
+	res, now := pinPreviousAndRefresh(t, r, tk)
+	// The base's 50 + 120 rows, and the delta's document and tombstone.
+	if res.Refreshed != 172 {
+		t.Errorf("refreshed %d rows; want 172 (both layers, tombstone included)", res.Refreshed)
+	}
+	got, _ := r.store.ReadManifest(ctx, "ds", m.Version)
+	if !got.DataTime().Equal(now) {
+		t.Errorf("data time after the refresh = %s; want %s", got.DataTime(), now)
+	}
+}
+
+// pinPreviousAndRefresh rolls back to the previous version, which pins it, and has
+// the publisher keep it alive an hour later, its TTL an hour: it returns the refresh
+// and when it ran.
+func pinPreviousAndRefresh(t *testing.T, r *rig, tk *snapshot.Ticker) (snapshot.PublishResult, time.Time) {
+	t.Helper()
+	ctx := context.Background()
 	admin := &snapshot.Admin{Dataset: "ds", Store: r.store, Lease: tk.Lease}
 	if _, err := admin.Rollback(ctx, snapshot.RollbackRequest{Previous: true, Reason: "hold", By: "test"}); err != nil {
 		t.Fatal(err)
@@ -371,14 +388,7 @@ func TestPinnedRefreshCoversTheChain(t *testing.T) {
 	if err != nil || !done {
 		t.Fatalf("KeepAlive = %+v, %v, %v", res, done, err)
 	}
-	// The base's 50 + 120 rows, and the delta's document and tombstone.
-	if res.Refreshed != 172 {
-		t.Errorf("refreshed %d rows; want 172 (both layers, tombstone included)", res.Refreshed)
-	}
-	got, _ := r.store.ReadManifest(ctx, "ds", m.Version)
-	if !got.DataTime().Equal(now) {
-		t.Errorf("data time after the refresh = %s; want %s", got.DataTime(), now)
-	}
+	return res, now
 }
 
 func TestDataTimeIsTheChainsOldest(t *testing.T) {
