@@ -93,3 +93,28 @@ func BlockEntriesOf(body []byte) ([]string, error) {
 	}
 	return out, nil
 }
+
+// A packed layer also writes its blocks' keys, in order, as the run of the index's
+// collection: a directory a reader binary-searches for the blocks of a span, then
+// reads those rows by key, instead of scanning from the span's start to the first
+// block past its end. DirectoryChunkBytes bounds one chunk of it.
+const DirectoryChunkBytes = 64 << 10
+
+// AppendDirectory appends one block key to a directory chunk.
+func AppendDirectory(chunk []byte, key string) []byte {
+	chunk = binary.AppendUvarint(chunk, uint64(len(key)))
+	return append(chunk, key...)
+}
+
+// DirectoryKeys appends the block keys of a directory chunk to keys.
+func DirectoryKeys(keys []string, chunk []byte) ([]string, error) {
+	for b := chunk; len(b) > 0; {
+		n, w := binary.Uvarint(b)
+		if w <= 0 || n > uint64(len(b)-w) {
+			return keys, fmt.Errorf("%w: a directory chunk is cut after %d keys", errBlock, len(keys))
+		}
+		keys = append(keys, string(b[w:w+int(n)]))
+		b = b[w+int(n):]
+	}
+	return keys, nil
+}

@@ -7,7 +7,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/snapflip/snapflip/index"
 	"github.com/snapflip/snapflip/snapshot"
 
 	"golang.org/x/sync/errgroup"
@@ -30,10 +29,10 @@ func (vw *versionWrite) writeFull(ctx context.Context) (snapshot.WriteResult, er
 		st.Written = out.docs[name]
 		// A full copy packs one entry per document in each index, and storage
 		// acknowledged every block.
-		for _, iw := range vw.fullIndexes[name] {
-			if got := out.docs[index.Collection(name, iw.Name)]; iw.Entries != st.Rows || got != iw.Cells() {
-				return out.res, fmt.Errorf("%w: collection %s index %s: %d entries for %d documents, %d of %d blocks written",
-					snapshot.ErrDeltaInconsistent, name, iw.Name, iw.Entries, st.Rows, got, iw.Cells())
+		for _, iw := range indexesWritten(name, vw.fullIndexes[name], out.docs, out.chunks) {
+			if iw.Entries != st.Rows || !indexesSealed([]snapshot.IndexWrite{iw}) {
+				return out.res, fmt.Errorf("%w: collection %s index %s: %d entries for %d documents, %d of %d blocks and %d of %d directory chunks written",
+					snapshot.ErrDeltaInconsistent, name, iw.Name, iw.Entries, st.Rows, iw.Written, iw.Cells(), iw.ChunksWritten, iw.Chunks)
 			}
 		}
 		out.res.Collections[name] = st

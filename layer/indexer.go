@@ -178,11 +178,11 @@ func (ix *indexer) done(ctx context.Context) ([]snapshot.IndexWrite, error) {
 		return nil, nil
 	}
 	for i, p := range ix.packers {
-		blocks, bytes, err := p.write(ctx, ix.w)
+		out, err := p.write(ctx, ix.w)
 		if err != nil {
 			return nil, err
 		}
-		ix.counts[i] = snapshot.IndexWrite{Name: ix.defs[i].Name, Entries: p.entries, Bytes: bytes, Packed: true, Blocks: blocks}
+		ix.counts[i] = snapshot.IndexWrite{Name: ix.defs[i].Name, Entries: p.entries, Bytes: out.bytes, Packed: true, Blocks: out.blocks, Chunks: out.chunks}
 	}
 	if err := ix.flush(ctx); err != nil {
 		return nil, err
@@ -190,12 +190,14 @@ func (ix *indexer) done(ctx context.Context) ([]snapshot.IndexWrite, error) {
 	return slices.Clone(ix.counts), nil
 }
 
-// indexesWritten returns a layer's index writes with the cells storage acknowledged
-// for each: written holds them per collection, entries' included.
-func indexesWritten(collection string, iws []snapshot.IndexWrite, written map[string]int64) []snapshot.IndexWrite {
+// indexesWritten returns a layer's index writes with the cells and directory chunks
+// storage acknowledged for each: written and chunks hold them per collection,
+// indexes' included.
+func indexesWritten(collection string, iws []snapshot.IndexWrite, written, chunks map[string]int64) []snapshot.IndexWrite {
 	out := slices.Clone(iws)
 	for i := range out {
-		out[i].Written = written[index.Collection(collection, out[i].Name)]
+		stored := index.Collection(collection, out[i].Name)
+		out[i].Written, out[i].ChunksWritten = written[stored], chunks[stored]
 	}
 	return out
 }
@@ -204,7 +206,7 @@ func indexesWritten(collection string, iws []snapshot.IndexWrite, written map[st
 // entries and tombstones) was acknowledged.
 func indexesSealed(iws []snapshot.IndexWrite) bool {
 	for _, iw := range iws {
-		if iw.Written != iw.Cells() {
+		if iw.Written != iw.Cells() || iw.ChunksWritten != iw.Chunks {
 			return false
 		}
 	}

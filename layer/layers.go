@@ -106,7 +106,7 @@ func (vw *versionWrite) writeLayers(ctx context.Context, snap snapshot.DeltaSnap
 		if st.Own != nil {
 			own := *st.Own
 			own.Written, own.ChunksWritten = out.docs[name], out.chunks[name]
-			own.Indexes = indexesWritten(name, own.Indexes, out.docs)
+			own.Indexes = indexesWritten(name, own.Indexes, out.docs, out.chunks)
 			st.Own = &own
 			if own.Written == own.Emitted && own.ChunksWritten == own.Chunks && indexesSealed(own.Indexes) {
 				st.Written = st.Rows

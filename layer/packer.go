@@ -80,43 +80,70 @@ func (p *packer) spill() error {
 	return nil
 }
 
-// write writes every entry held or spilled in blocks, in order, and returns how many
-// blocks and bytes (keys and bodies) it wrote. It removes the spilled files.
-func (p *packer) write(ctx context.Context, w DocumentWriter) (blocks, written int64, err error) {
+// packed is what a packer wrote: its blocks, the chunks of their directory, and the
+// bytes of both (keys and bodies).
+type packed struct {
+	blocks, chunks, bytes int64
+}
+
+// write writes every entry held or spilled in blocks, in order, then the blocks'
+// directory (index.AppendDirectory) as the index's run, and returns what it wrote. It
+// closes the spilled files.
+func (p *packer) write(ctx context.Context, w DocumentWriter) (out packed, err error) {
 	defer p.close()
 	next, err := p.sorted()
 	if err != nil {
-		return 0, 0, err
+		return out, err
 	}
 	var pk index.Packer
+	var dir []byte
 	emit := func(key string, body []byte) error {
-		blocks++
-		written += int64(len(key) + len(body))
+		out.blocks++
+		out.bytes += int64(len(key) + len(body))
+		if dir = index.AppendDirectory(dir, key); len(dir) >= index.DirectoryChunkBytes {
+			if err := p.writeChunk(ctx, w, &out, &dir); err != nil {
+				return err
+			}
+		}
 		return w.Write(ctx, p.stored, snapshot.Document{ID: key, Body: bytes.Clone(body)})
 	}
 	prev := ""
 	for {
 		e, ok, err := next()
 		if err != nil {
-			return blocks, written, err
+			return out, err
 		}
 		if !ok {
 			break
 		}
 		if prev != "" && e <= prev {
-			return blocks, written, fmt.Errorf("%w: index %s: entry %q twice or out of order", snapshot.ErrDeltaInconsistent, p.stored, truncate(e, 200))
+			return out, fmt.Errorf("%w: index %s: entry %q twice or out of order", snapshot.ErrDeltaInconsistent, p.stored, truncate(e, 200))
 		}
 		prev = e
 		if key, body, full := pk.Add(e); full {
 			if err := emit(key, body); err != nil {
-				return blocks, written, err
+				return out, err
 			}
 		}
 	}
 	if key, body, ok := pk.Flush(); ok {
-		err = emit(key, body)
+		if err := emit(key, body); err != nil {
+			return out, err
+		}
 	}
-	return blocks, written, err
+	if len(dir) > 0 {
+		err = p.writeChunk(ctx, w, &out, &dir)
+	}
+	return out, err
+}
+
+// writeChunk writes a chunk of the directory and empties it.
+func (p *packer) writeChunk(ctx context.Context, w DocumentWriter, out *packed, dir *[]byte) error {
+	out.bytes += int64(len(*dir))
+	err := w.WriteChunk(ctx, p.stored, out.chunks, bytes.Clone(*dir))
+	out.chunks++
+	*dir = (*dir)[:0]
+	return err
 }
 
 // sorted returns the entries in order, one a call, false at the end.

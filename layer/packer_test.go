@@ -15,11 +15,20 @@ import (
 // blockSink is a DocumentWriter that keeps what is written.
 type blockSink struct {
 	DocumentWriter
-	docs []snapshot.Document
+	docs   []snapshot.Document
+	chunks [][]byte
 }
 
 func (s *blockSink) Write(_ context.Context, _ string, d snapshot.Document) error {
 	s.docs = append(s.docs, d)
+	return nil
+}
+
+func (s *blockSink) WriteChunk(_ context.Context, _ string, n int64, chunk []byte) error {
+	if n != int64(len(s.chunks)) {
+		return fmt.Errorf("chunk %d after %d", n, len(s.chunks))
+	}
+	s.chunks = append(s.chunks, chunk)
 	return nil
 }
 
@@ -54,13 +63,20 @@ func TestPackerSortsAndSpills(t *testing.T) {
 				t.Errorf("spilled %d files; want spills %v", len(p.spills), tc.spills)
 			}
 			sink := &blockSink{}
-			blocks, bytes, err := p.write(context.Background(), sink)
+			out, err := p.write(context.Background(), sink)
 			if err != nil {
 				t.Fatal(err)
 			}
-			var got []string
+			var got, keys, dir []string
 			var size int64
+			for _, c := range sink.chunks {
+				if dir, err = index.DirectoryKeys(dir, c); err != nil {
+					t.Fatal(err)
+				}
+				size += int64(len(c))
+			}
 			for _, d := range sink.docs {
+				keys = append(keys, d.ID)
 				es, err := index.BlockEntriesOf(d.Body)
 				if err != nil {
 					t.Fatal(err)
@@ -72,8 +88,12 @@ func TestPackerSortsAndSpills(t *testing.T) {
 			if !slices.Equal(got, want) || p.entries != int64(len(want)) {
 				t.Fatalf("%d entries back of %d (counted %d)", len(got), len(want), p.entries)
 			}
-			if blocks != int64(len(sink.docs)) || bytes != size || blocks != int64((len(want)+index.BlockEntries-1)/index.BlockEntries) {
-				t.Errorf("%d blocks and %d bytes counted; %d blocks of %d bytes written", blocks, bytes, len(sink.docs), size)
+			if out.blocks != int64(len(sink.docs)) || out.bytes != size || out.blocks != int64((len(want)+index.BlockEntries-1)/index.BlockEntries) {
+				t.Errorf("%+v counted; %d blocks, %d bytes with the directory, written", out, len(sink.docs), size)
+			}
+			// The directory names every block, in order.
+			if !slices.Equal(dir, keys) || out.chunks != int64(len(sink.chunks)) {
+				t.Errorf("the directory holds %d keys in %d chunks (%d counted) for %d blocks", len(dir), len(sink.chunks), out.chunks, len(keys))
 			}
 		})
 	}
@@ -85,7 +105,7 @@ func TestPackerSortsAndSpills(t *testing.T) {
 			}
 		}
 	}
-	if _, _, err := p.write(context.Background(), &blockSink{}); err == nil {
+	if _, err := p.write(context.Background(), &blockSink{}); err == nil {
 		t.Error("entries given twice were packed")
 	}
 }

@@ -99,9 +99,12 @@ type IndexWrite struct {
 	Bytes   int64  `json:"bytes"`
 	Written int64  `json:"written"`
 	// Packed says the layer (a base) wrote its entries sorted in Blocks, a stored
-	// row each, rather than a row per entry.
-	Packed bool  `json:"packed,omitempty"`
-	Blocks int64 `json:"blocks,omitempty"`
+	// row each, rather than a row per entry, and the blocks' keys in Chunks of a
+	// directory (its run); ChunksWritten are those storage acknowledged.
+	Packed        bool  `json:"packed,omitempty"`
+	Blocks        int64 `json:"blocks,omitempty"`
+	Chunks        int64 `json:"chunks,omitempty"`
+	ChunksWritten int64 `json:"chunks_written,omitempty"`
 }
 
 // Cells returns how many cells the layer queued for the index: its blocks when
@@ -274,9 +277,9 @@ func (m *Manifest) CheckComplete() error {
 					m.Version, name, o.Written, o.Emitted, o.ChunksWritten, o.Chunks)
 			}
 			for _, iw := range o.Indexes {
-				if iw.Written != iw.Cells() {
-					return fmt.Errorf("version %s collection %s index %s: wrote %d of %d cells (%d entries, %d tombstones, %d blocks)",
-						m.Version, name, iw.Name, iw.Written, iw.Cells(), iw.Entries, iw.Removed, iw.Blocks)
+				if iw.Written != iw.Cells() || iw.ChunksWritten != iw.Chunks {
+					return fmt.Errorf("version %s collection %s index %s: wrote %d of %d cells (%d entries, %d tombstones, %d blocks) and %d of %d directory chunks",
+						m.Version, name, iw.Name, iw.Written, iw.Cells(), iw.Entries, iw.Removed, iw.Blocks, iw.ChunksWritten, iw.Chunks)
 				}
 			}
 			continue

@@ -8,6 +8,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 
 	"cloud.google.com/go/bigtable"
@@ -503,6 +504,13 @@ func (s *Store) readEntries(ctx context.Context, dataset string, v snapshot.Vers
 	prefix := docPrefix(dataset, v, collection)
 	rows, to := n, span.To
 	if packed {
+		dir, err := s.directory(ctx, dataset, v, collection)
+		if err != nil {
+			return nil, err
+		}
+		if dir != nil {
+			return s.readBlocks(ctx, dataset, v, collection, dir, span, n)
+		}
 		rows = n/index.BlockEntries + 2
 		span.To = "" // the block holding the end's entries is keyed past it
 	}
@@ -549,6 +557,120 @@ func (s *Store) readEntries(ctx context.Context, dataset string, v snapshot.Vers
 			rows = rows/index.BlockEntries + 2
 		}
 	}
+}
+
+// readBlocks reads up to n entries of a packed layer whose ids are in span: the blocks
+// its directory (dir, the blocks' keys in order) says hold them, by key, as many as n
+// entries need at a time.
+func (s *Store) readBlocks(ctx context.Context, dataset string, v snapshot.Version, collection string, dir []string, span snapshot.Span, n int) ([]snapshot.Document, error) {
+	prefix := docPrefix(dataset, v, collection)
+	what := fmt.Sprintf("scan %s at %s", collection, v)
+	var out []snapshot.Document
+	// The first block that may hold an entry of the span: the first keyed at or past
+	// its start (a block keyed by the start itself holds nothing after it).
+	i := sort.SearchStrings(dir, span.From)
+	for i < len(dir) && len(out) < n {
+		// As many blocks as the entries still needed fill, up to the first keyed at or
+		// past the span's end, which holds its last entries.
+		j := min(i+(n-len(out))/index.BlockEntries+2, len(dir))
+		if span.To != "" {
+			j = min(j, sort.SearchStrings(dir, span.To)+1)
+		}
+		keys := make(bigtable.RowList, 0, j-i)
+		for _, k := range dir[i:j] {
+			keys = append(keys, prefix+escapeComponent(k))
+		}
+		var derr error
+		done := false
+		err := s.readDocs(ctx, prefix, keys, func(d snapshot.Document) bool {
+			entries, err := index.BlockEntriesOf(d.Body)
+			if err != nil {
+				derr = fmt.Errorf("%s: block %q: %w", what, snapshot.Truncate(d.ID, 200), err)
+				return false
+			}
+			for _, e := range entries {
+				if span.To != "" && e >= span.To {
+					done = true
+					return false
+				}
+				if span.Contains(e) {
+					out = append(out, snapshot.Document{ID: e, Body: index.EntryBody})
+					if done = len(out) == n; done {
+						return false
+					}
+				}
+			}
+			return true
+		}, what, bigtable.RowFilter(column(famDocs, colDoc)))
+		if err == nil {
+			err = derr
+		}
+		if err != nil || done {
+			return out, err
+		}
+		i = j
+	}
+	return out, nil
+}
+
+// directory returns the block keys of a packed layer of an index, in order, or nil
+// for a layer without a directory (entries a row each). A layer never changes, so
+// directories are kept (dirCache).
+func (s *Store) directory(ctx context.Context, dataset string, v snapshot.Version, collection string) ([]string, error) {
+	k := dirKey{dataset, v, collection}
+	if dir, ok := s.dirs.get(k); ok {
+		return dir, nil
+	}
+	var dir []string
+	var derr error
+	err := s.ScanRun(ctx, dataset, v, collection, func(chunk []byte) bool {
+		dir, derr = index.DirectoryKeys(dir, chunk)
+		return derr == nil
+	})
+	if err == nil {
+		err = derr
+	}
+	if err != nil {
+		return nil, fmt.Errorf("read the directory of %s at %s: %w", collection, v, err)
+	}
+	s.dirs.put(k, dir)
+	return dir, nil
+}
+
+// dirKey names the directory of one index in one layer.
+type dirKey struct {
+	dataset    string
+	v          snapshot.Version
+	collection string
+}
+
+// dirCache keeps directories read, up to maxDirKeys keys in all; past that it starts
+// again empty.
+type dirCache struct {
+	mu   sync.Mutex
+	dirs map[dirKey][]string
+	keys int
+}
+
+// maxDirKeys bounds the keys a store keeps in directories: about 30 MB, the
+// directories of 250,000,000 documents' entries.
+const maxDirKeys = 1 << 20
+
+func (c *dirCache) get(k dirKey) ([]string, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	dir, ok := c.dirs[k]
+	return dir, ok
+}
+
+func (c *dirCache) put(k dirKey, dir []string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.dirs == nil || c.keys+len(dir) > maxDirKeys {
+		c.dirs, c.keys = map[dirKey][]string{}, 0
+	}
+	c.dirs[k] = dir
+	c.keys += len(dir)
 }
 
 // maxDirectPage bounds the pages read directly from a one-layer chain (limit+1 rows

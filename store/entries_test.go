@@ -15,33 +15,49 @@ import (
 // An index's entries read through a chain whose base packs them in blocks and whose
 // deltas add entries and tombstones one row each answer what a model answers: every
 // span (bounds on entries, between them, inside a block, past the end), every page
-// at several limits, and the whole index; a base of entries one row each (as an
-// older release wrote) reads the same.
+// at several limits, and the whole index. The blocks are found through the base's
+// directory (in several chunks) or, without one, by scanning; a base of entries one
+// row each reads the same.
 func TestEntriesThroughPackedBlocks(t *testing.T) {
 	st := newStore(t)
 	ctx := context.Background()
 	r := rand.New(rand.NewPCG(3, 4))
 	entry := func(i int) string { return fmt.Sprintf("v%05d\x00id", i) }
-	for _, packed := range []bool{true, false} {
+	for _, layout := range []string{"directory", "blocks", "entries"} {
 		model := map[string]bool{}
 		var chain []snapshot.Version
 		for layer := range 3 {
 			v := version(t)
 			w := st.NewWriter(ctx, "ds", v)
 			var pk index.Packer
+			var dir []byte
+			var chunks int64
+			block := func(key string, body []byte) {
+				t.Helper()
+				if err := w.Write(ctx, "c/i", snapshot.Document{ID: key, Body: slices.Clone(body)}); err != nil {
+					t.Fatal(err)
+				}
+				if layout != "directory" {
+					return
+				}
+				if dir = index.AppendDirectory(dir, key); len(dir) > 40 { // a chunk of two or three keys
+					if err := w.WriteChunk(ctx, "c/i", chunks, slices.Clone(dir)); err != nil {
+						t.Fatal(err)
+					}
+					dir, chunks = dir[:0], chunks+1
+				}
+			}
 			for i := range 3000 {
 				e := entry(i)
 				switch {
 				case layer == 0 && r.IntN(3) > 0:
 					model[e] = true
-					if !packed {
+					if layout == "entries" {
 						if err := w.Write(ctx, "c/i", snapshot.Document{ID: e, Body: index.EntryBody}); err != nil {
 							t.Fatal(err)
 						}
 					} else if key, body, full := pk.Add(e); full {
-						if err := w.Write(ctx, "c/i", snapshot.Document{ID: key, Body: slices.Clone(body)}); err != nil {
-							t.Fatal(err)
-						}
+						block(key, body)
 					}
 				case layer > 0 && r.IntN(8) == 0:
 					body := index.EntryBody
@@ -57,7 +73,10 @@ func TestEntriesThroughPackedBlocks(t *testing.T) {
 				}
 			}
 			if key, body, ok := pk.Flush(); ok {
-				if err := w.Write(ctx, "c/i", snapshot.Document{ID: key, Body: slices.Clone(body)}); err != nil {
+				block(key, body)
+			}
+			if len(dir) > 0 {
+				if err := w.WriteChunk(ctx, "c/i", chunks, dir); err != nil {
 					t.Fatal(err)
 				}
 			}
@@ -65,7 +84,7 @@ func TestEntriesThroughPackedBlocks(t *testing.T) {
 				t.Fatal(err)
 			}
 			chain = append([]snapshot.Version{v}, chain...)
-			checkEntries(t, st, chain, slices.Sorted(maps.Keys(model)), r, fmt.Sprintf("packed %v, %d layers", packed, len(chain)))
+			checkEntries(t, st, chain, slices.Sorted(maps.Keys(model)), r, fmt.Sprintf("base of %s, %d layers", layout, len(chain)))
 		}
 	}
 }
@@ -129,5 +148,43 @@ func checkEntries(t *testing.T, st interface {
 		if !slices.Equal(listed, in) {
 			t.Fatalf("%s: span %q..%q, limit %d: listed %d entries, want %d", what, sp.From, sp.To, limit, len(listed), len(in))
 		}
+	}
+}
+
+// A packed base's reads go through its directory: a block the directory does not
+// name is not read.
+func TestEntriesReadThroughTheDirectory(t *testing.T) {
+	st := newStore(t)
+	ctx := context.Background()
+	v := version(t)
+	w := st.NewWriter(ctx, "ds", v)
+	var pk index.Packer
+	var dir []byte
+	var keys []string
+	for i := range 3 * index.BlockEntries {
+		if key, body, full := pk.Add(fmt.Sprintf("v%05d\x00id", i)); full {
+			if err := w.Write(ctx, "c/i", snapshot.Document{ID: key, Body: slices.Clone(body)}); err != nil {
+				t.Fatal(err)
+			}
+			keys = append(keys, key)
+		}
+	}
+	for i, k := range keys {
+		if i != 1 { // the middle block left out
+			dir = index.AppendDirectory(dir, k)
+		}
+	}
+	if err := w.WriteChunk(ctx, "c/i", 0, dir); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := w.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	if err := st.ScanIndex(ctx, "ds", []snapshot.Version{v}, "c/i", func(string) bool { n++; return true }); err != nil {
+		t.Fatal(err)
+	}
+	if n != 2*index.BlockEntries {
+		t.Errorf("read %d entries; want the %d of the two blocks the directory names", n, 2*index.BlockEntries)
 	}
 }

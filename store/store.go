@@ -148,6 +148,7 @@ type Store struct {
 	tbl    *bigtable.Table
 	conn   *grpc.ClientConn // the emulator connection, when there is one
 	opts   []option.ClientOption
+	dirs   dirCache // packed index layers' directories (ScanEntries)
 }
 
 var (
