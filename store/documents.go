@@ -363,7 +363,7 @@ func rowRange(sp snapshot.Span, prefix string) bigtable.RowRange {
 // ScanSpan is ScanPage over the ids of span: up to limit documents whose ids are in
 // it, in id order, and whether more of the span's follow.
 func (s *Store) ScanSpan(ctx context.Context, dataset string, chain []snapshot.Version, collection string, span snapshot.Span, limit int) ([]snapshot.Document, bool, error) {
-	return s.scanSpan(ctx, dataset, chain, collection, span, limit, s.readRange)
+	return s.scanSpan(ctx, chainOf{dataset, chain, collection}, span, limit, s.readRange)
 }
 
 // ScanEntries is ScanSpan over an index's entries (index.Collection), whose base
@@ -371,8 +371,8 @@ func (s *Store) ScanSpan(ctx context.Context, dataset string, chain []snapshot.V
 // each with index.EntryBody, and whether more of the span's follow.
 func (s *Store) ScanEntries(ctx context.Context, dataset string, chain []snapshot.Version, collection string, span snapshot.Span, limit int) ([]snapshot.Document, bool, error) {
 	base := chain[len(chain)-1]
-	return s.scanSpan(ctx, dataset, chain, collection, span, limit, func(ctx context.Context, dataset string, v snapshot.Version, collection string, span snapshot.Span, n int) ([]snapshot.Document, error) {
-		return s.readEntries(ctx, dataset, v, collection, span, n, v == base)
+	return s.scanSpan(ctx, chainOf{dataset, chain, collection}, span, limit, func(ctx context.Context, l layerColl, span snapshot.Span, n int) ([]snapshot.Document, error) {
+		return s.readEntries(ctx, l, span, n, l.v == base)
 	})
 }
 
@@ -397,12 +397,30 @@ func (s *Store) ScanIndex(ctx context.Context, dataset string, chain []snapshot.
 	}
 }
 
+// chainOf is a collection of a dataset through a chain.
+type chainOf struct {
+	dataset    string
+	chain      []snapshot.Version
+	collection string
+}
+
+// layerColl is a collection of a dataset in one layer.
+type layerColl struct {
+	dataset    string
+	v          snapshot.Version
+	collection string
+}
+
+func (l layerColl) prefix() string { return docPrefix(l.dataset, l.v, l.collection) }
+func (l layerColl) what() string   { return fmt.Sprintf("scan %s at %s", l.collection, l.v) }
+
 // layerRange reads up to n rows of one layer whose ids are in span, tombstones
 // included.
-type layerRange func(ctx context.Context, dataset string, v snapshot.Version, collection string, span snapshot.Span, n int) ([]snapshot.Document, error)
+type layerRange func(ctx context.Context, l layerColl, span snapshot.Span, n int) ([]snapshot.Document, error)
 
 // scanSpan is ScanSpan with each layer's rows read by read.
-func (s *Store) scanSpan(ctx context.Context, dataset string, chain []snapshot.Version, collection string, span snapshot.Span, limit int, read layerRange) ([]snapshot.Document, bool, error) {
+func (s *Store) scanSpan(ctx context.Context, c chainOf, span snapshot.Span, limit int, read layerRange) ([]snapshot.Document, bool, error) {
+	dataset, chain, collection := c.dataset, c.chain, c.collection
 	ctx, cancel := s.op(ctx)
 	defer cancel()
 	if span.Empty() {
@@ -412,7 +430,7 @@ func (s *Store) scanSpan(ctx context.Context, dataset string, chain []snapshot.V
 		// One layer (a full copy or a base): one read, no merge.
 		// Tombstones are not expected there; one would only shorten the page, so the
 		// merged rounds below handle it.
-		got, err := read(ctx, dataset, chain[0], collection, span, limit+1)
+		got, err := read(ctx, layerColl{dataset, chain[0], collection}, span, limit+1)
 		if err != nil {
 			return nil, false, err
 		}
@@ -434,7 +452,7 @@ func (s *Store) scanSpan(ctx context.Context, dataset string, chain []snapshot.V
 		g, gctx := errgroup.WithContext(ctx)
 		for i, v := range chain {
 			g.Go(func() error {
-				got, err := read(gctx, dataset, v, collection, span, n)
+				got, err := read(gctx, layerColl{dataset, v, collection}, span, n)
 				reads[i] = layerRead{got, len(got) < n}
 				return err
 			})
@@ -484,14 +502,14 @@ func (s *Store) scanSpan(ctx context.Context, dataset string, chain []snapshot.V
 
 // readRange reads up to n rows of one layer whose ids are in span, tombstones
 // included.
-func (s *Store) readRange(ctx context.Context, dataset string, v snapshot.Version, collection string, span snapshot.Span, n int) ([]snapshot.Document, error) {
-	prefix := docPrefix(dataset, v, collection)
+func (s *Store) readRange(ctx context.Context, l layerColl, span snapshot.Span, n int) ([]snapshot.Document, error) {
+	prefix := l.prefix()
 	rng := rowRange(span, prefix)
 	var docs []snapshot.Document
 	err := s.readDocs(ctx, prefix, rng, func(d snapshot.Document) bool {
 		docs = append(docs, d)
 		return true
-	}, fmt.Sprintf("scan %s at %s", collection, v), bigtable.RowFilter(column(famDocs, colDoc)), bigtable.LimitRows(int64(n)))
+	}, l.what(), bigtable.RowFilter(column(famDocs, colDoc)), bigtable.LimitRows(int64(n)))
 	return docs, err
 }
 
@@ -500,21 +518,21 @@ func (s *Store) readRange(ctx context.Context, dataset string, v snapshot.Versio
 // holding the span's entries are the rows from its start up to the first whose key
 // reaches its end: the read is not bounded by the span's end but stops there. packed
 // says the layer is likely packed, which sizes the reads; either kind reads right.
-func (s *Store) readEntries(ctx context.Context, dataset string, v snapshot.Version, collection string, span snapshot.Span, n int, packed bool) ([]snapshot.Document, error) {
-	prefix := docPrefix(dataset, v, collection)
+func (s *Store) readEntries(ctx context.Context, l layerColl, span snapshot.Span, n int, packed bool) ([]snapshot.Document, error) {
+	prefix := l.prefix()
 	rows, to := n, span.To
 	if packed {
-		dir, err := s.directory(ctx, dataset, v, collection)
+		dir, err := s.directory(ctx, l)
 		if err != nil {
 			return nil, err
 		}
 		if dir != nil {
-			return s.readBlocks(ctx, dataset, v, collection, dir, span, n)
+			return s.readBlocks(ctx, l, dir, span, n)
 		}
 		rows = n/index.BlockEntries + 2
 		span.To = "" // the block holding the end's entries is keyed past it
 	}
-	what := fmt.Sprintf("scan %s at %s", collection, v)
+	what := l.what()
 	var out []snapshot.Document
 	for {
 		read, blocks, last, done := 0, 0, "", false
@@ -562,9 +580,8 @@ func (s *Store) readEntries(ctx context.Context, dataset string, v snapshot.Vers
 // readBlocks reads up to n entries of a packed layer whose ids are in span: the blocks
 // its directory (dir, the blocks' keys in order) says hold them, by key, as many as n
 // entries need at a time.
-func (s *Store) readBlocks(ctx context.Context, dataset string, v snapshot.Version, collection string, dir []string, span snapshot.Span, n int) ([]snapshot.Document, error) {
-	prefix := docPrefix(dataset, v, collection)
-	what := fmt.Sprintf("scan %s at %s", collection, v)
+func (s *Store) readBlocks(ctx context.Context, l layerColl, dir []string, span snapshot.Span, n int) ([]snapshot.Document, error) {
+	prefix, what := l.prefix(), l.what()
 	var out []snapshot.Document
 	// The first block that may hold an entry of the span: the first keyed at or past
 	// its start (a block keyed by the start itself holds nothing after it).
@@ -616,14 +633,13 @@ func (s *Store) readBlocks(ctx context.Context, dataset string, v snapshot.Versi
 // directory returns the block keys of a packed layer of an index, in order, or nil
 // for a layer without a directory (entries a row each). A layer never changes, so
 // directories are kept (dirCache).
-func (s *Store) directory(ctx context.Context, dataset string, v snapshot.Version, collection string) ([]string, error) {
-	k := dirKey{dataset, v, collection}
-	if dir, ok := s.dirs.get(k); ok {
+func (s *Store) directory(ctx context.Context, l layerColl) ([]string, error) {
+	if dir, ok := s.dirs.get(l); ok {
 		return dir, nil
 	}
 	var dir []string
 	var derr error
-	err := s.ScanRun(ctx, dataset, v, collection, func(chunk []byte) bool {
+	err := s.ScanRun(ctx, l.dataset, l.v, l.collection, func(chunk []byte) bool {
 		dir, derr = index.DirectoryKeys(dir, chunk)
 		return derr == nil
 	})
@@ -631,24 +647,17 @@ func (s *Store) directory(ctx context.Context, dataset string, v snapshot.Versio
 		err = derr
 	}
 	if err != nil {
-		return nil, fmt.Errorf("read the directory of %s at %s: %w", collection, v, err)
+		return nil, fmt.Errorf("read the directory of %s at %s: %w", l.collection, l.v, err)
 	}
-	s.dirs.put(k, dir)
+	s.dirs.put(l, dir)
 	return dir, nil
-}
-
-// dirKey names the directory of one index in one layer.
-type dirKey struct {
-	dataset    string
-	v          snapshot.Version
-	collection string
 }
 
 // dirCache keeps directories read, up to maxDirKeys keys in all; past that it starts
 // again empty.
 type dirCache struct {
 	mu   sync.Mutex
-	dirs map[dirKey][]string
+	dirs map[layerColl][]string
 	keys int
 }
 
@@ -656,18 +665,18 @@ type dirCache struct {
 // directories of 250,000,000 documents' entries.
 const maxDirKeys = 1 << 20
 
-func (c *dirCache) get(k dirKey) ([]string, bool) {
+func (c *dirCache) get(k layerColl) ([]string, bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	dir, ok := c.dirs[k]
 	return dir, ok
 }
 
-func (c *dirCache) put(k dirKey, dir []string) {
+func (c *dirCache) put(k layerColl, dir []string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.dirs == nil || c.keys+len(dir) > maxDirKeys {
-		c.dirs, c.keys = map[dirKey][]string{}, 0
+		c.dirs, c.keys = map[layerColl][]string{}, 0
 	}
 	c.dirs[k] = dir
 	c.keys += len(dir)
