@@ -1,7 +1,8 @@
 // Package index computes what an index of a version holds and how a filter reads it,
 // without storage: the types an indexed field can have, the encoding of its values,
-// the values of a document's fields, PostgREST-style filter conditions, and the plan
-// that turns conditions into ranges of one index's entries.
+// the values of a document's fields, PostgREST-style filter conditions, the plan
+// that turns conditions into ranges of one index's entries, and the blocks a base
+// packs its entries in, with their directory (block.go).
 //
 // # Encoding
 //
