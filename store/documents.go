@@ -140,8 +140,17 @@ func chainName(chain []snapshot.Version) string {
 // OpTimeout (the client would otherwise retry an unreachable Bigtable until ctx ends).
 // A chain of several layers is read with one scan per layer, merged.
 func (s *Store) ScanDocuments(ctx context.Context, dataset string, chain []snapshot.Version, collection string, fn func(snapshot.Document) bool) error {
+	return s.scanChain(ctx, chainOf{dataset, chain, collection}, s.scanLayer, fn)
+}
+
+// layerScan scans one layer of a collection whole (scanLayer, scanLayerEntries).
+type layerScan func(ctx context.Context, dataset string, v snapshot.Version, collection string, fn func(snapshot.Document) bool) error
+
+// scanChain is ScanDocuments with each layer scanned by scan.
+func (s *Store) scanChain(ctx context.Context, c chainOf, scan layerScan, fn func(snapshot.Document) bool) error {
+	dataset, chain, collection := c.dataset, c.chain, c.collection
 	if len(chain) == 1 {
-		return s.scanLayer(ctx, dataset, chain[0], collection, func(d snapshot.Document) bool {
+		return scan(ctx, dataset, chain[0], collection, func(d snapshot.Document) bool {
 			if isTombstone(d) {
 				return true
 			}
@@ -157,7 +166,7 @@ func (s *Store) ScanDocuments(ctx context.Context, dataset string, chain []snaps
 		l := &layerStream{ch: make(chan snapshot.Document, 256)}
 		layers[i] = l
 		g.Go(func() error {
-			err := s.scanLayer(gctx, dataset, v, collection, func(d snapshot.Document) bool {
+			err := scan(gctx, dataset, v, collection, func(d snapshot.Document) bool {
 				select {
 				case l.ch <- d:
 					return true
@@ -377,24 +386,35 @@ func (s *Store) ScanEntries(ctx context.Context, dataset string, chain []snapsho
 }
 
 // ScanIndex calls fn with every entry of an index through a chain, in order, until fn
-// returns false.
+// returns false. Like ScanDocuments it reads each layer in one scan, merged, and is
+// bounded by its progress; a packed layer's blocks are read as their entries.
 func (s *Store) ScanIndex(ctx context.Context, dataset string, chain []snapshot.Version, collection string, fn func(entry string) bool) error {
-	span := snapshot.Span{Inclusive: true}
-	for {
-		page, more, err := s.ScanEntries(ctx, dataset, chain, collection, span, 5000)
-		if err != nil {
-			return err
+	return s.scanChain(ctx, chainOf{dataset, chain, collection}, s.scanLayerEntries, func(d snapshot.Document) bool { return fn(d.ID) })
+}
+
+// scanLayerEntries is scanLayer over an index's layer, each block read as its entries.
+func (s *Store) scanLayerEntries(ctx context.Context, dataset string, v snapshot.Version, collection string, fn func(snapshot.Document) bool) error {
+	var derr error
+	err := s.scanLayer(ctx, dataset, v, collection, func(d snapshot.Document) bool {
+		if !index.IsBlock(d.Body) {
+			return fn(d)
 		}
-		for _, e := range page {
-			if !fn(e.ID) {
-				return nil
+		entries, err := index.BlockEntriesOf(d.Body)
+		if err != nil {
+			derr = fmt.Errorf("scan %s at %s: block %q: %w", collection, v, snapshot.Truncate(d.ID, 200), err)
+			return false
+		}
+		for _, e := range entries {
+			if !fn(snapshot.Document{ID: e, Body: index.EntryBody}) {
+				return false
 			}
 		}
-		if !more {
-			return nil
-		}
-		span = span.After(page[len(page)-1].ID)
+		return true
+	})
+	if err == nil {
+		err = derr
 	}
+	return err
 }
 
 // chainOf is a collection of a dataset through a chain.
