@@ -394,27 +394,56 @@ func (s *Store) ScanIndex(ctx context.Context, dataset string, chain []snapshot.
 
 // scanLayerEntries is scanLayer over an index's layer, each block read as its entries.
 func (s *Store) scanLayerEntries(ctx context.Context, dataset string, v snapshot.Version, collection string, fn func(snapshot.Document) bool) error {
+	what := layerColl{dataset, v, collection}.what()
 	var derr error
 	err := s.scanLayer(ctx, dataset, v, collection, func(d snapshot.Document) bool {
-		if !index.IsBlock(d.Body) {
-			return fn(d)
-		}
-		entries, err := index.BlockEntriesOf(d.Body)
-		if err != nil {
-			derr = fmt.Errorf("scan %s at %s: block %q: %w", collection, v, snapshot.Truncate(d.ID, 200), err)
-			return false
-		}
-		for _, e := range entries {
-			if !fn(snapshot.Document{ID: e, Body: index.EntryBody}) {
-				return false
-			}
-		}
-		return true
+		var more bool
+		more, derr = eachEntry(d, what, fn)
+		return more
 	})
 	if err == nil {
 		err = derr
 	}
 	return err
+}
+
+// eachEntry calls fn with an index's row d, or with each entry (index.EntryBody) of
+// d when it is a block, until fn returns false; it reports whether fn wants more. A
+// block that does not decode is an error naming it.
+func eachEntry(d snapshot.Document, what string, fn func(snapshot.Document) bool) (bool, error) {
+	if !index.IsBlock(d.Body) {
+		return fn(d), nil
+	}
+	entries, err := index.BlockEntriesOf(d.Body)
+	if err != nil {
+		return false, fmt.Errorf("%s: block %q: %w", what, snapshot.Truncate(d.ID, 200), err)
+	}
+	for _, e := range entries {
+		if !fn(snapshot.Document{ID: e, Body: index.EntryBody}) {
+			return false, nil
+		}
+	}
+	return true, nil
+}
+
+// entryPage gathers up to n entries of a span, in order, from rows read past its
+// start: done once it holds n or meets an entry at or past the span's end.
+type entryPage struct {
+	span snapshot.Span
+	n    int
+	out  []snapshot.Document
+	done bool
+}
+
+// keep takes one entry read; false when the page is done.
+func (p *entryPage) keep(d snapshot.Document) bool {
+	if p.span.To != "" && d.ID >= p.span.To {
+		p.done = true
+	} else if p.span.Contains(d.ID) {
+		p.out = append(p.out, d)
+		p.done = len(p.out) == p.n
+	}
+	return !p.done
 }
 
 // chainOf is a collection of a dataset through a chain.
@@ -540,7 +569,7 @@ func (s *Store) readRange(ctx context.Context, l layerColl, span snapshot.Span, 
 // says the layer is likely packed, which sizes the reads; either kind reads right.
 func (s *Store) readEntries(ctx context.Context, l layerColl, span snapshot.Span, n int, packed bool) ([]snapshot.Document, error) {
 	prefix := l.prefix()
-	rows, to := n, span.To
+	rows, pg := n, &entryPage{span: span, n: n}
 	if packed {
 		dir, err := s.directory(ctx, l)
 		if err != nil {
@@ -553,45 +582,26 @@ func (s *Store) readEntries(ctx context.Context, l layerColl, span snapshot.Span
 		span.To = "" // the block holding the end's entries is keyed past it
 	}
 	what := l.what()
-	var out []snapshot.Document
 	for {
-		read, blocks, last, done := 0, 0, "", false
+		read, blocks, last := 0, 0, ""
 		var derr error
-		keep := func(d snapshot.Document) bool {
-			if to != "" && d.ID >= to {
-				done = true
-			} else if span.Contains(d.ID) {
-				out = append(out, d)
-				done = len(out) == n
-			}
-			return !done
-		}
 		err := s.readDocs(ctx, prefix, rowRange(span, prefix), func(d snapshot.Document) bool {
 			read, last = read+1, d.ID
-			if !index.IsBlock(d.Body) {
-				return keep(d)
+			if index.IsBlock(d.Body) {
+				blocks++
 			}
-			blocks++
-			entries, err := index.BlockEntriesOf(d.Body)
-			if err != nil {
-				derr = fmt.Errorf("%s: block %q: %w", what, snapshot.Truncate(d.ID, 200), err)
-				return false
-			}
-			for _, e := range entries {
-				if !keep(snapshot.Document{ID: e, Body: index.EntryBody}) {
-					return false
-				}
-			}
-			return true
+			var more bool
+			more, derr = eachEntry(d, what, pg.keep)
+			return more
 		}, what, bigtable.RowFilter(column(famDocs, colDoc)), bigtable.LimitRows(int64(rows)))
 		if err == nil {
 			err = derr
 		}
-		if err != nil || done || read < rows {
-			return out, err
+		if err != nil || pg.done || read < rows {
+			return pg.out, err
 		}
 		span = span.After(last)
-		if rows = n - len(out); blocks > 0 {
+		if rows = n - len(pg.out); blocks > 0 {
 			rows = rows/index.BlockEntries + 2
 		}
 	}
@@ -602,14 +612,14 @@ func (s *Store) readEntries(ctx context.Context, l layerColl, span snapshot.Span
 // entries need at a time.
 func (s *Store) readBlocks(ctx context.Context, l layerColl, dir []string, span snapshot.Span, n int) ([]snapshot.Document, error) {
 	prefix, what := l.prefix(), l.what()
-	var out []snapshot.Document
+	pg := &entryPage{span: span, n: n}
 	// The first block that may hold an entry of the span: the first keyed at or past
 	// its start (a block keyed by the start itself holds nothing after it).
 	i := sort.SearchStrings(dir, span.From)
-	for i < len(dir) && len(out) < n {
+	for i < len(dir) && !pg.done {
 		// As many blocks as the entries still needed fill, up to the first keyed at or
 		// past the span's end, which holds its last entries.
-		j := min(i+(n-len(out))/index.BlockEntries+2, len(dir))
+		j := min(i+(n-len(pg.out))/index.BlockEntries+2, len(dir))
 		if span.To != "" {
 			j = min(j, sort.SearchStrings(dir, span.To)+1)
 		}
@@ -618,36 +628,20 @@ func (s *Store) readBlocks(ctx context.Context, l layerColl, dir []string, span 
 			keys = append(keys, prefix+escapeComponent(k))
 		}
 		var derr error
-		done := false
 		err := s.readDocs(ctx, prefix, keys, func(d snapshot.Document) bool {
-			entries, err := index.BlockEntriesOf(d.Body)
-			if err != nil {
-				derr = fmt.Errorf("%s: block %q: %w", what, snapshot.Truncate(d.ID, 200), err)
-				return false
-			}
-			for _, e := range entries {
-				if span.To != "" && e >= span.To {
-					done = true
-					return false
-				}
-				if span.Contains(e) {
-					out = append(out, snapshot.Document{ID: e, Body: index.EntryBody})
-					if done = len(out) == n; done {
-						return false
-					}
-				}
-			}
-			return true
+			var more bool
+			more, derr = eachEntry(d, what, pg.keep)
+			return more
 		}, what, bigtable.RowFilter(column(famDocs, colDoc)))
 		if err == nil {
 			err = derr
 		}
-		if err != nil || done {
-			return out, err
+		if err != nil {
+			return pg.out, err
 		}
 		i = j
 	}
-	return out, nil
+	return pg.out, nil
 }
 
 // directory returns the block keys of a packed layer of an index, in order, or nil
