@@ -379,6 +379,9 @@ func (s *Store) ScanSpan(ctx context.Context, dataset string, chain []snapshot.V
 // layer packs them in blocks (index.IsBlock): up to limit entries in span, in order,
 // each with index.EntryBody, and whether more of the span's follow.
 func (s *Store) ScanEntries(ctx context.Context, dataset string, chain []snapshot.Version, collection string, span snapshot.Span, limit int) ([]snapshot.Document, bool, error) {
+	if len(chain) == 0 {
+		return nil, false, nil // no layer holds an entry
+	}
 	base := chain[len(chain)-1]
 	return s.scanSpan(ctx, chainOf{dataset, chain, collection}, span, limit, func(ctx context.Context, l layerColl, span snapshot.Span, n int) ([]snapshot.Document, error) {
 		return s.readEntries(ctx, l, span, n, l.v == base)

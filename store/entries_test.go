@@ -188,3 +188,17 @@ func TestEntriesReadThroughTheDirectory(t *testing.T) {
 		t.Errorf("read %d entries; want the %d of the two blocks the directory names", n, 2*index.BlockEntries)
 	}
 }
+
+// An empty chain holds no entries: ScanEntries and ScanIndex say so, as ScanSpan and
+// ScanDocuments do, rather than fail.
+func TestEntriesOfAnEmptyChain(t *testing.T) {
+	st := newStore(t)
+	ctx := context.Background()
+	page, more, err := st.ScanEntries(ctx, "ds", nil, "c/i", snapshot.Span{Inclusive: true}, 10)
+	if err != nil || more || len(page) != 0 {
+		t.Errorf("ScanEntries over no layer = %v, %v, %v; want nothing", page, more, err)
+	}
+	if err := st.ScanIndex(ctx, "ds", nil, "c/i", func(string) bool { t.Error("an entry"); return true }); err != nil {
+		t.Errorf("ScanIndex over no layer = %v", err)
+	}
+}
