@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"os"
 	"slices"
 	"sync"
 	"testing"
@@ -34,7 +35,16 @@ func (s *blockSink) WriteChunk(_ context.Context, _ string, n int64, chunk []byt
 
 // A packer given entries in any order, from several goroutines, writes them sorted in
 // blocks, in memory or spilled to files and merged, and refuses an entry given twice.
+// Its spilled files are never seen in the temporary directory: unlinked when made.
 func TestPackerSortsAndSpills(t *testing.T) {
+	tmp := t.TempDir()
+	t.Setenv("TMPDIR", tmp)
+	leftInTmp := func(when string) {
+		t.Helper()
+		if left, _ := os.ReadDir(tmp); len(left) > 0 {
+			t.Errorf("%s: %d files in the temporary directory, such as %s", when, len(left), left[0].Name())
+		}
+	}
 	for _, tc := range []struct {
 		name    string
 		n       int
@@ -62,11 +72,13 @@ func TestPackerSortsAndSpills(t *testing.T) {
 			if spilled := len(p.spills) > 0; spilled != tc.spills {
 				t.Errorf("spilled %d files; want spills %v", len(p.spills), tc.spills)
 			}
+			leftInTmp("after the spills")
 			sink := &blockSink{}
 			out, err := p.write(context.Background(), sink)
 			if err != nil {
 				t.Fatal(err)
 			}
+			leftInTmp("after the blocks were written")
 			var got, keys, dir []string
 			var size int64
 			for _, c := range sink.chunks {
