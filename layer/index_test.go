@@ -15,11 +15,12 @@ import (
 	"github.com/snapflip/snapflip/store"
 )
 
-// entriesThrough returns the live entries of a collection's index through a chain.
-func entriesThrough(tb testing.TB, st *store.Store, chain []snapshot.Version, collection, name string) []string {
+// entriesThrough returns the live entries of a collection's index through a
+// version's chain.
+func entriesThrough(tb testing.TB, st *store.Store, m snapshot.Manifest, collection, name string) []string {
 	tb.Helper()
 	var out []string
-	err := st.ScanIndex(context.Background(), "ds", chain, index.Collection(collection, name), func(e string) bool {
+	err := st.ScanIndex(context.Background(), m.Dataset, m.Chain(collection), index.Collection(collection, name), func(e string) bool {
 		out = append(out, e)
 		return true
 	})
@@ -35,7 +36,7 @@ func entriesOf(tb testing.TB, st *store.Store, m snapshot.Manifest, collection s
 	tb.Helper()
 	c := m.Collections[collection]
 	out := map[string][]string{}
-	err := st.ScanDocuments(context.Background(), "ds", m.Chain(collection), collection, func(d snapshot.Document) bool {
+	err := st.ScanDocuments(context.Background(), m.Dataset, m.Chain(collection), collection, func(d snapshot.Document) bool {
 		for _, decl := range c.Indexes {
 			def, err := index.Typed(decl)
 			if err != nil {
@@ -68,7 +69,12 @@ func checkIndexes(tb testing.TB, st *store.Store, m snapshot.Manifest, collectio
 	}
 	want := entriesOf(tb, st, m, collection)
 	for _, d := range c.Indexes {
-		got := entriesThrough(tb, st, m.Chain(collection), collection, d.Name)
+		// Each document makes one entry in each index: a check that read nothing
+		// (another dataset's rows) would prove nothing.
+		if int64(len(want[d.Name])) != c.Rows {
+			tb.Fatalf("version %s index %s: %d documents read for %d rows", m.Version, d.Name, len(want[d.Name]), c.Rows)
+		}
+		got := entriesThrough(tb, st, m, collection, d.Name)
 		if !slices.Equal(got, want[d.Name]) {
 			tb.Fatalf("version %s index %s: %d entries through the chain %v, %d from the documents", m.Version, d.Name, len(got), m.Chain(collection), len(want[d.Name]))
 		}
@@ -281,5 +287,27 @@ func TestPinnedRefreshCoversTheIndexes(t *testing.T) {
 	// tombstones and 5 entries of the index.
 	if want := int64(600 + 3 + 5 + 10); res.Refreshed != want {
 		t.Errorf("refreshed %d rows; want %d (the index's cells with the documents)", res.Refreshed, want)
+	}
+}
+
+// A full copy read by several readers in parallel packs each index once: the parts'
+// indexers share their packers, and the blocks and the directory written hold every
+// document's entry exactly once, read through the directory as by a whole scan.
+func TestFullCopyInPartsPacksEachIndexOnce(t *testing.T) {
+	r := newRig(t, []pgsource.Collection{{Name: "t", Table: "t", Indexes: []pgsource.Columns{{"n"}, {"s", "id"}}}},
+		`CREATE TABLE t (id int PRIMARY KEY, n int, s text)`,
+		`INSERT INTO t SELECT g, g % 13, CASE WHEN g % 4 = 0 THEN NULL ELSE md5(g::text) END FROM generate_series(1, 1500) g`)
+	src := r.pub.Source.(*pgsource.Source)
+	src.Readers, src.PartitionMinRows = 4, 1
+	m := r.publish(t, r.twin())
+	if m.Format == snapshot.FormatLayered || m.Rows() != 1500 {
+		t.Fatalf("the twin wrote %+v; want a full copy of 1,500 rows", m.Collections["t"])
+	}
+	checkIndexes(t, r.store, m, "t", 2)
+	for _, d := range m.Collections["t"].Indexes {
+		page, more, err := r.store.ScanEntries(context.Background(), m.Dataset, m.Chain("t"), index.Collection("t", d.Name), snapshot.Span{Inclusive: true}, 10_000)
+		if err != nil || more || len(page) != 1500 {
+			t.Errorf("index %s through its directory: %d entries, more %v, %v; want 1,500", d.Name, len(page), more, err)
+		}
 	}
 }
