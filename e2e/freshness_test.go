@@ -65,40 +65,53 @@ func TestCommitsAreServedWithinTheBudget(t *testing.T) {
 		lat[len(lat)/2].Round(time.Millisecond), lat[len(lat)-1].Round(time.Millisecond))
 }
 
-// TestWriteStormMakesVersionsAtTheMinimumInterval: 150 commits in about 3 s make a
-// version about every watch.min_interval (1 s), not one per commit, and the last
-// commit is served.
+// TestWriteStormMakesVersionsAtTheMinimumInterval: in each watch mode, 150 commits in
+// about 3 s make a version about every watch.min_interval (by default 1 s in stats mode,
+// 250 ms in logical mode), not one per commit, and the last commit is served.
 func TestWriteStormMakesVersionsAtTheMinimumInterval(t *testing.T) {
 	t.Parallel()
-	e := start(t)
-	defer e.runSyncer(t, config)()
-	e.awaitServed(t, docPath("things", "plain"), `"id":"plain"`, time.Now(), 10*time.Second)
-	st := testenv.Store(t, testenv.StoreConfig(e.btAddr))
-	before := publishedCount(t, st)
+	for _, tt := range []struct {
+		mode     string
+		interval time.Duration
+	}{{"stats", time.Second}, {"logical", 250 * time.Millisecond}} {
+		t.Run(tt.mode, func(t *testing.T) {
+			t.Parallel()
+			e := start(t)
+			cfg := config
+			if tt.mode == "logical" {
+				testenv.Exec(t, e.dsn, `ALTER TABLE flags REPLICA IDENTITY FULL`)
+				cfg = logicalConfig(t, e)
+			}
+			defer e.runSyncer(t, cfg)()
+			e.awaitServed(t, docPath("things", "plain"), `"id":"plain"`, time.Now(), 30*time.Second)
+			st := testenv.Store(t, testenv.StoreConfig(e.btAddr))
+			before := publishedCount(t, st)
 
-	ctx := context.Background()
-	conn, err := pgx.Connect(ctx, e.dsn)
-	if err != nil {
-		t.Fatal(err)
+			ctx := context.Background()
+			conn, err := pgx.Connect(ctx, e.dsn)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer conn.Close(ctx)
+			start := time.Now()
+			const commits = 150
+			for i := 1; i <= commits; i++ {
+				if _, err := conn.Exec(ctx, `UPDATE things SET gen = $1 WHERE id = 'plain'`, i); err != nil {
+					t.Fatal(err)
+				}
+				time.Sleep(20 * time.Millisecond) // pacing the storm: commits spread over time are what is under test
+			}
+			storm := time.Since(start)
+			e.awaitServed(t, docPath("things", "plain"), fmt.Sprintf(`"gen":%d`, commits), time.Now(), 15*time.Second)
+			versions := publishedCount(t, st) - before
+			// One per min_interval during the storm, plus the one after it, give or take one.
+			most := int(storm/tt.interval) + 3
+			if versions < 2 || versions > most {
+				t.Errorf("%d commits in %s made %d versions; want 2..%d (one per min_interval, %s)", commits, storm.Round(time.Millisecond), versions, most, tt.interval)
+			}
+			t.Logf("%d commits in %s: %d versions", commits, storm.Round(time.Millisecond), versions)
+		})
 	}
-	defer conn.Close(ctx)
-	start := time.Now()
-	const commits = 150
-	for i := 1; i <= commits; i++ {
-		if _, err := conn.Exec(ctx, `UPDATE things SET gen = $1 WHERE id = 'plain'`, i); err != nil {
-			t.Fatal(err)
-		}
-		time.Sleep(20 * time.Millisecond) // pacing the storm: commits spread over time are what is under test
-	}
-	storm := time.Since(start)
-	e.awaitServed(t, docPath("things", "plain"), fmt.Sprintf(`"gen":%d`, commits), time.Now(), 15*time.Second)
-	versions := publishedCount(t, st) - before
-	// One per min_interval during the storm, plus the one after it, give or take one.
-	most := int(storm/time.Second) + 3
-	if versions < 2 || versions > most {
-		t.Errorf("%d commits in %s made %d versions; want 2..%d (one per min_interval)", commits, storm.Round(time.Millisecond), versions, most)
-	}
-	t.Logf("%d commits in %s: %d versions", commits, storm.Round(time.Millisecond), versions)
 }
 
 // publishedCount counts the versions ever published.

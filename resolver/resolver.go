@@ -38,7 +38,7 @@ type ReadStore interface {
 // Config tunes a Resolver. A zero field takes its default
 // (DefaultConfig).
 type Config struct {
-	// Refresh is how long a pointer read is reused; default 500ms.
+	// Refresh is how long a pointer read is reused; default 200ms.
 	Refresh time.Duration
 	// Timeout bounds one pointer refresh and one document fetch; default 5s.
 	Timeout time.Duration
@@ -58,7 +58,7 @@ type Config struct {
 // DefaultConfig returns the defaults a zero field of Config takes
 // (but Layers, which has none).
 func DefaultConfig() Config {
-	return Config{Refresh: 500 * time.Millisecond, Timeout: 5 * time.Second, MaxStale: time.Minute, CacheSize: 100_000}
+	return Config{Refresh: 200 * time.Millisecond, Timeout: 5 * time.Second, MaxStale: time.Minute, CacheSize: 100_000}
 }
 
 // Validate reports the first bad value of c as an error naming its field: a negative

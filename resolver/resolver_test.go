@@ -447,7 +447,7 @@ func TestResolverConfigValidate(t *testing.T) {
 	if _, err := New("ds", &countingStore{}, Config{MaxStale: -time.Second}, nil); !errors.Is(err, snapshot.ErrInvalid) {
 		t.Errorf("New with a negative MaxStale = %v; want ErrInvalid", err)
 	}
-	if got, want := (Config{CacheSize: -1}).withDefaults(), (Config{Refresh: 500 * time.Millisecond,
+	if got, want := (Config{CacheSize: -1}).withDefaults(), (Config{Refresh: 200 * time.Millisecond,
 		Timeout: 5 * time.Second, MaxStale: time.Minute, CacheSize: -1}); got != want {
 		t.Errorf("withDefaults() = %+v; want %+v", got, want)
 	}

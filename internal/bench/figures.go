@@ -44,6 +44,7 @@ var benchmarks = []string{
 	"BenchmarkWatchCost",
 	"BenchmarkCacheUnderFlips",
 	"BenchmarkLogicalCommitToServed",
+	"BenchmarkLogicalProbes",
 	"BenchmarkLogicalDelete",
 	"BenchmarkLogicalPgbench",
 	"BenchmarkLogicalWALRetained",

@@ -3,6 +3,7 @@ package cli
 import (
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"reflect"
 	"regexp"
@@ -125,7 +126,9 @@ type WatchConfig struct {
 	Interval time.Duration `yaml:"interval"`
 	// MinInterval is the least time between the starts of two change-driven syncs,
 	// so a write storm makes a version every MinInterval, not one per commit;
-	// default 1s.
+	// default 1s in stats mode (each version reads every row's xmin) and 250ms in
+	// logical mode (a version reads only the changed keys), so that commits that keep
+	// coming are served within a second.
 	MinInterval time.Duration `yaml:"min_interval"`
 	// Mode is how commits are noticed: "stats" polls Postgres' table statistics every
 	// Interval (no DDL, no privilege; a commit by a session that ran a statement less
@@ -140,6 +143,14 @@ type WatchConfig struct {
 	// replaced by _, cut to 63 bytes. At most 63 of a-z, 0-9 and _ (Postgres' rule).
 	Slot string `yaml:"slot"`
 }
+
+// Watch.min_interval's defaults, by mode; minIntervalUnset marks a config that sets
+// none (a duration no one writes).
+const (
+	DefaultMinIntervalStats   = time.Second
+	DefaultMinIntervalLogical = 250 * time.Millisecond
+	minIntervalUnset          = time.Duration(math.MinInt64)
+)
 
 // DefaultPublication is watch.publication's default.
 const DefaultPublication = "snapflip"
@@ -170,6 +181,12 @@ func defaultSlot(dataset string) string {
 // fillDefaults sets the fields whose defaults depend on the rest of the config, when
 // the config leaves them empty.
 func (w *WatchConfig) fillDefaults(dataset string) {
+	if w.MinInterval == minIntervalUnset {
+		w.MinInterval = DefaultMinIntervalStats
+		if w.mode() == pgsource.WatchModeLogical {
+			w.MinInterval = DefaultMinIntervalLogical
+		}
+	}
 	if w.Publication == "" {
 		w.Publication = DefaultPublication
 	}
@@ -280,7 +297,7 @@ func DefaultSyncerConfig() SyncerConfig {
 		MaxDocumentBytes: 8 << 20,
 		ProgressInterval: 10 * time.Second,
 		Versions:         VersionsIncremental,
-		Watch:            WatchConfig{Enabled: true, Interval: 200 * time.Millisecond, MinInterval: time.Second, Mode: pgsource.WatchModeStats.String(), Publication: DefaultPublication},
+		Watch:            WatchConfig{Enabled: true, Interval: 200 * time.Millisecond, MinInterval: minIntervalUnset, Mode: pgsource.WatchModeStats.String(), Publication: DefaultPublication},
 		MaxLayers:        layer.DefaultMaxLayers,
 		RebaseRatio:      layer.DefaultRebaseRatio,
 		Postgres:         PostgresConfig{Readers: 1, PartitionMinRows: 200_000},

@@ -109,12 +109,21 @@ func braced(s string) string {
 }
 
 // TestConfigWatchMode: watch.mode is stats unless the config says logical, and setting
-// it leaves the watch's other fields at their defaults; the publication is snapflip and
-// the slot is named after the dataset unless the config names them.
+// it leaves the watch's other fields at their defaults; min_interval is 1s in stats
+// mode and 250ms in logical mode unless the config sets it (0 too); the publication is
+// snapflip and the slot is named after the dataset unless the config names them.
 func TestConfigWatchMode(t *testing.T) {
 	const coll = "collections: [{name: a, table: t, key: k}]\n"
 	watch := func(mode, publication, slot string) WatchConfig {
-		return WatchConfig{Enabled: true, Interval: 200 * time.Millisecond, MinInterval: time.Second, Mode: mode, Publication: publication, Slot: slot}
+		least := time.Second
+		if mode == "logical" {
+			least = 250 * time.Millisecond
+		}
+		return WatchConfig{Enabled: true, Interval: 200 * time.Millisecond, MinInterval: least, Mode: mode, Publication: publication, Slot: slot}
+	}
+	withMin := func(w WatchConfig, least time.Duration) WatchConfig {
+		w.MinInterval = least
+		return w
 	}
 	disabled := watch("logical", "snapflip", "snapflip_default")
 	disabled.Enabled = false
@@ -129,6 +138,10 @@ func TestConfigWatchMode(t *testing.T) {
 		{"dataset: shop\nwatch: {mode: logical}\n" + coll, watch("logical", "snapflip", "snapflip_shop")},
 		{"dataset: shop\nwatch: {mode: logical, publication: orders_pub, slot: orders_1}\n" + coll, watch("logical", "orders_pub", "orders_1")},
 		{"watch: {publication: '', slot: ''}\n" + coll, watch("stats", "snapflip", "snapflip_default")},
+		{"watch: {mode: logical, min_interval: 1s}\n" + coll, withMin(watch("logical", "snapflip", "snapflip_default"), time.Second)},
+		{"watch: {min_interval: 250ms}\n" + coll, withMin(watch("stats", "snapflip", "snapflip_default"), 250*time.Millisecond)},
+		{"watch: {mode: logical, min_interval: 0s}\n" + coll, withMin(watch("logical", "snapflip", "snapflip_default"), 0)},
+		{"watch: {min_interval: 0s}\n" + coll, withMin(watch("stats", "snapflip", "snapflip_default"), 0)},
 	} {
 		cfg, err := ParseSyncerConfig(strings.NewReader(tt.yaml), baseEnv)
 		if err != nil {

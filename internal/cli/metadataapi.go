@@ -83,7 +83,7 @@ shutdown, 1 when it could not serve, 2 for a usage mistake.`,
 	envString(fs, &o.instance, "bigtable-instance", EnvInstance, def.Instance, "Bigtable instance")
 	envString(fs, &o.table, "bigtable-table", EnvTable, def.Table, "Bigtable table")
 	envString(fs, &o.profile, "bigtable-app-profile", EnvAppProfile, "", "Bigtable app profile: the syncer's, with single-cluster routing; empty: the instance's default")
-	fs.DurationVar(&o.refresh, "pointer-refresh", 500*time.Millisecond, "how long a pointer read is reused (a flip is served within it)")
+	fs.DurationVar(&o.refresh, "pointer-refresh", resolver.DefaultConfig().Refresh, "how long a pointer read is reused (a flip is served within it)")
 	bindEnv(fs, "pointer-refresh", EnvRefresh)
 	fs.DurationVar(&o.drain, "shutdown-timeout", 25*time.Second, "how long in-flight requests may finish at shutdown")
 	fs.IntVar(&o.cacheSize, "cache-size", 100_000, "documents cached by (version, collection, id); negative: off; 0 is refused")
