@@ -38,8 +38,9 @@ type Reader interface {
 	// Filter returns a page of the documents whose entries in the scan's index fall
 	// in its ranges, after the entry q.After ("" for the first page), in index order.
 	Filter(ctx context.Context, view snapshot.View, q resolver.FilterQuery) (resolver.FilterPage, error)
-	// Versions returns every version's manifest, newest first.
-	Versions(ctx context.Context) ([]snapshot.Manifest, error)
+	// Versions returns up to limit of the versions' manifests made before version
+	// before ("" for the newest), newest first.
+	Versions(ctx context.Context, before snapshot.Version, limit int) ([]snapshot.Manifest, error)
 	// Manifest returns one version's manifest whatever its state; ErrNotFound when
 	// there is none.
 	Manifest(ctx context.Context, v snapshot.Version) (snapshot.Manifest, error)

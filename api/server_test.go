@@ -39,10 +39,11 @@ func newServer(t testing.TB, r api.Reader, set func(*api.Config)) *api.Server {
 // fakeReader is a pure-logic stand-in for resolver.Resolver; the real one is tested
 // end to end in package e2e.
 type fakeReader struct {
-	docs    map[string]string // collection + "\x00" + id → document
-	noVer   bool
-	panicOn string
-	gotIDs  []string
+	versionsAsked int               // the limits Versions was called with, summed
+	docs          map[string]string // collection + "\x00" + id → document
+	noVer         bool
+	panicOn       string
+	gotIDs        []string
 	// manifests are the versions, newest first; the one named ver, if any, is the
 	// current view's manifest.
 	manifests []snapshot.Manifest
@@ -160,7 +161,16 @@ func (f *fakeReader) Page(_ context.Context, v snapshot.View, collection, after 
 	return out, false, nil
 }
 
-func (f *fakeReader) Versions(context.Context) ([]snapshot.Manifest, error) { return f.manifests, nil }
+// Versions pages f.manifests, which are newest first, as the store does.
+func (f *fakeReader) Versions(_ context.Context, before snapshot.Version, limit int) ([]snapshot.Manifest, error) {
+	f.versionsAsked += limit
+	ms := f.manifests
+	if before != "" {
+		i := slices.IndexFunc(ms, func(m snapshot.Manifest) bool { return m.Version == before })
+		ms = ms[i+1:] // -1 (unknown): all, as a store lists what sorts before it
+	}
+	return ms[:min(limit, len(ms))], nil
+}
 
 func (f *fakeReader) Manifest(_ context.Context, v snapshot.Version) (snapshot.Manifest, error) {
 	for _, m := range f.manifests {
@@ -412,6 +422,7 @@ func TestPageTokenValidation(t *testing.T) {
 	for _, target := range []string{
 		"/v1/data/c?page_token=%%%", "/v1/data/c?page_token=bm90LWpzb24", "/v1/data/c?limit=0", "/v1/data/c?limit=1001",
 		"/v1/data/c?limit=abc", "/v1/versions?page_token=!!",
+		"/v1/versions?page_token=eyJhZnRlciI6Ii4uL3AjZGVtbyJ9", // {"after":"../p#demo"}: not a version
 	} {
 		if res, body := do(t, h, http.MethodGet, target, ""); res.StatusCode != 400 {
 			t.Errorf("GET %s = %d %s; want 400", target, res.StatusCode, body)

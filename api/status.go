@@ -37,12 +37,21 @@ type statusData struct {
 	// Freshness: versions published in the last minute, and the current version's
 	// commit-to-publish delay when a watched change published it.
 	PerMinute int
-	Lag       time.Duration
-	Err       string
+	// PerMinuteMore says more than PerMinute were: the page reads statusScan versions.
+	PerMinuteMore bool
+	Lag           time.Duration
+	Err           string
 }
 
 // statusTimeout bounds the Bigtable reads of one status page.
 const statusTimeout = 2 * time.Second
+
+// The status page reads the newest statusScan versions, enough to count a minute of
+// versions made every 250 ms, and shows the newest statusShown of them.
+const (
+	statusScan  = 300
+	statusShown = 60
+)
 
 // statusPage answers GET /: a read-only, server-rendered page with an inline SVG chart,
 // no scripts and no external assets.
@@ -61,17 +70,24 @@ func (s *Server) statusPage(w http.ResponseWriter, r *http.Request) {
 	default:
 		d.Pointer, d.HasCurrent = ptr, true
 	}
-	all, err := s.reader.Versions(ctx)
+	all, err := s.reader.Versions(ctx, "", statusScan)
 	if err != nil && d.Err == "" {
 		d.Err = "The versions cannot be listed right now."
-	}
-	if len(all) > 60 {
-		all = all[:60]
 	}
 	for _, m := range all {
 		if !m.PublishedAt.IsZero() && d.Now.Sub(m.PublishedAt) < time.Minute {
 			d.PerMinute++
 		}
+	}
+	d.PerMinuteMore = len(all) == statusScan && d.Now.Sub(all[len(all)-1].StartedAt) < time.Minute
+	all = all[:min(len(all), statusShown)]
+	if d.HasCurrent && !slices.ContainsFunc(all, func(m snapshot.Manifest) bool { return m.Version == ptr.Version }) {
+		// A rollback's target, older than the versions shown: shown after them.
+		if m, err := s.reader.Manifest(ctx, ptr.Version); err == nil {
+			all = append(all, m)
+		}
+	}
+	for _, m := range all {
 		if m.Version == ptr.Version && !m.ChangeSeen.IsZero() && !m.PublishedAt.IsZero() {
 			d.Lag = m.PublishedAt.Sub(m.ChangeSeen)
 		}
@@ -300,7 +316,7 @@ code{font:12px ui-monospace,monospace} .bar{background:#eaeef2;border-radius:4px
 <div>age {{.Age.Round 1000000000}}{{if .TTL}} of TTL {{.TTL}}
 <span class="bar"><span class="fill{{if gt .AgePercent 50.0}} warn{{end}}" style="width:{{printf "%.0f" .AgePercent}}%;display:block"></span></span>{{end}}</div>
 {{with .CurrentInfo}}{{if .Version}}<div class="muted">{{if .Shape}}{{.Shape}} · {{end}}chain {{.ChainLength}} · publish wrote {{bytes .BytesWritten}}{{if .Parent}} · parent <code>{{short .Parent}}</code>{{end}}</div>{{end}}{{end}}
-<div class="muted">freshness: {{.PerMinute}} version{{if ne .PerMinute 1}}s{{end}} published in the last minute{{if .Lag}} · this one published {{.Lag.Round 1000000}} after its change was seen{{else}} · this one by the schedule or by hand{{end}}</div>
+<div class="muted">freshness: {{.PerMinute}}{{if .PerMinuteMore}}+{{end}} version{{if ne .PerMinute 1}}s{{end}} published in the last minute{{if .Lag}} · this one published {{.Lag.Round 1000000}} after its change was seen{{else}} · this one by the schedule or by hand{{end}}</div>
 </div>
 {{if .Collections}}<h2>Collections</h2>
 <table><tr><th>collection</th><th>documents</th><th>size</th><th>chain</th><th>this version wrote</th></tr>

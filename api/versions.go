@@ -161,30 +161,25 @@ func (s *Server) versions(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	all, err := s.reader.Versions(r.Context())
+	if tok.After != "" {
+		if _, err := snapshot.ParseVersion(string(tok.After)); err != nil {
+			return badRequest("page_token: malformed; pass back the next_page_token of a previous page")
+		}
+	}
+	// One more than the page, to know whether another follows.
+	ms, err := s.reader.Versions(r.Context(), tok.After, limit+1)
 	if err != nil {
 		return err
 	}
-	start := 0
-	if tok.After != "" {
-		start = len(all)
-		for i, m := range all {
-			if m.Version == tok.After {
-				start = i + 1
-				break
-			}
-		}
-	}
-	end := min(start+limit, len(all))
 	out := struct {
 		Versions      []versionInfo `json:"versions"`
 		NextPageToken string        `json:"next_page_token,omitempty"`
 	}{Versions: []versionInfo{}}
-	for _, m := range all[start:end] {
+	for _, m := range ms[:min(limit, len(ms))] {
 		out.Versions = append(out.Versions, describeVersion(m, ptr.Version))
 	}
-	if end < len(all) {
-		out.NextPageToken = encodeToken(versionToken{After: all[end-1].Version})
+	if len(ms) > limit {
+		out.NextPageToken = encodeToken(versionToken{After: ms[limit-1].Version})
 	}
 	w.Header().Set("Cache-Control", "no-cache")
 	writeJSON(w, http.StatusOK, out)

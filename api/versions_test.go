@@ -14,6 +14,7 @@ import (
 	"github.com/getkin/kin-openapi/openapi3"
 	"github.com/getkin/kin-openapi/openapi3filter"
 	"github.com/getkin/kin-openapi/routers/gorillamux"
+	"github.com/google/uuid"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/snapflip/snapflip/api"
@@ -280,5 +281,30 @@ func TestStatusPageShowsUnchangedNeutral(t *testing.T) {
 		if strings.Contains(line, "1700000000001") && strings.Contains(line, "#cf222e") {
 			t.Errorf("the unchanged version is drawn in the failed red: %s", line)
 		}
+	}
+}
+
+// The status page reads a bounded number of the newest versions however many there
+// are: with 400 published within the last minute it says 300+, and it still shows the
+// current version, older than all of them (a rollback's target).
+func TestStatusPageAfterManyVersions(t *testing.T) {
+	now := time.Now()
+	gen := snapshot.NewVersionGen(uuid.New(), func() time.Time { return now.Add(-50 * time.Second) })
+	var ms []snapshot.Manifest
+	for range 400 {
+		m := snapshot.Manifest{Version: gen.Next(), State: snapshot.StateRetired, Writer: "w",
+			StartedAt: now.Add(-40 * time.Second), PublishedAt: now.Add(-30 * time.Second)}
+		ms = append([]snapshot.Manifest{m}, ms...) // newest first
+	}
+	f := &fakeReader{manifests: append(ms, layeredManifests(now)...)}
+	s := newServer(t, f, func(c *api.Config) { c.Dataset = "demo" })
+	_, body := do(t, s, http.MethodGet, "/", "")
+	for _, want := range []string{"300+ versions published in the last minute", "<td><code>orders</code></td>", string(ver)[:8]} {
+		if !strings.Contains(string(body), want) {
+			t.Errorf("status page lacks %q", want)
+		}
+	}
+	if f.versionsAsked > 300 {
+		t.Errorf("status page asked for %d versions; want at most 300", f.versionsAsked)
 	}
 }

@@ -46,7 +46,7 @@ func (s *changesStore) ScanEntries(context.Context, string, []snapshot.Version, 
 	return nil, false, nil
 }
 
-func (s *changesStore) ListManifests(context.Context, string) ([]snapshot.Manifest, error) {
+func (s *changesStore) RecentManifests(context.Context, string, snapshot.Version, int) ([]snapshot.Manifest, error) {
 	return nil, nil
 }
 

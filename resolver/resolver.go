@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
 	"sync/atomic"
 	"time"
 
@@ -31,8 +30,9 @@ type ReadStore interface {
 	// ScanEntries returns up to limit entries of an index (index.Collection) through
 	// a chain whose ids are in span, in order, and whether more follow.
 	ScanEntries(ctx context.Context, dataset string, chain []snapshot.Version, collection string, span snapshot.Span, limit int) ([]snapshot.Document, bool, error)
-	// ListManifests returns every manifest of the dataset, oldest first.
-	ListManifests(ctx context.Context, dataset string) ([]snapshot.Manifest, error)
+	// RecentManifests returns up to limit of the dataset's manifests made before
+	// version before ("" for the newest), newest first.
+	RecentManifests(ctx context.Context, dataset string, before snapshot.Version, limit int) ([]snapshot.Manifest, error)
 }
 
 // Config tunes a Resolver. A zero field takes its default
@@ -361,14 +361,10 @@ func (r *Resolver) Page(ctx context.Context, view snapshot.View, collection, aft
 	return r.store.ScanPage(ctx, r.dataset, view.Manifest.Chain(collection), collection, after, limit)
 }
 
-// Versions returns the dataset's versions, newest first.
-func (r *Resolver) Versions(ctx context.Context) ([]snapshot.Manifest, error) {
-	ms, err := r.store.ListManifests(ctx, r.dataset)
-	if err != nil {
-		return nil, err
-	}
-	slices.Reverse(ms)
-	return ms, nil
+// Versions returns up to limit of the dataset's versions made before version before
+// ("" for the newest), newest first.
+func (r *Resolver) Versions(ctx context.Context, before snapshot.Version, limit int) ([]snapshot.Manifest, error) {
+	return r.store.RecentManifests(ctx, r.dataset, before, limit)
 }
 
 // ListHistory returns the audit trail, newest first, when the store keeps one.

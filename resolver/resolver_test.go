@@ -102,7 +102,7 @@ func (s *countingStore) ScanRun(context.Context, string, snapshot.Version, strin
 	return nil
 }
 
-func (s *countingStore) ListManifests(context.Context, string) ([]snapshot.Manifest, error) {
+func (s *countingStore) RecentManifests(context.Context, string, snapshot.Version, int) ([]snapshot.Manifest, error) {
 	return nil, nil
 }
 

@@ -16,8 +16,9 @@ type ManifestStore interface {
 	UpdateManifest(ctx context.Context, m Manifest, from State) error
 	// ReadManifest returns a manifest, or ErrNotFound.
 	ReadManifest(ctx context.Context, dataset string, v Version) (Manifest, error)
-	// ListManifests returns every manifest of the dataset, oldest first.
-	ListManifests(ctx context.Context, dataset string) ([]Manifest, error)
+	// ManifestsInState returns the dataset's manifests in state st whose versions
+	// were made at or after since (the zero time for all), oldest first.
+	ManifestsInState(ctx context.Context, dataset string, st State, since time.Time) ([]Manifest, error)
 }
 
 // PublishStore is what the publisher needs from storage.
@@ -447,11 +448,12 @@ func (a *attempt) published(ctx context.Context, flip Flip) PublishResult {
 	return PublishResult{Manifest: published, Previous: a.cur.Version, Reason: a.run.reason()}
 }
 
-// FailAbandoned marks failed every version still writing under a fencing token older
-// than token: its writer no longer holds the lease, so it can never be sealed. Only the
-// current lease holder should call it. It returns how many it marked.
-func (p *Publisher) FailAbandoned(ctx context.Context, token uint64) (int, error) {
-	ms, err := p.Store.ListManifests(ctx, p.Dataset)
+// FailAbandoned marks failed every version made at or after since (the zero time for
+// all) and still writing under a fencing token older than token: its writer no longer
+// holds the lease, so it can never be sealed. Only the current lease holder should
+// call it. It returns how many it marked.
+func (p *Publisher) FailAbandoned(ctx context.Context, token uint64, since time.Time) (int, error) {
+	ms, err := p.Store.ManifestsInState(ctx, p.Dataset, StateWriting, since)
 	if err != nil {
 		return 0, err
 	}

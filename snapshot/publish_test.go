@@ -298,7 +298,8 @@ func TestTickerFailsAbandonedVersions(t *testing.T) {
 }
 
 // A replica looks for abandoned versions in its first cycle and then once every
-// AbandonCheckEvery, not in every cycle (that lists every manifest).
+// AbandonCheckEvery, not in every cycle; its first look reads every version still
+// writing, later ones only those made since AbandonLookback before the last look.
 func TestAbandonedVersionsAreLookedForOnceAMinute(t *testing.T) {
 	r := newRig(t, twoCollections, twoTables...)
 	ctx := context.Background()
@@ -342,10 +343,26 @@ func TestAbandonedVersionsAreLookedForOnceAMinute(t *testing.T) {
 	if got := state(second); got != snapshot.StateWriting {
 		t.Errorf("a cycle within %s of the last look marked the version %s; want it left writing", snapshot.AbandonCheckEvery, got)
 	}
+	// A version made, by its writer's clock, long before the last look.
+	made := now.Add(-snapshot.AbandonLookback - time.Minute)
+	old := snapshot.Manifest{Dataset: "ds", Version: snapshot.NewVersionGen(uuid.New(), func() time.Time { return made }).Next(),
+		State: snapshot.StateWriting, Token: 0, Writer: "dead"}
+	if err := r.store.CreateManifest(ctx, old); err != nil {
+		t.Fatal(err)
+	}
 	now = now.Add(time.Second)
 	cycle()
 	if got := state(second); got != snapshot.StateFailed {
 		t.Errorf("a cycle %s after the last look left the abandoned version %s; want failed", snapshot.AbandonCheckEvery, got)
+	}
+	if got := state(old.Version); got != snapshot.StateWriting {
+		t.Errorf("a later look marked a version made %s before the last one %s; want it left to the next first look", snapshot.AbandonLookback, got)
+	}
+	// Another replica's (or a restarted one's) first look reads them all.
+	tk = &snapshot.Ticker{Publisher: r.pub, Lease: lease, Slots: r.store, Holder: "me"}
+	cycle()
+	if got := state(old.Version); got != snapshot.StateFailed {
+		t.Errorf("a replica's first look left the old abandoned version %s; want failed", got)
 	}
 }
 

@@ -36,11 +36,16 @@ type Ticker struct {
 }
 
 // AbandonCheckEvery is how often a replica's cycles look for versions abandoned by
-// earlier lease holders: its first cycle does, and then one a minute. That lists every
-// manifest of the dataset, which a sync per second must not pay each time; a version
+// earlier lease holders: its first cycle does, and then one a minute. A version
 // abandoned meanwhile can never be flipped (its writer's token is fenced out), it only
-// shows as writing until then.
-const AbandonCheckEvery = time.Minute
+// shows as writing until then. The first check reads the manifests of every version
+// still writing; later ones only those made since AbandonLookback before the last
+// check (a version is made on its writer's clock, a moment before its manifest is
+// written), so a sync every 250 ms does not make each check read more.
+const (
+	AbandonCheckEvery = time.Minute
+	AbandonLookback   = time.Hour
+)
 
 // TickResult says what one tick did.
 type TickResult struct {
@@ -129,12 +134,16 @@ func (t *Ticker) publishLeased(ctx context.Context, timeout time.Duration, opts 
 func (t *Ticker) failAbandoned(ctx context.Context, token uint64) {
 	now := t.Publisher.now()
 	t.mu.Lock()
-	due := t.abandonChecked.IsZero() || now.Sub(t.abandonChecked) >= AbandonCheckEvery
+	last := t.abandonChecked
 	t.mu.Unlock()
-	if !due {
+	if !last.IsZero() && now.Sub(last) < AbandonCheckEvery {
 		return
 	}
-	if _, err := t.Publisher.FailAbandoned(ctx, token); err != nil {
+	var since time.Time
+	if !last.IsZero() {
+		since = last.Add(-AbandonLookback)
+	}
+	if _, err := t.Publisher.FailAbandoned(ctx, token, since); err != nil {
 		observe(ctx, t.Observer, Event{Kind: EventMarkAbandonedFailed, Attrs: []any{"err", err}})
 		return
 	}

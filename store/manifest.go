@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"time"
 
 	"cloud.google.com/go/bigtable"
 	"google.golang.org/grpc/codes"
@@ -120,11 +121,52 @@ func decodeManifest(b []byte) (snapshot.Manifest, error) {
 
 // ListManifests returns the dataset's manifests, oldest first.
 func (s *Store) ListManifests(ctx context.Context, dataset string) ([]snapshot.Manifest, error) {
+	return s.listManifests(ctx, dataset, bigtable.PrefixRange(manifestPrefix(dataset)),
+		column(famManifest, colManifest))
+}
+
+// RecentManifests returns up to limit of the dataset's manifests made before version
+// before ("" for the newest; a manifest's row sorts by when its version was made),
+// newest first. It reads those rows alone, in reverse: listing the newest versions
+// costs the same after a million versions as after ten.
+func (s *Store) RecentManifests(ctx context.Context, dataset string, before snapshot.Version, limit int) ([]snapshot.Manifest, error) {
+	if limit < 1 {
+		return nil, fmt.Errorf("%w recent manifests: limit %d must be positive", snapshot.ErrInvalid, limit)
+	}
+	prefix := manifestPrefix(dataset)
+	end := prefixEnd(prefix)
+	if before != "" {
+		if _, err := snapshot.ParseVersion(string(before)); err != nil {
+			return nil, fmt.Errorf("%w recent manifests before %q: %v", snapshot.ErrInvalid, before, err)
+		}
+		end = manifestKey(dataset, before)
+	}
+	return s.listManifests(ctx, dataset, bigtable.NewRange(prefix, end),
+		column(famManifest, colManifest), bigtable.ReverseScan(), bigtable.LimitRows(int64(limit)))
+}
+
+// ManifestsInState returns the dataset's manifests in state st made at or after
+// since (the zero time for all), oldest first. Bigtable compares each row's m:state
+// and sends only the matching manifests.
+func (s *Store) ManifestsInState(ctx context.Context, dataset string, st snapshot.State, since time.Time) ([]snapshot.Manifest, error) {
+	prefix := manifestPrefix(dataset)
+	start := prefix
+	if !since.IsZero() {
+		start = fmt.Sprintf("%s%013d", prefix, max(since.UnixMilli(), 0))
+	}
+	inState := bigtable.ConditionFilter(valueEquals(famManifest, colState, []byte(st)),
+		column(famManifest, colManifest), bigtable.BlockAllFilter())
+	return s.listManifests(ctx, dataset, bigtable.NewRange(start, prefixEnd(prefix)), inState)
+}
+
+// listManifests decodes the manifests of the rows read from rr with filter and opts,
+// in the order read.
+func (s *Store) listManifests(ctx context.Context, dataset string, rr bigtable.RowSet, filter bigtable.Filter, opts ...bigtable.ReadOption) ([]snapshot.Manifest, error) {
 	ctx, cancel := s.op(ctx)
 	defer cancel()
 	var out []snapshot.Manifest
 	var derr error
-	err := s.tbl.ReadRows(ctx, bigtable.PrefixRange(manifestPrefix(dataset)), func(r bigtable.Row) bool {
+	err := s.tbl.ReadRows(ctx, rr, func(r bigtable.Row) bool {
 		cells := r[famManifest]
 		if len(cells) == 0 {
 			return true
@@ -136,7 +178,7 @@ func (s *Store) ListManifests(ctx context.Context, dataset string) ([]snapshot.M
 		}
 		out = append(out, m)
 		return true
-	}, bigtable.RowFilter(column(famManifest, colManifest)))
+	}, append(opts, bigtable.RowFilter(filter))...)
 	if status.Code(err) == codes.NotFound {
 		return nil, nil // no table yet: nothing was ever synced
 	}

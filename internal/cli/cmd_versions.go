@@ -20,6 +20,7 @@ import (
 // versionsCommand is `syncer versions`: the dataset's versions, newest first.
 func (m *Syncer) versionsCommand(g *syncerFlags) *cobra.Command {
 	var asJSON bool
+	var limit int
 	c := &cobra.Command{
 		Use:   "versions",
 		Short: "List versions, newest first",
@@ -29,15 +30,17 @@ left (counted from the oldest layer a read consults), and what each publish wrot
 SHAPE is full for a full copy, or for a layered version base, delta or mixed by the
 layers its collections wrote (unchanged when none wrote one); CHAIN is the longest
 chain of layers a read consults; WRITTEN the bytes sent to storage; PARENT the version
-a layered version's deltas were computed against.`,
+a layered version's deltas were computed against. It lists the newest --limit versions
+(100; 0 for all, which a table that changes all the time makes hundreds of thousands).`,
 		Example: `  syncer versions --config snapflip.yaml
-  syncer versions --config snapflip.yaml --json`,
+  syncer versions --config snapflip.yaml --limit 10 --json`,
 		Args: positional(),
 		RunE: m.readRun(g, func(ctx context.Context, e *readEnv, _ []string) error {
-			return listVersions(ctx, e, asJSON)
+			return listVersions(ctx, e, limit, asJSON)
 		}),
 	}
 	c.Flags().BoolVar(&asJSON, "json", false, "print JSON")
+	c.Flags().IntVar(&limit, "limit", defaultVersionsLimit, "list the newest this many versions; 0 lists all")
 	return c
 }
 
@@ -62,10 +65,28 @@ type versionRow struct {
 	Parent       snapshot.Version `json:"parent,omitempty"`
 }
 
-func listVersions(ctx context.Context, e *readEnv, asJSON bool) error {
-	ms, err := e.store.ListManifests(ctx, e.cfg.Dataset)
+// defaultVersionsLimit is `syncer versions --limit`'s default.
+const defaultVersionsLimit = 100
+
+func listVersions(ctx context.Context, e *readEnv, limit int, asJSON bool) error {
+	if limit < 0 {
+		return fmt.Errorf("%w: --limit %d: must be 0 (all) or positive", ErrUsage, limit)
+	}
+	var ms []snapshot.Manifest
+	var err error
+	if limit == 0 {
+		ms, err = e.store.ListManifests(ctx, e.cfg.Dataset)
+	} else {
+		// One more than asked, to say whether older ones were left out.
+		ms, err = e.store.RecentManifests(ctx, e.cfg.Dataset, "", limit+1)
+		slices.Reverse(ms)
+	}
 	if err != nil {
 		return err
+	}
+	more := limit > 0 && len(ms) > limit
+	if more {
+		ms = ms[1:]
 	}
 	ptr, err := e.store.ReadPointer(ctx, e.cfg.Dataset)
 	if err != nil && !errors.Is(err, snapshot.ErrNoVersion) {
@@ -81,7 +102,11 @@ func listVersions(ctx context.Context, e *readEnv, asJSON bool) error {
 			e.cfg.Dataset, e.cfg.Bigtable.Table)
 		return err
 	}
-	return writeVersions(e.out, rows)
+	if err := writeVersions(e.out, rows); err != nil || !more {
+		return err
+	}
+	_, err = fmt.Fprintf(e.out, "older versions not shown: --limit %d lists more, --limit 0 all\n", 10*limit)
+	return err
 }
 
 // versionRows describes the manifests ms (oldest first, as listed), newest first,

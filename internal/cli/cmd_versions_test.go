@@ -2,6 +2,8 @@ package cli
 
 import (
 	"encoding/json"
+	"errors"
+	"strings"
 	"testing"
 
 	"github.com/snapflip/snapflip/internal/testenv"
@@ -45,5 +47,24 @@ func TestUnchangedSyncIsNotAFailure(t *testing.T) {
 	}
 	if states["unchanged"] != 1 || states["failed"] != 1 || len(rows) != 3 {
 		t.Errorf("versions = %s; want %s published, one unchanged and one failed (refused)", out, v1)
+	}
+
+	// --limit lists the newest versions, and says when older ones were left out.
+	out, _, err = run(t, false, getenv, "versions", "--json", "--limit", "2", "--config", cfg)
+	var newest []struct {
+		Version string `json:"version"`
+	}
+	if err != nil || json.Unmarshal([]byte(out), &newest) != nil || len(newest) != 2 ||
+		newest[0].Version != rows[0].Version || newest[1].Version != rows[1].Version {
+		t.Errorf("versions --limit 2 --json = %v\n%s; want the newest two of %v", err, out, rows)
+	}
+	for limit, more := range map[string]bool{"2": true, "3": false, "0": false} {
+		out, _, err := run(t, false, getenv, "versions", "--limit", limit, "--config", cfg)
+		if err != nil || strings.Contains(out, "older versions not shown") != more {
+			t.Errorf("versions --limit %s = %v\n%s; want older versions said to be left out: %t", limit, err, out, more)
+		}
+	}
+	if _, _, err := run(t, false, getenv, "versions", "--limit", "-1", "--config", cfg); !errors.Is(err, ErrUsage) || !strings.Contains(err.Error(), "--limit") {
+		t.Errorf("versions --limit -1 = %v; want a usage error naming --limit", err)
 	}
 }
