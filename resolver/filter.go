@@ -3,7 +3,9 @@ package resolver
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
+	"sync/atomic"
 
 	"github.com/snapflip/snapflip/index"
 	"github.com/snapflip/snapflip/snapshot"
@@ -16,12 +18,18 @@ type FilterPage struct {
 	Next string
 }
 
-// filterKey names one page of one filter of one version, which never changes.
+// filterKey names one page of one filter, whatever its version.
 type filterKey struct {
-	v          snapshot.Version
 	collection string
 	query      string // the index, its ranges and the page's start
 	limit      int
+}
+
+// filterEntry is a cached filter page's ids and a version they are known to hold at
+// (a pointer, so concurrent readers move it without a lock).
+type filterEntry struct {
+	page filterIDs
+	at   atomic.Pointer[snapshot.Version]
 }
 
 // FilterQuery is one page of a filter: the collection, the scan of one of its
@@ -48,16 +56,19 @@ func (r *Resolver) Filter(ctx context.Context, view snapshot.View, q FilterQuery
 	if !hasIndex(c.Indexes, scan.Index.Name) {
 		return FilterPage{}, fmt.Errorf("%w collection %s has no index %s in version %s", snapshot.ErrInvalid, collection, scan.Index.Name, view.Version)
 	}
-	key := filterKey{view.Version, collection, scanKey(scan, after), limit}
-	if ids, ok := r.filters.Get(key); ok {
+	key := filterKey{collection, scanKey(scan, after), limit}
+	if e, ok := r.filters.Get(key); ok && r.filterHoldsAt(ctx, e, view.Version, collection, scan.Index.Name) {
 		r.filterHits.Add(1)
-		return r.filterDocs(ctx, view, collection, ids)
+		return r.filterDocs(ctx, view, collection, e.page)
 	}
 	ids, err := r.filterIDs(ctx, view, q)
 	if err != nil {
 		return FilterPage{}, err
 	}
-	r.filters.Add(key, ids)
+	e := &filterEntry{page: ids}
+	v := view.Version
+	e.at.Store(&v)
+	r.filters.Add(key, e)
 	return r.filterDocs(ctx, view, collection, ids)
 }
 
@@ -126,6 +137,10 @@ func (r *Resolver) filterDocs(ctx context.Context, view snapshot.View, collectio
 // FilterHits returns how many filter pages were answered from the filter cache.
 func (r *Resolver) FilterHits() int64 { return r.filterHits.Load() }
 
+// CarriedFilterHits returns how many of those were cached at an earlier version and
+// carried across flips that left the index alone.
+func (r *Resolver) CarriedFilterHits() int64 { return r.carriedFilterHits.Load() }
+
 // hasIndex reports whether defs name the index.
 func hasIndex(defs []snapshot.IndexDef, name string) bool {
 	for _, d := range defs {
@@ -144,4 +159,84 @@ func scanKey(scan index.Scan, after string) string {
 		fmt.Fprintf(&b, " %q %q", rg.Start, rg.End)
 	}
 	return b.String()
+}
+
+// A cached filter page survives flips, as cached documents do (carry.go): its ids hold
+// at a version V when every version between the page's version and V (along parent
+// links, either way, up to maxCarrySteps) left the index's entries alone. The page's
+// documents are then read at V, so a changed document is served changed. A version
+// leaves an index alone when the collection's chain is its parent's (the collection
+// wrote no layer), or when the collection's own layer is a plain delta over the
+// parent's chain that wrote no entry and removed none for the index: it changed no
+// indexed value. Anything else, a base, a merged delta or an index defined anew,
+// starts the filter cold.
+
+// filterHoldsAt reports whether e's page is the page at version v of the index of a
+// collection; an entry found to hold moves to v.
+func (r *Resolver) filterHoldsAt(ctx context.Context, e *filterEntry, v snapshot.Version, collection, idx string) bool {
+	at := *e.at.Load()
+	if at == v {
+		return true
+	}
+	if !r.indexUnchangedSince(ctx, v, at, collection, idx) && !r.indexUnchangedSince(ctx, at, v, collection, idx) {
+		return false
+	}
+	e.at.Store(&v)
+	r.carriedFilterHits.Add(1)
+	return true
+}
+
+// indexUnchangedSince reports whether older is an ancestor of newer within
+// maxCarrySteps and no version after it up to newer changed the index's entries.
+func (r *Resolver) indexUnchangedSince(ctx context.Context, newer, older snapshot.Version, collection, idx string) bool {
+	v := newer
+	for range maxCarrySteps {
+		parent, ok := r.indexStepUnchanged(ctx, v, collection, idx)
+		if !ok {
+			return false
+		}
+		if parent == older {
+			return true
+		}
+		v = parent
+	}
+	return false
+}
+
+// indexStepUnchanged returns version v's parent and whether v left the collection's
+// index as the parent held it.
+func (r *Resolver) indexStepUnchanged(ctx context.Context, v snapshot.Version, collection, idx string) (snapshot.Version, bool) {
+	m, err := r.manifest(ctx, v)
+	if err != nil || m.Format != snapshot.FormatLayered || m.Parent == "" {
+		return "", false
+	}
+	p, err := r.manifest(ctx, m.Parent)
+	if err != nil {
+		return "", false
+	}
+	c, pc := m.Collections[collection], p.Collections[collection]
+	if len(c.Layers) == 0 || len(pc.Layers) == 0 || !sameIndexDef(c.Indexes, pc.Indexes, idx) {
+		return "", false
+	}
+	own, parent := snapshot.LayerVersions(c.Layers), snapshot.LayerVersions(pc.Layers)
+	if slices.Equal(own, parent) {
+		return m.Parent, true
+	}
+	top := c.Layers[0]
+	if own[0] != v || top.Kind != snapshot.LayerDelta || top.Merged != 0 || !slices.Equal(own[1:], parent) || c.Own == nil {
+		return "", false
+	}
+	for _, iw := range c.Own.Indexes {
+		if iw.Name == idx {
+			return m.Parent, iw.Entries == 0 && iw.Removed == 0
+		}
+	}
+	return "", false
+}
+
+// sameIndexDef reports whether both definitions name the index alike.
+func sameIndexDef(a, b []snapshot.IndexDef, name string) bool {
+	named := func(d snapshot.IndexDef) bool { return d.Name == name }
+	i, j := slices.IndexFunc(a, named), slices.IndexFunc(b, named)
+	return i >= 0 && j >= 0 && slices.Equal(a[i].Fields, b[j].Fields) && slices.Equal(a[i].Types, b[j].Types)
 }

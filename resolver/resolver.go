@@ -108,9 +108,9 @@ type Resolver struct {
 	docs      *lru.Cache[cacheKey, *cacheEntry] // nil when off
 	carry     *lru.Cache[carryKey, *changeSet]
 	fetch     *fetcher
-	filters   *lru.Cache[filterKey, filterIDs] // filter pages' ids, by version
+	filters   *lru.Cache[filterKey, *filterEntry] // filter pages' ids (filter.go)
 
-	hits, misses, carriedHits, filterHits atomic.Int64
+	hits, misses, carriedHits, filterHits, carriedFilterHits atomic.Int64
 }
 
 // maxCachedManifests bounds the manifest cache.
@@ -152,7 +152,7 @@ func New(dataset string, store ReadStore, cfg Config, now func() time.Time) (*Re
 		fetch: &fetcher{store: store, dataset: dataset, timeout: cfg.Timeout}}
 	r.ptr = &pointerCache{refresh: cfg.Refresh, timeout: cfg.Timeout, maxStale: cfg.MaxStale, now: now, read: r.readPointer}
 	r.manifests, _ = lru.New[snapshot.Version, snapshot.Manifest](maxCachedManifests)
-	r.filters, _ = lru.New[filterKey, filterIDs](maxCachedFilters)
+	r.filters, _ = lru.New[filterKey, *filterEntry](maxCachedFilters)
 	if cfg.CacheSize > 0 {
 		r.docs, _ = lru.New[cacheKey, *cacheEntry](cfg.CacheSize)
 	}
