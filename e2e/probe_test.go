@@ -6,7 +6,6 @@ import (
 	"io"
 	"net/http"
 	"os"
-	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -57,24 +56,8 @@ func TestLogicalProbesAreAllServed(t *testing.T) {
 	defer cancel()
 	var done atomic.Int64
 	// CPU contention: while the second half of the probes runs, a spinner per core.
-	var spin sync.WaitGroup
-	go func() {
-		for done.Load() < int64(probes/2) && ctx.Err() == nil {
-			time.Sleep(50 * time.Millisecond)
-		}
-		for range runtime.NumCPU() {
-			spin.Add(1)
-			go func() {
-				defer spin.Done()
-				for x := 0; ctx.Err() == nil; x++ {
-					if x%1_000_000 == 0 {
-						runtime.Gosched()
-					}
-				}
-			}()
-		}
-	}()
-	defer func() { cancel(); spin.Wait() }()
+	wait := testenv.BusyCores(ctx, func() bool { return done.Load() >= int64(probes/2) })
+	defer func() { cancel(); wait() }()
 
 	lat := make([][]time.Duration, probers)
 	errs := make(chan error, probers)

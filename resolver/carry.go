@@ -73,19 +73,27 @@ func (r *Resolver) holdsAt(ctx context.Context, e *cacheEntry, k docKey) bool {
 // unchangedSince reports whether older is an ancestor of newer within maxCarrySteps
 // and no version after it up to newer changed the id.
 func (r *Resolver) unchangedSince(ctx context.Context, newer, older snapshot.Version, collection, id string) bool {
+	return unchangedAlong(newer, older, func(v snapshot.Version) (snapshot.Version, bool) {
+		cs := r.changes(ctx, v, collection)
+		_, changed := cs.ids[id]
+		return cs.parent, cs.ok && !changed
+	})
+}
+
+// unchangedAlong reports whether older is an ancestor of newer within maxCarrySteps
+// and left holds for each version after older up to newer: left returns the version's
+// parent and whether the version left what is looked at as its parent held it.
+func unchangedAlong(newer, older snapshot.Version, left func(v snapshot.Version) (parent snapshot.Version, ok bool)) bool {
 	v := newer
 	for range maxCarrySteps {
-		cs := r.changes(ctx, v, collection)
-		if !cs.ok {
+		parent, ok := left(v)
+		if !ok {
 			return false
 		}
-		if _, changed := cs.ids[id]; changed {
-			return false
-		}
-		if cs.parent == older {
+		if parent == older {
 			return true
 		}
-		v = cs.parent
+		v = parent
 	}
 	return false
 }

@@ -178,29 +178,13 @@ func (r *Resolver) filterHoldsAt(ctx context.Context, e *filterEntry, v snapshot
 	if at == v {
 		return true
 	}
-	if !r.indexUnchangedSince(ctx, v, at, collection, idx) && !r.indexUnchangedSince(ctx, at, v, collection, idx) {
+	left := func(v snapshot.Version) (snapshot.Version, bool) { return r.indexStepUnchanged(ctx, v, collection, idx) }
+	if !unchangedAlong(v, at, left) && !unchangedAlong(at, v, left) {
 		return false
 	}
 	e.at.Store(&v)
 	r.carriedFilterHits.Add(1)
 	return true
-}
-
-// indexUnchangedSince reports whether older is an ancestor of newer within
-// maxCarrySteps and no version after it up to newer changed the index's entries.
-func (r *Resolver) indexUnchangedSince(ctx context.Context, newer, older snapshot.Version, collection, idx string) bool {
-	v := newer
-	for range maxCarrySteps {
-		parent, ok := r.indexStepUnchanged(ctx, v, collection, idx)
-		if !ok {
-			return false
-		}
-		if parent == older {
-			return true
-		}
-		v = parent
-	}
-	return false
 }
 
 // indexStepUnchanged returns version v's parent and whether v left the collection's

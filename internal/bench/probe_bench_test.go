@@ -7,7 +7,6 @@ import (
 	"io"
 	"net/http"
 	"os"
-	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -17,6 +16,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/snapflip/snapflip/internal/testenv"
 )
 
 // envBenchProbes sets how many probes BenchmarkLogicalProbes commits (default 3,000).
@@ -72,24 +73,8 @@ func runProbes(dsn, api string, probers, probes int) ([]time.Duration, error) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	var done atomic.Int64
-	var spin sync.WaitGroup
-	go func() {
-		for done.Load() < int64(probes/2) && ctx.Err() == nil {
-			time.Sleep(50 * time.Millisecond)
-		}
-		for range runtime.NumCPU() {
-			spin.Add(1)
-			go func() {
-				defer spin.Done()
-				for x := 0; ctx.Err() == nil; x++ {
-					if x%1_000_000 == 0 {
-						runtime.Gosched()
-					}
-				}
-			}()
-		}
-	}()
-	defer func() { cancel(); spin.Wait() }()
+	wait := testenv.BusyCores(ctx, func() bool { return done.Load() >= int64(probes/2) })
+	defer func() { cancel(); wait() }()
 
 	lat := make([][]time.Duration, probers)
 	errs := make([]error, probers)
