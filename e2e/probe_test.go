@@ -9,8 +9,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -52,31 +50,13 @@ func TestLogicalProbesAreAllServed(t *testing.T) {
 	defer e.runSyncer(t, logicalConfig(t, e))()
 	e.awaitServed(t, docPath("things", "probe-0"), `"id":"probe-0"`, time.Now(), 30*time.Second)
 
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	var done atomic.Int64
-	// CPU contention: while the second half of the probes runs, a spinner per core.
-	wait := testenv.BusyCores(ctx, func() bool { return done.Load() >= int64(probes/2) })
-	defer func() { cancel(); wait() }()
-
-	lat := make([][]time.Duration, probers)
-	errs := make(chan error, probers)
-	var wg sync.WaitGroup
-	for p := range probers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			errs <- e.probe(ctx, p, probes/probers, &done, &lat[p])
-		}()
+	// Probers keeps every core busy while the second half of the probes runs.
+	all, err := testenv.Probers(probers, probes, func(ctx context.Context, p int, served func(time.Duration)) error {
+		return e.probe(ctx, p, probes/probers, served)
+	})
+	if err != nil {
+		t.Error(err)
 	}
-	wg.Wait()
-	close(errs)
-	for err := range errs {
-		if err != nil {
-			t.Error(err)
-		}
-	}
-	all := slices.Concat(lat...)
 	if len(all) == 0 {
 		return
 	}
@@ -89,7 +69,7 @@ func TestLogicalProbesAreAllServed(t *testing.T) {
 
 // probe runs n probes on one pooled session: read a row, update this prober's own,
 // await it served. It returns the first probe not served within probeLimit.
-func (e *env) probe(ctx context.Context, p, n int, done *atomic.Int64, lat *[]time.Duration) error {
+func (e *env) probe(ctx context.Context, p, n int, served func(time.Duration)) error {
 	conn, err := pgx.Connect(ctx, e.dsn)
 	if err != nil {
 		return err
@@ -120,8 +100,7 @@ func (e *env) probe(ctx context.Context, p, n int, done *atomic.Int64, lat *[]ti
 		if err != nil {
 			return fmt.Errorf("probe %s (prober %d, %d of %d) not served: %w", want, p, i+1, n, err)
 		}
-		*lat = append(*lat, time.Since(at))
-		done.Add(1)
+		served(time.Since(at))
 	}
 	return nil
 }

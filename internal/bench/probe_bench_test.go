@@ -2,7 +2,6 @@ package bench
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -10,8 +9,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -70,72 +67,44 @@ func BenchmarkLogicalProbes(b *testing.B) {
 // BenchmarkLogicalProbes) and returns each probe's time from its commit returning to
 // the API at api serving it. A probe not served within a minute is an error.
 func runProbes(dsn, api string, probers, probes int) ([]time.Duration, error) {
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	var done atomic.Int64
-	wait := testenv.BusyCores(ctx, func() bool { return done.Load() >= int64(probes/2) })
-	defer func() { cancel(); wait() }()
-
-	lat := make([][]time.Duration, probers)
-	errs := make([]error, probers)
-	var wg sync.WaitGroup
-	for p := range probers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			lat[p], errs[p] = prober(ctx, dsn, api, p, probers, probes/probers, &done)
-			if errs[p] != nil {
-				cancel()
-			}
-		}()
-	}
-	wg.Wait()
-	// The first prober to fail cancelled the others: its error is the one not caused by
-	// the cancel.
-	var first error
-	for _, err := range errs {
-		if err != nil && (first == nil || errors.Is(first, context.Canceled)) {
-			first = err
-		}
-	}
-	return slices.Concat(lat...), first
+	return testenv.Probers(probers, probes, func(ctx context.Context, p int, served func(time.Duration)) error {
+		return prober(ctx, dsn, api, p, probers, probes/probers, served)
+	})
 }
 
 // prober is one of runProbes' probers: row p+1 is its own, and it reads the next
 // prober's before each update, on one connection.
-func prober(ctx context.Context, dsn, api string, p, probers, n int, done *atomic.Int64) ([]time.Duration, error) {
+func prober(ctx context.Context, dsn, api string, p, probers, n int, served func(time.Duration)) error {
 	conn, err := pgx.Connect(ctx, dsn)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	defer conn.Close(context.Background())
 	client := &http.Client{Timeout: 5 * time.Second}
 	id, next := p+1, (p+1)%probers+1
 	url := fmt.Sprintf("%s/v1/data/items/%d", api, id)
-	out := make([]time.Duration, 0, n)
 	for i := range n {
 		var title string
 		if err := conn.QueryRow(ctx, commitReadSQL, next).Scan(&title); err != nil {
-			return nil, err
+			return err
 		}
 		marker := fmt.Sprintf(`"probe-%d-%d"`, p, i)
 		if _, err := conn.Exec(ctx, commitUpdateSQL, marker[1:len(marker)-1], id); err != nil {
-			return nil, err
+			return err
 		}
 		at := time.Now()
 		for !servedAt(ctx, client, url, marker) {
 			if time.Since(at) > time.Minute {
-				return nil, fmt.Errorf("probe %s (prober %d) not served a minute after its commit", marker, p)
+				return fmt.Errorf("probe %s (prober %d) not served a minute after its commit", marker, p)
 			}
 			if ctx.Err() != nil {
-				return nil, ctx.Err()
+				return ctx.Err()
 			}
 			time.Sleep(10 * time.Millisecond)
 		}
-		out = append(out, time.Since(at))
-		done.Add(1)
+		served(time.Since(at))
 	}
-	return out, nil
+	return nil
 }
 
 // servedAt reports whether the document at url holds want.
