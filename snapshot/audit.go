@@ -2,7 +2,6 @@ package snapshot
 
 import (
 	"context"
-	"fmt"
 	"time"
 )
 
@@ -36,22 +35,10 @@ type AuditStore interface {
 	AppendAudit(ctx context.Context, e AuditEntry) error
 	// ListAudit returns a dataset's entries, newest first, at most limit (0: all).
 	ListAudit(ctx context.Context, dataset string, limit int) ([]AuditEntry, error)
+	// AuditAt returns the entry that made the dataset's pointer what it was at t (its
+	// To is the version current then): the newest entry at or before t. It is an
+	// error wrapping ErrNotFound, saying where the trail begins, when it holds none
+	// that old.
+	AuditAt(ctx context.Context, dataset string, t time.Time) (AuditEntry, error)
 }
 
-// CurrentAt returns the entry that made the pointer what it was at t (its To is the
-// version current then), from entries newest first as ListAudit returns them: the
-// newest entry at or before t. It is an error wrapping ErrNotFound when the trail
-// holds none that old.
-func CurrentAt(entries []AuditEntry, t time.Time) (AuditEntry, error) {
-	for _, e := range entries {
-		if !e.At.After(t) {
-			return e, nil
-		}
-	}
-	if len(entries) == 0 {
-		return AuditEntry{}, fmt.Errorf("%w: the audit trail is empty", ErrNotFound)
-	}
-	oldest := entries[len(entries)-1].At
-	return AuditEntry{}, fmt.Errorf("%w: no version was current at %s in the audit trail, which begins at %s",
-		ErrNotFound, t.UTC().Format(time.RFC3339), oldest.UTC().Format(time.RFC3339))
-}

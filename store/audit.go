@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"slices"
+	"time"
 
 	"cloud.google.com/go/bigtable"
 
@@ -41,13 +42,55 @@ func (s *Store) AppendAudit(ctx context.Context, e snapshot.AuditEntry) error {
 	return nil
 }
 
-// ListAudit returns a dataset's entries, newest first, at most limit (0: all).
+// ListAudit returns a dataset's entries, newest first, at most limit (0: all). With a
+// limit it reads those rows alone, in reverse: the newest entries cost the same after
+// millions of flips as after ten.
 func (s *Store) ListAudit(ctx context.Context, dataset string, limit int) ([]snapshot.AuditEntry, error) {
+	prefix := auditPrefix(dataset)
+	if limit > 0 {
+		return s.readAudit(ctx, dataset, bigtable.PrefixRange(prefix), bigtable.ReverseScan(), bigtable.LimitRows(int64(limit)))
+	}
+	out, err := s.readAudit(ctx, dataset, bigtable.PrefixRange(prefix))
+	slices.Reverse(out)
+	return out, err
+}
+
+// AuditAt returns the newest entry at or before t (snapshot.AuditStore): one row read
+// in reverse from t, and, when there is none, the oldest, to say where the trail
+// begins.
+func (s *Store) AuditAt(ctx context.Context, dataset string, t time.Time) (snapshot.AuditEntry, error) {
+	prefix := auditPrefix(dataset)
+	// Every key of an entry at or before t sorts before this one.
+	end := fmt.Sprintf("%s%013d$", prefix, max(t.UnixMilli(), 0))
+	got, err := s.readAudit(ctx, dataset, bigtable.NewRange(prefix, end), bigtable.ReverseScan(), bigtable.LimitRows(1))
+	if err != nil || len(got) == 1 {
+		return firstOf(got), err
+	}
+	oldest, err := s.readAudit(ctx, dataset, bigtable.PrefixRange(prefix), bigtable.LimitRows(1))
+	switch {
+	case err != nil:
+		return snapshot.AuditEntry{}, err
+	case len(oldest) == 0:
+		return snapshot.AuditEntry{}, fmt.Errorf("%w: the audit trail is empty", snapshot.ErrNotFound)
+	}
+	return snapshot.AuditEntry{}, fmt.Errorf("%w: no version was current at %s in the audit trail, which begins at %s",
+		snapshot.ErrNotFound, t.UTC().Format(time.RFC3339), oldest[0].At.UTC().Format(time.RFC3339))
+}
+
+func firstOf(es []snapshot.AuditEntry) snapshot.AuditEntry {
+	if len(es) == 0 {
+		return snapshot.AuditEntry{}
+	}
+	return es[0]
+}
+
+// readAudit decodes the entries of the rows read from rr with opts, in the order read.
+func (s *Store) readAudit(ctx context.Context, dataset string, rr bigtable.RowSet, opts ...bigtable.ReadOption) ([]snapshot.AuditEntry, error) {
 	ctx, cancel := s.op(ctx)
 	defer cancel()
 	var out []snapshot.AuditEntry
 	var derr error
-	err := s.tbl.ReadRows(ctx, bigtable.PrefixRange(auditPrefix(dataset)), func(r bigtable.Row) bool {
+	err := s.tbl.ReadRows(ctx, rr, func(r bigtable.Row) bool {
 		cells := r[famAudit]
 		if len(cells) == 0 {
 			return true
@@ -59,13 +102,9 @@ func (s *Store) ListAudit(ctx context.Context, dataset string, limit int) ([]sna
 		}
 		out = append(out, e)
 		return true
-	}, bigtable.RowFilter(bigtable.LatestNFilter(1)))
+	}, append(opts, bigtable.RowFilter(bigtable.LatestNFilter(1)))...)
 	if err != nil {
 		return nil, s.wrap(err, "list audit of dataset %s", dataset)
-	}
-	slices.Reverse(out)
-	if limit > 0 && len(out) > limit {
-		out = out[:limit]
 	}
 	return out, derr
 }

@@ -71,11 +71,7 @@ func currentAt(ctx context.Context, st snapshot.AuditStore, dataset string, t ti
 	if t.After(time.Now()) {
 		return snapshot.AuditEntry{}, fmt.Errorf("%w: --at/--to-time %s is in the future", ErrUsage, t.UTC().Format(time.RFC3339))
 	}
-	entries, err := st.ListAudit(ctx, dataset, 0)
-	if err != nil {
-		return snapshot.AuditEntry{}, err
-	}
-	return snapshot.CurrentAt(entries, t)
+	return st.AuditAt(ctx, dataset, t)
 }
 
 // printCurrentAt says which version was current at t, why, and whether it is still
