@@ -2,10 +2,14 @@ package layer
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"io/fs"
 	"math/rand/v2"
 	"os"
+	"path/filepath"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 
@@ -119,5 +123,20 @@ func TestPackerSortsAndSpills(t *testing.T) {
 	}
 	if _, err := p.write(context.Background(), &blockSink{}); err == nil {
 		t.Error("entries given twice were packed")
+	}
+}
+
+// A packer whose spill finds no room fails the add, naming the index and the file
+// system's error, rather than keep every entry in memory.
+func TestPackerSpillFailureNamesTheIndex(t *testing.T) {
+	t.Setenv("TMPDIR", filepath.Join(t.TempDir(), "missing"))
+	p := &packer{stored: "orders/by_price", spillAt: 1 << 10}
+	defer p.close()
+	var err error
+	for i := 0; err == nil && i < 1000; i++ {
+		err = p.add(index.EntryID([]byte(fmt.Sprint(i)), fmt.Sprint(i)))
+	}
+	if err == nil || !strings.Contains(err.Error(), "orders/by_price") || !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("adds past the budget with no temporary directory = %v; want an error naming the index and the missing directory", err)
 	}
 }
