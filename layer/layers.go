@@ -37,8 +37,8 @@ func (p *versionWrite) nextKind(cur *snapshot.Manifest, pos snapshot.Position, n
 		return snapshot.LayerBase, "new collection"
 	case len(pc.Layers) == 0:
 		return snapshot.LayerBase, "the parent is a full copy, without fingerprints"
-	case cur.Source.Config != pos.Config:
-		return snapshot.LayerBase, "the collection definitions changed"
+	case !cur.Source.SameDefinition(pos, name):
+		return snapshot.LayerBase, "the collection's definition changed"
 	case p.maxLayers() < 2:
 		return snapshot.LayerBase, fmt.Sprintf("max_layers is %d", p.maxLayers())
 	}

@@ -208,18 +208,36 @@ func splitTable(s string) ([]string, error) {
 func fingerprint(cs []Collection, keys map[string][]string) string {
 	h := sha256.New()
 	for _, c := range cs {
-		key := fmt.Sprintf("%q", keys[c.Name])
-		if k := keys[c.Name]; len(k) == 1 {
-			key = fmt.Sprintf("%q", k[0])
-		}
-		fmt.Fprintf(h, "%q %q %q %s\n", c.Name, c.Table, c.Query, key)
-		if len(c.Indexes) > 0 {
-			// A version with other indexes is never taken for an unchanged source;
-			// without indexes the hash is what it was before there were any.
-			fmt.Fprintf(h, "indexes %q\n", c.Indexes)
-		}
+		h.Write([]byte(definitionLines(c, keys[c.Name])))
 	}
 	return hex.EncodeToString(h.Sum(nil))[:16]
+}
+
+// collectionFingerprints hashes each collection's definition alone, as fingerprint
+// hashes them all (snapshot.Position.Configs): a change to one collection's
+// definition leaves the others' deltas valid.
+func collectionFingerprints(cs []Collection, keys map[string][]string) map[string]string {
+	out := make(map[string]string, len(cs))
+	for _, c := range cs {
+		sum := sha256.Sum256([]byte(definitionLines(c, keys[c.Name])))
+		out[c.Name] = hex.EncodeToString(sum[:8])
+	}
+	return out
+}
+
+// definitionLines is what fingerprint hashes of one collection.
+func definitionLines(c Collection, key []string) string {
+	k := fmt.Sprintf("%q", key)
+	if len(key) == 1 {
+		k = fmt.Sprintf("%q", key[0])
+	}
+	s := fmt.Sprintf("%q %q %q %s\n", c.Name, c.Table, c.Query, k)
+	if len(c.Indexes) > 0 {
+		// A version with other indexes is never taken for an unchanged source;
+		// without indexes the hash is what it was before there were any.
+		s += fmt.Sprintf("indexes %q\n", c.Indexes)
+	}
+	return s
 }
 
 // rowsSQL is the statement whose rows the collection serves: SELECT * FROM the table,

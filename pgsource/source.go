@@ -286,7 +286,7 @@ func (s *Source) start(ctx context.Context, since *snapshot.Position) (_ *snap, 
 	}
 	sn := &snap{src: s, conn: conn, born: born, tx: tx, reads: reads, extra: map[int]*pgx.Conn{},
 		pos: snapshot.Position{LSN: lsn, Snapshot: snapText, Config: fingerprint(s.collections, keys),
-			Fingerprints: map[string]string{}, Definitions: map[string]string{}, System: system}}
+			Configs: collectionFingerprints(s.collections, keys), Fingerprints: map[string]string{}, Definitions: map[string]string{}, System: system}}
 	if st := s.stream.Load(); st != nil {
 		if sn.delta, err = st.delta(ctx, snapText, lsn, since); err != nil {
 			return nil, err

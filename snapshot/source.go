@@ -18,6 +18,9 @@ type Position struct {
 	// Config fingerprints the collection definitions the version was read with, so a
 	// changed definition is never mistaken for an unchanged source.
 	Config string `json:"config,omitempty"`
+	// Configs fingerprints each collection's definition alone (its source, key and
+	// indexes), so that a change to one collection's rebases that one only.
+	Configs map[string]string `json:"configs,omitempty"`
 	// Fingerprints holds, per collection the source can fingerprint cheaply, a value
 	// that changes whenever the collection's contents change. A collection missing
 	// here can only be compared by reading it.
@@ -53,6 +56,17 @@ type StreamPosition struct {
 // Same reports whether p and o name the same snapshot: the same position and the
 // same description.
 func (p Position) Same(o Position) bool { return p.LSN == o.LSN && p.Snapshot == o.Snapshot }
+
+// SameDefinition reports whether p and o read collection c with the same definition:
+// by its own fingerprint when both have one, else by every collection's.
+func (p Position) SameDefinition(o Position, c string) bool {
+	a, ok1 := p.Configs[c]
+	b, ok2 := o.Configs[c]
+	if ok1 && ok2 {
+		return a == b
+	}
+	return p.Config == o.Config
+}
 
 // SameContents reports whether p and o certainly describe the same contents: the same
 // definitions, and either the same LSN or the same fingerprint for every collection.
