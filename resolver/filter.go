@@ -178,7 +178,9 @@ func (r *Resolver) filterHoldsAt(ctx context.Context, e *filterEntry, v snapshot
 	if at == v {
 		return true
 	}
-	left := func(v snapshot.Version) (snapshot.Version, bool) { return r.indexStepUnchanged(ctx, v, collection, idx) }
+	left := func(v snapshot.Version) (snapshot.Version, bool) {
+		return r.indexStepUnchanged(ctx, v, collection, idx)
+	}
 	if !unchangedAlong(v, at, left) && !unchangedAlong(at, v, left) {
 		return false
 	}

@@ -41,4 +41,3 @@ type AuditStore interface {
 	// that old.
 	AuditAt(ctx context.Context, dataset string, t time.Time) (AuditEntry, error)
 }
-
