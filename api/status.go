@@ -81,8 +81,11 @@ func (s *Server) statusPage(w http.ResponseWriter, r *http.Request) {
 	}
 	d.PerMinuteMore = len(all) == statusScan && d.Now.Sub(all[len(all)-1].StartedAt) < time.Minute
 	all = all[:min(len(all), statusShown)]
+	// The timeline spans the versions shown alone: a rollback's target from days ago
+	// would squeeze them into its last pixels.
+	timeline := all
 	if d.HasCurrent && !slices.ContainsFunc(all, func(m snapshot.Manifest) bool { return m.Version == ptr.Version }) {
-		// A rollback's target, older than the versions shown: shown after them.
+		// A rollback's target, older than the versions shown: listed after them.
 		if m, err := s.reader.Manifest(ctx, ptr.Version); err == nil {
 			all = append(all, m)
 		}
@@ -106,7 +109,7 @@ func (s *Server) statusPage(w http.ResponseWriter, r *http.Request) {
 	if h, ok := s.reader.(History); ok {
 		d.History, _ = h.ListHistory(ctx, 20)
 	}
-	d.Chart = chart(all, d.History, ptr.Version)
+	d.Chart = chart(timeline, d.History, ptr.Version)
 	w.Header().Set("Content-Type", "text/html; charset=utf-8")
 	w.Header().Set("Cache-Control", "no-cache")
 	w.Header().Set("Content-Security-Policy", "default-src 'none'; style-src 'unsafe-inline'; img-src data:")

@@ -55,16 +55,28 @@ func (s *Store) ListAudit(ctx context.Context, dataset string, limit int) ([]sna
 	return out, err
 }
 
-// AuditAt returns the newest entry at or before t (snapshot.AuditStore): one row read
-// in reverse from t, and, when there is none, the oldest, to say where the trail
-// begins.
+// AuditAt returns the newest entry at or before t (snapshot.AuditStore): the rows read
+// in reverse from t's millisecond down to the newest entry's millisecond (a key holds
+// the millisecond, the entry its time, and entries of one millisecond sort by a random
+// suffix), and, when there is none, the oldest row, to say where the trail begins.
 func (s *Store) AuditAt(ctx context.Context, dataset string, t time.Time) (snapshot.AuditEntry, error) {
 	prefix := auditPrefix(dataset)
 	// Every key of an entry at or before t sorts before this one.
 	end := fmt.Sprintf("%s%013d$", prefix, max(t.UnixMilli(), 0))
-	got, err := s.readAudit(ctx, dataset, bigtable.NewRange(prefix, end), bigtable.ReverseScan(), bigtable.LimitRows(1))
-	if err != nil || len(got) == 1 {
-		return firstOf(got), err
+	var best snapshot.AuditEntry
+	found := false
+	err := s.eachAudit(ctx, dataset, bigtable.NewRange(prefix, end), func(e snapshot.AuditEntry) bool {
+		switch {
+		case found && e.At.UnixMilli() < best.At.UnixMilli():
+			return false // an older millisecond than the newest entry found
+		case e.At.After(t): // later within t's millisecond
+		case !found || e.At.After(best.At):
+			best, found = e, true
+		}
+		return true
+	}, bigtable.ReverseScan())
+	if err != nil || found {
+		return best, err
 	}
 	oldest, err := s.readAudit(ctx, dataset, bigtable.PrefixRange(prefix), bigtable.LimitRows(1))
 	switch {
@@ -77,18 +89,18 @@ func (s *Store) AuditAt(ctx context.Context, dataset string, t time.Time) (snaps
 		snapshot.ErrNotFound, t.UTC().Format(time.RFC3339), oldest[0].At.UTC().Format(time.RFC3339))
 }
 
-func firstOf(es []snapshot.AuditEntry) snapshot.AuditEntry {
-	if len(es) == 0 {
-		return snapshot.AuditEntry{}
-	}
-	return es[0]
-}
-
 // readAudit decodes the entries of the rows read from rr with opts, in the order read.
 func (s *Store) readAudit(ctx context.Context, dataset string, rr bigtable.RowSet, opts ...bigtable.ReadOption) ([]snapshot.AuditEntry, error) {
+	var out []snapshot.AuditEntry
+	err := s.eachAudit(ctx, dataset, rr, func(e snapshot.AuditEntry) bool { out = append(out, e); return true }, opts...)
+	return out, err
+}
+
+// eachAudit calls fn with the entry of each row read from rr with opts, in the order
+// read, until fn returns false.
+func (s *Store) eachAudit(ctx context.Context, dataset string, rr bigtable.RowSet, fn func(snapshot.AuditEntry) bool, opts ...bigtable.ReadOption) error {
 	ctx, cancel := s.op(ctx)
 	defer cancel()
-	var out []snapshot.AuditEntry
 	var derr error
 	err := s.tbl.ReadRows(ctx, rr, func(r bigtable.Row) bool {
 		cells := r[famAudit]
@@ -100,11 +112,10 @@ func (s *Store) readAudit(ctx context.Context, dataset string, rr bigtable.RowSe
 			derr = fmt.Errorf("audit row %s: %w", r.Key(), err)
 			return false
 		}
-		out = append(out, e)
-		return true
+		return fn(e)
 	}, append(opts, bigtable.RowFilter(bigtable.LatestNFilter(1)))...)
 	if err != nil {
-		return nil, s.wrap(err, "list audit of dataset %s", dataset)
+		return s.wrap(err, "list audit of dataset %s", dataset)
 	}
-	return out, derr
+	return derr
 }

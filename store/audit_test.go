@@ -55,4 +55,22 @@ func TestAuditNewestAndAt(t *testing.T) {
 	if _, err := st.AuditAt(ctx, "none", at); !errors.Is(err, snapshot.ErrNotFound) || !strings.Contains(err.Error(), "empty") {
 		t.Errorf("AuditAt of a dataset without entries = %v; want ErrNotFound, the trail empty", err)
 	}
+
+	// Within one millisecond, which its rows' keys share (they sort by a random
+	// suffix there), the entries' own times decide.
+	ms := time.Date(2026, 6, 1, 0, 0, 0, 0, time.UTC)
+	for i, at := range []time.Time{ms.Add(-time.Second), ms.Add(900 * time.Microsecond), ms.Add(100 * time.Microsecond), ms.Add(500 * time.Microsecond)} {
+		e := snapshot.AuditEntry{Dataset: "ms", At: at, Action: snapshot.ActionFlip, To: snapshot.Version(fmt.Sprint(at.Sub(ms))), By: fmt.Sprint(i)}
+		if err := st.AppendAudit(ctx, e); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for probe, want := range map[time.Duration]snapshot.Version{
+		50 * time.Microsecond: "-1s", 100 * time.Microsecond: "100µs", 600 * time.Microsecond: "500µs",
+		950 * time.Microsecond: "900µs", time.Millisecond: "900µs",
+	} {
+		if got, err := st.AuditAt(ctx, "ms", ms.Add(probe)); err != nil || got.To != want {
+			t.Errorf("AuditAt(%s after the millisecond began) = %s, %v; want %s", probe, got.To, err, want)
+		}
+	}
 }

@@ -92,8 +92,17 @@ func listVersions(ctx context.Context, e *readEnv, limit int, asJSON bool) error
 	if err != nil && !errors.Is(err, snapshot.ErrNoVersion) {
 		return err
 	}
+	if more && ptr.Version != "" && !slices.ContainsFunc(ms, func(m snapshot.Manifest) bool { return m.Version == ptr.Version }) {
+		// A rollback's target, older than the versions listed: listed after them.
+		if m, err := e.store.ReadManifest(ctx, e.cfg.Dataset, ptr.Version); err == nil {
+			ms = append([]snapshot.Manifest{m}, ms...)
+		}
+	}
 	rows := versionRows(ms, ptr, e.cfg.TTL, time.Now())
 	if asJSON {
+		if more {
+			e.log.Info("older versions not listed", "limit", limit, "all", "--limit 0")
+		}
 		return printJSON(e.out, rows)
 	}
 	if len(rows) == 0 {

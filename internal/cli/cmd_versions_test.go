@@ -3,6 +3,7 @@ package cli
 import (
 	"encoding/json"
 	"errors"
+	"slices"
 	"strings"
 	"testing"
 
@@ -49,16 +50,18 @@ func TestUnchangedSyncIsNotAFailure(t *testing.T) {
 		t.Errorf("versions = %s; want %s published, one unchanged and one failed (refused)", out, v1)
 	}
 
-	// --limit lists the newest versions, and says when older ones were left out.
-	out, _, err = run(t, false, getenv, "versions", "--json", "--limit", "2", "--config", cfg)
+	// --limit lists the newest versions, and the current one when it is older (v1,
+	// as after a rollback), and says when older ones were left out.
+	out, _, err = run(t, false, getenv, "versions", "--json", "--limit", "1", "--config", cfg)
 	var newest []struct {
-		Version string `json:"version"`
+		Version string   `json:"version"`
+		Marks   []string `json:"marks"`
 	}
 	if err != nil || json.Unmarshal([]byte(out), &newest) != nil || len(newest) != 2 ||
-		newest[0].Version != rows[0].Version || newest[1].Version != rows[1].Version {
-		t.Errorf("versions --limit 2 --json = %v\n%s; want the newest two of %v", err, out, rows)
+		newest[0].Version != rows[0].Version || newest[1].Version != v1 || !slices.Contains(newest[1].Marks, "current") {
+		t.Errorf("versions --limit 1 --json = %v\n%s; want the newest of %v, then %s marked current", err, out, rows, v1)
 	}
-	for limit, more := range map[string]bool{"2": true, "3": false, "0": false} {
+	for limit, more := range map[string]bool{"1": true, "2": true, "3": false, "0": false} {
 		out, _, err := run(t, false, getenv, "versions", "--limit", limit, "--config", cfg)
 		if err != nil || strings.Contains(out, "older versions not shown") != more {
 			t.Errorf("versions --limit %s = %v\n%s; want older versions said to be left out: %t", limit, err, out, more)
