@@ -19,7 +19,7 @@ import (
 // after it, exactly as a resolver with nothing cached does, through random writes
 // that mostly leave the indexed field alone (plain deltas), sometimes change it, and
 // make merged deltas and bases. Pages cached before a flip that changed no indexed
-// value are carried across it.
+// value are carried across it, reading no manifest beyond each version's own.
 func TestFilterCacheCarriesAcrossFlips(t *testing.T) {
 	schema := []string{
 		`CREATE TABLE t (id int PRIMARY KEY, n int, note text)`,
@@ -27,7 +27,8 @@ func TestFilterCacheCarriesAcrossFlips(t *testing.T) {
 	}
 	r := newRig(t, []pgsource.Collection{{Name: "t", Table: "t", Indexes: []pgsource.Columns{{"n"}}}}, schema...)
 	r.pub.Incremental, r.w.MaxLayers, r.w.RebaseRatio = true, 4, 0.3
-	cached, err := resolver.New("ds", r.store, resolver.Config{Layers: layer.NewReader(r.store, "ds")}, nil)
+	st := &readCounter{Store: r.store}
+	cached, err := resolver.New("ds", st, resolver.Config{Layers: layer.NewReader(st, "ds")}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -67,10 +68,15 @@ func TestFilterCacheCarriesAcrossFlips(t *testing.T) {
 			}
 		}
 	}
+	// Each version's manifest is read once, by its first view: carrying pages walks
+	// from the newer version, through manifests already read.
+	if n := st.manifests.Load(); n > int64(len(versions)) {
+		t.Errorf("the cached resolver read %d manifests for %d versions; want at most one each", n, len(versions))
+	}
 	if cached.CarriedFilterHits() == 0 {
 		t.Errorf("no filter page was carried across a flip (%d filter hits)", cached.FilterHits())
 	}
-	t.Logf("%d filter hits, %d of them carried across flips", cached.FilterHits(), cached.CarriedFilterHits())
+	t.Logf("%d filter hits, %d of them carried across flips; %d manifests read", cached.FilterHits(), cached.CarriedFilterHits(), st.manifests.Load())
 }
 
 // filterAll reads every page (of 4) of the filter n = eq.<n> at version v and returns

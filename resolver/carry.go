@@ -61,7 +61,7 @@ func (r *Resolver) holdsAt(ctx context.Context, e *cacheEntry, k docKey) bool {
 	if at == k.v {
 		return true
 	}
-	if r.carry == nil || !(r.unchangedSince(ctx, k.v, at, k.collection, k.id) || r.unchangedSince(ctx, at, k.v, k.collection, k.id)) {
+	if r.carry == nil || !r.unchangedBetween(ctx, k.v, at, k.collection, k.id) {
 		return false
 	}
 	v := k.v
@@ -70,20 +70,37 @@ func (r *Resolver) holdsAt(ctx context.Context, e *cacheEntry, k docKey) bool {
 	return true
 }
 
-// unchangedSince reports whether older is an ancestor of newer within maxCarrySteps
-// and no version after it up to newer changed the id.
-func (r *Resolver) unchangedSince(ctx context.Context, newer, older snapshot.Version, collection, id string) bool {
-	return unchangedAlong(newer, older, func(v snapshot.Version) (snapshot.Version, bool) {
+// unchangedBetween reports whether one of versions a and b is an ancestor of the other
+// within maxCarrySteps and no version between them changed the id.
+func (r *Resolver) unchangedBetween(ctx context.Context, a, b snapshot.Version, collection, id string) bool {
+	return unchangedAlong(a, b, func(v snapshot.Version) (snapshot.Version, bool) {
 		cs := r.changes(ctx, v, collection)
 		_, changed := cs.ids[id]
 		return cs.parent, cs.ok && !changed
 	})
 }
 
-// unchangedAlong reports whether older is an ancestor of newer within maxCarrySteps
-// and left holds for each version after older up to newer: left returns the version's
-// parent and whether the version left what is looked at as its parent held it.
-func unchangedAlong(newer, older snapshot.Version, left func(v snapshot.Version) (parent snapshot.Version, ok bool)) bool {
+// unchangedAlong reports whether one of versions a and b is an ancestor of the other
+// within maxCarrySteps and left holds for each version after the ancestor up to the
+// descendant: left returns a version's parent and whether the version left what is
+// looked at as its parent held it. It walks parent links from the version made later
+// (a version is made after its parent, by its writers' clocks: where two disagree, the
+// answer is only read again; both ways when they share a millisecond), so a flip to a
+// version that changed what is looked at costs one step, not a walk from the other end
+// through manifests no reader needs.
+func unchangedAlong(a, b snapshot.Version, left func(v snapshot.Version) (parent snapshot.Version, ok bool)) bool {
+	switch {
+	case a.Millis() > b.Millis():
+		return descends(a, b, left)
+	case a.Millis() < b.Millis():
+		return descends(b, a, left)
+	}
+	return descends(a, b, left) || descends(b, a, left)
+}
+
+// descends reports whether older is an ancestor of newer within maxCarrySteps and
+// left holds for each version after it up to newer.
+func descends(newer, older snapshot.Version, left func(v snapshot.Version) (parent snapshot.Version, ok bool)) bool {
 	v := newer
 	for range maxCarrySteps {
 		parent, ok := left(v)

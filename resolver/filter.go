@@ -181,7 +181,7 @@ func (r *Resolver) filterHoldsAt(ctx context.Context, e *filterEntry, v snapshot
 	left := func(v snapshot.Version) (snapshot.Version, bool) {
 		return r.indexStepUnchanged(ctx, v, collection, idx)
 	}
-	if !unchangedAlong(v, at, left) && !unchangedAlong(at, v, left) {
+	if !unchangedAlong(v, at, left) {
 		return false
 	}
 	e.at.Store(&v)
