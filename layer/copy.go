@@ -30,7 +30,7 @@ func (vw *versionWrite) writeFull(ctx context.Context) (snapshot.WriteResult, er
 		// A full copy packs one entry per document in each index, and storage
 		// acknowledged every block.
 		for _, iw := range indexesWritten(name, vw.fullIndexes[name], out.docs, out.chunks) {
-			if iw.Entries != st.Rows || !indexesSealed([]snapshot.IndexWrite{iw}) {
+			if iw.Entries != st.Rows || !iw.Acknowledged() {
 				return out.res, fmt.Errorf("%w: collection %s index %s: %d entries for %d documents, %d of %d blocks and %d of %d directory chunks written",
 					snapshot.ErrDeltaInconsistent, name, iw.Name, iw.Entries, st.Rows, iw.Written, iw.Cells(), iw.ChunksWritten, iw.Chunks)
 			}

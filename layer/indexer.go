@@ -206,7 +206,7 @@ func indexesWritten(collection string, iws []snapshot.IndexWrite, written, chunk
 // entries and tombstones) was acknowledged.
 func indexesSealed(iws []snapshot.IndexWrite) bool {
 	for _, iw := range iws {
-		if iw.Written != iw.Cells() || iw.ChunksWritten != iw.Chunks {
+		if !iw.Acknowledged() {
 			return false
 		}
 	}

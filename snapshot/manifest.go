@@ -107,6 +107,12 @@ type IndexWrite struct {
 	ChunksWritten int64 `json:"chunks_written,omitempty"`
 }
 
+// Acknowledged reports whether storage acknowledged every cell and directory chunk
+// the layer queued for the index.
+func (iw IndexWrite) Acknowledged() bool {
+	return iw.Written == iw.Cells() && iw.ChunksWritten == iw.Chunks
+}
+
 // Cells returns how many cells the layer queued for the index: its blocks when
 // packed, else its entries and tombstones.
 func (iw IndexWrite) Cells() int64 {
@@ -277,7 +283,7 @@ func (m *Manifest) CheckComplete() error {
 					m.Version, name, o.Written, o.Emitted, o.ChunksWritten, o.Chunks)
 			}
 			for _, iw := range o.Indexes {
-				if iw.Written != iw.Cells() || iw.ChunksWritten != iw.Chunks {
+				if !iw.Acknowledged() {
 					return fmt.Errorf("version %s collection %s index %s: wrote %d of %d cells (%d entries, %d tombstones, %d blocks) and %d of %d directory chunks",
 						m.Version, name, iw.Name, iw.Written, iw.Cells(), iw.Entries, iw.Removed, iw.Blocks, iw.ChunksWritten, iw.Chunks)
 				}
