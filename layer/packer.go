@@ -89,60 +89,70 @@ type packed struct {
 // write writes every entry held or spilled in blocks, in order, then the blocks'
 // directory (index.AppendDirectory) as the index's run, and returns what it wrote. It
 // closes the spilled files.
-func (p *packer) write(ctx context.Context, w DocumentWriter) (out packed, err error) {
+func (p *packer) write(ctx context.Context, w DocumentWriter) (packed, error) {
 	defer p.close()
+	bw := &blockWriter{w: w, stored: p.stored}
 	next, err := p.sorted()
 	if err != nil {
-		return out, err
+		return bw.out, err
 	}
 	var pk index.Packer
-	var dir []byte
-	emit := func(key string, body []byte) error {
-		out.blocks++
-		out.bytes += int64(len(key) + len(body))
-		if dir = index.AppendDirectory(dir, key); len(dir) >= index.DirectoryChunkBytes {
-			if err := p.writeChunk(ctx, w, &out, &dir); err != nil {
-				return err
-			}
-		}
-		return w.Write(ctx, p.stored, snapshot.Document{ID: key, Body: bytes.Clone(body)})
-	}
 	prev := ""
 	for {
 		e, ok, err := next()
 		if err != nil {
-			return out, err
+			return bw.out, err
 		}
 		if !ok {
 			break
 		}
 		if prev != "" && e <= prev {
-			return out, fmt.Errorf("%w: index %s: entry %q twice or out of order", snapshot.ErrDeltaInconsistent, p.stored, truncate(e, 200))
+			return bw.out, fmt.Errorf("%w: index %s: entry %q twice or out of order", snapshot.ErrDeltaInconsistent, p.stored, truncate(e, 200))
 		}
 		prev = e
 		if key, body, full := pk.Add(e); full {
-			if err := emit(key, body); err != nil {
-				return out, err
+			if err := bw.block(ctx, key, body); err != nil {
+				return bw.out, err
 			}
 		}
 	}
 	if key, body, ok := pk.Flush(); ok {
-		if err := emit(key, body); err != nil {
-			return out, err
+		if err := bw.block(ctx, key, body); err != nil {
+			return bw.out, err
 		}
 	}
-	if len(dir) > 0 {
-		err = p.writeChunk(ctx, w, &out, &dir)
-	}
-	return out, err
+	return bw.out, bw.chunk(ctx)
 }
 
-// writeChunk writes a chunk of the directory and empties it.
-func (p *packer) writeChunk(ctx context.Context, w DocumentWriter, out *packed, dir *[]byte) error {
-	out.bytes += int64(len(*dir))
-	err := w.WriteChunk(ctx, p.stored, out.chunks, bytes.Clone(*dir))
-	out.chunks++
-	*dir = (*dir)[:0]
+// blockWriter writes an index's blocks, and their keys in directory chunks.
+type blockWriter struct {
+	w      DocumentWriter
+	stored string // the index's collection (index.Collection)
+	dir    []byte // the directory chunk being filled
+	out    packed
+}
+
+// block writes one block, and its key to the directory.
+func (bw *blockWriter) block(ctx context.Context, key string, body []byte) error {
+	bw.out.blocks++
+	bw.out.bytes += int64(len(key) + len(body))
+	if bw.dir = index.AppendDirectory(bw.dir, key); len(bw.dir) >= index.DirectoryChunkBytes {
+		if err := bw.chunk(ctx); err != nil {
+			return err
+		}
+	}
+	return bw.w.Write(ctx, bw.stored, snapshot.Document{ID: key, Body: bytes.Clone(body)})
+}
+
+// chunk writes the directory chunk filled so far, if any, and starts the next.
+func (bw *blockWriter) chunk(ctx context.Context) error {
+	if len(bw.dir) == 0 {
+		return nil
+	}
+	bw.out.bytes += int64(len(bw.dir))
+	err := bw.w.WriteChunk(ctx, bw.stored, bw.out.chunks, bytes.Clone(bw.dir))
+	bw.out.chunks++
+	bw.dir = bw.dir[:0]
 	return err
 }
 
