@@ -84,11 +84,8 @@ func (s *Server) statusPage(w http.ResponseWriter, r *http.Request) {
 	// The timeline spans the versions shown alone: a rollback's target from days ago
 	// would squeeze them into its last pixels.
 	timeline := all
-	if d.HasCurrent && !slices.ContainsFunc(all, func(m snapshot.Manifest) bool { return m.Version == ptr.Version }) {
-		// A rollback's target, older than the versions shown: listed after them.
-		if m, err := s.reader.Manifest(ctx, ptr.Version); err == nil {
-			all = append(all, m)
-		}
+	if d.HasCurrent {
+		all = snapshot.WithVersion(ctx, all, ptr.Version, s.reader.Manifest)
 	}
 	for _, m := range all {
 		if m.Version == ptr.Version && !m.ChangeSeen.IsZero() && !m.PublishedAt.IsZero() {

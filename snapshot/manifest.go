@@ -1,6 +1,7 @@
 package snapshot
 
 import (
+	"context"
 	"fmt"
 	"slices"
 	"time"
@@ -358,4 +359,19 @@ func (m *Manifest) CollectionNames() []string {
 	}
 	slices.Sort(names)
 	return names
+}
+
+// WithVersion returns ms, a list of manifests newest first, with version v's manifest
+// (read with read) after them when ms lacks it: how a bounded list of the newest
+// versions still shows the current one when a rollback made it older. A v of "", or a
+// manifest that cannot be read, leaves ms as it was.
+func WithVersion(ctx context.Context, ms []Manifest, v Version, read func(context.Context, Version) (Manifest, error)) []Manifest {
+	if v == "" || slices.ContainsFunc(ms, func(m Manifest) bool { return m.Version == v }) {
+		return ms
+	}
+	m, err := read(ctx, v)
+	if err != nil {
+		return ms
+	}
+	return append(ms[:len(ms):len(ms)], m)
 }

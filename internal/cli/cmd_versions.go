@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"maps"
+	"math"
 	"slices"
 	"strings"
 	"text/tabwriter"
@@ -72,31 +73,30 @@ func listVersions(ctx context.Context, e *readEnv, limit int, asJSON bool) error
 	if limit < 0 {
 		return fmt.Errorf("%w: --limit %d: must be 0 (all) or positive", ErrUsage, limit)
 	}
-	var ms []snapshot.Manifest
+	var ms []snapshot.Manifest // newest first
 	var err error
 	if limit == 0 {
 		ms, err = e.store.ListManifests(ctx, e.cfg.Dataset)
+		slices.Reverse(ms)
 	} else {
 		// One more than asked, to say whether older ones were left out.
-		ms, err = e.store.RecentManifests(ctx, e.cfg.Dataset, "", limit+1)
-		slices.Reverse(ms)
+		ms, err = e.store.RecentManifests(ctx, e.cfg.Dataset, "", min(limit, math.MaxInt-1)+1)
 	}
 	if err != nil {
 		return err
 	}
 	more := limit > 0 && len(ms) > limit
 	if more {
-		ms = ms[1:]
+		ms = ms[:limit]
 	}
 	ptr, err := e.store.ReadPointer(ctx, e.cfg.Dataset)
 	if err != nil && !errors.Is(err, snapshot.ErrNoVersion) {
 		return err
 	}
-	if more && ptr.Version != "" && !slices.ContainsFunc(ms, func(m snapshot.Manifest) bool { return m.Version == ptr.Version }) {
-		// A rollback's target, older than the versions listed: listed after them.
-		if m, err := e.store.ReadManifest(ctx, e.cfg.Dataset, ptr.Version); err == nil {
-			ms = append([]snapshot.Manifest{m}, ms...)
-		}
+	if more {
+		ms = snapshot.WithVersion(ctx, ms, ptr.Version, func(ctx context.Context, v snapshot.Version) (snapshot.Manifest, error) {
+			return e.store.ReadManifest(ctx, e.cfg.Dataset, v)
+		})
 	}
 	rows := versionRows(ms, ptr, e.cfg.TTL, time.Now())
 	if asJSON {
@@ -118,11 +118,9 @@ func listVersions(ctx context.Context, e *readEnv, limit int, asJSON bool) error
 	return err
 }
 
-// versionRows describes the manifests ms (oldest first, as listed), newest first,
-// against the pointer ptr; ttl is the configured TTL, for manifests without their own.
+// versionRows describes the manifests ms, newest first, against the pointer ptr; ttl
+// is the configured TTL, for manifests without their own.
 func versionRows(ms []snapshot.Manifest, ptr snapshot.Pointer, ttl time.Duration, now time.Time) []versionRow {
-	ms = slices.Clone(ms)
-	slices.Reverse(ms)
 	rows := make([]versionRow, 0, len(ms))
 	for _, m := range ms {
 		r := versionRow{Version: m.Version, State: m.State, Started: m.StartedAt, Age: now.Sub(m.StartedAt).Round(time.Second).String(),

@@ -61,7 +61,7 @@ func TestUnchangedSyncIsNotAFailure(t *testing.T) {
 		newest[0].Version != rows[0].Version || newest[1].Version != v1 || !slices.Contains(newest[1].Marks, "current") {
 		t.Errorf("versions --limit 1 --json = %v\n%s; want the newest of %v, then %s marked current", err, out, rows, v1)
 	}
-	for limit, more := range map[string]bool{"1": true, "2": true, "3": false, "0": false} {
+	for limit, more := range map[string]bool{"1": true, "2": true, "3": false, "0": false, "9223372036854775807": false} {
 		out, _, err := run(t, false, getenv, "versions", "--limit", limit, "--config", cfg)
 		if err != nil || strings.Contains(out, "older versions not shown") != more {
 			t.Errorf("versions --limit %s = %v\n%s; want older versions said to be left out: %t", limit, err, out, more)

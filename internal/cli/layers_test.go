@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -64,7 +65,9 @@ func layeredFixture(now time.Time) []snapshot.Manifest {
 // chain's oldest layer.
 func TestVersionsShowLayers(t *testing.T) {
 	now := time.Now()
-	rows := versionRows(layeredFixture(now), snapshot.Pointer{Version: vCur, Previous: vDelta}, 24*time.Hour, now)
+	ms := layeredFixture(now) // oldest first
+	slices.Reverse(ms)
+	rows := versionRows(ms, snapshot.Pointer{Version: vCur, Previous: vDelta}, 24*time.Hour, now)
 	type want struct {
 		shape   string
 		chain   int
