@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -306,5 +307,49 @@ func TestStatusPageAfterManyVersions(t *testing.T) {
 	}
 	if f.versionsAsked > 300 {
 		t.Errorf("status page asked for %d versions; want at most 300", f.versionsAsked)
+	}
+}
+
+// GET /v1/versions pages the versions newest first, each version once, and each page
+// asks storage for its own versions plus one, however many there are.
+func TestVersionsPagesReadTheirOwnVersions(t *testing.T) {
+	gen := snapshot.NewVersionGen(uuid.New(), nil)
+	var ms []snapshot.Manifest
+	for range 10 {
+		ms = append([]snapshot.Manifest{{Version: gen.Next(), State: snapshot.StateRetired, Writer: "w"}}, ms...)
+	}
+	f := &fakeReader{manifests: ms}
+	s := newServer(t, f, nil)
+	var got []snapshot.Version
+	target := "/v1/versions?limit=3"
+	for pages := 1; ; pages++ {
+		asked := f.versionsAsked
+		res, body := do(t, s, http.MethodGet, target, "")
+		var page struct {
+			Versions []struct {
+				Version snapshot.Version `json:"version"`
+			} `json:"versions"`
+			Next string `json:"next_page_token"`
+		}
+		if res.StatusCode != http.StatusOK || json.Unmarshal(body, &page) != nil {
+			t.Fatalf("GET %s = %d %s", target, res.StatusCode, body)
+		}
+		if n := f.versionsAsked - asked; n != 4 {
+			t.Errorf("page %d asked storage for %d versions; want 4 (its 3 and one more)", pages, n)
+		}
+		for _, v := range page.Versions {
+			got = append(got, v.Version)
+		}
+		if page.Next == "" || pages > 4 {
+			break
+		}
+		target = "/v1/versions?limit=3&page_token=" + page.Next
+	}
+	var want []snapshot.Version
+	for _, m := range ms {
+		want = append(want, m.Version)
+	}
+	if !slices.Equal(got, want) {
+		t.Errorf("pages listed %v; want %v", got, want)
 	}
 }
