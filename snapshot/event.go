@@ -53,6 +53,7 @@ const (
 	EventLayerWritten        // a collection's layer is written
 	EventCopying             // a long copy's progress
 	EventCollectionCopied    // a collection's copy is done
+	EventCoverageFailed      // an unchanged source's snapshot was not recorded as covered
 	numEventKinds
 )
 
@@ -90,6 +91,7 @@ var eventKinds = [numEventKinds]struct {
 	EventLayerWritten:        {"layer written", LevelInfo},
 	EventCopying:             {"copying", LevelInfo},
 	EventCollectionCopied:    {"collection copied", LevelInfo},
+	EventCoverageFailed:      {"record that the current version covers the source's snapshot", LevelWarn},
 }
 
 // String returns the kind's log message; "" for a kind this version does not know.

@@ -30,6 +30,7 @@ func TestEventKindText(t *testing.T) {
 		{snapshot.EventLayerWritten, "layer written", snapshot.LevelInfo},
 		{snapshot.EventCopying, "copying", snapshot.LevelInfo},
 		{snapshot.EventCollectionCopied, "collection copied", snapshot.LevelInfo},
+		{snapshot.EventCoverageFailed, "record that the current version covers the source's snapshot", snapshot.LevelWarn},
 		{snapshot.EventKind(0), "", snapshot.LevelInfo},
 	} {
 		if got, want := tc.kind.String(), tc.text; got != want {
@@ -39,7 +40,7 @@ func TestEventKindText(t *testing.T) {
 			t.Errorf("kind %q: level %d; want %d", tc.kind, got, want)
 		}
 	}
-	if got, want := len(seen), int(snapshot.EventCollectionCopied); got != want {
+	if got, want := len(seen), int(snapshot.EventCoverageFailed); got != want {
 		t.Errorf("%d kinds with a message; want %d", got, want)
 	}
 }

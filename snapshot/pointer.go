@@ -24,6 +24,38 @@ type Pointer struct {
 	// By names who flipped it; Reason says why (rollbacks, unpins).
 	By     string `json:"by,omitempty"`
 	Reason string `json:"reason,omitempty"`
+	// Covered is the newest proof that a version holds everything a source snapshot
+	// saw (a sync that found nothing to publish, or the last flip); it speaks for
+	// Version only when its own Version is the same. Stored beside the pointer.
+	Covered Coverage `json:"-"`
+	// Demand counts the requests for a look at the source that read-your-writes
+	// waiters have made (RaiseDemand); it only grows. Stored beside the pointer.
+	Demand uint64 `json:"-"`
+}
+
+// Coverage records that a version holds every commit a source snapshot saw: the
+// version's own snapshot, or a later one a sync read and found nothing new in.
+type Coverage struct {
+	// Version is the version that holds what Snapshot saw.
+	Version Version `json:"version"`
+	// Snapshot is the source snapshot (pg_current_snapshot()) and LSN its position.
+	Snapshot string `json:"snapshot"`
+	LSN      uint64 `json:"lsn"`
+	// Demand is the pointer's Demand as read before the snapshot was taken: every
+	// demand up to it was raised before Snapshot, so the source had issued every
+	// transaction id a demanding waiter could hold by then.
+	Demand uint64 `json:"demand,omitempty"`
+	// At is when it was recorded.
+	At time.Time `json:"at"`
+}
+
+// Covering returns what the pointer's version is known to hold: the coverage recorded
+// for it, or else the version's own snapshot.
+func (p Pointer) Covering() Coverage {
+	if p.Covered.Version == p.Version && p.Covered.Snapshot != "" && p.Covered.LSN >= p.Source.LSN {
+		return p.Covered
+	}
+	return Coverage{Version: p.Version, Snapshot: p.Source.Snapshot, LSN: p.Source.LSN, At: p.FlippedAt}
 }
 
 // Flip asks to move the pointer.
@@ -48,6 +80,9 @@ type Flip struct {
 	By, Reason string
 	// At is the time of the flip.
 	At time.Time
+	// Demand is the pointer's Demand as read before the version's snapshot was
+	// taken, recorded with the flip's coverage (Coverage.Demand).
+	Demand uint64
 }
 
 // PointerStore reads and flips pointers.
@@ -60,4 +95,19 @@ type PointerStore interface {
 	// ErrSourceBehind or ErrConflict naming why the flip did not apply. After a lost
 	// reply it re-reads the pointer to decide.
 	FlipPointer(ctx context.Context, dataset string, f Flip) (Pointer, error)
+	// RecordCoverage records, without moving the pointer, that its version c.Version
+	// still holds everything c.Snapshot saw, in one conditional write fenced like a
+	// flip. It returns an error wrapping ErrFenced (the stored fence is greater than
+	// token), ErrPinned, ErrConflict (the pointer names another version) or
+	// ErrSourceBehind (a later coverage is recorded already) when it does not apply.
+	RecordCoverage(ctx context.Context, dataset string, token uint64, c Coverage) error
+}
+
+// DemandStore carries read-your-writes demand from the read side to the syncer.
+type DemandStore interface {
+	// RaiseDemand adds one to the dataset's demand counter and returns its new value:
+	// a waiter asks the syncer to look at the source now.
+	RaiseDemand(ctx context.Context, dataset string) (uint64, error)
+	// ReadDemand returns the dataset's demand counter (0 when never raised).
+	ReadDemand(ctx context.Context, dataset string) (uint64, error)
 }

@@ -238,6 +238,7 @@ func (a *attempt) publish(ctx context.Context) (PublishResult, error) {
 		observe(ctx, p.Observer, Event{Kind: EventSourceUnchanged, Dataset: p.Dataset, Version: a.cur.Version,
 			Attrs: []any{"source_lsn", pos.String()}})
 		a.holds(ctx, pos, a.current.Source)
+		a.cover(ctx, pos)
 		return PublishResult{Previous: a.cur.Version, NoOp: true}, nil
 	}
 	if err := a.write(ctx, snap); err != nil {
@@ -249,6 +250,7 @@ func (a *attempt) publish(ctx context.Context) (PublishResult, error) {
 	if res, err := a.vet(ctx); err != nil || res.NoOp {
 		if err == nil {
 			a.holds(ctx, pos, a.current.Source)
+			a.cover(ctx, pos)
 		}
 		return res, err
 	}
@@ -281,6 +283,22 @@ func (a *attempt) open(ctx context.Context) (SourceSnapshot, error) {
 func (a *attempt) holds(ctx context.Context, pos, ptr Position) {
 	if f, ok := a.p.Source.(Follower); ok {
 		f.Holds(ctx, pos, ptr)
+	}
+}
+
+// cover records beside the pointer that its version holds everything the snapshot at
+// pos saw (the source had not changed), so that a read-your-writes token of a commit
+// that changed nothing served is covered without a flip. Failing to record delays
+// such tokens and nothing else: it is reported, not returned.
+func (a *attempt) cover(ctx context.Context, pos Position) {
+	token := a.run.opts.Token
+	if token == 0 {
+		token = a.cur.Fence
+	}
+	c := Coverage{Version: a.cur.Version, Snapshot: pos.Snapshot, LSN: pos.LSN, Demand: a.cur.Demand, At: a.p.now()}
+	if err := a.p.Store.RecordCoverage(ctx, a.p.Dataset, token, c); err != nil {
+		observe(ctx, a.p.Observer, Event{Kind: EventCoverageFailed, Dataset: a.p.Dataset, Version: a.cur.Version,
+			Attrs: []any{"err", err}})
 	}
 }
 
@@ -396,7 +414,7 @@ func (a *attempt) seal(ctx context.Context) error {
 // optimistically, the stored fence plus one.
 func (a *attempt) flip(ctx context.Context) (Flip, error) {
 	p, m := a.p, a.m
-	flip := Flip{Version: m.Version, Token: a.run.opts.Token, Source: m.Source, By: p.Writer, At: p.now()}
+	flip := Flip{Version: m.Version, Token: a.run.opts.Token, Source: m.Source, By: p.Writer, At: p.now(), Demand: a.cur.Demand}
 	if a.current != nil {
 		flip.Expected = a.cur.Version
 		if flip.Token == 0 {

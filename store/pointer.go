@@ -25,6 +25,13 @@ const (
 	colFence   = "fence"
 	colSource  = "source"
 	colPinned  = "pinned"
+	// colCovered holds a snapshot.Coverage as JSON and colCoveredLSN its LSN, which
+	// RecordCoverage's condition compares; both are written by every flip too.
+	colCovered    = "covered"
+	colCoveredLSN = "coveredlsn"
+	// colDemand is the read-your-writes demand counter, an 8-byte big-endian number
+	// that ReadModifyWriteRow increments.
+	colDemand = "demand"
 )
 
 func be64(n uint64) []byte {
@@ -73,20 +80,25 @@ func (s *Store) ReadPointer(ctx context.Context, dataset string) (snapshot.Point
 
 // pointerFilter reads what decodePointer needs of a pointer row.
 func pointerFilter() bigtable.ReadOption {
-	return bigtable.RowFilter(bigtable.InterleaveFilters(column(famControl, colPointer), column(famControl, colFence)))
+	return bigtable.RowFilter(bigtable.InterleaveFilters(column(famControl, colPointer), column(famControl, colFence),
+		column(famControl, colCovered), column(famControl, colDemand)))
 }
 
 // decodePointer returns the pointer a row holds, or ErrNoVersion when it holds none
 // (a fence advanced before the first flip).
 func decodePointer(dataset string, row bigtable.Row) (snapshot.Pointer, error) {
 	var p snapshot.Pointer
-	var body, fence []byte
+	var body, fence, covered, demand []byte
 	for _, c := range row[famControl] {
 		switch c.Column {
 		case famControl + ":" + colPointer:
 			body = c.Value
 		case famControl + ":" + colFence:
 			fence = c.Value
+		case famControl + ":" + colCovered:
+			covered = c.Value
+		case famControl + ":" + colDemand:
+			demand = c.Value
 		}
 	}
 	if body == nil {
@@ -98,6 +110,14 @@ func decodePointer(dataset string, row bigtable.Row) (snapshot.Pointer, error) {
 	// The fence cell is authoritative: AdvanceFence moves it without a flip.
 	if len(fence) == 8 {
 		p.Fence = binary.BigEndian.Uint64(fence)
+	}
+	if covered != nil {
+		if err := json.Unmarshal(covered, &p.Covered); err != nil {
+			return snapshot.Pointer{}, fmt.Errorf("decode coverage of dataset %s: %w", dataset, err)
+		}
+	}
+	if len(demand) == 8 {
+		p.Demand = binary.BigEndian.Uint64(demand)
 	}
 	return p, nil
 }
@@ -159,6 +179,11 @@ func (s *Store) FlipPointer(ctx context.Context, dataset string, f snapshot.Flip
 	if err != nil {
 		return snapshot.Pointer{}, err
 	}
+	p.Covered = snapshot.Coverage{Version: f.Version, Snapshot: f.Source.Snapshot, LSN: f.Source.LSN, Demand: f.Demand, At: f.At}
+	covered, err := json.Marshal(p.Covered)
+	if err != nil {
+		return snapshot.Pointer{}, err
+	}
 	reject := []bigtable.Filter{valueAtLeast(famControl, colFence, be64(f.Token+1))}
 	if !f.Rollback {
 		reject = append(reject, valueEquals(famControl, colPinned, []byte("1")))
@@ -178,11 +203,13 @@ func (s *Store) FlipPointer(ctx context.Context, dataset string, f snapshot.Flip
 	ts := bigtable.Time(f.At)
 	mut := bigtable.NewMutation()
 	for col, val := range map[string][]byte{
-		colPointer: body,
-		colVersion: []byte(f.Version),
-		colFence:   be64(f.Token),
-		colSource:  be64(f.Source.LSN),
-		colPinned:  pinned,
+		colPointer:    body,
+		colVersion:    []byte(f.Version),
+		colFence:      be64(f.Token),
+		colSource:     be64(f.Source.LSN),
+		colPinned:     pinned,
+		colCovered:    covered,
+		colCoveredLSN: be64(f.Source.LSN),
 	} {
 		mut.DeleteCellsInColumn(famControl, col)
 		mut.Set(famControl, col, ts, val)
@@ -232,6 +259,98 @@ func (s *Store) whyRejected(ctx context.Context, dataset string, f snapshot.Flip
 		return fmt.Errorf("flip of dataset %s to %s: expected current version %q, found %q: %w",
 			dataset, f.Version, f.Expected, cur.Version, snapshot.ErrConflict)
 	}
+}
+
+// RecordCoverage records, without moving the pointer, that its version still holds
+// everything c.Snapshot saw. The condition rejects it, like a flip, when the stored
+// fence is greater than token, when the dataset is pinned, when the pointer names
+// another version than c.Version, or when a coverage read at a later LSN is recorded.
+// Applying it twice is harmless, so a lost reply needs no re-read: the caller's next
+// sync records again.
+func (s *Store) RecordCoverage(ctx context.Context, dataset string, token uint64, c snapshot.Coverage) error {
+	ctx, cancel := s.op(ctx)
+	defer cancel()
+	if c.Version == "" {
+		return fmt.Errorf("%w coverage: no version", snapshot.ErrInvalid)
+	}
+	body, err := json.Marshal(c)
+	if err != nil {
+		return err
+	}
+	reject := []bigtable.Filter{
+		valueAtLeast(famControl, colFence, be64(token+1)),
+		valueEquals(famControl, colPinned, []byte("1")),
+		valueNotEquals(famControl, colVersion, []byte(c.Version)),
+	}
+	if c.LSN < ^uint64(0) {
+		reject = append(reject, valueAtLeast(famControl, colCoveredLSN, be64(c.LSN+1)))
+	}
+	ts := bigtable.Time(c.At)
+	mut := bigtable.NewMutation()
+	for col, val := range map[string][]byte{colCovered: body, colCoveredLSN: be64(c.LSN)} {
+		mut.DeleteCellsInColumn(famControl, col)
+		mut.Set(famControl, col, ts, val)
+	}
+	var rejected bool
+	cond := bigtable.NewCondMutation(bigtable.InterleaveFilters(reject...), nil, mut)
+	if err := s.tbl.Apply(ctx, pointerKey(dataset), cond, bigtable.GetCondMutationResult(&rejected)); err != nil {
+		return s.wrap(err, "record coverage of dataset %s at %s", dataset, c.Version)
+	}
+	if !rejected {
+		return nil
+	}
+	cur, err := s.ReadPointer(ctx, dataset)
+	switch {
+	case err != nil:
+		return fmt.Errorf("coverage of dataset %s rejected; re-read failed: %w", dataset, err)
+	case cur.Fence > token:
+		return fmt.Errorf("coverage of dataset %s with token %d: stored fence is %d: %w", dataset, token, cur.Fence, snapshot.ErrFenced)
+	case cur.Pinned:
+		return fmt.Errorf("coverage of dataset %s: pinned at %s: %w", dataset, cur.Version, snapshot.ErrPinned)
+	case cur.Version != c.Version:
+		return fmt.Errorf("coverage of dataset %s at %s: the pointer names %s: %w", dataset, c.Version, cur.Version, snapshot.ErrConflict)
+	default:
+		return fmt.Errorf("coverage of dataset %s at LSN %d: one at LSN %d is recorded: %w", dataset, c.LSN, cur.Covered.LSN, snapshot.ErrSourceBehind)
+	}
+}
+
+// RaiseDemand adds one to the dataset's demand counter (ReadModifyWriteRow, so that
+// raises from every API replica count) and returns its new value.
+func (s *Store) RaiseDemand(ctx context.Context, dataset string) (uint64, error) {
+	ctx, cancel := s.op(ctx)
+	defer cancel()
+	rmw := bigtable.NewReadModifyWrite()
+	rmw.Increment(famControl, colDemand, 1)
+	row, err := s.tbl.ApplyReadModifyWrite(ctx, pointerKey(dataset), rmw)
+	if err != nil {
+		return 0, s.wrap(err, "raise demand of dataset %s", dataset)
+	}
+	for _, c := range row[famControl] {
+		if c.Column == famControl+":"+colDemand && len(c.Value) == 8 {
+			return binary.BigEndian.Uint64(c.Value), nil
+		}
+	}
+	return 0, fmt.Errorf("raise demand of dataset %s: the counter was not returned", dataset)
+}
+
+// ReadDemand returns the dataset's demand counter, 0 when it was never raised (or
+// the table does not exist yet).
+func (s *Store) ReadDemand(ctx context.Context, dataset string) (uint64, error) {
+	ctx, cancel := s.op(ctx)
+	defer cancel()
+	row, err := s.tbl.ReadRow(ctx, pointerKey(dataset), bigtable.RowFilter(column(famControl, colDemand)))
+	if status.Code(err) == codes.NotFound {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, s.wrap(err, "read demand of dataset %s", dataset)
+	}
+	for _, c := range row[famControl] {
+		if len(c.Value) == 8 {
+			return binary.BigEndian.Uint64(c.Value), nil
+		}
+	}
+	return 0, nil
 }
 
 // AdvanceFence raises the pointer's fence to token, without moving the pointer, so that

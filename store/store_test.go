@@ -478,7 +478,8 @@ func TestFlipPointerConditions(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := snapshot.Pointer{Version: v1, Previous: v2, Fence: 7, Source: snapshot.Position{LSN: 100}, Pinned: true, FlippedAt: at}
+	want := snapshot.Pointer{Version: v1, Previous: v2, Fence: 7, Source: snapshot.Position{LSN: 100}, Pinned: true, FlippedAt: at,
+		Covered: snapshot.Coverage{Version: v1, LSN: 100, At: at}}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("pointer (-want +got):\n%s", diff)
 	}
