@@ -39,6 +39,27 @@ type pointerCache struct {
 	err       error         // the last read's error; nil when it succeeded
 	triedAt   time.Time     // when the last read was sent; zero before one
 	flight    chan struct{} // closed when the read in flight ends; nil when none is
+	landed    chan struct{} // closed when the next read ends, whoever started it
+}
+
+// landing returns a channel closed when the next pointer read ends.
+func (c *pointerCache) landing() <-chan struct{} {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.landed == nil {
+		c.landed = make(chan struct{})
+	}
+	return c.landed
+}
+
+// context is the context reads run under: Run's, else Background.
+func (c *pointerCache) context() context.Context {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.base == nil {
+		return context.Background()
+	}
+	return c.base
 }
 
 // get returns the pointer a request may resolve through, by the rules above.
@@ -125,6 +146,10 @@ func (c *pointerCache) start() chan struct{} {
 		}
 		c.flight = nil
 		close(ch)
+		if c.landed != nil {
+			close(c.landed)
+			c.landed = nil
+		}
 	}()
 	return ch
 }

@@ -53,17 +53,28 @@ type Config struct {
 	// which ids a flip changed, to carry cached documents across it (carry.go). Nil
 	// turns both off.
 	Layers snapshot.LayerRuns
+	// Demand, when set, is where waiters for a read-your-writes token ask the syncer
+	// to look at the source now (Await). Nil: they wait for the syncer's own pace.
+	Demand snapshot.DemandStore
+	// MaxWaiters is the most requests that may wait for a token at once; past it,
+	// Await answers ErrNotYetCovered at once. Default 10,000.
+	MaxWaiters int
 }
 
 // DefaultConfig returns the defaults a zero field of Config takes
 // (but Layers, which has none).
 func DefaultConfig() Config {
-	return Config{Refresh: 200 * time.Millisecond, Timeout: 5 * time.Second, MaxStale: time.Minute, CacheSize: 100_000}
+	return Config{Refresh: 200 * time.Millisecond, Timeout: 5 * time.Second, MaxStale: time.Minute, CacheSize: 100_000,
+		MaxWaiters: DefaultMaxWaiters}
 }
 
 // Validate reports the first bad value of c as an error naming its field: a negative
-// duration (zero takes the default). A negative CacheSize is valid: no cache.
+// duration or MaxWaiters (zero takes the default). A negative CacheSize is valid: no
+// cache.
 func (c Config) Validate() error {
+	if c.MaxWaiters < 0 {
+		return fmt.Errorf("%w resolver config: MaxWaiters %d is negative (0 takes the default)", snapshot.ErrInvalid, c.MaxWaiters)
+	}
 	for _, f := range []struct {
 		name string
 		d    time.Duration
@@ -90,6 +101,9 @@ func (c Config) withDefaults() Config {
 	if c.CacheSize == 0 {
 		c.CacheSize = def.CacheSize
 	}
+	if c.MaxWaiters == 0 {
+		c.MaxWaiters = def.MaxWaiters
+	}
 	return c
 }
 
@@ -111,6 +125,9 @@ type Resolver struct {
 	filters   *lru.Cache[filterKey, *filterEntry] // filter pages' ids (filter.go)
 
 	hits, misses, carriedHits, filterHits, carriedFilterHits atomic.Int64
+
+	waiting atomic.Int64 // requests waiting for a token (Await)
+	demand  *demander
 }
 
 // maxCachedManifests bounds the manifest cache.
@@ -151,6 +168,10 @@ func New(dataset string, store ReadStore, cfg Config, now func() time.Time) (*Re
 	r := &Resolver{dataset: dataset, store: store, cfg: cfg, now: now,
 		fetch: &fetcher{store: store, dataset: dataset, timeout: cfg.Timeout}}
 	r.ptr = &pointerCache{refresh: cfg.Refresh, timeout: cfg.Timeout, maxStale: cfg.MaxStale, now: now, read: r.readPointer}
+	r.demand = &demander{gap: cfg.Refresh, now: now, base: r.ptr.context, waiting: r.waiting.Load}
+	if cfg.Demand != nil {
+		r.demand.raise = func(ctx context.Context) (uint64, error) { return cfg.Demand.RaiseDemand(ctx, dataset) }
+	}
 	r.manifests, _ = lru.New[snapshot.Version, snapshot.Manifest](maxCachedManifests)
 	r.filters, _ = lru.New[filterKey, *filterEntry](maxCachedFilters)
 	if cfg.CacheSize > 0 {

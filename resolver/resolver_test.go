@@ -448,7 +448,7 @@ func TestResolverConfigValidate(t *testing.T) {
 		t.Errorf("New with a negative MaxStale = %v; want ErrInvalid", err)
 	}
 	if got, want := (Config{CacheSize: -1}).withDefaults(), (Config{Refresh: 200 * time.Millisecond,
-		Timeout: 5 * time.Second, MaxStale: time.Minute, CacheSize: -1}); got != want {
+		Timeout: 5 * time.Second, MaxStale: time.Minute, CacheSize: -1, MaxWaiters: DefaultMaxWaiters}); got != want {
 		t.Errorf("withDefaults() = %+v; want %+v", got, want)
 	}
 }

@@ -1,0 +1,213 @@
+package resolver
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/snapflip/snapflip/snapshot"
+)
+
+// Read-your-writes waits (docs/design.md, "Reading your own writes"). A request that
+// carries a token is answered from the current version once the pointer shows it
+// covers the token. Waiters read nothing of their own from storage: they look at the
+// pointer each refresh lands (one read however many wait) and hold no cache entry. A
+// waiter whose token the pointer does not cover asks the syncer to look at the source
+// now (demand), at most one raise in flight per replica and one per refresh interval,
+// however many wait.
+
+// DefaultMaxWaiters is Config.MaxWaiters' default.
+const DefaultMaxWaiters = 10_000
+
+// Await returns a view of the current version once it covers tok, waiting for the
+// pointer to show one until ctx ends. It returns an error wrapping
+// ErrNotCovered when the dataset is pinned at a version that does not cover tok (at
+// once, or when a rollback lands while waiting); ErrTokenRejected when tok names
+// another cluster than the source, or a transaction the source had not issued when
+// the syncer looked after the wait began; ErrNotYetCovered when ctx ends first or
+// MaxWaiters requests wait already.
+func (r *Resolver) Await(ctx context.Context, tok snapshot.Token) (snapshot.View, error) {
+	p, err := r.Pointer(ctx)
+	if err != nil {
+		return snapshot.View{}, err
+	}
+	if ok, err := judge(p, tok, 0); ok || err != nil {
+		return r.covering(ctx, p, err)
+	}
+	if n := r.waiting.Add(1); n > int64(r.cfg.MaxWaiters) {
+		r.waiting.Add(-1)
+		return snapshot.View{}, fmt.Errorf("%d requests wait for a token already: %w", r.cfg.MaxWaiters, snapshot.ErrNotYetCovered)
+	}
+	defer r.waiting.Add(-1)
+	arrival := r.now()
+	r.demand.want(arrival)
+	tick := time.NewTicker(r.cfg.Refresh)
+	defer tick.Stop()
+	var need uint64
+	for {
+		landed := r.ptr.landing()
+		if p, err = r.Pointer(ctx); err != nil && !errors.Is(err, snapshot.ErrNoVersion) && ctx.Err() == nil {
+			return snapshot.View{}, err
+		}
+		if need == 0 {
+			need = r.demand.after(arrival)
+		}
+		if err == nil {
+			if ok, jerr := judge(p, tok, need); ok || jerr != nil {
+				return r.covering(ctx, p, jerr)
+			}
+		}
+		select {
+		case <-landed:
+		case <-tick.C:
+		case <-ctx.Done():
+			return snapshot.View{}, fmt.Errorf("token %s: no version covering it was served in time: %w (%w)",
+				snapshot.Truncate(tok.String(), 80), snapshot.ErrNotYetCovered, ctx.Err())
+		}
+	}
+}
+
+// covering returns the view of p's version, which covers the token, or err.
+func (r *Resolver) covering(ctx context.Context, p snapshot.Pointer, err error) (snapshot.View, error) {
+	if err != nil {
+		return snapshot.View{}, err
+	}
+	v, err := r.View(ctx, p.Version)
+	if errors.Is(err, snapshot.ErrGone) {
+		return snapshot.View{}, fmt.Errorf("%w: %v", snapshot.ErrCurrentExpired, err)
+	}
+	return v, err
+}
+
+// Waiting returns how many requests wait for a token now.
+func (r *Resolver) Waiting() int64 { return r.waiting.Load() }
+
+// judge decides a token against a pointer: covered, or an error that ends the wait
+// (wrapping ErrTokenRejected or ErrNotCovered), or neither (wait on). need is the
+// demand raised after the wait began (0 until one is): a coverage recorded at or
+// after it was read from a snapshot taken after the request came.
+func judge(p snapshot.Pointer, tok snapshot.Token, need uint64) (bool, error) {
+	if err := tok.CheckSystem(p.Source.System); err != nil {
+		return false, err
+	}
+	cov := p.Covering()
+	sn, err := snapshot.ParsePGSnapshot(cov.Snapshot)
+	if err == nil && sn.Covers(tok) {
+		return true, nil
+	}
+	switch {
+	case p.Pinned:
+		return false, fmt.Errorf("the dataset is pinned at version %s, which does not cover token %s: %w",
+			p.Version, snapshot.Truncate(tok.String(), 80), snapshot.ErrNotCovered)
+	case err == nil && need > 0 && cov.Demand >= need && sn.Future(tok):
+		return false, fmt.Errorf("%w: %w: token %s names a transaction the source had not started when the syncer looked (its snapshot was %s)",
+			snapshot.ErrInvalid, snapshot.ErrTokenRejected, snapshot.Truncate(tok.String(), 80), snapshot.Truncate(cov.Snapshot, 80))
+	}
+	return false, nil
+}
+
+// CoversNamed reports whether version v (one a request named) covers tok: by its
+// own snapshot, or, when the pointer names it, by the coverage recorded for it. It
+// returns nil when it does, else an error wrapping ErrNotCovered or ErrTokenRejected.
+func (r *Resolver) CoversNamed(ctx context.Context, view snapshot.View, tok snapshot.Token) error {
+	if err := tok.CheckSystem(view.Manifest.Source.System); err != nil {
+		return err
+	}
+	if sn, err := snapshot.ParsePGSnapshot(view.Manifest.Source.Snapshot); err == nil && sn.Covers(tok) {
+		return nil
+	}
+	if p, err := r.Pointer(ctx); err == nil && p.Version == view.Version {
+		if ok, _ := judge(p, tok, 0); ok {
+			return nil
+		}
+	}
+	return fmt.Errorf("version %s does not cover token %s: %w", view.Version, snapshot.Truncate(tok.String(), 80), snapshot.ErrNotCovered)
+}
+
+// demander raises the dataset's demand for waiters: one raise in flight at a time, at
+// most one per gap, and only while a waiter came after the last raise was sent.
+type demander struct {
+	raise func(ctx context.Context) (uint64, error) // nil: demand is off
+	gap   time.Duration
+	now   func() time.Time
+	base  func() context.Context
+	// waiting says how many requests wait: with none, nothing is raised.
+	waiting func() int64
+
+	mu      sync.Mutex
+	sentAt  time.Time // when the last raise that succeeded was sent
+	seq     uint64    // the counter it returned
+	wanted  time.Time // the latest arrival no raise was sent after yet; zero for none
+	flight  bool      // a raise is in flight, or one is scheduled
+	lastTry time.Time // when the last raise was sent, whatever its outcome
+}
+
+// want asks for a raise sent at or after arrival.
+func (d *demander) want(arrival time.Time) {
+	if d.raise == nil {
+		return
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if !d.sentAt.Before(arrival) && !d.sentAt.IsZero() {
+		return
+	}
+	if arrival.After(d.wanted) {
+		d.wanted = arrival
+	}
+	d.kick()
+}
+
+// kick sends a raise now, or schedules one at the end of the gap, unless one is in
+// flight (its end kicks again). Callers hold mu.
+func (d *demander) kick() {
+	if d.waiting() == 0 {
+		d.wanted = time.Time{} // every waiter left: nothing stays behind
+	}
+	if d.flight || d.wanted.IsZero() {
+		return
+	}
+	d.flight = true
+	wait := d.gap - d.now().Sub(d.lastTry)
+	if wait > 0 {
+		time.AfterFunc(wait, d.send)
+		return
+	}
+	go d.send()
+}
+
+// send raises the demand once, and kicks again for waiters that came meanwhile.
+func (d *demander) send() {
+	d.mu.Lock()
+	sent := d.now()
+	d.lastTry = sent
+	d.mu.Unlock()
+	ctx, cancel := context.WithTimeout(d.base(), d.gap+5*time.Second)
+	seq, err := d.raise(ctx)
+	cancel()
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.flight = false
+	if err == nil {
+		d.sentAt, d.seq = sent, seq
+		if !d.wanted.After(sent) {
+			d.wanted = time.Time{}
+		}
+	}
+	if d.base().Err() == nil {
+		d.kick()
+	}
+}
+
+// after returns the counter a raise sent at or after arrival returned, or 0 before
+// one has.
+func (d *demander) after(arrival time.Time) uint64 {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.sentAt.IsZero() || d.sentAt.Before(arrival) {
+		return 0
+	}
+	return d.seq
+}
