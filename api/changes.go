@@ -59,10 +59,13 @@ func (s *Server) changes(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	view, err := s.changesView(r, v)
+	if err == nil {
+		err = s.withToken(r, view)
+	}
 	if err != nil {
 		return err
 	}
-	w.Header().Set(HeaderVersion, string(view.Version))
+	s.stamp(w, view)
 	page, err := s.reader.ChangedIDs(r.Context(), view, collection, after, limit)
 	if err != nil {
 		return err

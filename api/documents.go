@@ -71,7 +71,7 @@ func (s *Server) getDocument(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	w.Header().Set(HeaderVersion, string(view.Version))
+	s.stamp(w, view)
 	doc, err := s.reader.Get(r.Context(), view, collection, id)
 	if err != nil {
 		return err
@@ -80,7 +80,7 @@ func (s *Server) getDocument(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return fmt.Errorf("document %q of %s in %s: %w", truncate(id, 80), collection, view.Version, err)
 	}
-	cacheHeaders(w, view.Version, pinned)
+	s.cacheHeaders(w, view, pinned)
 	writeTagged(w, r, sel.etag(doc.ETag, body), body)
 	return nil
 }
@@ -133,7 +133,7 @@ func (s *Server) batchGet(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	w.Header().Set(HeaderVersion, string(view.Version))
+	s.stamp(w, view)
 	docs, missing, err := s.reader.GetMany(r.Context(), view, collection, req.IDs)
 	if err != nil {
 		return err
@@ -159,7 +159,7 @@ func (s *Server) batchGet(w http.ResponseWriter, r *http.Request) error {
 		b.str(id)
 	}
 	b.raw("]}\n")
-	cacheHeaders(w, view.Version, pinned)
+	s.cacheHeaders(w, view, pinned)
 	w.Header().Set("Cache-Control", "no-store") // a POST; its answer depends on the body
 	b.write(w)
 	return nil
@@ -253,6 +253,9 @@ func (s *Server) listDocuments(w http.ResponseWriter, r *http.Request) error {
 		if err == nil {
 			view, err = s.reader.View(r.Context(), v)
 		}
+		if err == nil {
+			err = s.withToken(r, view)
+		}
 		if err != nil {
 			return err
 		}
@@ -260,7 +263,7 @@ func (s *Server) listDocuments(w http.ResponseWriter, r *http.Request) error {
 	} else if view, pinned, err = s.view(r); err != nil {
 		return err
 	}
-	w.Header().Set(HeaderVersion, string(view.Version))
+	s.stamp(w, view)
 	docs, more, err := s.reader.Page(r.Context(), view, collection, after, limit)
 	if err != nil {
 		return err
@@ -269,7 +272,7 @@ func (s *Server) listDocuments(w http.ResponseWriter, r *http.Request) error {
 	if more && len(docs) > 0 {
 		next = encodeToken(pageToken{Version: view.Version, Collection: collection, After: docs[len(docs)-1].ID})
 	}
-	return writePage(w, page{view: view, pinned: pinned, collection: collection, docs: docs, sel: sel, next: next})
+	return s.writePage(w, page{view: view, pinned: pinned, collection: collection, docs: docs, sel: sel, next: next})
 }
 
 // page is one page of documents as the list and filter routes answer it.
@@ -284,7 +287,7 @@ type page struct {
 
 // writePage writes a page: its version, its documents (their selected fields), and
 // the token of the next page.
-func writePage(w http.ResponseWriter, p page) error {
+func (s *Server) writePage(w http.ResponseWriter, p page) error {
 	// Room for every document and its framing up front: a page of 100 documents of
 	// 350 B otherwise grows the buffer a dozen times.
 	size := 64 + len(p.view.Version) + len(p.next)
@@ -308,7 +311,7 @@ func writePage(w http.ResponseWriter, p page) error {
 		b.raw(`,"next_page_token":`).str(p.next)
 	}
 	b.raw("}\n")
-	cacheHeaders(w, p.view.Version, p.pinned)
+	s.cacheHeaders(w, p.view, p.pinned)
 	b.write(w)
 	return nil
 }

@@ -14,7 +14,7 @@ import (
 
 // listParams are the list route's own query parameters; every other one is a filter
 // condition on the field it names.
-var listParams = map[string]bool{"limit": true, "page_token": true, "version": true, "select": true}
+var listParams = map[string]bool{"limit": true, "page_token": true, "version": true, "select": true, "after": true}
 
 // maxConds bounds the conditions of one filter.
 const maxConds = 32
@@ -87,6 +87,9 @@ func (s *Server) filterView(r *http.Request, collection, filter string) (snapsho
 		return snapshot.View{}, "", true, badRequest("page_token: it belongs to another collection or filter; pass back the next_page_token of a page of this one")
 	}
 	view, err := s.reader.View(r.Context(), v)
+	if err == nil {
+		err = s.withToken(r, view)
+	}
 	return view, string(t.After), true, err
 }
 
@@ -125,7 +128,7 @@ func (s *Server) filterDocuments(w http.ResponseWriter, r *http.Request, fr filt
 	if err != nil {
 		return err
 	}
-	w.Header().Set(HeaderVersion, string(view.Version))
+	s.stamp(w, view)
 	scan, err := planFilter(view, fr.collection, fr.conds)
 	if err != nil {
 		return err
@@ -138,7 +141,7 @@ func (s *Server) filterDocuments(w http.ResponseWriter, r *http.Request, fr filt
 	if got.Next != "" {
 		next = encodeToken(filterToken{Version: view.Version, Collection: fr.collection, Filter: filter, After: []byte(got.Next)})
 	}
-	return writePage(w, page{view: view, pinned: pinned, collection: fr.collection, docs: got.Docs, sel: fr.sel, next: next})
+	return s.writePage(w, page{view: view, pinned: pinned, collection: fr.collection, docs: got.Docs, sel: fr.sel, next: next})
 }
 
 // filterRequest is a filter as the list route read it.

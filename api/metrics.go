@@ -59,6 +59,11 @@ func newMetrics(reg *prometheus.Registry, cfg Config, watchers func() int) *metr
 			prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "snapflip_api_cache_misses_total", Help: "Document cache misses."},
 				func() float64 { _, miss := cfg.CacheStats(); return float64(miss) }))
 	}
+	if cfg.Waiting != nil {
+		reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "snapflip_api_token_waiters",
+			Help: "Requests waiting for a version that covers their read-your-writes token."},
+			func() float64 { return float64(cfg.Waiting()) }))
+	}
 	if cfg.PointerAge != nil {
 		reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "snapflip_api_pointer_age_seconds",
 			Help: "How long ago the pointer was last read successfully (-1: never)."},

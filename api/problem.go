@@ -31,6 +31,10 @@ const (
 	typeUnauthorized = "https://snapflip.dev/problems/unauthorized"
 	typeRefused      = "https://snapflip.dev/problems/refused"
 	typeConflict     = "https://snapflip.dev/problems/conflict"
+	// The read-your-writes problems (docs/freshness.md).
+	typeTokenRejected      = "https://snapflip.dev/problems/token-rejected"
+	typeTokenNotCovered    = "https://snapflip.dev/problems/token-not-covered"
+	typeTokenNotYetCovered = "https://snapflip.dev/problems/token-not-yet-covered"
 )
 
 func writeProblem(w http.ResponseWriter, p Problem) {
@@ -48,6 +52,14 @@ func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) {
 	switch {
 	case errors.As(err, &tooLarge):
 		p = Problem{Type: typeTooLarge, Title: "Request body too large", Status: http.StatusRequestEntityTooLarge, Detail: err.Error()}
+	case errors.Is(err, snapshot.ErrTokenRejected):
+		p = Problem{Type: typeTokenRejected, Title: "Token rejected", Status: http.StatusBadRequest, Detail: err.Error()}
+	case errors.Is(err, snapshot.ErrNotCovered):
+		p = Problem{Type: typeTokenNotCovered, Title: "Token not covered", Status: http.StatusPreconditionFailed,
+			Detail: err.Error() + "; a rollback chose an older position of the source: read without the token, or wait for an unpin"}
+	case errors.Is(err, snapshot.ErrNotYetCovered) && r.Context().Err() == nil:
+		p = Problem{Type: typeTokenNotYetCovered, Title: "Token not yet covered", Status: http.StatusServiceUnavailable,
+			Detail: err.Error() + "; retry, or ask for a longer wait with Prefer: wait=N (at most 10)"}
 	case errors.Is(err, snapshot.ErrInvalid):
 		p = Problem{Type: typeBadRequest, Title: "Bad request", Status: http.StatusBadRequest, Detail: err.Error()}
 	case errors.Is(err, snapshot.ErrTargetRefused):

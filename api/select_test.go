@@ -88,7 +88,7 @@ func TestSelectETags(t *testing.T) {
 	etag := func(target string) string {
 		t.Helper()
 		res, body := do(t, h, http.MethodGet, target, "")
-		if res.StatusCode != 200 || res.Header.Get("Cache-Control") != "no-cache" || res.Header.Get("Vary") != api.HeaderVersion {
+		if res.StatusCode != 200 || res.Header.Get("Cache-Control") != "no-cache" || res.Header.Get("Vary") != api.HeaderVersion+", "+api.HeaderAfter {
 			t.Fatalf("GET %s = %d, Cache-Control %q, Vary %q (%s)", target, res.StatusCode, res.Header.Get("Cache-Control"), res.Header.Get("Vary"), body)
 		}
 		return res.Header.Get("ETag")

@@ -49,6 +49,15 @@ type Reader interface {
 	// Ready returns nil when the pointer resolves.
 	Ready(ctx context.Context) error
 
+	// Await returns a view of the current version once it covers the token, waiting
+	// until ctx ends: ErrNotCovered when the dataset is pinned at a version that does
+	// not cover it, ErrTokenRejected for a token no version can cover,
+	// ErrNotYetCovered when ctx ends first or too many wait.
+	Await(ctx context.Context, tok snapshot.Token) (snapshot.View, error)
+	// CoversNamed returns nil when the view (a version the request named) covers the
+	// token, else an error wrapping ErrNotCovered or ErrTokenRejected.
+	CoversNamed(ctx context.Context, view snapshot.View, tok snapshot.Token) error
+
 	// ChangedIDs returns up to limit of the ids the view's version changed in a
 	// collection against its parent, after the id after, in id order; ErrNotFound for
 	// an unknown collection, ErrGone when they can no longer be told.
@@ -95,6 +104,8 @@ type Config struct {
 	// default 250ms, half the resolver's default refresh, so that it sees every
 	// pointer a refresh reads.
 	WatchInterval time.Duration
+	// Waiting, when set, reports how many requests wait for a token, for /metrics.
+	Waiting func() int64
 }
 
 // DefaultConfig returns the defaults.
@@ -111,6 +122,7 @@ type Server struct {
 	mux     *chi.Mux
 	metrics *metrics
 	flips   *broadcaster
+	tokens  tokenCache
 }
 
 //go:embed openapi.yaml
@@ -336,7 +348,66 @@ func checkID(name, v string, maxBytes int) error {
 
 // view resolves the version a request reads: the one it names (query "version" or the
 // Snapshot-Version header), else the current one. pinned reports whether it named one.
+// With a token (Snapshot-After), a named version must cover it, and the current one
+// is waited for until one does (Reader.Await), up to the request's wait bound.
 func (s *Server) view(r *http.Request) (snapshot.View, bool, error) {
+	tok, has, err := afterToken(r)
+	if err != nil {
+		return snapshot.View{}, false, err
+	}
+	view, pinned, err := s.named(r, has)
+	if !has {
+		return view, pinned, err
+	}
+	if pinned {
+		if err == nil {
+			err = s.reader.CoversNamed(r.Context(), view, tok)
+		}
+		return view, true, err
+	}
+	if !errors.Is(err, errNoneNamed) {
+		return view, false, err
+	}
+	view, err = s.await(r, tok)
+	return view, false, err
+}
+
+// current returns the current version, or with a token the first current version
+// that covers it (Reader.Await), waiting up to the request's bound.
+func (s *Server) current(r *http.Request) (snapshot.View, error) {
+	tok, has, err := afterToken(r)
+	switch {
+	case err != nil:
+		return snapshot.View{}, err
+	case !has:
+		return s.reader.Current(r.Context())
+	}
+	return s.await(r, tok)
+}
+
+func (s *Server) await(r *http.Request, tok snapshot.Token) (snapshot.View, error) {
+	ctx, cancel := context.WithTimeout(r.Context(), waitBound(r))
+	defer cancel()
+	return s.reader.Await(ctx, tok)
+}
+
+// withToken checks a view a request named some other way (a page token) against the
+// request's token, if it carries one.
+func (s *Server) withToken(r *http.Request, view snapshot.View) error {
+	tok, has, err := afterToken(r)
+	if err != nil || !has {
+		return err
+	}
+	return s.reader.CoversNamed(r.Context(), view, tok)
+}
+
+// errNoneNamed is named's answer for a request that names no version.
+var errNoneNamed = errors.New("no version named")
+
+// named resolves the version a request names, or the current one: pinned reports
+// whether it named one. With has, a request that names none gets errNoneNamed instead
+// of the current version.
+func (s *Server) named(r *http.Request, has bool) (snapshot.View, bool, error) {
 	var named string
 	if r.URL.RawQuery != "" {
 		named = r.URL.Query().Get("version")
@@ -348,6 +419,9 @@ func (s *Server) view(r *http.Request) (snapshot.View, bool, error) {
 		named = h
 	}
 	if named == "" {
+		if has {
+			return snapshot.View{}, false, errNoneNamed
+		}
 		v, err := s.reader.Current(r.Context())
 		return v, false, err
 	}
@@ -366,13 +440,13 @@ func (s *Server) view(r *http.Request) (snapshot.View, bool, error) {
 var (
 	cacheImmutable  = []string{"public, max-age=31536000, immutable"}
 	cacheRevalidate = []string{"no-cache"}
-	varyVersion     = []string{HeaderVersion}
+	varyVersion     = []string{HeaderVersion + ", " + HeaderAfter}
 	contentJSON     = []string{"application/json"}
 )
 
-func cacheHeaders(w http.ResponseWriter, v snapshot.Version, pinned bool) {
+func (s *Server) cacheHeaders(w http.ResponseWriter, view snapshot.View, pinned bool) {
+	s.stamp(w, view)
 	h := w.Header()
-	h["Snapshot-Version"] = []string{string(v)}
 	if pinned {
 		h["Cache-Control"] = cacheImmutable
 	} else {

@@ -190,6 +190,23 @@ func (f *fakeReader) Pointer(ctx context.Context) (snapshot.Pointer, error) {
 
 func (e errReader) Ready(context.Context) error { return e.err }
 
+// Await answers as the pointer of the fake does: its version never covers a token
+// but one it saw ("s:1:1:" and older).
+func (f *fakeReader) Await(ctx context.Context, tok snapshot.Token) (snapshot.View, error) {
+	v, err := f.Current(ctx)
+	if err != nil {
+		return v, err
+	}
+	return v, f.CoversNamed(ctx, v, tok)
+}
+
+func (f *fakeReader) CoversNamed(_ context.Context, v snapshot.View, tok snapshot.Token) error {
+	if sn := (snapshot.PGSnapshot{Xmin: 1, Xmax: 1}); sn.Covers(tok) {
+		return nil
+	}
+	return snapshot.ErrNotCovered
+}
+
 func (f *fakeReader) Ready(ctx context.Context) error {
 	_, err := f.Current(ctx)
 	return err

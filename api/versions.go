@@ -28,7 +28,7 @@ func (s *Server) collections(w http.ResponseWriter, r *http.Request) error {
 		c := view.Manifest.Collections[name]
 		out.Collections = append(out.Collections, collectionInfo{Name: name, Count: c.Rows, Bytes: c.Bytes})
 	}
-	cacheHeaders(w, view.Version, pinned)
+	s.cacheHeaders(w, view, pinned)
 	writeJSON(w, http.StatusOK, out)
 	return nil
 }
@@ -59,6 +59,15 @@ type versionInfo struct {
 	BytesWritten int64 `json:"bytes_written"`
 	// Parent is the version a layered version's deltas were computed against.
 	Parent snapshot.Version `json:"parent,omitempty"`
+	// SnapshotToken is the read-your-writes token of the snapshot the version was
+	// read at (docs/freshness.md); absent when the source recorded none.
+	SnapshotToken string `json:"snapshot_token,omitempty"`
+}
+
+// coversToken is the token of the newest snapshot the pointer's version is known to
+// hold: its own, or a later one a sync that found nothing new recorded.
+func coversToken(p snapshot.Pointer) string {
+	return snapshot.SnapshotToken(p.Covering().Snapshot, snapshot.SystemIdentifier(p.Source.System))
 }
 
 // The shapes of a version (VersionShape).
@@ -129,6 +138,7 @@ func describeVersion(m snapshot.Manifest, current snapshot.Version) versionInfo 
 		SealedAt: timePtr(m.SealedAt), PublishedAt: timePtr(m.PublishedAt), ExpiresAt: timePtr(m.ExpiresAt(0)),
 		Reason: m.Reason,
 		Format: m.Format, Shape: VersionShape(m), ChainLength: m.ChainLength(), BytesWritten: m.BytesWritten, Parent: m.Parent,
+		SnapshotToken: snapshot.SnapshotToken(m.Source.Snapshot, snapshot.SystemIdentifier(m.Source.System)),
 	}
 }
 
@@ -188,11 +198,11 @@ func (s *Server) versions(w http.ResponseWriter, r *http.Request) error {
 
 // currentVersion answers GET /v1/versions/current: the pointer and its version.
 func (s *Server) currentVersion(w http.ResponseWriter, r *http.Request) error {
-	p, err := s.reader.Pointer(r.Context())
+	view, err := s.current(r)
 	if err != nil {
 		return err
 	}
-	view, err := s.reader.Current(r.Context())
+	p, err := s.reader.Pointer(r.Context())
 	if err != nil {
 		return err
 	}
@@ -206,12 +216,18 @@ func (s *Server) currentVersion(w http.ResponseWriter, r *http.Request) error {
 		FlippedAt  time.Time        `json:"flipped_at"`
 		AgeSeconds float64          `json:"age_seconds"`
 		TTLSeconds float64          `json:"ttl_seconds,omitempty"`
+		Covers     string           `json:"covers,omitempty"`
 	}{versionInfo: info, Previous: p.Previous, Fence: p.Fence, Pinned: p.Pinned, FlippedAt: p.FlippedAt,
 		AgeSeconds: time.Since(view.Manifest.DataTime()).Seconds(), TTLSeconds: view.Manifest.TTL.Seconds()}
 	if p.Pinned {
 		out.PinReason = p.Reason
 	}
-	w.Header().Set(HeaderVersion, string(view.Version))
+	if p.Version == view.Version {
+		out.Covers = coversToken(p)
+	} else {
+		out.Covers = info.SnapshotToken
+	}
+	s.stamp(w, view)
 	w.Header().Set("Cache-Control", "no-cache")
 	writeJSON(w, http.StatusOK, out)
 	return nil

@@ -55,6 +55,18 @@ type flipEvent struct {
 	PinReason   string                    `json:"pin_reason,omitempty"`
 	FlippedAt   time.Time                 `json:"flipped_at"`
 	Collections map[string]flipCollection `json:"collections"`
+	// Token is the read-your-writes token of the version's own snapshot; Covers that
+	// of the newest snapshot the version is known to hold (a "covered" event says
+	// when it grows without a flip).
+	Token  string `json:"token,omitempty"`
+	Covers string `json:"covers,omitempty"`
+}
+
+// coveredEvent is the data of a "covered" event: the pointer did not move, but a
+// sync found the source unchanged at a newer snapshot, which the version covers.
+type coveredEvent struct {
+	Version snapshot.Version `json:"version"`
+	Covers  string           `json:"covers"`
 }
 
 // flipCollection is one collection of a flip event.
@@ -79,7 +91,8 @@ type flipOwn struct {
 
 func newFlipEvent(p snapshot.Pointer, m snapshot.Manifest) flipEvent {
 	ev := flipEvent{Version: p.Version, Parent: m.Parent, Previous: p.Previous, Pinned: p.Pinned,
-		FlippedAt: p.FlippedAt, Collections: make(map[string]flipCollection, len(m.Collections))}
+		FlippedAt: p.FlippedAt, Collections: make(map[string]flipCollection, len(m.Collections)),
+		Token: snapshot.SnapshotToken(m.Source.Snapshot, snapshot.SystemIdentifier(m.Source.System)), Covers: coversToken(p)}
 	if p.Pinned {
 		ev.PinReason = p.Reason
 	}
@@ -117,6 +130,9 @@ type flipRecord struct {
 	seq   uint64
 	event flipEvent
 	data  map[string][]byte // by kind
+	// covered marks a record of coverage alone (event.Version and event.Covers); its
+	// data is the "covered" event's.
+	covered []byte
 }
 
 // newFlipRecord describes a flip to ev: child to a stream that last named its parent,
@@ -187,8 +203,11 @@ func (b *broadcaster) join() (*watcher, error) {
 		go b.run(ctx)
 	}
 	w := &watcher{next: b.seq + 1}
-	if len(b.recent) > 0 {
-		w.next = b.seq
+	for i := len(b.recent) - 1; i >= 0; i-- {
+		if b.recent[i].covered == nil { // the newest flip, then the coverage after it
+			w.next = b.recent[i].seq
+			break
+		}
 	}
 	return w, nil
 }
@@ -242,13 +261,23 @@ func (b *broadcaster) run(ctx context.Context) {
 	t := time.NewTicker(b.interval)
 	defer t.Stop()
 	var last, failed snapshot.Version
+	var covers string
 	for {
-		if p, err := b.reader.Pointer(ctx); err == nil && p.Version != last {
+		p, err := b.reader.Pointer(ctx)
+		if err == nil && p.Version == last {
+			if c := coversToken(p); c != covers {
+				covers = c
+				if data, err := json.Marshal(coveredEvent{Version: p.Version, Covers: c}); err == nil {
+					b.add(ctx, flipRecord{event: flipEvent{Version: p.Version, Covers: c}, covered: data})
+				}
+			}
+		}
+		if err == nil && p.Version != last {
 			rec, err := b.describe(ctx, p)
 			switch {
 			case err == nil:
 				b.add(ctx, rec)
-				last, failed = p.Version, ""
+				last, failed, covers = p.Version, "", rec.event.Covers
 			case ctx.Err() == nil && failed != p.Version:
 				// Tried again every interval; said once.
 				b.log(ctx, "watch: cannot describe the current version", "version", p.Version, "err", err)
@@ -323,6 +352,12 @@ func (s *Server) watch(w http.ResponseWriter, r *http.Request) {
 	for st.err == nil {
 		recs, changed := s.flips.since(sub)
 		for _, rec := range recs {
+			if rec.covered != nil {
+				if rec.event.Version == last {
+					st.printf("event: covered\ndata: %s\n\n", rec.covered)
+				}
+				continue
+			}
 			if rec.event.Version == last {
 				continue
 			}

@@ -133,7 +133,7 @@ func (m *MetadataAPI) serve(ctx context.Context, def store.Config, o *apiFlags) 
 		warnAppProfile(ctx, st, log)
 	}
 	res, err := resolver.New(o.dataset, st, resolver.Config{Refresh: o.refresh, CacheSize: o.cacheSize, MaxStale: o.maxStale,
-		Layers: layer.NewReader(st, o.dataset)}, nil)
+		Layers: layer.NewReader(st, o.dataset), Demand: st}, nil)
 	if err != nil {
 		return err
 	}
@@ -161,7 +161,7 @@ func (m *MetadataAPI) serve(ctx context.Context, def store.Config, o *apiFlags) 
 	// least every 50ms, so a flip reaches watchers soon after reads see it (the
 	// pointer it looks at is in memory: looking costs nothing).
 	apiCfg.WatchInterval = min(o.refresh/2, 50*time.Millisecond)
-	apiCfg.Registry, apiCfg.CacheStats, apiCfg.PointerAge = reg, res.CacheStats, res.PointerAge
+	apiCfg.Registry, apiCfg.CacheStats, apiCfg.PointerAge, apiCfg.Waiting = reg, res.CacheStats, res.PointerAge, res.Waiting
 	apiCfg.ServedVersion = func() snapshot.Version {
 		p, err := res.Pointer(context.Background())
 		if err != nil {
