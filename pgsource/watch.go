@@ -160,6 +160,9 @@ const (
 	// change the stream delivered (Postgres makes a commit visible a moment after
 	// logging it), so the version after it must hold it.
 	ReasonStreamUnseen
+	// ReasonDemand: a reader waits for a read-your-writes token that the current
+	// version does not cover: look at the source now, whatever its statistics say.
+	ReasonDemand
 )
 
 var reasonText = map[ChangeReason]string{
@@ -170,6 +173,7 @@ var reasonText = map[ChangeReason]string{
 	ReasonDefinitions:    "definitions",
 	ReasonStream:         "stream",
 	ReasonStreamUnseen:   "committed, not yet visible",
+	ReasonDemand:         "demand",
 }
 
 // String returns the reason's words, as logs and metric labels print them.

@@ -84,7 +84,7 @@ func newWatchMetrics(reg *prometheus.Registry, labels prometheus.Labels) *watchM
 		tables: prometheus.NewGauge(prometheus.GaugeOpts{Name: "snapflip_watch_tables",
 			Help: "Tables the change watch polls (the tables the collections read).", ConstLabels: labels}),
 		changes: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "snapflip_watch_changes_total",
-			Help: "Possible changes the watch saw, by reason: statistics, commit while hot, definitions, tables changed, stream, committed, not yet visible, watch started.", ConstLabels: labels}, []string{"reason"}),
+			Help: "Possible changes the watch saw, by reason: statistics, commit while hot, definitions, tables changed, stream, committed, not yet visible, watch started, demand (a reader waits for a token).", ConstLabels: labels}, []string{"reason"}),
 		delay: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "snapflip_commit_to_publish_seconds",
 			Help:        "From when the watch first saw a change to the flip that published it (add up to one watch interval for the commit itself).",
 			ConstLabels: labels, Buckets: prometheus.ExponentialBuckets(0.05, 2, 12)}),
@@ -212,7 +212,7 @@ func (m *Syncer) runWatch(ctx context.Context, s *syncer) {
 				}
 			})
 	}
-	watchers := []func() error{poll}
+	watchers := []func() error{poll, func() error { return s.watchDemand(ctx, cfg.Interval, pend) }}
 	if cfg.mode() == pgsource.WatchModeLogical {
 		watchers = append(watchers, func() error { return s.followStream(ctx, log, pend, retable) })
 	}

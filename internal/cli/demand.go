@@ -1,0 +1,37 @@
+package cli
+
+import (
+	"context"
+	"time"
+
+	"github.com/snapflip/snapflip/pgsource"
+)
+
+// watchDemand reads the dataset's read-your-writes demand counter once per interval
+// and makes a change-driven sync look at the source when it grew: an API replica has
+// a request waiting for a token the current version does not cover. The sync reads
+// the counter again with the pointer, before its snapshot, and records it with what
+// it finds (a flip, or the coverage of an unchanged source), which is how a waiter
+// learns that the source was looked at after it came. One row read per interval,
+// however many requests wait. Reads that fail are tried again at the next interval.
+func (s *syncer) watchDemand(ctx context.Context, interval time.Duration, pend *pending) error {
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	var seen uint64 // 0 at the start: demand raised before this replica started counts
+	for {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-t.C:
+		}
+		n, err := s.store.ReadDemand(ctx, s.cfg.Dataset)
+		if err != nil {
+			continue
+		}
+		if n > seen {
+			s.metrics.watch.changes.WithLabelValues(pgsource.ReasonDemand.String()).Inc()
+			pend.add(pgsource.Change{Reason: pgsource.ReasonDemand, At: time.Now()})
+		}
+		seen = n
+	}
+}
