@@ -36,6 +36,7 @@ const (
 	EnvCacheSize    = "SNAPFLIP_CACHE_SIZE"
 	EnvAdminToken   = "SNAPFLIP_ADMIN_TOKEN"
 	EnvMaxStale     = "SNAPFLIP_MAX_STALE"
+	EnvMaxWaiters   = "SNAPFLIP_MAX_WAITERS"
 )
 
 // BigtableConfig is the bigtable section of the syncer's config.

@@ -37,7 +37,7 @@ type MetadataAPI struct {
 type apiFlags struct {
 	addr, dataset, project, instance, table, profile string
 	refresh, drain, maxStale                         time.Duration
-	cacheSize, batchLimit, maxWatchers               int
+	cacheSize, batchLimit, maxWatchers, maxWaiters   int
 	logFormat, logLevel                              string
 }
 
@@ -92,6 +92,8 @@ shutdown, 1 when it could not serve, 2 for a usage mistake.`,
 	fs.IntVar(&o.maxWatchers, "max-watchers", 1000, "the most GET /v1/watch streams open at once; past it, a watch answers 503")
 	fs.DurationVar(&o.maxStale, "max-stale", time.Minute, "how long the last good pointer is served while Bigtable cannot be read; past it, reads answer 503 and /readyz fails")
 	bindEnv(fs, "max-stale", EnvMaxStale)
+	fs.IntVar(&o.maxWaiters, "max-waiters", resolver.DefaultMaxWaiters, "the most requests that may wait at once for a version covering their Snapshot-After token; past it, such a request answers 503")
+	bindEnv(fs, "max-waiters", EnvMaxWaiters)
 	logFlags(root, fs, &o.logFormat, &o.logLevel)
 	return root
 }
@@ -110,6 +112,9 @@ func (m *MetadataAPI) serve(ctx context.Context, def store.Config, o *apiFlags) 
 	}
 	if o.batchLimit <= 0 {
 		return fmt.Errorf("%w: --batch-limit %d: must be positive", ErrUsage, o.batchLimit)
+	}
+	if o.maxWaiters <= 0 {
+		return fmt.Errorf("%w: --max-waiters %d: must be positive", ErrUsage, o.maxWaiters)
 	}
 	log, err := newLogger(m.Stderr, o.logFormat, o.logLevel)
 	if err != nil {
@@ -133,7 +138,7 @@ func (m *MetadataAPI) serve(ctx context.Context, def store.Config, o *apiFlags) 
 		warnAppProfile(ctx, st, log)
 	}
 	res, err := resolver.New(o.dataset, st, resolver.Config{Refresh: o.refresh, CacheSize: o.cacheSize, MaxStale: o.maxStale,
-		Layers: layer.NewReader(st, o.dataset), Demand: st}, nil)
+		Layers: layer.NewReader(st, o.dataset), Demand: st, MaxWaiters: o.maxWaiters}, nil)
 	if err != nil {
 		return err
 	}

@@ -1,0 +1,461 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/snapflip/snapflip/internal/cli"
+	"github.com/snapflip/snapflip/internal/testenv"
+	"github.com/snapflip/snapflip/snapshot"
+)
+
+// tokenAnswer is an answer to a read that carried a token.
+type tokenAnswer struct {
+	response
+	problem string        // the problem document's type, for an error
+	token   string        // the answer's Snapshot-Token
+	took    time.Duration // from sending to the whole answer
+}
+
+// readAfter sends GET path with Snapshot-After: token (none when "") and
+// Prefer: wait=wait (none when ""), checked against the OpenAPI document.
+func (e *env) readAfter(tb testing.TB, base, path, token, wait string) tokenAnswer {
+	tb.Helper()
+	req, err := http.NewRequest(http.MethodGet, base+path, nil)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	if token != "" {
+		req.Header.Set("Snapshot-After", token)
+	}
+	if wait != "" {
+		req.Header.Set("Prefer", "wait="+wait)
+	}
+	start := time.Now()
+	resp, body := callAPI(tb, req)
+	a := tokenAnswer{response: response{resp.StatusCode, resp.Header.Get("Snapshot-Version"), resp.Header.Get("Content-Type"), body},
+		token: resp.Header.Get("Snapshot-Token"), took: time.Since(start)}
+	if resp.StatusCode != http.StatusOK {
+		if i := strings.Index(string(body), `"type":"`); i >= 0 {
+			a.problem = strings.SplitN(string(body[i+8:]), `"`, 2)[0]
+		}
+	}
+	return a
+}
+
+// loops returns the env var's count, or def.
+func loops(name string, def int) int {
+	if n, err := strconv.Atoi(os.Getenv(name)); err == nil && n > 0 {
+		return n
+	}
+	return def
+}
+
+// snapshotOf returns the Postgres snapshot a Snapshot-Token names.
+func snapshotOf(tb testing.TB, tok string) string {
+	tb.Helper()
+	t, err := snapshot.ParseToken(tok)
+	if err != nil || t.Kind != snapshot.TokenSnapshot {
+		tb.Fatalf("Snapshot-Token %q: not a snapshot token (%v)", tok, err)
+	}
+	return t.Snapshot.String()
+}
+
+// Write, take the token, commit, read with it: every read returns the written value,
+// and Postgres itself says that the served version's snapshot sees the write. The same
+// read without the token, sent first, is stale at least once, so the loop could fail.
+// Odd rounds take the token as a snapshot from another session after the commit. Then a
+// write to a table no collection reads is covered without a flip, and an xid the source
+// never issued is refused within a few watch polls, not the whole wait.
+func TestReadYourWrites(t *testing.T) {
+	for _, mode := range []string{"stats", "logical"} {
+		t.Run(mode, func(t *testing.T) {
+			t.Parallel()
+			e := start(t)
+			cfg := config
+			if mode == "logical" {
+				cfg = logicalConfig(t, e)
+				testenv.Exec(t, e.dsn, `ALTER TABLE flags REPLICA IDENTITY FULL`)
+			}
+			defer e.runSyncer(t, cfg)()
+			path := docPath("things", "plain")
+			e.awaitServed(t, path, `"id":"plain"`, time.Now(), 20*time.Second)
+			ctx := context.Background()
+			writer, err := pgx.Connect(ctx, e.dsn)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer writer.Close(ctx)
+			other, err := pgx.Connect(ctx, e.dsn)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer other.Close(ctx)
+
+			stale, n := 0, loops("SNAPFLIP_RYW_LOOPS", 20)
+			for i := range n {
+				note := fmt.Sprintf("ryw-%d", i)
+				var xid string
+				if err := writer.QueryRow(ctx, `UPDATE things SET note = $1 WHERE id = 'plain' RETURNING pg_current_xact_id()::text`, note).Scan(&xid); err != nil {
+					t.Fatal(err)
+				}
+				tok := "x:" + xid
+				if i%2 == 1 {
+					if err := other.QueryRow(ctx, `SELECT 's:' || pg_current_snapshot()`).Scan(&tok); err != nil {
+						t.Fatal(err)
+					}
+				}
+				if r := e.get(t, path); !strings.Contains(string(r.body), note) {
+					stale++
+				}
+				a := e.readAfter(t, e.base, path, tok, "10")
+				if a.status != http.StatusOK || !strings.Contains(string(a.body), `"note":"`+note+`"`) {
+					t.Fatalf("round %d: GET with %s = %d %s; want the written %q", i, tok, a.status, a.body, note)
+				}
+				var sees bool
+				if err := other.QueryRow(ctx, `SELECT pg_visible_in_snapshot($1::xid8, $2::pg_snapshot)`, xid, snapshotOf(t, a.token)).Scan(&sees); err != nil {
+					t.Fatal(err)
+				}
+				if !sees {
+					t.Errorf("round %d: version %s's snapshot %s does not see the write's transaction %s", i, a.version, a.token, xid)
+				}
+			}
+			if stale == 0 {
+				t.Errorf("the read without a token was never stale in %d rounds: the loop proves nothing", n)
+			}
+			t.Logf("%s: %d of %d reads without the token were stale", mode, stale, n)
+
+			// A write no collection reads: covered without a new version.
+			testenv.Exec(t, e.dsn, `CREATE TABLE unrelated (x int)`)
+			before := e.get(t, path).version
+			var xid string
+			if err := writer.QueryRow(ctx, `INSERT INTO unrelated VALUES (1) RETURNING pg_current_xact_id()::text`).Scan(&xid); err != nil {
+				t.Fatal(err)
+			}
+			if a := e.readAfter(t, e.base, path, "x:"+xid, "10"); a.status != http.StatusOK {
+				t.Errorf("a write to a table no collection reads: %d %s; want 200", a.status, a.body)
+			} else if a.version != before {
+				t.Logf("answered from %s, not %s: another sync flipped meanwhile", a.version, before)
+			}
+
+			// An xid the source has not issued: refused once the syncer has looked.
+			var next uint64
+			if err := writer.QueryRow(ctx, `SELECT pg_snapshot_xmax(pg_current_snapshot())::text::bigint`).Scan(&next); err != nil {
+				t.Fatal(err)
+			}
+			a := e.readAfter(t, e.base, path, fmt.Sprintf("x:%d", next+1_000_000), "10")
+			if a.status != http.StatusBadRequest || !strings.HasSuffix(a.problem, "/token-rejected") {
+				t.Errorf("an xid from the future: %d %s after %s; want 400 token-rejected", a.status, a.body, a.took)
+			}
+			t.Logf("%s: an xid from the future refused in %s", mode, a.took.Round(time.Millisecond))
+		})
+	}
+}
+
+// 16 writers, each writing and then reading with its token: every read shows at
+// least that writer's last write. And a causal chain: B reads A's committed row in
+// Postgres, takes a snapshot token after, and the API shows A's write.
+func TestReadYourWritesConcurrently(t *testing.T) {
+	t.Parallel()
+	e := start(t)
+	testenv.Exec(t, e.dsn, `ALTER TABLE flags REPLICA IDENTITY FULL`)
+	defer e.runSyncer(t, logicalConfig(t, e))()
+	e.awaitServed(t, docPath("things", "plain"), `"id":"plain"`, time.Now(), 20*time.Second)
+	ctx := context.Background()
+	const writers = 16
+	per := loops("SNAPFLIP_RYW_WRITES", 6)
+	for w := range writers {
+		testenv.Exec(t, e.dsn, fmt.Sprintf(`INSERT INTO things (id, gen) VALUES ('writer-%d', 0)`, w))
+	}
+	var wg sync.WaitGroup
+	errs := make(chan error, writers)
+	for w := range writers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			conn, err := pgx.Connect(ctx, e.dsn)
+			if err != nil {
+				errs <- err
+				return
+			}
+			defer conn.Close(ctx)
+			path := docPath("things", fmt.Sprintf("writer-%d", w))
+			for g := 1; g <= per; g++ {
+				var xid string
+				if err := conn.QueryRow(ctx, `UPDATE things SET gen = $1 WHERE id = $2 RETURNING pg_current_xact_id()::text`,
+					g, fmt.Sprintf("writer-%d", w)).Scan(&xid); err != nil {
+					errs <- err
+					return
+				}
+				req, _ := http.NewRequest(http.MethodGet, e.base+path, nil)
+				req.Header.Set("Snapshot-After", "x:"+xid)
+				req.Header.Set("Prefer", "wait=10")
+				resp, body, err := sendAPI(t, req)
+				if err != nil {
+					errs <- err
+					return
+				}
+				if resp.StatusCode != http.StatusOK || gen(t, body) < g {
+					errs <- fmt.Errorf("writer %d, write %d: %d %s", w, g, resp.StatusCode, body)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+
+	// The causal chain.
+	a, b := testenv.OpenTx(t, e.dsn), (*pgx.Conn)(nil)
+	if _, err := a.Exec(ctx, `UPDATE things SET note = 'from-a' WHERE id = 'plain'`); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	b, err := pgx.Connect(ctx, e.dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close(ctx)
+	var note, tok string
+	if err := b.QueryRow(ctx, `SELECT note FROM things WHERE id = 'plain'`).Scan(&note); err != nil || note != "from-a" {
+		t.Fatalf("B reads %q, %v", note, err)
+	}
+	if err := b.QueryRow(ctx, `SELECT 's:' || pg_current_snapshot()`).Scan(&tok); err != nil {
+		t.Fatal(err)
+	}
+	if r := e.readAfter(t, e.base, docPath("things", "plain"), tok, "10"); r.status != http.StatusOK || !strings.Contains(string(r.body), `"note":"from-a"`) {
+		t.Errorf("B's token %s: %d %s; want A's write", tok, r.status, r.body)
+	}
+}
+
+// A client alternating between two API replicas, handing each the Snapshot-Token of
+// its last answer, is never answered from an older version, over many flips; one
+// replica refreshes its pointer far less often than the other.
+func TestSessionTokenAcrossReplicas(t *testing.T) {
+	t.Parallel()
+	e := start(t)
+	fast := e.base
+	e.startAPI(t, cli.EnvRefresh, "400ms")
+	slow := e.base
+	testenv.Exec(t, e.dsn, `ALTER TABLE flags REPLICA IDENTITY FULL`)
+	defer e.runSyncer(t, logicalConfig(t, e))()
+	path := docPath("things", "plain")
+	e.awaitServed(t, path, `"id":"plain"`, time.Now(), 20*time.Second)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() {
+		conn, err := pgx.Connect(ctx, e.dsn)
+		if err != nil {
+			return
+		}
+		defer conn.Close(context.Background())
+		for i := 0; ctx.Err() == nil; i++ {
+			_, _ = conn.Exec(ctx, `UPDATE things SET gen = $1 WHERE id = 'plain'`, i)
+			time.Sleep(30 * time.Millisecond) // a steady write load, not a condition
+		}
+	}()
+	var last snapshot.Version
+	var tok string
+	versions := map[snapshot.Version]bool{}
+	reads, deadline := loops("SNAPFLIP_SESSION_READS", 150), time.Now().Add(time.Minute)
+	for i := 0; i < reads || (len(versions) < 5 && time.Now().Before(deadline)); i++ {
+		base := fast
+		if i%2 == 1 {
+			base = slow
+		}
+		a := e.readAfter(t, base, path, tok, "10")
+		if a.status != http.StatusOK {
+			t.Fatalf("read %d: %d %s", i, a.status, a.body)
+		}
+		v := snapshot.Version(a.version)
+		if last != "" && v.Millis() < last.Millis() {
+			t.Fatalf("read %d from %s: version %s is older than %s, answered before", i, base, v, last)
+		}
+		last, tok, versions[v] = v, a.token, true
+	}
+	if len(versions) < 5 {
+		t.Errorf("the reads saw %d versions in a minute; want several flips", len(versions))
+	}
+}
+
+// After a rollback, a token the pinned version does not cover is refused at once
+// (412), also for requests already waiting; a covered one is answered from the pinned
+// version; after unpin and a publish, the token is served.
+func TestTokensAcrossRollback(t *testing.T) {
+	t.Parallel()
+	e := start(t)
+	ctx := context.Background()
+	conn, err := pgx.Connect(ctx, e.dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	write := func(g int) string {
+		var xid string
+		if err := conn.QueryRow(ctx, `UPDATE things SET gen = $1 RETURNING pg_current_xact_id()::text`, g).Scan(&xid); err != nil {
+			t.Fatal(err)
+		}
+		return "x:" + xid
+	}
+	publish := func() {
+		if _, err := e.sync(t); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t1 := write(1)
+	publish()
+	t2 := write(2)
+	publish()
+	path := docPath("things", "plain")
+	if a := e.readAfter(t, e.base, path, t2, "10"); a.status != http.StatusOK || gen(t, a.body) != 2 {
+		t.Fatalf("before the rollback: %d %s", a.status, a.body)
+	}
+	t3 := write(3) // never published while pinned
+	waiting := make(chan tokenAnswer, 1)
+	go func() { waiting <- e.readAfter(t, e.base, path, t3, "10") }()
+	testenv.Eventually(t, 10*time.Second, func() error {
+		if !strings.Contains(e.metrics(t), "snapflip_api_token_waiters 1") {
+			return fmt.Errorf("the request with %s is not waiting yet", t3)
+		}
+		return nil
+	})
+	if out, err := e.syncerCmd(t, "rollback", "--previous", "--reason", "tokens"); err != nil {
+		t.Fatalf("rollback: %s %v", out, err)
+	}
+	if a := <-waiting; a.status != http.StatusPreconditionFailed || !strings.HasSuffix(a.problem, "/token-not-covered") {
+		t.Errorf("a request waiting when the rollback landed: %d %s after %s; want 412", a.status, a.body, a.took)
+	} else {
+		t.Logf("a waiting request got 412 %s after it was sent", a.took.Round(time.Millisecond))
+	}
+	a := e.readAfter(t, e.base, path, t2, "10")
+	if a.status != http.StatusPreconditionFailed || a.took > 2*time.Second {
+		t.Errorf("an uncovered token while pinned: %d %s after %s; want 412 at once", a.status, a.body, a.took)
+	}
+	t.Logf("an uncovered token while pinned: 412 in %s", a.took.Round(time.Millisecond))
+	if a := e.readAfter(t, e.base, path, t1, "10"); a.status != http.StatusOK || gen(t, a.body) != 1 {
+		t.Errorf("a covered token while pinned: %d %s; want 200 from the pinned version", a.status, a.body)
+	}
+	if out, err := e.syncerCmd(t, "unpin", "--reason", "tokens"); err != nil {
+		t.Fatalf("unpin: %s %v", out, err)
+	}
+	publish()
+	if a := e.readAfter(t, e.base, path, t3, "10"); a.status != http.StatusOK || gen(t, a.body) != 3 {
+		t.Errorf("after unpin and a publish: %d %s; want the third write", a.status, a.body)
+	}
+}
+
+// metrics returns the API's /metrics text.
+func (e *env) metrics(tb testing.TB) string {
+	tb.Helper()
+	resp, err := http.Get(e.base + "/metrics")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var b strings.Builder
+	buf := make([]byte, 32<<10)
+	for {
+		n, err := resp.Body.Read(buf)
+		b.Write(buf[:n])
+		if err != nil {
+			break
+		}
+	}
+	return b.String()
+}
+
+// Bad tokens get 400 at once, whatever the wait asked for; requests over the
+// waiters' cap get 503 at once; the waiters' gauge returns to 0.
+func TestBadTokens(t *testing.T) {
+	t.Parallel()
+	e := start(t)
+	if _, err := e.sync(t); err != nil {
+		t.Fatal(err)
+	}
+	e.stopAPI()
+	e.startAPI(t, cli.EnvMaxWaiters, "2")
+	path := docPath("things", "plain")
+	for _, tc := range []struct {
+		name, target, header string
+	}{
+		{"garbled", path, "zz:top"},
+		{"a version id", path, "7b1e4c1a-3f7e-4c57-9d0c-0a5d2c1f8e21-1763737200000"},
+		{"64 KiB", path, "x:" + strings.Repeat("1", 64<<10)},
+		{"NUL in the query", path + "?after=x:5%00", ""},
+		{"an empty query", path + "?after=", ""},
+		{"a foreign cluster", path, "x:5@1"},
+		{"xmin above xmax", path, "s:9:5:"},
+		{"query and header disagree", path + "?after=x:5", "x:6"},
+		{"a list", "/v1/data/things?limit=2&after=bogus", ""},
+		{"collections", "/v1/collections", "s:1"},
+		{"the pointer", "/v1/versions/current", "x:-3"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			a := e.readAfter(t, e.base, tc.target, tc.header, "10")
+			if a.status != http.StatusBadRequest || !strings.HasSuffix(a.problem, "/token-rejected") || a.took > 2*time.Second {
+				t.Errorf("%d %.200s after %s; want 400 token-rejected at once", a.status, a.body, a.took)
+			}
+		})
+	}
+
+	// A token no version covers yet (the syncer is not running): two wait, the third
+	// is refused at once, and the gauge returns to 0 when the two time out.
+	ctx := context.Background()
+	conn, err := pgx.Connect(ctx, e.dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	var xid string
+	if err := conn.QueryRow(ctx, `UPDATE things SET gen = 9 WHERE id = 'plain' RETURNING pg_current_xact_id()::text`).Scan(&xid); err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	for range 2 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if a := e.readAfter(t, e.base, path, "x:"+xid, "3"); a.status != http.StatusServiceUnavailable || !strings.HasSuffix(a.problem, "/token-not-yet-covered") {
+				t.Errorf("a waiter: %d %s; want 503 once its wait passed", a.status, a.body)
+			}
+		}()
+	}
+	testenv.Eventually(t, 5*time.Second, func() error {
+		if !strings.Contains(e.metrics(t), "snapflip_api_token_waiters 2") {
+			return fmt.Errorf("two requests are not waiting yet")
+		}
+		return nil
+	})
+	if a := e.readAfter(t, e.base, path, "x:"+xid, "10"); a.status != http.StatusServiceUnavailable || a.took > 2*time.Second {
+		t.Errorf("over the cap: %d %s after %s; want 503 at once", a.status, a.body, a.took)
+	}
+	wg.Wait()
+	testenv.Eventually(t, 5*time.Second, func() error {
+		if !strings.Contains(e.metrics(t), "snapflip_api_token_waiters 0") {
+			return fmt.Errorf("the waiters' gauge is not back to 0")
+		}
+		return nil
+	})
+	// A version named with the token: 412 without waiting, 200 for one that covers it.
+	cur := e.get(t, path).version
+	if a := e.readAfter(t, e.base, path+"?version="+cur, "x:"+xid, "10"); a.status != http.StatusPreconditionFailed || a.took > 2*time.Second {
+		t.Errorf("a named version that does not cover the token: %d %s after %s; want 412 at once", a.status, a.body, a.took)
+	}
+	if a := e.readAfter(t, e.base, path+"?version="+cur, "x:3", ""); a.status != http.StatusOK {
+		t.Errorf("a named version that covers the token: %d %s; want 200", a.status, a.body)
+	}
+}
