@@ -454,7 +454,7 @@ func TestResolverConfigValidate(t *testing.T) {
 }
 
 // mustNew returns a Resolver over st, failing the test on a bad config.
-func mustNew(t *testing.T, dataset string, st ReadStore, cfg Config, now func() time.Time) *Resolver {
+func mustNew(t testing.TB, dataset string, st ReadStore, cfg Config, now func() time.Time) *Resolver {
 	t.Helper()
 	r, err := New(dataset, st, cfg, now)
 	if err != nil {

@@ -1,0 +1,210 @@
+package resolver
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/snapflip/snapflip/snapshot"
+)
+
+// demandStore counts raises of the demand counter.
+type demandStore struct{ raises atomic.Uint64 }
+
+func (d *demandStore) RaiseDemand(context.Context, string) (uint64, error) {
+	return d.raises.Add(1), nil
+}
+func (d *demandStore) ReadDemand(context.Context, string) (uint64, error) {
+	return d.raises.Load(), nil
+}
+
+func tokenOf(tb testing.TB, s string) snapshot.Token {
+	tb.Helper()
+	t, err := snapshot.ParseToken(s)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return t
+}
+
+// setPointer replaces the store's pointer.
+func (s *countingStore) setPointer(p snapshot.Pointer) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.ptr = p
+}
+
+func awaitStore() *countingStore {
+	return &countingStore{ptr: snapshot.Pointer{Version: "v1", Source: snapshot.Position{LSN: 1, Snapshot: "100:105:101"}},
+		states: map[snapshot.Version]snapshot.State{"v1": snapshot.StatePublished, "v2": snapshot.StatePublished}}
+}
+
+func TestAwait(t *testing.T) {
+	st := awaitStore()
+	ds := &demandStore{}
+	r := mustNew(t, "ds", st, Config{Refresh: 5 * time.Millisecond, Demand: ds}, nil)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go r.Run(ctx)
+
+	if v, err := r.Await(ctx, tokenOf(t, "x:104")); err != nil || v.Version != "v1" {
+		t.Fatalf("a covered token: %v, %v", v.Version, err)
+	}
+	wctx, wcancel := context.WithTimeout(ctx, 50*time.Millisecond)
+	_, err := r.Await(wctx, tokenOf(t, "x:101"))
+	wcancel()
+	if !errors.Is(err, snapshot.ErrNotYetCovered) {
+		t.Errorf("an uncovered token past its wait: %v; want ErrNotYetCovered", err)
+	}
+	if ds.raises.Load() == 0 {
+		t.Errorf("a waiter raised no demand")
+	}
+
+	// A flip that covers it releases the waiter.
+	done := make(chan error, 1)
+	go func() {
+		v, err := r.Await(ctx, tokenOf(t, "x:101"))
+		if err == nil && v.Version != "v2" {
+			err = fmt.Errorf("answered from %s", v.Version)
+		}
+		done <- err
+	}()
+	st.setPointer(snapshot.Pointer{Version: "v2", Source: snapshot.Position{LSN: 2, Snapshot: "106:106:"}})
+	if err := <-done; err != nil {
+		t.Errorf("after a covering flip: %v", err)
+	}
+
+	// Coverage recorded for the version covers what its own snapshot does not.
+	st.setPointer(snapshot.Pointer{Version: "v2", Source: snapshot.Position{LSN: 2, Snapshot: "106:106:"},
+		Covered: snapshot.Coverage{Version: "v2", Snapshot: "120:120:", LSN: 3}})
+	if _, err := r.Await(ctx, tokenOf(t, "x:110")); err != nil {
+		t.Errorf("a token the recorded coverage holds: %v", err)
+	}
+
+	// A coverage recorded after this wait's demand, whose snapshot had not issued the
+	// xid: refused. Before any such coverage, the same token waits.
+	fut := make(chan error, 1)
+	go func() { _, err := r.Await(ctx, tokenOf(t, "x:5000")); fut <- err }()
+	for r.Waiting() == 0 {
+		runtime.Gosched()
+	}
+	for ds.raises.Load() < 3 {
+		runtime.Gosched()
+	}
+	st.setPointer(snapshot.Pointer{Version: "v2", Source: snapshot.Position{LSN: 2, Snapshot: "106:106:"},
+		Covered: snapshot.Coverage{Version: "v2", Snapshot: "130:130:", LSN: 4, Demand: ds.raises.Load() + 100}})
+	if err := <-fut; !errors.Is(err, snapshot.ErrTokenRejected) || !errors.Is(err, snapshot.ErrInvalid) {
+		t.Errorf("an xid from the future: %v; want ErrTokenRejected", err)
+	}
+
+	// Pinned at a version that does not cover it: at once.
+	st.setPointer(snapshot.Pointer{Version: "v1", Pinned: true, Source: snapshot.Position{LSN: 1, Snapshot: "100:105:101"}})
+	testPoll(t, func() bool { p, _ := r.Pointer(ctx); return p.Pinned })
+	if _, err := r.Await(ctx, tokenOf(t, "x:103")); err != nil {
+		t.Errorf("a token the pinned version covers: %v", err)
+	}
+	if _, err := r.Await(ctx, tokenOf(t, "x:110")); !errors.Is(err, snapshot.ErrNotCovered) {
+		t.Errorf("a token the pinned version does not cover: %v; want ErrNotCovered", err)
+	}
+	if _, err := r.Await(ctx, tokenOf(t, "x:3@42")); err != nil {
+		t.Errorf("a token naming a cluster when the source names none: %v", err)
+	}
+	if n := r.Waiting(); n != 0 {
+		t.Errorf("%d waiters left behind", n)
+	}
+}
+
+// testPoll waits for cond without sleeping on a clock of its own.
+func testPoll(tb testing.TB, cond func() bool) {
+	tb.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			tb.Fatal("condition not met in 10s")
+		}
+		runtime.Gosched()
+	}
+}
+
+// Waiters over MaxWaiters are refused at once; however many wait, demand is raised at
+// most once per refresh interval (plus the first).
+func TestAwaitCapAndDemandCoalesced(t *testing.T) {
+	st := awaitStore()
+	ds := &demandStore{}
+	r := mustNew(t, "ds", st, Config{Refresh: 20 * time.Millisecond, Demand: ds, MaxWaiters: 300}, nil)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go r.Run(ctx)
+	start := time.Now()
+	wctx, wcancel := context.WithTimeout(ctx, 300*time.Millisecond)
+	defer wcancel()
+	var wg sync.WaitGroup
+	var refused atomic.Int64
+	for range 320 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if _, err := r.Await(wctx, tokenOf(t, "x:101")); errors.Is(err, snapshot.ErrNotYetCovered) && wctx.Err() == nil {
+				refused.Add(1)
+			}
+		}()
+	}
+	wg.Wait()
+	elapsed := time.Since(start)
+	if got := refused.Load(); got < 20 {
+		t.Errorf("%d of 320 waiters refused at once; want at least the 20 over the cap of 300", got)
+	}
+	if max := uint64(elapsed/(20*time.Millisecond)) + 2; ds.raises.Load() > max {
+		t.Errorf("%d raises of demand in %s; want at most %d (one per refresh)", ds.raises.Load(), elapsed, max)
+	}
+	if n := r.Waiting(); n != 0 {
+		t.Errorf("%d waiters left behind", n)
+	}
+	raised := ds.raises.Load()
+	time.Sleep(100 * time.Millisecond) // nothing may happen: no waiter is left to ask
+	if ds.raises.Load() > raised+1 {
+		t.Errorf("demand raised %d more times with nobody waiting", ds.raises.Load()-raised)
+	}
+}
+
+// BenchmarkAwaitWaiters reports the pointer reads per second of a replica with no
+// waiter and with 1,000 waiting for a token, and the heap each waiter holds.
+func BenchmarkAwaitWaiters(b *testing.B) {
+	for range b.N {
+		st := awaitStore()
+		r := mustNew(b, "ds", st, Config{Refresh: 10 * time.Millisecond, Demand: &demandStore{}, MaxWaiters: 2000}, nil)
+		ctx, cancel := context.WithCancel(context.Background())
+		go r.Run(ctx)
+		rate := func() float64 {
+			n0, t0 := st.reads.Load(), time.Now()
+			time.Sleep(time.Second)
+			return float64(st.reads.Load()-n0) / time.Since(t0).Seconds()
+		}
+		idle := rate()
+		runtime.GC()
+		var before, after runtime.MemStats
+		runtime.ReadMemStats(&before)
+		var wg sync.WaitGroup
+		for range 1000 {
+			wg.Add(1)
+			go func() { defer wg.Done(); _, _ = r.Await(ctx, tokenOf(b, "x:101")) }()
+		}
+		for r.Waiting() < 1000 {
+			runtime.Gosched()
+		}
+		runtime.GC()
+		runtime.ReadMemStats(&after)
+		busy := rate()
+		cancel()
+		wg.Wait()
+		perWaiter := (float64(after.HeapAlloc) - float64(before.HeapAlloc) + float64(after.StackInuse) - float64(before.StackInuse)) / 1000
+		b.ReportMetric(idle, "reads/s_idle")
+		b.ReportMetric(busy, "reads/s_1000_waiting")
+		b.ReportMetric(perWaiter, "bytes/waiter")
+	}
+}
