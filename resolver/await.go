@@ -69,12 +69,16 @@ func (r *Resolver) Await(ctx context.Context, tok snapshot.Token) (snapshot.View
 	}
 }
 
-// covering returns the view of p's version, which covers the token, or err.
+// covering returns the view of p's version, which covers the token, or err. The
+// view is read within the resolver's own timeout, not the wait's: a covered token
+// is answered however short a wait the request asked for.
 func (r *Resolver) covering(ctx context.Context, p snapshot.Pointer, err error) (snapshot.View, error) {
 	if err != nil {
 		return snapshot.View{}, err
 	}
-	v, err := r.View(ctx, p.Version)
+	vctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.cfg.Timeout)
+	defer cancel()
+	v, err := r.View(vctx, p.Version)
 	if errors.Is(err, snapshot.ErrGone) {
 		return snapshot.View{}, fmt.Errorf("%w: %v", snapshot.ErrCurrentExpired, err)
 	}
