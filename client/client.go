@@ -10,6 +10,7 @@ import (
 	"mime"
 	"net/http"
 	"net/url"
+	"strconv"
 	"strings"
 	"time"
 
@@ -41,6 +42,14 @@ type Config struct {
 	// MaxBatchBytes is the largest batchGet body BatchGet sends; it splits lists whose
 	// JSON would be longer. Default 2 MiB, the API's limit on bodies.
 	MaxBatchBytes int
+	// NoSessionToken turns session consistency off. By default (false) the client
+	// keeps the newest Snapshot-Token it was answered with and sends it as
+	// Snapshot-After with every read of the current version that gives no After, so
+	// that no read goes back to a version older than one it already read, whichever
+	// replica of the API answers. Should an operator roll the dataset back below it,
+	// the client drops it and reads again without it (it follows the rollback), once,
+	// and says nothing. Off, reads send no token but the ones given with After.
+	NoSessionToken bool
 }
 
 // DefaultConfig returns the defaults.
@@ -80,6 +89,7 @@ type Client struct {
 	base   url.URL // scheme and host
 	prefix string  // the base URL's path, escaped, without a trailing slash
 	cache  *etagCache
+	tokens *session // nil: Config.NoSessionToken
 
 	sleep func(context.Context, time.Duration) error // tests replace it
 	now   func() time.Time
@@ -106,6 +116,9 @@ func New(baseURL string, cfg Config) (*Client, error) {
 	if cfg.CacheBytes > 0 {
 		c.cache = newETagCache(cfg.CacheBytes)
 	}
+	if !cfg.NoSessionToken {
+		c.tokens = &session{}
+	}
 	return c, nil
 }
 
@@ -130,6 +143,13 @@ type request struct {
 	body    []byte // JSON, or nil
 	etag    string // sent as If-None-Match when not empty
 	version string // the version the request names, for errors
+	consistency
+}
+
+// consistency says which token a request sends as Snapshot-After.
+type consistency struct {
+	after   string // the caller's (After), honoured strictly; "" for none
+	session bool   // with no token of the caller's, send the session's (a read of the current version)
 }
 
 // answer is a response read in full.
@@ -148,15 +168,46 @@ func (c *Client) url(path string, q url.Values) string {
 	return u.String()
 }
 
-// send attempts r until it is answered 200 or 304, or fails for good: an answer the
-// retry policy does not retry, the last attempt, a Retry-After too long for the
-// policy or for the context's deadline, or the context's end. Every failure but the
-// context's is an *Error.
+// send exchanges r with the token its consistency asks for, and keeps the session
+// token the answer names. A token of the session's that the API says no version will
+// cover (412: an operator rolled the dataset back; 400: the dataset's source is
+// another cluster now) is dropped, and r sent again without it.
 func (c *Client) send(ctx context.Context, r request) (answer, error) {
+	after, auto := c.after(r.consistency)
+	a, err := c.exchange(ctx, r, after)
+	if auto && (errors.Is(err, ErrNotCovered) || errors.Is(err, ErrTokenRejected)) {
+		c.tokens.forget(after)
+		a, err = c.exchange(ctx, r, "")
+	}
+	if err == nil && c.tokens != nil {
+		c.tokens.learn(a.header.Get(HeaderToken))
+	}
+	return a, err
+}
+
+// after returns the token a request sends as Snapshot-After ("" for none), and
+// whether it is the session's.
+func (c *Client) after(cons consistency) (string, bool) {
+	switch {
+	case cons.after != "":
+		return cons.after, false
+	case cons.session && c.tokens != nil:
+		tok := c.tokens.get()
+		return tok, tok != ""
+	}
+	return "", false
+}
+
+// exchange attempts r, sending after as Snapshot-After unless it is "", until it is
+// answered 200 or 304, or fails for good: an answer the retry policy does not retry
+// (a token not yet covered is not: the API waited already), the last attempt, a
+// Retry-After too long for the policy or for the context's deadline, or the context's
+// end. Every failure but the context's is an *Error.
+func (c *Client) exchange(ctx context.Context, r request, after string) (answer, error) {
 	target := c.url(r.path, r.query)
 	var last *Error
 	for attempt := 1; ; attempt++ {
-		a, err := c.attempt(ctx, r, target)
+		a, err := c.attempt(ctx, r, target, after)
 		if err == nil && (a.status == http.StatusOK || a.status == http.StatusNotModified) {
 			return a, nil
 		}
@@ -169,7 +220,7 @@ func (c *Client) send(ctx context.Context, r request) (answer, error) {
 			last = c.problem(r, a)
 		}
 		last.Attempts = attempt
-		if err == nil && !retryableStatus(a.status) {
+		if err == nil && (!retryableStatus(a.status) || last.Is(ErrNotYetCovered)) {
 			return answer{}, last
 		}
 		if attempt >= c.cfg.Retry.MaxAttempts || last.RetryAfter > c.cfg.Retry.MaxRetryAfter {
@@ -197,13 +248,29 @@ func (c *Client) ctxErr(ctx context.Context, r request, err error, last *Error) 
 	return fmt.Errorf("snapflip: %s %s: %w", r.method, truncate(c.prefix+r.path, 200), context.Cause(ctx))
 }
 
+// serverWait is how long the API waits by default for a version covering a token.
+const serverWait = 5 * time.Second
+
+// preferWait returns the wait, in whole seconds, to ask the API for (RFC 7240's
+// Prefer: wait) when an attempt has left to live, and whether to ask at all: only to
+// wait less than the API would, a second short of the attempt's end, so that its
+// answer, ErrNotYetCovered, comes before the caller gives up. It never asks for less
+// than a second: the API's wait bounds its reading of the covering version too.
+func preferWait(left time.Duration) (int, bool) {
+	wait := (left - time.Second) / time.Second
+	if wait >= serverWait/time.Second {
+		return 0, false
+	}
+	return int(max(wait, 1)), true
+}
+
 // maxErrorBody bounds how much of an error answer is read (a proxy's page may be
 // large; the API's problem documents are small).
 const maxErrorBody = 64 << 10
 
 // attempt sends r once and reads the whole answer; an error is a transport failure:
 // no answer, or an answer cut short.
-func (c *Client) attempt(ctx context.Context, r request, target string) (answer, error) {
+func (c *Client) attempt(ctx context.Context, r request, target, after string) (answer, error) {
 	if c.cfg.Timeout > 0 {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, c.cfg.Timeout)
@@ -226,6 +293,14 @@ func (c *Client) attempt(ctx context.Context, r request, target string) (answer,
 	}
 	if r.etag != "" {
 		req.Header.Set("If-None-Match", r.etag)
+	}
+	if after != "" {
+		req.Header.Set(headerAfter, after)
+		if deadline, ok := ctx.Deadline(); ok {
+			if wait, ok := preferWait(time.Until(deadline)); ok {
+				req.Header.Set("Prefer", "wait="+strconv.Itoa(wait))
+			}
+		}
 	}
 	resp, err := c.http.Do(req)
 	if err != nil {

@@ -37,14 +37,26 @@
 //	}
 //
 // Failures are *Error values, which match ErrNotFound (404), ErrGone (410: the version
-// asked for does not exist or has expired), ErrBadRequest (400) and ErrUnavailable
-// (503, or no answer) with errors.Is. A 503 or a failed connection is retried with
-// exponential backoff and jitter, no sooner than the API's Retry-After, as
-// Config.Retry says; a 4xx never is. Every method takes a context, which bounds the
-// whole call, retries included.
+// asked for does not exist or has expired), ErrBadRequest (400), ErrUnavailable (503,
+// or no answer), and for reads with a token ErrNotCovered (412), ErrNotYetCovered (a
+// 503) and ErrTokenRejected (a 400) with errors.Is. A 503 (but ErrNotYetCovered) or a
+// failed connection is retried with exponential backoff and jitter, no sooner than the
+// API's Retry-After, as Config.Retry says; a 4xx never is. Every method takes a
+// context, which bounds the whole call, retries included.
 //
 // Select("a", "b"), passed to Get, BatchGet or List, keeps only those top-level fields
 // of each document (the API's ?select=).
+//
+// A read can be made to see a write to Postgres (once a sync published it): the
+// writer takes a token, "x:" || pg_current_xact_id() in its transaction or "s:" ||
+// pg_current_snapshot() after its commit (package pgtoken makes both), and a read with
+// After(token) is answered only from a version that covers it; the API waits for one
+// a few seconds (ErrNotYetCovered past that). SnapshotAfter pins such a version, and
+// a Replica's WaitFor waits until it holds one. Every answer names its version's
+// snapshot in the Snapshot-Token header: a Client keeps the newest it was answered
+// with and sends it with its reads of the current version, so that they never go back
+// to an older version, whichever replica of the API answers (unless an operator rolls
+// the dataset back: the client follows). Config.NoSessionToken turns that off.
 //
 // With Config.CacheBytes set, Get keeps the documents it read with their ETags and
 // revalidates them: a document unchanged since the last read (even across flips) costs

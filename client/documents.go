@@ -110,7 +110,8 @@ func (c *Client) get(ctx context.Context, version, collection, id string, opts [
 	if err != nil {
 		return Document{}, err
 	}
-	r := request{method: http.MethodGet, path: docPath(collection, id), query: o.query(versionQuery(version)), version: version}
+	r := request{method: http.MethodGet, path: docPath(collection, id), query: o.query(versionQuery(version)), version: version,
+		consistency: o.consistency(version)}
 	var cached *cacheEntry
 	key := ""
 	if c.cache != nil {
@@ -215,7 +216,8 @@ func (c *Client) batchGet(ctx context.Context, version, collection string, ids [
 	var missing []string
 	path := "/v1/data/" + escapeSegment(collection) + ":batchGet"
 	for _, part := range splitBatch(uniq, c.cfg.BatchLimit, c.cfg.MaxBatchBytes) {
-		r := request{method: http.MethodPost, path: path, query: o.query(versionQuery(version)), body: batchBody(part), version: version}
+		r := request{method: http.MethodPost, path: path, query: o.query(versionQuery(version)), body: batchBody(part), version: version,
+			consistency: o.consistency(version)}
 		a, err := c.send(ctx, r)
 		if err != nil {
 			return nil, nil, "", err
@@ -280,7 +282,7 @@ func (c *Client) list(ctx context.Context, version, collection string, opts List
 				q.Add(f.field, f.expr)
 			}
 			o.query(q)
-			a, err := c.send(ctx, request{method: http.MethodGet, path: path, query: q, version: version})
+			a, err := c.send(ctx, request{method: http.MethodGet, path: path, query: q, version: version, consistency: o.consistency(version)})
 			if err != nil {
 				yield(Document{}, err)
 				return

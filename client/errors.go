@@ -9,7 +9,7 @@ import (
 )
 
 // Sentinel errors. Every error the client returns for a failed exchange is an *Error,
-// which matches these with errors.Is.
+// which matches these with errors.Is (ErrPinned excepted: only a Replica returns it).
 var (
 	// ErrNotFound reports an unknown collection or id (404).
 	ErrNotFound = errors.New("not found")
@@ -27,11 +27,43 @@ var (
 	// range. The client returns it without sending anything for an empty collection or
 	// id, or a version that is not one.
 	ErrBadRequest = errors.New("bad request")
+	// ErrNotCovered reports that the version a read had to come from does not cover
+	// the token it gave with After (412), and that no waiting can help: the read named
+	// that version (a Snapshot's), or an operator pinned the dataset at it (rolled it
+	// back). A Replica's WaitFor matches it too when the dataset is pinned.
+	ErrNotCovered = errors.New("the version does not cover the token")
+	// ErrNotYetCovered reports that no version covering the token a read gave was
+	// served within the wait the API allowed (5s, less when the context's deadline is
+	// sooner), or that too many reads were waiting already: a 503 of the problem type
+	// token-not-yet-covered. It also matches ErrUnavailable, as every other 503 does:
+	// the answer may come later. But the retry policy does not retry it: the API has
+	// waited already, and a retry would only wait as long again, for every caller at
+	// once. Retry when more waiting is worth it, or read without the token.
+	ErrNotYetCovered = errors.New("no version covers the token yet")
+	// ErrTokenRejected reports a token no version can ever cover: malformed, of
+	// another Postgres cluster than the dataset's source, or naming a transaction the
+	// source had not started. The API says so with a 400 of the problem type
+	// token-rejected, which also matches ErrBadRequest; the client returns it, matching
+	// ErrBadRequest too, without sending anything for a token that does not parse.
+	ErrTokenRejected = errors.New("token rejected")
+	// ErrPinned reports that the dataset is pinned (an operator rolled it back) at a
+	// version that does not cover the token a Replica was asked to wait for: no version
+	// will until an operator unpins the dataset or rolls it forward.
+	ErrPinned = errors.New("pinned at a version that does not cover the token")
+)
+
+// The problem types of the answers about tokens whose status alone does not tell them
+// from others (the API answers 412 for a token alone).
+const (
+	problemNotYetCovered = "https://snapflip.dev/problems/token-not-yet-covered"
+	problemTokenRejected = "https://snapflip.dev/problems/token-rejected"
 )
 
 // Error is a failed exchange with the API: an answer other than the one asked for, or
-// none at all after every attempt. It matches ErrNotFound, ErrGone, ErrUnavailable and
-// ErrBadRequest with errors.Is, by StatusCode; a transport failure unwraps to its cause.
+// none at all after every attempt. It matches ErrNotFound, ErrGone, ErrUnavailable,
+// ErrBadRequest and ErrNotCovered with errors.Is, by StatusCode, and ErrNotYetCovered
+// and ErrTokenRejected by StatusCode and Type; a transport failure unwraps to its
+// cause.
 type Error struct {
 	// Method and Path are the request's, Path as sent (escaped, without the query).
 	Method, Path string
@@ -72,9 +104,15 @@ func (e *Error) Error() string {
 	return b.String()
 }
 
-// Is matches the sentinel errors by status.
+// Is matches the sentinel errors by status, and the token's by problem type too.
 func (e *Error) Is(target error) bool {
 	switch target {
+	case ErrNotCovered:
+		return e.StatusCode == http.StatusPreconditionFailed
+	case ErrNotYetCovered:
+		return e.StatusCode == http.StatusServiceUnavailable && e.Type == problemNotYetCovered
+	case ErrTokenRejected:
+		return e.StatusCode == http.StatusBadRequest && e.Type == problemTokenRejected
 	case ErrNotFound:
 		return e.StatusCode == http.StatusNotFound
 	case ErrGone:

@@ -73,3 +73,45 @@ func ExampleClient_Snapshot() {
 	}
 	fmt.Println(n, "flags in version", snap.Version())
 }
+
+func ExampleAfter() {
+	c, err := client.New("http://metadata-api:8080", client.DefaultConfig())
+	if err != nil {
+		log.Fatal(err)
+	}
+	ctx := context.Background()
+	tok := "x:748" // from the writer: 'x:' || pg_current_xact_id() in its transaction (see package pgtoken)
+	doc, err := c.Get(ctx, "tenants", "acme", client.After(tok))
+	switch {
+	case errors.Is(err, client.ErrNotYetCovered):
+		log.Fatal("no sync published the write within the wait: try again later")
+	case errors.Is(err, client.ErrNotCovered):
+		log.Fatal("an operator rolled the dataset back below the write")
+	case err != nil:
+		log.Fatal(err)
+	}
+	fmt.Println(string(doc.JSON), "holds the write")
+}
+
+func ExampleReplica_WaitFor() {
+	c, err := client.New("http://metadata-api:8080", client.DefaultConfig())
+	if err != nil {
+		log.Fatal(err)
+	}
+	cfg := client.DefaultReplicaConfig()
+	cfg.Collections = []string{"tenants"}
+	r, err := client.NewReplica(context.Background(), c, cfg)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer r.Close()
+
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	view, err := r.WaitFor(ctx, "x:748") // the writer's token
+	if err != nil {
+		log.Fatal(err) // the context's error, ErrPinned, or ErrTokenRejected
+	}
+	doc, _ := view.Get("tenants", "acme")
+	fmt.Println(string(doc.JSON), "as of version", view.Version())
+}

@@ -64,7 +64,7 @@ func filterValue(v any) string {
 }
 
 // listParams are the list route's own parameters, which no filter can name.
-var listParams = map[string]bool{"limit": true, "page_token": true, "version": true, "select": true}
+var listParams = map[string]bool{"limit": true, "page_token": true, "version": true, "select": true, "after": true}
 
 // checkFilters refuses, before sending anything, a condition the API cannot read.
 func checkFilters(fs []Filter) error {

@@ -36,11 +36,12 @@ type Replica struct {
 	fields map[string][]string // collection → indexed fields; under swap
 
 	mu          sync.Mutex
-	newest      pointer   // the newest pointer seen
-	behindSince time.Time // since when newest is not the version held; zero when it is
-	downSince   time.Time // since when the API has not answered; zero when it does
-	catchErr    error     // why the last catch-up failed; nil after one succeeded
-	linkErr     error     // why the API did not answer; nil once it did
+	newest      pointer       // the newest pointer seen, with the newest covers seen of its version
+	changed     chan struct{} // closed, and replaced, when the version held or newest changes
+	behindSince time.Time     // since when newest is not the version held; zero when it is
+	downSince   time.Time     // since when the API has not answered; zero when it does
+	catchErr    error         // why the last catch-up failed; nil after one succeeded
+	linkErr     error         // why the API did not answer; nil once it did
 	born        time.Time
 	stats       ReplicaStats
 }
@@ -74,7 +75,7 @@ func NewReplica(ctx context.Context, c *Client, cfg ReplicaConfig) (*Replica, er
 	cfg.Collections = slices.Clone(cfg.Collections) // the caller's slice may change
 	ctx, stop := context.WithCancel(ctx)
 	r := &Replica{c: c, cfg: cfg, ready: make(chan struct{}), stop: stop, done: make(chan struct{}),
-		wake: make(chan struct{}, 1), fields: map[string][]string{}, born: c.now()}
+		wake: make(chan struct{}, 1), fields: map[string][]string{}, born: c.now(), changed: make(chan struct{})}
 	go r.run(ctx)
 	return r, nil
 }
@@ -154,15 +155,18 @@ func (r *Replica) Err() error {
 }
 
 // observe records a pointer the stream or a poll told of. A pointer older than the
-// newest seen (a replica of the API that has not refreshed yet) is ignored: versions
-// move backwards only by a rollback, which flips the pointer anew.
+// newest seen (a replica of the API that has not refreshed yet) is ignored but for
+// what it says the newest version covers: versions move backwards only by a rollback,
+// which flips the pointer anew.
 func (r *Replica) observe(p pointer) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if !r.newest.Version.IsZero() && !p.FlippedAt.After(r.newest.FlippedAt) {
+		r.cover(p)
 		return
 	}
 	r.newest = p
+	r.signal()
 	if st := r.state.Load(); (st == nil || st.version != p.Version.String()) && r.behindSince.IsZero() {
 		r.behindSince = r.c.now()
 	}

@@ -57,7 +57,7 @@ func (r *Replica) keepUp(ctx context.Context) {
 		}
 		if errors.Is(err, ErrGone) {
 			// The version expired or was never whole: the pointer has moved on.
-			if cur, perr := r.c.current(ctx); perr == nil {
+			if cur, perr := r.c.current(ctx, consistency{}); perr == nil {
 				r.observe(cur)
 			}
 		}
@@ -148,7 +148,8 @@ func (r *Replica) swapIn(p pointer, reads []fetched) {
 	r.swap.Lock()
 	defer r.swap.Unlock()
 	cur := r.state.Load() // the one the plan was made of, or it with an index more
-	next := &replicaState{version: p.Version.String(), flippedAt: p.FlippedAt, colls: make(replicaColls, 0, len(reads))}
+	next := &replicaState{version: p.Version.String(), flippedAt: p.FlippedAt, covers: p.coverage(),
+		colls: make(replicaColls, 0, len(reads))}
 	for _, f := range reads {
 		if f.kind == stepReload {
 			next.colls = append(next.colls, namedColl{f.collection, newReplicaColl(f.docs, r.fields[f.collection])})
@@ -163,6 +164,9 @@ func (r *Replica) swapIn(p pointer, reads []fetched) {
 		next.colls = append(next.colls, namedColl{f.collection, c.apply(f.docs)})
 	}
 	r.state.Store(next)
+	r.mu.Lock()
+	r.signal() // before OnFlip: a WaitFor need not wait for it
+	r.mu.Unlock()
 }
 
 // count adds a catch-up to the stats: first when it was the first load.

@@ -28,6 +28,9 @@ type follower struct {
 type news interface {
 	// observe is told of each pointer the API named, newest or not.
 	observe(pointer)
+	// covered is told that the version p names holds everything the snapshot p.Covers
+	// saw, the pointer not having moved.
+	covered(p pointer)
 	// linked is told whether the API answered: nil when it did, else why not.
 	linked(error)
 	// Version returns the version held ("" for none), which the stream need not
@@ -73,7 +76,7 @@ func (f *follower) pause(refused int) time.Duration {
 func (f *follower) poll(ctx context.Context, d time.Duration) {
 	until := f.c.now().Add(d)
 	for {
-		cur, err := f.c.current(ctx)
+		cur, err := f.c.current(ctx, consistency{}) // no token: observe drops a pointer older than one seen
 		f.news.linked(err)
 		if err == nil {
 			f.news.observe(cur)
@@ -98,7 +101,16 @@ func (f *follower) stream(ctx context.Context) (opened bool, err error) {
 	idle := time.AfterFunc(f.cfg.StreamIdle, cancel)
 	defer idle.Stop()
 	alive := func() { idle.Reset(f.cfg.StreamIdle) }
-	return true, readFlips(resp.Body, alive, f.news.observe)
+	return true, readFlips(resp.Body, alive, f.tell)
+}
+
+// tell passes an event of the stream on to the follower's news.
+func (f *follower) tell(kind streamEvent, p pointer) {
+	if kind == eventCovered {
+		f.news.covered(p)
+		return
+	}
+	f.news.observe(p)
 }
 
 // watchPath is the flip stream's path.
@@ -143,12 +155,19 @@ const (
 	eventOther streamEvent = iota
 	// eventFlip tells of a flip: its data is the new pointer.
 	eventFlip
+	// eventCovered tells that the current version, which did not change, holds
+	// everything a newer snapshot saw: its data names the version and that snapshot
+	// (covers), as a sync that found nothing new to publish proved.
+	eventCovered
 )
 
 // parseStreamEvent parses an event's type.
 func parseStreamEvent(name string) streamEvent {
-	if name == "flip" {
+	switch name {
+	case "flip":
 		return eventFlip
+	case "covered":
+		return eventCovered
 	}
 	return eventOther
 }
@@ -157,32 +176,37 @@ func parseStreamEvent(name string) streamEvent {
 const maxEventBytes = 1 << 20
 
 // readFlips reads the events of a flip stream until it ends, calling alive for each
-// line (which shows the stream is alive) and flip for each flip event that names a
-// version. A stream does not end on its own: its end is an error, io.ErrUnexpectedEOF
+// line (which shows the stream is alive) and event for each flip or covered event that
+// names a version; other events, and fields it does not know, are a newer API's, and
+// ignored. A stream does not end on its own: its end is an error, io.ErrUnexpectedEOF
 // when the body ended cleanly.
-func readFlips(body io.Reader, alive func(), flip func(pointer)) error {
+func readFlips(body io.Reader, alive func(), event func(streamEvent, pointer)) error {
 	lines := bufio.NewScanner(body)
 	lines.Buffer(make([]byte, 0, 4096), maxEventBytes)
-	var event streamEvent
+	var kind streamEvent
 	var data string
 	for lines.Scan() {
 		alive()
 		line := lines.Text()
 		if line == "" { // the event is complete
-			if event == eventFlip {
-				var p pointer
-				if json.Unmarshal([]byte(data), &p) == nil && versionPattern.MatchString(p.Version.String()) {
-					flip(p)
+			if kind != eventOther {
+				var ev struct {
+					pointer
+					Token string `json:"token"`
+				}
+				if json.Unmarshal([]byte(data), &ev) == nil && versionPattern.MatchString(ev.Version.String()) {
+					ev.pointer.Token = ev.Token
+					event(kind, ev.pointer)
 				}
 			}
-			event, data = eventOther, ""
+			kind, data = eventOther, ""
 			continue
 		}
 		name, value, _ := strings.Cut(line, ":")
 		value = strings.TrimPrefix(value, " ")
 		switch name {
 		case "event":
-			event = parseStreamEvent(value)
+			kind = parseStreamEvent(value)
 		case "data":
 			if data != "" {
 				data += "\n"

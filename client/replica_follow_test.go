@@ -2,6 +2,7 @@ package client
 
 import (
 	"errors"
+	"fmt"
 	"io"
 	"strings"
 	"testing"
@@ -18,11 +19,23 @@ func TestReadFlips(t *testing.T) {
 		"event: heartbeat\ndata: {\"version\":\"" + v1 + "\"}\n\n" + // not a flip
 		"event: flip\ndata: {\"version\":\"not-a-version\"}\n\n" + // names no version
 		"event: flip\ndata: {\"version\":\n" + "data: \"" + v2 + "\"}\n\n" + // data over two lines
+		"event: covered\ndata: {\"version\":\"" + v2 + "\",\"covers\":\"s:9:9:\"}\n\n" +
+		"event: flip\ndata: {\"version\":\"" + v1 + "\",\"token\":\"s:5:7:5\",\"covers\":\"s:8:8:\",\"pinned\":true,\"new\":[1]}\n\n" +
+		"event: resharded\ndata: {\"version\":\"" + v2 + "\"}\n\n" + // an event of a newer API
+		"event: covered\ndata: {\"covers\":\"s:9:9:\"}\n\n" + // names no version
 		"event: flip\ndata: {\"version\":\"" + v1 + "\"}\n" // cut before its end
 	var got []string
 	lines := 0
-	err := readFlips(strings.NewReader(stream), func() { lines++ }, func(p pointer) { got = append(got, p.Version.String()) })
-	if want := []string{v1, v2}; !cmp.Equal(want, got) {
+	err := readFlips(strings.NewReader(stream), func() { lines++ }, func(kind streamEvent, p pointer) {
+		got = append(got, fmt.Sprintf("%d %s %s %s %v", kind, p.Version, p.Token, p.Covers, p.Pinned))
+	})
+	want := []string{
+		fmt.Sprintf("%d %s   false", eventFlip, v1),
+		fmt.Sprintf("%d %s   false", eventFlip, v2),
+		fmt.Sprintf("%d %s  s:9:9: false", eventCovered, v2),
+		fmt.Sprintf("%d %s s:5:7:5 s:8:8: true", eventFlip, v1),
+	}
+	if !cmp.Equal(want, got) {
 		t.Errorf("flips (-want +got):\n%s", cmp.Diff(want, got))
 	}
 	if want := strings.Count(stream, "\n"); lines != want {

@@ -19,6 +19,7 @@ import (
 type replicaState struct {
 	version   string
 	flippedAt time.Time
+	covers    string // the newest snapshot token the version was known to cover when swapped in
 	colls     replicaColls
 }
 
@@ -268,7 +269,7 @@ func (fi *fieldIndex) fold() {
 
 // withIndex returns the state with an index on a collection's field added.
 func (st *replicaState) withIndex(collection, field string) *replicaState {
-	next := &replicaState{version: st.version, flippedAt: st.flippedAt, colls: slices.Clone(st.colls)}
+	next := &replicaState{version: st.version, flippedAt: st.flippedAt, covers: st.covers, colls: slices.Clone(st.colls)}
 	for i, nc := range next.colls {
 		if nc.name == collection {
 			c := *nc.c

@@ -13,7 +13,8 @@ import (
 // RetryPolicy says how often and how patiently a request is retried. Every request the
 // client sends is a read, so every one may be retried (batchGet is a POST, but a read);
 // what is retried is a 503 (and a proxy's 502 or 504) and a failure to get an answer at
-// all. A 4xx is never retried, nor a 500.
+// all. A 4xx is never retried, nor a 500, nor the 503 of a token no version covers yet
+// (ErrNotYetCovered), for which the API waited already.
 type RetryPolicy struct {
 	// MaxAttempts is how many times a request is sent at most, the first included;
 	// 1 turns retrying off. Default 4.

@@ -6,14 +6,31 @@ import (
 	"strings"
 )
 
-// ReadOption tunes a read of documents: Get, BatchGet and List, of a Client or a
-// Snapshot.
+// ReadOption tunes a read of documents: Get, BatchGet, List and Query, of a Client or
+// a Snapshot.
 type ReadOption func(*readOptions)
 
 // readOptions are the options of one read, resolved.
 type readOptions struct {
 	fields []string // nil: whole documents
 	set    bool     // Select was given (with no fields: an error)
+	after  *string  // After's token; nil: none given
+}
+
+// After asks that the read be answered from a version that covers a read-your-writes
+// token, so that it sees a write: "x:" || pg_current_xact_id() taken in the writing
+// transaction, or "s:" || pg_current_snapshot() taken after its commit (package
+// pgtoken makes both), or a Snapshot-Token an answer named. The API waits for such a
+// version up to 5s, or less when the context's deadline is sooner; past that the read
+// fails with ErrNotYetCovered. A Snapshot's read fails with ErrNotCovered when the
+// snapshot's version does not cover the token, as does any read while an operator has
+// pinned the dataset at a version that does not. A token that does not parse (the
+// empty one included) fails the read with ErrTokenRejected, without sending anything;
+// the API says the same of a token of another cluster, or of a transaction it never
+// saw started. For this read, it replaces the token a Client sends of its own accord
+// (see Config.NoSessionToken); of several After, the last counts.
+func After(token string) ReadOption {
+	return func(o *readOptions) { o.after = &token }
 }
 
 // Select keeps only the named top-level fields of each document read (the API's
@@ -41,6 +58,11 @@ func resolve(op string, opts []ReadOption) (readOptions, error) {
 	for _, opt := range opts {
 		opt(&o)
 	}
+	if o.after != nil {
+		if _, err := parseToken(*o.after); err != nil {
+			return o, rejected(op+": After", err)
+		}
+	}
 	if !o.set {
 		return o, nil
 	}
@@ -53,6 +75,16 @@ func resolve(op string, opts []ReadOption) (readOptions, error) {
 		}
 	}
 	return o, nil
+}
+
+// consistency is what a request of the read sends as Snapshot-After: the caller's
+// token, else the session's when the request names no version (a Snapshot's version is
+// its caller's choice; a later page or part names the version the first one read).
+func (o readOptions) consistency(version string) consistency {
+	if o.after != nil {
+		return consistency{after: *o.after}
+	}
+	return consistency{session: version == ""}
 }
 
 // query adds the options to a request's query.

@@ -20,33 +20,73 @@ type Snapshot struct {
 }
 
 // Snapshot pins the current version: it asks the API which version is current and
-// returns a handle that reads only that one.
+// returns a handle that reads only that one (no older than the session's token; see
+// Config.NoSessionToken).
 func (c *Client) Snapshot(ctx context.Context) (*Snapshot, error) {
-	p, err := c.current(ctx)
+	return c.snapshot(ctx, consistency{session: true})
+}
+
+// SnapshotAfter pins the current version once it covers a read-your-writes token, as
+// a read with After(token) would be answered, and fails as such a read fails
+// (ErrNotYetCovered, ErrNotCovered, ErrTokenRejected): every read of the handle sees
+// the write the token names.
+func (c *Client) SnapshotAfter(ctx context.Context, token string) (*Snapshot, error) {
+	if _, err := parseToken(token); err != nil {
+		return nil, rejected("snapshot", err)
+	}
+	return c.snapshot(ctx, consistency{after: token})
+}
+
+func (c *Client) snapshot(ctx context.Context, cons consistency) (*Snapshot, error) {
+	p, err := c.current(ctx, cons)
 	if err != nil {
 		return nil, err
 	}
 	return &Snapshot{c: c, version: p.Version.String()}, nil
 }
 
-// pointer is what the API says of the current version: the version, and when the
-// pointer last moved.
+// pointer is what the API says of the current version: the version, when the pointer
+// last moved, whether it is pinned, and the tokens the version covers. A flip event
+// and a covered event of the flip stream say the same, the latter of the version and
+// its covers alone.
 type pointer struct {
 	Version   versionID `json:"version"`
 	FlippedAt time.Time `json:"flipped_at"`
+	Pinned    bool      `json:"pinned"`
+	// Token is the "s:" token of the snapshot the version was read at; Covers, the
+	// newest snapshot's the version is known to hold everything of (at least Token).
+	// Both are "" from an API that names no tokens. Token is named "snapshot_token"
+	// in the current version's JSON ("token" there is the publish lease's fence) and
+	// "token" in a flip event's: each decodes it apart.
+	Token  string `json:"-"`
+	Covers string `json:"covers"`
 }
 
-// current asks the API for the current pointer.
-func (c *Client) current(ctx context.Context) (pointer, error) {
+// coverage returns the newest snapshot token the version is known to cover; "" for
+// none.
+func (p pointer) coverage() string {
+	if p.Covers == "" {
+		return p.Token
+	}
+	return newer(p.Token, p.Covers)
+}
+
+// current asks the API for the current pointer, sending the token cons says.
+func (c *Client) current(ctx context.Context, cons consistency) (pointer, error) {
 	const path = "/v1/versions/current"
-	a, err := c.send(ctx, request{method: http.MethodGet, path: path})
+	a, err := c.send(ctx, request{method: http.MethodGet, path: path, consistency: cons})
 	if err != nil {
 		return pointer{}, err
 	}
-	var p pointer
-	if err := json.Unmarshal(a.body, &p); err != nil {
+	var body struct {
+		pointer
+		SnapshotToken string `json:"snapshot_token"`
+	}
+	if err := json.Unmarshal(a.body, &body); err != nil {
 		return pointer{}, fmt.Errorf("snapflip: GET %s: decode the answer: %w", path, err)
 	}
+	p := body.pointer
+	p.Token = body.SnapshotToken
 	if !versionPattern.MatchString(p.Version.String()) {
 		return pointer{}, fmt.Errorf("snapflip: GET %s: the answer names no version (%q)", path, truncate(p.Version.String(), 80))
 	}
