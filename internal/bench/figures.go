@@ -49,6 +49,8 @@ var benchmarks = []string{
 	"BenchmarkLogicalPgbench",
 	"BenchmarkLogicalWALRetained",
 	"BenchmarkDDLToServed",
+	"BenchmarkTokenReads",
+	"BenchmarkAwaitWaiters",
 	"BenchmarkLargeSync",
 	"BenchmarkReplica",
 	"BenchmarkFilter",
