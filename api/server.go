@@ -179,7 +179,7 @@ func NewServer(reader Reader, cfg Config, log *slog.Logger) (*Server, error) {
 	r.Get("/v1/versions/current", s.handle(s.currentVersion))
 	r.Get("/v1/versions/{version}", s.handle(s.version))
 
-	r.Get("/v1/versions/{version}/changes/{collection}", s.handle(s.changes))
+	r.Get(changesRoute, s.handle(s.changes))
 
 	if cfg.AdminToken != "" && cfg.Admin != nil {
 		r.Post("/v1/admin/rollback", s.requireToken(s.handle(s.adminRollback)))

@@ -7,6 +7,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/go-chi/chi/v5"
+
 	"github.com/snapflip/snapflip/snapshot"
 )
 
@@ -122,5 +124,9 @@ func (s *Server) stamp(w http.ResponseWriter, view snapshot.View) {
 // isChangesRoute reports whether r is GET /v1/versions/{version}/changes/{collection},
 // whose "after" parameter is its page cursor.
 func isChangesRoute(r *http.Request) bool {
-	return strings.Contains(r.URL.EscapedPath(), "/changes/")
+	rctx := chi.RouteContext(r.Context())
+	return rctx != nil && rctx.RoutePattern() == changesRoute
 }
+
+// changesRoute is the changes endpoint's route pattern.
+const changesRoute = "/v1/versions/{version}/changes/{collection}"

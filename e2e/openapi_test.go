@@ -72,7 +72,7 @@ func init() { openapi3filter.RegisterBodyDecoder("text/event-stream", eventStrea
 
 // eventSchemas names the schema of each event type a text/event-stream response may
 // send: an event's data is JSON matching it.
-var eventSchemas = map[string]string{"flip": "FlipEvent"}
+var eventSchemas = map[string]string{"flip": "FlipEvent", "covered": "CoveredEvent"}
 
 // eventStreamDecoder lets kin-openapi check a text/event-stream body, as much of it as
 // the test read: every complete event's type must be in eventSchemas and its data must

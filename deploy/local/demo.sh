@@ -88,6 +88,15 @@ run curl -s "$base/v1/collections"
 run curl -s "$base/v1/versions/current"
 run curl -s -i "$base/v1/data/tenants/no-such-tenant"
 run curl -s "$base/readyz"
+echo "Read your own write: take a token in the writing transaction and send it; the answer"
+echo "comes from a version that holds the write (the API waits for one if it must):"
+update="UPDATE tenants SET seats = seats + 1 WHERE id = 'tenant-0001' RETURNING 'x:' || pg_current_xact_id()"
+echo
+echo "\$ TOKEN=\$($psql '$dsn' -Atqc \"$update\")"
+token=$("$psql" "$dsn" -Atqc "$update")
+echo "TOKEN=$token"
+run curl -s -i -H "Snapshot-After: $token" "$base/v1/data/tenants/tenant-0001"
+echo
 echo "Change the source and watch a new version appear within about a second (the syncer watches the tables; its schedule is the backstop):"
 echo "  $psql '$dsn' -c \"UPDATE tenants SET seats = seats + 1 WHERE id = 'tenant-0001'\""
 echo "  curl -si $base/v1/data/tenants/tenant-0001 | grep -i snapshot-version"
