@@ -150,7 +150,10 @@ func (s PGSnapshot) Sees(xid uint64) bool {
 // names. A snapshot token covers t when s sees every transaction t saw: s.xmax is at
 // least t's, and each transaction s had in progress was in progress for t too, or
 // started at or after t's xmax. A token made from s itself is covered by s, also when
-// it was shortened to fit MaxTokenBytes (its in-progress list a prefix of s's).
+// it was shortened to fit MaxTokenBytes (its in-progress list a prefix of s's). That
+// exception is looser than the rule for one case: another snapshot with the same
+// xmin, xmax and list prefix, read while more than ~48 transactions were in progress
+// and no xid was assigned between the two, is taken to cover it too.
 func (s PGSnapshot) Covers(t Token) bool {
 	switch t.Kind {
 	case TokenXid:
