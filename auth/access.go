@@ -1,0 +1,111 @@
+package auth
+
+import (
+	"encoding/json"
+	"fmt"
+	"slices"
+	"strconv"
+	"time"
+)
+
+// Identity is a verified caller.
+type Identity struct {
+	Issuer  string
+	Subject string
+	// Expiry is when its token expires.
+	Expiry time.Time
+	claims map[string]any
+}
+
+// NewIdentity returns an identity with the given claims (for tests and for callers
+// verified some other way).
+func NewIdentity(issuer, subject string, expiry time.Time, claims map[string]any) *Identity {
+	return &Identity{Issuer: issuer, Subject: subject, Expiry: expiry, claims: claims}
+}
+
+// claimText returns the claim as text when it is a string or a number.
+func (id *Identity) claimText(name string) (string, bool) {
+	switch v := id.claims[name].(type) {
+	case string:
+		return v, true
+	case json.Number:
+		return v.String(), true
+	case float64:
+		return strconv.FormatFloat(v, 'f', -1, 64), true
+	}
+	return "", false
+}
+
+// holds reports whether the claim is a string equal to value, or an array holding it.
+func (id *Identity) holds(name, value string) bool {
+	switch v := id.claims[name].(type) {
+	case string:
+		return v == value
+	case []any:
+		return slices.ContainsFunc(v, func(e any) bool { s, ok := e.(string); return ok && s == value })
+	}
+	return false
+}
+
+func (g Grant) matches(id *Identity) bool {
+	if g.Subject != "" {
+		return id.Subject == g.Subject
+	}
+	return id.holds(g.Claim.Name, g.Claim.Value)
+}
+
+func (g Grant) names(collection string) bool {
+	return slices.Contains(g.Collections, "*") || slices.Contains(g.Collections, collection)
+}
+
+// Scope is a row scope: only documents whose top-level Field equals Value.
+type Scope struct {
+	Field string
+	Value string
+}
+
+// Access is what a caller may read of one collection.
+type Access int
+
+// The answers of Policy.Access.
+const (
+	Denied  Access = iota // no grant names the collection for the caller
+	Whole                 // every document
+	Scoped                // the documents of the scope Access returns
+	NoClaim               // a scoped grant decides, but the caller lacks its claim
+)
+
+// Policy answers the grants of an auth file.
+type Policy struct {
+	grants []Grant
+}
+
+// NewPolicy returns the policy of c's grants.
+func NewPolicy(c Config) *Policy { return &Policy{grants: c.Grants} }
+
+// Access says what id may read of collection: the first grant that matches id and
+// names the collection decides; with a row rule, the scope holds id's claim.
+func (p *Policy) Access(id *Identity, collection string) (Access, Scope) {
+	for _, g := range p.grants {
+		if !g.matches(id) || !g.names(collection) {
+			continue
+		}
+		if g.Rows == nil {
+			return Whole, Scope{}
+		}
+		v, ok := id.claimText(g.Rows.Claim)
+		if !ok {
+			return NoClaim, Scope{}
+		}
+		return Scoped, Scope{Field: g.Rows.Field, Value: v}
+	}
+	return Denied, Scope{}
+}
+
+// Admin reports whether a grant with admin: true matches id.
+func (p *Policy) Admin(id *Identity) bool {
+	return slices.ContainsFunc(p.grants, func(g Grant) bool { return g.Admin && g.matches(id) })
+}
+
+// String describes the scope for errors: the field and the claim's value.
+func (s Scope) String() string { return fmt.Sprintf("%s = %q", s.Field, s.Value) }

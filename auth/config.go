@@ -1,0 +1,165 @@
+package auth
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"net/url"
+	"os"
+	"slices"
+	"strings"
+	"time"
+
+	"gopkg.in/yaml.v3"
+)
+
+// ErrConfig is wrapped by every error about the auth file.
+var ErrConfig = errors.New("auth config")
+
+// Config is the auth file (metadata-api --auth FILE).
+type Config struct {
+	// Issuers are the token issuers the API trusts; at least one.
+	Issuers []Issuer `yaml:"issuers"`
+	// Grants say who reads what: for each collection, the first grant that matches
+	// the caller and names the collection decides.
+	Grants []Grant `yaml:"grants"`
+	// KeyRefresh is the shortest time between two reads of an issuer's keys prompted
+	// by a token naming a key the API does not hold; default 30s.
+	KeyRefresh time.Duration `yaml:"key_refresh"`
+	// Leeway is the clock skew allowed when checking exp and nbf; default 30s.
+	Leeway time.Duration `yaml:"leeway"`
+}
+
+// Issuer is one trusted token issuer.
+type Issuer struct {
+	// Issuer is the iss claim a token must carry, an http(s) URL; its keys come from
+	// its OIDC discovery document (Issuer + "/.well-known/openid-configuration").
+	Issuer string `yaml:"issuer"`
+	// Audience is the aud a token must name; required.
+	Audience string `yaml:"audience"`
+	// JWKSFile, when set, is a local JSON Web Key Set to verify with instead of
+	// discovery; it is read again when a token names a key it does not hold.
+	JWKSFile string `yaml:"jwks_file"`
+}
+
+// Grant is one rule of the auth file.
+type Grant struct {
+	// Subject matches a caller whose sub claim equals it.
+	Subject string `yaml:"subject"`
+	// Claim matches a caller whose claim Name is a string equal to Value, or an array
+	// holding it. A grant has a Subject or a Claim, not both.
+	Claim *ClaimMatch `yaml:"claim"`
+	// Collections are the collections it grants; "*" grants every one.
+	Collections []string `yaml:"collections"`
+	// Admin also grants the admin endpoints.
+	Admin bool `yaml:"admin"`
+	// Rows, when set, scopes the grant to the documents whose Field equals the
+	// caller's claim Claim.
+	Rows *RowRule `yaml:"rows"`
+}
+
+// ClaimMatch is a grant's condition on a claim.
+type ClaimMatch struct {
+	Name  string `yaml:"name"`
+	Value string `yaml:"value"`
+}
+
+// RowRule scopes a grant to the documents whose top-level Field equals the value of
+// the caller's claim Claim.
+type RowRule struct {
+	Field string `yaml:"field"`
+	Claim string `yaml:"claim"`
+}
+
+// Load reads and validates the auth file at path.
+func Load(path string) (Config, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return Config{}, fmt.Errorf("%w: %w", ErrConfig, err)
+	}
+	c, err := Parse(b)
+	if err != nil {
+		return Config{}, fmt.Errorf("%s: %w", path, err)
+	}
+	return c, nil
+}
+
+// Parse reads an auth file's YAML, refusing unknown fields, and validates it; a zero
+// KeyRefresh or Leeway takes its default.
+func Parse(b []byte) (Config, error) {
+	var c Config
+	dec := yaml.NewDecoder(bytes.NewReader(b))
+	dec.KnownFields(true)
+	if err := dec.Decode(&c); err != nil {
+		return Config{}, fmt.Errorf("%w: %w", ErrConfig, err)
+	}
+	if c.KeyRefresh == 0 {
+		c.KeyRefresh = 30 * time.Second
+	}
+	if c.Leeway == 0 {
+		c.Leeway = 30 * time.Second
+	}
+	return c, c.Validate()
+}
+
+// Validate names the first thing wrong with c.
+func (c Config) Validate() error {
+	bad := func(format string, args ...any) error {
+		return fmt.Errorf("%w: %s", ErrConfig, fmt.Sprintf(format, args...))
+	}
+	if len(c.Issuers) == 0 {
+		return bad("issuers: at least one is required")
+	}
+	if c.KeyRefresh < 0 || c.Leeway < 0 || c.Leeway > 5*time.Minute {
+		return bad("key_refresh must not be negative, and leeway within 0..5m")
+	}
+	seen := map[string]bool{}
+	for i, is := range c.Issuers {
+		u, err := url.Parse(is.Issuer)
+		switch {
+		case is.Issuer == "" || err != nil || (u.Scheme != "https" && u.Scheme != "http") || u.Host == "":
+			return bad("issuers[%d].issuer %q: want an http(s) URL, the iss claim of its tokens", i, is.Issuer)
+		case seen[is.Issuer]:
+			return bad("issuers[%d].issuer %q: named twice", i, is.Issuer)
+		case is.Audience == "":
+			return bad("issuers[%d].audience: required (a token for another audience is refused)", i)
+		}
+		seen[is.Issuer] = true
+	}
+	if len(c.Grants) == 0 {
+		return bad("grants: at least one is required (with none, every caller gets 403)")
+	}
+	for i, g := range c.Grants {
+		switch {
+		case (g.Subject == "") == (g.Claim == nil):
+			return bad("grants[%d]: want subject or claim, one of them", i)
+		case g.Claim != nil && (g.Claim.Name == "" || g.Claim.Value == ""):
+			return bad("grants[%d].claim: want name and value", i)
+		case len(g.Collections) == 0:
+			return bad("grants[%d].collections: at least one (\"*\" for every collection)", i)
+		case g.Rows != nil && (g.Rows.Field == "" || g.Rows.Claim == ""):
+			return bad("grants[%d].rows: want field and claim", i)
+		case slices.ContainsFunc(g.Collections, func(s string) bool { return strings.TrimSpace(s) == "" }):
+			return bad("grants[%d].collections: an empty name", i)
+		}
+	}
+	return nil
+}
+
+// ScopedCollections returns, for each collection named by a grant with rows (or "*"
+// for a grant of every collection), the fields its scopes filter on: each must be the
+// first field of one of the collection's indexes.
+func (c Config) ScopedCollections() map[string][]string {
+	out := map[string][]string{}
+	for _, g := range c.Grants {
+		if g.Rows == nil {
+			continue
+		}
+		for _, coll := range g.Collections {
+			if !slices.Contains(out[coll], g.Rows.Field) {
+				out[coll] = append(out[coll], g.Rows.Field)
+			}
+		}
+	}
+	return out
+}

@@ -1,0 +1,222 @@
+package auth_test
+
+import (
+	"context"
+	"crypto/x509"
+	"encoding/pem"
+	"errors"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	jose "github.com/go-jose/go-jose/v4"
+
+	"github.com/snapflip/snapflip/auth"
+	"github.com/snapflip/snapflip/auth/authtest"
+)
+
+func newVerifier(t *testing.T, issuers ...auth.Issuer) *auth.Verifier {
+	t.Helper()
+	cfg := auth.Config{Issuers: issuers, Grants: []auth.Grant{{Subject: "x", Collections: []string{"*"}}},
+		KeyRefresh: time.Hour, Leeway: 30 * time.Second}
+	v, err := auth.NewVerifier(context.Background(), cfg, auth.VerifierOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return v
+}
+
+// pemOf returns the issuer's RSA public key in PEM, the bytes an algorithm confusion
+// attack keys HS256 with.
+func pemOf(t *testing.T, is *authtest.Issuer) []byte {
+	t.Helper()
+	der, err := x509.MarshalPKIXPublicKey(is.PublicRSA())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return pem.EncodeToMemory(&pem.Block{Type: "PUBLIC KEY", Bytes: der})
+}
+
+func TestVerifyAlgorithms(t *testing.T) {
+	is := authtest.NewIssuer(t)
+	v := newVerifier(t, auth.Issuer{Issuer: is.URL(), Audience: "snapflip"})
+	var tokens []string
+	for _, alg := range []jose.SignatureAlgorithm{jose.RS256, jose.ES256, jose.EdDSA} {
+		if err := is.AddKey(alg); err != nil {
+			t.Fatal(err)
+		}
+		tokens = append(tokens, is.Token(authtest.Claims{"sub": "svc-" + string(alg), "aud": "snapflip"}))
+	}
+	for i, alg := range []jose.SignatureAlgorithm{jose.RS256, jose.ES256, jose.EdDSA} {
+		id, err := v.Verify(context.Background(), tokens[i])
+		if err != nil || id.Subject != "svc-"+string(alg) || id.Issuer != is.URL() {
+			t.Fatalf("%s: %+v, %v", alg, id, err)
+		}
+	}
+	// An aud array holding the audience is as good.
+	if _, err := v.Verify(context.Background(), is.Token(authtest.Claims{"sub": "a", "aud": []string{"other", "snapflip"}})); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// Every bad token is refused with an error wrapping ErrUnauthenticated that does not
+// hold the token.
+func TestVerifyRefuses(t *testing.T) {
+	is := authtest.NewIssuer(t)
+	other := authtest.NewIssuer(t)
+	v := newVerifier(t, auth.Issuer{Issuer: is.URL(), Audience: "snapflip"})
+	good := authtest.Claims{"sub": "a", "aud": "snapflip"}
+	with := func(k string, val any) authtest.Claims {
+		c := authtest.Claims{}
+		for kk, vv := range good {
+			c[kk] = vv
+		}
+		c[k] = val
+		return c
+	}
+	valid := is.Token(good)
+	parts := strings.Split(valid, ".")
+	is.AddKey(jose.RS256)
+	is.RemoveOldest()
+	for _, c := range []struct{ name, token, want string }{
+		{"empty", "", "no token"},
+		{"garbage", "not-a-jwt", "not a JWT"},
+		{"alg none", parts[0][:0] + "eyJhbGciOiJub25lIiwidHlwIjoiSldUIn0." + parts[1] + ".", "not a JWT"},
+		{"HS256 keyed with the RSA public key", authtest.SignWith(pemOf(t, is), jose.HS256, "", good), "not a JWT"},
+		{"expired", is.Token(with("exp", time.Now().Add(-time.Hour).Unix())), "expired"},
+		{"nbf in the future", is.Token(with("nbf", time.Now().Add(time.Hour).Unix())), "before"},
+		{"another issuer", other.Token(good), "not trusted"},
+		{"iss claims ours, signed by another", other.Token(with("iss", is.URL())), "no key"},
+		{"wrong audience", is.Token(with("aud", "someone-else")), "audience"},
+		{"no exp", is.Token(with("exp", nil)), ""},
+		{"a key never published", is.Unpublished(good), "no key"},
+		{"a key removed from the set", is.TokenWithRemoved(good), "no key"},
+		{"truncated", valid[:len(valid)-10], ""},
+		{"signature of another token", parts[0] + "." + strings.Split(is.Token(with("sub", "b")), ".")[1] + "." + parts[2], ""},
+		{"16 KiB", strings.Repeat("a", 16<<10), "over the limit"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			_, err := v.Verify(context.Background(), c.token)
+			if !errors.Is(err, auth.ErrUnauthenticated) {
+				t.Fatalf("err = %v; want ErrUnauthenticated", err)
+			}
+			if c.want != "" && !strings.Contains(err.Error(), c.want) {
+				t.Errorf("err = %v; want it to say %q", err, c.want)
+			}
+			if len(c.token) > 20 && strings.Contains(err.Error(), c.token[len(c.token)-20:]) {
+				t.Errorf("err holds the token: %v", err)
+			}
+		})
+	}
+}
+
+// However many requests name an unknown key at once, the keys are read once per
+// interval; a key added by the issuer is found by that read.
+func TestUnknownKeyRefreshesOnce(t *testing.T) {
+	is := authtest.NewIssuer(t)
+	v := newVerifier(t, auth.Issuer{Issuer: is.URL(), Audience: "snapflip"})
+	if _, err := v.Verify(context.Background(), is.Token(authtest.Claims{"sub": "a", "aud": "snapflip"})); err != nil {
+		t.Fatal(err)
+	}
+	before := is.KeyReads.Load()
+	var wg sync.WaitGroup
+	errs := make(chan error, 200)
+	for i := range 200 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_, err := v.Verify(context.Background(), is.Unpublished(authtest.Claims{"sub": "x", "aud": "snapflip", "n": i}))
+			errs <- err
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if !errors.Is(err, auth.ErrUnauthenticated) {
+			t.Fatalf("unpublished key: %v", err)
+		}
+	}
+	// The first read was this interval's: none more.
+	if got := is.KeyReads.Load() - before; got != 0 {
+		t.Errorf("%d key reads for 200 tokens naming an unknown key within the interval; want 0 (one per interval)", got)
+	}
+}
+
+func TestKeyRotationAfterInterval(t *testing.T) {
+	is := authtest.NewIssuer(t)
+	now := time.Now()
+	var mu sync.Mutex
+	clock := func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
+	cfg := auth.Config{Issuers: []auth.Issuer{{Issuer: is.URL(), Audience: "snapflip"}},
+		Grants: []auth.Grant{{Subject: "x", Collections: []string{"*"}}}, KeyRefresh: time.Minute, Leeway: time.Second}
+	v, err := auth.NewVerifier(context.Background(), cfg, auth.VerifierOptions{Now: clock})
+	if err != nil {
+		t.Fatal(err)
+	}
+	claims := authtest.Claims{"sub": "a", "aud": "snapflip", "exp": time.Now().Add(2 * time.Hour).Unix()}
+	if _, err := v.Verify(context.Background(), is.Token(claims)); err != nil {
+		t.Fatal(err)
+	}
+	is.AddKey(jose.ES256)
+	// Within the interval the new key is not fetched for.
+	if _, err := v.Verify(context.Background(), is.Token(claims)); err == nil {
+		t.Fatal("a new key verified within the interval: the set was read again too soon")
+	}
+	mu.Lock()
+	now = now.Add(time.Minute)
+	mu.Unlock()
+	reads := is.KeyReads.Load()
+	var wg sync.WaitGroup
+	for range 50 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if _, err := v.Verify(context.Background(), is.Token(claims)); err != nil {
+				t.Error(err)
+			}
+		}()
+	}
+	wg.Wait()
+	if got := is.KeyReads.Load() - reads; got != 1 {
+		t.Errorf("%d key reads for 50 tokens of a new key; want 1", got)
+	}
+}
+
+func TestJWKSFile(t *testing.T) {
+	is := authtest.NewIssuer(t)
+	path := filepath.Join(t.TempDir(), "jwks.json")
+	if err := is.WriteJWKS(path); err != nil {
+		t.Fatal(err)
+	}
+	v := newVerifier(t, auth.Issuer{Issuer: is.URL(), Audience: "snapflip", JWKSFile: path})
+	if _, err := v.Verify(context.Background(), is.Token(authtest.Claims{"sub": "a", "aud": "snapflip"})); err != nil {
+		t.Fatal(err)
+	}
+	if n := is.KeyReads.Load(); n != 0 {
+		t.Errorf("%d reads of the issuer's keys over HTTP; want none with a jwks_file", n)
+	}
+	cfg := auth.Config{Issuers: []auth.Issuer{{Issuer: is.URL(), Audience: "a", JWKSFile: filepath.Join(t.TempDir(), "none.json")}}}
+	if _, err := auth.NewVerifier(context.Background(), cfg, auth.VerifierOptions{}); !errors.Is(err, auth.ErrConfig) {
+		t.Errorf("a missing jwks_file: %v; want ErrConfig", err)
+	}
+}
+
+// A verified token is answered from memory: a second Verify reads no keys even when
+// the issuer has gone.
+func TestVerifiedTokensAreCached(t *testing.T) {
+	is := authtest.NewIssuer(t)
+	v := newVerifier(t, auth.Issuer{Issuer: is.URL(), Audience: "snapflip"})
+	tok := is.Token(authtest.Claims{"sub": "a", "aud": "snapflip"})
+	first, err := v.Verify(context.Background(), tok)
+	if err != nil {
+		t.Fatal(err)
+	}
+	is.AddKey(jose.RS256)
+	is.RemoveOldest()
+	second, err := v.Verify(context.Background(), tok)
+	if err != nil || second != first {
+		t.Fatalf("second Verify: %v, %v; want the cached identity", second, err)
+	}
+}
