@@ -459,3 +459,99 @@ func TestBadTokens(t *testing.T) {
 		t.Errorf("a named version that covers the token: %d %s; want 200", a.status, a.body)
 	}
 }
+
+// A commit whose WAL record is written but which synchronous replication holds back
+// (the standby it waits for never answers) is not visible in Postgres, so no version
+// may hold it and its x: token is not covered; a snapshot token taken meanwhile lists
+// it as in progress and is answered without it. Once it is released, every token
+// taken after must be answered with it. Each watch mode on a server of its own, whose
+// synchronous_standby_names names a standby that never connects.
+func TestTokenOfACommitHeldInSyncReplication(t *testing.T) {
+	for _, mode := range []string{"stats", "logical"} {
+		t.Run(mode, func(t *testing.T) {
+			t.Parallel()
+			pg := testenv.StartPostgres(t)
+			e := startOn(t, pg.DSN)
+			cfg := config
+			if mode == "logical" {
+				cfg = logicalConfig(t, e)
+				testenv.Exec(t, e.dsn, `ALTER TABLE flags REPLICA IDENTITY FULL`)
+			}
+			defer e.runSyncer(t, cfg)()
+			path, other := docPath("things", "plain"), docPath("flags", "on")
+			e.awaitServed(t, path, `"id":"plain"`, time.Now(), 20*time.Second)
+
+			ctx := context.Background()
+			writer, err := pgx.Connect(ctx, e.dsn)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer writer.Close(ctx)
+			// The server runs with synchronous_commit off: only this session waits for
+			// the standby, so the syncer's own sessions go on.
+			testenv.Exec(t, e.dsn, `ALTER SYSTEM SET synchronous_standby_names = 'ghost'`, `SELECT pg_reload_conf()`)
+			testenv.Eventually(t, 10*time.Second, func() error {
+				var names string
+				if err := writer.QueryRow(ctx, `SHOW synchronous_standby_names`).Scan(&names); err != nil || names != "ghost" {
+					return fmt.Errorf("synchronous_standby_names = %q (%v); want ghost", names, err)
+				}
+				return nil
+			})
+			var xid string
+			if _, err := writer.Exec(ctx, `SET synchronous_commit = on`); err != nil {
+				t.Fatal(err)
+			}
+			tx, err := writer.Begin(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := tx.QueryRow(ctx, `UPDATE things SET note = 'held' WHERE id = 'plain' RETURNING pg_current_xact_id()::text`).Scan(&xid); err != nil {
+				t.Fatal(err)
+			}
+			committed := make(chan error, 1)
+			go func() { committed <- tx.Commit(ctx) }()
+			testenv.Eventually(t, 10*time.Second, func() error {
+				var n int
+				testenv.QueryRow(t, e.dsn, `SELECT count(*) FROM pg_stat_activity WHERE wait_event = 'SyncRep'`, &n)
+				if n != 1 {
+					return fmt.Errorf("%d sessions wait for synchronous replication; want the writer's", n)
+				}
+				return nil
+			})
+
+			// Held: another commit is served, from a version without the held one.
+			testenv.Exec(t, e.dsn, `UPDATE flags SET value = 'during' WHERE key = 'on'`)
+			e.awaitServed(t, other, `"value":"during"`, time.Now(), 20*time.Second)
+			if r := e.get(t, path); strings.Contains(string(r.body), `"note":"held"`) {
+				t.Fatalf("version %s serves a commit Postgres does not show yet: %s", r.version, r.body)
+			}
+			var during string
+			testenv.QueryRow(t, e.dsn, `SELECT 's:' || pg_current_snapshot()`, &during)
+			if a := e.readAfter(t, e.base, path, during, "10"); a.status != http.StatusOK || strings.Contains(string(a.body), `"note":"held"`) {
+				t.Errorf("a snapshot token taken while the commit is held (%s): %d %s; want 200 without it", during, a.status, a.body)
+			}
+			if a := e.readAfter(t, e.base, path, "x:"+xid, "1"); a.status != http.StatusServiceUnavailable || !strings.HasSuffix(a.problem, "/token-not-yet-covered") {
+				t.Errorf("the held commit's own token: %d %s; want 503 token-not-yet-covered", a.status, a.body)
+			}
+
+			// Released: every token taken from now on holds it.
+			testenv.Exec(t, e.dsn, `ALTER SYSTEM RESET synchronous_standby_names`, `SELECT pg_reload_conf()`)
+			if err := <-committed; err != nil {
+				t.Fatal(err)
+			}
+			var after string
+			testenv.QueryRow(t, e.dsn, `SELECT 's:' || pg_current_snapshot()`, &after)
+			for _, tok := range []string{"x:" + xid, after} {
+				a := e.readAfter(t, e.base, path, tok, "10")
+				if a.status != http.StatusOK || !strings.Contains(string(a.body), `"note":"held"`) {
+					t.Fatalf("token %s after the release: %d %s; want the held write", tok, a.status, a.body)
+				}
+				var sees bool
+				testenv.QueryRow(t, e.dsn, fmt.Sprintf(`SELECT pg_visible_in_snapshot('%s'::xid8, '%s'::pg_snapshot)`, xid, snapshotOf(t, a.token)), &sees)
+				if !sees {
+					t.Errorf("token %s: answered from version %s, whose snapshot %s does not see %s", tok, a.version, a.token, xid)
+				}
+			}
+		})
+	}
+}

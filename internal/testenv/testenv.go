@@ -138,6 +138,22 @@ func Exec(tb testing.TB, dsn string, sql ...string) {
 	}
 }
 
+// QueryRow runs one query on the database at dsn and scans its single row into dest,
+// failing the test on error.
+func QueryRow(tb testing.TB, dsn, sql string, dest ...any) {
+	tb.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, dsn)
+	if err != nil {
+		tb.Fatalf("connect: %v", err)
+	}
+	defer conn.Close(ctx)
+	if err := conn.QueryRow(ctx, sql).Scan(dest...); err != nil {
+		tb.Fatalf("query %.80q: %v", sql, err)
+	}
+}
+
 // OpenTx begins a transaction on a session of its own, runs sql in it, and leaves it
 // open: it holds what its statements locked until the test commits or rolls it back
 // (tx.Conn() is its session). When the test ends it is rolled back if still open, and
