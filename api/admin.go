@@ -2,13 +2,13 @@ package api
 
 import (
 	"context"
-	"crypto/subtle"
 	"encoding/json"
 	"errors"
 	"net"
 	"net/http"
 	"strings"
 
+	"github.com/snapflip/snapflip/auth"
 	"github.com/snapflip/snapflip/snapshot"
 )
 
@@ -21,19 +21,25 @@ type Admin interface {
 	Unpin(ctx context.Context, reason, by string) (snapshot.RollbackResult, error)
 }
 
-// requireToken lets a request through only with "Authorization: Bearer <token>",
-// compared in constant time.
-func (s *Server) requireToken(next http.HandlerFunc) http.HandlerFunc {
-	want := []byte("Bearer " + s.cfg.AdminToken)
+// requireAdmin lets a request through only with "Authorization: Bearer <token>"
+// holding the admin token (compared in constant time) or, with Auth, a token whose
+// identity a grant with admin: true matches.
+func (s *Server) requireAdmin(next http.HandlerFunc) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
-		got := []byte(r.Header.Get("Authorization"))
-		if subtle.ConstantTimeCompare(got, want) != 1 {
+		ok, err := s.isAdmin(r)
+		switch {
+		case ok:
+			next(w, r)
+		case err != nil:
+			unauthorized(w, "invalid_token", strings.TrimPrefix(err.Error(), auth.ErrUnauthenticated.Error()+": "))
+		case s.cfg.Auth != nil && r.Header.Get("Authorization") != "":
+			writeProblem(w, Problem{Type: typeForbidden, Title: "Forbidden", Status: http.StatusForbidden,
+				Detail: "the admin endpoints need an identity granted admin: true, or the admin token"})
+		default:
 			w.Header().Set("WWW-Authenticate", `Bearer realm="snapflip-admin"`)
 			writeProblem(w, Problem{Type: typeUnauthorized, Title: "Unauthorized", Status: http.StatusUnauthorized,
 				Detail: "the admin endpoints need Authorization: Bearer <SNAPFLIP_ADMIN_TOKEN>"})
-			return
 		}
-		next(w, r)
 	}
 }
 

@@ -2,6 +2,7 @@ package api
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -10,6 +11,8 @@ import (
 
 	"github.com/cespare/xxhash/v2"
 
+	"github.com/snapflip/snapflip/auth"
+	"github.com/snapflip/snapflip/resolver"
 	"github.com/snapflip/snapflip/snapshot"
 )
 
@@ -50,6 +53,10 @@ func (s *Server) changes(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
+	scope, err := s.grant(r, collection)
+	if err != nil {
+		return err
+	}
 	limit, err := changesLimit(r)
 	if err != nil {
 		return err
@@ -66,7 +73,12 @@ func (s *Server) changes(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	s.stamp(w, view)
-	page, err := s.reader.ChangedIDs(r.Context(), view, collection, after, limit)
+	var page snapshot.Changes
+	if scope != nil {
+		page, err = s.scopedChanges(r.Context(), view, collection, scope, after, limit)
+	} else {
+		page, err = s.reader.ChangedIDs(r.Context(), view, collection, after, limit)
+	}
 	if err != nil {
 		return err
 	}
@@ -84,7 +96,7 @@ func (s *Server) changes(w http.ResponseWriter, r *http.Request) error {
 	if err := enc.Encode(out); err != nil {
 		return err
 	}
-	w.Header()["Cache-Control"] = cacheImmutable
+	w.Header()["Cache-Control"] = s.immutable()
 	writeTagged(w, r, fmt.Sprintf(`"%016x"`, xxhash.Sum64(body.Bytes())), body.Bytes())
 	return nil
 }
@@ -134,4 +146,66 @@ func changesCursor(r *http.Request, v snapshot.Version, collection string) (stri
 			truncate(string(t.Version), 80), truncate(t.Collection, 128), v, collection)
 	}
 	return t.After, checkID("after", t.After, MaxIDBytes)
+}
+
+// scopedChanges is ChangedIDs for a caller reading the collection through a scope:
+// the changed ids whose document is in the scope in the version (changed) or only in
+// its parent (deleted, for the caller: it left the scope), up to limit of them. It
+// reads on past ids outside the scope, so that a page ends at an id the caller may
+// see and its cursor never names another.
+func (s *Server) scopedChanges(ctx context.Context, view snapshot.View, collection string, scope *auth.Scope, after string, limit int) (snapshot.Changes, error) {
+	m, err := matchScope(view, collection, scope)
+	if err != nil {
+		return snapshot.Changes{}, err
+	}
+	var parent snapshot.View
+	var out snapshot.Changes
+	for {
+		page, err := s.reader.ChangedIDs(ctx, view, collection, after, limit)
+		if err != nil {
+			return snapshot.Changes{}, err
+		}
+		out.Kind, out.Parent = page.Kind, page.Parent
+		if len(page.IDs) == 0 {
+			return out, nil
+		}
+		if parent.Version == "" && page.Parent != "" {
+			if parent, err = s.reader.View(ctx, page.Parent); err != nil {
+				return snapshot.Changes{}, fmt.Errorf("the parent %s, against which a scoped caller's changes are told: %w", page.Parent, err)
+			}
+		}
+		ids := make([]string, len(page.IDs))
+		for i, c := range page.IDs {
+			ids[i] = c.ID
+		}
+		now, _, err := s.reader.GetMany(ctx, view, collection, ids)
+		if err != nil {
+			return snapshot.Changes{}, err
+		}
+		var before map[string]resolver.Doc
+		if parent.Version != "" {
+			if before, _, err = s.reader.GetMany(ctx, parent, collection, ids); err != nil {
+				return snapshot.Changes{}, err
+			}
+		}
+		for i, c := range page.IDs {
+			d, ok := now[c.ID]
+			in := ok && m.holds(d.Body)
+			was := false
+			if p, ok := before[c.ID]; ok {
+				was = m.holds(p.Body)
+			}
+			if in || was {
+				out.IDs = append(out.IDs, snapshot.Change{ID: c.ID, Deleted: !in})
+			}
+			if len(out.IDs) == limit {
+				out.More = i < len(page.IDs)-1 || page.More
+				return out, nil
+			}
+		}
+		if !page.More {
+			return out, nil
+		}
+		after = page.IDs[len(page.IDs)-1].ID
+	}
 }

@@ -10,6 +10,8 @@ import (
 	"slices"
 	"strconv"
 
+	"github.com/snapflip/snapflip/auth"
+	"github.com/snapflip/snapflip/resolver"
 	"github.com/snapflip/snapflip/snapshot"
 )
 
@@ -63,6 +65,10 @@ func (s *Server) getDocument(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
+	scope, err := s.grant(r, collection)
+	if err != nil {
+		return err
+	}
 	sel, err := parseSelect(r)
 	if err != nil {
 		return err
@@ -75,6 +81,16 @@ func (s *Server) getDocument(w http.ResponseWriter, r *http.Request) error {
 	doc, err := s.reader.Get(r.Context(), view, collection, id)
 	if err != nil {
 		return err
+	}
+	if scope != nil {
+		// Outside the scope is not there: the same 404 as an id never written.
+		m, err := matchScope(view, collection, scope)
+		if err != nil {
+			return err
+		}
+		if !m.holds(doc.Body) {
+			return fmt.Errorf("collection %s id %q: %w", collection, snapshot.Truncate(id, 200), snapshot.ErrNotFound)
+		}
 	}
 	body, err := sel.apply(doc.Body)
 	if err != nil {
@@ -110,6 +126,10 @@ func (s *Server) batchGet(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
+	scope, err := s.grant(r, collection)
+	if err != nil {
+		return err
+	}
 	var req batchGetRequest
 	if err := decodeStrict(w, r, s.cfg.MaxBodyBytes, &req, `{"ids": ["..."]}`); err != nil {
 		return err
@@ -138,6 +158,11 @@ func (s *Server) batchGet(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
+	if scope != nil {
+		if missing, err = inScope(view, collection, scope, req.IDs, docs, missing); err != nil {
+			return err
+		}
+	}
 	ids := slices.Sorted(maps.Keys(docs))
 	var b verbatim
 	b.raw(`{"version":`).str(string(view.Version)).raw(`,"documents":{`)
@@ -163,6 +188,33 @@ func (s *Server) batchGet(w http.ResponseWriter, r *http.Request) error {
 	w.Header().Set("Cache-Control", "no-store") // a POST; its answer depends on the body
 	b.write(w)
 	return nil
+}
+
+// inScope drops from docs the documents outside the scope and returns the ids
+// missing, those dropped among them, in the order the request named them.
+func inScope(view snapshot.View, collection string, scope *auth.Scope, ids []string, docs map[string]resolver.Doc, missing []string) ([]string, error) {
+	m, err := matchScope(view, collection, scope)
+	if err != nil {
+		return nil, err
+	}
+	gone := make(map[string]bool, len(missing))
+	for _, id := range missing {
+		gone[id] = true
+	}
+	for id, d := range docs {
+		if !m.holds(d.Body) {
+			delete(docs, id)
+			gone[id] = true
+		}
+	}
+	out := missing[:0]
+	for _, id := range ids {
+		if gone[id] {
+			out = append(out, id)
+			delete(gone, id)
+		}
+	}
+	return out, nil
 }
 
 // pageToken is where a listing stopped; it carries the version so that every page of
@@ -218,6 +270,10 @@ func (s *Server) listDocuments(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
+	scope, err := s.grant(r, collection)
+	if err != nil {
+		return err
+	}
 	limit, err := s.pageLimit(r)
 	if err != nil {
 		return err
@@ -232,8 +288,9 @@ func (s *Server) listDocuments(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	if len(conds) > 0 {
-		return s.filterDocuments(w, r, filterRequest{collection: collection, conds: conds, limit: limit, sel: sel})
+	if len(conds) > 0 || scope != nil {
+		// A scoped caller's list is a filter on its scope alone.
+		return s.filterDocuments(w, r, filterRequest{collection: collection, conds: conds, scope: scope, limit: limit, sel: sel})
 	}
 	var view snapshot.View
 	var after string

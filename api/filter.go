@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/snapflip/snapflip/auth"
 	"github.com/snapflip/snapflip/index"
 	"github.com/snapflip/snapflip/resolver"
 	"github.com/snapflip/snapflip/snapshot"
@@ -123,13 +124,24 @@ func planFilter(view snapshot.View, collection string, conds []index.Cond) (inde
 // the documents that match every condition, in the order of the index that serves
 // them, all from one version.
 func (s *Server) filterDocuments(w http.ResponseWriter, r *http.Request, fr filterRequest) error {
-	filter := filterText(fr.conds)
+	conds := fr.conds
+	if fr.scope != nil {
+		// The scope is one more condition, and part of the filter its page tokens
+		// name: a token is never read for another scope.
+		conds = append(slices.Clip(conds), index.Cond{Field: fr.scope.Field, Op: index.OpEq, Values: []string{fr.scope.Value}})
+	}
+	filter := filterText(conds)
 	view, after, pinned, err := s.filterView(r, fr.collection, filter)
 	if err != nil {
 		return err
 	}
 	s.stamp(w, view)
-	scan, err := planFilter(view, fr.collection, fr.conds)
+	if fr.scope != nil {
+		if _, err := matchScope(view, fr.collection, fr.scope); err != nil {
+			return err
+		}
+	}
+	scan, err := planFilter(view, fr.collection, conds)
 	if err != nil {
 		return err
 	}
@@ -148,6 +160,7 @@ func (s *Server) filterDocuments(w http.ResponseWriter, r *http.Request, fr filt
 type filterRequest struct {
 	collection string
 	conds      []index.Cond
+	scope      *auth.Scope // the caller's row scope; nil for every document
 	limit      int
 	sel        selection
 }

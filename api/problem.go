@@ -29,6 +29,7 @@ const (
 	typeUnavailable  = "https://snapflip.dev/problems/unavailable"
 	typeInternal     = "https://snapflip.dev/problems/internal"
 	typeUnauthorized = "https://snapflip.dev/problems/unauthorized"
+	typeForbidden    = "https://snapflip.dev/problems/forbidden"
 	typeRefused      = "https://snapflip.dev/problems/refused"
 	typeConflict     = "https://snapflip.dev/problems/conflict"
 	// The read-your-writes problems (docs/freshness.md).
@@ -49,7 +50,10 @@ func writeProblem(w http.ResponseWriter, p Problem) {
 func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) {
 	var p Problem
 	var tooLarge *http.MaxBytesError
+	var forbidden *forbiddenError
 	switch {
+	case errors.As(err, &forbidden):
+		p = Problem{Type: typeForbidden, Title: "Forbidden", Status: http.StatusForbidden, Detail: forbidden.msg}
 	case errors.As(err, &tooLarge):
 		p = Problem{Type: typeTooLarge, Title: "Request body too large", Status: http.StatusRequestEntityTooLarge, Detail: err.Error()}
 	case errors.Is(err, snapshot.ErrTokenRejected):

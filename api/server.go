@@ -106,6 +106,9 @@ type Config struct {
 	WatchInterval time.Duration
 	// Waiting, when set, reports how many requests wait for a token, for /metrics.
 	Waiting func() int64
+	// Auth, when set, verifies every caller and reads it only what its grants give;
+	// nil serves anyone (metadata-api --auth none).
+	Auth *Auth
 }
 
 // DefaultConfig returns the defaults.
@@ -141,6 +144,9 @@ func (c Config) Validate() error {
 			return fmt.Errorf("api config: %s must be positive (DefaultConfig gives the defaults)", f.name)
 		}
 	}
+	if c.Auth != nil && (c.Auth.Verifier == nil || c.Auth.Policy == nil) {
+		return errors.New("api config: Auth needs a Verifier and a Policy")
+	}
 	if c.AdminToken != "" && c.Admin == nil {
 		return errors.New("api config: AdminToken is set but Admin is nil: the admin endpoints would not exist")
 	}
@@ -161,7 +167,6 @@ func NewServer(reader Reader, cfg Config, log *slog.Logger) (*Server, error) {
 		r.Use(s.metrics.middleware)
 	}
 	r.Use(escapedRouting, s.recoverer, s.accessLog, s.strictQuery)
-	r.Get("/", s.statusPage)
 	r.Get("/healthz", s.healthz)
 	r.Get("/readyz", s.readyz)
 	r.Get("/openapi.yaml", func(w http.ResponseWriter, _ *http.Request) {
@@ -171,21 +176,23 @@ func NewServer(reader Reader, cfg Config, log *slog.Logger) (*Server, error) {
 	if cfg.Registry != nil {
 		r.Method(http.MethodGet, "/metrics", promhttp.HandlerFor(cfg.Registry, promhttp.HandlerOpts{}))
 	}
-	r.Get("/v1/data/{collection}/{id}", s.handle(s.getDocument))
-	r.Post("/v1/data/{collection}:batchGet", s.handle(s.batchGet))
-	r.Get("/v1/data/{collection}", s.handle(s.listDocuments))
-	r.Get("/v1/collections", s.handle(s.collections))
-	r.Get("/v1/versions", s.handle(s.versions))
-	r.Get("/v1/versions/current", s.handle(s.currentVersion))
-	r.Get("/v1/versions/{version}", s.handle(s.version))
-
-	r.Get(changesRoute, s.handle(s.changes))
-
-	if cfg.AdminToken != "" && cfg.Admin != nil {
-		r.Post("/v1/admin/rollback", s.requireToken(s.handle(s.adminRollback)))
-		r.Post("/v1/admin/unpin", s.requireToken(s.handle(s.adminUnpin)))
+	if cfg.Admin != nil && (cfg.AdminToken != "" || cfg.Auth != nil) {
+		r.Post("/v1/admin/rollback", s.requireAdmin(s.handle(s.adminRollback)))
+		r.Post("/v1/admin/unpin", s.requireAdmin(s.handle(s.adminUnpin)))
 	}
-	r.Get("/v1/watch", s.watch)
+	r.Group(func(r chi.Router) {
+		r.Use(s.authenticate)
+		r.Get("/", s.statusPage)
+		r.Get("/v1/data/{collection}/{id}", s.handle(s.getDocument))
+		r.Post("/v1/data/{collection}:batchGet", s.handle(s.batchGet))
+		r.Get("/v1/data/{collection}", s.handle(s.listDocuments))
+		r.Get("/v1/collections", s.handle(s.collections))
+		r.Get("/v1/versions", s.handle(s.versions))
+		r.Get("/v1/versions/current", s.handle(s.currentVersion))
+		r.Get("/v1/versions/{version}", s.handle(s.version))
+		r.Get(changesRoute, s.handle(s.changes))
+		r.Get("/v1/watch", s.watch)
+	})
 	r.NotFound(func(w http.ResponseWriter, r *http.Request) {
 		writeProblem(w, Problem{Type: typeNotFound, Title: "Not found", Status: http.StatusNotFound,
 			Detail: "no route " + r.Method + " " + truncate(r.URL.EscapedPath(), 200)})
@@ -438,7 +445,9 @@ func (s *Server) named(r *http.Request, has bool) (snapshot.View, bool, error) {
 // The header values are shared, never modified; keys are written already canonical,
 // which spares net/http canonicalising them on every request.
 var (
-	cacheImmutable  = []string{"public, max-age=31536000, immutable"}
+	cacheImmutable = []string{"public, max-age=31536000, immutable"}
+	// With Auth an answer depends on who asked: no shared cache may keep it.
+	cachePrivate    = []string{"private, max-age=31536000, immutable"}
 	cacheRevalidate = []string{"no-cache"}
 	varyVersion     = []string{HeaderVersion + ", " + HeaderAfter}
 	contentJSON     = []string{"application/json"}
@@ -448,11 +457,20 @@ func (s *Server) cacheHeaders(w http.ResponseWriter, view snapshot.View, pinned 
 	s.stamp(w, view)
 	h := w.Header()
 	if pinned {
-		h["Cache-Control"] = cacheImmutable
+		h["Cache-Control"] = s.immutable()
 	} else {
 		h["Cache-Control"] = cacheRevalidate
 	}
 	h["Vary"] = varyVersion
+}
+
+// immutable is the Cache-Control of an answer from a named version: public, or
+// private with Auth.
+func (s *Server) immutable() []string {
+	if s.cfg.Auth != nil {
+		return cachePrivate
+	}
+	return cacheImmutable
 }
 
 func (s *Server) healthz(w http.ResponseWriter, r *http.Request) {

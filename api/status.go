@@ -56,6 +56,12 @@ const (
 // statusPage answers GET /: a read-only, server-rendered page with an inline SVG chart,
 // no scripts and no external assets.
 func (s *Server) statusPage(w http.ResponseWriter, r *http.Request) {
+	if !s.seesAll(r) {
+		// It shows every collection's rows and bytes.
+		writeProblem(w, Problem{Type: typeForbidden, Title: "Forbidden", Status: http.StatusForbidden,
+			Detail: "the status page needs an identity granted every collection (\"*\") whole, or admin: true"})
+		return
+	}
 	d := statusData{Dataset: s.cfg.Dataset, Now: time.Now().UTC()}
 	// An operator opens this page during exactly the incident where Bigtable does not
 	// answer: it renders what it could read within statusTimeout, never waits longer.

@@ -9,9 +9,12 @@ import (
 )
 
 type collectionInfo struct {
-	Name  string `json:"name"`
-	Count int64  `json:"count"`
-	Bytes int64  `json:"bytes"`
+	Name string `json:"name"`
+	// Count and Bytes are absent for a collection the caller reads through a row
+	// scope: they would tell it of documents outside it.
+	Count  *int64 `json:"count,omitempty"`
+	Bytes  *int64 `json:"bytes,omitempty"`
+	Scoped bool   `json:"scoped,omitempty"`
 }
 
 // collections answers GET /v1/collections.
@@ -24,9 +27,14 @@ func (s *Server) collections(w http.ResponseWriter, r *http.Request) error {
 		Version     snapshot.Version `json:"version"`
 		Collections []collectionInfo `json:"collections"`
 	}{Version: view.Version, Collections: []collectionInfo{}}
-	for _, name := range view.Manifest.CollectionNames() {
+	names, whole := s.readable(r, view.Manifest.CollectionNames())
+	for _, name := range names {
 		c := view.Manifest.Collections[name]
-		out.Collections = append(out.Collections, collectionInfo{Name: name, Count: c.Rows, Bytes: c.Bytes})
+		if !whole[name] {
+			out.Collections = append(out.Collections, collectionInfo{Name: name, Scoped: true})
+			continue
+		}
+		out.Collections = append(out.Collections, collectionInfo{Name: name, Count: &c.Rows, Bytes: &c.Bytes})
 	}
 	s.cacheHeaders(w, view, pinned)
 	writeJSON(w, http.StatusOK, out)
@@ -142,6 +150,23 @@ func describeVersion(m snapshot.Manifest, current snapshot.Version) versionInfo 
 	}
 }
 
+// describeFor is describeVersion as the caller may see it: the counts of only the
+// collections it reads whole, and no byte total when it reads any less than whole.
+func (s *Server) describeFor(r *http.Request, m snapshot.Manifest, current snapshot.Version) versionInfo {
+	info := describeVersion(m, current)
+	if !s.restricted(r, m.CollectionNames()) {
+		return info
+	}
+	_, whole := s.readable(r, m.CollectionNames())
+	for name := range info.Counts {
+		if !whole[name] {
+			delete(info.Counts, name)
+		}
+	}
+	info.BytesWritten = 0
+	return info
+}
+
 // pointerOrNone returns the pointer, or a zero one when nothing is published.
 func (s *Server) pointerOrNone(r *http.Request) (snapshot.Pointer, error) {
 	p, err := s.reader.Pointer(r.Context())
@@ -186,7 +211,7 @@ func (s *Server) versions(w http.ResponseWriter, r *http.Request) error {
 		NextPageToken string        `json:"next_page_token,omitempty"`
 	}{Versions: []versionInfo{}}
 	for _, m := range ms[:min(limit, len(ms))] {
-		out.Versions = append(out.Versions, describeVersion(m, ptr.Version))
+		out.Versions = append(out.Versions, s.describeFor(r, m, ptr.Version))
 	}
 	if len(ms) > limit {
 		out.NextPageToken = encodeToken(versionToken{After: ms[limit-1].Version})
@@ -206,7 +231,7 @@ func (s *Server) currentVersion(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	info := describeVersion(view.Manifest, p.Version)
+	info := s.describeFor(r, view.Manifest, p.Version)
 	out := struct {
 		versionInfo
 		Previous   snapshot.Version `json:"previous,omitempty"`
@@ -248,7 +273,7 @@ func (s *Server) version(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	w.Header().Set("Cache-Control", "no-cache")
-	writeJSON(w, http.StatusOK, describeVersion(m, ptr.Version))
+	writeJSON(w, http.StatusOK, s.describeFor(r, m, ptr.Version))
 	return nil
 }
 

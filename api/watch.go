@@ -71,7 +71,10 @@ type coveredEvent struct {
 
 // flipCollection is one collection of a flip event.
 type flipCollection struct {
-	Rows int64 `json:"rows"`
+	// Rows, and Own, are absent for a collection the stream's caller reads through a
+	// row scope (Scoped).
+	Rows   *int64 `json:"rows,omitempty"`
+	Scoped bool   `json:"scoped,omitempty"`
 	// Own is what the version's own layer changed against its parent; absent for a
 	// full copy, which does not record it.
 	Own *flipOwn `json:"own,omitempty"`
@@ -97,7 +100,7 @@ func newFlipEvent(p snapshot.Pointer, m snapshot.Manifest) flipEvent {
 		ev.PinReason = p.Reason
 	}
 	for name, c := range m.Collections {
-		fc := flipCollection{Rows: c.Rows}
+		fc := flipCollection{Rows: &c.Rows}
 		if o := c.Own; o != nil {
 			layer := string(o.Kind)
 			if o.Kind == snapshot.LayerNone {
@@ -347,6 +350,7 @@ func (s *Server) watch(w http.ResponseWriter, r *http.Request) {
 	st := &eventStream{w: w, rc: rc}
 	st.printf("retry: %d\n\n", watchRetry.Milliseconds())
 	last := lastEventID(r)
+	all := s.seesAll(r)
 	heartbeat := time.NewTicker(s.cfg.WatchHeartbeat)
 	defer heartbeat.Stop()
 	for st.err == nil {
@@ -361,7 +365,11 @@ func (s *Server) watch(w http.ResponseWriter, r *http.Request) {
 			if rec.event.Version == last {
 				continue
 			}
-			st.event(rec.event.Version, rec.data[flipKind(last, rec.event)])
+			data := rec.data[flipKind(last, rec.event)]
+			if !all {
+				data = s.flipFor(r, rec.event, flipKind(last, rec.event))
+			}
+			st.event(rec.event.Version, data)
 			last = rec.event.Version
 		}
 		select {
@@ -374,6 +382,32 @@ func (s *Server) watch(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
+}
+
+// flipFor marshals a flip event for a caller that does not read every collection
+// whole: only the collections it may read, without counts for those it reads through
+// a scope.
+func (s *Server) flipFor(r *http.Request, ev flipEvent, kind string) []byte {
+	ev.Kind = kind
+	names := make([]string, 0, len(ev.Collections))
+	for name := range ev.Collections {
+		names = append(names, name)
+	}
+	readable, whole := s.readable(r, names)
+	out := make(map[string]flipCollection, len(readable))
+	for _, name := range readable {
+		if whole[name] {
+			out[name] = ev.Collections[name]
+		} else {
+			out[name] = flipCollection{Scoped: true}
+		}
+	}
+	ev.Collections = out
+	data, err := json.Marshal(ev)
+	if err != nil {
+		return []byte("{}")
+	}
+	return data
 }
 
 // lastEventID returns the version a reconnecting client names, or "" when it names

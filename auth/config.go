@@ -146,6 +146,11 @@ func (c Config) Validate() error {
 	return nil
 }
 
+// HasAdmin reports whether a grant gives the admin endpoints.
+func (c Config) HasAdmin() bool {
+	return slices.ContainsFunc(c.Grants, func(g Grant) bool { return g.Admin })
+}
+
 // ScopedCollections returns, for each collection named by a grant with rows (or "*"
 // for a grant of every collection), the fields its scopes filter on: each must be the
 // first field of one of the collection's indexes.

@@ -88,6 +88,8 @@ func (e *env) getenv(k string) string {
 		return "client"
 	case cli.EnvRefresh:
 		return "20ms"
+	case cli.EnvAuthConfig:
+		return "none"
 	}
 	return ""
 }

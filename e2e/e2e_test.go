@@ -111,6 +111,8 @@ func (e *env) getenv(k string) string {
 		return "e2e"
 	case cli.EnvRefresh:
 		return "20ms"
+	case cli.EnvAuthConfig:
+		return "none"
 	}
 	return ""
 }

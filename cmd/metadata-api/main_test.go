@@ -26,6 +26,9 @@ func TestExitStatusAndMessages(t *testing.T) {
 		{Args: []string{"--cache-size", "lots"}, Code: 2, Stdout: "", Stderr: `"lots"`},
 		{Args: []string{"serve"}, Code: 2, Stdout: "", Stderr: "takes no arguments"},
 		// The default project "local" without BIGTABLE_EMULATOR_HOST: it stops and says why.
-		{Args: []string{"--addr", "127.0.0.1:0"}, Code: 1, Stdout: "", Stderr: "BIGTABLE_EMULATOR_HOST"},
+		{Args: []string{"--addr", "127.0.0.1:0", "--auth", "none"}, Code: 1, Stdout: "", Stderr: "BIGTABLE_EMULATOR_HOST"},
+		// Serving without authentication is said, never reached by forgetting a flag.
+		{Args: []string{"--addr", "127.0.0.1:0"}, Code: 2, Stdout: "", Stderr: "--auth (or SNAPFLIP_AUTH_CONFIG): give the auth file, or none"},
+		{Args: []string{"--auth", "/nonexistent/auth.yaml"}, Code: 2, Stdout: "", Stderr: "/nonexistent/auth.yaml"},
 	})
 }

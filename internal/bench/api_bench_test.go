@@ -188,7 +188,7 @@ func startAPI(tb testing.TB, bin, emulator string, cpu int, args ...string) stri
 func startAPIProc(tb testing.TB, bin, emulator string, cpu int, args ...string) (string, int) {
 	tb.Helper()
 	addr := freePort(tb)
-	cmd := pinned(cpu, exec.Command(bin, append([]string{"--addr", addr, "--dataset", "bench", "--log-level", "warn"}, args...)...))
+	cmd := pinned(cpu, exec.Command(bin, append([]string{"--addr", addr, "--dataset", "bench", "--log-level", "warn", "--auth", "none"}, args...)...))
 	cmd.Env = append(os.Environ(), "BIGTABLE_EMULATOR_HOST="+emulator)
 	cmd.Stderr = os.Stderr
 	if err := cmd.Start(); err != nil {

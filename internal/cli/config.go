@@ -35,6 +35,7 @@ const (
 	EnvMetricsAddr  = "SNAPFLIP_METRICS_ADDR"
 	EnvCacheSize    = "SNAPFLIP_CACHE_SIZE"
 	EnvAdminToken   = "SNAPFLIP_ADMIN_TOKEN"
+	EnvAuthConfig   = "SNAPFLIP_AUTH_CONFIG"
 	EnvMaxStale     = "SNAPFLIP_MAX_STALE"
 	EnvMaxWaiters   = "SNAPFLIP_MAX_WAITERS"
 )

@@ -17,6 +17,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/snapflip/snapflip/api"
+	"github.com/snapflip/snapflip/auth"
 	"github.com/snapflip/snapflip/layer"
 	"github.com/snapflip/snapflip/resolver"
 	"github.com/snapflip/snapflip/snapshot"
@@ -39,6 +40,7 @@ type apiFlags struct {
 	refresh, drain, maxStale                         time.Duration
 	cacheSize, batchLimit, maxWatchers, maxWaiters   int
 	logFormat, logLevel                              string
+	auth                                             string
 }
 
 // Run parses args (without the program name) and serves until ctx ends, then drains.
@@ -94,6 +96,7 @@ shutdown, 1 when it could not serve, 2 for a usage mistake.`,
 	bindEnv(fs, "max-stale", EnvMaxStale)
 	fs.IntVar(&o.maxWaiters, "max-waiters", resolver.DefaultMaxWaiters, "the most requests that may wait at once for a version covering their Snapshot-After token; past it, such a request answers 503")
 	bindEnv(fs, "max-waiters", EnvMaxWaiters)
+	envString(fs, &o.auth, "auth", EnvAuthConfig, "", "the auth file (issuers and grants, docs/configuration.md#auth), or none to serve anyone; required")
 	logFlags(root, fs, &o.logFormat, &o.logLevel)
 	return root
 }
@@ -117,6 +120,10 @@ func (m *MetadataAPI) serve(ctx context.Context, def store.Config, o *apiFlags) 
 		return fmt.Errorf("%w: --max-waiters %d: must be positive", ErrUsage, o.maxWaiters)
 	}
 	log, err := newLogger(m.Stderr, o.logFormat, o.logLevel)
+	if err != nil {
+		return err
+	}
+	authCfg, err := loadAuth(o.auth)
 	if err != nil {
 		return err
 	}
@@ -150,7 +157,7 @@ func (m *MetadataAPI) serve(ctx context.Context, def store.Config, o *apiFlags) 
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	var admin api.Admin
 	token := m.Getenv(EnvAdminToken)
-	if token != "" {
+	if token != "" || authCfg != nil && authCfg.HasAdmin() {
 		host, _ := os.Hostname()
 		adm, err := newAdmin(st, o.dataset, 0, 0, "api/"+host+"/"+uuid.NewString(), log)
 		if err != nil {
@@ -160,6 +167,14 @@ func (m *MetadataAPI) serve(ctx context.Context, def store.Config, o *apiFlags) 
 		log.Info("admin endpoints on: POST /v1/admin/rollback, /v1/admin/unpin (bearer token)")
 	}
 	apiCfg := api.DefaultConfig()
+	if authCfg != nil {
+		if apiCfg.Auth, err = startAuth(ctx, *authCfg, res); err != nil {
+			return err
+		}
+		log.Info("authentication on", "issuers", len(authCfg.Issuers), "grants", len(authCfg.Grants))
+	} else {
+		log.Warn("authentication off (--auth none): anyone who reaches the API reads every collection")
+	}
 	apiCfg.Dataset, apiCfg.AdminToken, apiCfg.Admin = o.dataset, token, admin
 	apiCfg.BatchLimit, apiCfg.MaxWatchers = o.batchLimit, o.maxWatchers
 	// Twice per refresh, so the watch sees every pointer a refresh reads, and at
@@ -213,6 +228,38 @@ func (m *MetadataAPI) serve(ctx context.Context, def store.Config, o *apiFlags) 
 		return err
 	}
 	return nil
+}
+
+// loadAuth reads the --auth file; nil for "none".
+func loadAuth(path string) (*auth.Config, error) {
+	switch path {
+	case "":
+		return nil, fmt.Errorf("%w: --auth (or %s): give the auth file, or none to serve anyone without authentication", ErrUsage, EnvAuthConfig)
+	case "none":
+		return nil, nil
+	}
+	c, err := auth.Load(path)
+	if err != nil {
+		return nil, fmt.Errorf("%w: --auth: %w", ErrUsage, err)
+	}
+	return &c, nil
+}
+
+// startAuth builds the API's authentication and checks, against the current version
+// when there is one, that every row scope has an index to be served by.
+func startAuth(ctx context.Context, c auth.Config, res *resolver.Resolver) (*api.Auth, error) {
+	v, err := auth.NewVerifier(ctx, c, auth.VerifierOptions{})
+	if err != nil {
+		return nil, err
+	}
+	pctx, cancel := context.WithTimeout(ctx, startupTimeout)
+	defer cancel()
+	if view, err := res.Current(pctx); err == nil {
+		if err := api.ScopeIndexes(c, view.Manifest); err != nil {
+			return nil, err
+		}
+	}
+	return &api.Auth{Verifier: v, Policy: auth.NewPolicy(c)}, nil
 }
 
 // warnAppProfile logs a warning when the app profile breaks the guarantees `syncer

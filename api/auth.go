@@ -1,0 +1,260 @@
+package api
+
+import (
+	"bytes"
+	"context"
+	"crypto/subtle"
+	"errors"
+	"fmt"
+	"net/http"
+	"strings"
+
+	"github.com/snapflip/snapflip/auth"
+	"github.com/snapflip/snapflip/index"
+	"github.com/snapflip/snapflip/snapshot"
+)
+
+// Auth turns authentication on: every route but /healthz, /readyz, /metrics and
+// /openapi.yaml needs a verified bearer token, and each collection the grants of the
+// identity it proves.
+type Auth struct {
+	// Verifier verifies a bearer token (auth.Verifier); errors wrap
+	// auth.ErrUnauthenticated.
+	Verifier interface {
+		Verify(ctx context.Context, raw string) (*auth.Identity, error)
+	}
+	// Policy answers an identity's grants.
+	Policy *auth.Policy
+}
+
+// identityKey is the request context's key of the caller's verified identity.
+type identityKey struct{}
+
+// authRealm is the realm of every WWW-Authenticate challenge.
+const authRealm = `Bearer realm="snapflip"`
+
+// authenticate lets a request through with the identity its bearer token proves, or
+// answers 401 with a challenge saying why (RFC 6750). Without Auth it lets every
+// request through.
+func (s *Server) authenticate(next http.Handler) http.Handler {
+	if s.cfg.Auth == nil {
+		return next
+	}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		raw, err := bearer(r)
+		if err != nil {
+			unauthorized(w, "invalid_request", err.Error())
+			return
+		}
+		if raw == "" {
+			unauthorized(w, "", "this API needs Authorization: Bearer <token>")
+			return
+		}
+		id, err := s.cfg.Auth.Verifier.Verify(r.Context(), raw)
+		if err != nil {
+			unauthorized(w, "invalid_token", strings.TrimPrefix(err.Error(), auth.ErrUnauthenticated.Error()+": "))
+			return
+		}
+		next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), identityKey{}, id)))
+	})
+}
+
+// bearer returns the request's bearer token ("" when it sends none), or why the
+// request is malformed: a token in the query string, two Authorization headers, or
+// another scheme.
+func bearer(r *http.Request) (string, error) {
+	if r.URL.RawQuery != "" && r.URL.Query().Has("access_token") {
+		return "", errors.New("a token in the query string is refused (it would reach logs): send Authorization: Bearer <token>")
+	}
+	hs := r.Header.Values("Authorization")
+	switch {
+	case len(hs) == 0:
+		return "", nil
+	case len(hs) > 1:
+		return "", errors.New("more than one Authorization header")
+	}
+	scheme, raw, ok := strings.Cut(hs[0], " ")
+	if !ok || !strings.EqualFold(scheme, "Bearer") || strings.TrimSpace(raw) == "" {
+		return "", errors.New("want Authorization: Bearer <token>")
+	}
+	return strings.TrimSpace(raw), nil
+}
+
+// unauthorized answers 401 with a Bearer challenge; code is RFC 6750's error code (""
+// for a request that sent no credentials).
+func unauthorized(w http.ResponseWriter, code, detail string) {
+	challenge := authRealm
+	if code != "" {
+		challenge += fmt.Sprintf(`, error=%q, error_description=%q`, code, strings.ReplaceAll(truncate(detail, 300), `"`, "'"))
+	}
+	w.Header().Set("WWW-Authenticate", challenge)
+	writeProblem(w, Problem{Type: typeUnauthorized, Title: "Unauthorized", Status: http.StatusUnauthorized, Detail: detail})
+}
+
+// forbiddenError is a verified caller asking for what its grants do not give; it
+// names the request's collection only.
+type forbiddenError struct{ msg string }
+
+func (e *forbiddenError) Error() string { return e.msg }
+
+// identity returns the request's verified caller; nil without Auth.
+func identity(r *http.Request) *auth.Identity {
+	id, _ := r.Context().Value(identityKey{}).(*auth.Identity)
+	return id
+}
+
+// grant returns the row scope a request reads the collection through (nil for every
+// document), or a forbiddenError when the caller may not read it. Without Auth every
+// collection is read whole. It reads no storage.
+func (s *Server) grant(r *http.Request, collection string) (*auth.Scope, error) {
+	if s.cfg.Auth == nil {
+		return nil, nil
+	}
+	id := identity(r)
+	if id == nil {
+		return nil, &forbiddenError{msg: "no verified identity"}
+	}
+	switch access, scope := s.cfg.Auth.Policy.Access(id, collection); access {
+	case auth.Whole:
+		return nil, nil
+	case auth.Scoped:
+		return &scope, nil
+	}
+	return nil, &forbiddenError{msg: fmt.Sprintf("collection %q: your identity is not granted it", truncate(collection, 128))}
+}
+
+// restricted reports whether the caller reads any of the collections less than whole
+// (not granted, or through a scope): such a caller is not told their counts.
+func (s *Server) restricted(r *http.Request, names []string) bool {
+	for _, name := range names {
+		if scope, err := s.grant(r, name); scope != nil || err != nil {
+			return true
+		}
+	}
+	return false
+}
+
+// seesAll reports whether the caller reads every collection whole: without Auth, or
+// an identity whose grant of "*" has no row scope, or an admin.
+func (s *Server) seesAll(r *http.Request) bool {
+	if s.cfg.Auth == nil {
+		return true
+	}
+	id := identity(r)
+	if id == nil {
+		return false
+	}
+	access, _ := s.cfg.Auth.Policy.Access(id, "*")
+	return access == auth.Whole || s.cfg.Auth.Policy.Admin(id)
+}
+
+// readable returns, of the collections names, those the caller may read and whether
+// it reads each whole.
+func (s *Server) readable(r *http.Request, names []string) (out []string, whole map[string]bool) {
+	whole = make(map[string]bool, len(names))
+	for _, name := range names {
+		scope, err := s.grant(r, name)
+		if err != nil {
+			continue
+		}
+		out = append(out, name)
+		whole[name] = scope == nil
+	}
+	return out, whole
+}
+
+// isAdmin reports whether the request may call the admin endpoints: it carries the
+// admin token, or (with Auth) an identity a grant with admin: true matches.
+func (s *Server) isAdmin(r *http.Request) (bool, error) {
+	if t := s.cfg.AdminToken; t != "" && subtle.ConstantTimeCompare([]byte(r.Header.Get("Authorization")), []byte("Bearer "+t)) == 1 {
+		return true, nil
+	}
+	if s.cfg.Auth == nil {
+		return false, nil
+	}
+	raw, err := bearer(r)
+	if err != nil || raw == "" {
+		return false, err
+	}
+	id, err := s.cfg.Auth.Verifier.Verify(r.Context(), raw)
+	if err != nil {
+		return false, err
+	}
+	return s.cfg.Auth.Policy.Admin(id), nil
+}
+
+// scopeMatch is a row scope made concrete for one collection of one version: the
+// condition a filter adds, and the test of one document.
+type scopeMatch struct {
+	cond  index.Cond
+	typ   index.Type
+	field string
+	want  []byte // the claim's value, encoded as the index encodes the field; nil when its type cannot hold it
+}
+
+// matchScope returns the scope's match in the view's collection: the field's type is
+// that of an index whose first field it is; a collection without such an index is
+// not served to scoped callers.
+func matchScope(view snapshot.View, collection string, scope *auth.Scope) (*scopeMatch, error) {
+	c, ok := view.Manifest.Collections[collection]
+	if !ok {
+		return nil, fmt.Errorf("collection %q: %w", collection, snapshot.ErrNotFound)
+	}
+	for _, d := range c.Indexes {
+		if len(d.Fields) == 0 || d.Fields[0] != scope.Field {
+			continue
+		}
+		def, err := index.Typed(d)
+		if err != nil {
+			return nil, err
+		}
+		m := &scopeMatch{cond: index.Cond{Field: scope.Field, Op: index.OpEq, Values: []string{scope.Value}},
+			typ: def.Types[0], field: scope.Field}
+		m.want, _ = index.EncodeText(m.typ, scope.Value)
+		return m, nil
+	}
+	return nil, fmt.Errorf("collection %s is read through a row scope on %s, but version %s has no index whose first field is %s: declare one (indexes: [[%s, …]])",
+		collection, scope.Field, view.Version, scope.Field, scope.Field)
+}
+
+// holds reports whether the document body is in the scope.
+func (m *scopeMatch) holds(body []byte) bool {
+	if m.want == nil {
+		return false
+	}
+	vals, err := index.Fields(body, []string{m.field})
+	if err != nil || vals[0] == nil {
+		return false
+	}
+	got, err := index.Encode(m.typ, vals[0])
+	return err == nil && bytes.Equal(got, m.want)
+}
+
+// ScopeIndexes checks that every collection of the manifest a row scope of c reads
+// has an index whose first field is the scope's: the API refuses to start without
+// one, as `syncer check` does.
+func ScopeIndexes(c auth.Config, m snapshot.Manifest) error {
+	for coll, fields := range c.ScopedCollections() {
+		names := []string{coll}
+		if coll == "*" {
+			names = m.CollectionNames()
+		}
+		for _, name := range names {
+			col, ok := m.Collections[name]
+			if !ok {
+				continue
+			}
+			for _, f := range fields {
+				found := false
+				for _, d := range col.Indexes {
+					found = found || len(d.Fields) > 0 && d.Fields[0] == f
+				}
+				if !found {
+					return fmt.Errorf("%w: collection %s is scoped by %s, but has no index whose first field is %s (version %s): declare one",
+						auth.ErrConfig, name, f, f, m.Version)
+				}
+			}
+		}
+	}
+	return nil
+}
