@@ -2,8 +2,6 @@ package auth_test
 
 import (
 	"context"
-	"crypto/x509"
-	"encoding/pem"
 	"errors"
 	"path/filepath"
 	"strings"
@@ -26,17 +24,6 @@ func newVerifier(t *testing.T, issuers ...auth.Issuer) *auth.Verifier {
 		t.Fatal(err)
 	}
 	return v
-}
-
-// pemOf returns the issuer's RSA public key in PEM, the bytes an algorithm confusion
-// attack keys HS256 with.
-func pemOf(t *testing.T, is *authtest.Issuer) []byte {
-	t.Helper()
-	der, err := x509.MarshalPKIXPublicKey(is.PublicRSA())
-	if err != nil {
-		t.Fatal(err)
-	}
-	return pem.EncodeToMemory(&pem.Block{Type: "PUBLIC KEY", Bytes: der})
 }
 
 func TestVerifyAlgorithms(t *testing.T) {
@@ -84,7 +71,7 @@ func TestVerifyRefuses(t *testing.T) {
 		{"empty", "", "no token"},
 		{"garbage", "not-a-jwt", "not a JWT"},
 		{"alg none", parts[0][:0] + "eyJhbGciOiJub25lIiwidHlwIjoiSldUIn0." + parts[1] + ".", "not a JWT"},
-		{"HS256 keyed with the RSA public key", authtest.SignWith(pemOf(t, is), jose.HS256, "", good), "not a JWT"},
+		{"HS256 keyed with the RSA public key", authtest.SignWith(is.PublicPEM(), jose.HS256, "", good), "not a JWT"},
 		{"expired", is.Token(with("exp", time.Now().Add(-time.Hour).Unix())), "expired"},
 		{"nbf in the future", is.Token(with("nbf", time.Now().Add(time.Hour).Unix())), "before"},
 		{"another issuer", other.Token(good), "not trusted"},

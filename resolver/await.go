@@ -29,12 +29,17 @@ const DefaultMaxWaiters = 10_000
 // the syncer looked after the wait began; ErrNotYetCovered when ctx ends first or
 // MaxWaiters requests wait already.
 func (r *Resolver) Await(ctx context.Context, tok snapshot.Token) (snapshot.View, error) {
+	// Before the first version a token is waited for too: the first publish may
+	// cover it.
 	p, err := r.Pointer(ctx)
-	if err != nil {
+	switch {
+	case errors.Is(err, snapshot.ErrNoVersion):
+	case err != nil:
 		return snapshot.View{}, err
-	}
-	if ok, err := judge(p, tok, 0); ok || err != nil {
-		return r.covering(ctx, p, err)
+	default:
+		if ok, err := judge(p, tok, 0); ok || err != nil {
+			return r.covering(ctx, p, err)
+		}
 	}
 	if n := r.waiting.Add(1); n > int64(r.cfg.MaxWaiters) {
 		r.waiting.Add(-1)

@@ -10,7 +10,9 @@ import (
 	"crypto/elliptic"
 	"crypto/rand"
 	"crypto/rsa"
+	"crypto/x509"
 	"encoding/json"
+	"encoding/pem"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
@@ -33,6 +35,25 @@ type Issuer struct {
 	unpublished *rsa.PrivateKey
 	// KeyReads counts the key set's reads over HTTP.
 	KeyReads atomic.Int64
+	lastRead atomic.Int64 // unix nanoseconds
+}
+
+// LastKeyRead returns when the key set was last read over HTTP (zero: never).
+func (is *Issuer) LastKeyRead() time.Time {
+	if n := is.lastRead.Load(); n != 0 {
+		return time.Unix(0, n)
+	}
+	return time.Time{}
+}
+
+// PublicPEM returns an RSA public key of the issuer in PEM: the bytes an algorithm
+// confusion attack keys HS256 with.
+func (is *Issuer) PublicPEM() []byte {
+	der, err := x509.MarshalPKIXPublicKey(is.PublicRSA())
+	if err != nil {
+		panic(fmt.Sprintf("authtest: %v", err))
+	}
+	return pem.EncodeToMemory(&pem.Block{Type: "PUBLIC KEY", Bytes: der})
 }
 
 type signingKey struct {
@@ -66,6 +87,7 @@ func (is *Issuer) serve(w http.ResponseWriter, r *http.Request) {
 			"id_token_signing_alg_values_supported": []string{"RS256", "ES256", "EdDSA"}})
 	case "/keys":
 		is.KeyReads.Add(1)
+		is.lastRead.Store(time.Now().UnixNano())
 		w.Header().Set("Content-Type", "application/json")
 		_, _ = w.Write(is.JWKS())
 	default:
