@@ -50,6 +50,11 @@ type Config struct {
 	// the client drops it and reads again without it (it follows the rollback), once,
 	// and says nothing. Off, reads send no token but the ones given with After.
 	NoSessionToken bool
+	// Token, when set, gives the bearer token every request is sent with (the API's
+	// --auth); TokenFile reads a Kubernetes projected service-account token. Default
+	// (nil): no Authorization header. Answers 401 and 403 match ErrUnauthorized and
+	// ErrForbidden and are never retried.
+	Token TokenSource
 }
 
 // DefaultConfig returns the defaults.
@@ -285,6 +290,9 @@ func (c *Client) attempt(ctx context.Context, r request, target, after string) (
 		return answer{}, err
 	}
 	req.Header.Set("Accept", "application/json, application/problem+json")
+	if err := c.authorize(ctx, req); err != nil {
+		return answer{}, err
+	}
 	if c.cfg.UserAgent != "" {
 		req.Header.Set("User-Agent", c.cfg.UserAgent)
 	}

@@ -50,6 +50,14 @@ var (
 	// version that does not cover the token a Replica was asked to wait for: no version
 	// will until an operator unpins the dataset or rolls it forward.
 	ErrPinned = errors.New("pinned at a version that does not cover the token")
+	// ErrUnauthorized reports a request the API did not authenticate (401): no bearer
+	// token when the API needs one, or one it could not verify (expired, of another
+	// issuer or audience). It is never retried.
+	ErrUnauthorized = errors.New("unauthorized")
+	// ErrForbidden reports a verified caller whose grants do not give what it asked
+	// for (403): a collection not granted, a row scope whose claim it lacks, the admin
+	// endpoints. It is never retried.
+	ErrForbidden = errors.New("forbidden")
 )
 
 // The problem types of the answers about tokens whose status alone does not tell them
@@ -119,6 +127,10 @@ func (e *Error) Is(target error) bool {
 		return e.StatusCode == http.StatusGone
 	case ErrBadRequest:
 		return e.StatusCode == http.StatusBadRequest
+	case ErrUnauthorized:
+		return e.StatusCode == http.StatusUnauthorized
+	case ErrForbidden:
+		return e.StatusCode == http.StatusForbidden
 	case ErrUnavailable:
 		return e.StatusCode == 0 || retryableStatus(e.StatusCode)
 	}

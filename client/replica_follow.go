@@ -123,6 +123,9 @@ func (f *follower) open(ctx context.Context) (*http.Response, error) {
 		return nil, err
 	}
 	req.Header.Set("Accept", "text/event-stream")
+	if err := f.c.authorize(ctx, req); err != nil {
+		return nil, &Error{Method: http.MethodGet, Path: f.c.prefix + watchPath, Attempts: 1, Err: err}
+	}
 	if f.c.cfg.UserAgent != "" {
 		req.Header.Set("User-Agent", f.c.cfg.UserAgent)
 	}
