@@ -63,6 +63,7 @@ type objects struct {
 	configMaps  map[string]*corev1.ConfigMap
 	accounts    map[string]*corev1.ServiceAccount
 	netpols     map[string]*networkingv1.NetworkPolicy
+	pods        map[string]*corev1.Pod
 	kustomize   map[string]*kustomization
 }
 
@@ -87,6 +88,7 @@ func load(t *testing.T, dir string) objects {
 		configMaps:  map[string]*corev1.ConfigMap{},
 		accounts:    map[string]*corev1.ServiceAccount{},
 		netpols:     map[string]*networkingv1.NetworkPolicy{},
+		pods:        map[string]*corev1.Pod{},
 		kustomize:   map[string]*kustomization{},
 	}
 	files, _ := filepath.Glob(filepath.Join(dir, "*.yaml"))
@@ -133,6 +135,9 @@ func load(t *testing.T, dir string) objects {
 			case "networking.k8s.io/v1 NetworkPolicy":
 				v := &networkingv1.NetworkPolicy{}
 				err, o.netpols[name] = strict(doc, v), v
+			case "v1 Pod":
+				v := &corev1.Pod{}
+				err, o.pods[name] = strict(doc, v), v
 			case "kustomize.config.k8s.io/v1beta1 Kustomization":
 				v := &kustomization{}
 				err, o.kustomize[filepath.Base(f)] = strict(doc, v), v
@@ -948,5 +953,65 @@ func checkVersionStamp(t *testing.T, docker string, builds []string) {
 				t.Errorf("Dockerfile build %q does not set cli.%s from ${%s}", b, v, arg)
 			}
 		}
+	}
+}
+
+// The API reads the auth file the base ships, and the example caller's projected token
+// is one that file accepts: its audience, and a grant of its service account.
+func TestAuthWiring(t *testing.T) {
+	base, overlay := load(t, "k8s/base"), load(t, "k8s/overlays/example")
+	api := base.deployments["snapflip-api"]
+	if api == nil {
+		t.Fatal("no snapflip-api Deployment")
+	}
+	c := api.Spec.Template.Spec.Containers[0]
+	var path string
+	for _, e := range c.Env {
+		if e.Name == "SNAPFLIP_AUTH_CONFIG" {
+			path = e.Value
+		}
+	}
+	mounted := false
+	for _, m := range c.VolumeMounts {
+		mounted = mounted || m.Name == "auth" && strings.HasPrefix(path, m.MountPath+"/")
+	}
+	if path == "" || !mounted {
+		t.Fatalf("the API's SNAPFLIP_AUTH_CONFIG %q is not in a mounted volume", path)
+	}
+	var file struct {
+		Issuers []struct{ Audience string } `yaml:"issuers"`
+		Grants  []struct{ Subject string }  `yaml:"grants"`
+	}
+	b, err := os.ReadFile("k8s/base/config/auth.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := sigsyaml.Unmarshal(b, &file); err != nil {
+		t.Fatal(err)
+	}
+	pod := overlay.pods["snapflip-example-caller"]
+	if pod == nil {
+		t.Fatal("no example caller")
+	}
+	var audience string
+	for _, v := range pod.Spec.Volumes {
+		if v.Projected != nil {
+			for _, src := range v.Projected.Sources {
+				if src.ServiceAccountToken != nil {
+					audience = src.ServiceAccountToken.Audience
+				}
+			}
+		}
+	}
+	subject := "system:serviceaccount:snapflip:" + pod.Spec.ServiceAccountName
+	okAud, okSub := false, false
+	for _, is := range file.Issuers {
+		okAud = okAud || is.Audience == audience
+	}
+	for _, g := range file.Grants {
+		okSub = okSub || g.Subject == subject
+	}
+	if !okAud || !okSub {
+		t.Errorf("the example caller's token (audience %q, subject %q) is not one the auth file accepts and grants", audience, subject)
 	}
 }
