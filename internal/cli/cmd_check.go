@@ -1,6 +1,8 @@
 package cli
 
 import (
+	"slices"
+
 	"context"
 	"encoding/json"
 	"errors"
@@ -11,6 +13,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/snapflip/snapflip/api"
+	"github.com/snapflip/snapflip/auth"
 	"github.com/snapflip/snapflip/pgsource"
 	"github.com/snapflip/snapflip/store"
 )
@@ -22,6 +25,7 @@ var ErrCheckFailed = errors.New("check found problems")
 // before a first sync. It writes nothing.
 func (m *Syncer) checkCommand(g *syncerFlags) *cobra.Command {
 	var asJSON bool
+	var authFile string
 	c := &cobra.Command{
 		Use:   "check",
 		Short: "Check the config against Postgres and Bigtable; write nothing",
@@ -47,7 +51,10 @@ writing anything or reading a row, whether a sync could succeed:
 
   with watch.mode logical: wal_level, the role's REPLICATION attribute, a free
   replication slot, the publication (which the syncer creates when the role may) and
-  a replica identity on every table it publishes; and the slot's state.
+  a replica identity on every table it publishes; and the slot's state;
+
+  with --auth FILE (the metadata API's auth file): that every collection a row scope
+  reads declares an index whose first field is the scope's, which serves the scope.
 
 It exits 0 when a sync could succeed, 1 with every problem named otherwise.`,
 		Example: `  syncer check --config snapflip.yaml
@@ -59,6 +66,9 @@ It exits 0 when a sync could succeed, 1 with every problem named otherwise.`,
 				return err
 			}
 			rep := runCheck(cmd.Context(), cfg)
+			if authFile != "" {
+				rep.Problems = append(rep.Problems, checkScopes(authFile, cfg)...)
+			}
 			if asJSON {
 				enc := json.NewEncoder(m.Stdout)
 				enc.SetIndent("", "  ")
@@ -78,7 +88,33 @@ It exits 0 when a sync could succeed, 1 with every problem named otherwise.`,
 		},
 	}
 	c.Flags().BoolVar(&asJSON, "json", false, "print the report as JSON")
+	c.Flags().StringVar(&authFile, "auth", "", "also check the metadata API's auth file: every row scope has an index to be served by")
 	return c
+}
+
+// checkScopes names every collection of cfg a row scope of the auth file reads
+// without an index whose first field is the scope's, and an auth file that does not
+// load.
+func checkScopes(path string, cfg SyncerConfig) []string {
+	a, err := auth.Load(path)
+	if err != nil {
+		return []string{"auth: " + err.Error()}
+	}
+	var problems []string
+	for coll, fields := range a.ScopedCollections() {
+		for _, c := range cfg.Collections {
+			if coll != "*" && coll != c.Name {
+				continue
+			}
+			for _, f := range fields {
+				if !slices.ContainsFunc(c.Indexes, func(ix pgsource.Columns) bool { return len(ix) > 0 && ix[0] == f }) {
+					problems = append(problems, fmt.Sprintf("auth: collection %s is read through a row scope on %s, but declares no index whose first field is %s: add indexes: [[%s, …]]", c.Name, f, f, f))
+				}
+			}
+		}
+	}
+	slices.Sort(problems)
+	return problems
 }
 
 // checkReport is what syncer check found.
