@@ -363,27 +363,13 @@ func (a *authEnv) checkScope(t *testing.T, c scopeCheck) {
 
 	// The changes: ids in the scope now (changed) or only before (deleted, for it).
 	resp, body = a.call(t, "GET", "/v1/versions/"+c.version+"/changes/docs?limit=3", tok, "")
-	var changes struct {
-		Parent  string `json:"parent"`
-		Kind    string `json:"kind"`
-		Changes []struct {
-			ID      string `json:"id"`
-			Deleted bool   `json:"deleted"`
-		} `json:"changes"`
-		Next string `json:"next"`
-	}
+	var changes changesPage
 	if resp.StatusCode != http.StatusOK || json.Unmarshal(body, &changes) != nil {
 		t.Fatalf("%s: changes: %d %s", where, resp.StatusCode, body)
 	}
 	for changes.Next != "" {
 		resp, more := a.call(t, "GET", "/v1/versions/"+c.version+"/changes/docs?limit=3&after="+url.QueryEscape(changes.Next), tok, "")
-		var p struct {
-			Changes []struct {
-				ID      string `json:"id"`
-				Deleted bool   `json:"deleted"`
-			} `json:"changes"`
-			Next string `json:"next"`
-		}
+		var p changesPage
 		if resp.StatusCode != http.StatusOK || json.Unmarshal(more, &p) != nil {
 			t.Fatalf("%s: changes page: %d %s", where, resp.StatusCode, more)
 		}

@@ -124,23 +124,28 @@ func Database(tb testing.TB, dsn string) string {
 // Exec runs SQL statements on the database at dsn, failing the test on error.
 func Exec(tb testing.TB, dsn string, sql ...string) {
 	tb.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	conn, err := pgx.Connect(ctx, dsn)
-	if err != nil {
-		tb.Fatalf("connect: %v", err)
-	}
-	defer conn.Close(ctx)
-	for _, s := range sql {
-		if _, err := conn.Exec(ctx, s); err != nil {
-			tb.Fatalf("exec %.80q: %v", s, err)
+	withConn(tb, dsn, func(ctx context.Context, conn *pgx.Conn) {
+		for _, s := range sql {
+			if _, err := conn.Exec(ctx, s); err != nil {
+				tb.Fatalf("exec %.80q: %v", s, err)
+			}
 		}
-	}
+	})
 }
 
 // QueryRow runs one query on the database at dsn and scans its single row into dest,
 // failing the test on error.
 func QueryRow(tb testing.TB, dsn, sql string, dest ...any) {
+	tb.Helper()
+	withConn(tb, dsn, func(ctx context.Context, conn *pgx.Conn) {
+		if err := conn.QueryRow(ctx, sql).Scan(dest...); err != nil {
+			tb.Fatalf("query %.80q: %v", sql, err)
+		}
+	})
+}
+
+// withConn runs f on a session of its own at dsn, within a minute.
+func withConn(tb testing.TB, dsn string, f func(ctx context.Context, conn *pgx.Conn)) {
 	tb.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
@@ -149,9 +154,7 @@ func QueryRow(tb testing.TB, dsn, sql string, dest ...any) {
 		tb.Fatalf("connect: %v", err)
 	}
 	defer conn.Close(ctx)
-	if err := conn.QueryRow(ctx, sql).Scan(dest...); err != nil {
-		tb.Fatalf("query %.80q: %v", sql, err)
-	}
+	f(ctx, conn)
 }
 
 // OpenTx begins a transaction on a session of its own, runs sql in it, and leaves it
