@@ -50,6 +50,7 @@ var benchmarks = []string{
 	"BenchmarkLogicalWALRetained",
 	"BenchmarkDDLToServed",
 	"BenchmarkTokenReads",
+	"BenchmarkAuth",
 	"BenchmarkAwaitWaiters",
 	"BenchmarkLargeSync",
 	"BenchmarkReplica",
