@@ -2,7 +2,6 @@ package auth
 
 import (
 	"context"
-	"crypto/sha256"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -39,8 +38,10 @@ type Verifier struct {
 	leeway  time.Duration
 	now     func() time.Time
 
-	mu    sync.Mutex
-	cache map[[sha256.Size]byte]*Identity
+	mu sync.RWMutex
+	// cache holds verified tokens by their text (Go's map hash is far cheaper than a
+	// digest, and the tokens are held in memory anyway while requests carry them).
+	cache map[string]*Identity
 }
 
 type issuer struct {
@@ -66,7 +67,7 @@ func NewVerifier(ctx context.Context, c Config, o VerifierOptions) (*Verifier, e
 	if o.Now == nil {
 		o.Now = time.Now
 	}
-	v := &Verifier{issuers: map[string]*issuer{}, leeway: c.Leeway, now: o.Now, cache: map[[sha256.Size]byte]*Identity{}}
+	v := &Verifier{issuers: map[string]*issuer{}, leeway: c.Leeway, now: o.Now, cache: map[string]*Identity{}}
 	for _, is := range c.Issuers {
 		ks := &keySet{every: c.KeyRefresh, now: o.Now}
 		if is.JWKSFile != "" {
@@ -101,11 +102,10 @@ func (v *Verifier) Verify(ctx context.Context, raw string) (*Identity, error) {
 	if len(raw) > MaxTokenBytes {
 		return nil, fmt.Errorf("%w: token of %d bytes, over the limit of %d", ErrUnauthenticated, len(raw), MaxTokenBytes)
 	}
-	sum := sha256.Sum256([]byte(raw))
 	now := v.now()
-	v.mu.Lock()
-	id, ok := v.cache[sum]
-	v.mu.Unlock()
+	v.mu.RLock()
+	id, ok := v.cache[raw]
+	v.mu.RUnlock()
 	if ok && now.Before(id.Expiry.Add(v.leeway)) {
 		return id, nil
 	}
@@ -125,7 +125,7 @@ func (v *Verifier) Verify(ctx context.Context, raw string) (*Identity, error) {
 			clear(v.cache)
 		}
 	}
-	v.cache[sum] = id
+	v.cache[raw] = id
 	return id, nil
 }
 

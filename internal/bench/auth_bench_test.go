@@ -78,24 +78,32 @@ grants:
 	}
 
 	for range b.N {
-		// Hot GET: --auth none against a verified, cached token.
-		var ratios []float64
-		var last [2]load
+		// Hot GET: --auth none against a verified, cached token; and --auth none sent
+		// the same header, which it ignores, to tell the header's own cost from the
+		// verification's.
+		var ratios, headerRatios []float64
+		var last [3]load
 		for range pairs {
 			none := wrk(b, conns, dur, loadCPU, open+hot, "")
+			header := wrk(b, conns, dur, loadCPU, open+hot, script("reader", reader))
 			with := wrk(b, conns, dur, loadCPU, authed+hot, script("reader", reader))
-			if none.errors+with.errors > 0 {
-				b.Fatalf("errors under load: %d (none), %d (auth)", none.errors, with.errors)
+			if none.errors+header.errors+with.errors > 0 {
+				b.Fatalf("errors under load: %d (none), %d (none, with the header), %d (auth)", none.errors, header.errors, with.errors)
 			}
 			ratios = append(ratios, with.rps/none.rps)
-			last = [2]load{none, with}
+			headerRatios = append(headerRatios, with.rps/header.rps)
+			last = [3]load{none, header, with}
 		}
 		slices.Sort(ratios)
-		hotRatio := ratios[len(ratios)/2]
-		b.Logf("hot GET, --auth none %s; with a cached token %s; ratios pair by pair %.3f", last[0], last[1], ratios)
-		record(b, Figure{Measurement: "hot GET with a verified, cached token vs `--auth none` (cache hits, median of 3 pairs)",
-			Figure: fmt.Sprintf("%.2f× (%s vs %s req/s)", hotRatio, thousands(last[1].rps), thousands(last[0].rps)),
+		slices.Sort(headerRatios)
+		hotRatio, headerRatio := ratios[len(ratios)/2], headerRatios[len(headerRatios)/2]
+		b.Logf("hot GET, --auth none %s; the same sent a %d-byte token %s; with a cached token %s; ratios pair by pair %.3f, against the same header %.3f",
+			last[0], len(reader), last[1], last[2], ratios, headerRatios)
+		record(b, Figure{Measurement: fmt.Sprintf("hot GET with a verified, cached token (%d bytes) vs `--auth none` (cache hits, median of 3 pairs)", len(reader)),
+			Figure: fmt.Sprintf("%.3f× (pairs %.3f; %s vs %s req/s)", hotRatio, ratios, thousands(last[2].rps), thousands(last[0].rps)),
 			Target: "≥ 0.90×", Missed: hotRatio < 0.90})
+		record(b, Figure{Measurement: "the same against `--auth none` sent the same header, which it ignores (verification's share alone)",
+			Figure: fmt.Sprintf("%.3f× (pairs %.3f; %s req/s with the header, unverified)", headerRatio, headerRatios, thousands(last[1].rps))})
 
 		// A token never seen before: one signature check each.
 		const n = 1000
