@@ -13,8 +13,12 @@ import (
 // metrics are the API's Prometheus metrics.
 type metrics struct {
 	requests *prometheus.CounterVec
-	latency  *prometheus.HistogramVec
-	series   sync.Map // seriesKey -> series: the vectors' children, looked up once
+	// tokenTimeouts counts the 503s of reads whose token no version covered within
+	// the wait they asked for: the client chose the bound, so an alert on the
+	// server's errors leaves them out.
+	tokenTimeouts prometheus.Counter
+	latency       *prometheus.HistogramVec
+	series        sync.Map // seriesKey -> series: the vectors' children, looked up once
 }
 
 // seriesKey names one (route, method, status) series; there are few of them, since
@@ -49,7 +53,9 @@ func newMetrics(reg *prometheus.Registry, cfg Config, watchers func() int) *metr
 			Help:    "HTTP request latency by route.",
 			Buckets: []float64{.0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5}}, []string{"route"}),
 	}
-	reg.MustRegister(m.requests, m.latency,
+	m.tokenTimeouts = prometheus.NewCounter(prometheus.CounterOpts{Name: "snapflip_api_token_timeouts_total",
+		Help: "Reads answered 503 token-not-yet-covered: no version covered their Snapshot-After token within the wait they asked for."})
+	reg.MustRegister(m.requests, m.latency, m.tokenTimeouts,
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "snapflip_api_watchers", Help: "Open GET /v1/watch streams."},
 			func() float64 { return float64(watchers()) }))
 	if cfg.CacheStats != nil {

@@ -62,6 +62,9 @@ func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) {
 		p = Problem{Type: typeTokenNotCovered, Title: "Token not covered", Status: http.StatusPreconditionFailed,
 			Detail: err.Error() + "; a rollback chose an older position of the source: read without the token, or wait for an unpin"}
 	case errors.Is(err, snapshot.ErrNotYetCovered) && r.Context().Err() == nil:
+		if s.metrics != nil {
+			s.metrics.tokenTimeouts.Inc()
+		}
 		p = Problem{Type: typeTokenNotYetCovered, Title: "Token not yet covered", Status: http.StatusServiceUnavailable,
 			Detail: err.Error() + "; retry, or ask for a longer wait with Prefer: wait=N (at most 10)"}
 	case errors.Is(err, snapshot.ErrInvalid):

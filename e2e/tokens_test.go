@@ -450,6 +450,11 @@ func TestBadTokens(t *testing.T) {
 		}
 		return nil
 	})
+	// The two waiters' 503s and the refused one's are counted apart from the
+	// server's errors.
+	if m := e.metrics(t); !strings.Contains(m, "snapflip_api_token_timeouts_total 3") {
+		t.Errorf("snapflip_api_token_timeouts_total after three 503s token-not-yet-covered:\n%s", grepLines(m, "snapflip_api_token"))
+	}
 	// A version named with the token: 412 without waiting, 200 for one that covers it.
 	cur := e.get(t, path).version
 	if a := e.readAfter(t, e.base, path+"?version="+cur, "x:"+xid, "10"); a.status != http.StatusPreconditionFailed || a.took > 2*time.Second {
@@ -554,4 +559,15 @@ func TestTokenOfACommitHeldInSyncReplication(t *testing.T) {
 			}
 		})
 	}
+}
+
+// grepLines returns the lines of s that hold sub.
+func grepLines(s, sub string) string {
+	var out []string
+	for _, l := range strings.Split(s, "\n") {
+		if strings.Contains(l, sub) {
+			out = append(out, l)
+		}
+	}
+	return strings.Join(out, "\n")
 }
