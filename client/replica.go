@@ -69,6 +69,7 @@ func (r *Replica) Stats() ReplicaStats {
 // says when) and follows the pointer until ctx ends or Close is called. A cfg that
 // does not Validate is an error matching ErrBadRequest.
 func NewReplica(ctx context.Context, c *Client, cfg ReplicaConfig) (*Replica, error) {
+	cfg = cfg.withDefaults()
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}

@@ -4,8 +4,9 @@ import (
 	"time"
 )
 
-// ReplicaConfig says what a Replica holds and how it follows the API. Start from
-// DefaultReplicaConfig, name the collections, and change what you need.
+// ReplicaConfig says what a Replica holds and how it follows the API. Name the
+// collections and set what you need: a field left at zero takes its default, as
+// DefaultReplicaConfig gives it (so ReplicaConfig{Collections: …} is a whole config).
 type ReplicaConfig struct {
 	// Collections are the collections the replica holds: at least one, each once. No
 	// default.
@@ -15,27 +16,27 @@ type ReplicaConfig struct {
 	// delays the next flip, and one that calls Close never returns. Default nil.
 	OnFlip func(version string)
 	// PollInterval is how often the replica asks the API for the current version while
-	// the flip stream is refused or broken; positive. Default 1s.
+	// the flip stream is refused or broken. Default (0) 1s; negative is refused.
 	PollInterval time.Duration
 	// StreamRetry is how long the replica polls before it opens the flip stream again
-	// after the stream was refused or ended; positive. It doubles while the stream
-	// stays refused, up to 30s. Default 2s.
+	// after the stream was refused or ended. It doubles while the stream stays
+	// refused, up to 30s. Default (0) 2s; negative is refused.
 	StreamRetry time.Duration
 	// StreamIdle drops a flip stream that sent nothing this long, not even a
-	// heartbeat (the API sends one every 15s), and opens it again; positive. Default
-	// 45s.
+	// heartbeat (the API sends one every 15s), and opens it again. Default (0) 45s;
+	// negative is refused.
 	StreamIdle time.Duration
 	// MaxChain is how many versions a replica follows by their changes to reach a
 	// newer or older one (flips that came too close together to be told apart, a
-	// rollback to a recent version); farther than that it reloads. At least 1.
-	// Default 16.
+	// rollback to a recent version); farther than that it reloads. Default (0) 16;
+	// negative is refused.
 	MaxChain int
 }
 
 // ReplicaOptions is the former name of ReplicaConfig.
 //
-// Deprecated: use ReplicaConfig, starting from DefaultReplicaConfig: a field left at
-// zero is refused by Validate, not read as its default.
+// Deprecated: use ReplicaConfig, the same type: a field left at zero takes its
+// default under either name.
 type ReplicaOptions = ReplicaConfig
 
 // DefaultReplicaConfig returns the defaults; Collections is left for the caller.
@@ -44,9 +45,29 @@ func DefaultReplicaConfig() ReplicaConfig {
 		MaxChain: 16}
 }
 
-// Validate reports the first field that is not usable, by name. The error matches
-// ErrBadRequest.
+// withDefaults returns c with each zero field at its default.
+func (c ReplicaConfig) withDefaults() ReplicaConfig {
+	d := DefaultReplicaConfig()
+	if c.PollInterval == 0 {
+		c.PollInterval = d.PollInterval
+	}
+	if c.StreamRetry == 0 {
+		c.StreamRetry = d.StreamRetry
+	}
+	if c.StreamIdle == 0 {
+		c.StreamIdle = d.StreamIdle
+	}
+	if c.MaxChain == 0 {
+		c.MaxChain = d.MaxChain
+	}
+	return c
+}
+
+// Validate reports the first field that is not usable, by name: no collection, an
+// empty or repeated one, a negative duration or chain. A zero field is usable: it
+// takes its default. The error matches ErrBadRequest.
 func (c ReplicaConfig) Validate() error {
+	c = c.withDefaults()
 	if len(c.Collections) == 0 {
 		return invalid("replica config.Collections: none named; want at least one")
 	}
@@ -62,13 +83,13 @@ func (c ReplicaConfig) Validate() error {
 	}
 	switch {
 	case c.PollInterval <= 0:
-		return invalid("replica config.PollInterval %s: must be positive", c.PollInterval)
+		return invalid("replica config.PollInterval %s: must not be negative (0: the default, 1s)", c.PollInterval)
 	case c.StreamRetry <= 0:
-		return invalid("replica config.StreamRetry %s: must be positive", c.StreamRetry)
+		return invalid("replica config.StreamRetry %s: must not be negative (0: the default, 2s)", c.StreamRetry)
 	case c.StreamIdle <= 0:
-		return invalid("replica config.StreamIdle %s: must be positive", c.StreamIdle)
+		return invalid("replica config.StreamIdle %s: must not be negative (0: the default, 45s)", c.StreamIdle)
 	case c.MaxChain < 1:
-		return invalid("replica config.MaxChain %d: must be at least 1", c.MaxChain)
+		return invalid("replica config.MaxChain %d: must not be negative (0: the default, 16)", c.MaxChain)
 	}
 	return nil
 }
