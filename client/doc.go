@@ -63,8 +63,8 @@
 // a 304 without a body.
 //
 // A Replica holds whole versions of some collections in the process, for reads
-// without I/O; NewReplica takes a ReplicaConfig, from DefaultReplicaConfig, whose
-// Validate names the first field it cannot use. It is made of three parts, each in
+// without I/O; NewReplica takes a ReplicaConfig, whose zero fields take their
+// defaults and whose Validate names the first field it cannot use. It is made of three parts, each in
 // its file: a follower (replica_follow.go) learns of the newest pointer from the flip
 // stream, or by polling while the stream is refused, and does nothing else; plan
 // (replica_plan.go), a pure function of the version held and that pointer, says per
