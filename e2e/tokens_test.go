@@ -492,8 +492,8 @@ func TestTokenOfACommitHeldInSyncReplication(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer writer.Close(ctx)
-			// The server runs with synchronous_commit off: only this session waits for
-			// the standby, so the syncer's own sessions go on.
+			// The server runs with synchronous_commit off: only this connection waits for
+			// the standby, so the syncer's own connections go on.
 			testenv.Exec(t, e.dsn, `ALTER SYSTEM SET synchronous_standby_names = 'ghost'`, `SELECT pg_reload_conf()`)
 			testenv.Eventually(t, 10*time.Second, func() error {
 				var names string
@@ -519,7 +519,7 @@ func TestTokenOfACommitHeldInSyncReplication(t *testing.T) {
 				var n int
 				testenv.QueryRow(t, e.dsn, `SELECT count(*) FROM pg_stat_activity WHERE wait_event = 'SyncRep'`, &n)
 				if n != 1 {
-					return fmt.Errorf("%d sessions wait for synchronous replication; want the writer's", n)
+					return fmt.Errorf("%d backends wait for synchronous replication; want the writer's", n)
 				}
 				return nil
 			})

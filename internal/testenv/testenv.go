@@ -144,7 +144,7 @@ func QueryRow(tb testing.TB, dsn, sql string, dest ...any) {
 	})
 }
 
-// withConn runs f on a session of its own at dsn, within a minute.
+// withConn runs f on a connection of its own to dsn, within a minute.
 func withConn(tb testing.TB, dsn string, f func(ctx context.Context, conn *pgx.Conn)) {
 	tb.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
