@@ -49,7 +49,7 @@ test:
 demo: build
 	@deploy/local/demo.sh
 
-## chaos: the long form of the reliability suite: 50 random kills mid-sync, 60 s of load with flips, an 8,000-operation linearizability check, 200 generative schemas, 20 watched generative histories, 3,000 logical-mode probes, 200 read-your-writes rounds per watch mode, 16 writers x 100 writes with tokens, 1,000 session reads across two replicas
+## chaos: the long form of the reliability suite: 50 random kills mid-sync, 60 s of load with flips, an 8,000-operation linearizability check, 200 generative schemas, 20 watched generative histories, 3,000 logical-mode probes, 200 read-your-writes rounds per watch mode, 16 writers x 100 writes with tokens, 1,000 reads across two replicas, each carrying the last answer's token
 chaos:
 	@$(GO) build -o bin/bigtable-emulator cloud.google.com/go/bigtable/cmd/emulator
 	@deploy/local/postgres.sh start $(TEST_PG_PORT)

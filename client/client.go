@@ -42,8 +42,8 @@ type Config struct {
 	// MaxBatchBytes is the largest batchGet body BatchGet sends; it splits lists whose
 	// JSON would be longer. Default 2 MiB, the API's limit on bodies.
 	MaxBatchBytes int
-	// NoSessionToken turns session consistency off. By default (false) the client
-	// keeps the newest Snapshot-Token it was answered with and sends it as
+	// NoSessionToken turns monotonic reads across replicas off. By default (false)
+	// the client keeps the newest Snapshot-Token it was answered with and sends it as
 	// Snapshot-After with every read of the current version that gives no After, so
 	// that no read goes back to a version older than one it already read, whichever
 	// replica of the API answers. Should an operator roll the dataset back below it,
