@@ -42,7 +42,7 @@ func TestBearerTokens(t *testing.T) {
 	write("reader")
 	c := newClient(t, e.base, func(c *Config) { c.Token = TokenFile(tokenPath) })
 	ctx := context.Background()
-	testenv.Eventually(t, 10*time.Second, func() error {
+	testenv.Eventually(t, time.Minute, func() error {
 		_, err := c.Get(ctx, "docs", "plain")
 		return err
 	})
@@ -75,7 +75,7 @@ func TestBearerTokens(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	testenv.Eventually(t, 10*time.Second, func() error {
+	testenv.Eventually(t, time.Minute, func() error {
 		if _, ok := r.Get("docs", "plain"); !ok {
 			return errors.New("the replica does not hold docs/plain yet")
 		}
