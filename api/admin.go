@@ -43,11 +43,15 @@ func (s *Server) requireAdmin(next http.HandlerFunc) http.HandlerFunc {
 	}
 }
 
-// caller names who called an admin endpoint, for the audit trail.
-func caller(r *http.Request) string {
+// caller names who called an admin endpoint, for the audit trail: the verified
+// identity's subject when it came with one, and the address.
+func (s *Server) caller(r *http.Request) string {
 	host, _, err := net.SplitHostPort(r.RemoteAddr)
 	if err != nil {
 		host = r.RemoteAddr
+	}
+	if id := s.identity(r); id != nil {
+		return "api-admin:" + truncate(id.Subject, 200) + "@" + host
 	}
 	return "api-admin@" + host
 }
@@ -82,7 +86,7 @@ func (s *Server) adminRollback(w http.ResponseWriter, r *http.Request) error {
 	if err := decodeStrict(w, r, adminBodyLimit, &b, `{"to": "VERSION" or "previous": true, "reason": "...", "force": false}`); err != nil {
 		return err
 	}
-	req := snapshot.RollbackRequest{Previous: b.Previous, Reason: b.Reason, Force: b.Force, By: caller(r)}
+	req := snapshot.RollbackRequest{Previous: b.Previous, Reason: b.Reason, Force: b.Force, By: s.caller(r)}
 	if b.To != "" {
 		v, err := snapshot.ParseVersion(b.To)
 		if err != nil {
@@ -105,7 +109,7 @@ func (s *Server) adminUnpin(w http.ResponseWriter, r *http.Request) error {
 	if err := decodeStrict(w, r, adminBodyLimit, &b, `{"reason": "..."}`); err != nil {
 		return err
 	}
-	res, err := s.cfg.Admin.Unpin(r.Context(), strings.TrimSpace(b.Reason), caller(r))
+	res, err := s.cfg.Admin.Unpin(r.Context(), strings.TrimSpace(b.Reason), s.caller(r))
 	if err != nil {
 		return err
 	}

@@ -117,14 +117,31 @@ func (s *Server) identity(r *http.Request) *auth.Identity {
 // document), or a forbiddenError when the caller may not read it. Without Auth every
 // collection is read whole. It reads no storage.
 func (s *Server) grant(r *http.Request, collection string) (*auth.Scope, error) {
+	return s.callerOf(r).grant(collection)
+}
+
+// grantee is a request's verified identity with the policy that answers it, looked up
+// once for a request that asks about several collections.
+type grantee struct {
+	policy *auth.Policy // nil without Auth: every collection is read whole
+	id     *auth.Identity
+}
+
+func (s *Server) callerOf(r *http.Request) grantee {
 	if s.cfg.Auth == nil {
+		return grantee{}
+	}
+	return grantee{policy: s.cfg.Auth.Policy, id: s.identity(r)}
+}
+
+func (c grantee) grant(collection string) (*auth.Scope, error) {
+	if c.policy == nil {
 		return nil, nil
 	}
-	id := s.identity(r)
-	if id == nil {
+	if c.id == nil {
 		return nil, &forbiddenError{msg: "no verified identity"}
 	}
-	switch access, scope := s.cfg.Auth.Policy.Access(id, collection); access {
+	switch access, scope := c.policy.Access(c.id, collection); access {
 	case auth.Whole:
 		return nil, nil
 	case auth.Scoped:
@@ -133,44 +150,37 @@ func (s *Server) grant(r *http.Request, collection string) (*auth.Scope, error) 
 	return nil, &forbiddenError{msg: fmt.Sprintf("collection %q: your identity is not granted it", truncate(collection, 128))}
 }
 
-// restricted reports whether the caller reads any of the collections less than whole
-// (not granted, or through a scope): such a caller is not told their counts.
-func (s *Server) restricted(r *http.Request, names []string) bool {
-	for _, name := range names {
-		if scope, err := s.grant(r, name); scope != nil || err != nil {
-			return true
-		}
-	}
-	return false
-}
-
 // seesAll reports whether the caller reads every collection whole: without Auth, or
 // an identity whose grant of "*" has no row scope, or an admin.
 func (s *Server) seesAll(r *http.Request) bool {
-	if s.cfg.Auth == nil {
+	c := s.callerOf(r)
+	if c.policy == nil {
 		return true
 	}
-	id := s.identity(r)
-	if id == nil {
+	if c.id == nil {
 		return false
 	}
-	access, _ := s.cfg.Auth.Policy.Access(id, "*")
-	return access == auth.Whole || s.cfg.Auth.Policy.Admin(id)
+	access, _ := c.policy.Access(c.id, "*")
+	return access == auth.Whole || c.policy.Admin(c.id)
 }
 
-// readable returns, of the collections names, those the caller may read and whether
-// it reads each whole.
-func (s *Server) readable(r *http.Request, names []string) (out []string, whole map[string]bool) {
-	whole = make(map[string]bool, len(names))
+// readable returns, of the collections names, those the caller may read, whether it
+// reads each whole, and whether it reads all of them whole (then it may be told
+// their counts).
+func (s *Server) readable(r *http.Request, names []string) (out []string, whole map[string]bool, all bool) {
+	c := s.callerOf(r)
+	whole, all = make(map[string]bool, len(names)), true
 	for _, name := range names {
-		scope, err := s.grant(r, name)
+		scope, err := c.grant(name)
 		if err != nil {
+			all = false
 			continue
 		}
 		out = append(out, name)
 		whole[name] = scope == nil
+		all = all && scope == nil
 	}
-	return out, whole
+	return out, whole, all
 }
 
 // isAdmin reports whether the request may call the admin endpoints: it carries the

@@ -105,3 +105,60 @@ func TestAuthScopeSelectAndSecrecy(t *testing.T) {
 		t.Errorf("the debug log shows no request; the check above proves nothing:\n%s", log.String())
 	}
 }
+
+// recordingAdmin records who each rollback was asked by.
+type recordingAdmin struct{ by *[]string }
+
+func (a recordingAdmin) Rollback(_ context.Context, req snapshot.RollbackRequest) (snapshot.RollbackResult, error) {
+	*a.by = append(*a.by, req.By)
+	return snapshot.RollbackResult{}, nil
+}
+
+func (a recordingAdmin) Unpin(_ context.Context, _, by string) (snapshot.RollbackResult, error) {
+	*a.by = append(*a.by, by)
+	return snapshot.RollbackResult{}, nil
+}
+
+// The admin endpoints take the admin token or an identity granted admin: true, and
+// the audit trail names the identity's subject; any other identity gets 403.
+func TestAdminByIdentity(t *testing.T) {
+	is := authtest.NewIssuer(t)
+	cfg := auth.Config{Issuers: []auth.Issuer{{Issuer: is.URL(), Audience: "snapflip"}}, KeyRefresh: time.Minute, Leeway: time.Second,
+		Grants: []auth.Grant{{Subject: "ops", Collections: []string{"*"}, Admin: true}, {Subject: "reader", Collections: []string{"*"}}}}
+	v, err := auth.NewVerifier(context.Background(), cfg, auth.VerifierOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var by []string
+	h := newServer(t, &fakeReader{}, func(c *api.Config) {
+		c.Auth = &api.Auth{Verifier: v, Policy: auth.NewPolicy(cfg)}
+		c.AdminToken, c.Admin = "admin-secret", recordingAdmin{by: &by}
+	})
+	post := func(auth string) int {
+		req := httptest.NewRequest(http.MethodPost, "/v1/admin/rollback", strings.NewReader(`{"previous": true, "reason": "r"}`))
+		if auth != "" {
+			req.Header.Set("Authorization", "Bearer "+auth)
+		}
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, req)
+		return w.Code
+	}
+	for _, c := range []struct {
+		who   string
+		token string
+		want  int
+	}{
+		{"the admin token", "admin-secret", 200},
+		{"an identity granted admin", is.Token(authtest.Claims{"sub": "ops", "aud": "snapflip"}), 200},
+		{"an identity without admin", is.Token(authtest.Claims{"sub": "reader", "aud": "snapflip"}), 403},
+		{"a bad token", "not-a-token", 401},
+		{"no token", "", 401},
+	} {
+		if got := post(c.token); got != c.want {
+			t.Errorf("%s: %d; want %d", c.who, got, c.want)
+		}
+	}
+	if len(by) != 2 || !strings.HasPrefix(by[0], "api-admin@") || !strings.HasPrefix(by[1], "api-admin:ops@") {
+		t.Errorf("the audit trail's callers = %q; want the admin token's address, then the identity's subject", by)
+	}
+}

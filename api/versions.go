@@ -27,7 +27,7 @@ func (s *Server) collections(w http.ResponseWriter, r *http.Request) error {
 		Version     snapshot.Version `json:"version"`
 		Collections []collectionInfo `json:"collections"`
 	}{Version: view.Version, Collections: []collectionInfo{}}
-	names, whole := s.readable(r, view.Manifest.CollectionNames())
+	names, whole, _ := s.readable(r, view.Manifest.CollectionNames())
 	for _, name := range names {
 		c := view.Manifest.Collections[name]
 		if !whole[name] {
@@ -154,10 +154,10 @@ func describeVersion(m snapshot.Manifest, current snapshot.Version) versionInfo 
 // collections it reads whole, and no byte total when it reads any less than whole.
 func (s *Server) describeFor(r *http.Request, m snapshot.Manifest, current snapshot.Version) versionInfo {
 	info := describeVersion(m, current)
-	if !s.restricted(r, m.CollectionNames()) {
+	_, whole, all := s.readable(r, m.CollectionNames())
+	if all {
 		return info
 	}
-	_, whole := s.readable(r, m.CollectionNames())
 	for name := range info.Counts {
 		if !whole[name] {
 			delete(info.Counts, name)

@@ -393,7 +393,7 @@ func (s *Server) flipFor(r *http.Request, ev flipEvent, kind string) []byte {
 	for name := range ev.Collections {
 		names = append(names, name)
 	}
-	readable, whole := s.readable(r, names)
+	readable, whole, _ := s.readable(r, names)
 	out := make(map[string]flipCollection, len(readable))
 	for _, name := range readable {
 		if whole[name] {
