@@ -223,6 +223,31 @@ type servingRig struct {
 	api string
 }
 
+// servedInEachMode runs body, once per b.N, in each watch mode against a syncer and an
+// API serving a fresh table items of rows rows with every default but an hourly
+// schedule (so only the watch publishes), and a committer on it. name tells the
+// modes' configs apart.
+func servedInEachMode(b *testing.B, name string, rows int, modes []string, body func(b *testing.B, mode, dsn string, rig servingRig, c *committer)) {
+	defaultEnv(b)
+	dir := b.TempDir()
+	for _, mode := range modes {
+		b.Run(mode, func(b *testing.B) {
+			dsn := testenv.Postgres(b)
+			loadItems(b, dsn, "items", rows)
+			settle(b, dsn, "items")
+			settings, slot := []string{`schedule: "@every 1h"`}, ""
+			if mode == "logical" {
+				settings = logicalSettings(b, dsn)
+				slot = slotOf(settings)
+			}
+			for range b.N {
+				rig := startServing(b, writeConfig(b, dir, name+mode, "items", settings...), dsn, slot)
+				body(b, mode, dsn, rig, newCommitter(b, dsn, rig.api, rows, rig.sp))
+			}
+		})
+	}
+}
+
 // startServing starts, on a fresh emulator, `syncer run` with the config at cfg and
 // the metadata API (default pointer refresh), and waits until the first version is
 // served (and, with slot set, the slot is read).
