@@ -3,6 +3,8 @@ package auth_test
 import (
 	"context"
 	"errors"
+	"net/http"
+	"net/http/httptest"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -205,5 +207,58 @@ func TestVerifiedTokensAreCached(t *testing.T) {
 	second, err := v.Verify(context.Background(), tok)
 	if err != nil || second != first {
 		t.Fatalf("second Verify: %v, %v; want the cached identity", second, err)
+	}
+}
+
+// A jwks_file is read again when a token names a key it does not hold, once the
+// interval passed: a key added to the file (a ConfigMap update) verifies.
+func TestJWKSFileReadAgain(t *testing.T) {
+	is := authtest.NewIssuer(t)
+	path := filepath.Join(t.TempDir(), "jwks.json")
+	if err := is.WriteJWKS(path); err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now()
+	var mu sync.Mutex
+	clock := func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
+	cfg := auth.Config{Issuers: []auth.Issuer{{Issuer: is.URL(), Audience: "snapflip", JWKSFile: path}},
+		Grants: []auth.Grant{{Subject: "x", Collections: []string{"*"}}}, KeyRefresh: time.Minute, Leeway: time.Second}
+	v, err := auth.NewVerifier(context.Background(), cfg, auth.VerifierOptions{Now: clock})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := is.AddKey(jose.EdDSA); err != nil {
+		t.Fatal(err)
+	}
+	if err := is.WriteJWKS(path); err != nil {
+		t.Fatal(err)
+	}
+	claims := authtest.Claims{"sub": "a", "aud": "snapflip", "exp": now.Add(2 * time.Hour).Unix()}
+	if _, err := v.Verify(context.Background(), is.Token(claims)); err == nil {
+		t.Fatal("the new key verified within the interval after the file was read at start")
+	}
+	mu.Lock()
+	now = now.Add(time.Minute)
+	mu.Unlock()
+	if _, err := v.Verify(context.Background(), is.Token(claims)); err != nil {
+		t.Fatalf("the new key of the file, once the interval passed: %v", err)
+	}
+	if n := is.KeyReads.Load(); n != 0 {
+		t.Errorf("%d reads over HTTP; want none with a jwks_file", n)
+	}
+}
+
+// A discovery document naming another issuer is refused: its keys are not this
+// issuer's.
+func TestDiscoveryOfAnotherIssuer(t *testing.T) {
+	is := authtest.NewIssuer(t)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = w.Write([]byte(`{"issuer": "https://elsewhere.example", "jwks_uri": "` + is.URL() + `/keys"}`))
+	}))
+	t.Cleanup(srv.Close)
+	v := newVerifier(t, auth.Issuer{Issuer: srv.URL, Audience: "snapflip"})
+	_, err := v.Verify(context.Background(), is.Token(authtest.Claims{"iss": srv.URL, "sub": "a", "aud": "snapflip"}))
+	if !errors.Is(err, auth.ErrUnauthenticated) || !strings.Contains(err.Error(), "elsewhere.example") {
+		t.Errorf("err = %v; want a refusal naming the discovery document's issuer", err)
 	}
 }
