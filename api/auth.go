@@ -233,9 +233,16 @@ func matchScope(view snapshot.View, collection string, scope *auth.Scope) (*scop
 		m.want, _ = index.EncodeText(m.typ, scope.Value)
 		return m, nil
 	}
-	return nil, fmt.Errorf("collection %s is read through a row scope on %s, but version %s has no index whose first field is %s: declare one (indexes: [[%s, …]])",
-		collection, scope.Field, view.Version, scope.Field, scope.Field)
+	return nil, &unservedScopeError{msg: fmt.Sprintf("collection %s is read through a row scope on %s, but version %s has no index whose first field is %s: the operator must declare one (indexes: [[%s, …]])",
+		collection, scope.Field, view.Version, scope.Field, scope.Field)}
 }
+
+// unservedScopeError is a scoped read of a collection whose version has no index for
+// the scope (its config changed since the API started): the server's fault, which it
+// says plainly rather than as an anonymous internal error.
+type unservedScopeError struct{ msg string }
+
+func (e *unservedScopeError) Error() string { return e.msg }
 
 // holds reports whether the document body is in the scope.
 func (m *scopeMatch) holds(body []byte) bool {

@@ -101,6 +101,14 @@ func TestAuthScopeSelectAndSecrecy(t *testing.T) {
 			t.Errorf("a token reached the log or the metrics:\n%s", log.String())
 		}
 	}
+	// A version without the scope's index (the config changed after the start): a 500
+	// that says why, on every scoped route, and nothing of the documents.
+	f.manifests[0].Collections["c"] = snapshot.CollectionStats{Rows: 2}
+	for _, path := range []string{"/v1/data/c/mine", "/v1/data/c", "/v1/data/c?x=eq.1"} {
+		if res, body := call(t, h, path, app); res.StatusCode != 500 || !strings.Contains(body, "no index whose first field is tenant") {
+			t.Errorf("%s through a scope no index serves: %d %s; want 500 naming the missing index", path, res.StatusCode, body)
+		}
+	}
 	if !strings.Contains(log.String(), "/v1/data/c/mine") {
 		t.Errorf("the debug log shows no request; the check above proves nothing:\n%s", log.String())
 	}

@@ -51,7 +51,11 @@ func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) {
 	var p Problem
 	var tooLarge *http.MaxBytesError
 	var forbidden *forbiddenError
+	var unserved *unservedScopeError
 	switch {
+	case errors.As(err, &unserved):
+		s.log.ErrorContext(r.Context(), "row scope without an index", "err", err)
+		p = Problem{Type: typeInternal, Title: "Row scope not served", Status: http.StatusInternalServerError, Detail: unserved.msg}
 	case errors.As(err, &forbidden):
 		p = Problem{Type: typeForbidden, Title: "Forbidden", Status: http.StatusForbidden, Detail: forbidden.msg}
 	case errors.As(err, &tooLarge):
