@@ -31,7 +31,7 @@ import (
 const authConfig = config + `  - name: docs
     table: public.docs
     key: id
-    indexes: [[tenant, n]]
+    indexes: [[tenant, n], n]
   - name: secret
     table: public.secret
     key: id
@@ -58,14 +58,17 @@ type authEnv struct {
 	issuer *authtest.Issuer
 }
 
-func startAuth(t *testing.T) *authEnv {
+// startAuth starts an env whose API reads authFile, with grants (YAML list items)
+// put before its own, which they take precedence over.
+func startAuth(t *testing.T, grants ...string) *authEnv {
 	t.Helper()
 	e := start(t)
 	testenv.Exec(t, e.dsn, `CREATE TABLE docs (id text PRIMARY KEY, tenant text, n int, body text)`,
 		`CREATE TABLE secret (id text PRIMARY KEY, v text)`, `INSERT INTO secret VALUES ('s1', 'classified')`)
 	is := authtest.NewIssuer(t)
 	path := filepath.Join(t.TempDir(), "auth.yaml")
-	if err := os.WriteFile(path, fmt.Appendf(nil, authFile, is.URL()), 0o600); err != nil {
+	file := strings.Replace(fmt.Sprintf(authFile, is.URL()), "grants:\n", "grants:\n"+strings.Join(grants, ""), 1)
+	if err := os.WriteFile(path, []byte(file), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	e.stopAPI()
@@ -155,11 +158,15 @@ func (r row) same(o row) bool {
 // others through a status, a page token, a count or the changes.
 func TestRowScopesAgainstPostgres(t *testing.T) {
 	t.Parallel()
-	a := startAuth(t)
-	defer a.runSyncer(t, authConfig)()
-	rng := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 42))
-	t.Logf("seed %d", rng.Uint64())
+	seed := uint64(time.Now().UnixNano())
+	rng := rand.New(rand.NewPCG(seed, 42))
 	tenants := []string{"t0", "t1", "t2", "t-ü/x"}
+	// One tenant, drawn, is granted docs whole by a grant listed before the scoped one:
+	// the first grant that matches and names the collection decides.
+	whole := []string{"t0", "t2", "t-ü/x"}[rng.IntN(3)]
+	t.Logf("seed %d; tenant %q reads docs whole", seed, whole)
+	a := startAuth(t, fmt.Sprintf("  - claim: {name: tenant, value: %q}\n    collections: [docs]\n", whole))
+	defer a.runSyncer(t, authConfig)()
 	var prev map[string]row
 	var prevVersion string
 	ids := map[string]bool{}
@@ -204,7 +211,7 @@ func TestRowScopesAgainstPostgres(t *testing.T) {
 		version := resp.Header.Get("Snapshot-Version")
 		now := docsNow(t, a.dsn)
 		for _, tenant := range tenants {
-			a.checkScope(t, scopeCheck{round: round, tenant: tenant, version: version, prevVersion: prevVersion, now: now, prev: prev, ids: slices.Sorted(maps.Keys(ids))})
+			a.checkScope(t, scopeCheck{round: round, tenant: tenant, whole: tenant == whole, version: version, prevVersion: prevVersion, now: now, prev: prev, ids: slices.Sorted(maps.Keys(ids))})
 		}
 		prev, prevVersion = now, version
 	}
@@ -240,6 +247,7 @@ func TestRowScopesAgainstPostgres(t *testing.T) {
 type scopeCheck struct {
 	round       int
 	tenant      string
+	whole       bool // a grant gives the tenant every document
 	version     string
 	prevVersion string
 	now, prev   map[string]row
@@ -253,8 +261,9 @@ func (a *authEnv) checkScope(t *testing.T, c scopeCheck) {
 	tok := a.tenant(c.tenant)
 	pin := []string{"Snapshot-Version", c.version}
 	var want []string
+	in := func(r row) bool { return c.whole || r.in(c.tenant) }
 	for id, r := range c.now {
-		if r.in(c.tenant) {
+		if in(r) {
 			want = append(want, id)
 		}
 	}
@@ -360,14 +369,19 @@ func (a *authEnv) checkScope(t *testing.T, c scopeCheck) {
 		t.Errorf("%s: batchGet: %d found + %d missing of %d ids", where, len(batch.Documents), len(batch.Missing), len(c.ids))
 	}
 
-	// Collections and versions tell it no count.
+	// Collections and versions tell it no count of a collection it reads less than
+	// whole, nor the bytes of all.
+	wantColls, wantCounts := `"collections":[{"name":"docs","scoped":true}]`, `"counts":{}`
+	if c.whole {
+		wantColls, wantCounts = fmt.Sprintf(`"collections":[{"name":"docs","count":%d,`, len(c.now)), fmt.Sprintf(`"counts":{"docs":%d}`, len(c.now))
+	}
 	_, body = a.call(t, "GET", "/v1/collections", tok, "", pin...)
-	if !strings.Contains(string(body), `"collections":[{"name":"docs","scoped":true}]`) {
-		t.Errorf("%s: /v1/collections = %s; want only docs, scoped, without counts", where, body)
+	if !strings.Contains(string(body), wantColls) {
+		t.Errorf("%s: /v1/collections = %s; want %s", where, body, wantColls)
 	}
 	_, body = a.call(t, "GET", "/v1/versions/"+c.version, tok, "")
-	if !strings.Contains(string(body), `"counts":{}`) || !strings.Contains(string(body), `"bytes_written":0`) {
-		t.Errorf("%s: /v1/versions/{v} = %s; want no counts and no bytes", where, body)
+	if !strings.Contains(string(body), wantCounts) || !strings.Contains(string(body), `"bytes_written":0`) {
+		t.Errorf("%s: /v1/versions/{v} = %s; want %s and no bytes", where, body, wantCounts)
 	}
 
 	// The changes: ids in the scope now (changed) or only before (deleted, for it).
@@ -394,9 +408,9 @@ func (a *authEnv) checkScope(t *testing.T, c scopeCheck) {
 		if inNow == wasThere && now.same(before) {
 			continue
 		}
-		if inNow && now.in(c.tenant) {
+		if inNow && in(now) {
 			wantC[id] = false
-		} else if wasThere && before.in(c.tenant) {
+		} else if wasThere && in(before) {
 			wantC[id] = true
 		}
 	}
