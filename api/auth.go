@@ -261,27 +261,18 @@ func (m *scopeMatch) holds(body []byte) bool {
 // has an index whose first field is the scope's: the API refuses to start without
 // one, as `syncer check` does.
 func ScopeIndexes(c auth.Config, m snapshot.Manifest) error {
-	for coll, fields := range c.ScopedCollections() {
-		names := []string{coll}
-		if coll == "*" {
-			names = m.CollectionNames()
+	indexes := make(map[string][][]string, len(m.Collections))
+	for name, col := range m.Collections {
+		for _, d := range col.Indexes {
+			indexes[name] = append(indexes[name], d.Fields)
 		}
-		for _, name := range names {
-			col, ok := m.Collections[name]
-			if !ok {
-				continue
-			}
-			for _, f := range fields {
-				found := false
-				for _, d := range col.Indexes {
-					found = found || len(d.Fields) > 0 && d.Fields[0] == f
-				}
-				if !found {
-					return fmt.Errorf("%w: collection %s is scoped by %s, but has no index whose first field is %s (version %s): declare one",
-						auth.ErrConfig, name, f, f, m.Version)
-				}
-			}
+		if _, ok := indexes[name]; !ok {
+			indexes[name] = nil
 		}
+	}
+	if u := c.UnservedScopes(indexes); len(u) > 0 {
+		return fmt.Errorf("%w: collection %s is scoped by %s, but has no index whose first field is %s (version %s): declare one",
+			auth.ErrConfig, u[0].Collection, u[0].Field, u[0].Field, m.Version)
 	}
 	return nil
 }

@@ -2,6 +2,7 @@ package auth_test
 
 import (
 	"errors"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -67,8 +68,9 @@ func TestPolicy(t *testing.T) {
 	if got, _ := auth.NewPolicy(cfg).Access(tenant, "tenant_config"); got != auth.Whole {
 		t.Errorf("first grant: %v; want Whole", got)
 	}
-	if got := cfg.ScopedCollections(); len(got["tenant_config"]) != 1 || got["tenant_config"][0] != "tenant_id" {
-		t.Errorf("ScopedCollections = %v", got)
+	got := cfg.UnservedScopes(map[string][][]string{"tenant_config": {{"n", "tenant_id"}}, "tenants": nil, "served": {{"tenant_id"}}})
+	if want := []auth.Unserved{{Collection: "tenant_config", Field: "tenant_id"}}; !slices.Equal(got, want) {
+		t.Errorf("UnservedScopes = %v; want %v", got, want)
 	}
 }
 

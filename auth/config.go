@@ -151,20 +151,32 @@ func (c Config) HasAdmin() bool {
 	return slices.ContainsFunc(c.Grants, func(g Grant) bool { return g.Admin })
 }
 
-// ScopedCollections returns, for each collection named by a grant with rows (or "*"
-// for a grant of every collection), the fields its scopes filter on: each must be the
-// first field of one of the collection's indexes.
-func (c Config) ScopedCollections() map[string][]string {
-	out := map[string][]string{}
+// Unserved is a collection a row scope reads without an index to serve it.
+type Unserved struct {
+	Collection, Field string
+}
+
+// UnservedScopes returns, in order, each collection of indexes (a collection's
+// indexes, each its fields in order) that a grant with rows reads (by name, or by
+// "*") where no index's first field is the scope's: a scoped read is a filter on that
+// field, and only such an index serves it.
+func (c Config) UnservedScopes(indexes map[string][][]string) []Unserved {
+	var out []Unserved
 	for _, g := range c.Grants {
 		if g.Rows == nil {
 			continue
 		}
-		for _, coll := range g.Collections {
-			if !slices.Contains(out[coll], g.Rows.Field) {
-				out[coll] = append(out[coll], g.Rows.Field)
+		for name, ixs := range indexes {
+			if !g.names(name) || slices.ContainsFunc(ixs, func(ix []string) bool { return len(ix) > 0 && ix[0] == g.Rows.Field }) {
+				continue
+			}
+			if u := (Unserved{name, g.Rows.Field}); !slices.Contains(out, u) {
+				out = append(out, u)
 			}
 		}
 	}
+	slices.SortFunc(out, func(a, b Unserved) int {
+		return strings.Compare(a.Collection+"\x00"+a.Field, b.Collection+"\x00"+b.Field)
+	})
 	return out
 }

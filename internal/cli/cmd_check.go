@@ -1,8 +1,6 @@
 package cli
 
 import (
-	"slices"
-
 	"context"
 	"encoding/json"
 	"errors"
@@ -100,20 +98,18 @@ func checkScopes(path string, cfg SyncerConfig) []string {
 	if err != nil {
 		return []string{"auth: " + err.Error()}
 	}
-	var problems []string
-	for coll, fields := range a.ScopedCollections() {
-		for _, c := range cfg.Collections {
-			if coll != "*" && coll != c.Name {
-				continue
-			}
-			for _, f := range fields {
-				if !slices.ContainsFunc(c.Indexes, func(ix pgsource.Columns) bool { return len(ix) > 0 && ix[0] == f }) {
-					problems = append(problems, fmt.Sprintf("auth: collection %s is read through a row scope on %s, but declares no index whose first field is %s: add indexes: [[%s, …]]", c.Name, f, f, f))
-				}
-			}
+	indexes := make(map[string][][]string, len(cfg.Collections))
+	for _, c := range cfg.Collections {
+		indexes[c.Name] = nil
+		for _, ix := range c.Indexes {
+			indexes[c.Name] = append(indexes[c.Name], ix)
 		}
 	}
-	slices.Sort(problems)
+	var problems []string
+	for _, u := range a.UnservedScopes(indexes) {
+		problems = append(problems, fmt.Sprintf("auth: collection %s is read through a row scope on %s, but declares no index whose first field is %s: add indexes: [[%s, …]]",
+			u.Collection, u.Field, u.Field, u.Field))
+	}
 	return problems
 }
 
