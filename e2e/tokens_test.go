@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
 	"os"
@@ -502,53 +503,32 @@ func TestTokenOfACommitHeldInSyncReplication(t *testing.T) {
 			path, other := docPath("things", "plain"), docPath("flags", "on")
 			e.awaitServed(t, path, `"id":"plain"`, time.Now(), 20*time.Second)
 
-			ctx := context.Background()
-			writer, err := pgx.Connect(ctx, e.dsn)
-			if err != nil {
-				t.Fatal(err)
+			if mode == "logical" {
+				// Creating a logical slot waits for every transaction in progress to end,
+				// a held commit included: the stream must be up before one is held.
+				testenv.Eventually(t, time.Minute, func() error {
+					var n int
+					testenv.QueryRow(t, e.dsn, `SELECT count(*) FROM pg_replication_slots WHERE active AND confirmed_flush_lsn IS NOT NULL`, &n)
+					if n != 1 {
+						return errors.New("the syncer's replication slot is not created and streaming yet")
+					}
+					return nil
+				})
 			}
-			defer writer.Close(ctx)
-			// The server runs with synchronous_commit off: only this connection waits for
-			// the standby, so the syncer's own connections go on.
+			// The server runs with synchronous_commit off: only the writer's connection
+			// waits for the standby, so the syncer's own connections go on.
 			testenv.Exec(t, e.dsn, `ALTER SYSTEM SET synchronous_standby_names = 'ghost'`, `SELECT pg_reload_conf()`)
-			testenv.Eventually(t, time.Minute, func() error {
-				var names string
-				if err := writer.QueryRow(ctx, `SHOW synchronous_standby_names`).Scan(&names); err != nil || names != "ghost" {
-					return fmt.Errorf("synchronous_standby_names = %q (%v); want ghost", names, err)
-				}
-				return nil
-			})
-			var xid string
-			if _, err := writer.Exec(ctx, `SET synchronous_commit = on`); err != nil {
-				t.Fatal(err)
-			}
-			tx, err := writer.Begin(ctx)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if err := tx.QueryRow(ctx, `UPDATE things SET note = 'held' WHERE id = 'plain' RETURNING pg_current_xact_id()::text`).Scan(&xid); err != nil {
-				t.Fatal(err)
-			}
-			committed := make(chan error, 1)
-			go func() { committed <- tx.Commit(ctx) }()
-			testenv.Eventually(t, time.Minute, func() error {
-				var n int
-				testenv.QueryRow(t, e.dsn, `SELECT count(*) FROM pg_stat_activity WHERE wait_event = 'SyncRep'`, &n)
-				if n != 1 {
-					return fmt.Errorf("%d backends wait for synchronous replication; want the writer's", n)
-				}
-				return nil
-			})
-
+			h := holdCommit(t, e.dsn)
+			xid, held := h.xid, `"note":"`+h.note+`"`
 			// Held: another commit is served, from a version without the held one.
 			testenv.Exec(t, e.dsn, `UPDATE flags SET value = 'during' WHERE key = 'on'`)
 			e.awaitServed(t, other, `"value":"during"`, time.Now(), 20*time.Second)
-			if r := e.get(t, path); strings.Contains(string(r.body), `"note":"held"`) {
+			if r := e.get(t, path); strings.Contains(string(r.body), held) {
 				t.Fatalf("version %s serves a commit Postgres does not show yet: %s", r.version, r.body)
 			}
 			var during string
 			testenv.QueryRow(t, e.dsn, `SELECT 's:' || pg_current_snapshot()`, &during)
-			if a := e.readAfter(t, e.base, path, during, "10"); a.status != http.StatusOK || strings.Contains(string(a.body), `"note":"held"`) {
+			if a := e.readAfter(t, e.base, path, during, "10"); a.status != http.StatusOK || strings.Contains(string(a.body), held) {
 				t.Errorf("a snapshot token taken while the commit is held (%s): %d %s; want 200 without it", during, a.status, a.body)
 			}
 			if a := e.readAfter(t, e.base, path, "x:"+xid, "1"); a.status != http.StatusServiceUnavailable || !strings.HasSuffix(a.problem, "/token-not-yet-covered") {
@@ -557,14 +537,14 @@ func TestTokenOfACommitHeldInSyncReplication(t *testing.T) {
 
 			// Released: every token taken from now on holds it.
 			testenv.Exec(t, e.dsn, `ALTER SYSTEM RESET synchronous_standby_names`, `SELECT pg_reload_conf()`)
-			if err := <-committed; err != nil {
+			if err := <-h.committed; err != nil {
 				t.Fatal(err)
 			}
 			var after string
 			testenv.QueryRow(t, e.dsn, `SELECT 's:' || pg_current_snapshot()`, &after)
 			for _, tok := range []string{"x:" + xid, after} {
 				a := e.readCovered(t, path, tok)
-				if a.status != http.StatusOK || !strings.Contains(string(a.body), `"note":"held"`) {
+				if a.status != http.StatusOK || !strings.Contains(string(a.body), held) {
 					t.Fatalf("token %s after the release: %d %s; want the held write", tok, a.status, a.body)
 				}
 				var sees bool
@@ -575,6 +555,63 @@ func TestTokenOfACommitHeldInSyncReplication(t *testing.T) {
 			}
 		})
 	}
+}
+
+// heldCommit is a commit synchronous replication holds: its transaction, the note it
+// wrote, and its Commit's outcome once released.
+type heldCommit struct {
+	xid, note string
+	committed <-chan error
+}
+
+// holdCommit writes a note to things/plain with synchronous_commit on and commits
+// it, until a commit is held waiting for the standby. A backend reads
+// synchronous_standby_names when it reloads, but commits wait only once the
+// checkpointer has also reloaded it: a commit made before returns at once, and the
+// next write is tried.
+func holdCommit(t *testing.T, dsn string) heldCommit {
+	t.Helper()
+	ctx := context.Background()
+	writer, err := pgx.Connect(ctx, dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { writer.Close(context.Background()) })
+	if _, err := writer.Exec(ctx, `SET synchronous_commit = on`); err != nil {
+		t.Fatal(err)
+	}
+	var h heldCommit
+	testenv.Eventually(t, time.Minute, func() error {
+		h.note = fmt.Sprintf("held-%d", time.Now().UnixNano())
+		if _, err := writer.Exec(ctx, `BEGIN`); err != nil {
+			t.Fatal(err)
+		}
+		if err := writer.QueryRow(ctx, `UPDATE things SET note = $1 WHERE id = 'plain' RETURNING pg_current_xact_id()::text`, h.note).Scan(&h.xid); err != nil {
+			t.Fatal(err)
+		}
+		committed := make(chan error, 1)
+		go func() { _, err := writer.Exec(ctx, `COMMIT`); committed <- err }()
+		h.committed = committed
+		// A commit either returns or waits for the standby: await one of the two.
+		for deadline := time.Now().Add(time.Minute); time.Now().Before(deadline); {
+			select {
+			case err := <-committed:
+				if err != nil {
+					t.Fatal(err)
+				}
+				return fmt.Errorf("the commit of %s was not held: the setting had not reached the checkpointer", h.note)
+			case <-time.After(50 * time.Millisecond):
+			}
+			var n int
+			testenv.QueryRow(t, dsn, `SELECT count(*) FROM pg_stat_activity WHERE wait_event = 'SyncRep'`, &n)
+			if n == 1 {
+				return nil
+			}
+		}
+		t.Fatalf("the commit of %s neither returned nor waited for the standby in a minute", h.note)
+		return nil
+	})
+	return h
 }
 
 // grepLines returns the lines of s that hold sub.
