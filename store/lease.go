@@ -112,12 +112,26 @@ type LeaseConfig struct {
 	OnEvent func(LeaseEvent)
 }
 
-// Lease is a lock on Bigtable with fencing tokens.
+// LeaseCell is where a Lease keeps its state: one cell, read whole and written only
+// when it still holds the state the writer last read. A Bigtable row is one
+// (Store.NewLease); another store (an in-memory one, for tests) brings its own to
+// NewLeaseOn, and the lease's protocol is the same on both.
+type LeaseCell interface {
+	// ReadLease returns the named lease's state, nil when it was never taken.
+	ReadLease(ctx context.Context, name string) ([]byte, error)
+	// SwapLease writes next if the stored state is exactly prev (absent when prev is
+	// nil) and reports whether it did. An error means the outcome is unknown: the
+	// write may have applied.
+	SwapLease(ctx context.Context, name string, prev, next []byte) (bool, error)
+}
+
+// Lease is a lock on a LeaseCell (a Bigtable row) with fencing tokens.
 type Lease struct {
-	s    *Store
+	cell LeaseCell
 	name string
-	key  string
 	cfg  LeaseConfig
+	// reread bounds the re-read that decides a write whose reply was lost.
+	reread func(ctx context.Context) (context.Context, context.CancelFunc)
 
 	mu       sync.Mutex
 	seen     []byte    // the held state last read
@@ -174,16 +188,32 @@ func (s *Store) NewLease(name string, cfg LeaseConfig) (*Lease, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("lease %s: %w", name, err)
 	}
-	return &Lease{s: s, name: name, key: "l#" + escapeComponent(name), cfg: cfg.withDefaults()}, nil
+	return &Lease{cell: bigtableCell{s}, name: name, cfg: cfg.withDefaults(), reread: s.reread}, nil
 }
 
-// readState returns the raw state cell, nil when the lease was never taken.
-func (l *Lease) readState(ctx context.Context) ([]byte, error) {
-	ctx, cancel := l.s.op(ctx)
+// NewLeaseOn returns the lease named name kept in cell, or cfg.Validate's error. A
+// write whose reply is lost is decided by a re-read within DefaultConfig's OpTimeout.
+func NewLeaseOn(cell LeaseCell, name string, cfg LeaseConfig) (*Lease, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, fmt.Errorf("lease %s: %w", name, err)
+	}
+	timeout := DefaultConfig().OpTimeout
+	return &Lease{cell: cell, name: name, cfg: cfg.withDefaults(), reread: func(ctx context.Context) (context.Context, context.CancelFunc) {
+		return snapshot.Detach(ctx, timeout)
+	}}, nil
+}
+
+// bigtableCell keeps leases in the rows l#<name>, cell c:state.
+type bigtableCell struct{ s *Store }
+
+func leaseKey(name string) string { return "l#" + escapeComponent(name) }
+
+func (c bigtableCell) ReadLease(ctx context.Context, name string) ([]byte, error) {
+	ctx, cancel := c.s.op(ctx)
 	defer cancel()
-	row, err := l.s.tbl.ReadRow(ctx, l.key, bigtable.RowFilter(column(famControl, colLeaseState)))
+	row, err := c.s.tbl.ReadRow(ctx, leaseKey(name), bigtable.RowFilter(column(famControl, colLeaseState)))
 	if err != nil {
-		return nil, l.s.wrap(err, "read lease %s", l.name)
+		return nil, c.s.wrap(err, "read lease %s", name)
 	}
 	if cells := row[famControl]; len(cells) > 0 {
 		return cells[0].Value, nil
@@ -191,14 +221,12 @@ func (l *Lease) readState(ctx context.Context) ([]byte, error) {
 	return nil, nil
 }
 
-// casState writes next if the stored state is exactly prev (absent when prev is nil).
-// After an RPC error it re-reads: the write applied if the state is now next.
-func (l *Lease) casState(ctx context.Context, prev []byte, next leaseState) (bool, error) {
-	ctx, cancel := l.s.op(ctx)
+func (c bigtableCell) SwapLease(ctx context.Context, name string, prev, next []byte) (bool, error) {
+	ctx, cancel := c.s.op(ctx)
 	defer cancel()
 	mut := bigtable.NewMutation()
 	mut.DeleteCellsInColumn(famControl, colLeaseState)
-	mut.Set(famControl, colLeaseState, bigtable.Now(), next.encode())
+	mut.Set(famControl, colLeaseState, bigtable.Now(), next)
 	var cond *bigtable.Mutation
 	var matched bool
 	if prev == nil {
@@ -206,13 +234,30 @@ func (l *Lease) casState(ctx context.Context, prev []byte, next leaseState) (boo
 	} else {
 		cond = bigtable.NewCondMutation(valueEquals(famControl, colLeaseState, prev), mut, nil)
 	}
-	err := l.s.tbl.Apply(ctx, l.key, cond, bigtable.GetCondMutationResult(&matched))
+	if err := c.s.tbl.Apply(ctx, leaseKey(name), cond, bigtable.GetCondMutationResult(&matched)); err != nil {
+		return false, c.s.wrap(err, "write lease %s", name)
+	}
+	if prev == nil {
+		return !matched, nil
+	}
+	return matched, nil
+}
+
+// readState returns the raw state cell, nil when the lease was never taken.
+func (l *Lease) readState(ctx context.Context) ([]byte, error) {
+	return l.cell.ReadLease(ctx, l.name)
+}
+
+// casState writes next if the stored state is exactly prev (absent when prev is nil).
+// After an error it re-reads: the write applied if the state is now next.
+func (l *Lease) casState(ctx context.Context, prev []byte, next leaseState) (bool, error) {
+	ok, err := l.cell.SwapLease(ctx, l.name, prev, next.encode())
 	if err != nil {
 		// The write's outcome is unknown: re-read. Our state: it applied. The state we
 		// expected: it did not, for want of an answer, not because the condition
 		// failed, so it is an error the caller may retry (a renewal must not take it
 		// for a takeover). Anything else: someone else wrote; the condition failed.
-		rctx, cancelRead := l.s.reread(ctx)
+		rctx, cancelRead := l.reread(ctx)
 		now, rerr := l.readState(rctx)
 		cancelRead()
 		switch {
@@ -221,14 +266,11 @@ func (l *Lease) casState(ctx context.Context, prev []byte, next leaseState) (boo
 		case bytes.Equal(now, next.encode()):
 			return true, nil
 		case bytes.Equal(now, prev):
-			return false, l.s.wrap(err, "lease %s: write did not apply", l.name)
+			return false, fmt.Errorf("lease %s: write did not apply: %w", l.name, err)
 		}
 		return false, nil
 	}
-	if prev == nil {
-		return !matched, nil
-	}
-	return matched, nil
+	return ok, nil
 }
 
 // TryAcquire takes the lease if it is free, released, or held by a holder whose state

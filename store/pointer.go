@@ -242,6 +242,10 @@ func (s *Store) FlipPointer(ctx context.Context, dataset string, f snapshot.Flip
 // whyRejected re-reads the pointer after a rejected flip and names the reason.
 func (s *Store) whyRejected(ctx context.Context, dataset string, f snapshot.Flip) error {
 	cur, err := s.ReadPointer(ctx, dataset)
+	if errors.Is(err, snapshot.ErrNoVersion) {
+		// No flip yet, but a fence may have been advanced (a new lease holder's).
+		cur.Fence, err = s.readFence(ctx, dataset)
+	}
 	if err != nil {
 		return fmt.Errorf("flip of dataset %s rejected; re-read failed: %w", dataset, err)
 	}
@@ -259,6 +263,22 @@ func (s *Store) whyRejected(ctx context.Context, dataset string, f snapshot.Flip
 		return fmt.Errorf("flip of dataset %s to %s: expected current version %q, found %q: %w",
 			dataset, f.Version, f.Expected, cur.Version, snapshot.ErrConflict)
 	}
+}
+
+// readFence returns the dataset's fence, 0 when none is stored.
+func (s *Store) readFence(ctx context.Context, dataset string) (uint64, error) {
+	ctx, cancel := s.op(ctx)
+	defer cancel()
+	row, err := s.tbl.ReadRow(ctx, pointerKey(dataset), bigtable.RowFilter(column(famControl, colFence)))
+	if err != nil {
+		return 0, s.wrap(err, "read the fence of dataset %s", dataset)
+	}
+	for _, c := range row[famControl] {
+		if len(c.Value) == 8 {
+			return binary.BigEndian.Uint64(c.Value), nil
+		}
+	}
+	return 0, nil
 }
 
 // RecordCoverage records, without moving the pointer, that its version still holds

@@ -1,0 +1,296 @@
+package memstore
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"slices"
+	"sort"
+
+	"github.com/snapflip/snapflip/index"
+	"github.com/snapflip/snapflip/layer"
+	"github.com/snapflip/snapflip/snapshot"
+)
+
+// layerKey names one collection of a dataset in one layer.
+type layerKey struct {
+	dataset    string
+	v          snapshot.Version
+	collection string
+}
+
+// layerRows is what a layer holds of a collection: documents (an empty body is a
+// tombstone), the chunks of its fingerprint run, and the live count recorded beside
+// them.
+type layerRows struct {
+	docs map[string][]byte
+	run  map[int64][]byte
+	live *int64
+}
+
+// rows returns the layer's rows of a collection, made when absent; the caller holds
+// mu.
+func (s *Store) rows(k layerKey) *layerRows {
+	l := s.layers[k]
+	if l == nil {
+		l = &layerRows{docs: map[string][]byte{}, run: map[int64][]byte{}}
+		s.layers[k] = l
+	}
+	return l
+}
+
+// merged returns the documents of a collection through a chain (newest layer first),
+// in id order: per id the newest layer's row, tombstones dropped. entries reads an
+// index's rows, each block as its entries.
+func (s *Store) merged(ctx context.Context, dataset string, chain []snapshot.Version, collection string, entries bool) ([]snapshot.Document, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err := s.readFault(); err != nil {
+		return nil, fmt.Errorf("scan %s: %w", collection, err)
+	}
+	seen := map[string]bool{}
+	var out []snapshot.Document
+	for _, v := range chain {
+		l := s.layers[layerKey{dataset, v, collection}]
+		if l == nil {
+			continue
+		}
+		for id, body := range l.docs {
+			for _, d := range expand(id, body, entries) {
+				if seen[d.ID] {
+					continue
+				}
+				seen[d.ID] = true
+				if len(d.Body) > 0 {
+					out = append(out, snapshot.Document{ID: d.ID, Body: clone(d.Body)})
+				}
+			}
+		}
+	}
+	slices.SortFunc(out, func(a, b snapshot.Document) int {
+		switch {
+		case a.ID < b.ID:
+			return -1
+		case a.ID > b.ID:
+			return 1
+		}
+		return 0
+	})
+	return out, nil
+}
+
+// expand returns a row as documents: itself, or an index block's entries.
+func expand(id string, body []byte, entries bool) []snapshot.Document {
+	if entries && index.IsBlock(body) {
+		es, err := index.BlockEntriesOf(body)
+		if err == nil {
+			out := make([]snapshot.Document, len(es))
+			for i, e := range es {
+				out[i] = snapshot.Document{ID: e, Body: index.EntryBody}
+			}
+			return out
+		}
+	}
+	return []snapshot.Document{{ID: id, Body: body}}
+}
+
+// GetDocument returns one document through a chain, or ErrNotFound.
+func (s *Store) GetDocument(ctx context.Context, dataset string, chain []snapshot.Version, collection, id string) ([]byte, error) {
+	got, err := s.GetDocuments(ctx, dataset, chain, collection, []string{id})
+	if err != nil {
+		return nil, err
+	}
+	body, ok := got[id]
+	if !ok {
+		return nil, fmt.Errorf("collection %s id %q at %v: %w", collection, id, chain, snapshot.ErrNotFound)
+	}
+	return body, nil
+}
+
+// GetDocuments returns the documents of ids found through a chain; missing ids are
+// absent from the map.
+func (s *Store) GetDocuments(ctx context.Context, dataset string, chain []snapshot.Version, collection string, ids []string) (map[string][]byte, error) {
+	found, err := s.LocateDocuments(ctx, dataset, chain, collection, ids)
+	if err != nil {
+		return nil, err
+	}
+	out := make(map[string][]byte, len(found))
+	for id, d := range found {
+		out[id] = d.Body
+	}
+	return out, nil
+}
+
+// LocateDocuments is GetDocuments that also says which layer of the chain (its index,
+// newest first) each document was read from.
+func (s *Store) LocateDocuments(ctx context.Context, dataset string, chain []snapshot.Version, collection string, ids []string) (map[string]layer.Located, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err := s.readFault(); err != nil {
+		return nil, fmt.Errorf("read %d documents of %s: %w", len(ids), collection, err)
+	}
+	found := make(map[string]layer.Located, len(ids))
+	for _, id := range ids {
+		for rank, v := range chain {
+			l := s.layers[layerKey{dataset, v, collection}]
+			if body, ok := l.doc(id); ok {
+				if len(body) > 0 {
+					found[id] = layer.Located{Body: clone(body), Layer: rank}
+				}
+				break
+			}
+		}
+	}
+	return found, nil
+}
+
+func (l *layerRows) doc(id string) ([]byte, bool) {
+	if l == nil {
+		return nil, false
+	}
+	body, ok := l.docs[id]
+	return body, ok
+}
+
+// ScanDocuments calls fn with every document of a collection through a chain, in id
+// order, until fn returns false.
+func (s *Store) ScanDocuments(ctx context.Context, dataset string, chain []snapshot.Version, collection string, fn func(snapshot.Document) bool) error {
+	docs, err := s.merged(ctx, dataset, chain, collection, false)
+	for _, d := range docs {
+		if !fn(d) {
+			break
+		}
+	}
+	return err
+}
+
+// ScanIndex calls fn with every entry of an index through a chain, in order, until
+// fn returns false.
+func (s *Store) ScanIndex(ctx context.Context, dataset string, chain []snapshot.Version, collection string, fn func(entry string) bool) error {
+	docs, err := s.merged(ctx, dataset, chain, collection, true)
+	for _, d := range docs {
+		if !fn(d.ID) {
+			break
+		}
+	}
+	return err
+}
+
+// ScanPage returns up to limit documents through a chain whose ids sort after after
+// ("" for the first page), in id order, and whether more follow.
+func (s *Store) ScanPage(ctx context.Context, dataset string, chain []snapshot.Version, collection, after string, limit int) ([]snapshot.Document, bool, error) {
+	return s.ScanSpan(ctx, dataset, chain, collection, snapshot.Span{From: after, Inclusive: after == ""}, limit)
+}
+
+// ScanSpan returns up to limit documents whose ids are in span, in id order, and
+// whether more of the span's follow.
+func (s *Store) ScanSpan(ctx context.Context, dataset string, chain []snapshot.Version, collection string, span snapshot.Span, limit int) ([]snapshot.Document, bool, error) {
+	docs, err := s.merged(ctx, dataset, chain, collection, false)
+	return page(docs, span, limit), more(docs, span, limit), err
+}
+
+// ScanEntries is ScanSpan over an index's entries, each with index.EntryBody.
+func (s *Store) ScanEntries(ctx context.Context, dataset string, chain []snapshot.Version, collection string, span snapshot.Span, limit int) ([]snapshot.Document, bool, error) {
+	docs, err := s.merged(ctx, dataset, chain, collection, true)
+	return page(docs, span, limit), more(docs, span, limit), err
+}
+
+// inSpan returns the documents of docs (in id order) whose ids are in span.
+func inSpan(docs []snapshot.Document, span snapshot.Span) []snapshot.Document {
+	if span.Empty() {
+		return nil
+	}
+	i := sort.Search(len(docs), func(i int) bool {
+		id := docs[i].ID
+		return id > span.From || (span.Inclusive && id == span.From)
+	})
+	j := i
+	for j < len(docs) && span.Contains(docs[j].ID) {
+		j++
+	}
+	return docs[i:j]
+}
+
+func page(docs []snapshot.Document, span snapshot.Span, limit int) []snapshot.Document {
+	in := inSpan(docs, span)
+	if len(in) > limit {
+		in = in[:limit]
+	}
+	return in
+}
+
+func more(docs []snapshot.Document, span snapshot.Span, limit int) bool {
+	return len(inSpan(docs, span)) > limit
+}
+
+// RecordedLive returns how many live ids the chain the layer tops holds, as the
+// publish that wrote it recorded; false when none did.
+func (s *Store) RecordedLive(ctx context.Context, dataset string, v snapshot.Version, collection string) (int64, bool, error) {
+	if err := ctx.Err(); err != nil {
+		return 0, false, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if l := s.layers[layerKey{dataset, v, collection}]; l != nil && l.live != nil {
+		return *l.live, true, nil
+	}
+	return 0, false, nil
+}
+
+// ScanRun calls fn with each chunk of a layer's fingerprint run, in order, until fn
+// returns false.
+func (s *Store) ScanRun(ctx context.Context, dataset string, v snapshot.Version, collection string, fn func(chunk []byte) bool) error {
+	return s.ScanRunFrom(ctx, dataset, v, collection, 0, fn)
+}
+
+// ScanRunFrom is ScanRun from the run's chunk from on.
+func (s *Store) ScanRunFrom(ctx context.Context, dataset string, v snapshot.Version, collection string, from int64, fn func(chunk []byte) bool) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	s.mu.Lock()
+	var chunks [][]byte
+	if l := s.layers[layerKey{dataset, v, collection}]; l != nil {
+		ns := slices.Sorted(maps.Keys(l.run))
+		for _, n := range ns {
+			if n >= from {
+				chunks = append(chunks, clone(l.run[n]))
+			}
+		}
+	}
+	s.mu.Unlock()
+	for _, c := range chunks {
+		if !fn(c) {
+			break
+		}
+	}
+	return nil
+}
+
+// RefreshVersion counts the documents and tombstones of the given chains' layers, as
+// Bigtable's store rewrites them with a fresh timestamp: memory never ages out.
+func (s *Store) RefreshVersion(ctx context.Context, dataset string, chains map[string][]snapshot.Version) (int64, error) {
+	if err := ctx.Err(); err != nil {
+		return 0, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	done := map[layerKey]bool{}
+	var n int64
+	for c, chain := range chains {
+		for _, v := range chain {
+			k := layerKey{dataset, v, c}
+			if l := s.layers[k]; l != nil && !done[k] {
+				done[k] = true
+				n += int64(len(l.docs))
+			}
+		}
+	}
+	return n, nil
+}

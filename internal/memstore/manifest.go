@@ -1,0 +1,178 @@
+package memstore
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/snapflip/snapflip/snapshot"
+)
+
+// CreateManifest stores a new manifest, or returns ErrConflict if one exists.
+func (s *Store) CreateManifest(ctx context.Context, m snapshot.Manifest) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	body, err := json.Marshal(m)
+	if err != nil {
+		return fmt.Errorf("encode manifest %s: %w", m.Version, err)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	f := s.fault(OpCreateManifest)
+	if f == Refused {
+		return fmt.Errorf("create manifest %s: %w", m.Version, errInjected)
+	}
+	byVersion := s.manifests[m.Dataset]
+	if byVersion == nil {
+		byVersion = map[snapshot.Version][]byte{}
+		s.manifests[m.Dataset] = byVersion
+	}
+	if _, ok := byVersion[m.Version]; ok {
+		return fmt.Errorf("create manifest %s: %w: it exists", m.Version, snapshot.ErrConflict)
+	}
+	byVersion[m.Version] = body
+	if f != 0 && s.readFault() != nil {
+		return fmt.Errorf("create manifest %s: %w", m.Version, errInjected)
+	}
+	return nil // a lost reply: the re-read finds the manifest written
+}
+
+// UpdateManifest writes m if the stored state is from, else returns ErrConflict (or
+// ErrNotFound when there is no such manifest).
+func (s *Store) UpdateManifest(ctx context.Context, m snapshot.Manifest, from snapshot.State) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if !snapshot.CanTransition(from, m.State) && from != m.State {
+		return fmt.Errorf("%w manifest transition %s → %s", snapshot.ErrInvalid, from, m.State)
+	}
+	body, err := json.Marshal(m)
+	if err != nil {
+		return fmt.Errorf("encode manifest %s: %w", m.Version, err)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	f := s.fault(OpUpdateManifest)
+	if f == Refused {
+		return fmt.Errorf("update manifest %s to %s: %w", m.Version, m.State, errInjected)
+	}
+	cur, ok := s.manifests[m.Dataset][m.Version]
+	if !ok {
+		return fmt.Errorf("update manifest %s %s → %s: manifest %s: %w", m.Version, from, m.State, m.Version, snapshot.ErrNotFound)
+	}
+	if got := decodeManifest(cur); got.State != from {
+		if f != 0 {
+			return fmt.Errorf("update manifest %s to %s: %w", m.Version, m.State, errInjected)
+		}
+		return fmt.Errorf("update manifest %s %s → %s: it is %s: %w", m.Version, from, m.State, got.State, snapshot.ErrConflict)
+	}
+	s.manifests[m.Dataset][m.Version] = body
+	if f != 0 && s.readFault() != nil {
+		return fmt.Errorf("update manifest %s to %s: %w", m.Version, m.State, errInjected)
+	}
+	return nil
+}
+
+func decodeManifest(b []byte) snapshot.Manifest {
+	var m snapshot.Manifest
+	_ = json.Unmarshal(b, &m) // written by this store
+	return m
+}
+
+// ReadManifest returns a manifest, or ErrNotFound.
+func (s *Store) ReadManifest(ctx context.Context, dataset string, v snapshot.Version) (snapshot.Manifest, error) {
+	if err := ctx.Err(); err != nil {
+		return snapshot.Manifest{}, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err := s.readFault(); err != nil {
+		return snapshot.Manifest{}, fmt.Errorf("read manifest %s: %w", v, err)
+	}
+	body, ok := s.manifests[dataset][v]
+	if !ok {
+		return snapshot.Manifest{}, fmt.Errorf("manifest %s: %w", v, snapshot.ErrNotFound)
+	}
+	return decodeManifest(body), nil
+}
+
+// sorted returns the dataset's manifests in row order (by the millis of their
+// version, then its client id), oldest first; the caller holds mu.
+func (s *Store) sorted(dataset string) []snapshot.Manifest {
+	var out []snapshot.Manifest
+	for _, body := range s.manifests[dataset] {
+		out = append(out, decodeManifest(body))
+	}
+	slices.SortFunc(out, func(a, b snapshot.Manifest) int { return compareVersions(a.Version, b.Version) })
+	return out
+}
+
+// compareVersions orders versions as their manifests' rows sort.
+func compareVersions(a, b snapshot.Version) int {
+	if c := a.Millis() - b.Millis(); c != 0 {
+		if c < 0 {
+			return -1
+		}
+		return 1
+	}
+	switch {
+	case a.ClientID() < b.ClientID():
+		return -1
+	case a.ClientID() > b.ClientID():
+		return 1
+	}
+	return 0
+}
+
+// ListManifests returns the dataset's manifests, oldest first.
+func (s *Store) ListManifests(ctx context.Context, dataset string) ([]snapshot.Manifest, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.sorted(dataset), nil
+}
+
+// RecentManifests returns up to limit of the dataset's manifests made before version
+// before ("" for the newest), newest first.
+func (s *Store) RecentManifests(ctx context.Context, dataset string, before snapshot.Version, limit int) ([]snapshot.Manifest, error) {
+	if limit < 1 {
+		return nil, fmt.Errorf("%w recent manifests: limit %d must be positive", snapshot.ErrInvalid, limit)
+	}
+	if before != "" {
+		if _, err := snapshot.ParseVersion(string(before)); err != nil {
+			return nil, fmt.Errorf("%w recent manifests before %q: %v", snapshot.ErrInvalid, before, err)
+		}
+	}
+	all, err := s.ListManifests(ctx, dataset)
+	if err != nil {
+		return nil, err
+	}
+	var out []snapshot.Manifest
+	for i := len(all) - 1; i >= 0 && len(out) < limit; i-- {
+		if before == "" || compareVersions(all[i].Version, before) < 0 {
+			out = append(out, all[i])
+		}
+	}
+	return out, nil
+}
+
+// ManifestsInState returns the dataset's manifests in state st made at or after
+// since (the zero time for all), oldest first.
+func (s *Store) ManifestsInState(ctx context.Context, dataset string, st snapshot.State, since time.Time) ([]snapshot.Manifest, error) {
+	all, err := s.ListManifests(ctx, dataset)
+	if err != nil {
+		return nil, err
+	}
+	var out []snapshot.Manifest
+	for _, m := range all {
+		if m.State == st && (since.IsZero() || m.Version.Millis() >= max(since.UnixMilli(), 0)) {
+			out = append(out, m)
+		}
+	}
+	return out, nil
+}
