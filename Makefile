@@ -10,7 +10,13 @@ DEMO_API_ADDR ?= 127.0.0.1:8080
 TEST_PG_DSN := postgres://postgres@127.0.0.1:$(TEST_PG_PORT)/postgres?sslmode=disable
 GOTEST_FLAGS ?= -race -count=1 -timeout 20m -parallel 8 -p 3
 
-.PHONY: all build build-static chaos test test-go demo bench lint fmt vet emulator pg-start pg-stop clean screenshot
+# LONG_TESTS are the suites too long for `make test`, which `make e2e` runs: every
+# crash point, faults and restarts mid-sync, load with flips, the generative
+# histories and filters, the real schema (Pagila), retention's keep-alive, several
+# syncer replicas, and the long outages. `make test` runs every other test.
+LONG_TESTS := ^(TestCrashAtRandomTimes|TestCrashAtEveryPoint|TestSIGTERMMidSync|TestFaultSlowBigtable|TestFaultEmulatorStopsMidSync|TestFaultPostgresRestartsMidSync|TestShutdownAfterBigtableStops|TestShutdownAfterPostgresStops|TestServedAfterPostgresRestart|TestReplicaThroughOutages|TestLoadWithFlips|TestLogicalProbesAreAllServed|TestCommitsAreServedWithinTheBudget|TestKeyRotationUnderLoad|TestGenerative|TestGenerativeFilters|TestGenerativeWatch|TestRowScopesAgainstPostgres|TestReplicaFollowsHistories|TestPagila|TestTTLKeepAlive|TestTTLKeepAlivePinned|TestDefinitionChangesAreServed|TestReplicasPublishEachChangeOnce|TestReplicasPublishEachSlotOnce|TestSyncerHealth|TestTokenOfACommitHeldInSyncReplication|TestReadYourWrites|TestReconnectsPromptlyAfterALongOutage|TestEntriesThroughPackedBlocks|TestStreamBoundsChangedKeys|TestConnectTimeoutByDefault|TestFilterCacheCarriesAcrossFlips)$$
+
+.PHONY: all build build-static chaos test e2e demo bench lint fmt vet emulator pg-start pg-stop clean screenshot
 
 all: build
 
@@ -28,21 +34,30 @@ build-static:
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags="-s -w -X github.com/snapflip/snapflip/internal/cli.Version=$(VERSION) -X github.com/snapflip/snapflip/internal/cli.Commit=$(COMMIT)" -o bin/static/metadata-api ./cmd/metadata-api
 
 ## test: start a throwaway Postgres (and install promtool if missing, for the
-## alerting rules' tests), run every test with -race, stop Postgres. The
-## emulator is built while the tests compile (a test that needs it first waits while
-## bin/bigtable-emulator.building exists), and deploy/'s module, which needs neither, is
-## tested meanwhile.
+## alerting rules' tests), run every test but LONG_TESTS with -race, stop Postgres
 test:
+	$(call go_test,-skip '$(LONG_TESTS)')
+
+## e2e: the same throwaway services, and the LONG_TESTS alone
+e2e:
+	$(call go_test,-run '$(LONG_TESTS)')
+
+# go_test is what test and e2e share: Postgres started and stopped, the tests chosen
+# by $(1). The emulator is built while the tests compile (a test that needs it first
+# waits while bin/bigtable-emulator.building exists), and deploy/'s module, which
+# needs neither, is tested meanwhile.
+define go_test
 	@deploy/local/promtool.sh
 	@deploy/local/postgres.sh start $(TEST_PG_PORT)
 	@status=0; mkdir -p bin; rm -f bin/bigtable-emulator; touch bin/bigtable-emulator.building; \
 	  trap 'rm -f bin/bigtable-emulator.building; kill $$emulator $$deploy 2>/dev/null' EXIT; \
 	  ($(GO) build -o bin/bigtable-emulator.tmp cloud.google.com/go/bigtable/cmd/emulator && mv bin/bigtable-emulator.tmp bin/bigtable-emulator; \
 	    s=$$?; rm -f bin/bigtable-emulator.building; exit $$s) & emulator=$$!; \
-	  (cd deploy && $(GO) test $(GOTEST_FLAGS) ./...) & deploy=$$!; \
-	  SNAPFLIP_TEST_POSTGRES_DSN='$(TEST_PG_DSN)' SNAPFLIP_TEST_EMULATOR=$(CURDIR)/bin/bigtable-emulator $(GO) test $(GOTEST_FLAGS) ./... || status=$$?; \
+	  (cd deploy && $(GO) test $(GOTEST_FLAGS) $(1) ./...) & deploy=$$!; \
+	  SNAPFLIP_TEST_POSTGRES_DSN='$(TEST_PG_DSN)' SNAPFLIP_TEST_EMULATOR=$(CURDIR)/bin/bigtable-emulator $(GO) test $(GOTEST_FLAGS) $(1) ./... || status=$$?; \
 	  wait $$emulator || status=$$?; wait $$deploy || status=$$?; \
 	  deploy/local/postgres.sh stop $(TEST_PG_PORT); exit $$status
+endef
 
 ## demo: Postgres with the example schema, the Bigtable emulator, the syncer on a schedule
 ## and the metadata API; prints example requests. Ctrl-C stops everything.
