@@ -131,8 +131,30 @@ type Server struct {
 //go:embed openapi.yaml
 var openapiDoc []byte
 
-// Validate reports the first bad value of c as an error naming its field.
+// withDefaults fills c's zero fields with DefaultConfig's.
+func (c Config) withDefaults() Config {
+	def := DefaultConfig()
+	for _, f := range []struct{ v, d *int }{{&c.BatchLimit, &def.BatchLimit}, {&c.PageLimit, &def.PageLimit}, {&c.MaxWatchers, &def.MaxWatchers}} {
+		if *f.v == 0 {
+			*f.v = *f.d
+		}
+	}
+	if c.MaxBodyBytes == 0 {
+		c.MaxBodyBytes = def.MaxBodyBytes
+	}
+	if c.WatchHeartbeat == 0 {
+		c.WatchHeartbeat = def.WatchHeartbeat
+	}
+	if c.WatchInterval == 0 {
+		c.WatchInterval = def.WatchInterval
+	}
+	return c
+}
+
+// Validate reports the first bad value of c as an error naming its field, wrapping
+// snapshot.ErrInvalid. A zero field takes its default (DefaultConfig's).
 func (c Config) Validate() error {
+	c = c.withDefaults()
 	for _, f := range []struct {
 		name string
 		ok   bool
@@ -141,14 +163,14 @@ func (c Config) Validate() error {
 		{"MaxWatchers", c.MaxWatchers > 0}, {"WatchHeartbeat", c.WatchHeartbeat > 0}, {"WatchInterval", c.WatchInterval > 0},
 	} {
 		if !f.ok {
-			return fmt.Errorf("api config: %s must be positive (DefaultConfig gives the defaults)", f.name)
+			return fmt.Errorf("%w api config: %s must not be negative (0 takes the default)", snapshot.ErrInvalid, f.name)
 		}
 	}
 	if c.Auth != nil && (c.Auth.Verifier == nil || c.Auth.Policy == nil) {
-		return errors.New("api config: Auth needs a Verifier and a Policy")
+		return fmt.Errorf("%w api config: Auth needs a Verifier and a Policy", snapshot.ErrInvalid)
 	}
 	if c.AdminToken != "" && c.Admin == nil {
-		return errors.New("api config: AdminToken is set but Admin is nil: the admin endpoints would not exist")
+		return fmt.Errorf("%w api config: AdminToken is set but Admin is nil: the admin endpoints would not exist", snapshot.ErrInvalid)
 	}
 	return nil
 }
@@ -159,6 +181,7 @@ func NewServer(reader Reader, cfg Config, log *slog.Logger) (*Server, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
+	cfg = cfg.withDefaults()
 	s := &Server{reader: reader, cfg: cfg, log: logger(log)}
 	s.flips = newBroadcaster(reader, cfg.WatchInterval, cfg.MaxWatchers, s.log.WarnContext)
 	r := chi.NewRouter()

@@ -447,14 +447,15 @@ func TestPageTokenValidation(t *testing.T) {
 	}
 }
 
-// A bad config value is an error naming its field, never replaced by a default.
+// A bad config value is an error naming its field, never replaced by a default; a
+// zero one takes its default.
 func TestNewServerRefusesBadConfig(t *testing.T) {
 	for field, set := range map[string]func(*api.Config){
-		"BatchLimit":     func(c *api.Config) { c.BatchLimit = 0 },
+		"BatchLimit":     func(c *api.Config) { c.BatchLimit = -1 },
 		"PageLimit":      func(c *api.Config) { c.PageLimit = -1 },
-		"MaxBodyBytes":   func(c *api.Config) { c.MaxBodyBytes = 0 },
-		"MaxWatchers":    func(c *api.Config) { c.MaxWatchers = 0 },
-		"WatchHeartbeat": func(c *api.Config) { c.WatchHeartbeat = 0 },
+		"MaxBodyBytes":   func(c *api.Config) { c.MaxBodyBytes = -1 },
+		"MaxWatchers":    func(c *api.Config) { c.MaxWatchers = -1 },
+		"WatchHeartbeat": func(c *api.Config) { c.WatchHeartbeat = -time.Second },
 		"WatchInterval":  func(c *api.Config) { c.WatchInterval = -time.Second },
 		"AdminToken":     func(c *api.Config) { c.AdminToken = "t" },
 	} {
@@ -466,5 +467,8 @@ func TestNewServerRefusesBadConfig(t *testing.T) {
 	}
 	if _, err := api.NewServer(&fakeReader{}, api.DefaultConfig(), nil); err != nil {
 		t.Errorf("the default config: %v", err)
+	}
+	if _, err := api.NewServer(&fakeReader{}, api.Config{}, nil); err != nil {
+		t.Errorf("the zero config: %v; want every field at its default", err)
 	}
 }

@@ -2,7 +2,6 @@ package auth
 
 import (
 	"bytes"
-	"errors"
 	"fmt"
 	"net/url"
 	"os"
@@ -11,10 +10,13 @@ import (
 	"time"
 
 	"gopkg.in/yaml.v3"
+
+	"github.com/snapflip/snapflip/snapshot"
 )
 
-// ErrConfig is wrapped by every error about the auth file.
-var ErrConfig = errors.New("auth config")
+// ErrConfig is wrapped by every error about the auth file; it wraps
+// snapshot.ErrInvalid, as every Validate error does.
+var ErrConfig = fmt.Errorf("%w auth config", snapshot.ErrInvalid)
 
 // Config is the auth file (metadata-api --auth FILE).
 type Config struct {

@@ -17,7 +17,11 @@ import (
 	"github.com/snapflip/snapflip/internal/retry"
 )
 
-// Config tunes a Client. Start from DefaultConfig and change what you need.
+// Config tunes a Client. Start from DefaultConfig and change what you need. As with
+// net/http's option structs, a zero field takes its default (UserAgent, BatchLimit,
+// MaxBatchBytes and the Retry fields), but for the three whose zero says something
+// of its own: Timeout (no bound but the context, as http.Client's), CacheBytes (no
+// cache) and Retry.MaxRetryAfter (honour no Retry-After).
 type Config struct {
 	// HTTPClient sends the requests. Default (nil): a client of its own on
 	// http.DefaultTransport. Its Timeout, if set, bounds each attempt too.
@@ -68,8 +72,32 @@ func DefaultConfig() Config {
 	}
 }
 
-// Validate reports the first field that is not usable, by name.
+// withDefaults fills the zero fields that take a default.
+func (c Config) withDefaults() Config {
+	def := DefaultConfig()
+	if c.UserAgent == "" {
+		c.UserAgent = def.UserAgent
+	}
+	if c.BatchLimit == 0 {
+		c.BatchLimit = def.BatchLimit
+	}
+	if c.MaxBatchBytes == 0 {
+		c.MaxBatchBytes = def.MaxBatchBytes
+	}
+	c.Retry = c.Retry.withDefaults()
+	return c
+}
+
+// Validate reports the first field that is not usable, by name, in an error wrapping
+// ErrInvalidConfig. A zero field that takes a default is usable.
 func (c Config) Validate() error {
+	if err := c.withDefaults().validate(); err != nil {
+		return fmt.Errorf("snapflip: %w: %w", ErrInvalidConfig, err)
+	}
+	return nil
+}
+
+func (c Config) validate() error {
 	switch {
 	case c.Timeout < 0:
 		return fmt.Errorf("config.Timeout %s: must not be negative", c.Timeout)
@@ -81,7 +109,7 @@ func (c Config) Validate() error {
 		// Room for the longest id the API takes, every byte escaped by JSON.
 		return fmt.Errorf("config.MaxBatchBytes %d: must be at least 16384", c.MaxBatchBytes)
 	}
-	return c.Retry.Validate()
+	return c.Retry.validate()
 }
 
 // Client reads a snapflip dataset through its metadata API. Reads through the Client
@@ -106,6 +134,7 @@ func New(baseURL string, cfg Config) (*Client, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("snapflip client: %w", err)
 	}
+	cfg = cfg.withDefaults()
 	u, err := url.Parse(baseURL)
 	if err != nil {
 		return nil, fmt.Errorf("snapflip client: base URL: %w", err)

@@ -27,6 +27,9 @@ var (
 	// range. The client returns it without sending anything for an empty collection or
 	// id, or a version that is not one.
 	ErrBadRequest = errors.New("bad request")
+	// ErrInvalidConfig is wrapped by every error of a Validate method (Config,
+	// RetryPolicy, ReplicaConfig): a field out of range, named.
+	ErrInvalidConfig = errors.New("invalid config")
 	// ErrNotCovered reports that the version a read had to come from does not cover
 	// the token it gave with After (412), and that no waiting can help: the read named
 	// that version (a Snapshot's), or an operator pinned the dataset at it (rolled it

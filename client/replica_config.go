@@ -1,6 +1,7 @@
 package client
 
 import (
+	"fmt"
 	"time"
 )
 
@@ -65,31 +66,37 @@ func (c ReplicaConfig) withDefaults() ReplicaConfig {
 
 // Validate reports the first field that is not usable, by name: no collection, an
 // empty or repeated one, a negative duration or chain. A zero field is usable: it
-// takes its default. The error matches ErrBadRequest.
+// takes its default. The error matches ErrInvalidConfig and, as before it existed,
+// ErrBadRequest.
 func (c ReplicaConfig) Validate() error {
 	c = c.withDefaults()
 	if len(c.Collections) == 0 {
-		return invalid("replica config.Collections: none named; want at least one")
+		return badReplicaConfig("replica config.Collections: none named; want at least one")
 	}
 	seen := make(map[string]bool, len(c.Collections))
 	for _, name := range c.Collections {
 		switch {
 		case name == "":
-			return invalid("replica config.Collections: an empty collection name")
+			return badReplicaConfig("replica config.Collections: an empty collection name")
 		case seen[name]:
-			return invalid("replica config.Collections: collection %q named twice", truncate(name, 128))
+			return badReplicaConfig("replica config.Collections: collection %q named twice", truncate(name, 128))
 		}
 		seen[name] = true
 	}
 	switch {
 	case c.PollInterval <= 0:
-		return invalid("replica config.PollInterval %s: must not be negative (0: the default, 1s)", c.PollInterval)
+		return badReplicaConfig("replica config.PollInterval %s: must not be negative (0: the default, 1s)", c.PollInterval)
 	case c.StreamRetry <= 0:
-		return invalid("replica config.StreamRetry %s: must not be negative (0: the default, 2s)", c.StreamRetry)
+		return badReplicaConfig("replica config.StreamRetry %s: must not be negative (0: the default, 2s)", c.StreamRetry)
 	case c.StreamIdle <= 0:
-		return invalid("replica config.StreamIdle %s: must not be negative (0: the default, 45s)", c.StreamIdle)
+		return badReplicaConfig("replica config.StreamIdle %s: must not be negative (0: the default, 45s)", c.StreamIdle)
 	case c.MaxChain < 1:
-		return invalid("replica config.MaxChain %d: must not be negative (0: the default, 16)", c.MaxChain)
+		return badReplicaConfig("replica config.MaxChain %d: must not be negative (0: the default, 16)", c.MaxChain)
 	}
 	return nil
+}
+
+// badReplicaConfig is ReplicaConfig.Validate's error.
+func badReplicaConfig(format string, args ...any) error {
+	return fmt.Errorf("snapflip: %s: %w (%w)", fmt.Sprintf(format, args...), ErrInvalidConfig, ErrBadRequest)
 }

@@ -39,8 +39,31 @@ func DefaultRetryPolicy() RetryPolicy {
 		MaxRetryAfter: 30 * time.Second}
 }
 
-// Validate reports the first field that is not usable, by name.
+// withDefaults fills the zero fields that take a default (all but MaxRetryAfter).
+func (p RetryPolicy) withDefaults() RetryPolicy {
+	def := DefaultRetryPolicy()
+	if p.MaxAttempts == 0 {
+		p.MaxAttempts = def.MaxAttempts
+	}
+	if p.InitialBackoff == 0 {
+		p.InitialBackoff = def.InitialBackoff
+	}
+	if p.MaxBackoff == 0 {
+		p.MaxBackoff = max(def.MaxBackoff, p.InitialBackoff)
+	}
+	return p
+}
+
+// Validate reports the first field that is not usable, by name, in an error wrapping
+// ErrInvalidConfig. A zero field that takes a default is usable.
 func (p RetryPolicy) Validate() error {
+	if err := p.withDefaults().validate(); err != nil {
+		return fmt.Errorf("snapflip: %w: %w", ErrInvalidConfig, err)
+	}
+	return nil
+}
+
+func (p RetryPolicy) validate() error {
 	switch {
 	case p.MaxAttempts < 1:
 		return fmt.Errorf("config.Retry.MaxAttempts %d: must be at least 1", p.MaxAttempts)

@@ -2,6 +2,7 @@ package client
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
@@ -129,24 +130,33 @@ func TestConfigValidate(t *testing.T) {
 	for name, edit := range map[string]func(*Config){
 		"config.Timeout":              func(c *Config) { c.Timeout = -time.Second },
 		"config.CacheBytes":           func(c *Config) { c.CacheBytes = -1 },
-		"config.BatchLimit":           func(c *Config) { c.BatchLimit = 0 },
+		"config.BatchLimit":           func(c *Config) { c.BatchLimit = -1 },
 		"config.MaxBatchBytes":        func(c *Config) { c.MaxBatchBytes = 1000 },
-		"config.Retry.MaxAttempts":    func(c *Config) { c.Retry.MaxAttempts = 0 },
-		"config.Retry.InitialBackoff": func(c *Config) { c.Retry.InitialBackoff = 0 },
+		"config.Retry.MaxAttempts":    func(c *Config) { c.Retry.MaxAttempts = -1 },
+		"config.Retry.InitialBackoff": func(c *Config) { c.Retry.InitialBackoff = -time.Second },
 		"config.Retry.MaxBackoff":     func(c *Config) { c.Retry.MaxBackoff = time.Millisecond },
 		"config.Retry.MaxRetryAfter":  func(c *Config) { c.Retry.MaxRetryAfter = -1 },
 	} {
 		cfg := DefaultConfig()
 		edit(&cfg)
-		if err := cfg.Validate(); err == nil || !strings.Contains(err.Error(), name) {
-			t.Errorf("bad %s: Validate() = %v; want an error naming it", name, err)
+		if err := cfg.Validate(); err == nil || !strings.Contains(err.Error(), name) || !errors.Is(err, ErrInvalidConfig) {
+			t.Errorf("bad %s: Validate() = %v; want an error naming it, wrapping ErrInvalidConfig", name, err)
 		}
 		if _, err := New("http://x", cfg); err == nil {
 			t.Errorf("bad %s: New succeeded", name)
 		}
 	}
-	if _, err := New("http://x", Config{}); err == nil {
-		t.Error("New with a zero Config succeeded; want the retry policy's error (start from DefaultConfig)")
+	// A zero field takes its default, as net/http's option structs do: the zero
+	// Config is DefaultConfig but for the fields whose zero says something of its own.
+	c, err := New("http://x", Config{})
+	if err != nil {
+		t.Fatalf("New with a zero Config: %v; want every field at its default", err)
+	}
+	want := DefaultConfig()
+	want.Timeout, want.Retry.MaxRetryAfter = 0, 0 // no bound; honour no Retry-After
+	if c.cfg.UserAgent != want.UserAgent || c.cfg.BatchLimit != want.BatchLimit || c.cfg.MaxBatchBytes != want.MaxBatchBytes ||
+		c.cfg.Retry != want.Retry || c.cfg.Timeout != 0 || c.cfg.CacheBytes != 0 {
+		t.Errorf("a zero Config became %+v; want %+v", c.cfg, want)
 	}
 	for _, base := range []string{"", "x", "ftp://x", "http://", "http://x?q=1", "http://u:p@x", "http://x/#f"} {
 		if _, err := New(base, DefaultConfig()); err == nil {

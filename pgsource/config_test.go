@@ -71,7 +71,7 @@ func TestWatchAndStreamConfigValidate(t *testing.T) {
 		{"watch hot", pgsource.WatchConfig{Hot: -1}.Validate(), "WatchConfig.Hot"},
 		{"watch resolve", pgsource.WatchConfig{Resolve: -1}.Validate(), "WatchConfig.Resolve"},
 		{"watch mode", pgsource.WatchConfig{Mode: 7}.Validate(), "WatchConfig.Mode 7"},
-		{"watch mode text", second(pgsource.ParseWatchMode("notify")), `watch mode "notify": want "stats" or "logical"`},
+		{"watch mode text", second(pgsource.ParseWatchMode("notify")), `watch mode "notify": must be "stats" or "logical"`},
 		{"stream zero", pgsource.StreamConfig{LogicalConfig: logical}.Validate(), ""},
 		{"stream publication", pgsource.StreamConfig{LogicalConfig: pgsource.LogicalConfig{Slot: "s"}}.Validate(), "LogicalConfig.Publication"},
 		{"stream slot", pgsource.StreamConfig{LogicalConfig: pgsource.LogicalConfig{Publication: "p"}}.Validate(), "LogicalConfig.Slot"},

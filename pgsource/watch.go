@@ -106,6 +106,26 @@ func (m WatchMode) String() string {
 	return fmt.Sprintf("WatchMode(%d)", int(m))
 }
 
+// MarshalText returns the mode as the configuration names it.
+func (m WatchMode) MarshalText() ([]byte, error) { return []byte(m.String()), nil }
+
+// UnmarshalText parses a mode as the configuration names it, "stats" or "logical";
+// an empty one, or the removed "notify", is refused naming what to write instead.
+func (m *WatchMode) UnmarshalText(b []byte) error {
+	switch string(b) {
+	case "notify":
+		return fmt.Errorf(`%w watch mode "notify": it was removed: use %q (the replication stream; no triggers on your tables), `+
+			"see docs/freshness.md", snapshot.ErrInvalid, WatchModeLogical)
+	case "":
+		return fmt.Errorf(`%w watch mode "": must be %q or %q`, snapshot.ErrInvalid, WatchModeStats, WatchModeLogical)
+	}
+	parsed, err := ParseWatchMode(string(b))
+	if err == nil {
+		*m = parsed
+	}
+	return err
+}
+
 // ParseWatchMode parses a mode as the configuration names it; "" is WatchModeStats.
 func ParseWatchMode(s string) (WatchMode, error) {
 	switch s {
@@ -114,7 +134,7 @@ func ParseWatchMode(s string) (WatchMode, error) {
 	case "logical":
 		return WatchModeLogical, nil
 	}
-	return 0, fmt.Errorf("%w watch mode %q: want %q or %q", snapshot.ErrInvalid, s, WatchModeStats, WatchModeLogical)
+	return 0, fmt.Errorf("%w watch mode %q: must be %q or %q", snapshot.ErrInvalid, s, WatchModeStats, WatchModeLogical)
 }
 
 // Change is a possible committed change to a watched table.

@@ -87,8 +87,42 @@ func DefaultConfig() Config {
 	}
 }
 
-// Validate reports the first field that is not usable, by name.
+// withDefaults fills the zero fields that take DefaultConfig's value: the TTL and the
+// write and call bounds. Project, Instance and Table have no default, and a zero
+// retention, grace or RowRetries says what it says.
+func (c Config) withDefaults() Config {
+	def := DefaultConfig()
+	if c.TTL == 0 {
+		c.TTL = def.TTL
+	}
+	if c.BatchRows == 0 {
+		c.BatchRows = def.BatchRows
+	}
+	if c.BatchBytes == 0 {
+		c.BatchBytes = def.BatchBytes
+	}
+	if c.Writers == 0 {
+		c.Writers = def.Writers
+	}
+	if c.BatchTimeout == 0 {
+		c.BatchTimeout = def.BatchTimeout
+	}
+	if c.OpTimeout == 0 {
+		c.OpTimeout = def.OpTimeout
+	}
+	return c
+}
+
+// Validate reports the first field that is not usable, by name, in an error wrapping
+// snapshot.ErrInvalid. A zero field that takes a default (withDefaults) is usable.
 func (c Config) Validate() error {
+	if err := c.withDefaults().validate(); err != nil {
+		return fmt.Errorf("%w store config: %w", snapshot.ErrInvalid, err)
+	}
+	return nil
+}
+
+func (c Config) validate() error {
 	switch {
 	case c.Project == "":
 		return errors.New("bigtable.project is required")
@@ -164,6 +198,7 @@ func Open(ctx context.Context, cfg Config, opts ...option.ClientOption) (*Store,
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
+	cfg = cfg.withDefaults()
 	s := &Store{cfg: cfg}
 	if cfg.EmulatorHost != "" && len(opts) == 0 {
 		dial := append([]grpc.DialOption{

@@ -226,18 +226,18 @@ func TestConfigValidateNamesTheField(t *testing.T) {
 		want   string
 	}{
 		{"no emulator for local", func(c *store.Config) { c.EmulatorHost = "" }, "BIGTABLE_EMULATOR_HOST"},
-		{"ttl", func(c *store.Config) { c.TTL = 0 }, "ttl"},
-		{"writers", func(c *store.Config) { c.Writers = 0 }, "bigtable.writers"},
+		{"ttl", func(c *store.Config) { c.TTL = -time.Second }, "ttl"},
+		{"writers", func(c *store.Config) { c.Writers = -1 }, "bigtable.writers"},
 		{"table", func(c *store.Config) { c.Table = "" }, "bigtable.table"},
-		{"op timeout", func(c *store.Config) { c.OpTimeout = 0 }, "bigtable.op_timeout"},
+		{"op timeout", func(c *store.Config) { c.OpTimeout = -time.Second }, "bigtable.op_timeout"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			cfg := testenv.StoreConfig("127.0.0.1:1")
 			tt.mutate(&cfg)
 			err := cfg.Validate()
-			if err == nil || !strings.Contains(err.Error(), tt.want) {
-				t.Errorf("Validate() = %v; want an error naming %q", err, tt.want)
+			if err == nil || !strings.Contains(err.Error(), tt.want) || !errors.Is(err, snapshot.ErrInvalid) {
+				t.Errorf("Validate() = %v; want an error naming %q, wrapping ErrInvalid", err, tt.want)
 			}
 		})
 	}

@@ -136,7 +136,7 @@ type WatchConfig struct {
 	// Interval (no DDL, no privilege; a commit by a session that ran a statement less
 	// than a second before can be seen ~10 s late), "logical" reads the source's
 	// logical replication stream (see docs/freshness.md). Default stats.
-	Mode string `yaml:"mode"`
+	Mode pgsource.WatchMode `yaml:"mode"`
 	// Publication is the Postgres publication the logical mode reads; default
 	// "snapflip". A lower-case SQL identifier of at most 63 bytes.
 	Publication string `yaml:"publication"`
@@ -185,7 +185,7 @@ func defaultSlot(dataset string) string {
 func (w *WatchConfig) fillDefaults(dataset string) {
 	if w.MinInterval == minIntervalUnset {
 		w.MinInterval = DefaultMinIntervalStats
-		if w.mode() == pgsource.WatchModeLogical {
+		if w.Mode == pgsource.WatchModeLogical {
 			w.MinInterval = DefaultMinIntervalLogical
 		}
 	}
@@ -197,14 +197,8 @@ func (w *WatchConfig) fillDefaults(dataset string) {
 	}
 }
 
-// mode returns the watch's mode, parsed (validate refuses an unknown one).
-func (w WatchConfig) mode() pgsource.WatchMode {
-	m, _ := pgsource.ParseWatchMode(w.Mode)
-	return m
-}
-
 // logical reports whether the syncer watches the replication stream.
-func (w WatchConfig) logical() bool { return w.Enabled && w.mode() == pgsource.WatchModeLogical }
+func (w WatchConfig) logical() bool { return w.Enabled && w.Mode == pgsource.WatchModeLogical }
 
 // validate reports the first unusable watch field, by name.
 func (w WatchConfig) validate() error {
@@ -214,12 +208,8 @@ func (w WatchConfig) validate() error {
 	if w.MinInterval < 0 {
 		return fmt.Errorf("watch.min_interval %s: must not be negative", w.MinInterval)
 	}
-	if w.Mode == "notify" {
-		return fmt.Errorf(`watch.mode "notify" was removed: use %q (the replication stream; no triggers on your tables), `+
-			"see docs/freshness.md", pgsource.WatchModeLogical)
-	}
-	if _, err := pgsource.ParseWatchMode(w.Mode); err != nil || w.Mode == "" {
-		return fmt.Errorf("watch.mode %q: must be %q or %q", w.Mode, pgsource.WatchModeStats, pgsource.WatchModeLogical)
+	if w.Mode != pgsource.WatchModeStats && w.Mode != pgsource.WatchModeLogical {
+		return fmt.Errorf("watch.mode %s: must be %q or %q", w.Mode, pgsource.WatchModeStats, pgsource.WatchModeLogical)
 	}
 	if !publicationName.MatchString(w.Publication) {
 		return fmt.Errorf("watch.publication %q: must be a lower-case SQL identifier of 1..%d bytes "+
@@ -299,7 +289,7 @@ func DefaultSyncerConfig() SyncerConfig {
 		MaxDocumentBytes: 8 << 20,
 		ProgressInterval: 10 * time.Second,
 		Versions:         VersionsIncremental,
-		Watch:            WatchConfig{Enabled: true, Interval: 200 * time.Millisecond, MinInterval: minIntervalUnset, Mode: pgsource.WatchModeStats.String(), Publication: DefaultPublication},
+		Watch:            WatchConfig{Enabled: true, Interval: 200 * time.Millisecond, MinInterval: minIntervalUnset, Mode: pgsource.WatchModeStats, Publication: DefaultPublication},
 		MaxLayers:        layer.DefaultMaxLayers,
 		RebaseRatio:      layer.DefaultRebaseRatio,
 		Postgres:         PostgresConfig{Readers: 1, PartitionMinRows: 200_000},
@@ -357,8 +347,16 @@ func ParseSyncerConfig(r io.Reader, getenv func(string) string) (SyncerConfig, e
 	return cfg, cfg.Validate()
 }
 
-// Validate reports the first unusable field, by name.
+// Validate reports the first unusable field, by name, in an error wrapping
+// snapshot.ErrInvalid.
 func (c SyncerConfig) Validate() error {
+	if err := c.validate(); err != nil {
+		return fmt.Errorf("%w config: %w", snapshot.ErrInvalid, err)
+	}
+	return nil
+}
+
+func (c SyncerConfig) validate() error {
 	if c.Dataset == "" || len(c.Dataset) > 128 {
 		return fmt.Errorf("dataset %q: must be 1..128 bytes", c.Dataset)
 	}

@@ -11,6 +11,7 @@ import (
 	"github.com/google/go-cmp/cmp/cmpopts"
 	"gopkg.in/yaml.v3"
 
+	"github.com/snapflip/snapflip/pgsource"
 	"github.com/snapflip/snapflip/snapshot"
 )
 
@@ -114,9 +115,13 @@ func braced(s string) string {
 // snapflip and the slot is named after the dataset unless the config names them.
 func TestConfigWatchMode(t *testing.T) {
 	const coll = "collections: [{name: a, table: t, key: k}]\n"
-	watch := func(mode, publication, slot string) WatchConfig {
+	watch := func(name, publication, slot string) WatchConfig {
+		mode, err := pgsource.ParseWatchMode(name)
+		if err != nil {
+			t.Fatal(err)
+		}
 		least := time.Second
-		if mode == "logical" {
+		if mode == pgsource.WatchModeLogical {
 			least = 250 * time.Millisecond
 		}
 		return WatchConfig{Enabled: true, Interval: 200 * time.Millisecond, MinInterval: least, Mode: mode, Publication: publication, Slot: slot}
@@ -163,7 +168,7 @@ func TestConfigErrorsNameTheField(t *testing.T) {
 		{"lease: {duration: 1ms}\n" + coll, "lease.duration"},
 		{"progress_interval: 0s\n" + coll, "progress_interval"},
 		{"max_document_bytes: 0\n" + coll, "max_document_bytes"},
-		{"bigtable: {writers: 0}\n" + coll, "bigtable.writers"},
+		{"bigtable: {writers: -1}\n" + coll, "bigtable.writers"},
 		{"dataset: ''\n" + coll, "dataset"},
 		{"collections: [{name: a, table: t, key: k, colour: red}]\n", "collections[0].colour (line 1): unknown field"},
 		// Wrong types name the field, where yaml.v3 alone names only the line.
@@ -180,7 +185,7 @@ func TestConfigErrorsNameTheField(t *testing.T) {
 		{"dataset: a\ndataset: b\n" + coll, "dataset (line 2): set twice; first on line 1"},
 		{"schedule: 'every day'\n" + coll, "schedule"},
 		{"lease: {acquire_timeout: 0s}\n" + coll, "lease.acquire_timeout"},
-		{"bigtable: {batch_rows: 0}\n" + coll, "bigtable.batch_rows"},
+		{"bigtable: {batch_rows: -1}\n" + coll, "bigtable.batch_rows"},
 		{"max_document_bytes: 200000000\n" + coll, "max_document_bytes"},
 		{"collections: []\n", "collections"},
 		{"versions: delta\n" + coll, `versions "delta"`},
@@ -189,10 +194,10 @@ func TestConfigErrorsNameTheField(t *testing.T) {
 		{"watch: {interval: 1ms}\n" + coll, "watch.interval"},
 		{"watch: {min_interval: -1s}\n" + coll, "watch.min_interval"},
 		{"watch: {enabled: sometimes}\n" + coll, "watch.enabled (line 1)"},
-		{"watch: {mode: trigger}\n" + coll, `watch.mode "trigger": must be "stats" or "logical"`},
-		{"watch: {mode: ''}\n" + coll, `watch.mode "": must be "stats" or "logical"`},
-		{"watch: {mode: notify}\n" + coll, `watch.mode "notify" was removed: use "logical" (the replication stream; no triggers on your tables), see docs/freshness.md`},
-		{"watch: {enabled: false, mode: notify}\n" + coll, `watch.mode "notify" was removed`},
+		{"watch: {mode: trigger}\n" + coll, `watch.mode (line 1): invalid watch mode "trigger": must be "stats" or "logical"`},
+		{"watch: {mode: ''}\n" + coll, `watch.mode (line 1): invalid watch mode "": must be "stats" or "logical"`},
+		{"watch: {mode: notify}\n" + coll, `watch.mode (line 1): invalid watch mode "notify": it was removed: use "logical" (the replication stream; no triggers on your tables), see docs/freshness.md`},
+		{"watch: {enabled: false, mode: notify}\n" + coll, `watch.mode (line 1): invalid watch mode "notify": it was removed`},
 		{"watch: {slot: Snapflip}\n" + coll, `watch.slot "Snapflip": must be 1..63 of a-z, 0-9 and _`},
 		{"watch: {slot: snap-flip}\n" + coll, `watch.slot "snap-flip"`},
 		{"watch: {slot: " + strings.Repeat("s", 64) + "}\n" + coll, "watch.slot"},

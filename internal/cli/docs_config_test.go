@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"encoding"
 	"fmt"
 	"go/ast"
 	"go/parser"
@@ -168,6 +169,16 @@ func sameDefault(v reflect.Value, doc string) error {
 		return nil
 	}
 	var got string
+	if m, ok := v.Interface().(encoding.TextMarshaler); ok {
+		text, err := m.MarshalText()
+		if err != nil {
+			return err
+		}
+		if got = string(text); got != doc {
+			return fmt.Errorf("the code's is %q", got)
+		}
+		return nil
+	}
 	switch v.Kind() {
 	case reflect.String:
 		got = v.String()

@@ -193,7 +193,7 @@ func (m *Syncer) runWatch(ctx context.Context, s *syncer) {
 	poll := func() error {
 		// In logical mode the poll reads the definitions alone (the stream reports
 		// rows), and the stream's reader reports the tables.
-		return s.src.Watch(ctx, pgsource.WatchConfig{Interval: cfg.Interval, Mode: cfg.mode(), Observer: sourceEvents(log)},
+		return s.src.Watch(ctx, pgsource.WatchConfig{Interval: cfg.Interval, Mode: cfg.Mode, Observer: sourceEvents(log)},
 			func(c pgsource.Change) {
 				wm.changes.WithLabelValues(c.Reason.String()).Inc()
 				pend.add(c)
@@ -207,13 +207,13 @@ func (m *Syncer) runWatch(ctx context.Context, s *syncer) {
 			func(st pgsource.WatchStats) {
 				wm.polls.Inc()
 				wm.pollTime.Observe(st.PollTime.Seconds())
-				if cfg.mode() != pgsource.WatchModeLogical {
+				if cfg.Mode != pgsource.WatchModeLogical {
 					wm.tables.Set(float64(st.Tables))
 				}
 			})
 	}
 	watchers := []func() error{poll, func() error { return s.watchDemand(ctx, cfg.Interval, pend) }}
-	if cfg.mode() == pgsource.WatchModeLogical {
+	if cfg.Mode == pgsource.WatchModeLogical {
 		watchers = append(watchers, func() error { return s.followStream(ctx, log, pend, retable) })
 	}
 	var wg sync.WaitGroup
