@@ -103,21 +103,8 @@ shutdown, 1 when it could not serve, 2 for a usage mistake.`,
 
 // serve runs the API with the flags' settings until ctx ends, then drains.
 func (m *MetadataAPI) serve(ctx context.Context, def store.Config, o *apiFlags) error {
-	if o.refresh <= 0 {
-		return fmt.Errorf("%w: --pointer-refresh %s: must be positive", ErrUsage, o.refresh)
-	}
-	if o.maxWatchers <= 0 {
-		return fmt.Errorf("%w: --max-watchers %d: must be positive", ErrUsage, o.maxWatchers)
-	}
-	if o.cacheSize == 0 {
-		// The resolver reads a zero size as its default, which is not what "0" says.
-		return fmt.Errorf("%w: --cache-size 0: give a positive size, or a negative one to turn the cache off", ErrUsage)
-	}
-	if o.batchLimit <= 0 {
-		return fmt.Errorf("%w: --batch-limit %d: must be positive", ErrUsage, o.batchLimit)
-	}
-	if o.maxWaiters <= 0 {
-		return fmt.Errorf("%w: --max-waiters %d: must be positive", ErrUsage, o.maxWaiters)
+	if err := o.check(); err != nil {
+		return err
 	}
 	log, err := newLogger(m.Stderr, o.logFormat, o.logLevel)
 	if err != nil {
@@ -153,29 +140,60 @@ func (m *MetadataAPI) serve(ctx context.Context, def store.Config, o *apiFlags) 
 	rctx, stopRefresh := context.WithCancel(context.WithoutCancel(ctx))
 	defer stopRefresh()
 	go res.Run(rctx)
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	var admin api.Admin
-	token := m.Getenv(EnvAdminToken)
-	if token != "" || authCfg != nil && authCfg.HasAdmin() {
+	apiCfg, err := m.apiConfig(ctx, res, authCfg, o, log)
+	if err != nil {
+		return err
+	}
+	if apiCfg.AdminToken = m.Getenv(EnvAdminToken); apiCfg.AdminToken != "" || authCfg != nil && authCfg.HasAdmin() {
 		host, _ := os.Hostname()
 		adm, err := newAdmin(st, o.dataset, 0, 0, "api/"+host+"/"+uuid.NewString(), log)
 		if err != nil {
 			return err
 		}
-		admin = &apiAdmin{st: st, admin: adm}
+		apiCfg.Admin = &apiAdmin{st: st, admin: adm}
 		log.Info("admin endpoints on: POST /v1/admin/rollback, /v1/admin/unpin (bearer token)")
 	}
+	handler, err := api.NewServer(res, apiCfg, log)
+	if err != nil {
+		return err
+	}
+	return m.listen(ctx, handler, o, log.With("table", cfg.Table))
+}
+
+// check refuses the flags that have no usable meaning.
+func (o *apiFlags) check() error {
+	switch {
+	case o.refresh <= 0:
+		return fmt.Errorf("%w: --pointer-refresh %s: must be positive", ErrUsage, o.refresh)
+	case o.maxWatchers <= 0:
+		return fmt.Errorf("%w: --max-watchers %d: must be positive", ErrUsage, o.maxWatchers)
+	case o.cacheSize == 0:
+		// The resolver reads a zero size as its default, which is not what "0" says.
+		return fmt.Errorf("%w: --cache-size 0: give a positive size, or a negative one to turn the cache off", ErrUsage)
+	case o.batchLimit <= 0:
+		return fmt.Errorf("%w: --batch-limit %d: must be positive", ErrUsage, o.batchLimit)
+	case o.maxWaiters <= 0:
+		return fmt.Errorf("%w: --max-waiters %d: must be positive", ErrUsage, o.maxWaiters)
+	}
+	return nil
+}
+
+// apiConfig is the API's config for the flags: authentication per the auth file, the
+// metrics and the resolver's gauges.
+func (m *MetadataAPI) apiConfig(ctx context.Context, res *resolver.Resolver, authCfg *auth.Config, o *apiFlags, log *slog.Logger) (api.Config, error) {
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	apiCfg := api.DefaultConfig()
 	if authCfg != nil {
+		var err error
 		if apiCfg.Auth, err = startAuth(ctx, *authCfg, res); err != nil {
-			return err
+			return api.Config{}, err
 		}
 		log.Info("authentication on", "issuers", len(authCfg.Issuers), "grants", len(authCfg.Grants))
 	} else {
 		log.Warn("authentication off (--auth none): anyone who reaches the API reads every collection")
 	}
-	apiCfg.Dataset, apiCfg.AdminToken, apiCfg.Admin = o.dataset, token, admin
+	apiCfg.Dataset = o.dataset
 	apiCfg.BatchLimit, apiCfg.MaxWatchers = o.batchLimit, o.maxWatchers
 	// Twice per refresh, so the watch sees every pointer a refresh reads, and at
 	// least every 50ms, so a flip reaches watchers soon after reads see it (the
@@ -189,10 +207,12 @@ func (m *MetadataAPI) serve(ctx context.Context, def store.Config, o *apiFlags) 
 		}
 		return p.Version
 	}
-	handler, err := api.NewServer(res, apiCfg, log)
-	if err != nil {
-		return err
-	}
+	return apiCfg, nil
+}
+
+// listen serves handler on the flags' address until ctx ends, then drains for up to
+// --drain.
+func (m *MetadataAPI) listen(ctx context.Context, handler *api.Server, o *apiFlags, log *slog.Logger) error {
 	srv := &http.Server{
 		Handler:           handler,
 		ReadHeaderTimeout: 5 * time.Second,
@@ -207,7 +227,7 @@ func (m *MetadataAPI) serve(ctx context.Context, def store.Config, o *apiFlags) 
 	if err != nil {
 		return fmt.Errorf("listen on %s: %w", o.addr, err)
 	}
-	log.Info("metadata API listening", "addr", ln.Addr().String(), "dataset", o.dataset, "table", cfg.Table)
+	log.Info("metadata API listening", "addr", ln.Addr().String(), "dataset", o.dataset)
 	if m.Listening != nil {
 		m.Listening(ln.Addr().String())
 	}

@@ -183,12 +183,47 @@ const changeAcquireTimeout = 5 * time.Second
 // runWatch watches the source and runs change-driven syncs until ctx ends. It returns
 // once the watch has, its connections closed.
 func (m *Syncer) runWatch(ctx context.Context, s *syncer) {
-	cfg := s.cfg.Watch
 	log := s.log.With("dataset", s.cfg.Dataset)
 	pend := newPending()
-	wm := s.metrics.watch
-	watching := make(chan struct{})
+	watching := s.startWatchers(ctx, log, pend)
 	defer func() { <-watching }()
+	// A change-driven sync gives up on the lease after a few seconds (and tries again
+	// after min_interval), so that it never holds this process's scheduled ticks up
+	// for the whole acquire timeout, as during a Bigtable outage.
+	leaseWait := min(max(s.ticker.AcquireTimeout, time.Second), changeAcquireTimeout)
+	var lastStart time.Time
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-pend.wake:
+		}
+		if wait := time.Until(lastStart.Add(s.cfg.Watch.MinInterval)); wait > 0 {
+			t := time.NewTimer(wait)
+			select {
+			case <-ctx.Done():
+				t.Stop()
+				return
+			case <-t.C:
+			}
+		}
+		ok, first, xmax, reason := pend.take()
+		if !ok {
+			continue
+		}
+		lastStart = time.Now()
+		if !s.publishChange(ctx, log, pend, leaseWait, pgsource.Change{Xmax: xmax, At: first, Reason: reason}) {
+			return
+		}
+	}
+}
+
+// startWatchers starts the source's watches, which add what they see to pend: the
+// poll of the statistics or definitions, the demand of waiting readers and, in
+// logical mode, the replication stream. The channel it returns is closed once every
+// watch has returned.
+func (s *syncer) startWatchers(ctx context.Context, log *slog.Logger, pend *pending) <-chan struct{} {
+	cfg, wm := s.cfg.Watch, s.metrics.watch
 	retable := make(chan struct{}, 1)
 	poll := func() error {
 		// In logical mode the poll reads the definitions alone (the stream reports
@@ -216,11 +251,10 @@ func (m *Syncer) runWatch(ctx context.Context, s *syncer) {
 	if cfg.Mode == pgsource.WatchModeLogical {
 		watchers = append(watchers, func() error { return s.followStream(ctx, log, pend, retable) })
 	}
+	watching := make(chan struct{})
 	var wg sync.WaitGroup
 	for _, watch := range watchers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
+		wg.Go(func() {
 			err := watch()
 			if ctx.Err() == nil {
 				// A watch gives up only when retrying cannot help: say so loudly rather
@@ -228,60 +262,44 @@ func (m *Syncer) runWatch(ctx context.Context, s *syncer) {
 				wm.tables.Set(0)
 				log.Error("the change watch stopped: changes wait for the schedule until the syncer restarts", "mode", cfg.Mode, "err", err)
 			}
-		}()
+		})
 	}
 	go func() { wg.Wait(); close(watching) }()
-	// A change-driven sync gives up on the lease after a few seconds (and tries again
-	// after min_interval), so that it never holds this process's scheduled ticks up
-	// for the whole acquire timeout, as during a Bigtable outage.
-	leaseWait := min(max(s.ticker.AcquireTimeout, time.Second), changeAcquireTimeout)
-	var lastStart time.Time
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-pend.wake:
-		}
-		if wait := time.Until(lastStart.Add(cfg.MinInterval)); wait > 0 {
-			t := time.NewTimer(wait)
-			select {
-			case <-ctx.Done():
-				t.Stop()
-				return
-			case <-t.C:
-			}
-		}
-		ok, first, xmax, reason := pend.take()
-		if !ok {
-			continue
-		}
-		lastStart = time.Now()
-		clog := log.With("change_seen", first.UTC().Format(time.RFC3339Nano), "reason", reason)
-		s.cycle.Lock()
-		s.health.begin()
-		res, _, err := s.ticker.PublishLeasedWithin(ctx, leaseWait, snapshot.PublishOptions{ChangeXmax: xmax, ChangeSeen: first})
-		s.health.end(err)
-		s.cycle.Unlock()
-		switch {
-		case err != nil && ctx.Err() != nil:
-			return
-		case errors.Is(err, snapshot.ErrRefused):
-			clog.Warn("change-driven publish refused by a validation gate; the pointer is unchanged", "err", err)
-		case err != nil:
-			// Not lost: the change stays pending and is tried again after min_interval.
-			clog.Warn("change-driven sync failed; trying again", "err", err)
-			pend.add(pgsource.Change{Xmax: xmax, At: first, Reason: reason})
-		case res.NoOp || res.Pinned:
-			clog.Debug("change-driven sync: nothing to publish", "why", res.Reason, "pinned", res.Pinned)
-		default:
-			lag := res.Manifest.PublishedAt.Sub(first)
-			wm.delay.Observe(lag.Seconds())
-			wm.lastLag.Set(lag.Seconds())
-			clog.Info("published a change", "version", res.Manifest.Version, "commit_to_publish", lag.Round(time.Millisecond).String())
-		}
-		if res.Reason != snapshot.ReasonPublishedAlready {
-			s.metrics.observe(res, err, time.Since(lastStart))
-		}
-		s.metrics.observeCurrent(ctx, s.store, s.cfg.Dataset, s.cfg.TTL)
+	return watching
+}
+
+// publishChange runs one change-driven sync for the pending change c, under the
+// lease if it can be had within leaseWait; a failed one puts c back in pend, to be
+// tried again after min_interval. It returns false once ctx has ended.
+func (s *syncer) publishChange(ctx context.Context, log *slog.Logger, pend *pending, leaseWait time.Duration, c pgsource.Change) bool {
+	start := time.Now()
+	clog := log.With("change_seen", c.At.UTC().Format(time.RFC3339Nano), "reason", c.Reason)
+	s.cycle.Lock()
+	s.health.begin()
+	res, _, err := s.ticker.PublishLeasedWithin(ctx, leaseWait, snapshot.PublishOptions{ChangeXmax: c.Xmax, ChangeSeen: c.At})
+	s.health.end(err)
+	s.cycle.Unlock()
+	wm := s.metrics.watch
+	switch {
+	case err != nil && ctx.Err() != nil:
+		return false
+	case errors.Is(err, snapshot.ErrRefused):
+		clog.Warn("change-driven publish refused by a validation gate; the pointer is unchanged", "err", err)
+	case err != nil:
+		// Not lost: the change stays pending and is tried again after min_interval.
+		clog.Warn("change-driven sync failed; trying again", "err", err)
+		pend.add(c)
+	case res.NoOp || res.Pinned:
+		clog.Debug("change-driven sync: nothing to publish", "why", res.Reason, "pinned", res.Pinned)
+	default:
+		lag := res.Manifest.PublishedAt.Sub(c.At)
+		wm.delay.Observe(lag.Seconds())
+		wm.lastLag.Set(lag.Seconds())
+		clog.Info("published a change", "version", res.Manifest.Version, "commit_to_publish", lag.Round(time.Millisecond).String())
 	}
+	if res.Reason != snapshot.ReasonPublishedAlready {
+		s.metrics.observe(res, err, time.Since(start))
+	}
+	s.metrics.observeCurrent(ctx, s.store, s.cfg.Dataset, s.cfg.TTL)
+	return true
 }
