@@ -335,7 +335,7 @@ func TestEndToEnd(t *testing.T) {
 		t.Errorf("deleted row answers %d; want 404", r.status)
 	}
 	st := testenv.Store(t, testenv.StoreConfig(e.btAddr))
-	old, err := st.GetDocument(context.Background(), "e2e", []snapshot.Version{snapshot.Version(v1)}, "things", "a#b")
+	old, err := st.GetDocument(context.Background(), snapshot.ChainRef{Dataset: "e2e", Chain: []snapshot.Version{snapshot.Version(v1)}, Collection: "things"}, "a#b")
 	if err != nil || string(old) != want["a#b"] {
 		t.Errorf("old version's a#b = %s, %v; want it still stored", old, err)
 	}

@@ -192,7 +192,7 @@ func TestFaultPostgresRestartsMidSync(t *testing.T) {
 	// Let it write some documents of the new version first, so the restart lands with
 	// the copy half done.
 	testenv.Eventually(t, 20*time.Second, func() error {
-		if docs, _, _ := st.ScanPage(context.Background(), "e2e", []snapshot.Version{writing}, "things", "", 1); len(docs) == 0 {
+		if docs, _, _ := st.ScanPage(context.Background(), snapshot.ChainRef{Dataset: "e2e", Chain: []snapshot.Version{writing}, Collection: "things"}, "", 1); len(docs) == 0 {
 			return errors.New("the second sync wrote no document")
 		}
 		return nil

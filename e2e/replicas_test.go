@@ -320,7 +320,7 @@ func checkPublished(tb testing.TB, st *store.Store, dataset string) (map[int64]i
 				}
 			}
 			n := int64(0)
-			if err := st.ScanDocuments(context.Background(), dataset, m.Chain(name), name, func(snapshot.Document) bool { n++; return true }); err != nil {
+			if err := st.ScanDocuments(context.Background(), snapshot.ChainRef{Dataset: dataset, Chain: m.Chain(name), Collection: name}, func(snapshot.Document) bool { n++; return true }); err != nil {
 				tb.Fatal(err)
 			}
 			if n != c.Rows {
@@ -486,7 +486,7 @@ func checkIndexes(tb testing.TB, st *store.Store, dataset string, m snapshot.Man
 			tb.Fatal(err)
 		}
 		var want, got []string
-		err = st.ScanDocuments(ctx, dataset, m.Chain(collection), collection, func(d snapshot.Document) bool {
+		err = st.ScanDocuments(ctx, snapshot.ChainRef{Dataset: dataset, Chain: m.Chain(collection), Collection: collection}, func(d snapshot.Document) bool {
 			k, err := index.Key(def, d.Body)
 			if err != nil {
 				tb.Fatalf("version %s %s: %v", m.Version, collection, err)
@@ -497,7 +497,7 @@ func checkIndexes(tb testing.TB, st *store.Store, dataset string, m snapshot.Man
 		if err != nil {
 			tb.Fatal(err)
 		}
-		err = st.ScanIndex(ctx, dataset, m.Chain(collection), index.Collection(collection, decl.Name), func(e string) bool {
+		err = st.ScanIndex(ctx, snapshot.ChainRef{Dataset: dataset, Chain: m.Chain(collection), Collection: index.Collection(collection, decl.Name)}, func(e string) bool {
 			got = append(got, e)
 			return true
 		})

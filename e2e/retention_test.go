@@ -83,7 +83,7 @@ func TestTTLKeepAlive(t *testing.T) {
 		t.Errorf("saw %d versions in 12s with a 3s TTL; want a republish at least every 1.5s: %v", len(seen), seen)
 	}
 	st := testenv.Store(t, testenv.StoreConfig(e.btAddr))
-	if _, err := st.GetDocument(context.Background(), "e2e", []snapshot.Version{snapshot.Version(first)}, "things", "plain"); !errors.Is(err, snapshot.ErrNotFound) {
+	if _, err := st.GetDocument(context.Background(), snapshot.ChainRef{Dataset: "e2e", Chain: []snapshot.Version{snapshot.Version(first)}, Collection: "things"}, "plain"); !errors.Is(err, snapshot.ErrNotFound) {
 		t.Errorf("the first version's document = %v; want it expired (else this test proves nothing)", err)
 	}
 }

@@ -107,7 +107,7 @@ func TestIncrementalPublishWritesOnlyChanges(t *testing.T) {
 	}
 	// Reads through the chain: the deleted id is gone, the changed ones changed.
 	ctx := context.Background()
-	got, err := r.store.GetDocuments(ctx, "ds", delta.Chain("users"), "users", []string{"u1", "u4", "u5", "u99"})
+	got, err := r.store.GetDocuments(ctx, snapshot.ChainRef{Dataset: "ds", Chain: delta.Chain("users"), Collection: "users"}, []string{"u1", "u4", "u5", "u99"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -213,11 +213,11 @@ func testChainsStayBounded(t *testing.T, cached bool) {
 			t.Errorf("step %d: the chain reads %d documents %v;\nthe full copy %d %v", i, len(got), got, len(want), want)
 		}
 		ids := []string{"u1", "u2", "u3", "u10", "u11"}
-		got, err := r.store.GetDocuments(ctx, "ds", m.Chain("users"), "users", ids)
+		got, err := r.store.GetDocuments(ctx, snapshot.ChainRef{Dataset: "ds", Chain: m.Chain("users"), Collection: "users"}, ids)
 		if err != nil {
 			t.Fatal(err)
 		}
-		want, err := r.store.GetDocuments(ctx, "full", f.Chain("users"), "users", ids)
+		want, err := r.store.GetDocuments(ctx, snapshot.ChainRef{Dataset: "full", Chain: f.Chain("users"), Collection: "users"}, ids)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -603,7 +603,7 @@ func scanAll(tb testing.TB, st *store.Store, dataset string, chain []snapshot.Ve
 func scanCollection(tb testing.TB, st *store.Store, dataset string, chain []snapshot.Version, collection string) []string {
 	tb.Helper()
 	var out []string
-	if err := st.ScanDocuments(context.Background(), dataset, chain, collection, func(d snapshot.Document) bool {
+	if err := st.ScanDocuments(context.Background(), snapshot.ChainRef{Dataset: dataset, Chain: chain, Collection: collection}, func(d snapshot.Document) bool {
 		out = append(out, d.ID+"="+string(d.Body))
 		return true
 	}); err != nil {

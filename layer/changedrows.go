@@ -187,7 +187,7 @@ func (lw *layerWriter) readParent(ctx context.Context, docs []snapshot.Document)
 	chain := lw.cur.Chain(lw.name)
 	var matched []fromEntry
 	err := inBatches(docs, func(d snapshot.Document) string { return d.ID }, func(_ []snapshot.Document, ids []string) error {
-		got, err := lw.vw.Store.LocateDocuments(ctx, lw.vw.dataset, chain, lw.name, ids)
+		got, err := lw.vw.Store.LocateDocuments(ctx, snapshot.ChainRef{Dataset: lw.vw.dataset, Chain: chain, Collection: lw.name}, ids)
 		if err != nil {
 			return fmt.Errorf("read the parent's documents of the changed ids: %w", err)
 		}

@@ -37,7 +37,7 @@ type Reader struct {
 // ReadStore is what a Reader needs from storage.
 type ReadStore interface {
 	// GetDocuments returns the documents of ids found through a chain.
-	GetDocuments(ctx context.Context, dataset string, chain []snapshot.Version, collection string, ids []string) (map[string][]byte, error)
+	GetDocuments(ctx context.Context, in snapshot.ChainRef, ids []string) (map[string][]byte, error)
 	RunReader
 }
 
@@ -194,7 +194,7 @@ func (w *changeWalk) parentHolds(ctx context.Context, cands []candidate) (map[st
 	}
 	held := make(map[string]bool, len(ids))
 	err := inBatches(ids, func(id string) string { return id }, func(_, batch []string) error {
-		got, err := w.r.st.GetDocuments(ctx, w.r.dataset, w.parentChain, w.collection, batch)
+		got, err := w.r.st.GetDocuments(ctx, snapshot.ChainRef{Dataset: w.r.dataset, Chain: w.parentChain, Collection: w.collection}, batch)
 		if err != nil {
 			return fmt.Errorf("read the parent's documents of deleted ids: %w", err)
 		}

@@ -26,11 +26,11 @@ func (s *changesStore) ReadPointer(context.Context, string) (snapshot.Pointer, e
 	return snapshot.Pointer{}, snapshot.ErrNoVersion
 }
 
-func (s *changesStore) GetDocument(context.Context, string, []snapshot.Version, string, string) ([]byte, error) {
+func (s *changesStore) GetDocument(context.Context, snapshot.ChainRef, string) ([]byte, error) {
 	return []byte(`{}`), nil
 }
 
-func (s *changesStore) GetDocuments(_ context.Context, _ string, _ []snapshot.Version, _ string, ids []string) (map[string][]byte, error) {
+func (s *changesStore) GetDocuments(_ context.Context, _ snapshot.ChainRef, ids []string) (map[string][]byte, error) {
 	out := map[string][]byte{}
 	for _, id := range ids {
 		out[id] = []byte(`{}`)
@@ -38,11 +38,11 @@ func (s *changesStore) GetDocuments(_ context.Context, _ string, _ []snapshot.Ve
 	return out, nil
 }
 
-func (s *changesStore) ScanPage(context.Context, string, []snapshot.Version, string, string, int) ([]snapshot.Document, bool, error) {
+func (s *changesStore) ScanPage(context.Context, snapshot.ChainRef, string, int) ([]snapshot.Document, bool, error) {
 	return nil, false, nil
 }
 
-func (s *changesStore) ScanEntries(context.Context, string, []snapshot.Version, string, snapshot.Span, int) ([]snapshot.Document, bool, error) {
+func (s *changesStore) ScanEntries(context.Context, snapshot.ChainRef, snapshot.Span, int) ([]snapshot.Document, bool, error) {
 	return nil, false, nil
 }
 

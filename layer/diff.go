@@ -12,9 +12,9 @@ type DiffStore interface {
 	ReadManifest(ctx context.Context, dataset string, v snapshot.Version) (snapshot.Manifest, error)
 	// ScanDocuments calls fn with every document of a collection through a chain, in
 	// id order, until fn returns false.
-	ScanDocuments(ctx context.Context, dataset string, chain []snapshot.Version, collection string, fn func(snapshot.Document) bool) error
+	ScanDocuments(ctx context.Context, in snapshot.ChainRef, fn func(snapshot.Document) bool) error
 	// GetDocuments returns the documents of ids found through a chain.
-	GetDocuments(ctx context.Context, dataset string, chain []snapshot.Version, collection string, ids []string) (map[string][]byte, error)
+	GetDocuments(ctx context.Context, in snapshot.ChainRef, ids []string) (map[string][]byte, error)
 	RunReader
 }
 
@@ -124,11 +124,11 @@ func (c collectionDiffer) layers(ctx context.Context, ua, ub []snapshot.LayerRef
 		if len(batch) == 0 {
 			return nil
 		}
-		da, err := st.GetDocuments(ctx, dataset, a, name, batch)
+		da, err := st.GetDocuments(ctx, snapshot.ChainRef{Dataset: dataset, Chain: a, Collection: name}, batch)
 		if err != nil {
 			return err
 		}
-		db, err := st.GetDocuments(ctx, dataset, b, name, batch)
+		db, err := st.GetDocuments(ctx, snapshot.ChainRef{Dataset: dataset, Chain: b, Collection: name}, batch)
 		if err != nil {
 			return err
 		}
@@ -185,7 +185,7 @@ func (c collectionDiffer) scans(ctx context.Context) (CollectionDiff, error) {
 	berr := make(chan error, 1)
 	go func() {
 		defer close(bdocs)
-		berr <- st.ScanDocuments(ctx, dataset, b, name, func(doc snapshot.Document) bool {
+		berr <- st.ScanDocuments(ctx, snapshot.ChainRef{Dataset: dataset, Chain: b, Collection: name}, func(doc snapshot.Document) bool {
 			select {
 			case bdocs <- doc:
 				return true
@@ -195,7 +195,7 @@ func (c collectionDiffer) scans(ctx context.Context) (CollectionDiff, error) {
 		})
 	}()
 	next, more := <-bdocs
-	err := st.ScanDocuments(ctx, dataset, a, name, func(doc snapshot.Document) bool {
+	err := st.ScanDocuments(ctx, snapshot.ChainRef{Dataset: dataset, Chain: a, Collection: name}, func(doc snapshot.Document) bool {
 		for more && next.ID < doc.ID {
 			d.Added++
 			note("+", next.ID)

@@ -20,7 +20,7 @@ import (
 func entriesThrough(tb testing.TB, st *store.Store, m snapshot.Manifest, collection, name string) []string {
 	tb.Helper()
 	var out []string
-	err := st.ScanIndex(context.Background(), m.Dataset, m.Chain(collection), index.Collection(collection, name), func(e string) bool {
+	err := st.ScanIndex(context.Background(), snapshot.ChainRef{Dataset: m.Dataset, Chain: m.Chain(collection), Collection: index.Collection(collection, name)}, func(e string) bool {
 		out = append(out, e)
 		return true
 	})
@@ -36,7 +36,7 @@ func entriesOf(tb testing.TB, st *store.Store, m snapshot.Manifest, collection s
 	tb.Helper()
 	c := m.Collections[collection]
 	out := map[string][]string{}
-	err := st.ScanDocuments(context.Background(), m.Dataset, m.Chain(collection), collection, func(d snapshot.Document) bool {
+	err := st.ScanDocuments(context.Background(), snapshot.ChainRef{Dataset: m.Dataset, Chain: m.Chain(collection), Collection: collection}, func(d snapshot.Document) bool {
 		for _, decl := range c.Indexes {
 			def, err := index.Typed(decl)
 			if err != nil {
@@ -305,7 +305,7 @@ func TestFullCopyInPartsPacksEachIndexOnce(t *testing.T) {
 	}
 	checkIndexes(t, r.store, m, "t", 2)
 	for _, d := range m.Collections["t"].Indexes {
-		page, more, err := r.store.ScanEntries(context.Background(), m.Dataset, m.Chain("t"), index.Collection("t", d.Name), snapshot.Span{Inclusive: true}, 10_000)
+		page, more, err := r.store.ScanEntries(context.Background(), snapshot.ChainRef{Dataset: m.Dataset, Chain: m.Chain("t"), Collection: index.Collection("t", d.Name)}, snapshot.Span{Inclusive: true}, 10_000)
 		if err != nil || more || len(page) != 1500 {
 			t.Errorf("index %s through its directory: %d entries, more %v, %v; want 1,500", d.Name, len(page), more, err)
 		}

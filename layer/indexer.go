@@ -94,7 +94,7 @@ func (ix *indexer) flush(ctx context.Context) error {
 	for i, d := range ix.pending {
 		ids[i] = d.ID
 	}
-	old, err := ix.st.GetDocuments(ctx, ix.dataset, ix.under, ix.collection, ids)
+	old, err := ix.st.GetDocuments(ctx, snapshot.ChainRef{Dataset: ix.dataset, Chain: ix.under, Collection: ix.collection}, ids)
 	if err != nil {
 		return fmt.Errorf("read the old values of %s's indexed fields: %w", ix.collection, err)
 	}

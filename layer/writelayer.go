@@ -384,7 +384,7 @@ func (c *copier) flush(ctx context.Context) error {
 		return nil
 	}
 	err := inBatches(c.batch, runEntryID, func(batch []RunEntry, ids []string) error {
-		got, err := c.st.GetDocuments(ctx, c.dataset, c.chain, c.collection, ids)
+		got, err := c.st.GetDocuments(ctx, snapshot.ChainRef{Dataset: c.dataset, Chain: c.chain, Collection: c.collection}, ids)
 		if err != nil {
 			return fmt.Errorf("read the parent's documents to merge: %w", err)
 		}

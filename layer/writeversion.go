@@ -35,10 +35,10 @@ type Store interface {
 	NewWriter(ctx context.Context, dataset string, v snapshot.Version) DocumentWriter
 	// GetDocuments returns the documents of ids found through a chain (a merged
 	// delta copies the parent's unchanged documents).
-	GetDocuments(ctx context.Context, dataset string, chain []snapshot.Version, collection string, ids []string) (map[string][]byte, error)
+	GetDocuments(ctx context.Context, in snapshot.ChainRef, ids []string) (map[string][]byte, error)
 	// LocateDocuments is GetDocuments that also says which layer of the chain each
 	// document was read from.
-	LocateDocuments(ctx context.Context, dataset string, chain []snapshot.Version, collection string, ids []string) (map[string]Located, error)
+	LocateDocuments(ctx context.Context, in snapshot.ChainRef, ids []string) (map[string]Located, error)
 	// RecordedLive returns how many live ids the chain the layer tops holds, as the
 	// publish that wrote the layer recorded it (DocumentWriter.WriteLive); false when
 	// none did.

@@ -103,7 +103,7 @@ func (f *fetcher) read(batch []*fetchReq) {
 		var err error
 		if len(ids) == 1 {
 			var body []byte
-			body, err = f.store.GetDocument(ctx, f.dataset, reqs[0].chain, g.collection, ids[0])
+			body, err = f.store.GetDocument(ctx, snapshot.ChainRef{Dataset: f.dataset, Chain: reqs[0].chain, Collection: g.collection}, ids[0])
 			got = map[string][]byte{}
 			if err == nil {
 				got[ids[0]] = body
@@ -111,7 +111,7 @@ func (f *fetcher) read(batch []*fetchReq) {
 				err = nil
 			}
 		} else {
-			got, err = f.store.GetDocuments(ctx, f.dataset, reqs[0].chain, g.collection, ids)
+			got, err = f.store.GetDocuments(ctx, snapshot.ChainRef{Dataset: f.dataset, Chain: reqs[0].chain, Collection: g.collection}, ids)
 		}
 		for _, r := range reqs {
 			body, found := got[r.key.id]

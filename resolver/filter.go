@@ -87,7 +87,7 @@ func (r *Resolver) filterIDs(ctx context.Context, view snapshot.View, q FilterQu
 		if span.Empty() {
 			continue
 		}
-		page, _, err := r.store.ScanEntries(ctx, r.dataset, chain, entries, span, limit+1-len(got))
+		page, _, err := r.store.ScanEntries(ctx, snapshot.ChainRef{Dataset: r.dataset, Chain: chain, Collection: entries}, span, limit+1-len(got))
 		if err != nil {
 			return filterIDs{}, err
 		}

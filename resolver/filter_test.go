@@ -19,7 +19,7 @@ type entryStore struct {
 	scans   atomic.Int64
 }
 
-func (s *entryStore) ScanEntries(_ context.Context, _ string, _ []snapshot.Version, collection string, sp snapshot.Span, limit int) ([]snapshot.Document, bool, error) {
+func (s *entryStore) ScanEntries(_ context.Context, _ snapshot.ChainRef, sp snapshot.Span, limit int) ([]snapshot.Document, bool, error) {
 	s.scans.Add(1)
 	var out []snapshot.Document
 	for _, e := range s.entries {

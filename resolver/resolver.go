@@ -20,16 +20,16 @@ type ReadStore interface {
 	ReadManifest(ctx context.Context, dataset string, v snapshot.Version) (snapshot.Manifest, error)
 	// GetDocument returns one document through a chain (Manifest.Chain: the layers
 	// holding the collection, newest first), or ErrNotFound.
-	GetDocument(ctx context.Context, dataset string, chain []snapshot.Version, collection, id string) ([]byte, error)
+	GetDocument(ctx context.Context, in snapshot.ChainRef, id string) ([]byte, error)
 	// GetDocuments returns the documents of ids found through a chain, in one read;
 	// missing ids are absent from the map.
-	GetDocuments(ctx context.Context, dataset string, chain []snapshot.Version, collection string, ids []string) (map[string][]byte, error)
+	GetDocuments(ctx context.Context, in snapshot.ChainRef, ids []string) (map[string][]byte, error)
 	// ScanPage returns up to limit documents through a chain whose ids sort after
 	// after, in id order, and whether more follow.
-	ScanPage(ctx context.Context, dataset string, chain []snapshot.Version, collection, after string, limit int) ([]snapshot.Document, bool, error)
+	ScanPage(ctx context.Context, in snapshot.ChainRef, after string, limit int) ([]snapshot.Document, bool, error)
 	// ScanEntries returns up to limit entries of an index (index.Collection) through
 	// a chain whose ids are in span, in order, and whether more follow.
-	ScanEntries(ctx context.Context, dataset string, chain []snapshot.Version, collection string, span snapshot.Span, limit int) ([]snapshot.Document, bool, error)
+	ScanEntries(ctx context.Context, in snapshot.ChainRef, span snapshot.Span, limit int) ([]snapshot.Document, bool, error)
 	// RecentManifests returns up to limit of the dataset's manifests made before
 	// version before ("" for the newest), newest first.
 	RecentManifests(ctx context.Context, dataset string, before snapshot.Version, limit int) ([]snapshot.Manifest, error)
@@ -346,7 +346,7 @@ func (r *Resolver) GetMany(ctx context.Context, view snapshot.View, collection s
 		}
 	}
 	if len(fetch) > 0 {
-		got, err := r.store.GetDocuments(ctx, r.dataset, view.Manifest.Chain(collection), collection, fetch)
+		got, err := r.store.GetDocuments(ctx, snapshot.ChainRef{Dataset: r.dataset, Chain: view.Manifest.Chain(collection), Collection: collection}, fetch)
 		if err != nil {
 			return nil, nil, err
 		}
@@ -379,7 +379,7 @@ func (r *Resolver) Page(ctx context.Context, view snapshot.View, collection, aft
 	if !view.HasCollection(collection) {
 		return nil, false, fmt.Errorf("collection %q: %w", collection, snapshot.ErrNotFound)
 	}
-	return r.store.ScanPage(ctx, r.dataset, view.Manifest.Chain(collection), collection, after, limit)
+	return r.store.ScanPage(ctx, snapshot.ChainRef{Dataset: r.dataset, Chain: view.Manifest.Chain(collection), Collection: collection}, after, limit)
 }
 
 // Versions returns up to limit of the dataset's versions made before version before

@@ -77,12 +77,12 @@ func (s *countingStore) ReadManifest(_ context.Context, _ string, v snapshot.Ver
 	return snapshot.Manifest{Version: v, State: st, Format: s.formats[v], Collections: map[string]snapshot.CollectionStats{"c": {}}}, nil
 }
 
-func (s *countingStore) GetDocument(context.Context, string, []snapshot.Version, string, string) ([]byte, error) {
+func (s *countingStore) GetDocument(context.Context, snapshot.ChainRef, string) ([]byte, error) {
 	s.getDocs.Add(1)
 	return []byte(`{}`), nil
 }
 
-func (s *countingStore) GetDocuments(_ context.Context, _ string, _ []snapshot.Version, _ string, ids []string) (map[string][]byte, error) {
+func (s *countingStore) GetDocuments(_ context.Context, _ snapshot.ChainRef, ids []string) (map[string][]byte, error) {
 	out := map[string][]byte{}
 	for _, id := range ids {
 		out[id] = []byte(`{}`)
@@ -90,11 +90,11 @@ func (s *countingStore) GetDocuments(_ context.Context, _ string, _ []snapshot.V
 	return out, nil
 }
 
-func (s *countingStore) ScanPage(context.Context, string, []snapshot.Version, string, string, int) ([]snapshot.Document, bool, error) {
+func (s *countingStore) ScanPage(context.Context, snapshot.ChainRef, string, int) ([]snapshot.Document, bool, error) {
 	return nil, false, nil
 }
 
-func (s *countingStore) ScanEntries(context.Context, string, []snapshot.Version, string, snapshot.Span, int) ([]snapshot.Document, bool, error) {
+func (s *countingStore) ScanEntries(context.Context, snapshot.ChainRef, snapshot.Span, int) ([]snapshot.Document, bool, error) {
 	return nil, false, nil
 }
 

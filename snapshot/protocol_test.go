@@ -68,7 +68,7 @@ func (r *memRig) holds(tb testing.TB, m snapshot.Manifest) map[string]map[string
 	out := map[string]map[string]string{}
 	for _, c := range r.src.Collections() {
 		out[c] = map[string]string{}
-		err := r.st.ScanDocuments(context.Background(), "ds", m.Chain(c), c, func(d snapshot.Document) bool {
+		err := r.st.ScanDocuments(context.Background(), snapshot.ChainRef{Dataset: "ds", Chain: m.Chain(c), Collection: c}, func(d snapshot.Document) bool {
 			out[c][d.ID] = string(d.Body)
 			return true
 		})

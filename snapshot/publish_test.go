@@ -115,11 +115,11 @@ func TestPublishFlipsToACompleteVersion(t *testing.T) {
 	if old.State != snapshot.StateRetired {
 		t.Errorf("replaced version is %s; want retired", old.State)
 	}
-	oldDoc, err := r.store.GetDocument(ctx, "ds", m.Chain("users"), "users", "u1")
+	oldDoc, err := r.store.GetDocument(ctx, snapshot.ChainRef{Dataset: "ds", Chain: m.Chain("users"), Collection: "users"}, "u1")
 	if err != nil || !strings.Contains(string(oldDoc), `"name 1"`) {
 		t.Errorf("old version's u1 = %s, %v; want the old name", oldDoc, err)
 	}
-	newDoc, err := r.store.GetDocument(ctx, "ds", res3.Manifest.Chain("users"), "users", "u1")
+	newDoc, err := r.store.GetDocument(ctx, snapshot.ChainRef{Dataset: "ds", Chain: res3.Manifest.Chain("users"), Collection: "users"}, "u1")
 	if err != nil || !strings.Contains(string(newDoc), `"renamed"`) {
 		t.Errorf("new version's u1 = %s, %v; want the new name", newDoc, err)
 	}

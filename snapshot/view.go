@@ -13,6 +13,22 @@ func (v View) HasCollection(name string) bool {
 	return ok
 }
 
+// ChainRef names a collection of a dataset as a version reads it: through a chain
+// of layers (Manifest.Chain: newest first, down to a base). Every read of documents
+// or index entries takes one.
+type ChainRef struct {
+	Dataset    string
+	Chain      []Version
+	Collection string
+}
+
+// In returns c's collection of the same chain: an index's entries (IndexCollection),
+// say, read through the chain of the collection they index.
+func (c ChainRef) In(collection string) ChainRef {
+	c.Collection = collection
+	return c
+}
+
 // Span is the ids a scan covers: those after From (from From on, when Inclusive) and,
 // unless To is "", before To. Ids compare as bytes.
 type Span struct {

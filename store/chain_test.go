@@ -62,7 +62,7 @@ func TestChainReadsMatchAModel(t *testing.T) {
 
 	for i := range 1500 {
 		want, ok := model[id(i)]
-		got, err := st.GetDocument(ctx, "ds", chain, "c", id(i))
+		got, err := st.GetDocument(ctx, snapshot.ChainRef{Dataset: "ds", Chain: chain, Collection: "c"}, id(i))
 		if ok != (err == nil) || (ok && string(got) != want) {
 			t.Fatalf("GetDocument(%s) = %s, %v; want %q (present %v)", id(i), got, err, want, ok)
 		}
@@ -71,7 +71,7 @@ func TestChainReadsMatchAModel(t *testing.T) {
 	for i := range 1500 {
 		all = append(all, id(i))
 	}
-	got, err := st.GetDocuments(ctx, "ds", chain, "c", all)
+	got, err := st.GetDocuments(ctx, snapshot.ChainRef{Dataset: "ds", Chain: chain, Collection: "c"}, all)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -87,7 +87,7 @@ func TestChainReadsMatchAModel(t *testing.T) {
 		var listed []string
 		after := ""
 		for pages := 0; ; pages++ {
-			docs, more, err := st.ScanPage(ctx, "ds", chain, "c", after, limit)
+			docs, more, err := st.ScanPage(ctx, snapshot.ChainRef{Dataset: "ds", Chain: chain, Collection: "c"}, after, limit)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -128,7 +128,7 @@ func TestChainReadsMatchAModel(t *testing.T) {
 		limit := 1 + r.IntN(300)
 		var listed []string
 		for next := sp; ; {
-			docs, more, err := st.ScanSpan(ctx, "ds", chain, "c", next, limit)
+			docs, more, err := st.ScanSpan(ctx, snapshot.ChainRef{Dataset: "ds", Chain: chain, Collection: "c"}, next, limit)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -145,7 +145,7 @@ func TestChainReadsMatchAModel(t *testing.T) {
 		}
 	}
 	var scanned []string
-	err = st.ScanDocuments(ctx, "ds", chain, "c", func(d snapshot.Document) bool {
+	err = st.ScanDocuments(ctx, snapshot.ChainRef{Dataset: "ds", Chain: chain, Collection: "c"}, func(d snapshot.Document) bool {
 		if model[d.ID] != string(d.Body) {
 			t.Errorf("scan: %s = %s; want %s", d.ID, d.Body, model[d.ID])
 		}
@@ -157,7 +157,7 @@ func TestChainReadsMatchAModel(t *testing.T) {
 	}
 	// A one-layer chain is listed by one direct read; a layer that holds tombstones is
 	// still listed without them.
-	docs, _, err := st.ScanPage(ctx, "ds", chain[:1], "c", "", 5000)
+	docs, _, err := st.ScanPage(ctx, snapshot.ChainRef{Dataset: "ds", Chain: chain[:1], Collection: "c"}, "", 5000)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -167,7 +167,7 @@ func TestChainReadsMatchAModel(t *testing.T) {
 		}
 	}
 	// Only the layers hold rows: a chain without the newest layer reads the older state.
-	if _, err := st.GetDocuments(ctx, "ds", chain[1:], "c", all); err != nil {
+	if _, err := st.GetDocuments(ctx, snapshot.ChainRef{Dataset: "ds", Chain: chain[1:], Collection: "c"}, all); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -217,10 +217,10 @@ func TestRunChunksAndRefresh(t *testing.T) {
 	if err != nil || n != 2 {
 		t.Fatalf("RefreshVersion = %d, %v; want 2 rows (a document and a tombstone)", n, err)
 	}
-	if _, err := st.GetDocument(ctx, "ds", chain, "c", "a"); err == nil {
+	if _, err := st.GetDocument(ctx, snapshot.ChainRef{Dataset: "ds", Chain: chain, Collection: "c"}, "a"); err == nil {
 		t.Error("the tombstone did not survive the refresh: a deleted id is served")
 	}
-	if got, err := st.GetDocument(ctx, "ds", chain[1:], "c", "a"); err != nil || string(got) != `{"x":1}` {
+	if got, err := st.GetDocument(ctx, snapshot.ChainRef{Dataset: "ds", Chain: chain[1:], Collection: "c"}, "a"); err != nil || string(got) != `{"x":1}` {
 		t.Errorf("the base after refresh: %s, %v", got, err)
 	}
 	for _, tc := range []struct {
@@ -279,7 +279,7 @@ func TestChainReadsMatchAModelOverRandomChains(t *testing.T) {
 		}
 
 		var scanned []snapshot.Document
-		if err := st.ScanDocuments(ctx, "ds", chain, "c", func(d snapshot.Document) bool {
+		if err := st.ScanDocuments(ctx, snapshot.ChainRef{Dataset: "ds", Chain: chain, Collection: "c"}, func(d snapshot.Document) bool {
 			scanned = append(scanned, d)
 			return true
 		}); err != nil {
@@ -291,7 +291,7 @@ func TestChainReadsMatchAModelOverRandomChains(t *testing.T) {
 		limit := 1 + r.IntN(10)
 		var listed []snapshot.Document
 		for after := ""; ; {
-			docs, more, err := st.ScanPage(ctx, "ds", chain, "c", after, limit)
+			docs, more, err := st.ScanPage(ctx, snapshot.ChainRef{Dataset: "ds", Chain: chain, Collection: "c"}, after, limit)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -334,7 +334,7 @@ func TestChainScanCancelledFails(t *testing.T) {
 		for _, after := range []int{1, 100, 999} {
 			ctx, cancel := context.WithCancel(bg)
 			n := 0
-			err := st.ScanDocuments(ctx, "ds", tc.chain, "c", func(snapshot.Document) bool {
+			err := st.ScanDocuments(ctx, snapshot.ChainRef{Dataset: "ds", Chain: tc.chain, Collection: "c"}, func(snapshot.Document) bool {
 				if n++; n == after {
 					cancel()
 				}

@@ -30,9 +30,10 @@ const colDoc = "v"
 // has a row wins, and a tombstone there means the id is absent.
 
 // GetDocument returns one document through a chain, or ErrNotFound.
-func (s *Store) GetDocument(ctx context.Context, dataset string, chain []snapshot.Version, collection, id string) ([]byte, error) {
+func (s *Store) GetDocument(ctx context.Context, in snapshot.ChainRef, id string) ([]byte, error) {
+	dataset, chain, collection := in.Dataset, in.Chain, in.Collection
 	if len(chain) != 1 {
-		got, err := s.GetDocuments(ctx, dataset, chain, collection, []string{id})
+		got, err := s.GetDocuments(ctx, in, []string{id})
 		if err != nil {
 			return nil, err
 		}
@@ -61,8 +62,8 @@ func (s *Store) GetDocument(ctx context.Context, dataset string, chain []snapsho
 // GetDocuments returns the documents of the given ids through a chain, in one read
 // (every layer's key of every id in one row list); ids that have no document are
 // absent from the map.
-func (s *Store) GetDocuments(ctx context.Context, dataset string, chain []snapshot.Version, collection string, ids []string) (map[string][]byte, error) {
-	found, err := s.LocateDocuments(ctx, dataset, chain, collection, ids)
+func (s *Store) GetDocuments(ctx context.Context, in snapshot.ChainRef, ids []string) (map[string][]byte, error) {
+	found, err := s.LocateDocuments(ctx, in, ids)
 	if err != nil {
 		return nil, err
 	}
@@ -75,7 +76,8 @@ func (s *Store) GetDocuments(ctx context.Context, dataset string, chain []snapsh
 
 // LocateDocuments is GetDocuments that also says which layer of the chain (its index,
 // newest first) each document was read from.
-func (s *Store) LocateDocuments(ctx context.Context, dataset string, chain []snapshot.Version, collection string, ids []string) (map[string]layer.Located, error) {
+func (s *Store) LocateDocuments(ctx context.Context, in snapshot.ChainRef, ids []string) (map[string]layer.Located, error) {
+	dataset, chain, collection := in.Dataset, in.Chain, in.Collection
 	ctx, cancel := s.op(ctx)
 	defer cancel()
 	prefixes := make([]string, len(chain))
@@ -139,16 +141,16 @@ func chainName(chain []snapshot.Version) string {
 // the scan is bounded by its progress instead: it fails when no row arrives for
 // OpTimeout (the client would otherwise retry an unreachable Bigtable until ctx ends).
 // A chain of several layers is read with one scan per layer, merged.
-func (s *Store) ScanDocuments(ctx context.Context, dataset string, chain []snapshot.Version, collection string, fn func(snapshot.Document) bool) error {
-	return s.scanChain(ctx, chainOf{dataset, chain, collection}, s.scanLayer, fn)
+func (s *Store) ScanDocuments(ctx context.Context, in snapshot.ChainRef, fn func(snapshot.Document) bool) error {
+	return s.scanChain(ctx, in, s.scanLayer, fn)
 }
 
 // layerScan scans one layer of a collection whole (scanLayer, scanLayerEntries).
 type layerScan func(ctx context.Context, dataset string, v snapshot.Version, collection string, fn func(snapshot.Document) bool) error
 
 // scanChain is ScanDocuments with each layer scanned by scan.
-func (s *Store) scanChain(ctx context.Context, c chainOf, scan layerScan, fn func(snapshot.Document) bool) error {
-	dataset, chain, collection := c.dataset, c.chain, c.collection
+func (s *Store) scanChain(ctx context.Context, c snapshot.ChainRef, scan layerScan, fn func(snapshot.Document) bool) error {
+	dataset, chain, collection := c.Dataset, c.Chain, c.Collection
 	if len(chain) == 1 {
 		return scan(ctx, dataset, chain[0], collection, func(d snapshot.Document) bool {
 			if isTombstone(d) {
@@ -349,8 +351,8 @@ func (s *Store) RefreshVersion(ctx context.Context, dataset string, chains map[s
 // many as the page still needs, merged; an id is final once every layer that may
 // hold more rows has been read past it, and a round that ends short (tombstones,
 // shadowed rows) reads on from there with a larger limit.
-func (s *Store) ScanPage(ctx context.Context, dataset string, chain []snapshot.Version, collection, after string, limit int) ([]snapshot.Document, bool, error) {
-	return s.ScanSpan(ctx, dataset, chain, collection, snapshot.Span{From: after, Inclusive: after == ""}, limit)
+func (s *Store) ScanPage(ctx context.Context, in snapshot.ChainRef, after string, limit int) ([]snapshot.Document, bool, error) {
+	return s.ScanSpan(ctx, in, snapshot.Span{From: after, Inclusive: after == ""}, limit)
 }
 
 // rowRange returns the row keys of the span's ids under a collection's prefix. Escaping
@@ -371,19 +373,19 @@ func rowRange(sp snapshot.Span, prefix string) bigtable.RowRange {
 
 // ScanSpan is ScanPage over the ids of span: up to limit documents whose ids are in
 // it, in id order, and whether more of the span's follow.
-func (s *Store) ScanSpan(ctx context.Context, dataset string, chain []snapshot.Version, collection string, span snapshot.Span, limit int) ([]snapshot.Document, bool, error) {
-	return s.scanSpan(ctx, chainOf{dataset, chain, collection}, span, limit, s.readRange)
+func (s *Store) ScanSpan(ctx context.Context, in snapshot.ChainRef, span snapshot.Span, limit int) ([]snapshot.Document, bool, error) {
+	return s.scanSpan(ctx, in, span, limit, s.readRange)
 }
 
 // ScanEntries is ScanSpan over an index's entries (index.Collection), whose base
 // layer packs them in blocks (index.IsBlock): up to limit entries in span, in order,
 // each with index.EntryBody, and whether more of the span's follow.
-func (s *Store) ScanEntries(ctx context.Context, dataset string, chain []snapshot.Version, collection string, span snapshot.Span, limit int) ([]snapshot.Document, bool, error) {
-	if len(chain) == 0 {
+func (s *Store) ScanEntries(ctx context.Context, in snapshot.ChainRef, span snapshot.Span, limit int) ([]snapshot.Document, bool, error) {
+	if len(in.Chain) == 0 {
 		return nil, false, nil // no layer holds an entry
 	}
-	base := chain[len(chain)-1]
-	return s.scanSpan(ctx, chainOf{dataset, chain, collection}, span, limit, func(ctx context.Context, l layerColl, span snapshot.Span, n int) ([]snapshot.Document, error) {
+	base := in.Chain[len(in.Chain)-1]
+	return s.scanSpan(ctx, in, span, limit, func(ctx context.Context, l layerColl, span snapshot.Span, n int) ([]snapshot.Document, error) {
 		return s.readEntries(ctx, l, span, n, l.v == base)
 	})
 }
@@ -391,8 +393,8 @@ func (s *Store) ScanEntries(ctx context.Context, dataset string, chain []snapsho
 // ScanIndex calls fn with every entry of an index through a chain, in order, until fn
 // returns false. Like ScanDocuments it reads each layer in one scan, merged, and is
 // bounded by its progress; a packed layer's blocks are read as their entries.
-func (s *Store) ScanIndex(ctx context.Context, dataset string, chain []snapshot.Version, collection string, fn func(entry string) bool) error {
-	return s.scanChain(ctx, chainOf{dataset, chain, collection}, s.scanLayerEntries, func(d snapshot.Document) bool { return fn(d.ID) })
+func (s *Store) ScanIndex(ctx context.Context, in snapshot.ChainRef, fn func(entry string) bool) error {
+	return s.scanChain(ctx, in, s.scanLayerEntries, func(d snapshot.Document) bool { return fn(d.ID) })
 }
 
 // scanLayerEntries is scanLayer over an index's layer, each block read as its entries.
@@ -449,13 +451,6 @@ func (p *entryPage) keep(d snapshot.Document) bool {
 	return !p.done
 }
 
-// chainOf is a collection of a dataset through a chain.
-type chainOf struct {
-	dataset    string
-	chain      []snapshot.Version
-	collection string
-}
-
 // layerColl is a collection of a dataset in one layer.
 type layerColl struct {
 	dataset    string
@@ -471,8 +466,8 @@ func (l layerColl) what() string   { return fmt.Sprintf("scan %s at %s", l.colle
 type layerRange func(ctx context.Context, l layerColl, span snapshot.Span, n int) ([]snapshot.Document, error)
 
 // scanSpan is ScanSpan with each layer's rows read by read.
-func (s *Store) scanSpan(ctx context.Context, c chainOf, span snapshot.Span, limit int, read layerRange) ([]snapshot.Document, bool, error) {
-	dataset, chain, collection := c.dataset, c.chain, c.collection
+func (s *Store) scanSpan(ctx context.Context, c snapshot.ChainRef, span snapshot.Span, limit int, read layerRange) ([]snapshot.Document, bool, error) {
+	dataset, chain, collection := c.Dataset, c.Chain, c.Collection
 	ctx, cancel := s.op(ctx)
 	defer cancel()
 	if span.Empty() {

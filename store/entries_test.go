@@ -91,13 +91,13 @@ func TestEntriesThroughPackedBlocks(t *testing.T) {
 
 // checkEntries checks spans and pages of an index through chain against want.
 func checkEntries(t *testing.T, st interface {
-	ScanEntries(context.Context, string, []snapshot.Version, string, snapshot.Span, int) ([]snapshot.Document, bool, error)
-	ScanIndex(context.Context, string, []snapshot.Version, string, func(string) bool) error
+	ScanEntries(context.Context, snapshot.ChainRef, snapshot.Span, int) ([]snapshot.Document, bool, error)
+	ScanIndex(context.Context, snapshot.ChainRef, func(string) bool) error
 }, chain []snapshot.Version, want []string, r *rand.Rand, what string) {
 	t.Helper()
 	ctx := context.Background()
 	var scanned []string
-	if err := st.ScanIndex(ctx, "ds", chain, "c/i", func(e string) bool { scanned = append(scanned, e); return true }); err != nil {
+	if err := st.ScanIndex(ctx, snapshot.ChainRef{Dataset: "ds", Chain: chain, Collection: "c/i"}, func(e string) bool { scanned = append(scanned, e); return true }); err != nil {
 		t.Fatal(err)
 	}
 	if !slices.Equal(scanned, want) {
@@ -127,7 +127,7 @@ func checkEntries(t *testing.T, st interface {
 		limit := 1 + r.IntN(400)
 		var listed []string
 		for next := sp; ; {
-			page, more, err := st.ScanEntries(ctx, "ds", chain, "c/i", next, limit)
+			page, more, err := st.ScanEntries(ctx, snapshot.ChainRef{Dataset: "ds", Chain: chain, Collection: "c/i"}, next, limit)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -180,7 +180,7 @@ func TestEntriesReadThroughTheDirectory(t *testing.T) {
 	if _, err := w.Close(ctx); err != nil {
 		t.Fatal(err)
 	}
-	page, _, err := st.ScanEntries(ctx, "ds", []snapshot.Version{v}, "c/i", snapshot.Span{Inclusive: true}, 10_000)
+	page, _, err := st.ScanEntries(ctx, snapshot.ChainRef{Dataset: "ds", Chain: []snapshot.Version{v}, Collection: "c/i"}, snapshot.Span{Inclusive: true}, 10_000)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -194,11 +194,11 @@ func TestEntriesReadThroughTheDirectory(t *testing.T) {
 func TestEntriesOfAnEmptyChain(t *testing.T) {
 	st := newStore(t)
 	ctx := context.Background()
-	page, more, err := st.ScanEntries(ctx, "ds", nil, "c/i", snapshot.Span{Inclusive: true}, 10)
+	page, more, err := st.ScanEntries(ctx, snapshot.ChainRef{Dataset: "ds", Chain: nil, Collection: "c/i"}, snapshot.Span{Inclusive: true}, 10)
 	if err != nil || more || len(page) != 0 {
 		t.Errorf("ScanEntries over no layer = %v, %v, %v; want nothing", page, more, err)
 	}
-	if err := st.ScanIndex(ctx, "ds", nil, "c/i", func(string) bool { t.Error("an entry"); return true }); err != nil {
+	if err := st.ScanIndex(ctx, snapshot.ChainRef{Dataset: "ds", Chain: nil, Collection: "c/i"}, func(string) bool { t.Error("an entry"); return true }); err != nil {
 		t.Errorf("ScanIndex over no layer = %v", err)
 	}
 }

@@ -75,7 +75,7 @@ func writeAll(t *testing.T, f *rowFailer, n int, batchTimeout time.Duration) (ma
 	counts, err := w.Close(ctx)
 	if err == nil {
 		for i := range n {
-			if _, err := st.GetDocument(ctx, "ds", []snapshot.Version{v}, "c", fmt.Sprint(i)); err != nil {
+			if _, err := st.GetDocument(ctx, snapshot.ChainRef{Dataset: "ds", Chain: []snapshot.Version{v}, Collection: "c"}, fmt.Sprint(i)); err != nil {
 				t.Fatalf("document %d after retries: %v", i, err)
 			}
 		}
@@ -164,7 +164,7 @@ func TestStoppedBigtableEndsEveryCall(t *testing.T) {
 		}},
 		{"Release", func(ctx context.Context, mode string) error { return holds[mode].Release(ctx) }},
 		{"ScanDocuments", func(ctx context.Context, _ string) error {
-			return st.ScanDocuments(ctx, "ds", []snapshot.Version{v}, "c", func(snapshot.Document) bool { return true })
+			return st.ScanDocuments(ctx, snapshot.ChainRef{Dataset: "ds", Chain: []snapshot.Version{v}, Collection: "c"}, func(snapshot.Document) bool { return true })
 		}},
 	}
 	limit := 10 * cfg.OpTimeout

@@ -267,7 +267,7 @@ func TestWriterRoundTripsAwkwardIDs(t *testing.T) {
 		t.Errorf("written count = %d; want %d", got, want)
 	}
 	for i, id := range ids {
-		got, err := st.GetDocument(ctx, "ds", []snapshot.Version{v}, "c", id)
+		got, err := st.GetDocument(ctx, snapshot.ChainRef{Dataset: "ds", Chain: []snapshot.Version{v}, Collection: "c"}, id)
 		if err != nil {
 			t.Fatalf("GetDocument(%q): %v", id, err)
 		}
@@ -275,12 +275,12 @@ func TestWriterRoundTripsAwkwardIDs(t *testing.T) {
 			t.Errorf("GetDocument(%q) = %s; want %s", id, got, want)
 		}
 	}
-	if _, err := st.GetDocument(ctx, "ds", []snapshot.Version{v}, "c", "missing"); !errors.Is(err, snapshot.ErrNotFound) {
+	if _, err := st.GetDocument(ctx, snapshot.ChainRef{Dataset: "ds", Chain: []snapshot.Version{v}, Collection: "c"}, "missing"); !errors.Is(err, snapshot.ErrNotFound) {
 		t.Errorf("GetDocument(missing) error = %v; want ErrNotFound", err)
 	}
 	// Scanning returns ids in byte order: the key encoding preserves it.
 	var scanned []string
-	if err := st.ScanDocuments(ctx, "ds", []snapshot.Version{v}, "c", func(d snapshot.Document) bool { scanned = append(scanned, d.ID); return true }); err != nil {
+	if err := st.ScanDocuments(ctx, snapshot.ChainRef{Dataset: "ds", Chain: []snapshot.Version{v}, Collection: "c"}, func(d snapshot.Document) bool { scanned = append(scanned, d.ID); return true }); err != nil {
 		t.Fatal(err)
 	}
 	for i := 1; i < len(scanned); i++ {
@@ -341,7 +341,7 @@ func TestWriterManyBatchesInParallel(t *testing.T) {
 	}
 	for _, coll := range colls {
 		got := map[string]string{}
-		if err := st.ScanDocuments(ctx, "ds", []snapshot.Version{v}, coll, func(d snapshot.Document) bool {
+		if err := st.ScanDocuments(ctx, snapshot.ChainRef{Dataset: "ds", Chain: []snapshot.Version{v}, Collection: coll}, func(d snapshot.Document) bool {
 			got[d.ID] = string(d.Body)
 			return true
 		}); err != nil {

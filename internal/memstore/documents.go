@@ -42,7 +42,8 @@ func (s *Store) rows(k layerKey) *layerRows {
 // merged returns the documents of a collection through a chain (newest layer first),
 // in id order: per id the newest layer's row, tombstones dropped. entries reads an
 // index's rows, each block as its entries.
-func (s *Store) merged(ctx context.Context, dataset string, chain []snapshot.Version, collection string, entries bool) ([]snapshot.Document, error) {
+func (s *Store) merged(ctx context.Context, in snapshot.ChainRef, entries bool) ([]snapshot.Document, error) {
+	dataset, chain, collection := in.Dataset, in.Chain, in.Collection
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
@@ -98,8 +99,9 @@ func expand(id string, body []byte, entries bool) []snapshot.Document {
 }
 
 // GetDocument returns one document through a chain, or ErrNotFound.
-func (s *Store) GetDocument(ctx context.Context, dataset string, chain []snapshot.Version, collection, id string) ([]byte, error) {
-	got, err := s.GetDocuments(ctx, dataset, chain, collection, []string{id})
+func (s *Store) GetDocument(ctx context.Context, in snapshot.ChainRef, id string) ([]byte, error) {
+	chain, collection := in.Chain, in.Collection
+	got, err := s.GetDocuments(ctx, in, []string{id})
 	if err != nil {
 		return nil, err
 	}
@@ -112,8 +114,8 @@ func (s *Store) GetDocument(ctx context.Context, dataset string, chain []snapsho
 
 // GetDocuments returns the documents of ids found through a chain; missing ids are
 // absent from the map.
-func (s *Store) GetDocuments(ctx context.Context, dataset string, chain []snapshot.Version, collection string, ids []string) (map[string][]byte, error) {
-	found, err := s.LocateDocuments(ctx, dataset, chain, collection, ids)
+func (s *Store) GetDocuments(ctx context.Context, in snapshot.ChainRef, ids []string) (map[string][]byte, error) {
+	found, err := s.LocateDocuments(ctx, in, ids)
 	if err != nil {
 		return nil, err
 	}
@@ -126,7 +128,8 @@ func (s *Store) GetDocuments(ctx context.Context, dataset string, chain []snapsh
 
 // LocateDocuments is GetDocuments that also says which layer of the chain (its index,
 // newest first) each document was read from.
-func (s *Store) LocateDocuments(ctx context.Context, dataset string, chain []snapshot.Version, collection string, ids []string) (map[string]layer.Located, error) {
+func (s *Store) LocateDocuments(ctx context.Context, in snapshot.ChainRef, ids []string) (map[string]layer.Located, error) {
+	dataset, chain, collection := in.Dataset, in.Chain, in.Collection
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
@@ -160,8 +163,8 @@ func (l *layerRows) doc(id string) ([]byte, bool) {
 
 // ScanDocuments calls fn with every document of a collection through a chain, in id
 // order, until fn returns false.
-func (s *Store) ScanDocuments(ctx context.Context, dataset string, chain []snapshot.Version, collection string, fn func(snapshot.Document) bool) error {
-	docs, err := s.merged(ctx, dataset, chain, collection, false)
+func (s *Store) ScanDocuments(ctx context.Context, in snapshot.ChainRef, fn func(snapshot.Document) bool) error {
+	docs, err := s.merged(ctx, in, false)
 	for _, d := range docs {
 		if !fn(d) {
 			break
@@ -172,8 +175,8 @@ func (s *Store) ScanDocuments(ctx context.Context, dataset string, chain []snaps
 
 // ScanIndex calls fn with every entry of an index through a chain, in order, until
 // fn returns false.
-func (s *Store) ScanIndex(ctx context.Context, dataset string, chain []snapshot.Version, collection string, fn func(entry string) bool) error {
-	docs, err := s.merged(ctx, dataset, chain, collection, true)
+func (s *Store) ScanIndex(ctx context.Context, in snapshot.ChainRef, fn func(entry string) bool) error {
+	docs, err := s.merged(ctx, in, true)
 	for _, d := range docs {
 		if !fn(d.ID) {
 			break
@@ -184,20 +187,20 @@ func (s *Store) ScanIndex(ctx context.Context, dataset string, chain []snapshot.
 
 // ScanPage returns up to limit documents through a chain whose ids sort after after
 // ("" for the first page), in id order, and whether more follow.
-func (s *Store) ScanPage(ctx context.Context, dataset string, chain []snapshot.Version, collection, after string, limit int) ([]snapshot.Document, bool, error) {
-	return s.ScanSpan(ctx, dataset, chain, collection, snapshot.Span{From: after, Inclusive: after == ""}, limit)
+func (s *Store) ScanPage(ctx context.Context, in snapshot.ChainRef, after string, limit int) ([]snapshot.Document, bool, error) {
+	return s.ScanSpan(ctx, in, snapshot.Span{From: after, Inclusive: after == ""}, limit)
 }
 
 // ScanSpan returns up to limit documents whose ids are in span, in id order, and
 // whether more of the span's follow.
-func (s *Store) ScanSpan(ctx context.Context, dataset string, chain []snapshot.Version, collection string, span snapshot.Span, limit int) ([]snapshot.Document, bool, error) {
-	docs, err := s.merged(ctx, dataset, chain, collection, false)
+func (s *Store) ScanSpan(ctx context.Context, in snapshot.ChainRef, span snapshot.Span, limit int) ([]snapshot.Document, bool, error) {
+	docs, err := s.merged(ctx, in, false)
 	return page(docs, span, limit), more(docs, span, limit), err
 }
 
 // ScanEntries is ScanSpan over an index's entries, each with index.EntryBody.
-func (s *Store) ScanEntries(ctx context.Context, dataset string, chain []snapshot.Version, collection string, span snapshot.Span, limit int) ([]snapshot.Document, bool, error) {
-	docs, err := s.merged(ctx, dataset, chain, collection, true)
+func (s *Store) ScanEntries(ctx context.Context, in snapshot.ChainRef, span snapshot.Span, limit int) ([]snapshot.Document, bool, error) {
+	docs, err := s.merged(ctx, in, true)
 	return page(docs, span, limit), more(docs, span, limit), err
 }
 

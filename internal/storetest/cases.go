@@ -504,28 +504,28 @@ func chainOfTwo(t TB, st Store, ds string) ([]snapshot.Version, map[string]strin
 
 func chainReads(t TB, st Store, ds string) {
 	chain, wantDocs := chainOfTwo(t, st, ds)
-	body, err := st.GetDocument(bg, ds, chain, "c", "id03")
+	body, err := st.GetDocument(bg, snapshot.ChainRef{Dataset: ds, Chain: chain, Collection: "c"}, "id03")
 	if err != nil || string(body) != `{"n":"new"}` {
 		t.Errorf("get id03 = %s, %v; want the delta's", body, err)
 	}
-	_, err = st.GetDocument(bg, ds, chain, "c", "id04")
+	_, err = st.GetDocument(bg, snapshot.ChainRef{Dataset: ds, Chain: chain, Collection: "c"}, "id04")
 	want(t, "get a deleted id", err, snapshot.ErrNotFound)
-	_, err = st.GetDocument(bg, ds, chain[1:], "c", "missing")
+	_, err = st.GetDocument(bg, snapshot.ChainRef{Dataset: ds, Chain: chain[1:], Collection: "c"}, "missing")
 	want(t, "get a missing id from one layer", err, snapshot.ErrNotFound)
-	body, err = st.GetDocument(bg, ds, chain[1:], "c", "id04")
+	body, err = st.GetDocument(bg, snapshot.ChainRef{Dataset: ds, Chain: chain[1:], Collection: "c"}, "id04")
 	if err != nil || string(body) != `{"n":4}` {
 		t.Errorf("get id04 from the base alone = %s, %v", body, err)
 	}
-	got, err := st.GetDocuments(bg, ds, chain, "c", []string{"id01", "id03", "id04", "zz", "never", "missing", "a b/é\x01"})
+	got, err := st.GetDocuments(bg, snapshot.ChainRef{Dataset: ds, Chain: chain, Collection: "c"}, []string{"id01", "id03", "id04", "zz", "never", "missing", "a b/é\x01"})
 	if err != nil || len(got) != 4 || string(got["id01"]) != `{"n":1}` || string(got["zz"]) != `{"added":1}` || string(got["a b/é\x01"]) != `{"odd":true}` {
 		t.Errorf("get documents = %q, %v", got, err)
 	}
-	loc, err := st.LocateDocuments(bg, ds, chain, "c", []string{"id01", "id03", "id05"})
+	loc, err := st.LocateDocuments(bg, snapshot.ChainRef{Dataset: ds, Chain: chain, Collection: "c"}, []string{"id01", "id03", "id05"})
 	if err != nil || len(loc) != 2 || loc["id01"].Layer != 1 || loc["id03"].Layer != 0 {
 		t.Errorf("locate = %+v, %v; want id01 in layer 1, id03 in layer 0", loc, err)
 	}
 	var scanned []string
-	err = st.ScanDocuments(bg, ds, chain, "c", func(d snapshot.Document) bool {
+	err = st.ScanDocuments(bg, snapshot.ChainRef{Dataset: ds, Chain: chain, Collection: "c"}, func(d snapshot.Document) bool {
 		if string(d.Body) != wantDocs[d.ID] {
 			t.Errorf("scan: %s = %s; want %s", d.ID, d.Body, wantDocs[d.ID])
 		}
@@ -536,11 +536,11 @@ func chainReads(t TB, st Store, ds string) {
 		t.Errorf("scan = %v, %v; want %v", scanned, err, ids)
 	}
 	n := 0
-	err = st.ScanDocuments(bg, ds, chain, "c", func(snapshot.Document) bool { n++; return n < 3 })
+	err = st.ScanDocuments(bg, snapshot.ChainRef{Dataset: ds, Chain: chain, Collection: "c"}, func(snapshot.Document) bool { n++; return n < 3 })
 	if err != nil || n != 3 {
 		t.Errorf("a scan stopped after 3 saw %d, %v", n, err)
 	}
-	if got, err := st.GetDocuments(bg, ds, chain, "other", []string{"id01"}); err != nil || len(got) != 0 {
+	if got, err := st.GetDocuments(bg, snapshot.ChainRef{Dataset: ds, Chain: chain, Collection: "other"}, []string{"id01"}); err != nil || len(got) != 0 {
 		t.Errorf("get from another collection = %q, %v; want nothing", got, err)
 	}
 }
@@ -552,7 +552,7 @@ func chainPages(t TB, st Store, ds string) {
 		var got []string
 		after, more := "", true
 		for more {
-			page, m, err := st.ScanPage(bg, ds, chain, "c", after, limit)
+			page, m, err := st.ScanPage(bg, snapshot.ChainRef{Dataset: ds, Chain: chain, Collection: "c"}, after, limit)
 			if err != nil || len(page) > limit || (m && len(page) == 0) {
 				t.Fatalf("page after %q, limit %d = %d docs, more %v, %v", after, limit, len(page), m, err)
 			}
@@ -582,7 +582,7 @@ func chainPages(t TB, st Store, ds string) {
 				wantIDs = append(wantIDs, id)
 			}
 		}
-		page, more, err := st.ScanSpan(bg, ds, chain, "c", sp, 100)
+		page, more, err := st.ScanSpan(bg, snapshot.ChainRef{Dataset: ds, Chain: chain, Collection: "c"}, sp, 100)
 		var got []string
 		for _, d := range page {
 			got = append(got, d.ID)
@@ -591,7 +591,7 @@ func chainPages(t TB, st Store, ds string) {
 			t.Errorf("span %+v = %v, more %v, %v; want %v", sp, got, more, err, wantIDs)
 		}
 		if len(wantIDs) > 1 {
-			page, more, err := st.ScanSpan(bg, ds, chain, "c", sp, 1)
+			page, more, err := st.ScanSpan(bg, snapshot.ChainRef{Dataset: ds, Chain: chain, Collection: "c"}, sp, 1)
 			if err != nil || !more || len(page) != 1 || page[0].ID != wantIDs[0] {
 				t.Errorf("span %+v, limit 1 = %v, more %v, %v; want %s and more", sp, page, more, err, wantIDs[0])
 			}
@@ -632,12 +632,12 @@ func indexEntries(t TB, st Store, ds string) {
 	}
 	slices.Sort(wantEntries)
 	var scanned []string
-	err := st.ScanIndex(bg, ds, chain, coll, func(e string) bool { scanned = append(scanned, e); return true })
+	err := st.ScanIndex(bg, snapshot.ChainRef{Dataset: ds, Chain: chain, Collection: coll}, func(e string) bool { scanned = append(scanned, e); return true })
 	if err != nil || !slices.Equal(scanned, wantEntries) {
 		t.Errorf("scan index = %d entries, %v; want %d", len(scanned), err, len(wantEntries))
 	}
 	sp := snapshot.Span{From: "e0002", Inclusive: true, To: "e0302"}
-	page, more, err := st.ScanEntries(bg, ds, chain, coll, sp, 1000)
+	page, more, err := st.ScanEntries(bg, snapshot.ChainRef{Dataset: ds, Chain: chain, Collection: coll}, sp, 1000)
 	var got []string
 	for _, d := range page {
 		if string(d.Body) != string(index.EntryBody) {
@@ -654,11 +654,11 @@ func indexEntries(t TB, st Store, ds string) {
 	if err != nil || more || !slices.Equal(got, wantSpan) {
 		t.Errorf("entries in %+v = %d, more %v, %v; want %d", sp, len(got), more, err, len(wantSpan))
 	}
-	page, more, err = st.ScanEntries(bg, ds, chain, coll, sp, 10)
+	page, more, err = st.ScanEntries(bg, snapshot.ChainRef{Dataset: ds, Chain: chain, Collection: coll}, sp, 10)
 	if err != nil || !more || len(page) != 10 || page[9].ID != wantSpan[9] {
 		t.Errorf("10 entries in %+v = %d, more %v, %v", sp, len(page), more, err)
 	}
-	page, more, err = st.ScanEntries(bg, ds, nil, coll, sp, 10)
+	page, more, err = st.ScanEntries(bg, snapshot.ChainRef{Dataset: ds, Chain: nil, Collection: coll}, sp, 10)
 	if err != nil || more || len(page) != 0 {
 		t.Errorf("entries through no layer = %d, more %v, %v; want none", len(page), more, err)
 	}
@@ -710,7 +710,7 @@ func runs(t TB, st Store, ds string) {
 	if n, ok, _ := st.RecordedLive(bg, ds, vs[0], "c"); !ok || n != 42 {
 		t.Errorf("recorded live after a refresh = %d %v; want 42", n, ok)
 	}
-	if body, err := st.GetDocument(bg, ds, vs[:1], "c", "a"); err != nil || string(body) != `{}` {
+	if body, err := st.GetDocument(bg, snapshot.ChainRef{Dataset: ds, Chain: vs[:1], Collection: "c"}, "a"); err != nil || string(body) != `{}` {
 		t.Errorf("document after a refresh = %s, %v", body, err)
 	}
 }

@@ -32,8 +32,8 @@ type Store interface {
 	AdvanceFence(ctx context.Context, dataset string, token uint64) error
 	ListManifests(ctx context.Context, dataset string) ([]snapshot.Manifest, error)
 	ListPointers(ctx context.Context) (map[string]snapshot.Pointer, error)
-	ScanIndex(ctx context.Context, dataset string, chain []snapshot.Version, collection string, fn func(entry string) bool) error
-	ScanSpan(ctx context.Context, dataset string, chain []snapshot.Version, collection string, span snapshot.Span, limit int) ([]snapshot.Document, bool, error)
+	ScanIndex(ctx context.Context, in snapshot.ChainRef, fn func(entry string) bool) error
+	ScanSpan(ctx context.Context, in snapshot.ChainRef, span snapshot.Span, limit int) ([]snapshot.Document, bool, error)
 	NewLease(name string, cfg store.LeaseConfig) (*store.Lease, error)
 	// FailNext makes the next call of op fail as f says (memstore.Store.FailNext).
 	FailNext(op memstore.Op, f memstore.Fault)
