@@ -53,6 +53,15 @@ type Located struct {
 	Layer int
 }
 
+// Bodies returns the documents of found, by id: GetDocuments from LocateDocuments.
+func Bodies(found map[string]Located) map[string][]byte {
+	out := make(map[string][]byte, len(found))
+	for id, d := range found {
+		out[id] = d.Body
+	}
+	return out
+}
+
 // Writer writes versions' documents for a snapshot.Publisher: per collection a layer
 // against the parent's chain when the version is layered, else a full copy.
 type Writer struct {

@@ -2,6 +2,7 @@ package snapshot
 
 import (
 	"context"
+	"fmt"
 	"time"
 )
 
@@ -110,4 +111,25 @@ type DemandStore interface {
 	RaiseDemand(ctx context.Context, dataset string) (uint64, error)
 	// ReadDemand returns the dataset's demand counter (0 when never raised).
 	ReadDemand(ctx context.Context, dataset string) (uint64, error)
+}
+
+// WhyRefused names why storage refused flip f of dataset, given the pointer it holds
+// now (its Fence the stored fence, even before the first flip): an error wrapping
+// ErrFenced, ErrPinned, ErrSourceBehind or ErrConflict, checked in that order, as
+// every store's FlipPointer reports it.
+func WhyRefused(dataset string, f Flip, cur Pointer) error {
+	switch {
+	case cur.Fence > f.Token:
+		return fmt.Errorf("flip of dataset %s to %s with token %d: stored fence is %d: %w",
+			dataset, f.Version, f.Token, cur.Fence, ErrFenced)
+	case cur.Pinned && !f.Rollback:
+		return fmt.Errorf("flip of dataset %s to %s: pinned at %s (%s): %w",
+			dataset, f.Version, cur.Version, cur.Reason, ErrPinned)
+	case !f.Rollback && cur.Source.LSN > f.Source.LSN:
+		return fmt.Errorf("flip of dataset %s to %s: its source %s is older than the current %s: %w",
+			dataset, f.Version, f.Source, cur.Source, ErrSourceBehind)
+	default:
+		return fmt.Errorf("flip of dataset %s to %s: expected current version %q, found %q: %w",
+			dataset, f.Version, f.Expected, cur.Version, ErrConflict)
+	}
 }

@@ -249,20 +249,7 @@ func (s *Store) whyRejected(ctx context.Context, dataset string, f snapshot.Flip
 	if err != nil {
 		return fmt.Errorf("flip of dataset %s rejected; re-read failed: %w", dataset, err)
 	}
-	switch {
-	case cur.Fence > f.Token:
-		return fmt.Errorf("flip of dataset %s to %s with token %d: stored fence is %d: %w",
-			dataset, f.Version, f.Token, cur.Fence, snapshot.ErrFenced)
-	case cur.Pinned && !f.Rollback:
-		return fmt.Errorf("flip of dataset %s to %s: pinned at %s (%s): %w",
-			dataset, f.Version, cur.Version, cur.Reason, snapshot.ErrPinned)
-	case !f.Rollback && cur.Source.LSN > f.Source.LSN:
-		return fmt.Errorf("flip of dataset %s to %s: its source %s is older than the current %s: %w",
-			dataset, f.Version, f.Source, cur.Source, snapshot.ErrSourceBehind)
-	default:
-		return fmt.Errorf("flip of dataset %s to %s: expected current version %q, found %q: %w",
-			dataset, f.Version, f.Expected, cur.Version, snapshot.ErrConflict)
-	}
+	return snapshot.WhyRefused(dataset, f, cur)
 }
 
 // readFence returns the dataset's fence, 0 when none is stored.

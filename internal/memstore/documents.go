@@ -119,11 +119,7 @@ func (s *Store) GetDocuments(ctx context.Context, in snapshot.ChainRef, ids []st
 	if err != nil {
 		return nil, err
 	}
-	out := make(map[string][]byte, len(found))
-	for id, d := range found {
-		out[id] = d.Body
-	}
-	return out, nil
+	return layer.Bodies(found), nil
 }
 
 // LocateDocuments is GetDocuments that also says which layer of the chain (its index,

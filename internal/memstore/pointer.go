@@ -159,22 +159,12 @@ func (s *Store) unknownFlip(dataset string, f snapshot.Flip, cause error) (snaps
 
 // whyRefused names why a flip was refused; the caller holds mu.
 func (s *Store) whyRefused(dataset string, f snapshot.Flip) error {
-	r := s.row(dataset)
 	cur, _ := s.readPointer(dataset)
-	switch {
-	case r.fence != nil && *r.fence > f.Token:
-		return fmt.Errorf("flip of dataset %s to %s with token %d: stored fence is %d: %w",
-			dataset, f.Version, f.Token, *r.fence, snapshot.ErrFenced)
-	case r.pinned && !f.Rollback:
-		return fmt.Errorf("flip of dataset %s to %s: pinned at %s (%s): %w",
-			dataset, f.Version, cur.Version, cur.Reason, snapshot.ErrPinned)
-	case !f.Rollback && cur.Source.LSN > f.Source.LSN:
-		return fmt.Errorf("flip of dataset %s to %s: its source %s is older than the current %s: %w",
-			dataset, f.Version, f.Source, cur.Source, snapshot.ErrSourceBehind)
-	default:
-		return fmt.Errorf("flip of dataset %s to %s: expected current version %q, found %q: %w",
-			dataset, f.Version, f.Expected, cur.Version, snapshot.ErrConflict)
+	if r := s.row(dataset); r.fence != nil {
+		cur.Fence = *r.fence
 	}
+	cur.Pinned = s.row(dataset).pinned
+	return snapshot.WhyRefused(dataset, f, cur)
 }
 
 // RecordCoverage records, without moving the pointer, that its version still holds
