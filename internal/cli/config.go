@@ -226,8 +226,8 @@ type PostgresConfig struct {
 	// DSN is the connection string; SNAPFLIP_POSTGRES_DSN overrides it. Never logged.
 	DSN string `yaml:"dsn"`
 	// Readers is how many connections read one large table at once, each a hash
-	// partition of its keys, in one exported snapshot; default 1 (on the 2-core
-	// benchmark machine 2 and 4 readers were no faster: see docs/performance.md).
+	// partition of its keys, in one exported snapshot; default 1 (docs/performance.md
+	// has what more readers gave).
 	Readers int `yaml:"readers"`
 	// PartitionMinRows is the row count from which a table is read in parallel;
 	// default 200000.
