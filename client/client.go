@@ -122,7 +122,7 @@ type Client struct {
 	base   url.URL // scheme and host
 	prefix string  // the base URL's path, escaped, without a trailing slash
 	cache  *etagCache
-	tokens *session // nil: Config.NoSessionToken
+	tokens *lastToken // nil: monotonic reads are off
 
 	sleep func(context.Context, time.Duration) error // tests replace it
 	now   func() time.Time
@@ -151,7 +151,7 @@ func New(baseURL string, cfg Config) (*Client, error) {
 		c.cache = newETagCache(cfg.CacheBytes)
 	}
 	if !cfg.NoSessionToken {
-		c.tokens = &session{}
+		c.tokens = &lastToken{}
 	}
 	return c, nil
 }
@@ -182,8 +182,8 @@ type request struct {
 
 // consistency says which token a request sends as Snapshot-After.
 type consistency struct {
-	after   string // the caller's (After), honoured strictly; "" for none
-	session bool   // with no token of the caller's, send the session's (a read of the current version)
+	after     string // the caller's (After), honoured strictly; "" for none
+	monotonic bool   // with no token of the caller's, send the last one answered (a read of the current version)
 }
 
 // answer is a response read in full.
@@ -202,8 +202,8 @@ func (c *Client) url(path string, q url.Values) string {
 	return u.String()
 }
 
-// send exchanges r with the token its consistency asks for, and keeps the session
-// token the answer names. A token of the session's that the API says no version will
+// send exchanges r with the token its consistency asks for, and keeps the newest
+// token the answer names. A kept token that the API says no version will
 // cover (412: an operator rolled the dataset back; 400: the dataset's source is
 // another cluster now) is dropped, and r sent again without it.
 func (c *Client) send(ctx context.Context, r request) (answer, error) {
@@ -220,12 +220,12 @@ func (c *Client) send(ctx context.Context, r request) (answer, error) {
 }
 
 // after returns the token a request sends as Snapshot-After ("" for none), and
-// whether it is the session's.
+// whether it is the kept one.
 func (c *Client) after(cons consistency) (string, bool) {
 	switch {
 	case cons.after != "":
 		return cons.after, false
-	case cons.session && c.tokens != nil:
+	case cons.monotonic && c.tokens != nil:
 		tok := c.tokens.get()
 		return tok, tok != ""
 	}

@@ -78,13 +78,13 @@ func resolve(op string, opts []ReadOption) (readOptions, error) {
 }
 
 // consistency is what a request of the read sends as Snapshot-After: the caller's
-// token, else the session's when the request names no version (a Snapshot's version is
+// token, else the last one answered when the request names no version (a Snapshot's version is
 // its caller's choice; a later page or part names the version the first one read).
 func (o readOptions) consistency(version string) consistency {
 	if o.after != nil {
 		return consistency{after: *o.after}
 	}
-	return consistency{session: version == ""}
+	return consistency{monotonic: version == ""}
 }
 
 // query adds the options to a request's query.

@@ -23,7 +23,7 @@ type Snapshot struct {
 // returns a handle that reads only that one (no older than the session's token; see
 // Config.NoSessionToken).
 func (c *Client) Snapshot(ctx context.Context) (*Snapshot, error) {
-	return c.snapshot(ctx, consistency{session: true})
+	return c.snapshot(ctx, consistency{monotonic: true})
 }
 
 // SnapshotAfter pins the current version once it covers a read-your-writes token, as

@@ -183,23 +183,23 @@ func rejected(op string, err error) error {
 	return fmt.Errorf("snapflip: %s: %w: %w: %w", op, ErrTokenRejected, ErrBadRequest, err)
 }
 
-// session is the newest snapshot token a Client was answered with, which it sends as
+// lastToken is the newest snapshot token a Client was answered with, which it sends as
 // Snapshot-After so that no read is answered from a version older than one already
 // read (monotonic reads, also across replicas of the API). Safe for concurrent use.
-type session struct {
+type lastToken struct {
 	mu  sync.Mutex
 	tok string
 }
 
 // get returns the token to send; "" for none yet.
-func (s *session) get() string {
+func (s *lastToken) get() string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.tok
 }
 
 // learn keeps tok if it is newer than the token kept.
-func (s *session) learn(tok string) {
+func (s *lastToken) learn(tok string) {
 	if tok == "" {
 		return
 	}
@@ -210,7 +210,7 @@ func (s *session) learn(tok string) {
 
 // forget drops tok, which no version the API serves covers (an operator rolled the
 // dataset back), unless a newer token replaced it meanwhile.
-func (s *session) forget(tok string) {
+func (s *lastToken) forget(tok string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.tok == tok {

@@ -151,7 +151,7 @@ func TestNewerToken(t *testing.T) {
 }
 
 func TestSessionForget(t *testing.T) {
-	var s session
+	var s lastToken
 	s.learn("s:748:748:")
 	s.learn("s:750:750:")
 	s.forget("s:748:748:") // replaced meanwhile: kept
@@ -179,7 +179,7 @@ func TestRejectedMatches(t *testing.T) {
 // TestSessionConcurrent: tokens learnt from many goroutines at once, in any order,
 // leave the newest, and the session never goes back meanwhile.
 func TestSessionConcurrent(t *testing.T) {
-	var s session
+	var s lastToken
 	const writers, each = 8, 200
 	var wg sync.WaitGroup
 	for w := range writers {
