@@ -376,12 +376,15 @@ func leaseTokens(t TB, st Store, name string) {
 }
 
 func leaseTakeover(t TB, st Store, name string) {
-	// A holder that renews keeps the lease past its duration.
-	renewing := newLease(t, st, name+"-renewed", "renewing", nil)
+	// A holder that renews keeps the lease past its duration. Renewals come every
+	// 100ms and the contender watches for 1.5s, so only a pause of renewals longer
+	// than that, not a busy machine's jitter, would let it take over.
+	longer := func(c *store.LeaseConfig) { c.Duration = 1500 * time.Millisecond }
+	renewing := newLease(t, st, name+"-renewed", "renewing", longer)
 	hr, err := renewing.TryAcquire(bg)
 	want(t, "acquire", err, nil)
-	other := newLease(t, st, name+"-renewed", "other", nil)
-	ctx, cancel := context.WithTimeout(bg, time.Second)
+	other := newLease(t, st, name+"-renewed", "other", longer)
+	ctx, cancel := context.WithTimeout(bg, 3*time.Second)
 	_, err = other.Acquire(ctx)
 	cancel()
 	want(t, "acquire while the holder renews", err, context.DeadlineExceeded)
