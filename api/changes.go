@@ -75,7 +75,7 @@ func (s *Server) changes(w http.ResponseWriter, r *http.Request) error {
 	s.stamp(w, view)
 	var page snapshot.Changes
 	if scope != nil {
-		page, err = s.scopedChanges(r.Context(), view, collection, scope, after, limit)
+		page, err = s.scopedChanges(r.Context(), changesRead{view, collection, after, limit}, scope)
 	} else {
 		page, err = s.reader.ChangedIDs(r.Context(), view, collection, after, limit)
 	}
@@ -148,12 +148,22 @@ func changesCursor(r *http.Request, v snapshot.Version, collection string) (stri
 	return t.After, checkID("after", t.After, MaxIDBytes)
 }
 
+// changesRead is one page of a version's changes to ask for: those of collection in
+// view after the id after, up to limit of them.
+type changesRead struct {
+	view       snapshot.View
+	collection string
+	after      string
+	limit      int
+}
+
 // scopedChanges is ChangedIDs for a caller reading the collection through a scope:
 // the changed ids whose document is in the scope in the version (changed) or only in
 // its parent (deleted, for the caller: it left the scope), up to limit of them. It
 // reads on past ids outside the scope, so that a page ends at an id the caller may
 // see and its cursor never names another.
-func (s *Server) scopedChanges(ctx context.Context, view snapshot.View, collection string, scope *auth.Scope, after string, limit int) (snapshot.Changes, error) {
+func (s *Server) scopedChanges(ctx context.Context, q changesRead, scope *auth.Scope) (snapshot.Changes, error) {
+	view, collection, after, limit := q.view, q.collection, q.after, q.limit
 	m, err := matchScope(view, collection, scope)
 	if err != nil {
 		return snapshot.Changes{}, err

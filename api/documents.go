@@ -10,7 +10,6 @@ import (
 	"slices"
 	"strconv"
 
-	"github.com/snapflip/snapflip/auth"
 	"github.com/snapflip/snapflip/resolver"
 	"github.com/snapflip/snapflip/snapshot"
 )
@@ -159,9 +158,11 @@ func (s *Server) batchGet(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	if scope != nil {
-		if missing, err = inScope(view, collection, scope, req.IDs, docs, missing); err != nil {
+		m, err := matchScope(view, collection, scope)
+		if err != nil {
 			return err
 		}
+		missing = m.keep(req.IDs, docs, missing)
 	}
 	ids := slices.Sorted(maps.Keys(docs))
 	var b verbatim
@@ -190,13 +191,9 @@ func (s *Server) batchGet(w http.ResponseWriter, r *http.Request) error {
 	return nil
 }
 
-// inScope drops from docs the documents outside the scope and returns the ids
-// missing, those dropped among them, in the order the request named them.
-func inScope(view snapshot.View, collection string, scope *auth.Scope, ids []string, docs map[string]resolver.Doc, missing []string) ([]string, error) {
-	m, err := matchScope(view, collection, scope)
-	if err != nil {
-		return nil, err
-	}
+// keep drops from docs the documents outside the scope and returns the ids missing,
+// those dropped among them, in the order the request named them.
+func (m *scopeMatch) keep(ids []string, docs map[string]resolver.Doc, missing []string) []string {
 	gone := make(map[string]bool, len(missing))
 	for _, id := range missing {
 		gone[id] = true
@@ -214,7 +211,7 @@ func inScope(view snapshot.View, collection string, scope *auth.Scope, ids []str
 			delete(gone, id)
 		}
 	}
-	return out, nil
+	return out
 }
 
 // pageToken is where a listing stopped; it carries the version so that every page of
