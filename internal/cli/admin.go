@@ -45,8 +45,10 @@ func operator() string {
 	return name + "@" + host
 }
 
-// newAdmin builds the rollback/unpin logic on a store, under the dataset's lease.
-func newAdmin(st *store.Store, dataset string, ttl, leaseDuration time.Duration, holder string, log *slog.Logger) (*snapshot.Admin, error) {
+// newAdmin builds the rollback/unpin logic on a store, under the dataset's lease held
+// for leaseDuration (zero: the lease's default). Its TTL is zero (none known): set it
+// where the dataset's config gives one.
+func newAdmin(st *store.Store, dataset string, leaseDuration time.Duration, holder string, log *slog.Logger) (*snapshot.Admin, error) {
 	lease, err := st.NewLease(leaseName(dataset), store.LeaseConfig{
 		Holder:        holder,
 		Duration:      leaseDuration,
@@ -55,7 +57,7 @@ func newAdmin(st *store.Store, dataset string, ttl, leaseDuration time.Duration,
 	if err != nil {
 		return nil, err
 	}
-	return &snapshot.Admin{Dataset: dataset, Store: st, Lease: lease, TTL: ttl, Observer: logObserver{log}}, nil
+	return &snapshot.Admin{Dataset: dataset, Store: st, Lease: lease, Observer: logObserver{log}}, nil
 }
 
 // apiAdmin is the metadata API's admin. Before each rollback it reads how long the
@@ -127,10 +129,11 @@ func (m *Syncer) adminRun(g *syncerFlags, fn func(ctx context.Context, e *adminE
 		}
 		defer close()
 		by := operator()
-		adm, err := newAdmin(re.store, re.cfg.Dataset, re.cfg.TTL, re.cfg.Lease.Duration, "cli/"+by+"/"+uuid.NewString(), re.log)
+		adm, err := newAdmin(re.store, re.cfg.Dataset, re.cfg.Lease.Duration, "cli/"+by+"/"+uuid.NewString(), re.log)
 		if err != nil {
 			return err
 		}
+		adm.TTL = re.cfg.TTL
 		adm.Crash = crashHook(m.Getenv)
 		return fn(ctx, &adminEnv{readEnv: *re, admin: adm, by: by}, args)
 	}

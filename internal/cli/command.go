@@ -21,29 +21,25 @@ import (
 // envAnnotation is the pflag annotation that names a flag's environment variable.
 const envAnnotation = "snapflip_env"
 
-// newRoot returns a root command that writes help, versions and completion scripts to
+// newRoot makes root, which names and describes the program (Use, Short, Long,
+// Example), a root command that writes help, versions and completion scripts to
 // stdout, prints no errors itself (main does, once: see Report), and applies the
 // environment variables of the flags the command line left alone before any command
 // runs.
-func newRoot(name, short, long, example string, stdout, stderr io.Writer, getenv func(string) string) *cobra.Command {
-	root := &cobra.Command{
-		Use:           name,
-		Short:         short,
-		Long:          long,
-		Example:       example,
-		Version:       BuildVersion(),
-		SilenceErrors: true,
-		SilenceUsage:  true,
-		PersistentPreRunE: func(cmd *cobra.Command, _ []string) error {
-			if cmd.Name() == "help" || cmd.HasParent() && cmd.Parent().Name() == "completion" {
-				return nil // help and completion scripts never depend on the environment
-			}
-			return applyEnv(cmd.Flags(), getenv)
-		},
-		// Complete no file names unless a flag or command says otherwise.
-		ValidArgsFunction:          cobra.NoFileCompletions,
-		SuggestionsMinimumDistance: 2,
+func newRoot(root *cobra.Command, stdout, stderr io.Writer, getenv func(string) string) *cobra.Command {
+	name := root.Use
+	root.Version = BuildVersion()
+	root.SilenceErrors = true
+	root.SilenceUsage = true
+	root.PersistentPreRunE = func(cmd *cobra.Command, _ []string) error {
+		if cmd.Name() == "help" || cmd.HasParent() && cmd.Parent().Name() == "completion" {
+			return nil // help and completion scripts never depend on the environment
+		}
+		return applyEnv(cmd.Flags(), getenv)
 	}
+	// Complete no file names unless a flag or command says otherwise.
+	root.ValidArgsFunction = cobra.NoFileCompletions
+	root.SuggestionsMinimumDistance = 2
 	root.SetOut(stdout)
 	root.SetErr(stderr)
 	root.SetFlagErrorFunc(func(cmd *cobra.Command, err error) error {
@@ -213,10 +209,13 @@ func bindEnv(fs *pflag.FlagSet, name, key string) {
 	}
 }
 
-// envString defines a string flag backed by the environment variable key.
-func envString(fs *pflag.FlagSet, p *string, name, key, def, usage string) {
-	fs.StringVar(p, name, def, usage)
-	bindEnv(fs, name, key)
+// envFlags defines flags backed by environment variables.
+type envFlags struct{ fs *pflag.FlagSet }
+
+// String defines a string flag backed by the environment variable key.
+func (e envFlags) String(p *string, name, key, def, usage string) {
+	e.fs.StringVar(p, name, def, usage)
+	bindEnv(e.fs, name, key)
 }
 
 // checked is a string flag value that refuses what check refuses, so that a bad value

@@ -63,7 +63,10 @@ func (m *MetadataAPI) Run(ctx context.Context, args []string) error {
 func (m *MetadataAPI) command() *cobra.Command {
 	def := store.DefaultConfig()
 	o := &apiFlags{}
-	root := newRoot("metadata-api", "Serve a snapflip dataset over HTTP", `metadata-api serves the current version of a snapflip dataset over HTTP, resolving
+	root := newRoot(&cobra.Command{
+		Use:   "metadata-api",
+		Short: "Serve a snapflip dataset over HTTP",
+		Long: `metadata-api serves the current version of a snapflip dataset over HTTP, resolving
 every read through the dataset's pointer in Bigtable; every response names its
 version in the Snapshot-Version header. With SNAPFLIP_ADMIN_TOKEN set it also serves
 the admin endpoints (rollback, unpin). BIGTABLE_EMULATOR_HOST points it at the
@@ -72,19 +75,19 @@ when not given.
 
 It drains in-flight requests on SIGTERM or SIGINT. Exit status: 0 after a clean
 shutdown, 1 when it could not serve, 2 for a usage mistake.`,
-		`  metadata-api --addr :8080 --dataset default --bigtable-project my-project --bigtable-instance snapflip
+		Example: `  metadata-api --addr :8080 --dataset default --bigtable-project my-project --bigtable-instance snapflip
   BIGTABLE_EMULATOR_HOST=127.0.0.1:8086 metadata-api --addr 127.0.0.1:8080 --log-level debug
   metadata-api completion bash > /etc/bash_completion.d/metadata-api`,
-		m.Stdout, m.Stderr, m.Getenv)
+	}, m.Stdout, m.Stderr, m.Getenv)
 	root.Args = positional()
 	root.RunE = func(cmd *cobra.Command, _ []string) error { return m.serve(cmd.Context(), def, o) }
 	fs := root.Flags()
-	envString(fs, &o.addr, "addr", EnvAddr, ":8080", "listen address")
-	envString(fs, &o.dataset, "dataset", EnvDataset, "default", "dataset to serve")
-	envString(fs, &o.project, "bigtable-project", EnvProject, def.Project, "Bigtable project")
-	envString(fs, &o.instance, "bigtable-instance", EnvInstance, def.Instance, "Bigtable instance")
-	envString(fs, &o.table, "bigtable-table", EnvTable, def.Table, "Bigtable table")
-	envString(fs, &o.profile, "bigtable-app-profile", EnvAppProfile, "", "Bigtable app profile: the syncer's, with single-cluster routing; empty: the instance's default")
+	envFlags{fs}.String(&o.addr, "addr", EnvAddr, ":8080", "listen address")
+	envFlags{fs}.String(&o.dataset, "dataset", EnvDataset, "default", "dataset to serve")
+	envFlags{fs}.String(&o.project, "bigtable-project", EnvProject, def.Project, "Bigtable project")
+	envFlags{fs}.String(&o.instance, "bigtable-instance", EnvInstance, def.Instance, "Bigtable instance")
+	envFlags{fs}.String(&o.table, "bigtable-table", EnvTable, def.Table, "Bigtable table")
+	envFlags{fs}.String(&o.profile, "bigtable-app-profile", EnvAppProfile, "", "Bigtable app profile: the syncer's, with single-cluster routing; empty: the instance's default")
 	fs.DurationVar(&o.refresh, "pointer-refresh", resolver.DefaultConfig().Refresh, "how long a pointer read is reused (a flip is served within it)")
 	bindEnv(fs, "pointer-refresh", EnvRefresh)
 	fs.DurationVar(&o.drain, "shutdown-timeout", 25*time.Second, "how long in-flight requests may finish at shutdown")
@@ -96,7 +99,7 @@ shutdown, 1 when it could not serve, 2 for a usage mistake.`,
 	bindEnv(fs, "max-stale", EnvMaxStale)
 	fs.IntVar(&o.maxWaiters, "max-waiters", resolver.DefaultMaxWaiters, "the most requests that may wait at once for a version covering their Snapshot-After token; past it, such a request answers 503")
 	bindEnv(fs, "max-waiters", EnvMaxWaiters)
-	envString(fs, &o.auth, "auth", EnvAuthConfig, "", "the auth file (issuers and grants, docs/configuration.md#auth), or none to serve anyone; required")
+	envFlags{fs}.String(&o.auth, "auth", EnvAuthConfig, "", "the auth file (issuers and grants, docs/configuration.md#auth), or none to serve anyone; required")
 	logFlags(root, fs, &o.logFormat, &o.logLevel)
 	return root
 }
@@ -146,7 +149,7 @@ func (m *MetadataAPI) serve(ctx context.Context, def store.Config, o *apiFlags) 
 	}
 	if apiCfg.AdminToken = m.Getenv(EnvAdminToken); apiCfg.AdminToken != "" || authCfg != nil && authCfg.HasAdmin() {
 		host, _ := os.Hostname()
-		adm, err := newAdmin(st, o.dataset, 0, 0, "api/"+host+"/"+uuid.NewString(), log)
+		adm, err := newAdmin(st, o.dataset, 0, "api/"+host+"/"+uuid.NewString(), log)
 		if err != nil {
 			return err
 		}

@@ -101,7 +101,10 @@ type syncerFlags struct {
 // (cmd_*.go). A new command is a new file and a line here.
 func (m *Syncer) command() *cobra.Command {
 	g := &syncerFlags{}
-	root := newRoot("syncer", "Copy Postgres tables into Bigtable under versions and flip a pointer", `syncer copies the configured Postgres tables and queries into Bigtable under a fresh
+	root := newRoot(&cobra.Command{
+		Use:   "syncer",
+		Short: "Copy Postgres tables into Bigtable under versions and flip a pointer",
+		Long: `syncer copies the configured Postgres tables and queries into Bigtable under a fresh
 version, in one consistent snapshot, and flips the dataset's pointer to it: once, or
 on the config's schedule. Its other commands list, inspect, compare and roll back the
 versions.
@@ -111,11 +114,11 @@ SNAPFLIP_POSTGRES_DSN, and set BIGTABLE_EMULATOR_HOST to use the Bigtable emulat
 flag whose help names an environment variable falls back to it when not given.
 
 Flags go before or after the command. Exit status: 0 done, 1 failed, 2 usage mistake.`,
-		`  syncer once --config snapflip.yaml
+		Example: `  syncer once --config snapflip.yaml
   syncer run --config /etc/snapflip/snapflip.yaml --metrics-addr :9090 --log-format json
   syncer rollback --previous --reason "bad import" --config snapflip.yaml
   syncer completion bash > /etc/bash_completion.d/syncer`,
-		m.Stdout, m.Stderr, m.Getenv)
+	}, m.Stdout, m.Stderr, m.Getenv)
 	root.Args = commandArgs
 	root.RunE = func(cmd *cobra.Command, _ []string) error {
 		var names []string
@@ -128,7 +131,7 @@ Flags go before or after the command. Exit status: 0 done, 1 failed, 2 usage mis
 	}
 
 	pf := root.PersistentFlags()
-	envString(pf, &g.config, "config", EnvConfig, "", "path of the YAML config")
+	envFlags{pf}.String(&g.config, "config", EnvConfig, "", "path of the YAML config")
 	_ = root.MarkPersistentFlagFilename("config", "yaml", "yml")
 	logFlags(root, pf, &g.logFormat, &g.logLevel)
 	// "syncer --force once" worked before the flags of a command could follow it: a
@@ -220,7 +223,7 @@ func (m *Syncer) start(ctx context.Context, g *syncerFlags, o metricsOptions) (s
 
 // metricsFlag defines --metrics-addr, of the commands that sync.
 func metricsFlag(fs *pflag.FlagSet, o *metricsOptions) {
-	envString(fs, &o.addr, "metrics-addr", EnvMetricsAddr, "", "serve Prometheus /metrics, /healthz and /readyz on this address, e.g. :9090; empty: off")
+	envFlags{fs}.String(&o.addr, "metrics-addr", EnvMetricsAddr, "", "serve Prometheus /metrics, /healthz and /readyz on this address, e.g. :9090; empty: off")
 }
 
 // wireSyncer connects the adapters and builds the ticker.
