@@ -62,8 +62,8 @@ func (s *changesStore) ScanRun(ctx context.Context, dataset string, layer snapsh
 	return s.runs.ScanRun(ctx, dataset, layer, collection, func(c []byte) bool { s.chunks.Add(1); return fn(c) })
 }
 
-func (s *changesStore) ScanRunFrom(ctx context.Context, dataset string, layer snapshot.Version, collection string, from int64, fn func([]byte) bool) error {
-	return s.runs.ScanRunFrom(ctx, dataset, layer, collection, from, func(c []byte) bool { s.chunks.Add(1); return fn(c) })
+func (s *changesStore) ScanRunFrom(ctx context.Context, ref snapshot.RunRef, from int64, fn func([]byte) bool) error {
+	return s.runs.ScanRunFrom(ctx, ref, from, func(c []byte) bool { s.chunks.Add(1); return fn(c) })
 }
 
 // layeredOf returns a published layered manifest of v over parent holding collection

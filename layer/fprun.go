@@ -163,7 +163,7 @@ type RunReader interface {
 // RunSeeker is a RunReader that can start a layer's run at its chunk from (chunks
 // are numbered from 0).
 type RunSeeker interface {
-	ScanRunFrom(ctx context.Context, dataset string, layer snapshot.Version, collection string, from int64, fn func(chunk []byte) bool) error
+	ScanRunFrom(ctx context.Context, ref snapshot.RunRef, from int64, fn func(chunk []byte) bool) error
 }
 
 // runIter pulls one layer's entries in order: from a decoded run held by a
@@ -236,7 +236,7 @@ func newRunIter(ctx context.Context, src chainSource, layer snapshot.LayerRef, c
 		}
 		var err error
 		if from > 0 {
-			err = st.(RunSeeker).ScanRunFrom(ctx, dataset, layer.Version, collection, from, scan)
+			err = st.(RunSeeker).ScanRunFrom(ctx, snapshot.RunRef{Dataset: dataset, Layer: layer.Version, Collection: collection}, from, scan)
 		} else {
 			err = st.ScanRun(ctx, dataset, layer.Version, collection, scan)
 		}

@@ -24,8 +24,8 @@ func (m memRuns) ScanRun(_ context.Context, _ string, layer snapshot.Version, _ 
 	return nil
 }
 
-func (m memRuns) ScanRunFrom(_ context.Context, _ string, layer snapshot.Version, _ string, from int64, fn func([]byte) bool) error {
-	for i, c := range m[layer] {
+func (m memRuns) ScanRunFrom(_ context.Context, ref snapshot.RunRef, from int64, fn func([]byte) bool) error {
+	for i, c := range m[ref.Layer] {
 		if int64(i) >= from && !fn(c) {
 			return nil
 		}

@@ -29,6 +29,14 @@ func (c ChainRef) In(collection string) ChainRef {
 	return c
 }
 
+// RunRef names the fingerprint run one layer wrote for a collection of a dataset:
+// what that layer wrote, not the version read through its chain.
+type RunRef struct {
+	Dataset    string
+	Layer      Version
+	Collection string
+}
+
 // Span is the ids a scan covers: those after From (from From on, when Inclusive) and,
 // unless To is "", before To. Ids compare as bytes.
 type Span struct {

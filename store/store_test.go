@@ -559,7 +559,7 @@ func TestScanRunFrom(t *testing.T) {
 	}
 	for _, from := range []int64{0, 1, 10, 24, 25, 100} {
 		var got, want []string
-		if err := st.ScanRunFrom(ctx, "ds", v, "a", from, func(c []byte) bool { got = append(got, string(c)); return true }); err != nil {
+		if err := st.ScanRunFrom(ctx, snapshot.RunRef{Dataset: "ds", Layer: v, Collection: "a"}, from, func(c []byte) bool { got = append(got, string(c)); return true }); err != nil {
 			t.Fatal(err)
 		}
 		for i := from; i < n; i++ {

@@ -245,11 +245,12 @@ func (s *Store) RecordedLive(ctx context.Context, dataset string, v snapshot.Ver
 // ScanRun calls fn with each chunk of a layer's fingerprint run, in order, until fn
 // returns false.
 func (s *Store) ScanRun(ctx context.Context, dataset string, v snapshot.Version, collection string, fn func(chunk []byte) bool) error {
-	return s.ScanRunFrom(ctx, dataset, v, collection, 0, fn)
+	return s.ScanRunFrom(ctx, snapshot.RunRef{Dataset: dataset, Layer: v, Collection: collection}, 0, fn)
 }
 
 // ScanRunFrom is ScanRun from the run's chunk from on.
-func (s *Store) ScanRunFrom(ctx context.Context, dataset string, v snapshot.Version, collection string, from int64, fn func(chunk []byte) bool) error {
+func (s *Store) ScanRunFrom(ctx context.Context, ref snapshot.RunRef, from int64, fn func(chunk []byte) bool) error {
+	dataset, v, collection := ref.Dataset, ref.Layer, ref.Collection
 	if err := ctx.Err(); err != nil {
 		return err
 	}
