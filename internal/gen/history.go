@@ -176,6 +176,8 @@ func keyIn(t *Table, ks []string) string {
 	return "(" + Ident(t.Key.Name) + ")::text COLLATE \"C\" IN (" + strings.Join(qs, ", ") + ")"
 }
 
+// op returns the statements of one random step on table t, whose rows have the keys
+// ks.
 func (g *Gen) op(s *Schema, t *Table, ks []string) []string {
 	some := max(1, s.opt.Rows/4)
 	invalid := 6 // percent
@@ -190,60 +192,15 @@ func (g *Gen) op(s *Schema, t *Table, ks []string) []string {
 		}
 		return []string{g.invalidKey(s, t, k)}
 	case t.NoPK && len(ks) > 0 && t.KeyCollation != "" && t.KeyCollation == s.ciCollation && w < 20:
-		// A key that differs from another in case only: a valid, distinct id.
-		k := pick(g, ks)
-		up := "upper(" + Quote(k) + ")"
-		cols := []string{Ident(t.Key.Name)}
-		vals := []string{up}
-		for _, c := range t.Cols {
-			cols = append(cols, Ident(c.Name))
-			vals = append(vals, Ident(c.Name))
-		}
-		return []string{"INSERT INTO " + t.Ident() + " (" + strings.Join(cols, ", ") + ") SELECT " + strings.Join(vals, ", ") +
-			" FROM " + t.Ident() + " WHERE " + keyIn(t, []string{k}) + " AND NOT EXISTS (SELECT FROM " + t.Ident() +
-			" AS o WHERE " + keyText("o", t) + " = " + up + " COLLATE \"C\")"}
+		return []string{caseTwin(t, pick(g, ks))}
 	case w < 30:
 		return []string{g.Insert(t, g.between(1, some))}
 	case w < 55 && len(ks) > 0:
-		var out []string
-		for _, k := range g.someKeys(ks, g.between(1, some)) {
-			if len(t.Cols) == 0 {
-				break
-			}
-			var sets []string
-			for _, c := range t.Cols {
-				if g.chance(0.4) {
-					sets = append(sets, Ident(c.Name)+" = "+c.Type.ValueOrNull(g, 0.3))
-				}
-			}
-			if len(sets) == 0 {
-				c := pick(g, t.Cols)
-				sets = append(sets, Ident(c.Name)+" = "+c.Type.ValueOrNull(g, 0.3))
-			}
-			out = append(out, "UPDATE "+t.Ident()+" SET "+strings.Join(sets, ", ")+" WHERE "+keyIn(t, []string{k}))
-		}
-		return out
+		return g.updates(t, g.someKeys(ks, g.between(1, some)))
 	case w < 70 && len(ks) > 0:
-		gone := g.someKeys(ks, g.between(1, some))
-		out := []string{"DELETE FROM " + t.Ident() + " WHERE " + keyIn(t, gone)}
-		if len(t.deleted) > 0 && g.chance(0.5) {
-			// Ids deleted by an earlier step come back, with new values.
-			out = append(out, g.reinsert(t, t.deleted))
-			t.deleted = nil
-		}
-		t.deleted = append(t.deleted, gone...)
-		return out
+		return g.deletes(t, g.someKeys(ks, g.between(1, some)))
 	case w < 80 && len(ks) > 0:
-		var out []string
-		for _, k := range g.someKeys(ks, g.between(1, 3)) {
-			to := t.Key.Type.KeyValue(g)
-			stmt := "UPDATE " + t.Ident() + " SET " + Ident(t.Key.Name) + " = " + to + " WHERE " + keyIn(t, []string{k})
-			if t.NoPK {
-				stmt += " AND NOT EXISTS (SELECT FROM " + t.Ident() + " AS o WHERE " + keyText("o", t) + " = (" + to + ")::text COLLATE \"C\")"
-			}
-			out = append(out, stmt)
-		}
-		return out
+		return g.keyMoves(t, g.someKeys(ks, g.between(1, 3)))
 	case w < 82 || w < 84 && t.Rescale() == "":
 		return []string{"UPDATE " + t.Ident() + " SET " + Ident(t.Key.Name) + " = " + Ident(t.Key.Name)}
 	case w < 84:
@@ -260,6 +217,70 @@ func (g *Gen) op(s *Schema, t *Table, ks []string) []string {
 		return g.columnChange(s, t, dropColumn)
 	}
 	return nil
+}
+
+// caseTwin inserts a copy of row k under its key in upper case: in a case-insensitive
+// collation a key that differs from another in case only, a valid, distinct id.
+func caseTwin(t *Table, k string) string {
+	up := "upper(" + Quote(k) + ")"
+	cols := []string{Ident(t.Key.Name)}
+	vals := []string{up}
+	for _, c := range t.Cols {
+		cols = append(cols, Ident(c.Name))
+		vals = append(vals, Ident(c.Name))
+	}
+	return "INSERT INTO " + t.Ident() + " (" + strings.Join(cols, ", ") + ") SELECT " + strings.Join(vals, ", ") +
+		" FROM " + t.Ident() + " WHERE " + keyIn(t, []string{k}) + " AND NOT EXISTS (SELECT FROM " + t.Ident() +
+		" AS o WHERE " + keyText("o", t) + " = " + up + " COLLATE \"C\")"
+}
+
+// updates sets some columns of each of the rows keys, to values or NULL.
+func (g *Gen) updates(t *Table, keys []string) []string {
+	var out []string
+	for _, k := range keys {
+		if len(t.Cols) == 0 {
+			break
+		}
+		var sets []string
+		for _, c := range t.Cols {
+			if g.chance(0.4) {
+				sets = append(sets, Ident(c.Name)+" = "+c.Type.ValueOrNull(g, 0.3))
+			}
+		}
+		if len(sets) == 0 {
+			c := pick(g, t.Cols)
+			sets = append(sets, Ident(c.Name)+" = "+c.Type.ValueOrNull(g, 0.3))
+		}
+		out = append(out, "UPDATE "+t.Ident()+" SET "+strings.Join(sets, ", ")+" WHERE "+keyIn(t, []string{k}))
+	}
+	return out
+}
+
+// deletes deletes the rows gone and, half the time, brings back with new values the
+// ids an earlier step deleted.
+func (g *Gen) deletes(t *Table, gone []string) []string {
+	out := []string{"DELETE FROM " + t.Ident() + " WHERE " + keyIn(t, gone)}
+	if len(t.deleted) > 0 && g.chance(0.5) {
+		out = append(out, g.reinsert(t, t.deleted))
+		t.deleted = nil
+	}
+	t.deleted = append(t.deleted, gone...)
+	return out
+}
+
+// keyMoves gives each of the rows keys a new key (one not taken, in a table without
+// a primary key).
+func (g *Gen) keyMoves(t *Table, keys []string) []string {
+	var out []string
+	for _, k := range keys {
+		to := t.Key.Type.KeyValue(g)
+		stmt := "UPDATE " + t.Ident() + " SET " + Ident(t.Key.Name) + " = " + to + " WHERE " + keyIn(t, []string{k})
+		if t.NoPK {
+			stmt += " AND NOT EXISTS (SELECT FROM " + t.Ident() + " AS o WHERE " + keyText("o", t) + " = (" + to + ")::text COLLATE \"C\")"
+		}
+		out = append(out, stmt)
+	}
+	return out
 }
 
 // columnChangeKind is what columnChange does to a table.

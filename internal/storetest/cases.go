@@ -12,6 +12,7 @@ import (
 
 	"github.com/snapflip/snapflip/index"
 	"github.com/snapflip/snapflip/internal/memstore"
+	"github.com/snapflip/snapflip/layer"
 	"github.com/snapflip/snapflip/snapshot"
 	"github.com/snapflip/snapflip/store"
 )
@@ -459,10 +460,10 @@ func audit(t TB, st Store, ds string) {
 	want(t, "audit before the trail begins", err, snapshot.ErrNotFound)
 }
 
-// write writes docs (id → body; "" for a tombstone) of collection c into layer v.
-func write(t TB, st Store, ds string, v snapshot.Version, c string, docs map[string]string) {
+// write writes docs (id → body; "" for a tombstone) of collection c through w, a
+// layer's writer, and closes it.
+func write(t TB, w layer.DocumentWriter, c string, docs map[string]string) {
 	t.Helper()
-	w := st.NewWriter(bg, ds, v)
 	for _, id := range slices.Sorted(mapsKeys(docs)) {
 		if err := w.Write(bg, c, snapshot.Document{ID: id, Body: []byte(docs[id])}); err != nil {
 			t.Fatalf("write %s: %v", id, err)
@@ -493,8 +494,8 @@ func chainOfTwo(t TB, st Store, ds string) ([]snapshot.Version, map[string]strin
 		base[fmt.Sprintf("id%02d", i)] = fmt.Sprintf(`{"n":%d}`, i)
 	}
 	base["a b/é\x01"] = `{"odd":true}` // ids escaped in row keys
-	write(t, st, ds, vs[0], "c", base)
-	write(t, st, ds, vs[1], "c", map[string]string{"id03": `{"n":"new"}`, "id04": "", "id05": "", "zz": `{"added":1}`, "never": ""})
+	write(t, st.NewWriter(bg, ds, vs[0]), "c", base)
+	write(t, st.NewWriter(bg, ds, vs[1]), "c", map[string]string{"id03": `{"n":"new"}`, "id04": "", "id05": "", "zz": `{"added":1}`, "never": ""})
 	want := map[string]string{}
 	for id, b := range base {
 		want[id] = b
@@ -625,7 +626,7 @@ func indexEntries(t TB, st Store, ds string) {
 	if _, err := w.Close(bg); err != nil {
 		t.Fatalf("close: %v", err)
 	}
-	write(t, st, ds, vs[1], coll, map[string]string{"e0003": "", "e0300": "", "e0300x": string(index.EntryBody), "e9999": string(index.EntryBody)})
+	write(t, st.NewWriter(bg, ds, vs[1]), coll, map[string]string{"e0003": "", "e0300": "", "e0300x": string(index.EntryBody), "e9999": string(index.EntryBody)})
 	chain := []snapshot.Version{vs[1], vs[0]}
 	var wantEntries []string
 	for _, e := range append(entries, "e0300x", "e9999") {
@@ -692,8 +693,8 @@ func runs(t TB, st Store, ds string) {
 	}
 	chunks = nil
 	err = st.(interface {
-		ScanRunFrom(ctx context.Context, dataset string, v snapshot.Version, collection string, from int64, fn func([]byte) bool) error
-	}).ScanRunFrom(bg, ds, vs[0], "c", 3, func(c []byte) bool { chunks = append(chunks, string(c)); return true })
+		ScanRunFrom(ctx context.Context, ref snapshot.RunRef, from int64, fn func([]byte) bool) error
+	}).ScanRunFrom(bg, snapshot.RunRef{Dataset: ds, Layer: vs[0], Collection: "c"}, 3, func(c []byte) bool { chunks = append(chunks, string(c)); return true })
 	if err != nil || !slices.Equal(chunks, []string{"chunk3", "chunk4"}) {
 		t.Errorf("scan run from 3 = %v, %v", chunks, err)
 	}
