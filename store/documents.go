@@ -239,26 +239,29 @@ func isTombstone(d snapshot.Document) bool { return len(d.Body) == 0 }
 
 // scanLayer reads one layer's rows of a collection, tombstones included.
 func (s *Store) scanLayer(ctx context.Context, dataset string, v snapshot.Version, collection string, fn func(snapshot.Document) bool) error {
-	prefix := docPrefix(dataset, v, collection)
-	what := fmt.Sprintf("scan %s at %s", collection, v)
+	l := layerColl{dataset, v, collection}
 	g := s.guardStall(ctx)
-	err := s.readDocs(g.ctx, prefix, bigtable.PrefixRange(prefix), func(d snapshot.Document) bool {
+	err := s.readDocs(g.ctx, l, bigtable.PrefixRange(l.prefix()), 0, func(d snapshot.Document) bool {
 		g.pause()
 		defer g.resume()
 		return fn(d)
-	}, what, bigtable.RowFilter(column(famDocs, colDoc)))
+	})
 	if stalled := g.stop(); stalled != nil && err != nil {
-		return s.wrap(stalled, "%s", what)
+		return s.wrap(stalled, "%s", l.what())
 	}
 	return err
 }
 
-// readDocs reads the document rows of rows, all under prefix, in key order, calling fn
-// with each document (an empty body for a tombstone) until it returns false. A read
-// error is wrapped with what; a row key that does not decode stops the read with its
-// own error.
-func (s *Store) readDocs(ctx context.Context, prefix string, rows bigtable.RowSet, fn func(snapshot.Document) bool,
-	what string, opts ...bigtable.ReadOption) error {
+// readDocs reads the document rows of rows, all of layer l, in key order, up to limit
+// of them (0: all), calling fn with each document (an empty body for a tombstone)
+// until it returns false. A read error says what was read; a row key that does not
+// decode stops the read with its own error.
+func (s *Store) readDocs(ctx context.Context, l layerColl, rows bigtable.RowSet, limit int64, fn func(snapshot.Document) bool) error {
+	prefix := l.prefix()
+	opts := []bigtable.ReadOption{bigtable.RowFilter(column(famDocs, colDoc))}
+	if limit > 0 {
+		opts = append(opts, bigtable.LimitRows(limit))
+	}
 	var derr error
 	err := s.tbl.ReadRows(ctx, rows, func(r bigtable.Row) bool {
 		id, err := idFromDocKey(prefix, r.Key())
@@ -272,7 +275,7 @@ func (s *Store) readDocs(ctx context.Context, prefix string, rows bigtable.RowSe
 		return true
 	}, opts...)
 	if err != nil {
-		return s.wrap(err, "%s", what)
+		return s.wrap(err, "%s", l.what())
 	}
 	return derr
 }
@@ -549,10 +552,10 @@ func (s *Store) readRange(ctx context.Context, l layerColl, span snapshot.Span, 
 	prefix := l.prefix()
 	rng := rowRange(span, prefix)
 	var docs []snapshot.Document
-	err := s.readDocs(ctx, prefix, rng, func(d snapshot.Document) bool {
+	err := s.readDocs(ctx, l, rng, int64(n), func(d snapshot.Document) bool {
 		docs = append(docs, d)
 		return true
-	}, l.what(), bigtable.RowFilter(column(famDocs, colDoc)), bigtable.LimitRows(int64(n)))
+	})
 	return docs, err
 }
 
@@ -579,7 +582,7 @@ func (s *Store) readEntries(ctx context.Context, l layerColl, span snapshot.Span
 	for {
 		read, blocks, last := 0, 0, ""
 		var derr error
-		err := s.readDocs(ctx, prefix, rowRange(span, prefix), func(d snapshot.Document) bool {
+		err := s.readDocs(ctx, l, rowRange(span, prefix), int64(rows), func(d snapshot.Document) bool {
 			read, last = read+1, d.ID
 			if index.IsBlock(d.Body) {
 				blocks++
@@ -587,7 +590,7 @@ func (s *Store) readEntries(ctx context.Context, l layerColl, span snapshot.Span
 			var more bool
 			more, derr = eachEntry(d, what, pg.keep)
 			return more
-		}, what, bigtable.RowFilter(column(famDocs, colDoc)), bigtable.LimitRows(int64(rows)))
+		})
 		if err == nil {
 			err = derr
 		}
@@ -622,11 +625,11 @@ func (s *Store) readBlocks(ctx context.Context, l layerColl, dir []string, span 
 			keys = append(keys, prefix+escapeComponent(k))
 		}
 		var derr error
-		err := s.readDocs(ctx, prefix, keys, func(d snapshot.Document) bool {
+		err := s.readDocs(ctx, l, keys, 0, func(d snapshot.Document) bool {
 			var more bool
 			more, derr = eachEntry(d, what, pg.keep)
 			return more
-		}, what, bigtable.RowFilter(column(famDocs, colDoc)))
+		})
 		if err == nil {
 			err = derr
 		}
@@ -737,11 +740,12 @@ func (s *Store) RecordedLive(ctx context.Context, dataset string, layer snapshot
 // ScanRun calls fn with each chunk of a layer's fingerprint run for a collection, in
 // order, until fn returns false. Like ScanDocuments it is bounded by its progress.
 func (s *Store) ScanRun(ctx context.Context, dataset string, v snapshot.Version, collection string, fn func(chunk []byte) bool) error {
-	return s.ScanRunFrom(ctx, dataset, v, collection, 0, fn)
+	return s.ScanRunFrom(ctx, snapshot.RunRef{Dataset: dataset, Layer: v, Collection: collection}, 0, fn)
 }
 
 // ScanRunFrom is ScanRun from the run's chunk from on (chunks are numbered from 0).
-func (s *Store) ScanRunFrom(ctx context.Context, dataset string, v snapshot.Version, collection string, from int64, fn func(chunk []byte) bool) error {
+func (s *Store) ScanRunFrom(ctx context.Context, ref snapshot.RunRef, from int64, fn func(chunk []byte) bool) error {
+	dataset, v, collection := ref.Dataset, ref.Layer, ref.Collection
 	prefix := runPrefix(dataset, v, collection)
 	what := fmt.Sprintf("read the fingerprints of %s at %s", collection, v)
 	// The prefix ends in '#': the range ends before the next byte.
