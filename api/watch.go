@@ -13,17 +13,20 @@ import (
 	"github.com/snapflip/snapflip/snapshot"
 )
 
-// The kinds of a flip event: what a client that holds the version the stream last
-// named must do with the new one.
+// FlipKind is what a client that holds the version a watch stream last named must do
+// with the version of a flip event: its "kind".
+type FlipKind string
+
+// The kinds of a flip event.
 const (
 	// FlipChild: the new version's parent is the version the stream last named; its
 	// collections' own layers say what changed since.
-	FlipChild = "child"
+	FlipChild FlipKind = "child"
 	// FlipRollback: an operator rolled the pointer back (it is pinned); reload.
-	FlipRollback = "rollback"
+	FlipRollback FlipKind = "rollback"
 	// FlipBase: a new base, a full copy, or a lineage the stream cannot vouch for (the
 	// client's version is not the parent); reload.
-	FlipBase = "base"
+	FlipBase FlipKind = "base"
 )
 
 // watchRetry is the reconnection delay a watch stream suggests (its retry field) and
@@ -50,7 +53,7 @@ type flipEvent struct {
 	Previous snapshot.Version `json:"previous,omitempty"`
 	// Kind is what the flip is to a stream, against the version it last named
 	// (flipKind); a flipRecord holds the event marshalled for each kind it may take.
-	Kind        string                    `json:"kind"`
+	Kind        FlipKind                  `json:"kind"`
 	Pinned      bool                      `json:"pinned"`
 	PinReason   string                    `json:"pin_reason,omitempty"`
 	FlippedAt   time.Time                 `json:"flipped_at"`
@@ -116,7 +119,7 @@ func newFlipEvent(p snapshot.Pointer, m snapshot.Manifest) flipEvent {
 
 // flipKind says what a flip to ev is to a client that holds last ("" when it holds
 // nothing the stream knows of).
-func flipKind(last snapshot.Version, ev flipEvent) string {
+func flipKind(last snapshot.Version, ev flipEvent) FlipKind {
 	switch {
 	case last != "" && ev.Parent == last:
 		return FlipChild
@@ -132,7 +135,7 @@ func flipKind(last snapshot.Version, ev flipEvent) string {
 type flipRecord struct {
 	seq   uint64
 	event flipEvent
-	data  map[string][]byte // by kind
+	data  map[FlipKind][]byte
 	// covered marks a record of coverage alone (event.Version and event.Covers); its
 	// data is the "covered" event's.
 	covered []byte
@@ -141,8 +144,8 @@ type flipRecord struct {
 // newFlipRecord describes a flip to ev: child to a stream that last named its parent,
 // and to any other what flipKind says then.
 func newFlipRecord(ev flipEvent) (flipRecord, error) {
-	rec := flipRecord{event: ev, data: make(map[string][]byte, 2)}
-	kinds := []string{flipKind("", ev)}
+	rec := flipRecord{event: ev, data: make(map[FlipKind][]byte, 2)}
+	kinds := []FlipKind{flipKind("", ev)}
 	if ev.Parent != "" {
 		kinds = append(kinds, FlipChild)
 	}
@@ -387,7 +390,7 @@ func (s *Server) watch(w http.ResponseWriter, r *http.Request) {
 // flipFor marshals a flip event for a caller that does not read every collection
 // whole: only the collections it may read, without counts for those it reads through
 // a scope.
-func (s *Server) flipFor(r *http.Request, ev flipEvent, kind string) []byte {
+func (s *Server) flipFor(r *http.Request, ev flipEvent, kind FlipKind) []byte {
 	ev.Kind = kind
 	names := make([]string, 0, len(ev.Collections))
 	for name := range ev.Collections {

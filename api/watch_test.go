@@ -76,13 +76,17 @@ func TestWatchDescribesTheManifest(t *testing.T) {
 		IDs, Inserted, Changed, Deleted int64
 	}
 	type event struct {
-		Version, Parent, Kind string
-		Collections           map[string]struct {
+		Version, Parent string
+		Kind            api.FlipKind
+		Collections     map[string]struct {
 			Rows int64
 			Own  *own
 		}
 	}
-	for _, tc := range []struct{ last, kind string }{
+	for _, tc := range []struct {
+		last string
+		kind api.FlipKind
+	}{
 		{"", api.FlipBase},
 		{string(verDelta), api.FlipChild},
 		{string(verBase), api.FlipBase},
@@ -130,13 +134,16 @@ func TestWatchDescribesTheManifest(t *testing.T) {
 func TestWatchPinnedIsRollback(t *testing.T) {
 	f := &pinnedReader{fakeReader{manifests: layeredManifests(time.Now())}}
 	s := serveWatch(t, newServer(t, f, func(c *api.Config) { c.WatchInterval = time.Millisecond }))
-	for _, tc := range []struct{ last, kind string }{
+	for _, tc := range []struct {
+		last string
+		kind api.FlipKind
+	}{
 		{"", api.FlipRollback},
 		{string(verBase), api.FlipRollback},
 		{string(verDelta), api.FlipChild},
 	} {
 		var got struct {
-			Kind      string
+			Kind      api.FlipKind
 			Pinned    bool
 			PinReason string `json:"pin_reason"`
 		}

@@ -23,12 +23,12 @@ import (
 
 // watchEvent is the data of a /v1/watch flip event.
 type watchEvent struct {
-	Version     string `json:"version"`
-	Parent      string `json:"parent"`
-	Previous    string `json:"previous"`
-	Kind        string `json:"kind"`
-	Pinned      bool   `json:"pinned"`
-	PinReason   string `json:"pin_reason"`
+	Version     string       `json:"version"`
+	Parent      string       `json:"parent"`
+	Previous    string       `json:"previous"`
+	Kind        api.FlipKind `json:"kind"`
+	Pinned      bool         `json:"pinned"`
+	PinReason   string       `json:"pin_reason"`
 	Collections map[string]struct {
 		Rows int64 `json:"rows"`
 		Own  *struct {
@@ -179,7 +179,7 @@ func (ws *watchStream) awaitEnd(tb testing.TB, timeout time.Duration) {
 }
 
 // checkFlip compares an event's lineage with what is wanted.
-func checkFlip(tb testing.TB, what string, got watchEvent, version, kind, parent, previous string) {
+func checkFlip(tb testing.TB, what string, got watchEvent, version string, kind api.FlipKind, parent, previous string) {
 	tb.Helper()
 	if got.Version != version || got.Kind != kind || got.Parent != parent || got.Previous != previous {
 		tb.Errorf("%s: event for %s, kind %q, parent %q, previous %q; want %s, %q, %q, %q",
@@ -297,7 +297,10 @@ func TestWatchResume(t *testing.T) {
 	vs := e.publishGens(t, 1, 2, 3)
 	e.awaitVersion(t, "/v1/versions/current", vs[2])
 	current := openWatch(t, e.base, vs[2])
-	for _, tc := range []struct{ what, last, kind string }{
+	for _, tc := range []struct {
+		what, last string
+		kind       api.FlipKind
+	}{
 		{"the parent", vs[1], api.FlipChild},
 		{"an older version", vs[0], api.FlipBase},
 		{"nothing", "", api.FlipBase},
