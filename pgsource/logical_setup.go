@@ -92,7 +92,7 @@ type LogicalReport struct {
 	SlotPID    int  `json:"slot_pid,omitempty"`
 	// SlotWALStatus is pg_replication_slots.wal_status: reserved, extended, unreserved
 	// or lost; empty without a slot.
-	SlotWALStatus string `json:"slot_wal_status,omitempty"`
+	SlotWALStatus WALStatus `json:"slot_wal_status,omitempty"`
 	// SlotRetainedBytes is how much WAL the slot holds back from removal; -1 without a
 	// slot or when unknown.
 	SlotRetainedBytes int64 `json:"slot_retained_bytes"`
@@ -395,7 +395,7 @@ type slotFacts struct {
 	here                   bool // database is the session's
 	active                 bool
 	pid                    int
-	walStatus              string
+	walStatus              WALStatus
 	retained               int64 // WAL kept from restart_lsn; -1 when it has none
 	// behind is how far restart_lsn lags confirmed_flush_lsn (0 when either is
 	// unknown); standby whether the server is in recovery.
@@ -403,12 +403,16 @@ type slotFacts struct {
 	standby bool
 }
 
-// slotLogical is pg_replication_slots.slot_type of a logical slot; walLost its
-// wal_status once invalidated.
-const (
-	slotLogical = "logical"
-	walLost     = "lost"
-)
+// slotLogical is pg_replication_slots.slot_type of a logical slot.
+const slotLogical = "logical"
+
+// WALStatus is pg_replication_slots.wal_status: whether the server still keeps the
+// WAL a slot needs.
+type WALStatus string
+
+// WALLost is the wal_status of a slot invalidated for the WAL it lost (others are
+// reserved, extended and unreserved).
+const WALLost WALStatus = "lost"
 
 // ours reports, as an error, a slot of the name that is not a logical pgoutput slot.
 func (f slotFacts) ours(name string) error {

@@ -280,7 +280,7 @@ func (st *stream) claimSlot(ctx context.Context, conn *pgx.Conn, repl *pgconn.Pg
 			}
 			st.report(ctx, Event{Kind: EventSlotCreated, LSN: lsn})
 			return lsn, nil
-		case f.walStatus == walLost:
+		case f.walStatus == WALLost:
 			st.report(ctx, Event{Kind: EventSlotLost})
 			if _, err := conn.Exec(ctx, "SELECT pg_drop_replication_slot($1)", slot); err != nil {
 				return 0, fmt.Errorf("drop invalidated slot %s: %w", slot, err)

@@ -37,7 +37,7 @@ func printLogical(w io.Writer, r pgsource.LogicalReport) {
 	default:
 		fmt.Fprintf(w, "  slot %s: inactive, wal_status %s, retaining %s of WAL\n", r.Slot, r.SlotWALStatus, humanBytes(r.SlotRetainedBytes))
 	}
-	if r.SlotWALStatus == "lost" {
+	if r.SlotWALStatus == pgsource.WALLost {
 		fmt.Fprintf(w, "  slot %s lost WAL it needed: the syncer drops it, creates it again and compares its next version in full\n", r.Slot)
 	}
 	for _, p := range r.Problems {
