@@ -55,8 +55,9 @@ func inspect(ctx context.Context, st manifestReader, m snapshot.Manifest) (inspe
 			continue
 		}
 		chain := c.Layers
-		if len(chain) == 0 { // a full copy: the version's own rows
-			chain = []snapshot.LayerRef{{Version: m.Version, Kind: "full"}}
+		full := len(chain) == 0 // a full copy: the version's own rows
+		if full {
+			chain = []snapshot.LayerRef{{Version: m.Version}}
 		}
 		for _, l := range chain {
 			lm, seen := read[l.Version]
@@ -72,6 +73,9 @@ func inspect(ctx context.Context, st manifestReader, m snapshot.Manifest) (inspe
 				read[l.Version] = lm
 			}
 			li := layerIndexes{Layer: l.Version, Kind: string(l.Kind), Indexes: []snapshot.IndexWrite{}, ManifestGone: lm == nil}
+			if full {
+				li.Kind = "full"
+			}
 			if lm != nil {
 				if own := lm.Collections[name].Own; own != nil && own.Indexes != nil {
 					li.Indexes = own.Indexes

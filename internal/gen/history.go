@@ -371,27 +371,37 @@ func caseTwins(ks []string) []string {
 	return out
 }
 
+// invalidKeyKind is how invalidKey makes a key no id can be.
+type invalidKeyKind int
+
+const (
+	dupKey   invalidKeyKind = iota // a copy of the row
+	nullKey                        // NULL
+	emptyKey                       // '' (text keys)
+	longKey                        // over MaxIDBytes (text keys)
+)
+
 // invalidKey returns a statement that gives t a key no id can be: a duplicate (a copy
 // of the row), NULL, or for text keys empty or over MaxIDBytes. The sync after it must
 // fail; Repair removes such keys.
 func (g *Gen) invalidKey(s *Schema, t *Table, k string) string {
 	where := " WHERE " + keyIn(t, []string{k})
-	kinds := []string{"dup", "dup"}
+	kinds := []invalidKeyKind{dupKey, dupKey}
 	switch {
 	case s.Readers > 1 && s.opt.PartitionedNullKeys:
-		kinds = append(kinds, "null", "null", "null")
+		kinds = append(kinds, nullKey, nullKey, nullKey)
 	case s.Readers == 1:
-		kinds = append(kinds, "null")
+		kinds = append(kinds, nullKey)
 	}
 	if t.Key.Type.SQL == "text" {
-		kinds = append(kinds, "empty", "long")
+		kinds = append(kinds, emptyKey, longKey)
 	}
 	switch pick(g, kinds) {
-	case "null":
+	case nullKey:
 		return "UPDATE " + t.Ident() + " SET " + Ident(t.Key.Name) + " = NULL" + where
-	case "empty":
+	case emptyKey:
 		return "UPDATE " + t.Ident() + " SET " + Ident(t.Key.Name) + " = ''" + where
-	case "long":
+	case longKey:
 		return "UPDATE " + t.Ident() + " SET " + Ident(t.Key.Name) + fmt.Sprintf(" = repeat('é', %d)", MaxIDBytes/2+1) + where
 	}
 	return "INSERT INTO " + t.Ident() + " SELECT * FROM " + t.Ident() + where
