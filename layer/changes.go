@@ -36,8 +36,7 @@ type Reader struct {
 
 // ReadStore is what a Reader needs from storage.
 type ReadStore interface {
-	// GetDocuments returns the documents of ids found through a chain.
-	GetDocuments(ctx context.Context, in snapshot.ChainRef, ids []string) (map[string][]byte, error)
+	snapshot.DocumentGetter
 	RunReader
 }
 

@@ -13,8 +13,7 @@ type DiffStore interface {
 	// ScanDocuments calls fn with every document of a collection through a chain, in
 	// id order, until fn returns false.
 	ScanDocuments(ctx context.Context, in snapshot.ChainRef, fn func(snapshot.Document) bool) error
-	// GetDocuments returns the documents of ids found through a chain.
-	GetDocuments(ctx context.Context, in snapshot.ChainRef, ids []string) (map[string][]byte, error)
+	snapshot.DocumentGetter
 	RunReader
 }
 

@@ -33,9 +33,8 @@ type Store interface {
 	// NewWriter returns a writer for the documents of one version; it stops when ctx
 	// ends.
 	NewWriter(ctx context.Context, dataset string, v snapshot.Version) DocumentWriter
-	// GetDocuments returns the documents of ids found through a chain (a merged
-	// delta copies the parent's unchanged documents).
-	GetDocuments(ctx context.Context, in snapshot.ChainRef, ids []string) (map[string][]byte, error)
+	// DocumentGetter reads the parent's unchanged documents a merged delta copies.
+	snapshot.DocumentGetter
 	// LocateDocuments is GetDocuments that also says which layer of the chain each
 	// document was read from.
 	LocateDocuments(ctx context.Context, in snapshot.ChainRef, ids []string) (map[string]Located, error)

@@ -21,9 +21,7 @@ type ReadStore interface {
 	// GetDocument returns one document through a chain (Manifest.Chain: the layers
 	// holding the collection, newest first), or ErrNotFound.
 	GetDocument(ctx context.Context, in snapshot.ChainRef, id string) ([]byte, error)
-	// GetDocuments returns the documents of ids found through a chain, in one read;
-	// missing ids are absent from the map.
-	GetDocuments(ctx context.Context, in snapshot.ChainRef, ids []string) (map[string][]byte, error)
+	snapshot.DocumentGetter
 	// ScanPage returns up to limit documents through a chain whose ids sort after
 	// after, in id order, and whether more follow.
 	ScanPage(ctx context.Context, in snapshot.ChainRef, after string, limit int) ([]snapshot.Document, bool, error)

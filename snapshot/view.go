@@ -1,5 +1,7 @@
 package snapshot
 
+import "context"
+
 // View is one version as a reader sees it: every answer made from a View comes from
 // that version alone.
 type View struct {
@@ -35,6 +37,13 @@ type RunRef struct {
 	Dataset    string
 	Layer      Version
 	Collection string
+}
+
+// DocumentGetter reads documents by id through a chain, in one read: the map holds
+// the ids found. The layer engine and the resolver embed it in what they ask of
+// storage.
+type DocumentGetter interface {
+	GetDocuments(ctx context.Context, in ChainRef, ids []string) (map[string][]byte, error)
 }
 
 // Span is the ids a scan covers: those after From (from From on, when Inclusive) and,
