@@ -45,9 +45,9 @@ type StreamConfig struct {
 	// confirmed position, with no transaction held, before the reading asks the server
 	// to log a running-transactions record so that it moves; default 8 MiB.
 	NudgeAfter int64
-	// Observer hears the stream's events (EventStreamStarted, EventSlotCreated, …);
-	// nil for none.
-	Observer Observer
+	// Observer hears the stream's events (snapshot.EventStreamStarted,
+	// EventSlotCreated, …); nil for none.
+	Observer snapshot.Observer
 }
 
 // DefaultStreamConfig returns the values Stream takes for StreamConfig's zero
@@ -188,7 +188,7 @@ type stream struct {
 // Stream reads the replication slot until ctx ends or the connection fails, and
 // lets the snapshots opened meanwhile learn exactly which keys changed. It prepares
 // the publication (PrepareLogical), creates the slot when it is missing, and starts
-// a new one when the slot was invalidated, reporting it (EventSlotLost: the next
+// a new one when the slot was invalidated, reporting it (snapshot.EventSlotLost: the next
 // version is then compared in full, since the stream's history has a gap). changed
 // is called for each committed transaction that changed a watched collection, and
 // again, from the goroutine that opens a snapshot, when a snapshot does not yet see
@@ -235,7 +235,7 @@ func (s *Source) Stream(ctx context.Context, cfg StreamConfig, changed func(Chan
 		return fmt.Errorf("start replication from slot %s: %w", cfg.Slot, err)
 	}
 	st.recv = st.start
-	st.report(ctx, Event{Kind: EventStreamStarted, LSN: st.start, Reading: st.reading})
+	st.report(ctx, snapshot.EventStreamStarted, "from", lsnText(st.start), "reading", st.reading)
 	s.stream.Store(st)
 	defer s.stream.CompareAndSwap(st, nil)
 	if changed != nil {
@@ -246,10 +246,9 @@ func (s *Source) Stream(ctx context.Context, cfg StreamConfig, changed func(Chan
 	return st.read(ctx, conn, repl, changed, stats)
 }
 
-// report tells the config's Observer, if any, of e, an event of the stream's slot.
-func (st *stream) report(ctx context.Context, e Event) {
-	e.Slot = st.cfg.Slot
-	observe(ctx, st.cfg.Observer, e)
+// report tells the config's Observer, if any, of an event of the stream's slot.
+func (st *stream) report(ctx context.Context, kind snapshot.EventKind, attrs ...any) {
+	observe(ctx, st.cfg.Observer, kind, append([]any{"slot", st.cfg.Slot}, attrs...)...)
 }
 
 // ErrTablesChanged: a relation the stream follows was dropped (and maybe created
@@ -278,16 +277,16 @@ func (st *stream) claimSlot(ctx context.Context, conn *pgx.Conn, repl *pgconn.Pg
 			if err != nil {
 				return 0, err
 			}
-			st.report(ctx, Event{Kind: EventSlotCreated, LSN: lsn})
+			st.report(ctx, snapshot.EventSlotCreated, "at", lsnText(lsn))
 			return lsn, nil
 		case f.walStatus == WALLost:
-			st.report(ctx, Event{Kind: EventSlotLost})
+			st.report(ctx, snapshot.EventSlotLost)
 			if _, err := conn.Exec(ctx, "SELECT pg_drop_replication_slot($1)", slot); err != nil {
 				return 0, fmt.Errorf("drop invalidated slot %s: %w", slot, err)
 			}
 		case f.active && attempt < 20:
 			// The lease is ours: whoever reads the slot lost it (a paused process).
-			st.report(ctx, Event{Kind: EventSlotTaken, PID: f.pid})
+			st.report(ctx, snapshot.EventSlotTaken, "pid", f.pid)
 			if _, err := conn.Exec(ctx, "SELECT pg_terminate_backend($1)", f.pid); err != nil {
 				return 0, fmt.Errorf("end the slot's reader (pid %d): %w", f.pid, err)
 			}

@@ -78,7 +78,7 @@ func (st *stream) delta(ctx context.Context, snapText string, lsn uint64, since 
 		case <-ctx.Done():
 			return streamDelta{}, ctx.Err()
 		case <-timeout.C:
-			st.report(ctx, Event{Kind: EventStreamBehind, LSN: lsn, Wait: st.cfg.CatchUp})
+			st.report(ctx, snapshot.EventStreamBehind, "snapshot_lsn", lsnText(lsn), "wait", st.cfg.CatchUp.String())
 			return streamDelta{}, nil
 		case <-nudge.C:
 			st.nudge(ctx)
@@ -114,7 +114,11 @@ func (st *stream) deltaLocked(ctx context.Context, vis visibility, since *snapsh
 	d = streamDelta{pos: &snapshot.StreamPosition{Slot: st.cfg.Slot, System: st.system, Reading: st.reading, Resume: resume}}
 	if why := st.invalidFor(since); why != "" {
 		if since != nil && since.Stream != nil {
-			st.report(ctx, Event{Kind: EventStreamNoDelta, Why: why, OtherSystem: since.Stream.System != st.system})
+			kind := snapshot.EventStreamNoDelta
+			if since.Stream.System != st.system {
+				kind = snapshot.EventStreamOtherSystem
+			}
+			st.report(ctx, kind, "why", why)
 		}
 		return d, unseen
 	}
@@ -151,7 +155,7 @@ func (st *stream) nudge(ctx context.Context) {
 		_, err = conn.Exec(ctx, "SELECT txid_current()")
 	}
 	if err != nil && ctx.Err() == nil {
-		st.report(ctx, Event{Kind: EventNudgeFailed, Err: err})
+		st.report(ctx, snapshot.EventNudgeFailed, "err", err)
 	}
 }
 

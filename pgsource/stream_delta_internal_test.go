@@ -27,7 +27,7 @@ func TestDeltaReportsTransactionsNotYetVisible(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			var got []Change
 			var log testenv.Log
-			st := &stream{cfg: StreamConfig{CatchUp: time.Second, Observer: ObserverFunc(logEvents(slog.New(slog.NewTextHandler(&log, nil))))},
+			st := &stream{cfg: StreamConfig{CatchUp: time.Second, Observer: logEvents(slog.New(slog.NewTextHandler(&log, nil)))},
 				moved: make(chan struct{}), fresh: true, rels: map[uint32]*streamRelation{}, recv: 1 << 20,
 				held:    []*heldTxn{{xid: 99, commit: 10}, {xid: 105, commit: 20}},
 				changed: func(c Change) { got = append(got, c) }}

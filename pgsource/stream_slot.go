@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/snapflip/snapflip/snapshot"
 )
 
 // The reading's watch over its slot: the WAL it retains (metrics, a warning), and
@@ -81,7 +83,7 @@ func (w *slotWatch) check(ctx context.Context, now time.Time) error {
 	w.nextRetained = now.Add(retainedEvery)
 	if retained > st.cfg.WarnRetained && now.Sub(w.warned) > time.Minute {
 		w.warned = now
-		st.report(ctx, Event{Kind: EventSlotRetains, Retained: retained, Threshold: st.cfg.WarnRetained})
+		st.report(ctx, snapshot.EventSlotRetains, "retained_bytes", retained, "threshold", st.cfg.WarnRetained)
 	}
 	if w.stats != nil {
 		w.stats(StreamStats{RetainedBytes: retained, Held: held})
@@ -115,9 +117,9 @@ func (w *slotWatch) tablesKept(ctx context.Context) error {
 // nudger asks the server for a running-transactions record, one request at a time,
 // in the background on a connection of its own, so the stream is read meanwhile.
 type nudger struct {
-	connCfg *pgx.ConnConfig              // with statement_timeout nudgeWait
-	report  func(context.Context, Event) // the reading's
-	slot    string                       // the temporary slot's name, the reading's own
+	connCfg *pgx.ConnConfig                                   // with statement_timeout nudgeWait
+	report  func(context.Context, snapshot.EventKind, ...any) // the reading's
+	slot    string                                            // the temporary slot's name, the reading's own
 	ctx     context.Context
 	cancel  context.CancelFunc
 	wg      sync.WaitGroup
@@ -133,7 +135,7 @@ type nudger struct {
 }
 
 // newNudger returns a nudger whose requests end with ctx or close.
-func newNudger(ctx context.Context, connCfg *pgx.ConnConfig, report func(context.Context, Event), reading string) *nudger {
+func newNudger(ctx context.Context, connCfg *pgx.ConnConfig, report func(context.Context, snapshot.EventKind, ...any), reading string) *nudger {
 	cfg := connCfg.Copy()
 	cfg.RuntimeParams["statement_timeout"] = strconv.FormatInt(nudgeWait.Milliseconds(), 10)
 	n := &nudger{connCfg: cfg, report: report, slot: "snapflip_nudge_" + strings.ReplaceAll(reading, "-", "")}
@@ -164,7 +166,7 @@ func (n *nudger) poke(now time.Time) {
 		n.next = time.Now().Add(nudgeBackoff)
 		if !n.failed {
 			n.failed = true
-			n.report(ctx, Event{Kind: EventRecordFailed, Err: err})
+			n.report(ctx, snapshot.EventRecordFailed, "err", err)
 		}
 	}()
 }

@@ -13,12 +13,20 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/snapflip/snapflip/internal/testenv"
+	"github.com/snapflip/snapflip/snapshot"
 )
 
-// logEvents logs each event to log: its kind's sentence, and its error.
-func logEvents(log *slog.Logger) func(context.Context, Event) {
-	return func(ctx context.Context, e Event) {
-		log.InfoContext(ctx, e.Kind.String(), "slot", e.Slot, "err", e.Err, "why", e.Why)
+// logEvents logs each event to log: its kind's sentence, and its attributes.
+func logEvents(log *slog.Logger) snapshot.ObserverFunc {
+	return func(ctx context.Context, e snapshot.Event) {
+		log.InfoContext(ctx, e.Kind.String(), e.Attrs...)
+	}
+}
+
+// reportTo is a reading's report that logs each event to log.
+func reportTo(log *slog.Logger) func(context.Context, snapshot.EventKind, ...any) {
+	return func(ctx context.Context, kind snapshot.EventKind, attrs ...any) {
+		logEvents(log)(ctx, snapshot.Event{Kind: kind, Attrs: attrs})
 	}
 }
 
@@ -30,7 +38,7 @@ func nudgeConn(t *testing.T, dsn string, log *testenv.Log) (*nudger, *pgx.Conn) 
 	if err != nil {
 		t.Fatal(err)
 	}
-	n := newNudger(context.Background(), cfg, logEvents(slog.New(slog.NewTextHandler(log, nil))), uuid.NewString())
+	n := newNudger(context.Background(), cfg, reportTo(slog.New(slog.NewTextHandler(log, nil))), uuid.NewString())
 	t.Cleanup(n.close)
 	conn, err := pgx.Connect(context.Background(), dsn)
 	if err != nil {
@@ -105,7 +113,7 @@ func TestNudgeCloseEndsARequest(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	n := newNudger(context.Background(), cfg, logEvents(slog.New(slog.NewTextHandler(&log, nil))), uuid.NewString())
+	n := newNudger(context.Background(), cfg, reportTo(slog.New(slog.NewTextHandler(&log, nil))), uuid.NewString())
 	n.poke(time.Now())
 	c := <-accepted // the request waits for the server's answer
 	defer c.Close()

@@ -39,8 +39,8 @@ func startStream(t *testing.T, src *pgsource.Source, slot string, log *slog.Logg
 	t.Helper()
 	cfg := pgsource.StreamConfig{LogicalConfig: pgsource.LogicalConfig{Publication: slot, Slot: slot}}
 	if log != nil {
-		cfg.Observer = pgsource.ObserverFunc(func(ctx context.Context, e pgsource.Event) {
-			log.InfoContext(ctx, e.Kind.String(), "slot", e.Slot, "err", e.Err, "why", e.Why)
+		cfg.Observer = snapshot.ObserverFunc(func(ctx context.Context, e snapshot.Event) {
+			log.InfoContext(ctx, e.Kind.String(), e.Attrs...)
 		})
 	}
 	return startStreamWith(t, src, cfg)

@@ -47,9 +47,9 @@ type WatchConfig struct {
 	// Mode is WatchModeStats (the zero value), or WatchModeLogical, in which Watch polls the
 	// definitions alone (Stream reports the rows).
 	Mode WatchMode
-	// Observer hears the watch's events (EventWatching, EventWatchFailed); nil for
-	// none.
-	Observer Observer
+	// Observer hears the watch's events (snapshot.EventWatching,
+	// EventWatchFailed); nil for none.
+	Observer snapshot.Observer
 }
 
 // DefaultWatchConfig returns the values Watch takes for WatchConfig's zero fields.
@@ -233,7 +233,7 @@ func (s *Source) Watch(ctx context.Context, cfg WatchConfig, changed func(Change
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
-		observe(ctx, cfg.Observer, Event{Kind: EventWatchFailed, Err: err})
+		observe(ctx, cfg.Observer, snapshot.EventWatchFailed, "err", err)
 		if retry.Sleep(ctx, watchRetry) != nil {
 			return ctx.Err()
 		}
@@ -357,8 +357,8 @@ func (l *watchLoop) resolve(ctx context.Context) error {
 	}
 	l.set, l.resolvedAt = set, time.Now()
 	if key := fmt.Sprint(set.relations); key != l.relations {
-		observe(ctx, w.cfg.Observer, Event{Kind: EventWatching, Tables: len(set.tables), Relations: len(set.relations),
-			Interval: w.cfg.Interval, Mode: w.cfg.Mode})
+		observe(ctx, w.cfg.Observer, snapshot.EventWatching, "tables", len(set.tables), "relations", len(set.relations),
+			"interval", w.cfg.Interval.String(), "mode", w.cfg.Mode)
 		l.relations, l.first = key, true // a new set of tables: a new baseline
 	}
 	if tables := fmt.Sprint(set.tables); tables != w.watched {

@@ -14,13 +14,16 @@ const (
 	LevelError Level = 8
 )
 
-// EventKind names something the protocol or the layer writer did or failed to do on
-// the side of its result: progress, a choice made, bookkeeping that failed best effort.
-// Its String is the message a binary logs; its Level is fixed per kind.
+// EventKind names something a part of snapflip did or failed to do on the side of its
+// result: progress, a choice made, a retry, bookkeeping that failed best effort. Its
+// String is the message a binary logs; its Level is fixed per kind. Every reporter
+// uses these kinds and Observer, so that one observer hears them all.
 type EventKind int
 
 // The kinds of events. Publisher, Ticker and Admin report the first group; package
-// layer's Writer the second.
+// layer's Writer the second; a source's change watch and replication stream (package
+// pgsource) the third, with the attributes each names; leases (package store) the
+// fourth, each with the attributes lease, holder and token.
 const (
 	_ EventKind = iota
 
@@ -54,6 +57,25 @@ const (
 	EventCopying             // a long copy's progress
 	EventCollectionCopied    // a collection's copy is done
 	EventCoverageFailed      // an unchanged source's snapshot was not recorded as covered
+
+	EventWatchFailed       // the watch's connection failed; it retries in a few seconds (err)
+	EventWatching          // the watch found a new set of tables (tables, relations, interval, mode)
+	EventStreamStarted     // the reading of the replication stream began (slot, from, reading)
+	EventSlotCreated       // the slot was missing and was created: a full comparison (slot, at)
+	EventSlotLost          // the slot was invalidated; it is dropped and created again (slot)
+	EventSlotTaken         // another process read the slot, and is ended (slot, pid)
+	EventStreamBehind      // the stream did not reach a snapshot in time (slot, snapshot_lsn, wait)
+	EventStreamNoDelta     // the stream cannot say what changed since the parent (slot, why)
+	EventStreamOtherSystem // the parent was read from another cluster, timeline or database (slot, why)
+	EventNudgeFailed       // a snapshot could not nudge the stream past its position (slot, err)
+	EventSlotRetains       // the slot retains much WAL (slot, retained_bytes, threshold)
+	EventRecordFailed      // no running-transactions record could be logged (slot, err)
+
+	EventLeaseAcquired // the lease was free, expired or released, and is now held
+	EventLeaseTakeover // the lease was taken over from a holder that stopped renewing
+	EventLeaseReleased // the holder gave the lease up
+	EventLeaseLost     // a renewal found the lease taken over or unreadable past its term (err)
+	EventLeaseWaiting  // the lease is held by another (held_by), taken over at takeover_at unless renewed
 	numEventKinds
 )
 
@@ -92,6 +114,27 @@ var eventKinds = [numEventKinds]struct {
 	EventCopying:             {"copying", LevelInfo},
 	EventCollectionCopied:    {"collection copied", LevelInfo},
 	EventCoverageFailed:      {"record that the current version covers the source's snapshot", LevelWarn},
+
+	EventWatchFailed:   {"watching the source failed; retrying (the schedule still runs)", LevelWarn},
+	EventWatching:      {"watching for changes", LevelInfo},
+	EventStreamStarted: {"reading the replication stream", LevelInfo},
+	EventSlotCreated:   {"created the replication slot: the next version is compared in full with its parent", LevelWarn},
+	EventSlotLost: {"the replication slot was invalidated (max_slot_wal_keep_size): its changes are lost; dropping it " +
+		"and starting a new one, and the next version is compared in full", LevelError},
+	EventSlotTaken:         {"the replication slot is read by another process; ending it", LevelWarn},
+	EventStreamBehind:      {"the replication stream did not reach the snapshot in time: this version is compared in full", LevelWarn},
+	EventStreamNoDelta:     {"the stream cannot say what changed since the parent: this version is compared in full", LevelInfo},
+	EventStreamOtherSystem: {"the stream cannot say what changed since the parent, read from another cluster, timeline or database: this version is compared in full", LevelError},
+	EventNudgeFailed:       {"could not nudge the replication stream past a snapshot", LevelWarn},
+	EventSlotRetains:       {"the replication slot retains much WAL on the source: are versions failing to publish?", LevelWarn},
+	EventRecordFailed: {"could not have the server log a running-transactions record: the slot's restart position " +
+		"then moves only every 15 s, and the slot retains that much more WAL; tried again each minute", LevelWarn},
+
+	EventLeaseAcquired: {"lease acquired", LevelInfo},
+	EventLeaseTakeover: {"lease taken over", LevelInfo},
+	EventLeaseReleased: {"lease released", LevelDebug},
+	EventLeaseLost:     {"lease lost", LevelWarn},
+	EventLeaseWaiting:  {"waiting for the lease: another holder has it; it is taken over at takeover_at unless that holder renews it", LevelInfo},
 }
 
 // String returns the kind's log message; "" for a kind this version does not know.
@@ -122,9 +165,20 @@ type Event struct {
 	Attrs      []any
 }
 
+// Attr returns the value of the attribute key, nil when the event has none.
+func (e Event) Attr(key string) any {
+	for i := 0; i+1 < len(e.Attrs); i += 2 {
+		if e.Attrs[i] == key {
+			return e.Attrs[i+1]
+		}
+	}
+	return nil
+}
+
 // Observer receives events. It is called synchronously from the goroutine that
 // reported the event, so it must be quick and safe for concurrent use. A nil Observer
-// in a Publisher, Ticker, Admin or layer.Writer discards events.
+// (in a Publisher, Ticker, Admin, layer.Writer, a source's watch or stream, a lease)
+// discards events.
 type Observer interface {
 	Observe(ctx context.Context, e Event)
 }

@@ -6,7 +6,7 @@ import (
 	"github.com/snapflip/snapflip/snapshot"
 )
 
-// Every kind has its message and a level; the messages are what operators and the
+// Every kind has its message and a level, and the last kind is the last lease's; the messages are what operators and the
 // end-to-end tests grep, so a few are pinned here.
 func TestEventKindText(t *testing.T) {
 	seen := map[string]snapshot.EventKind{}
@@ -31,6 +31,10 @@ func TestEventKindText(t *testing.T) {
 		{snapshot.EventCopying, "copying", snapshot.LevelInfo},
 		{snapshot.EventCollectionCopied, "collection copied", snapshot.LevelInfo},
 		{snapshot.EventCoverageFailed, "record that the current version covers the source's snapshot", snapshot.LevelWarn},
+		{snapshot.EventSlotLost, "the replication slot was invalidated (max_slot_wal_keep_size): its changes are lost; dropping it " +
+			"and starting a new one, and the next version is compared in full", snapshot.LevelError},
+		{snapshot.EventLeaseReleased, "lease released", snapshot.LevelDebug},
+		{snapshot.EventLeaseWaiting, "waiting for the lease: another holder has it; it is taken over at takeover_at unless that holder renews it", snapshot.LevelInfo},
 		{snapshot.EventKind(0), "", snapshot.LevelInfo},
 	} {
 		if got, want := tc.kind.String(), tc.text; got != want {
@@ -40,7 +44,7 @@ func TestEventKindText(t *testing.T) {
 			t.Errorf("kind %q: level %d; want %d", tc.kind, got, want)
 		}
 	}
-	if got, want := len(seen), int(snapshot.EventCoverageFailed); got != want {
+	if got, want := len(seen), int(snapshot.EventLeaseWaiting); got != want {
 		t.Errorf("%d kinds with a message; want %d", got, want)
 	}
 }

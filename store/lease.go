@@ -47,47 +47,6 @@ func decodeLeaseState(b []byte) (leaseState, error) {
 	return leaseState{binary.BigEndian.Uint64(b), binary.BigEndian.Uint64(b[8:]), string(b[16:])}, nil
 }
 
-// LeaseEventKind says what happened to a lease.
-type LeaseEventKind int
-
-// The kinds of lease events.
-const (
-	// LeaseAcquired: the lease was free, expired or released, and is now held.
-	LeaseAcquired LeaseEventKind = iota + 1
-	// LeaseTakeover: acquired from a holder that stopped renewing.
-	LeaseTakeover
-	// LeaseReleased: the holder gave the lease up.
-	LeaseReleased
-	// LeaseLost: a renewal found the lease taken over or unreadable past its term.
-	LeaseLost
-	// LeaseWaiting: Acquire found the lease held, by HeldBy, and takes it over at
-	// TakeoverAt unless that holder renews before.
-	LeaseWaiting
-)
-
-var leaseEventTexts = [...]string{LeaseAcquired: "acquired", LeaseTakeover: "takeover",
-	LeaseReleased: "released", LeaseLost: "lost", LeaseWaiting: "waiting"}
-
-// String returns the kind as logs and metric labels name it.
-func (k LeaseEventKind) String() string {
-	if k <= 0 || int(k) >= len(leaseEventTexts) {
-		return "unknown"
-	}
-	return leaseEventTexts[k]
-}
-
-// LeaseEvent reports what happened to a lease, for logs and metrics.
-type LeaseEvent struct {
-	Name   string
-	Holder string
-	Token  uint64
-	Kind   LeaseEventKind
-	Err    error
-	// HeldBy and TakeoverAt describe the holder a "waiting" contender waits for.
-	HeldBy     string
-	TakeoverAt time.Time
-}
-
 // waitReportEvery is how often Acquire reports that it still waits for the same
 // holder.
 const waitReportEvery = 5 * time.Second
@@ -108,8 +67,9 @@ type LeaseConfig struct {
 	// the lease with the given token. The syncer advances the pointer's fence here,
 	// so that a deposed holder is refused before the new one holds the lease.
 	BeforeAcquire func(ctx context.Context, token uint64) error
-	// OnEvent, if set, is told of acquires, takeovers, releases and losses.
-	OnEvent func(LeaseEvent)
+	// Observer, if set, is told of acquires, takeovers, releases, losses and waits
+	// (snapshot.EventLeaseAcquired through EventLeaseWaiting).
+	Observer snapshot.Observer
 }
 
 // LeaseCell is where a Lease keeps its state: one cell, read whole and written only
@@ -286,7 +246,7 @@ func (l *Lease) TryAcquire(ctx context.Context) (snapshot.Hold, error) {
 			return nil, fmt.Errorf("lease %s: %w", l.name, err)
 		}
 	}
-	kind := LeaseAcquired
+	kind := snapshot.EventLeaseAcquired
 	if raw != nil && cur.holder != "" {
 		if !l.expired(raw) {
 			l.mu.Lock()
@@ -294,7 +254,7 @@ func (l *Lease) TryAcquire(ctx context.Context) (snapshot.Hold, error) {
 			l.mu.Unlock()
 			return nil, &heldError{lease: l.name, holder: cur.holder, token: cur.token, takeoverAt: at}
 		}
-		kind = LeaseTakeover
+		kind = snapshot.EventLeaseTakeover
 	}
 	next := leaseState{token: cur.token + 1, seq: cur.seq + 1, holder: l.cfg.Holder}
 	if l.cfg.BeforeAcquire != nil {
@@ -314,7 +274,7 @@ func (l *Lease) TryAcquire(ctx context.Context) (snapshot.Hold, error) {
 	l.seen = nil
 	l.mu.Unlock()
 	h := newHold(l, next, sent)
-	l.event(kind, next.token, nil)
+	l.event(ctx, kind, next.token)
 	return h, nil
 }
 
@@ -367,10 +327,7 @@ func (l *Lease) Acquire(ctx context.Context) (snapshot.Hold, error) {
 		var held *heldError
 		if errors.As(err, &held) && (held.holder != reportedHolder || time.Since(reportedAt) >= waitReportEvery) {
 			reportedHolder, reportedAt = held.holder, time.Now()
-			if l.cfg.OnEvent != nil {
-				l.cfg.OnEvent(LeaseEvent{Name: l.name, Holder: l.cfg.Holder, Token: held.token, Kind: LeaseWaiting,
-					HeldBy: held.holder, TakeoverAt: held.takeoverAt})
-			}
+			l.event(ctx, snapshot.EventLeaseWaiting, held.token, "held_by", held.holder, "takeover_at", held.takeoverAt)
 		}
 		wait := retry.Backoff{Initial: 20 * time.Millisecond, Max: l.cfg.RetryMax, Jitter: retry.FullJitter}.Delay(attempt)
 		l.mu.Lock()
@@ -392,9 +349,12 @@ func giveUp(ctx context.Context, last error) error {
 	return fmt.Errorf("%w (last attempt: %v)", ctx.Err(), last)
 }
 
-func (l *Lease) event(kind LeaseEventKind, token uint64, err error) {
-	if l.cfg.OnEvent != nil {
-		l.cfg.OnEvent(LeaseEvent{Name: l.name, Holder: l.cfg.Holder, Token: token, Kind: kind, Err: err})
+// event reports an event of kind about token's hold to the config's Observer, with
+// the lease, holder and token before attrs.
+func (l *Lease) event(ctx context.Context, kind snapshot.EventKind, token uint64, attrs ...any) {
+	if l.cfg.Observer != nil {
+		l.cfg.Observer.Observe(ctx, snapshot.Event{Kind: kind,
+			Attrs: append([]any{"lease", l.name, "holder", l.cfg.Holder, "token", token}, attrs...)})
 	}
 }
 
@@ -528,7 +488,7 @@ func (h *hold) markLost(err error) {
 	h.mu.Unlock()
 	close(h.lost)
 	h.cancel(err)
-	h.l.event(LeaseLost, h.token, err)
+	h.l.event(context.Background(), snapshot.EventLeaseLost, h.token, "err", err)
 }
 
 // Release stops renewing and frees the lease, keeping its token.
@@ -561,7 +521,7 @@ func (h *hold) Release(ctx context.Context) error {
 			return err
 		}
 		if ok {
-			h.l.event(LeaseReleased, h.token, nil)
+			h.l.event(ctx, snapshot.EventLeaseReleased, h.token)
 			return nil
 		}
 		if ours, err := h.adoptOwnState(ctx, leaseState{}, time.Time{}); retried || err != nil || !ours {

@@ -399,9 +399,9 @@ func TestAcquireSaysWhoItWaitsFor(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer ha.Release(ctx)
-	events := make(chan store.LeaseEvent, 100)
+	events := make(chan snapshot.Event, 100)
 	b, err := st.NewLease("publish/ds", store.LeaseConfig{Holder: "waiter-b", Duration: 5 * time.Second,
-		OnEvent: func(e store.LeaseEvent) { events <- e }})
+		Observer: snapshot.ObserverFunc(func(_ context.Context, e snapshot.Event) { events <- e })})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -413,7 +413,8 @@ func TestAcquireSaysWhoItWaitsFor(t *testing.T) {
 	}
 	select {
 	case e := <-events:
-		if e.Kind != store.LeaseWaiting || e.HeldBy != "holder-a" || e.TakeoverAt.Before(asked) || e.TakeoverAt.After(asked.Add(6*time.Second)) {
+		at, _ := e.Attr("takeover_at").(time.Time)
+		if e.Kind != snapshot.EventLeaseWaiting || e.Attr("held_by") != "holder-a" || at.Before(asked) || at.After(asked.Add(6*time.Second)) {
 			t.Errorf("first event = %+v; want waiting for holder-a, takeover within the lease duration", e)
 		}
 	default:

@@ -15,25 +15,24 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/snapflip/snapflip/snapshot"
-	"github.com/snapflip/snapflip/store"
 )
 
 // syncerMetrics are the syncer's Prometheus metrics.
 type syncerMetrics struct {
-	reg         *prometheus.Registry
-	leaseEvents *prometheus.CounterVec
-	leaseHeld   prometheus.Gauge
-	leaseToken  prometheus.Gauge
-	slots       *prometheus.CounterVec
-	syncs       *prometheus.CounterVec
-	lastSuccess prometheus.Gauge
-	duration    prometheus.Histogram
-	rows        *prometheus.CounterVec
-	bytes       *prometheus.CounterVec
-	age         prometheus.Gauge
-	ttl         prometheus.Gauge
-	pinned      prometheus.Gauge
-	refreshed   prometheus.Counter
+	reg              *prometheus.Registry
+	leaseEventsTotal *prometheus.CounterVec
+	leaseHeld        prometheus.Gauge
+	leaseToken       prometheus.Gauge
+	slots            *prometheus.CounterVec
+	syncs            *prometheus.CounterVec
+	lastSuccess      prometheus.Gauge
+	duration         prometheus.Histogram
+	rows             *prometheus.CounterVec
+	bytes            *prometheus.CounterVec
+	age              prometheus.Gauge
+	ttl              prometheus.Gauge
+	pinned           prometheus.Gauge
+	refreshed        prometheus.Counter
 	// What publishes wrote: bytes, rows rendered, rows written by kind, layers by
 	// kind, and the current version's chain lengths.
 	bytesWritten prometheus.Counter
@@ -48,7 +47,7 @@ func newSyncerMetrics(dataset string) *syncerMetrics {
 	labels := prometheus.Labels{"dataset": dataset}
 	m := &syncerMetrics{
 		reg: prometheus.NewRegistry(),
-		leaseEvents: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "snapflip_lease_events_total",
+		leaseEventsTotal: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "snapflip_lease_events_total",
 			Help: "Lease events of this replica: acquired, takeover, released, lost.", ConstLabels: labels}, []string{"kind"}),
 		leaseHeld: prometheus.NewGauge(prometheus.GaugeOpts{Name: "snapflip_lease_held",
 			Help: "1 while this replica holds the publish lease.", ConstLabels: labels}),
@@ -93,7 +92,7 @@ func newSyncerMetrics(dataset string) *syncerMetrics {
 	for _, k := range []string{string(snapshot.LayerBase), string(snapshot.LayerDelta), layerMerged} {
 		m.layers.WithLabelValues(k)
 	}
-	m.reg.MustRegister(m.leaseEvents, m.leaseHeld, m.leaseToken, m.slots, m.syncs, m.lastSuccess, m.duration,
+	m.reg.MustRegister(m.leaseEventsTotal, m.leaseHeld, m.leaseToken, m.slots, m.syncs, m.lastSuccess, m.duration,
 		m.rows, m.bytes, m.age, m.ttl, m.pinned, m.refreshed,
 		m.bytesWritten, m.rendered, m.rowsWritten, m.layers, m.chainLength,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
@@ -101,28 +100,29 @@ func newSyncerMetrics(dataset string) *syncerMetrics {
 	return m
 }
 
-// leaseEvent logs a lease event and counts it.
-func (m *syncerMetrics) leaseEvent(log *slog.Logger) func(store.LeaseEvent) {
-	return func(e store.LeaseEvent) {
-		m.leaseEvents.WithLabelValues(e.Kind.String()).Inc()
-		attrs := []any{"lease", e.Name, "holder", e.Holder, "token", e.Token}
-		switch e.Kind {
-		case store.LeaseAcquired, store.LeaseTakeover:
-			m.leaseHeld.Set(1)
-			m.leaseToken.Set(float64(e.Token))
-			log.Info("lease "+e.Kind.String(), attrs...)
-		case store.LeaseReleased:
-			m.leaseHeld.Set(0)
-			log.Debug("lease released", attrs...)
-		case store.LeaseLost:
-			m.leaseHeld.Set(0)
-			log.Warn("lease lost", append(attrs, "err", e.Err)...)
-		case store.LeaseWaiting:
-			in := time.Until(e.TakeoverAt).Round(time.Second)
-			log.Info(fmt.Sprintf("waiting for the publish lease: held by %s; it is taken over in %s unless that holder renews it", e.HeldBy, in),
-				append(attrs, "held_by", e.HeldBy, "takeover_at", e.TakeoverAt.UTC().Format(time.RFC3339))...)
+// leaseEventLabels are the kind labels of snapflip_lease_events_total.
+var leaseEventLabels = map[snapshot.EventKind]string{snapshot.EventLeaseAcquired: "acquired",
+	snapshot.EventLeaseTakeover: "takeover", snapshot.EventLeaseReleased: "released", snapshot.EventLeaseLost: "lost",
+	snapshot.EventLeaseWaiting: "waiting"}
+
+// leaseEvents is a lease's observer: it counts the lease's events, tracks whether
+// this replica holds it and with which token, and passes every event on to next.
+func (m *syncerMetrics) leaseEvents(next snapshot.Observer) snapshot.Observer {
+	return snapshot.ObserverFunc(func(ctx context.Context, e snapshot.Event) {
+		if label, ok := leaseEventLabels[e.Kind]; ok {
+			m.leaseEventsTotal.WithLabelValues(label).Inc()
 		}
-	}
+		switch e.Kind {
+		case snapshot.EventLeaseAcquired, snapshot.EventLeaseTakeover:
+			m.leaseHeld.Set(1)
+			if token, ok := e.Attr("token").(uint64); ok {
+				m.leaseToken.Set(float64(token))
+			}
+		case snapshot.EventLeaseReleased, snapshot.EventLeaseLost:
+			m.leaseHeld.Set(0)
+		}
+		next.Observe(ctx, e)
+	})
 }
 
 // observe records the outcome of one sync.

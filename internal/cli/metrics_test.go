@@ -3,7 +3,6 @@ package cli
 import (
 	"bytes"
 	"context"
-	"errors"
 	"io"
 	"log/slog"
 	"net"
@@ -15,29 +14,54 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
+	"github.com/snapflip/snapflip/internal/memstore"
 	"github.com/snapflip/snapflip/snapshot"
 	"github.com/snapflip/snapflip/store"
 )
 
+// TestLeaseEventsShowWhoHoldsWhat: a real lease's events set lease_held and
+// lease_token, count by kind, and are logged, a wait naming the holder waited for.
 func TestLeaseEventsShowWhoHoldsWhat(t *testing.T) {
 	m := newSyncerMetrics("ds")
 	var logs strings.Builder
-	on := m.leaseEvent(slog.New(slog.NewTextHandler(&logs, nil)))
-	on(store.LeaseEvent{Name: "publish/ds", Holder: "host/1/abc", Token: 7, Kind: store.LeaseTakeover})
+	mem := memstore.New()
+	ctx := context.Background()
+	lease := func(holder string) *store.Lease {
+		l, err := mem.NewLease("publish/ds", store.LeaseConfig{Holder: holder, Duration: time.Minute,
+			Observer: m.leaseEvents(logObserver{slog.New(slog.NewTextHandler(&logs, nil))})})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return l
+	}
+	h, err := lease("host/1/abc").Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
 	if got := testutil.ToFloat64(m.leaseHeld); got != 1 {
 		t.Errorf("lease_held = %v; want 1", got)
 	}
-	if got := testutil.ToFloat64(m.leaseToken); got != 7 {
-		t.Errorf("lease_token = %v; want 7", got)
+	if got := testutil.ToFloat64(m.leaseToken); got != float64(h.Token()) || got == 0 {
+		t.Errorf("lease_token = %v; want the hold's %d", got, h.Token())
 	}
-	on(store.LeaseEvent{Name: "publish/ds", Holder: "host/1/abc", Token: 7, Kind: store.LeaseLost, Err: errors.New("taken over")})
+	wctx, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
+	defer cancel()
+	if _, err := lease("host-b/42/xyz").Acquire(wctx); err == nil {
+		t.Fatal("a second holder acquired a held lease")
+	}
+	if err := h.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
 	if got := testutil.ToFloat64(m.leaseHeld); got != 0 {
-		t.Errorf("lease_held after lost = %v; want 0", got)
+		t.Errorf("lease_held after release = %v; want 0", got)
 	}
-	if got := testutil.ToFloat64(m.leaseEvents.WithLabelValues("lost")); got != 1 {
-		t.Errorf("lost events = %v; want 1", got)
+	for kind, want := range map[string]float64{"acquired": 1, "waiting": 1, "released": 1, "lost": 0} {
+		if got := testutil.ToFloat64(m.leaseEventsTotal.WithLabelValues(kind)); got != want {
+			t.Errorf("lease events{%s} = %v; want %v", kind, got, want)
+		}
 	}
-	for _, want := range []string{"lease takeover", "holder=host/1/abc", "token=7", "lease lost"} {
+	for _, want := range []string{`msg="lease acquired" lease=publish/ds holder=host/1/abc token=`,
+		`msg="waiting for the lease: another holder has it;`, "held_by=host/1/abc", "takeover_at="} {
 		if !strings.Contains(logs.String(), want) {
 			t.Errorf("logs lack %q:\n%s", want, logs.String())
 		}
@@ -48,21 +72,6 @@ func TestLeaseEventsShowWhoHoldsWhat(t *testing.T) {
 	for result, want := range map[string]float64{"published": 1, "unchanged": 1, "failed": 1} {
 		if got := testutil.ToFloat64(m.syncs.WithLabelValues(result)); got != want {
 			t.Errorf("syncs{%s} = %v; want %v", result, got, want)
-		}
-	}
-}
-
-// TestLeaseWaitIsLogged: a sync waiting for the publish lease says who holds it and
-// when it can be taken over.
-func TestLeaseWaitIsLogged(t *testing.T) {
-	m := newSyncerMetrics("ds")
-	var logs strings.Builder
-	on := m.leaseEvent(slog.New(slog.NewTextHandler(&logs, nil)))
-	at := time.Now().Add(12 * time.Second)
-	on(store.LeaseEvent{Name: "publish/ds", Holder: "me", Kind: store.LeaseWaiting, HeldBy: "host-b/42/xyz", Token: 9, TakeoverAt: at})
-	for _, want := range []string{"waiting for the publish lease", "held by host-b/42/xyz", "taken over in 12s", "takeover_at=" + at.UTC().Format(time.RFC3339)} {
-		if !strings.Contains(logs.String(), want) {
-			t.Errorf("log lacks %q:\n%s", want, logs.String())
 		}
 	}
 }

@@ -7,8 +7,8 @@ import (
 	"github.com/snapflip/snapflip/snapshot"
 )
 
-// logObserver writes the events of the publisher, the ticker, the admin and the layer
-// writer as log lines: the kind's text is the message, at the kind's level, with the
+// logObserver writes events (of the publisher, the ticker, the admin, the layer
+// writer, the source's watch and stream, and the leases) as log lines: the kind's text is the message, at the kind's level, with the
 // event's dataset, version and collection (when set) before its own attributes.
 type logObserver struct{ log *slog.Logger }
 

@@ -263,7 +263,7 @@ func wireSyncer(ctx context.Context, cfg SyncerConfig, log *slog.Logger) (*synce
 		// Raise the pointer's fence before taking the lease: from then on no older
 		// holder can flip, however long it was paused.
 		BeforeAcquire: func(ctx context.Context, token uint64) error { return st.AdvanceFence(ctx, cfg.Dataset, token) },
-		OnEvent:       metrics.leaseEvent(log),
+		Observer:      metrics.leaseEvents(logObserver{log}),
 	})
 	if err != nil {
 		return fail(err)

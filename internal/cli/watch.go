@@ -112,7 +112,7 @@ const streamRetry = 3 * time.Second
 func (s *syncer) followStream(ctx context.Context, log *slog.Logger, pend *pending, retable <-chan struct{}) error {
 	wm := s.metrics.watch
 	lease, err := s.store.NewLease(watchLeaseName(s.cfg.Dataset), store.LeaseConfig{
-		Holder: s.ticker.Holder, Duration: s.cfg.Lease.Duration, OnEvent: s.metrics.leaseEvent(log)})
+		Holder: s.ticker.Holder, Duration: s.cfg.Lease.Duration, Observer: s.metrics.leaseEvents(logObserver{log})})
 	if err != nil {
 		return err
 	}
@@ -162,7 +162,7 @@ func (s *syncer) readStream(ctx, held context.Context, log *slog.Logger, pend *p
 		case <-sctx.Done():
 		}
 	}()
-	err = s.src.Stream(sctx, pgsource.StreamConfig{LogicalConfig: s.cfg.logicalConfig(), Observer: sourceEvents(log)},
+	err = s.src.Stream(sctx, pgsource.StreamConfig{LogicalConfig: s.cfg.logicalConfig(), Observer: logObserver{log}},
 		func(c pgsource.Change) {
 			wm.changes.WithLabelValues(c.Reason.String()).Inc()
 			pend.add(c)
@@ -228,7 +228,7 @@ func (s *syncer) startWatchers(ctx context.Context, log *slog.Logger, pend *pend
 	poll := func() error {
 		// In logical mode the poll reads the definitions alone (the stream reports
 		// rows), and the stream's reader reports the tables.
-		return s.src.Watch(ctx, pgsource.WatchConfig{Interval: cfg.Interval, Mode: cfg.Mode, Observer: sourceEvents(log)},
+		return s.src.Watch(ctx, pgsource.WatchConfig{Interval: cfg.Interval, Mode: cfg.Mode, Observer: logObserver{log}},
 			func(c pgsource.Change) {
 				wm.changes.WithLabelValues(c.Reason.String()).Inc()
 				pend.add(c)
