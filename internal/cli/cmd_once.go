@@ -2,7 +2,6 @@ package cli
 
 import (
 	"fmt"
-	"time"
 
 	"github.com/spf13/cobra"
 
@@ -33,10 +32,7 @@ validation gate refused it, with the reason; the pointer is then left as it was.
 				return err
 			}
 			defer stop()
-			start := time.Now()
-			res, token, err := s.ticker.PublishLeased(ctx, snapshot.PublishOptions{Force: force})
-			s.metrics.observe(res, err, time.Since(start))
-			s.metrics.observeCurrent(ctx, s.store, s.cfg.Dataset, s.cfg.TTL)
+			res, token, err := s.PublishNow(ctx, snapshot.PublishOptions{Force: force})
 			if err != nil {
 				return fmt.Errorf("sync: %w", err)
 			}

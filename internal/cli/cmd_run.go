@@ -1,13 +1,14 @@
 package cli
 
 import (
+	"github.com/snapflip/snapflip/internal/syncer"
 	"github.com/snapflip/snapflip/layer"
 	"github.com/spf13/cobra"
 )
 
 // runCommand is `syncer run`: sync on the config's schedule until SIGTERM or SIGINT.
 func (m *Syncer) runCommand(g *syncerFlags) *cobra.Command {
-	metrics := metricsOptions{maxSync: defaultMaxSyncDuration}
+	metrics := metricsOptions{maxSync: syncer.DefaultMaxSyncDuration}
 	c := &cobra.Command{
 		Use:   "run",
 		Short: "Sync on the config's schedule until SIGTERM or SIGINT",
@@ -32,13 +33,13 @@ answer, or while this replica's last sync failed).`,
 			// A process that syncs again and again keeps the fingerprint runs it reads:
 			// the next delta's parent chain is mostly the same layers.
 			if s.layers.Runs == nil {
-				s.layers.Runs = layer.NewRunCache(s.store, layer.DefaultRunCacheBytes)
+				s.layers.Runs = layer.NewRunCache(s.Store, layer.DefaultRunCacheBytes)
 			}
-			return m.runSchedule(ctx, s)
+			return s.Run(ctx)
 		},
 	}
 	metricsFlag(c.Flags(), &metrics)
-	c.Flags().DurationVar(&metrics.maxSync, "max-sync-duration", defaultMaxSyncDuration,
+	c.Flags().DurationVar(&metrics.maxSync, "max-sync-duration", syncer.DefaultMaxSyncDuration,
 		"a sync running longer means the syncer is wedged: /healthz on the metrics address fails")
 	return c
 }

@@ -10,9 +10,9 @@ import (
 	"strings"
 	"time"
 
-	"github.com/robfig/cron/v3"
 	"gopkg.in/yaml.v3"
 
+	"github.com/snapflip/snapflip/internal/syncer"
 	"github.com/snapflip/snapflip/layer"
 	"github.com/snapflip/snapflip/pgsource"
 	"github.com/snapflip/snapflip/snapshot"
@@ -301,9 +301,6 @@ func DefaultSyncerConfig() SyncerConfig {
 	}
 }
 
-// cronParser accepts 5-field specs and descriptors such as "@every 5m".
-var cronParser = cron.NewParser(cron.Minute | cron.Hour | cron.Dom | cron.Month | cron.Dow | cron.Descriptor)
-
 // LoadSyncerConfig reads the YAML file at path over the defaults, applies the
 // environment, and validates. Unknown fields are errors; every error names the field.
 // A config without postgres.dsn is valid: only the commands that read Postgres require
@@ -360,7 +357,7 @@ func (c SyncerConfig) validate() error {
 	if c.Dataset == "" || len(c.Dataset) > 128 {
 		return fmt.Errorf("dataset %q: must be 1..128 bytes", c.Dataset)
 	}
-	if _, err := parseSchedule(c.Schedule); err != nil {
+	if _, err := syncer.ParseSchedule(c.Schedule); err != nil {
 		return err
 	}
 	if c.Lease.Duration < 100*time.Millisecond {

@@ -2,19 +2,18 @@ package cli
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"os"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/google/uuid"
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
+	"github.com/snapflip/snapflip/internal/syncer"
 	"github.com/snapflip/snapflip/layer"
 	"github.com/snapflip/snapflip/pgsource"
 	"github.com/snapflip/snapflip/snapshot"
@@ -49,30 +48,11 @@ const shutdownGrace = 5 * time.Second
 // leaseName is the name of a dataset's publish lease.
 func leaseName(dataset string) string { return "publish/" + dataset }
 
-// syncer is a wired syncer.
-type syncer struct {
-	cfg   SyncerConfig
-	src   *pgsource.Source
-	store *store.Store
-	// cycle keeps this process's scheduled and change-driven cycles apart.
-	cycle   sync.Mutex
-	ticker  *snapshot.Ticker
-	layers  *layer.Writer // the ticker publisher's document writer
-	sched   schedule
-	metrics *syncerMetrics
-	health  *health
-	log     *slog.Logger
-}
-
-// ping says whether Bigtable and Postgres answer (for /readyz).
-func (s *syncer) ping(ctx context.Context) error {
-	if _, err := s.store.ReadPointer(ctx, s.cfg.Dataset); err != nil && !errors.Is(err, snapshot.ErrNoVersion) {
-		return fmt.Errorf("bigtable: %w", err)
-	}
-	if err := s.src.Ping(ctx); err != nil {
-		return fmt.Errorf("postgres: %w", err)
-	}
-	return nil
+// wired is a syncer wired from its config: the runner, and the publisher's document
+// writer, whose run cache the commands choose.
+type wired struct {
+	*syncer.Runner
+	layers *layer.Writer
 }
 
 // Run runs the command args name (args without the program name), with help and output
@@ -195,7 +175,7 @@ type metricsOptions struct {
 
 // start loads the config, wires the syncer and serves its metrics and health on
 // o.addr (the commands that sync); stop closes them.
-func (m *Syncer) start(ctx context.Context, g *syncerFlags, o metricsOptions) (s *syncer, stop func(), err error) {
+func (m *Syncer) start(ctx context.Context, g *syncerFlags, o metricsOptions) (s *wired, stop func(), err error) {
 	cfg, log, err := m.setupSource(g)
 	if err != nil {
 		return nil, nil, err
@@ -203,21 +183,22 @@ func (m *Syncer) start(ctx context.Context, g *syncerFlags, o metricsOptions) (s
 	if s, err = wireSyncer(ctx, cfg, log); err != nil {
 		return nil, nil, err
 	}
-	s.ticker.Publisher.Crash = crashHook(m.Getenv)
+	s.Ticker.Publisher.Crash = crashHook(m.Getenv)
 	s.layers.Runs = m.Runs
+	s.Ticks, s.OnTick = m.Ticks, m.OnTick
 	if o.maxSync <= 0 {
-		o.maxSync = defaultMaxSyncDuration
+		o.maxSync = syncer.DefaultMaxSyncDuration
 	}
-	s.health = newHealth(o.maxSync, s.ping)
-	stopMetrics, err := serveMetrics(ctx, o.addr, s.metrics.reg, s.health, log)
+	s.Health = syncer.NewHealth(o.maxSync, s.Ping)
+	stopMetrics, err := syncer.Serve(ctx, o.addr, s.Metrics, s.Health, log)
 	if err != nil {
-		s.store.Close()
+		s.Store.Close()
 		return nil, nil, err
 	}
 	return s, func() {
 		stopMetrics()
-		_ = s.src.Close(context.Background())
-		s.store.Close()
+		_ = s.Source.Close(context.Background())
+		s.Store.Close()
 	}, nil
 }
 
@@ -227,43 +208,27 @@ func metricsFlag(fs *pflag.FlagSet, o *metricsOptions) {
 }
 
 // wireSyncer connects the adapters and builds the ticker.
-func wireSyncer(ctx context.Context, cfg SyncerConfig, log *slog.Logger) (*syncer, error) {
-	sched, err := parseSchedule(cfg.Schedule)
+func wireSyncer(ctx context.Context, cfg SyncerConfig, log *slog.Logger) (*wired, error) {
+	sched, err := syncer.ParseSchedule(cfg.Schedule)
 	if err != nil {
 		return nil, err
 	}
-	src, err := pgsource.New(cfg.Postgres.DSN, cfg.sources())
+	src, st, err := connect(ctx, cfg, log)
 	if err != nil {
 		return nil, err
 	}
-	src.Readers, src.PartitionMinRows = cfg.Postgres.Readers, cfg.Postgres.PartitionMinRows
-	sctx, cancel := context.WithTimeout(ctx, startupTimeout)
-	defer cancel()
-	st, err := store.Open(sctx, cfg.StoreConfig())
-	if err != nil {
-		return nil, err
-	}
-	fail := func(err error) (*syncer, error) { st.Close(); return nil, err }
-	ret, err := st.EnsureSchema(sctx)
-	if err != nil {
-		return fail(err)
-	}
-	if err := checkRetention(ret, cfg, log); err != nil {
-		return fail(err)
-	}
-	if err := src.Ping(sctx); err != nil {
-		return fail(err)
-	}
+	fail := func(err error) (*wired, error) { st.Close(); return nil, err }
 	client := uuid.New()
 	holder := writerID(client.String())
-	metrics := newSyncerMetrics(cfg.Dataset)
+	metrics := syncer.NewMetrics(cfg.Dataset)
+	events := logObserver{log.With("dataset", cfg.Dataset)}
 	lease, err := st.NewLease(leaseName(cfg.Dataset), store.LeaseConfig{
 		Holder:   holder,
 		Duration: cfg.Lease.Duration,
 		// Raise the pointer's fence before taking the lease: from then on no older
 		// holder can flip, however long it was paused.
 		BeforeAcquire: func(ctx context.Context, token uint64) error { return st.AdvanceFence(ctx, cfg.Dataset, token) },
-		Observer:      metrics.leaseEvents(logObserver{log}),
+		Observer:      metrics.LeaseEvents(events),
 	})
 	if err != nil {
 		return fail(err)
@@ -291,17 +256,52 @@ func wireSyncer(ctx context.Context, cfg SyncerConfig, log *slog.Logger) (*synce
 		Observer:    logObserver{log},
 		Data:        layers,
 	}
-	return &syncer{
-		cfg:    cfg,
-		src:    src,
-		store:  st,
+	return &wired{
+		Runner: &syncer.Runner{
+			Dataset:  cfg.Dataset,
+			Schedule: sched,
+			Watch: syncer.Watch{Enabled: cfg.Watch.Enabled, Mode: cfg.Watch.Mode, Interval: cfg.Watch.Interval,
+				MinInterval: cfg.Watch.MinInterval, Logical: cfg.logicalConfig()},
+			LeaseDuration: cfg.Lease.Duration,
+			TTL:           cfg.TTL,
+			Source:        src,
+			Store:         st,
+			Ticker: &snapshot.Ticker{Publisher: pub, Lease: lease, Slots: st, Holder: holder,
+				AcquireTimeout: cfg.Lease.AcquireTimeout, Observer: logObserver{log}},
+			Metrics: metrics,
+			Events:  events,
+			Log:     log.With("holder", holder),
+		},
 		layers: layers,
-		ticker: &snapshot.Ticker{Publisher: pub, Lease: lease, Slots: st, Holder: holder,
-			AcquireTimeout: cfg.Lease.AcquireTimeout, Observer: logObserver{log}},
-		sched:   sched,
-		metrics: metrics,
-		log:     log.With("holder", holder),
 	}, nil
+}
+
+// connect opens the config's Postgres source and Bigtable store, within the startup
+// timeout: the table's schema ensured and its GC rules checked, Postgres answering.
+func connect(ctx context.Context, cfg SyncerConfig, log *slog.Logger) (*pgsource.Source, *store.Store, error) {
+	src, err := pgsource.New(cfg.Postgres.DSN, cfg.sources())
+	if err != nil {
+		return nil, nil, err
+	}
+	src.Readers, src.PartitionMinRows = cfg.Postgres.Readers, cfg.Postgres.PartitionMinRows
+	sctx, cancel := context.WithTimeout(ctx, startupTimeout)
+	defer cancel()
+	st, err := store.Open(sctx, cfg.StoreConfig())
+	if err != nil {
+		return nil, nil, err
+	}
+	ret, err := st.EnsureSchema(sctx)
+	if err == nil {
+		err = checkRetention(ret, cfg, log)
+	}
+	if err == nil {
+		err = src.Ping(sctx)
+	}
+	if err != nil {
+		st.Close()
+		return nil, nil, err
+	}
+	return src, st, nil
 }
 
 // checkRetention refuses a table whose GC rules keep documents or manifests shorter
@@ -357,100 +357,4 @@ func orNone(v snapshot.Version) string {
 		return "none"
 	}
 	return string(v)
-}
-
-// runSchedule runs one cycle per scheduled tick until ctx ends. Every replica runs the
-// schedule; the replica that claims a tick's slot publishes it. A tick that comes
-// while a cycle runs is skipped (the next one is computed when the cycle ends). If
-// nothing is published yet, it syncs at once, outside the schedule. On shutdown it
-// stops at the next tick boundary; a running cycle is cancelled, which leaves the
-// pointer alone and releases the lease.
-func (m *Syncer) runSchedule(ctx context.Context, s *syncer) error {
-	log := s.log.With("dataset", s.cfg.Dataset)
-	if s.cfg.Watch.logical() {
-		// What logical mode needs and cannot make itself is a configuration error:
-		// refuse to start, naming it, rather than fall back to the schedule silently.
-		if _, err := s.src.PrepareLogical(ctx, s.cfg.logicalConfig()); errors.Is(err, pgsource.ErrLogicalSetup) {
-			return err
-		} else if err != nil {
-			log.Warn("could not prepare the logical watch yet; it will retry", "err", err)
-		}
-	}
-	if _, err := s.store.ReadPointer(ctx, s.cfg.Dataset); errors.Is(err, snapshot.ErrNoVersion) {
-		log.Info("nothing published yet: syncing now")
-		start := time.Now()
-		s.cycle.Lock()
-		s.health.begin()
-		res, _, err := s.ticker.PublishLeased(ctx, snapshot.PublishOptions{})
-		s.health.end(err)
-		s.cycle.Unlock()
-		s.metrics.observe(res, err, time.Since(start))
-		if err != nil && !errors.Is(err, snapshot.ErrFenced) && !errors.Is(err, snapshot.ErrConflict) {
-			log.Error("first sync failed", "err", err)
-		}
-	}
-	log.Info("syncer running", "schedule", s.cfg.Schedule, "watch", s.cfg.Watch.Enabled, "watch_mode", s.cfg.Watch.Mode)
-	if s.cfg.Watch.Enabled {
-		wctx, stop := context.WithCancel(ctx)
-		done := make(chan struct{})
-		go func() { defer close(done); m.runWatch(wctx, s) }()
-		defer func() { stop(); <-done }()
-	}
-	for {
-		tick, ok := m.nextTick(ctx, s.sched)
-		if !ok {
-			log.Info("stopped")
-			return nil
-		}
-		slot := s.sched.Slot(tick)
-		tlog := log.With("slot", slot, "tick", tick.UTC().Format(time.RFC3339))
-		tlog.Debug("tick started")
-		start := time.Now()
-		s.cycle.Lock()
-		s.health.begin()
-		res, err := s.ticker.Tick(ctx, slot, snapshot.PublishOptions{})
-		s.health.end(err)
-		s.cycle.Unlock()
-		switch {
-		case err != nil && ctx.Err() != nil:
-			tlog.Info("sync abandoned for shutdown", "err", err)
-		case errors.Is(err, snapshot.ErrRefused):
-			tlog.Warn("publish refused by a validation gate; the pointer is unchanged (syncer once --force overrides)", "err", err)
-		case err != nil:
-			tlog.Error("sync failed", "err", err)
-		case !res.Claimed:
-			tlog.Debug("slot claimed by another replica", "owner", res.Owner)
-		}
-		if res.Claimed {
-			s.metrics.slots.WithLabelValues("claimed").Inc()
-			s.metrics.observe(res.Publish, err, time.Since(start))
-		} else if err == nil {
-			s.metrics.slots.WithLabelValues("other").Inc()
-		}
-		s.metrics.observeCurrent(ctx, s.store, s.cfg.Dataset, s.cfg.TTL)
-		if m.OnTick != nil {
-			m.OnTick(res, err)
-		}
-	}
-}
-
-// nextTick waits for the next scheduled tick, or takes it from m.Ticks.
-func (m *Syncer) nextTick(ctx context.Context, sched schedule) (time.Time, bool) {
-	if m.Ticks != nil {
-		select {
-		case t, ok := <-m.Ticks:
-			return t, ok && ctx.Err() == nil
-		case <-ctx.Done():
-			return time.Time{}, false
-		}
-	}
-	next := sched.Next(time.Now())
-	timer := time.NewTimer(time.Until(next))
-	defer timer.Stop()
-	select {
-	case <-timer.C:
-		return next, true
-	case <-ctx.Done():
-		return time.Time{}, false
-	}
 }

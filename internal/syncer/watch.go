@@ -1,4 +1,4 @@
-package cli
+package syncer
 
 import (
 	"context"
@@ -109,10 +109,10 @@ const streamRetry = 3 * time.Second
 // retable ends the reading and starts another at once, under the same lease: the
 // tables the collections read changed, and a new reading prepares the publication for
 // them and follows their relations.
-func (s *syncer) followStream(ctx context.Context, log *slog.Logger, pend *pending, retable <-chan struct{}) error {
-	wm := s.metrics.watch
-	lease, err := s.store.NewLease(watchLeaseName(s.cfg.Dataset), store.LeaseConfig{
-		Holder: s.ticker.Holder, Duration: s.cfg.Lease.Duration, Observer: s.metrics.leaseEvents(logObserver{log})})
+func (r *Runner) followStream(ctx context.Context, log *slog.Logger, pend *pending, retable <-chan struct{}) error {
+	wm := r.Metrics.watch
+	lease, err := r.Store.NewLease(watchLeaseName(r.Dataset), store.LeaseConfig{
+		Holder: r.Ticker.Holder, Duration: r.LeaseDuration, Observer: r.Metrics.LeaseEvents(r.Events)})
 	if err != nil {
 		return err
 	}
@@ -124,7 +124,7 @@ func (s *syncer) followStream(ctx context.Context, log *slog.Logger, pend *pendi
 		wm.tables.Set(1)
 		for {
 			var again bool
-			again, err = s.readStream(ctx, hold.Context(), log, pend, retable)
+			again, err = r.readStream(ctx, hold.Context(), log, pend, retable)
 			if !again || ctx.Err() != nil || hold.Context().Err() != nil {
 				break
 			}
@@ -148,8 +148,8 @@ func (s *syncer) followStream(ctx context.Context, log *slog.Logger, pend *pendi
 // readStream reads the stream until ctx or held ends, the reading fails, or a value
 // comes on retable; again says it ended because the tables changed (retable, or the
 // reading found a table it follows dropped).
-func (s *syncer) readStream(ctx, held context.Context, log *slog.Logger, pend *pending, retable <-chan struct{}) (again bool, err error) {
-	wm := s.metrics.watch
+func (r *Runner) readStream(ctx, held context.Context, log *slog.Logger, pend *pending, retable <-chan struct{}) (again bool, err error) {
+	wm := r.Metrics.watch
 	sctx, stop := context.WithCancel(ctx)
 	defer stop()
 	defer context.AfterFunc(held, stop)()
@@ -162,7 +162,7 @@ func (s *syncer) readStream(ctx, held context.Context, log *slog.Logger, pend *p
 		case <-sctx.Done():
 		}
 	}()
-	err = s.src.Stream(sctx, pgsource.StreamConfig{LogicalConfig: s.cfg.logicalConfig(), Observer: logObserver{log}},
+	err = r.Source.Stream(sctx, pgsource.StreamConfig{LogicalConfig: r.Watch.Logical, Observer: r.Events},
 		func(c pgsource.Change) {
 			wm.changes.WithLabelValues(c.Reason.String()).Inc()
 			pend.add(c)
@@ -182,15 +182,15 @@ const changeAcquireTimeout = 5 * time.Second
 
 // runWatch watches the source and runs change-driven syncs until ctx ends. It returns
 // once the watch has, its connections closed.
-func (m *Syncer) runWatch(ctx context.Context, s *syncer) {
-	log := s.log.With("dataset", s.cfg.Dataset)
+func (r *Runner) runWatch(ctx context.Context) {
+	log := r.Log.With("dataset", r.Dataset)
 	pend := newPending()
-	watching := s.startWatchers(ctx, log, pend)
+	watching := r.startWatchers(ctx, log, pend)
 	defer func() { <-watching }()
 	// A change-driven sync gives up on the lease after a few seconds (and tries again
 	// after min_interval), so that it never holds this process's scheduled ticks up
 	// for the whole acquire timeout, as during a Bigtable outage.
-	leaseWait := min(max(s.ticker.AcquireTimeout, time.Second), changeAcquireTimeout)
+	leaseWait := min(max(r.Ticker.AcquireTimeout, time.Second), changeAcquireTimeout)
 	var lastStart time.Time
 	for {
 		select {
@@ -198,7 +198,7 @@ func (m *Syncer) runWatch(ctx context.Context, s *syncer) {
 			return
 		case <-pend.wake:
 		}
-		if wait := time.Until(lastStart.Add(s.cfg.Watch.MinInterval)); wait > 0 {
+		if wait := time.Until(lastStart.Add(r.Watch.MinInterval)); wait > 0 {
 			t := time.NewTimer(wait)
 			select {
 			case <-ctx.Done():
@@ -212,7 +212,7 @@ func (m *Syncer) runWatch(ctx context.Context, s *syncer) {
 			continue
 		}
 		lastStart = time.Now()
-		if !s.publishChange(ctx, log, pend, leaseWait, pgsource.Change{Xmax: xmax, At: first, Reason: reason}) {
+		if !r.publishChange(ctx, log, pend, leaseWait, pgsource.Change{Xmax: xmax, At: first, Reason: reason}) {
 			return
 		}
 	}
@@ -222,13 +222,13 @@ func (m *Syncer) runWatch(ctx context.Context, s *syncer) {
 // poll of the statistics or definitions, the demand of waiting readers and, in
 // logical mode, the replication stream. The channel it returns is closed once every
 // watch has returned.
-func (s *syncer) startWatchers(ctx context.Context, log *slog.Logger, pend *pending) <-chan struct{} {
-	cfg, wm := s.cfg.Watch, s.metrics.watch
+func (r *Runner) startWatchers(ctx context.Context, log *slog.Logger, pend *pending) <-chan struct{} {
+	cfg, wm := r.Watch, r.Metrics.watch
 	retable := make(chan struct{}, 1)
 	poll := func() error {
 		// In logical mode the poll reads the definitions alone (the stream reports
 		// rows), and the stream's reader reports the tables.
-		return s.src.Watch(ctx, pgsource.WatchConfig{Interval: cfg.Interval, Mode: cfg.Mode, Observer: logObserver{log}},
+		return r.Source.Watch(ctx, pgsource.WatchConfig{Interval: cfg.Interval, Mode: cfg.Mode, Observer: r.Events},
 			func(c pgsource.Change) {
 				wm.changes.WithLabelValues(c.Reason.String()).Inc()
 				pend.add(c)
@@ -247,9 +247,9 @@ func (s *syncer) startWatchers(ctx context.Context, log *slog.Logger, pend *pend
 				}
 			})
 	}
-	watchers := []func() error{poll, func() error { return s.watchDemand(ctx, cfg.Interval, pend) }}
+	watchers := []func() error{poll, func() error { return r.watchDemand(ctx, cfg.Interval, pend) }}
 	if cfg.Mode == pgsource.WatchModeLogical {
-		watchers = append(watchers, func() error { return s.followStream(ctx, log, pend, retable) })
+		watchers = append(watchers, func() error { return r.followStream(ctx, log, pend, retable) })
 	}
 	watching := make(chan struct{})
 	var wg sync.WaitGroup
@@ -271,15 +271,15 @@ func (s *syncer) startWatchers(ctx context.Context, log *slog.Logger, pend *pend
 // publishChange runs one change-driven sync for the pending change c, under the
 // lease if it can be had within leaseWait; a failed one puts c back in pend, to be
 // tried again after min_interval. It returns false once ctx has ended.
-func (s *syncer) publishChange(ctx context.Context, log *slog.Logger, pend *pending, leaseWait time.Duration, c pgsource.Change) bool {
+func (r *Runner) publishChange(ctx context.Context, log *slog.Logger, pend *pending, leaseWait time.Duration, c pgsource.Change) bool {
 	start := time.Now()
 	clog := log.With("change_seen", c.At.UTC().Format(time.RFC3339Nano), "reason", c.Reason)
-	s.cycle.Lock()
-	s.health.begin()
-	res, _, err := s.ticker.PublishLeasedWithin(ctx, leaseWait, snapshot.PublishOptions{ChangeXmax: c.Xmax, ChangeSeen: c.At})
-	s.health.end(err)
-	s.cycle.Unlock()
-	wm := s.metrics.watch
+	r.cycle.Lock()
+	r.Health.begin()
+	res, _, err := r.Ticker.PublishLeasedWithin(ctx, leaseWait, snapshot.PublishOptions{ChangeXmax: c.Xmax, ChangeSeen: c.At})
+	r.Health.end(err)
+	r.cycle.Unlock()
+	wm := r.Metrics.watch
 	switch {
 	case err != nil && ctx.Err() != nil:
 		return false
@@ -298,8 +298,8 @@ func (s *syncer) publishChange(ctx context.Context, log *slog.Logger, pend *pend
 		clog.Info("published a change", "version", res.Manifest.Version, "commit_to_publish", lag.Round(time.Millisecond).String())
 	}
 	if res.Reason != snapshot.ReasonPublishedAlready {
-		s.metrics.observe(res, err, time.Since(start))
+		r.Metrics.observe(res, err, time.Since(start))
 	}
-	s.metrics.observeCurrent(ctx, s.store, s.cfg.Dataset, s.cfg.TTL)
+	r.Metrics.observeCurrent(ctx, r.Store, r.Dataset, r.TTL)
 	return true
 }

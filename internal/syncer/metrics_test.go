@@ -1,4 +1,4 @@
-package cli
+package syncer
 
 import (
 	"bytes"
@@ -7,28 +7,29 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/snapflip/snapflip/internal/memstore"
+	"github.com/snapflip/snapflip/internal/testenv"
 	"github.com/snapflip/snapflip/snapshot"
 	"github.com/snapflip/snapflip/store"
 )
 
 // TestLeaseEventsShowWhoHoldsWhat: a real lease's events set lease_held and
-// lease_token, count by kind, and are logged, a wait naming the holder waited for.
+// lease_token, count by kind, and go on to the next observer.
 func TestLeaseEventsShowWhoHoldsWhat(t *testing.T) {
-	m := newSyncerMetrics("ds")
-	var logs strings.Builder
+	m := NewMetrics("ds")
+	var heard []snapshot.EventKind // what the observer after the metrics heard
 	mem := memstore.New()
 	ctx := context.Background()
 	lease := func(holder string) *store.Lease {
 		l, err := mem.NewLease("publish/ds", store.LeaseConfig{Holder: holder, Duration: time.Minute,
-			Observer: m.leaseEvents(logObserver{slog.New(slog.NewTextHandler(&logs, nil))})})
+			Observer: m.LeaseEvents(snapshot.ObserverFunc(func(_ context.Context, e snapshot.Event) { heard = append(heard, e.Kind) }))})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -60,11 +61,8 @@ func TestLeaseEventsShowWhoHoldsWhat(t *testing.T) {
 			t.Errorf("lease events{%s} = %v; want %v", kind, got, want)
 		}
 	}
-	for _, want := range []string{`msg="lease acquired" lease=publish/ds holder=host/1/abc token=`,
-		`msg="waiting for the lease: another holder has it;`, "held_by=host/1/abc", "takeover_at="} {
-		if !strings.Contains(logs.String(), want) {
-			t.Errorf("logs lack %q:\n%s", want, logs.String())
-		}
+	if want := []snapshot.EventKind{snapshot.EventLeaseAcquired, snapshot.EventLeaseWaiting, snapshot.EventLeaseReleased}; !slices.Equal(heard, want) {
+		t.Errorf("events passed on: %v; want %v", heard, want)
 	}
 	m.observe(snapshot.PublishResult{}, nil, 0)
 	m.observe(snapshot.PublishResult{NoOp: true}, nil, 0)
@@ -83,8 +81,8 @@ func TestLeaseEventsShowWhoHoldsWhat(t *testing.T) {
 // rollback sets the chains again, dropping collections it lacks.
 func TestPublishMetricsCountLayers(t *testing.T) {
 	now := time.Now()
-	ms := layeredFixture(now)
-	m := newSyncerMetrics("ds")
+	ms := testenv.LayeredManifests(now)
+	m := NewMetrics("ds")
 	m.observe(snapshot.PublishResult{Manifest: ms[3]}, nil, time.Second) // vCur: orders delta, users base, tags nothing
 	for name, tt := range map[string]struct {
 		got, want float64
@@ -195,19 +193,18 @@ func TestMetricsAddrServesMetricsAndProfiles(t *testing.T) {
 		t.Fatal(err)
 	}
 	addr := ln.Addr().String()
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(prometheus.NewCounter(prometheus.CounterOpts{Name: "snapflip_test_total"}))
-	if _, err := serveMetrics(context.Background(), addr, reg, nil, slog.New(slog.DiscardHandler)); err == nil || !strings.Contains(err.Error(), addr) {
+	m := NewMetrics("ds")
+	if _, err := Serve(context.Background(), addr, m, nil, slog.New(slog.DiscardHandler)); err == nil || !strings.Contains(err.Error(), addr) {
 		t.Errorf("serving on a busy address: %v; want an error naming %s", err, addr)
 	}
 	ln.Close()
-	stop, err := serveMetrics(context.Background(), addr, reg, nil, slog.New(slog.DiscardHandler))
+	stop, err := Serve(context.Background(), addr, m, nil, slog.New(slog.DiscardHandler))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer stop()
 	for path, want := range map[string][]byte{
-		"/metrics":                       []byte("snapflip_test_total 0"),
+		"/metrics":                       []byte(`snapflip_ttl_seconds{dataset="ds"} 0`),
 		"/debug/pprof/":                  []byte("goroutine"),
 		"/debug/pprof/profile?seconds=1": {0x1f, 0x8b}, // a gzipped profile
 		"/debug/pprof/goroutine?debug=1": []byte("goroutine profile"),

@@ -1,4 +1,4 @@
-package cli
+package syncer
 
 import (
 	"context"
@@ -17,8 +17,8 @@ import (
 	"github.com/snapflip/snapflip/snapshot"
 )
 
-// syncerMetrics are the syncer's Prometheus metrics.
-type syncerMetrics struct {
+// Metrics are the syncer's Prometheus metrics.
+type Metrics struct {
 	reg              *prometheus.Registry
 	leaseEventsTotal *prometheus.CounterVec
 	leaseHeld        prometheus.Gauge
@@ -43,9 +43,11 @@ type syncerMetrics struct {
 	watch        *watchMetrics
 }
 
-func newSyncerMetrics(dataset string) *syncerMetrics {
+// NewMetrics returns the metrics of a syncer of dataset, in a registry of their own
+// with Go's and the process's.
+func NewMetrics(dataset string) *Metrics {
 	labels := prometheus.Labels{"dataset": dataset}
-	m := &syncerMetrics{
+	m := &Metrics{
 		reg: prometheus.NewRegistry(),
 		leaseEventsTotal: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "snapflip_lease_events_total",
 			Help: "Lease events of this replica: acquired, takeover, released, lost.", ConstLabels: labels}, []string{"kind"}),
@@ -107,7 +109,7 @@ var leaseEventLabels = map[snapshot.EventKind]string{snapshot.EventLeaseAcquired
 
 // leaseEvents is a lease's observer: it counts the lease's events, tracks whether
 // this replica holds it and with which token, and passes every event on to next.
-func (m *syncerMetrics) leaseEvents(next snapshot.Observer) snapshot.Observer {
+func (m *Metrics) LeaseEvents(next snapshot.Observer) snapshot.Observer {
 	return snapshot.ObserverFunc(func(ctx context.Context, e snapshot.Event) {
 		if label, ok := leaseEventLabels[e.Kind]; ok {
 			m.leaseEventsTotal.WithLabelValues(label).Inc()
@@ -126,7 +128,7 @@ func (m *syncerMetrics) leaseEvents(next snapshot.Observer) snapshot.Observer {
 }
 
 // observe records the outcome of one sync.
-func (m *syncerMetrics) observe(res snapshot.PublishResult, err error, took time.Duration) {
+func (m *Metrics) observe(res snapshot.PublishResult, err error, took time.Duration) {
 	switch {
 	case errors.Is(err, snapshot.ErrRefused):
 		m.syncs.WithLabelValues("refused").Inc()
@@ -153,7 +155,7 @@ func (m *syncerMetrics) observe(res snapshot.PublishResult, err error, took time
 }
 
 // observeWritten counts what a published version's publish wrote.
-func (m *syncerMetrics) observeWritten(mf snapshot.Manifest) {
+func (m *Metrics) observeWritten(mf snapshot.Manifest) {
 	m.bytesWritten.Add(float64(mf.BytesWritten))
 	var rendered, docs, tombstones, copied int64
 	for _, c := range mf.Collections {
@@ -186,7 +188,7 @@ const layerMerged = "merged"
 
 // observeChains sets the chain length of each collection of mf, the current version;
 // collections it does not have are dropped.
-func (m *syncerMetrics) observeChains(mf snapshot.Manifest) {
+func (m *Metrics) observeChains(mf snapshot.Manifest) {
 	m.chainLength.Reset()
 	for name, c := range mf.Collections {
 		m.chainLength.WithLabelValues(name).Set(float64(max(len(c.Layers), 1)))
@@ -200,7 +202,7 @@ type currentStore interface {
 }
 
 // observeCurrent sets the current version's age, pinned state and chain lengths.
-func (m *syncerMetrics) observeCurrent(ctx context.Context, st currentStore, dataset string, ttl time.Duration) {
+func (m *Metrics) observeCurrent(ctx context.Context, st currentStore, dataset string, ttl time.Duration) {
 	m.ttl.Set(ttl.Seconds())
 	p, err := st.ReadPointer(ctx, dataset)
 	if err != nil {
@@ -213,8 +215,11 @@ func (m *syncerMetrics) observeCurrent(ctx context.Context, st currentStore, dat
 	}
 }
 
-// serveMetrics serves /metrics (and Go's profiles under /debug/pprof/) on addr until ctx ends; "" serves nothing.
-func serveMetrics(ctx context.Context, addr string, reg *prometheus.Registry, h *health, log *slog.Logger) (func(), error) {
+// Serve serves m on /metrics, h on /healthz and /readyz (when not nil) and Go's
+// profiles under /debug/pprof/ on addr until ctx ends or the function it returns is
+// called; "" serves nothing.
+func Serve(ctx context.Context, addr string, m *Metrics, h *Health, log *slog.Logger) (func(), error) {
+	reg := m.reg
 	if addr == "" {
 		return func() {}, nil
 	}

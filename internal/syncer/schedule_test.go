@@ -1,4 +1,4 @@
-package cli
+package syncer
 
 import (
 	"testing"
@@ -6,7 +6,7 @@ import (
 )
 
 func TestScheduleAlignsEveryAcrossReplicas(t *testing.T) {
-	s, err := parseSchedule("@every 5m")
+	s, err := ParseSchedule("@every 5m")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -23,7 +23,7 @@ func TestScheduleAlignsEveryAcrossReplicas(t *testing.T) {
 }
 
 func TestScheduleCronSpec(t *testing.T) {
-	s, err := parseSchedule("*/15 * * * *")
+	s, err := ParseSchedule("*/15 * * * *")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -31,7 +31,7 @@ func TestScheduleCronSpec(t *testing.T) {
 	if want := time.Date(2026, 1, 1, 10, 15, 0, 0, time.Local); !got.Equal(want) {
 		t.Errorf("Next = %s; want %s", got, want)
 	}
-	if _, err := parseSchedule("every day"); err == nil {
-		t.Error("parseSchedule(every day) = nil error")
+	if _, err := ParseSchedule("every day"); err == nil {
+		t.Error("ParseSchedule(every day) = nil error")
 	}
 }

@@ -1,4 +1,4 @@
-package cli
+package syncer
 
 import (
 	"context"
@@ -14,7 +14,7 @@ import (
 // it finds (a flip, or the coverage of an unchanged source), which is how a waiter
 // learns that the source was looked at after it came. One row read per interval,
 // however many requests wait. Reads that fail are tried again at the next interval.
-func (s *syncer) watchDemand(ctx context.Context, interval time.Duration, pend *pending) error {
+func (r *Runner) watchDemand(ctx context.Context, interval time.Duration, pend *pending) error {
 	t := time.NewTicker(interval)
 	defer t.Stop()
 	var seen uint64 // 0 at the start: demand raised before this replica started counts
@@ -24,12 +24,12 @@ func (s *syncer) watchDemand(ctx context.Context, interval time.Duration, pend *
 			return ctx.Err()
 		case <-t.C:
 		}
-		n, err := s.store.ReadDemand(ctx, s.cfg.Dataset)
+		n, err := r.Store.ReadDemand(ctx, r.Dataset)
 		if err != nil {
 			continue
 		}
 		if n > seen {
-			s.metrics.watch.changes.WithLabelValues(pgsource.ReasonDemand.String()).Inc()
+			r.Metrics.watch.changes.WithLabelValues(pgsource.ReasonDemand.String()).Inc()
 			pend.add(pgsource.Change{Reason: pgsource.ReasonDemand, At: time.Now()})
 		}
 		seen = n

@@ -1,4 +1,4 @@
-package cli
+package syncer
 
 import (
 	"context"
@@ -11,7 +11,7 @@ import (
 	"github.com/snapflip/snapflip/snapshot"
 )
 
-// The syncer's health, served on its metrics address.
+// Health is the syncer's health, served on its metrics address.
 //
 //   - GET /healthz (liveness) fails only when a sync has run for longer than
 //     --max-sync-duration: the process is wedged (a dead connection no timeout
@@ -21,7 +21,7 @@ import (
 //     within 2 s, and while the last sync this replica ran failed (until one
 //     succeeds). A replica standing by (another claims the ticks) is ready while both
 //     answer. A refused, pinned or fenced sync is not a failure of the syncer.
-type health struct {
+type Health struct {
 	now     func() time.Time
 	maxSync time.Duration
 	ping    func(context.Context) error // Bigtable and Postgres answer
@@ -35,22 +35,24 @@ type health struct {
 // healthPingTimeout bounds each of /readyz's round trips.
 const healthPingTimeout = 2 * time.Second
 
-// defaultMaxSyncDuration is --max-sync-duration's default.
-const defaultMaxSyncDuration = time.Hour
+// DefaultMaxSyncDuration is --max-sync-duration's default.
+const DefaultMaxSyncDuration = time.Hour
 
-func newHealth(maxSync time.Duration, ping func(context.Context) error) *health {
-	return &health{now: time.Now, maxSync: maxSync, ping: ping}
+// NewHealth returns the health of a syncer whose syncs should take at most maxSync
+// and which ping says can reach Bigtable and Postgres.
+func NewHealth(maxSync time.Duration, ping func(context.Context) error) *Health {
+	return &Health{now: time.Now, maxSync: maxSync, ping: ping}
 }
 
 // begin records that a sync started.
-func (h *health) begin() {
+func (h *Health) begin() {
 	h.mu.Lock()
 	h.busySince = h.now()
 	h.mu.Unlock()
 }
 
 // end records how the sync begin started ended.
-func (h *health) end(err error) {
+func (h *Health) end(err error) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.busySince = time.Time{}
@@ -64,7 +66,7 @@ func (h *health) end(err error) {
 }
 
 // live returns why the process is wedged, or nil.
-func (h *health) live() error {
+func (h *Health) live() error {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if !h.busySince.IsZero() {
@@ -77,7 +79,7 @@ func (h *health) live() error {
 }
 
 // ready returns why this replica cannot do its work now, or nil.
-func (h *health) ready(ctx context.Context) error {
+func (h *Health) ready(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, healthPingTimeout)
 	defer cancel()
 	if err := h.ping(ctx); err != nil {
@@ -92,7 +94,7 @@ func (h *health) ready(ctx context.Context) error {
 }
 
 // handle adds /healthz and /readyz to mux.
-func (h *health) handle(mux *http.ServeMux) {
+func (h *Health) handle(mux *http.ServeMux) {
 	answer := func(w http.ResponseWriter, err error) {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 		w.Header().Set("Cache-Control", "no-store")

@@ -1,4 +1,4 @@
-package cli
+package syncer
 
 import (
 	"context"
@@ -16,7 +16,7 @@ import (
 // makes it not live, until it ends.
 func TestHealthStates(t *testing.T) {
 	now := time.Unix(1_800_000_000, 0)
-	h := newHealth(time.Minute, func(context.Context) error { return nil })
+	h := NewHealth(time.Minute, func(context.Context) error { return nil })
 	h.now = func() time.Time { return now }
 	ctx := context.Background()
 	for _, err := range []error{nil, fmt.Errorf("gate: %w", snapshot.ErrRefused), snapshot.ErrPinned, snapshot.ErrFenced, context.Canceled} {
@@ -47,7 +47,7 @@ func TestHealthStates(t *testing.T) {
 	if r := h.ready(ctx); r != nil {
 		t.Errorf("after a sync succeeded: %v", r)
 	}
-	down := newHealth(time.Minute, func(context.Context) error { return errors.New("bigtable: unreachable") })
+	down := NewHealth(time.Minute, func(context.Context) error { return errors.New("bigtable: unreachable") })
 	if r := down.ready(ctx); r == nil || !strings.Contains(r.Error(), "bigtable") {
 		t.Errorf("Bigtable down: ready = %v", r)
 	}

@@ -1,4 +1,4 @@
-package cli
+package syncer
 
 import (
 	"fmt"
@@ -7,24 +7,28 @@ import (
 	"github.com/robfig/cron/v3"
 )
 
-// schedule is the syncer's cron schedule, with slots every replica agrees on.
+// cronParser accepts 5-field specs and descriptors such as "@every 5m".
+var cronParser = cron.NewParser(cron.Minute | cron.Hour | cron.Dom | cron.Month | cron.Dow | cron.Descriptor)
+
+// Schedule is the syncer's cron schedule, with slots every replica agrees on.
 //
 // robfig/cron's "@every d" counts from when the process started, so two replicas would
 // tick at different times; here "@every d" ticks at the multiples of d since the Unix
 // epoch instead, and a tick's slot is tick/d. Cron specs already tick at wall-clock
 // times every replica shares; their slot is the tick's Unix second.
-type schedule struct {
-	spec  string
+type Schedule struct {
+	spec  string // as the config gives it
 	every time.Duration
 	cron  cron.Schedule
 }
 
-func parseSchedule(spec string) (schedule, error) {
+// ParseSchedule parses a cron spec (5 fields) or a descriptor such as "@every 5m".
+func ParseSchedule(spec string) (Schedule, error) {
 	s, err := cronParser.Parse(spec)
 	if err != nil {
-		return schedule{}, fmt.Errorf("schedule %q: %v", spec, err)
+		return Schedule{}, fmt.Errorf("schedule %q: %v", spec, err)
 	}
-	sc := schedule{spec: spec, cron: s}
+	sc := Schedule{spec: spec, cron: s}
 	if cd, ok := s.(cron.ConstantDelaySchedule); ok {
 		sc.every = cd.Delay
 	}
@@ -32,7 +36,7 @@ func parseSchedule(spec string) (schedule, error) {
 }
 
 // Next returns the first tick after t.
-func (s schedule) Next(t time.Time) time.Time {
+func (s Schedule) Next(t time.Time) time.Time {
 	if s.every > 0 {
 		ms := s.every.Milliseconds()
 		return time.UnixMilli((t.UnixMilli()/ms + 1) * ms)
@@ -41,9 +45,12 @@ func (s schedule) Next(t time.Time) time.Time {
 }
 
 // Slot returns the slot of a tick: floor(tick / interval).
-func (s schedule) Slot(tick time.Time) int64 {
+func (s Schedule) Slot(tick time.Time) int64 {
 	if s.every > 0 {
 		return tick.UnixMilli() / s.every.Milliseconds()
 	}
 	return tick.Unix()
 }
+
+// String returns the spec the schedule was parsed from.
+func (s Schedule) String() string { return s.spec }
