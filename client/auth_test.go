@@ -40,7 +40,7 @@ func TestBearerTokens(t *testing.T) {
 		}
 	}
 	write("reader")
-	c := newClient(t, e.base, func(c *Config) { c.Token = TokenFile(tokenPath) })
+	c := newClient(t, e.Base, func(c *Config) { c.Token = TokenFile(tokenPath) })
 	ctx := context.Background()
 	testenv.Eventually(t, time.Minute, func() error {
 		_, err := c.Get(ctx, "docs", "plain")
@@ -55,13 +55,13 @@ func TestBearerTokens(t *testing.T) {
 		t.Errorf("Get as a stranger: %v; want ErrForbidden after one attempt", err)
 	}
 	// No token at all: 401, once.
-	bare := newClient(t, e.base, nil)
+	bare := newClient(t, e.Base, nil)
 	_, err = bare.Get(ctx, "docs", "plain")
 	if !errors.Is(err, ErrUnauthorized) || !errors.As(err, &ae) || ae.Attempts != 1 {
 		t.Errorf("Get without a token: %v; want ErrUnauthorized after one attempt", err)
 	}
 	// A missing token file is said as such.
-	if _, err := newClient(t, e.base, func(c *Config) { c.Token = TokenFile(tokenPath + ".none") }).Get(ctx, "docs", "plain"); err == nil || !errors.Is(err, os.ErrNotExist) {
+	if _, err := newClient(t, e.Base, func(c *Config) { c.Token = TokenFile(tokenPath + ".none") }).Get(ctx, "docs", "plain"); err == nil || !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("Get with a missing token file: %v; want it to say the file does not exist", err)
 	}
 

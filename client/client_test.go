@@ -16,6 +16,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/snapflip/snapflip/internal/testenv"
+	"github.com/snapflip/snapflip/internal/testenv/stack"
 )
 
 // TestDocuments: Get, BatchGet and List of every awkward id answer what Postgres makes
@@ -26,10 +27,10 @@ func TestDocuments(t *testing.T) {
 	v := e.sync(t)
 	e.await(t, v)
 	ctx := context.Background()
-	want := e.sourceDocs(t)
+	want := stack.SourceDocs(t, e.DSN, `SELECT id, to_json(t)::text FROM docs t`)
 	wantListed := want // batchGet and list carry the bytes Get serves
 	rec := newRecorder(nil)
-	c := newClient(t, e.base, func(c *Config) { c.HTTPClient = &http.Client{Transport: rec} })
+	c := newClient(t, e.Base, func(c *Config) { c.HTTPClient = &http.Client{Transport: rec} })
 
 	for _, id := range append(append([]string{}, awkwardIDs...), "item-000") {
 		d, err := c.Get(ctx, "docs", id)
@@ -66,7 +67,7 @@ func TestDocuments(t *testing.T) {
 	})
 
 	t.Run("BatchGet split by count", func(t *testing.T) {
-		small := newClient(t, e.base, func(c *Config) { c.HTTPClient = &http.Client{Transport: rec}; c.BatchLimit = 4 })
+		small := newClient(t, e.Base, func(c *Config) { c.HTTPClient = &http.Client{Transport: rec}; c.BatchLimit = 4 })
 		ids := slices.Sorted(maps.Keys(want))
 		docs, missing, got, err := small.BatchGet(ctx, "docs", ids)
 		if err != nil || got != v || len(missing) != 0 {
@@ -172,7 +173,7 @@ func TestErrors(t *testing.T) {
 	e.await(t, v)
 	ctx := context.Background()
 	rec := newRecorder(nil)
-	c := newClient(t, e.base, func(c *Config) { c.HTTPClient = &http.Client{Transport: rec} })
+	c := newClient(t, e.Base, func(c *Config) { c.HTTPClient = &http.Client{Transport: rec} })
 	const never = "7b1e4c1a-3f7e-4c57-9d0c-0a5d2c1f8e21-1700000000000"
 	gone, err := c.Pin(never)
 	if err != nil {
@@ -250,7 +251,7 @@ func TestSnapshotAcrossFlip(t *testing.T) {
 	v1 := e.sync(t)
 	e.await(t, v1)
 	ctx := context.Background()
-	c := newClient(t, e.base, nil)
+	c := newClient(t, e.Base, nil)
 	snap, err := c.Snapshot(ctx)
 	if err != nil || snap.Version() != v1 {
 		t.Fatalf("Snapshot = %v, %v; want %s", snap, err, v1)
@@ -259,12 +260,12 @@ func TestSnapshotAcrossFlip(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	old := e.sourceDocs(t)
+	old := stack.SourceDocs(t, e.DSN, `SELECT id, to_json(t)::text FROM docs t`)
 
-	testenv.Exec(t, e.dsn, `UPDATE docs SET gen = 1`, `DELETE FROM docs WHERE id = 'a/b'`, `INSERT INTO docs VALUES ('new', 0, 1, 'new')`)
+	testenv.Exec(t, e.DSN, `UPDATE docs SET gen = 1`, `DELETE FROM docs WHERE id = 'a/b'`, `INSERT INTO docs VALUES ('new', 0, 1, 'new')`)
 	v2 := e.sync(t)
 	e.await(t, v2)
-	cur := e.sourceDocs(t)
+	cur := stack.SourceDocs(t, e.DSN, `SELECT id, to_json(t)::text FROM docs t`)
 
 	for name, r := range map[string]reader{"Snapshot": snap, "Pin": pinned} {
 		t.Run(name, func(t *testing.T) {
@@ -347,7 +348,7 @@ func TestOneVersionAcrossAFlipMidway(t *testing.T) {
 	v1 := e.sync(t)
 	e.await(t, v1)
 	ctx := context.Background()
-	old := e.sourceDocs(t)
+	old := stack.SourceDocs(t, e.DSN, `SELECT id, to_json(t)::text FROM docs t`)
 
 	// flip publishes a new version once, after the first answer of the kind (method)
 	// the test is exercising, and waits until the API serves it.
@@ -364,12 +365,12 @@ func TestOneVersionAcrossAFlipMidway(t *testing.T) {
 			return
 		}
 		armed = ""
-		testenv.Exec(t, e.dsn, `UPDATE docs SET gen = gen + 1`)
+		testenv.Exec(t, e.DSN, `UPDATE docs SET gen = gen + 1`)
 		flipped = e.sync(t)
 		e.await(t, flipped)
 	}
 	arm := func(method string) { mu.Lock(); armed, flipped = method, ""; mu.Unlock() }
-	c := newClient(t, e.base, func(c *Config) {
+	c := newClient(t, e.Base, func(c *Config) {
 		c.HTTPClient = &http.Client{Transport: rec}
 		c.BatchLimit = 5
 		c.Timeout = time.Minute // the first answer waits for a whole sync
@@ -392,7 +393,7 @@ func TestOneVersionAcrossAFlipMidway(t *testing.T) {
 	}
 
 	v2 := flipped
-	old = e.sourceDocs(t) // v2's documents (the next flip bumps gen again)
+	old = stack.SourceDocs(t, e.DSN, `SELECT id, to_json(t)::text FROM docs t`) // v2's documents (the next flip bumps gen again)
 	arm(http.MethodGet)
 	listed := map[string]string{}
 	for d, err := range c.List(ctx, "docs", ListOptions{PageSize: 10}) {
@@ -423,7 +424,7 @@ func TestRetryUntilPublished(t *testing.T) {
 	e := start(t, config)
 	ctx := context.Background()
 	rec := newRecorder(nil)
-	c := newClient(t, e.base, func(c *Config) { c.HTTPClient = &http.Client{Transport: rec}; c.Retry.MaxAttempts = 2 })
+	c := newClient(t, e.Base, func(c *Config) { c.HTTPClient = &http.Client{Transport: rec}; c.Retry.MaxAttempts = 2 })
 
 	_, err := c.Get(ctx, "docs", "plain")
 	var ae *Error
@@ -433,7 +434,7 @@ func TestRetryUntilPublished(t *testing.T) {
 	if got := statuses(rec.exchanges()); !slices.Equal(got, []int{503, 503}) {
 		t.Errorf("Get before any sync: exchanges %v; want 2 503s", got)
 	}
-	once := newClient(t, e.base, func(c *Config) { c.HTTPClient = &http.Client{Transport: rec}; c.Retry.MaxAttempts = 1 })
+	once := newClient(t, e.Base, func(c *Config) { c.HTTPClient = &http.Client{Transport: rec}; c.Retry.MaxAttempts = 1 })
 	for name, err := range map[string]error{
 		"BatchGet": func() error { _, _, _, err := once.BatchGet(ctx, "docs", []string{"plain"}); return err }(),
 		"Snapshot": func() error { _, err := once.Snapshot(ctx); return err }(),
@@ -451,7 +452,7 @@ func TestRetryUntilPublished(t *testing.T) {
 	rec.exchanges()
 
 	// A deadline sooner than Retry-After: the client says why now, without waiting.
-	patient := newClient(t, e.base, func(c *Config) { c.HTTPClient = &http.Client{Transport: rec}; c.Retry.MaxAttempts = 100 })
+	patient := newClient(t, e.Base, func(c *Config) { c.HTTPClient = &http.Client{Transport: rec}; c.Retry.MaxAttempts = 100 })
 	dctx, cancel := context.WithTimeout(ctx, 500*time.Millisecond)
 	_, err = patient.Get(dctx, "docs", "plain")
 	cancel()
@@ -497,7 +498,7 @@ func TestGoneAfterExpiry(t *testing.T) {
 	e := start(t, strings.Replace(config, "ttl: 1h", "ttl: 2s", 1))
 	v := e.sync(t)
 	ctx := context.Background()
-	c := newClient(t, e.base, func(c *Config) { c.Retry.MaxAttempts = 1 })
+	c := newClient(t, e.Base, func(c *Config) { c.Retry.MaxAttempts = 1 })
 	snap, err := c.Pin(v)
 	if err != nil {
 		t.Fatal(err)

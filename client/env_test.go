@@ -1,32 +1,25 @@
 package client
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"io"
 	"net/http"
-	"os"
-	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-
-	"github.com/snapflip/snapflip/internal/cli"
 	"github.com/snapflip/snapflip/internal/testenv"
+	"github.com/snapflip/snapflip/internal/testenv/stack"
 )
 
 // The tests run the client against the real thing: a Postgres database, a Bigtable
-// emulator process, the metadata API in-process and `syncer once` in-process, as the
-// e2e suite does (these are the few pieces of it this package needs).
+// emulator process, the metadata API in-process and `syncer once` in-process, in the
+// stack the e2e suite starts too.
 
 // env is a running deployment.
-type env struct {
-	dsn, btAddr, base, configPath string
-}
+type env struct{ *stack.Env }
 
 // config is the syncer's: one collection, docs, from the table below.
 const config = `dataset: client
@@ -59,117 +52,45 @@ func items(n int) []string {
 // emulator, the syncer's config file (cfg), and starts the metadata API.
 func start(tb testing.TB, cfg string) *env {
 	tb.Helper()
-	e := &env{dsn: testenv.Postgres(tb), btAddr: testenv.Bigtable(tb)}
-	testenv.Exec(tb, e.dsn, `CREATE TABLE docs (id text PRIMARY KEY, n int NOT NULL, gen int NOT NULL DEFAULT 0, note text)`)
+	e := &env{stack.New(tb, testenv.Postgres(tb), testenv.Bigtable(tb), "client", cfg)}
+	testenv.Exec(tb, e.DSN, `CREATE TABLE docs (id text PRIMARY KEY, n int NOT NULL, gen int NOT NULL DEFAULT 0, note text)`)
 	var values []string
 	for i, id := range append(append([]string{}, awkwardIDs...), items(25)...) {
-		values = append(values, fmt.Sprintf("(%s, %d, 0, %s)", quote(id), i, quote("note "+id)))
+		values = append(values, fmt.Sprintf("(%s, %d, 0, %s)", stack.Quote(id), i, stack.Quote("note "+id)))
 	}
-	testenv.Exec(tb, e.dsn, "INSERT INTO docs (id, n, gen, note) VALUES "+strings.Join(values, ", "))
-	e.configPath = filepath.Join(tb.TempDir(), "snapflip.yaml")
-	if err := os.WriteFile(e.configPath, []byte(cfg), 0o600); err != nil {
-		tb.Fatal(err)
-	}
+	testenv.Exec(tb, e.DSN, "INSERT INTO docs (id, n, gen, note) VALUES "+strings.Join(values, ", "))
 	e.startAPI(tb)
 	return e
 }
 
-func quote(s string) string { return "'" + strings.ReplaceAll(s, "'", "''") + "'" }
-
-func (e *env) getenv(k string) string {
-	switch k {
-	case cli.EnvEmulatorHost:
-		return e.btAddr
-	case cli.EnvPostgresDSN:
-		return e.dsn
-	case cli.EnvConfig:
-		return e.configPath
-	case cli.EnvDataset:
-		return "client"
-	case cli.EnvRefresh:
-		return "20ms"
-	case cli.EnvAuthConfig:
-		return "none"
-	}
-	return ""
-}
-
-// startAPI starts the metadata API in-process on a free port, sets e.base, and stops
-// the API when the test ends.
+// startAPI starts the metadata API in-process on a free port with the command-line
+// arguments args, sets e.Base, and stops the API when the test ends.
 func (e *env) startAPI(tb testing.TB, args ...string) {
 	tb.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
-	addrc := make(chan string, 1)
-	done := make(chan error, 1)
-	m := &cli.MetadataAPI{Getenv: e.getenv, Stderr: io.Discard, Listening: func(a string) { addrc <- a }}
-	go func() { done <- m.Run(ctx, append([]string{"--addr", "127.0.0.1:0"}, args...)) }()
-	select {
-	case a := <-addrc:
-		e.base = "http://" + a
-	case err := <-done:
-		tb.Fatalf("metadata API did not start: %v", err)
-	}
-	tb.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			tb.Errorf("metadata API: %v", err)
-		}
-	})
+	e.StartAPI(tb, args)
 }
 
 // sync runs `syncer once` in-process and returns the version it published.
 func (e *env) sync(tb testing.TB, args ...string) string {
 	tb.Helper()
-	var out bytes.Buffer
-	s := &cli.Syncer{Getenv: e.getenv, Stdout: &out, Stderr: io.Discard}
-	if err := s.Run(context.Background(), append(args, "once")); err != nil {
+	out, err := e.Sync(args...)
+	if err != nil {
 		tb.Fatalf("syncer once: %v", err)
 	}
-	f := strings.Fields(out.String())
-	if len(f) < 2 || f[0] != "published" {
-		tb.Fatalf("syncer said %q; want it to publish", out.String())
-	}
-	return f[1]
+	return stack.PublishedVersion(tb, out)
 }
 
 // await polls until the API answers reads of the current version from v (the pointer
 // refresh is 20ms), failing after 10s.
 func (e *env) await(tb testing.TB, v string) {
 	tb.Helper()
-	c := newClient(tb, e.base, nil)
+	c := newClient(tb, e.Base, nil)
 	testenv.Eventually(tb, 10*time.Second, func() error {
 		if d, err := c.Get(context.Background(), "docs", "plain"); err != nil || d.Version != v {
 			return fmt.Errorf("the API still answers from %q (%v); want %s", d.Version, err, v)
 		}
 		return nil
 	})
-}
-
-// sourceDocs returns what Postgres itself makes of each row of docs: id → to_json text.
-func (e *env) sourceDocs(tb testing.TB) map[string]string {
-	tb.Helper()
-	ctx := context.Background()
-	conn, err := pgx.Connect(ctx, e.dsn)
-	if err != nil {
-		tb.Fatal(err)
-	}
-	defer conn.Close(ctx)
-	rows, err := conn.Query(ctx, `SELECT id, to_json(t)::text FROM docs t`)
-	if err != nil {
-		tb.Fatal(err)
-	}
-	out := map[string]string{}
-	for rows.Next() {
-		var id, doc string
-		if err := rows.Scan(&id, &doc); err != nil {
-			tb.Fatal(err)
-		}
-		out[id] = doc
-	}
-	if err := rows.Err(); err != nil {
-		tb.Fatal(err)
-	}
-	return out
 }
 
 // newClient returns a client of base with the default config, changed by edit.

@@ -10,6 +10,8 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+
+	"github.com/snapflip/snapflip/internal/testenv/stack"
 )
 
 // TestSelect: Select keeps the named fields on Get, BatchGet and every List page, of
@@ -23,7 +25,7 @@ func TestSelect(t *testing.T) {
 	ctx := context.Background()
 	// want: each row cut to (id, note), columns in table order, values as stored.
 	want := map[string]string{}
-	for id, doc := range e.sourceDocs(t) {
+	for id, doc := range stack.SourceDocs(t, e.DSN, `SELECT id, to_json(t)::text FROM docs t`) {
 		var raw map[string]json.RawMessage
 		if err := json.Unmarshal([]byte(doc), &raw); err != nil {
 			t.Fatal(err)
@@ -32,7 +34,7 @@ func TestSelect(t *testing.T) {
 	}
 	sel := Select("note", "id", "nope", "note") // out of order, a missing field, a repeat
 	rec := newRecorder(nil)
-	c := newClient(t, e.base, func(c *Config) { c.HTTPClient = &http.Client{Transport: rec}; c.CacheBytes = 1 << 20 })
+	c := newClient(t, e.Base, func(c *Config) { c.HTTPClient = &http.Client{Transport: rec}; c.CacheBytes = 1 << 20 })
 	snap, err := c.Pin(v)
 	if err != nil {
 		t.Fatal(err)

@@ -28,7 +28,7 @@ func TestReadYourWrites(t *testing.T) {
 	v1 := e.sync(t)
 	e.await(t, v1)
 	ctx := context.Background()
-	conn, err := pgx.Connect(ctx, e.dsn)
+	conn, err := pgx.Connect(ctx, e.DSN)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -56,7 +56,7 @@ func TestReadYourWrites(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c := newClient(t, e.base, nil)
+	c := newClient(t, e.Base, nil)
 
 	short, cancel := context.WithTimeout(ctx, 3*time.Second) // asks the API to wait 1s
 	_, err = c.Get(short, "docs", "plain", After(write))
@@ -153,7 +153,7 @@ func plain(v View) string {
 func (e *env) syncOnce(tb testing.TB) string {
 	tb.Helper()
 	var out bytes.Buffer
-	s := &cli.Syncer{Getenv: e.getenv, Stdout: &out, Stderr: io.Discard}
+	s := &cli.Syncer{Getenv: e.Getenv, Stdout: &out, Stderr: io.Discard}
 	if err := s.Run(context.Background(), []string{"once"}); err != nil {
 		tb.Fatalf("syncer once: %v", err)
 	}

@@ -64,7 +64,7 @@ func TestTransportErrorsRetried(t *testing.T) {
 	v := e.sync(t)
 	e.await(t, v)
 	ctx := context.Background()
-	p := newFlakyProxy(t, e.base)
+	p := newFlakyProxy(t, e.Base)
 	// No keep-alives: every attempt is a new connection, so http.Transport never
 	// retries one on its own and the recorder sees each attempt.
 	rec := newRecorder(&http.Transport{DisableKeepAlives: true})
@@ -153,7 +153,7 @@ func TestETagRevalidation(t *testing.T) {
 	e.await(t, v1)
 	ctx := context.Background()
 	rec := newRecorder(nil)
-	c := newClient(t, e.base, func(c *Config) { c.HTTPClient = &http.Client{Transport: rec}; c.CacheBytes = 1 << 20 })
+	c := newClient(t, e.Base, func(c *Config) { c.HTTPClient = &http.Client{Transport: rec}; c.CacheBytes = 1 << 20 })
 
 	get := func(r reader, id string, wantStatus int, wantVersion string) Document {
 		t.Helper()
@@ -181,7 +181,7 @@ func TestETagRevalidation(t *testing.T) {
 	}
 
 	// A flip that leaves a/b as it was: still a 304, now from the new version.
-	testenv.Exec(t, e.dsn, `UPDATE docs SET gen = 1 WHERE id = 'plain'`)
+	testenv.Exec(t, e.DSN, `UPDATE docs SET gen = 1 WHERE id = 'plain'`)
 	v2 := e.sync(t)
 	e.await(t, v2)
 	if d := get(c, "a/b", 304, v2); string(d.JSON) != string(d1.JSON) {
@@ -189,7 +189,7 @@ func TestETagRevalidation(t *testing.T) {
 	}
 
 	// A flip that changes it: read again, then revalidated again.
-	testenv.Exec(t, e.dsn, `UPDATE docs SET gen = 2 WHERE id = 'a/b'`)
+	testenv.Exec(t, e.DSN, `UPDATE docs SET gen = 2 WHERE id = 'a/b'`)
 	v3 := e.sync(t)
 	e.await(t, v3)
 	d3 := get(c, "a/b", 200, v3)
@@ -209,7 +209,7 @@ func TestETagRevalidation(t *testing.T) {
 	get(snap, "a/b", 304, v1)
 
 	// Without the cache, no If-None-Match is sent.
-	plain := newClient(t, e.base, func(c *Config) { c.HTTPClient = &http.Client{Transport: rec} })
+	plain := newClient(t, e.Base, func(c *Config) { c.HTTPClient = &http.Client{Transport: rec} })
 	get(plain, "a/b", 200, v3)
 	get(plain, "a/b", 200, v3)
 }

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/snapflip/snapflip/internal/testenv"
+	"github.com/snapflip/snapflip/internal/testenv/stack"
 )
 
 type listPage struct {
@@ -44,7 +45,7 @@ func gen(tb testing.TB, doc []byte) int {
 func TestPagingUnderFlips(t *testing.T) {
 	t.Parallel()
 	e := start(t)
-	testenv.Exec(t, e.dsn, `INSERT INTO things (id) SELECT 'p-' || lpad(g::text, 4, '0') FROM generate_series(1, 300) g`)
+	testenv.Exec(t, e.DSN, `INSERT INTO things (id) SELECT 'p-' || lpad(g::text, 4, '0') FROM generate_series(1, 300) g`)
 	if _, err := e.sync(t); err != nil {
 		t.Fatal(err)
 	}
@@ -74,7 +75,7 @@ func TestPagingUnderFlips(t *testing.T) {
 		}
 		path = "/v1/data/things?limit=7&page_token=" + url.QueryEscape(p.NextPageToken)
 		// Flip the pointer before the next page.
-		testenv.Exec(t, e.dsn, fmt.Sprintf(`UPDATE things SET gen = %d`, g))
+		testenv.Exec(t, e.DSN, fmt.Sprintf(`UPDATE things SET gen = %d`, g))
 		if g%10 == 1 {
 			if _, err := e.sync(t); err != nil {
 				t.Fatal(err)
@@ -89,7 +90,7 @@ func TestPagingUnderFlips(t *testing.T) {
 			t.Errorf("ids out of order: %q then %q", ids[i-1], ids[i])
 		}
 	}
-	st := testenv.Store(t, testenv.StoreConfig(e.btAddr))
+	st := testenv.Store(t, testenv.StoreConfig(e.Bigtable))
 	if p, err := st.ReadPointer(context.Background(), "e2e"); err != nil || string(p.Version) == first {
 		t.Errorf("the pointer never flipped during the listing (%v); the test proves nothing", err)
 	}
@@ -106,7 +107,7 @@ func TestBatchGetUnderFlips(t *testing.T) {
 	e.awaitVersion(t, docPath("things", "plain"), "")
 	body, _ := json.Marshal(map[string][]string{"ids": append(append([]string{}, awkwardIDs...), "nope")})
 	stop := e.readers(t, 4, func() (string, []int, error) {
-		req, err := http.NewRequest(http.MethodPost, e.base+"/v1/data/things:batchGet", bytes.NewReader(body))
+		req, err := http.NewRequest(http.MethodPost, e.Base+"/v1/data/things:batchGet", bytes.NewReader(body))
 		if err != nil {
 			return "", nil, err
 		}
@@ -131,12 +132,12 @@ func TestBatchGetUnderFlips(t *testing.T) {
 		return out.Version, gens, nil
 	})
 	for g := 1; g <= 4; g++ {
-		testenv.Exec(t, e.dsn, fmt.Sprintf(`UPDATE things SET gen = %d`, g))
+		testenv.Exec(t, e.DSN, fmt.Sprintf(`UPDATE things SET gen = %d`, g))
 		out, err := e.sync(t)
 		if err != nil {
 			t.Fatal(err)
 		}
-		e.awaitVersion(t, docPath("things", "plain"), publishedVersion(t, out))
+		e.awaitVersion(t, docPath("things", "plain"), stack.PublishedVersion(t, out))
 	}
 	if seen := stop(); len(seen) < 2 {
 		t.Errorf("batchGets saw %d versions; want the flips to show", len(seen))
@@ -154,13 +155,13 @@ func TestPinnedReadsAfterFlipsAndGone(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	v1 := publishedVersion(t, out)
+	v1 := stack.PublishedVersion(t, out)
 	writeConfig(t, e, config) // later versions live an hour, which the table's rules must allow
 	if out, err := e.syncerCmd(t, "retention", "--apply"); err != nil {
 		t.Fatalf("syncer retention --apply = %v\n%s", err, out)
 	}
 	for g := 1; g <= 3; g++ {
-		testenv.Exec(t, e.dsn, fmt.Sprintf(`UPDATE things SET gen = %d`, g))
+		testenv.Exec(t, e.DSN, fmt.Sprintf(`UPDATE things SET gen = %d`, g))
 		if _, err := e.sync(t); err != nil {
 			t.Fatal(err)
 		}
@@ -169,7 +170,7 @@ func TestPinnedReadsAfterFlipsAndGone(t *testing.T) {
 	if r.status != 200 || r.version != v1 || gen(t, r.body) != 0 {
 		t.Fatalf("pinned read = %d from %s: %s; want v1's document", r.status, r.version, r.body)
 	}
-	req, _ := http.NewRequest(http.MethodGet, e.base+docPath("things", "plain"), nil)
+	req, _ := http.NewRequest(http.MethodGet, e.Base+docPath("things", "plain"), nil)
 	req.Header.Set("Snapshot-Version", v1)
 	resp, _ := callAPI(t, req)
 	if resp.StatusCode != 200 || !strings.Contains(resp.Header.Get("Cache-Control"), "immutable") {
@@ -206,12 +207,12 @@ func TestVersionsAndCollections(t *testing.T) {
 	e := start(t)
 	var versions []string
 	for g := 0; g < 3; g++ {
-		testenv.Exec(t, e.dsn, fmt.Sprintf(`UPDATE things SET gen = %d`, g+10))
+		testenv.Exec(t, e.DSN, fmt.Sprintf(`UPDATE things SET gen = %d`, g+10))
 		out, err := e.sync(t)
 		if err != nil {
 			t.Fatal(err)
 		}
-		versions = append(versions, publishedVersion(t, out))
+		versions = append(versions, stack.PublishedVersion(t, out))
 	}
 	cur := versions[2]
 	e.awaitVersion(t, docPath("things", "plain"), cur)
@@ -338,19 +339,19 @@ func TestHostileRequests(t *testing.T) {
 func TestBatchGetAndListServeTheBytesGETServes(t *testing.T) {
 	t.Parallel()
 	e := start(t)
-	testenv.Exec(t, e.dsn, `UPDATE things SET note = '<b>fish & chips</b>', j = '{"spaced":  [1,  2], "html": "<&>"}'`)
+	testenv.Exec(t, e.DSN, `UPDATE things SET note = '<b>fish & chips</b>', j = '{"spaced":  [1,  2], "html": "<&>"}'`)
 	out, err := e.sync(t)
 	if err != nil {
 		t.Fatal(err)
 	}
-	v := publishedVersion(t, out)
+	v := stack.PublishedVersion(t, out)
 	byGET := map[string]string{}
 	for _, id := range awkwardIDs {
 		r := e.awaitVersion(t, docPath("things", id), v)
 		byGET[id] = string(r.body)
 	}
 	ids, _ := json.Marshal(map[string][]string{"ids": append(slices.Clone(awkwardIDs), "nope")})
-	req, _ := http.NewRequest(http.MethodPost, e.base+"/v1/data/things:batchGet?version="+v, bytes.NewReader(ids))
+	req, _ := http.NewRequest(http.MethodPost, e.Base+"/v1/data/things:batchGet?version="+v, bytes.NewReader(ids))
 	req.Header.Set("Content-Type", "application/json")
 	resp, body := callAPI(t, req)
 	var batch struct {
@@ -398,7 +399,7 @@ func TestBatchGetAndListServeTheBytesGETServes(t *testing.T) {
 // checks the exchange against the OpenAPI document and returns the response and body.
 func (e *env) raw(tb testing.TB, method, target, body string) (*http.Response, []byte) {
 	tb.Helper()
-	conn, err := net.Dial("tcp", strings.TrimPrefix(e.base, "http://"))
+	conn, err := net.Dial("tcp", strings.TrimPrefix(e.Base, "http://"))
 	if err != nil {
 		tb.Fatal(err)
 	}

@@ -24,6 +24,7 @@ import (
 	"github.com/snapflip/snapflip/auth/authtest"
 	"github.com/snapflip/snapflip/internal/cli"
 	"github.com/snapflip/snapflip/internal/testenv"
+	"github.com/snapflip/snapflip/internal/testenv/stack"
 )
 
 // authConfig adds to config a collection scoped by tenant (its index starts with the
@@ -63,7 +64,7 @@ type authEnv struct {
 func startAuth(t *testing.T, grants ...string) *authEnv {
 	t.Helper()
 	e := start(t)
-	testenv.Exec(t, e.dsn, `CREATE TABLE docs (id text PRIMARY KEY, tenant text, n int, body text)`,
+	testenv.Exec(t, e.DSN, `CREATE TABLE docs (id text PRIMARY KEY, tenant text, n int, body text)`,
 		`CREATE TABLE secret (id text PRIMARY KEY, v text)`, `INSERT INTO secret VALUES ('s1', 'classified')`)
 	is := authtest.NewIssuer(t)
 	path := filepath.Join(t.TempDir(), "auth.yaml")
@@ -71,7 +72,7 @@ func startAuth(t *testing.T, grants ...string) *authEnv {
 	if err := os.WriteFile(path, []byte(file), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	e.stopAPI()
+	e.StopAPI()
 	e.startAPI(t, cli.EnvAuthConfig, path)
 	return &authEnv{env: e, issuer: is}
 }
@@ -96,10 +97,10 @@ func (a *authEnv) call(tb testing.TB, method, path, token, body string, headers 
 	var req *http.Request
 	var err error
 	if body != "" {
-		req, err = http.NewRequest(method, a.base+path, strings.NewReader(body))
+		req, err = http.NewRequest(method, a.Base+path, strings.NewReader(body))
 		req.Header.Set("Content-Type", "application/json")
 	} else {
-		req, err = http.NewRequest(method, a.base+path, nil)
+		req, err = http.NewRequest(method, a.Base+path, nil)
 	}
 	if err != nil {
 		tb.Fatal(err)
@@ -178,23 +179,23 @@ func TestRowScopesAgainstPostgres(t *testing.T) {
 			ids[id] = true
 			tenant := "NULL"
 			if rng.IntN(6) > 0 {
-				tenant = quote(tenants[rng.IntN(len(tenants))])
+				tenant = stack.Quote(tenants[rng.IntN(len(tenants))])
 			}
-			stmts = append(stmts, fmt.Sprintf(`INSERT INTO docs VALUES (%s, %s, %d, 'a body')`, quote(id), tenant, rng.IntN(100)))
+			stmts = append(stmts, fmt.Sprintf(`INSERT INTO docs VALUES (%s, %s, %d, 'a body')`, stack.Quote(id), tenant, rng.IntN(100)))
 		}
 		for id := range prev {
 			switch rng.IntN(5) {
 			case 0:
-				stmts = append(stmts, fmt.Sprintf(`UPDATE docs SET tenant = %s WHERE id = %s`, quote(tenants[rng.IntN(len(tenants))]), quote(id)))
+				stmts = append(stmts, fmt.Sprintf(`UPDATE docs SET tenant = %s WHERE id = %s`, stack.Quote(tenants[rng.IntN(len(tenants))]), stack.Quote(id)))
 			case 1:
-				stmts = append(stmts, fmt.Sprintf(`UPDATE docs SET n = %d WHERE id = %s`, rng.IntN(100), quote(id)))
+				stmts = append(stmts, fmt.Sprintf(`UPDATE docs SET n = %d WHERE id = %s`, rng.IntN(100), stack.Quote(id)))
 			case 2:
-				stmts = append(stmts, fmt.Sprintf(`DELETE FROM docs WHERE id = %s`, quote(id)))
+				stmts = append(stmts, fmt.Sprintf(`DELETE FROM docs WHERE id = %s`, stack.Quote(id)))
 			}
 		}
-		testenv.Exec(t, a.dsn, "BEGIN; "+strings.Join(stmts, "; ")+"; COMMIT")
+		testenv.Exec(t, a.DSN, "BEGIN; "+strings.Join(stmts, "; ")+"; COMMIT")
 		var tok string
-		testenv.QueryRow(t, a.dsn, `SELECT 's:' || pg_current_snapshot()`, &tok)
+		testenv.QueryRow(t, a.DSN, `SELECT 's:' || pg_current_snapshot()`, &tok)
 		var resp *http.Response
 		var body []byte
 		testenv.Eventually(t, time.Minute, func() error {
@@ -209,7 +210,7 @@ func TestRowScopesAgainstPostgres(t *testing.T) {
 			t.Fatalf("round %d: current version with the round's token: %d %s", round, resp.StatusCode, body)
 		}
 		version := resp.Header.Get("Snapshot-Version")
-		now := docsNow(t, a.dsn)
+		now := docsNow(t, a.DSN)
 		for _, tenant := range tenants {
 			a.checkScope(t, scopeCheck{round: round, tenant: tenant, whole: tenant == whole, version: version, prevVersion: prevVersion, now: now, prev: prev, ids: slices.Sorted(maps.Keys(ids))})
 		}
@@ -438,7 +439,7 @@ func (a *authEnv) firstFlip(t *testing.T, token string) map[string]any {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	req, _ := http.NewRequestWithContext(ctx, "GET", a.base+"/v1/watch", nil)
+	req, _ := http.NewRequestWithContext(ctx, "GET", a.Base+"/v1/watch", nil)
 	req.Header.Set("Authorization", "Bearer "+token)
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
@@ -536,7 +537,7 @@ func TestBadCredentials(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			req, _ := http.NewRequest("GET", a.base+path, nil)
+			req, _ := http.NewRequest("GET", a.Base+path, nil)
 			req.Header.Set("Authorization", "Bearer "+tok)
 			if resp, err := http.DefaultClient.Do(req); err == nil {
 				resp.Body.Close()
@@ -580,7 +581,7 @@ func TestKeyRotationUnderLoad(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			for ctx.Err() == nil {
-				req, _ := http.NewRequest("GET", a.base+docPath("things", "plain"), nil)
+				req, _ := http.NewRequest("GET", a.Base+docPath("things", "plain"), nil)
 				req.Header.Set("Authorization", "Bearer "+a.subject("admin"))
 				resp, err := http.DefaultClient.Do(req)
 				if err != nil {
@@ -639,7 +640,7 @@ func TestKeyRotationUnderLoad(t *testing.T) {
 func TestScopeWithoutIndexRefusesToStart(t *testing.T) {
 	t.Parallel()
 	a := startAuth(t)
-	if err := os.WriteFile(a.configPath, []byte(authConfig), 0o600); err != nil {
+	if err := os.WriteFile(a.ConfigPath, []byte(authConfig), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	if out, err := a.sync(t); err != nil {
@@ -654,7 +655,7 @@ func TestScopeWithoutIndexRefusesToStart(t *testing.T) {
 		if k == cli.EnvAuthConfig {
 			return path
 		}
-		return a.getenv(k)
+		return a.Getenv(k)
 	}, Stderr: os.Stderr}
 	err := m.Run(context.Background(), []string{"--addr", "127.0.0.1:0"})
 	if err == nil || !strings.Contains(err.Error(), "collection secret is scoped by v, but has no index whose first field is v") {

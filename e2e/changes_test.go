@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/snapflip/snapflip/internal/testenv"
+	"github.com/snapflip/snapflip/internal/testenv/stack"
 	"github.com/snapflip/snapflip/layer"
 	"github.com/snapflip/snapflip/snapshot"
 )
@@ -56,7 +57,7 @@ func readChanges(tb testing.TB, e *env, v, coll string, limit int) (changesPage,
 		if len(q) > 0 {
 			path += "?" + q.Encode()
 		}
-		req, err := http.NewRequest(http.MethodGet, e.base+path, nil)
+		req, err := http.NewRequest(http.MethodGet, e.Base+path, nil)
 		if err != nil {
 			tb.Fatal(err)
 		}
@@ -229,7 +230,7 @@ var changesIDs = append(slices.Clone(awkwardIDs), "k0", "k1", "k2", "k3", "k4", 
 // leave it as it was, deletes, and ids deleted and inserted again as they were.
 func changesStep(rnd *rand.Rand) []string {
 	var stmts []string
-	id := func() string { return quote(changesIDs[rnd.IntN(len(changesIDs))]) }
+	id := func() string { return stack.Quote(changesIDs[rnd.IntN(len(changesIDs))]) }
 	for range 1 + rnd.IntN(6) {
 		switch rnd.IntN(8) {
 		case 0, 1:
@@ -241,11 +242,11 @@ func changesStep(rnd *rand.Rand) []string {
 		case 4:
 			stmts = append(stmts, fmt.Sprintf(`DELETE FROM things WHERE id = %s`, id()))
 		case 5:
-			k := quote(fmt.Sprintf("f%d", rnd.IntN(6)))
+			k := stack.Quote(fmt.Sprintf("f%d", rnd.IntN(6)))
 			stmts = append(stmts, fmt.Sprintf(`DELETE FROM flags WHERE key = %s`, k),
 				fmt.Sprintf(`INSERT INTO flags VALUES (%s, 'v%d', %t)`, k, rnd.IntN(2), rnd.IntN(3) > 0))
 		case 6:
-			stmts = append(stmts, fmt.Sprintf(`UPDATE flags SET enabled = NOT enabled WHERE key = %s`, quote(fmt.Sprintf("f%d", rnd.IntN(6)))))
+			stmts = append(stmts, fmt.Sprintf(`UPDATE flags SET enabled = NOT enabled WHERE key = %s`, stack.Quote(fmt.Sprintf("f%d", rnd.IntN(6)))))
 		case 7:
 			// Deleted and inserted again as it was: the same document.
 			stmts = append(stmts, fmt.Sprintf(`WITH gone AS (DELETE FROM things WHERE id = %s RETURNING *) INSERT INTO things SELECT * FROM gone`, id()))
@@ -269,9 +270,9 @@ func TestChangesAreTheDiff(t *testing.T) {
 			rnd := rand.New(rand.NewPCG(seed, 1))
 			e := start(t)
 			writeConfig(t, e, changesConfig(100))
-			st := testenv.Store(t, testenv.StoreConfig(e.btAddr))
+			st := testenv.Store(t, testenv.StoreConfig(e.Bigtable))
 			if cached {
-				e.runs = layer.NewRunCache(st, layer.DefaultRunCacheBytes)
+				e.Runs = layer.NewRunCache(st, layer.DefaultRunCacheBytes)
 			}
 			var versions []string
 			sync := func(what string) {
@@ -281,7 +282,7 @@ func TestChangesAreTheDiff(t *testing.T) {
 					t.Fatalf("%s: %v", what, err)
 				}
 				if !strings.HasPrefix(out, "unchanged") {
-					versions = append(versions, publishedVersion(t, out))
+					versions = append(versions, stack.PublishedVersion(t, out))
 				}
 			}
 			sync("first sync")
@@ -297,14 +298,14 @@ func TestChangesAreTheDiff(t *testing.T) {
 				case 10:
 					// A new base: any delta is too large against the base.
 					writeConfig(t, e, changesConfig(0.0001))
-					testenv.Exec(t, e.dsn, changesStep(rnd)...)
+					testenv.Exec(t, e.DSN, changesStep(rnd)...)
 					// A change for certain: the random step may leave every document as it was.
-					testenv.Exec(t, e.dsn, `INSERT INTO things (id, gen) VALUES ('rebased', 1) ON CONFLICT (id) DO UPDATE SET gen = things.gen + 1`)
+					testenv.Exec(t, e.DSN, `INSERT INTO things (id, gen) VALUES ('rebased', 1) ON CONFLICT (id) DO UPDATE SET gen = things.gen + 1`)
 					sync("a rebase")
 					writeConfig(t, e, changesConfig(100))
 					continue
 				}
-				testenv.Exec(t, e.dsn, changesStep(rnd)...)
+				testenv.Exec(t, e.DSN, changesStep(rnd)...)
 				sync(fmt.Sprintf("step %d", step))
 			}
 
@@ -357,20 +358,20 @@ func TestChangesRefusals(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	v1 := publishedVersion(t, out)
-	testenv.Exec(t, e.dsn, `UPDATE things SET gen = 7 WHERE id = 'plain'`, `DELETE FROM things WHERE id = 'a/b'`)
+	v1 := stack.PublishedVersion(t, out)
+	testenv.Exec(t, e.DSN, `UPDATE things SET gen = 7 WHERE id = 'plain'`, `DELETE FROM things WHERE id = 'a/b'`)
 	out, err = e.sync(t)
 	if err != nil {
 		t.Fatal(err)
 	}
-	v2 := publishedVersion(t, out)
+	v2 := stack.PublishedVersion(t, out)
 
 	first, ms := readChanges(t, e, v2, "things", 1)
 	if len(ms) > 0 || first.Kind != "delta" || first.Parent != v1 ||
 		!slices.Equal(first.Changes, []changeEntry{{ID: "a/b", Deleted: true}, {ID: "plain"}}) {
 		t.Errorf("v2's changes = %+v %v; want plain changed and a/b deleted, against v1", first, ms)
 	}
-	req, _ := http.NewRequest(http.MethodGet, e.base+changesPath(v2, "things"), nil)
+	req, _ := http.NewRequest(http.MethodGet, e.Base+changesPath(v2, "things"), nil)
 	resp, _ := callAPI(t, req)
 	req.Header.Set("If-None-Match", resp.Header.Get("ETag"))
 	if again, _ := callAPI(t, req); again.StatusCode != http.StatusNotModified {
@@ -379,7 +380,7 @@ func TestChangesRefusals(t *testing.T) {
 
 	never := "7b1e4c1a-3f7e-4c57-9d0c-0a5d2c1f8e21-1700000000000"
 	failed := snapshot.Manifest{Dataset: "e2e", Version: snapshot.NewVersionGen([16]byte{9}, nil).Next(), State: snapshot.StateWriting, StartedAt: time.Now()}
-	st := testenv.Store(t, testenv.StoreConfig(e.btAddr))
+	st := testenv.Store(t, testenv.StoreConfig(e.Bigtable))
 	ctx := context.Background()
 	if err := st.CreateManifest(ctx, failed); err != nil {
 		t.Fatal(err)
@@ -420,11 +421,11 @@ func TestChangesRefusals(t *testing.T) {
 	}
 	// A version written with a 2s TTL expires, and then answers 410.
 	writeConfig(t, e, strings.Replace(config, "ttl: 1h", "ttl: 2s", 1))
-	testenv.Exec(t, e.dsn, `UPDATE things SET gen = 8 WHERE id = 'plain'`)
+	testenv.Exec(t, e.DSN, `UPDATE things SET gen = 8 WHERE id = 'plain'`)
 	if out, err = e.sync(t); err != nil {
 		t.Fatal(err)
 	}
-	v3 := publishedVersion(t, out)
+	v3 := stack.PublishedVersion(t, out)
 	e.awaitGone(t, changesPath(v3, "things"), "the changes of an expiring version")
 }
 
@@ -444,15 +445,15 @@ func TestChangesOfAMerge(t *testing.T) {
 		{`UPDATE things SET gen = 1 WHERE id = 'a/b'`},
 		{`UPDATE things SET gen = 1 WHERE id = '100%'`, `DELETE FROM things WHERE id = '..'`}, // merges the two before
 	} {
-		testenv.Exec(t, e.dsn, step...)
+		testenv.Exec(t, e.DSN, step...)
 		out, err := e.sync(t)
 		if err != nil {
 			t.Fatal(err)
 		}
-		versions = append(versions, publishedVersion(t, out))
+		versions = append(versions, stack.PublishedVersion(t, out))
 	}
 	v := versions[len(versions)-1]
-	m, err := testenv.Store(t, testenv.StoreConfig(e.btAddr)).ReadManifest(context.Background(), "e2e", snapshot.Version(v))
+	m, err := testenv.Store(t, testenv.StoreConfig(e.Bigtable)).ReadManifest(context.Background(), "e2e", snapshot.Version(v))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -31,8 +31,8 @@ func builtSyncer(tb testing.TB) string {
 func (e *env) runKilled(tb testing.TB, delay time.Duration, env []string, args ...string) (killed bool) {
 	tb.Helper()
 	cmd := exec.Command(builtSyncer(tb), args...)
-	cmd.Env = append(os.Environ(), append([]string{cli.EnvConfig + "=" + e.configPath, cli.EnvPostgresDSN + "=" + e.dsn,
-		cli.EnvEmulatorHost + "=" + e.btAddr, cli.EnvLogFormat + "=text"}, env...)...)
+	cmd.Env = append(os.Environ(), append([]string{cli.EnvConfig + "=" + e.ConfigPath, cli.EnvPostgresDSN + "=" + e.DSN,
+		cli.EnvEmulatorHost + "=" + e.Bigtable, cli.EnvLogFormat + "=text"}, env...)...)
 	var out strings.Builder
 	cmd.Stdout, cmd.Stderr = &out, &out
 	if err := cmd.Start(); err != nil {
@@ -58,7 +58,7 @@ func (e *env) runKilled(tb testing.TB, delay time.Duration, env []string, args .
 // from it.
 func (e *env) checkAfterCrash(tb testing.TB, what string) snapshot.Pointer {
 	tb.Helper()
-	st := testenv.Store(tb, testenv.StoreConfig(e.btAddr))
+	st := testenv.Store(tb, testenv.StoreConfig(e.Bigtable))
 	ctx := context.Background()
 	p, err := st.ReadPointer(ctx, "e2e")
 	if err != nil {
@@ -80,7 +80,7 @@ func TestCrashAtEveryPoint(t *testing.T) {
 	t.Parallel()
 	e := start(t)
 	writeConfig(t, e, config+"lease:\n  duration: 1s\n")
-	testenv.Exec(t, e.dsn, `INSERT INTO things (id) SELECT 'bulk-' || g FROM generate_series(1, 5000) g`)
+	testenv.Exec(t, e.DSN, `INSERT INTO things (id) SELECT 'bulk-' || g FROM generate_series(1, 5000) g`)
 	if _, err := e.sync(t); err != nil {
 		t.Fatal(err)
 	}
@@ -90,7 +90,7 @@ func TestCrashAtEveryPoint(t *testing.T) {
 	gen := 0
 	next := func() {
 		gen++
-		testenv.Exec(t, e.dsn, fmt.Sprintf(`UPDATE things SET gen = %d`, gen))
+		testenv.Exec(t, e.DSN, fmt.Sprintf(`UPDATE things SET gen = %d`, gen))
 	}
 	for _, point := range []string{"after-open", "mid-write@2000", "after-seal", "after-flip"} {
 		next()
@@ -126,7 +126,7 @@ func TestCrashAtEveryPoint(t *testing.T) {
 		t.Fatalf("sync after the rollback crash = %q, %v", out, err)
 	}
 	stopReaders()
-	st := testenv.Store(t, testenv.StoreConfig(e.btAddr))
+	st := testenv.Store(t, testenv.StoreConfig(e.Bigtable))
 	checkPublished(t, st, "e2e")
 }
 
@@ -145,7 +145,7 @@ func TestCrashAtRandomTimes(t *testing.T) {
 	// holder's renewals past its deadline late in the long form, and the holder then
 	// rightly gave the lease up (failing its sync cleanly, which this test does not expect).
 	writeConfig(t, e, config+"lease:\n  duration: 2s\n")
-	testenv.Exec(t, e.dsn, `INSERT INTO things (id) SELECT 'bulk-' || g FROM generate_series(1, 50000) g`)
+	testenv.Exec(t, e.DSN, `INSERT INTO things (id) SELECT 'bulk-' || g FROM generate_series(1, 50000) g`)
 	start := time.Now()
 	if _, err := e.sync(t); err != nil {
 		t.Fatal(err)
@@ -155,7 +155,7 @@ func TestCrashAtRandomTimes(t *testing.T) {
 	stopReaders := e.watchReaders(t)
 	killed := 0
 	for i := range kills {
-		testenv.Exec(t, e.dsn, fmt.Sprintf(`UPDATE things SET gen = %d`, 1000+i))
+		testenv.Exec(t, e.DSN, fmt.Sprintf(`UPDATE things SET gen = %d`, 1000+i))
 		delay := time.Duration(rand.Int64N(int64(full + 200*time.Millisecond)))
 		if e.runKilled(t, delay, nil, "once") {
 			killed++
@@ -167,7 +167,7 @@ func TestCrashAtRandomTimes(t *testing.T) {
 	}
 	e.checkAfterCrash(t, "after the kills")
 	stopReaders()
-	checkPublished(t, testenv.Store(t, testenv.StoreConfig(e.btAddr)), "e2e")
+	checkPublished(t, testenv.Store(t, testenv.StoreConfig(e.Bigtable)), "e2e")
 	t.Logf("%d of %d runs killed mid-way (full sync %s); the pointer always named a complete version", killed, kills, full.Round(time.Millisecond))
 }
 

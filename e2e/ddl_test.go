@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/snapflip/snapflip/internal/testenv"
+	"github.com/snapflip/snapflip/internal/testenv/stack"
 )
 
 // ddlConfig is config with a view collection and a query collection over a view.
@@ -93,7 +94,7 @@ func (e *env) awaitAllServed(tb testing.TB, since time.Time, limit time.Duration
 	})
 	testenv.Eventually(tb, limit-time.Since(since), func() error {
 		for _, c := range colls {
-			if d := e.servedDiff(tb, c, "", sourceDocs(tb, e.dsn, ddlOracles[c])); d != "" {
+			if d := e.servedDiff(tb, c, "", stack.SourceDocs(tb, e.DSN, ddlOracles[c])); d != "" {
 				return fmt.Errorf("served differs from Postgres: %s", d)
 			}
 		}
@@ -134,7 +135,7 @@ func TestDefinitionChangesAreServed(t *testing.T) {
 	for _, mode := range []string{"stats", "logical"} {
 		t.Run(mode, func(t *testing.T) {
 			e := start(t)
-			testenv.Exec(t, e.dsn, ddlSchema)
+			testenv.Exec(t, e.DSN, ddlSchema)
 			cfg := ddlConfig
 			if mode == "logical" {
 				cfg = strings.Replace(logicalConfig(t, e), config, ddlConfig, 1)
@@ -143,7 +144,7 @@ func TestDefinitionChangesAreServed(t *testing.T) {
 			e.awaitAllServed(t, time.Now(), 20*time.Second)
 			var lat []time.Duration
 			for _, c := range ddlCases {
-				testenv.Exec(t, e.dsn, c.stmt)
+				testenv.Exec(t, e.DSN, c.stmt)
 				at := time.Now()
 				d := e.awaitAllServed(t, at, 10*time.Second)
 				lat = append(lat, d)
@@ -154,7 +155,7 @@ func TestDefinitionChangesAreServed(t *testing.T) {
 			}
 			if mode == "logical" {
 				// A DBA drops the slot (ending its reader first), then a row changes.
-				testenv.Exec(t, e.dsn, `SELECT pg_terminate_backend(active_pid) FROM pg_replication_slots WHERE active_pid IS NOT NULL AND database = current_database()`,
+				testenv.Exec(t, e.DSN, `SELECT pg_terminate_backend(active_pid) FROM pg_replication_slots WHERE active_pid IS NOT NULL AND database = current_database()`,
 					`SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE NOT active AND database = current_database()`,
 					`UPDATE things SET note = 'after the slot was dropped' WHERE id = 'plain'`)
 				e.awaitAllServed(t, time.Now(), 20*time.Second)
@@ -175,7 +176,7 @@ func TestServedAfterPostgresRestart(t *testing.T) {
 		t.Run(mode, func(t *testing.T) {
 			pg := testenv.StartPostgres(t)
 			e := startOn(t, pg.DSN)
-			testenv.Exec(t, e.dsn, `ALTER TABLE flags REPLICA IDENTITY FULL`)
+			testenv.Exec(t, e.DSN, `ALTER TABLE flags REPLICA IDENTITY FULL`)
 			cfg := config
 			if mode == "logical" {
 				cfg = logicalConfig(t, e)
@@ -183,7 +184,7 @@ func TestServedAfterPostgresRestart(t *testing.T) {
 			defer e.runSyncer(t, cfg)()
 			e.awaitServed(t, docPath("things", "plain"), `"id":"plain"`, time.Now(), 30*time.Second)
 			pg.Restart()
-			testenv.Exec(t, e.dsn, `UPDATE things SET note = 'after the restart' WHERE id = 'plain'`)
+			testenv.Exec(t, e.DSN, `UPDATE things SET note = 'after the restart' WHERE id = 'plain'`)
 			d := e.awaitServed(t, docPath("things", "plain"), "after the restart", time.Now(), 20*time.Second)
 			t.Logf("served %s after the commit", d.Round(time.Millisecond))
 		})

@@ -1,7 +1,6 @@
 package e2e
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -16,20 +15,20 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-
 	"github.com/snapflip/snapflip/internal/cli"
 	"github.com/snapflip/snapflip/internal/testenv"
-	"github.com/snapflip/snapflip/layer"
+	"github.com/snapflip/snapflip/internal/testenv/stack"
 	"github.com/snapflip/snapflip/snapshot"
 )
 
-// env is a running deployment: a Postgres database, a Bigtable server and a metadata API.
-type env struct {
-	dsn, btAddr, base, configPath string
-	stopAPI                       func()
-	// runs, when set, is the run cache every sync of this env shares, as in syncer run.
-	runs *layer.RunCache
+// env is a running deployment: a Postgres database, a Bigtable server and a metadata
+// API (stack.Env), with the requests and checks the tests make of it.
+type env struct{ *stack.Env }
+
+// newEnv returns the env of dataset e2e on the database dsn and the Bigtable server
+// at bigtable, with no config file yet.
+func newEnv(dsn, bigtable string) *env {
+	return &env{&stack.Env{DSN: dsn, Bigtable: bigtable, Dataset: "e2e"}}
 }
 
 const config = `dataset: e2e
@@ -73,52 +72,32 @@ func start(tb testing.TB) *env {
 // startOn is start on the Postgres database dsn.
 func startOn(tb testing.TB, dsn string) *env {
 	tb.Helper()
-	e := &env{dsn: dsn, btAddr: testenv.Bigtable(tb)}
-	testenv.Exec(tb, e.dsn, schema)
+	e := newEnv(dsn, testenv.Bigtable(tb))
+	testenv.Exec(tb, e.DSN, schema)
 	for i, id := range awkwardIDs {
-		testenv.Exec(tb, e.dsn, fmt.Sprintf(`INSERT INTO things (id, n, i, f, b, ts, d, arr, tags, j, raw, note)
+		testenv.Exec(tb, e.DSN, fmt.Sprintf(`INSERT INTO things (id, n, i, f, b, ts, d, arr, tags, j, raw, note)
 			VALUES (%s, %d.5, %d, 0.25, %t, '2024-01-02 03:04:05.678+02', '2024-01-02', '{1,NULL,%d}', '{"t","ü"}',
 			        '{"k": [1, "two", null], "deep": {"x": 1.50}}', '\x00ff', %s)`,
-			quote(id), i, int64(1)<<53+int64(i), i%2 == 0, i, nullIf(i%3 == 0, "note")))
+			stack.Quote(id), i, int64(1)<<53+int64(i), i%2 == 0, i, nullIf(i%3 == 0, "note")))
 	}
-	testenv.Exec(tb, e.dsn, `INSERT INTO flags VALUES ('on', 'yes', true), ('off', 'no', false), ('a/b', 'slash', true)`)
-	e.configPath = filepath.Join(tb.TempDir(), "snapflip.yaml")
-	if err := os.WriteFile(e.configPath, []byte(config), 0o600); err != nil {
+	testenv.Exec(tb, e.DSN, `INSERT INTO flags VALUES ('on', 'yes', true), ('off', 'no', false), ('a/b', 'slash', true)`)
+	e.ConfigPath = filepath.Join(tb.TempDir(), "snapflip.yaml")
+	if err := os.WriteFile(e.ConfigPath, []byte(config), 0o600); err != nil {
 		tb.Fatal(err)
 	}
 	e.startAPI(tb)
 	return e
 }
 
-func quote(s string) string { return "'" + strings.ReplaceAll(s, "'", "''") + "'" }
-
 func nullIf(null bool, s string) string {
 	if null {
 		return "NULL"
 	}
-	return quote(s)
+	return stack.Quote(s)
 }
 
-func (e *env) getenv(k string) string {
-	switch k {
-	case cli.EnvEmulatorHost:
-		return e.btAddr
-	case cli.EnvPostgresDSN:
-		return e.dsn
-	case cli.EnvConfig:
-		return e.configPath
-	case cli.EnvDataset:
-		return "e2e"
-	case cli.EnvRefresh:
-		return "20ms"
-	case cli.EnvAuthConfig:
-		return "none"
-	}
-	return ""
-}
-
-// startAPI starts the metadata API in-process on a free port and sets e.base;
-// overrides are environment variables as key, value pairs that replace e.getenv's.
+// startAPI starts the metadata API in-process on a free port and sets e.Base;
+// overrides are environment variables as key, value pairs that replace e.Getenv's.
 func (e *env) startAPI(tb testing.TB, overrides ...string) {
 	tb.Helper()
 	e.startAPIWith(tb, nil, overrides...)
@@ -127,44 +106,13 @@ func (e *env) startAPI(tb testing.TB, overrides ...string) {
 // startAPIWith is startAPI with more command-line arguments.
 func (e *env) startAPIWith(tb testing.TB, args []string, overrides ...string) {
 	tb.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
-	addrc := make(chan string, 1)
-	done := make(chan error, 1)
-	getenv := func(k string) string {
-		for i := 0; i+1 < len(overrides); i += 2 {
-			if overrides[i] == k {
-				return overrides[i+1]
-			}
-		}
-		return e.getenv(k)
-	}
-	m := &cli.MetadataAPI{Getenv: getenv, Stderr: io.Discard, Listening: func(a string) { addrc <- a }}
-	go func() { done <- m.Run(ctx, append([]string{"--addr", "127.0.0.1:0"}, args...)) }()
-	select {
-	case a := <-addrc:
-		e.base = "http://" + a
-	case err := <-done:
-		tb.Fatalf("metadata API did not start: %v", err)
-	}
-	var once sync.Once
-	e.stopAPI = func() {
-		once.Do(func() {
-			cancel()
-			if err := <-done; err != nil {
-				tb.Errorf("metadata API: %v", err)
-			}
-		})
-	}
-	tb.Cleanup(e.stopAPI)
+	e.StartAPI(tb, args, overrides...)
 }
 
 // sync runs `syncer once` in-process and returns its output and error.
 func (e *env) sync(tb testing.TB, args ...string) (string, error) {
 	tb.Helper()
-	var out bytes.Buffer
-	s := &cli.Syncer{Getenv: e.getenv, Stdout: &out, Stderr: io.Discard, Runs: e.runs}
-	err := s.Run(context.Background(), append(args, "once"))
-	return out.String(), err
+	return e.Sync(args...)
 }
 
 type response struct {
@@ -177,7 +125,7 @@ type response struct {
 // get sends GET path to the API and checks the exchange against the OpenAPI document.
 func (e *env) get(tb testing.TB, path string) response {
 	tb.Helper()
-	req, err := http.NewRequest(http.MethodGet, e.base+path, nil)
+	req, err := http.NewRequest(http.MethodGet, e.Base+path, nil)
 	if err != nil {
 		tb.Fatalf("GET %s: %v", path, err)
 	}
@@ -187,52 +135,6 @@ func (e *env) get(tb testing.TB, path string) response {
 
 func docPath(collection, id string) string {
 	return "/v1/data/" + url.PathEscape(collection) + "/" + url.PathEscape(id)
-}
-
-// sourceDocs returns what Postgres itself makes of each row: id → to_json text; query
-// yields the id, then the document.
-func sourceDocs(tb testing.TB, dsn, query string) map[string]string {
-	tb.Helper()
-	out := map[string]string{}
-	for _, row := range sourceRows(tb, dsn, query) {
-		out[row[0]] = row[1]
-	}
-	return out
-}
-
-// sourceRows runs query in a session whose time zone is UTC and returns every row, its
-// columns as text.
-func sourceRows(tb testing.TB, dsn, query string) [][]string {
-	tb.Helper()
-	ctx := context.Background()
-	conn, err := pgx.Connect(ctx, dsn)
-	if err != nil {
-		tb.Fatal(err)
-	}
-	defer conn.Close(ctx)
-	if _, err := conn.Exec(ctx, "SET timezone = 'UTC'"); err != nil {
-		tb.Fatal(err)
-	}
-	rows, err := conn.Query(ctx, query)
-	if err != nil {
-		tb.Fatal(err)
-	}
-	var out [][]string
-	for rows.Next() {
-		vals := make([]string, len(rows.FieldDescriptions()))
-		ptrs := make([]any, len(vals))
-		for i := range vals {
-			ptrs[i] = &vals[i]
-		}
-		if err := rows.Scan(ptrs...); err != nil {
-			tb.Fatal(err)
-		}
-		out = append(out, vals)
-	}
-	if err := rows.Err(); err != nil {
-		tb.Fatal(err)
-	}
-	return out
 }
 
 // awaitVersion polls until the API answers 200 from version v, or from any version
@@ -247,15 +149,6 @@ func (e *env) awaitVersion(tb testing.TB, path, v string) response {
 		return nil
 	})
 	return r
-}
-
-func publishedVersion(tb testing.TB, out string) string {
-	tb.Helper()
-	f := strings.Fields(out)
-	if len(f) < 2 || f[0] != "published" {
-		tb.Fatalf("syncer said %q; want it to publish", out)
-	}
-	return f[1]
 }
 
 func TestEndToEnd(t *testing.T) {
@@ -277,14 +170,14 @@ func TestEndToEnd(t *testing.T) {
 	if err != nil {
 		t.Fatalf("syncer once: %v", err)
 	}
-	v1 := publishedVersion(t, out)
+	v1 := stack.PublishedVersion(t, out)
 	if _, err := snapshot.ParseVersion(v1); err != nil {
 		t.Fatalf("published version: %v", err)
 	}
 	e.awaitVersion(t, "/readyz", "")
 
 	// Every document over HTTP is byte-for-byte what Postgres makes of the row.
-	want := sourceDocs(t, e.dsn, `SELECT id, to_json(t)::text FROM things t`)
+	want := stack.SourceDocs(t, e.DSN, `SELECT id, to_json(t)::text FROM things t`)
 	if len(want) != len(awkwardIDs) {
 		t.Fatalf("source has %d things; want %d", len(want), len(awkwardIDs))
 	}
@@ -297,7 +190,7 @@ func TestEndToEnd(t *testing.T) {
 			t.Errorf("things/%q content type %q", id, r.ctype)
 		}
 	}
-	flags := sourceDocs(t, e.dsn, `SELECT key, to_json(t)::text FROM (SELECT key, value, gen FROM flags WHERE enabled) t`)
+	flags := stack.SourceDocs(t, e.DSN, `SELECT key, to_json(t)::text FROM (SELECT key, value, gen FROM flags WHERE enabled) t`)
 	for id, doc := range flags {
 		if r := e.get(t, docPath("flags", id)); r.status != 200 || string(r.body) != doc {
 			t.Errorf("flags/%q = %d %s; want %s", id, r.status, r.body, doc)
@@ -321,12 +214,12 @@ func TestEndToEnd(t *testing.T) {
 
 	// Change the source: the new version is served; the old one stays readable by its
 	// version prefix in storage.
-	testenv.Exec(t, e.dsn, `UPDATE things SET note = 'changed', gen = 1 WHERE id = 'plain'`, `DELETE FROM things WHERE id = 'a#b'`)
+	testenv.Exec(t, e.DSN, `UPDATE things SET note = 'changed', gen = 1 WHERE id = 'plain'`, `DELETE FROM things WHERE id = 'a#b'`)
 	out, err = e.sync(t)
 	if err != nil {
 		t.Fatalf("third sync: %v", err)
 	}
-	v2 := publishedVersion(t, out)
+	v2 := stack.PublishedVersion(t, out)
 	r := e.awaitVersion(t, docPath("things", "plain"), v2)
 	if !strings.Contains(string(r.body), `"note":"changed"`) {
 		t.Errorf("after the change, plain = %s", r.body)
@@ -334,7 +227,7 @@ func TestEndToEnd(t *testing.T) {
 	if r := e.get(t, docPath("things", "a#b")); r.status != http.StatusNotFound {
 		t.Errorf("deleted row answers %d; want 404", r.status)
 	}
-	st := testenv.Store(t, testenv.StoreConfig(e.btAddr))
+	st := testenv.Store(t, testenv.StoreConfig(e.Bigtable))
 	old, err := st.GetDocument(context.Background(), snapshot.ChainRef{Dataset: "e2e", Chain: []snapshot.Version{snapshot.Version(v1)}, Collection: "things"}, "a#b")
 	if err != nil || string(old) != want["a#b"] {
 		t.Errorf("old version's a#b = %s, %v; want it still stored", old, err)
@@ -342,7 +235,7 @@ func TestEndToEnd(t *testing.T) {
 
 	// A sync that fails midway (a duplicate key in the second collection) changes
 	// nothing visible.
-	testenv.Exec(t, e.dsn, `UPDATE things SET gen = 2`, `INSERT INTO flags VALUES ('on', 'again', true)`)
+	testenv.Exec(t, e.DSN, `UPDATE things SET gen = 2`, `INSERT INTO flags VALUES ('on', 'again', true)`)
 	_, err = e.sync(t)
 	if err == nil || !strings.Contains(err.Error(), `duplicate key "on"`) || !strings.Contains(err.Error(), "flags") {
 		t.Fatalf("sync with a duplicate key = %v; want an error naming the collection and key", err)
@@ -358,7 +251,7 @@ func TestEndToEnd(t *testing.T) {
 
 func TestSyncerConfigErrors(t *testing.T) {
 	t.Parallel()
-	e := &env{dsn: "postgres://nobody@127.0.0.1:1/x", btAddr: "127.0.0.1:1"}
+	e := newEnv("postgres://nobody@127.0.0.1:1/x", "127.0.0.1:1")
 	tests := []struct{ name, yaml, want string }{
 		{"unknown field", "dataset: x\ncolections: []\n", "colections"},
 		{"bad schedule", "schedule: \"every day\"\ncollections: [{name: a, table: t, key: k}]\n", "schedule"},
@@ -369,8 +262,8 @@ func TestSyncerConfigErrors(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			e.configPath = filepath.Join(t.TempDir(), "c.yaml")
-			if err := os.WriteFile(e.configPath, []byte(tt.yaml), 0o600); err != nil {
+			e.ConfigPath = filepath.Join(t.TempDir(), "c.yaml")
+			if err := os.WriteFile(e.ConfigPath, []byte(tt.yaml), 0o600); err != nil {
 				t.Fatal(err)
 			}
 			_, err := e.sync(t)
@@ -388,7 +281,7 @@ func TestSyncerConfigErrors(t *testing.T) {
 	})
 	t.Run("unreachable postgres", func(t *testing.T) {
 		e2 := start(t)
-		e2.dsn = "postgres://postgres@127.0.0.1:1/nope?connect_timeout=2"
+		e2.DSN = "postgres://postgres@127.0.0.1:1/nope?connect_timeout=2"
 		_, err := e2.sync(t)
 		if err == nil || !strings.Contains(err.Error(), "127.0.0.1:1") {
 			t.Errorf("sync with Postgres unreachable = %v; want an error naming it", err)
@@ -450,12 +343,12 @@ func TestNoTornReads(t *testing.T) {
 	}
 	const flips = 5
 	for g := 1; g <= flips; g++ {
-		testenv.Exec(t, e.dsn, fmt.Sprintf(`UPDATE things SET gen = %d`, g))
+		testenv.Exec(t, e.DSN, fmt.Sprintf(`UPDATE things SET gen = %d`, g))
 		out, err := e.sync(t)
 		if err != nil {
 			t.Fatalf("sync %d: %v", g, err)
 		}
-		e.awaitVersion(t, docPath("things", "plain"), publishedVersion(t, out))
+		e.awaitVersion(t, docPath("things", "plain"), stack.PublishedVersion(t, out))
 	}
 	close(stop)
 	wg.Wait()
@@ -474,12 +367,12 @@ func TestSyncerRunOnSchedule(t *testing.T) {
 	e := start(t)
 	// The schedule alone (the watch would publish the change first: freshness_test.go).
 	cfg := "watch: {enabled: false}\n" + strings.Replace(config, `schedule: "@every 1h"`, `schedule: "@every 1s"`, 1)
-	if err := os.WriteFile(e.configPath, []byte(cfg), 0o600); err != nil {
+	if err := os.WriteFile(e.ConfigPath, []byte(cfg), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	ticks := make(chan snapshot.TickResult, 100)
 	ctx, cancel := context.WithCancel(context.Background())
-	s := &cli.Syncer{Getenv: e.getenv, Stdout: io.Discard, Stderr: io.Discard, OnTick: func(r snapshot.TickResult, err error) {
+	s := &cli.Syncer{Getenv: e.Getenv, Stdout: io.Discard, Stderr: io.Discard, OnTick: func(r snapshot.TickResult, err error) {
 		// A tick under way when the test stops the syncer ends cancelled, as it should.
 		if err != nil && ctx.Err() == nil {
 			t.Errorf("scheduled sync: %v", err)
@@ -506,7 +399,7 @@ func TestSyncerRunOnSchedule(t *testing.T) {
 
 	// Nothing is published yet, so the syncer publishes at once.
 	first := e.awaitVersion(t, docPath("things", "plain"), "").version
-	testenv.Exec(t, e.dsn, `UPDATE things SET gen = 7 WHERE id = 'plain'`)
+	testenv.Exec(t, e.DSN, `UPDATE things SET gen = 7 WHERE id = 'plain'`)
 	var second snapshot.Version
 	timeout := time.After(20 * time.Second)
 	for second == "" {

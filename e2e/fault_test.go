@@ -12,6 +12,7 @@ import (
 
 	"github.com/snapflip/snapflip/internal/cli"
 	"github.com/snapflip/snapflip/internal/testenv"
+	"github.com/snapflip/snapflip/internal/testenv/stack"
 	"github.com/snapflip/snapflip/snapshot"
 )
 
@@ -24,10 +25,10 @@ func TestFaultEmulatorStopsMidSync(t *testing.T) {
 	t.Parallel()
 	dsn := testenv.Postgres(t)
 	addr, emu := testenv.StartEmulator(t)
-	e := &env{dsn: dsn, btAddr: addr}
+	e := newEnv(dsn, addr)
 	testenv.Exec(t, dsn, schema, `INSERT INTO things (id) SELECT 'bulk-' || g FROM generate_series(1, 30000) g`,
 		`INSERT INTO things (id) VALUES ('plain')`)
-	e.configPath = t.TempDir() + "/snapflip.yaml"
+	e.ConfigPath = t.TempDir() + "/snapflip.yaml"
 	writeConfig(t, e, config)
 	e.startAPI(t, cli.EnvMaxStale, "2s")
 
@@ -117,7 +118,7 @@ func TestFaultEmulatorStopsMidSync(t *testing.T) {
 	if took := time.Since(published); took > 3*time.Second {
 		t.Errorf("the API was ready %s after Bigtable answered again and a sync published; want within 3s", took.Round(time.Millisecond))
 	}
-	if r := e.awaitVersion(t, docPath("things", "plain"), publishedVersion(t, out)); !strings.Contains(string(r.body), `"gen":1`) {
+	if r := e.awaitVersion(t, docPath("things", "plain"), stack.PublishedVersion(t, out)); !strings.Contains(string(r.body), `"gen":1`) {
 		t.Errorf("after recovery: %s", r.body)
 	}
 }
@@ -130,11 +131,11 @@ func TestFaultStatementTimeout(t *testing.T) {
 	if _, err := e.sync(t); err != nil {
 		t.Fatal(err)
 	}
-	st := testenv.Store(t, testenv.StoreConfig(e.btAddr))
+	st := testenv.Store(t, testenv.StoreConfig(e.Bigtable))
 	before, _ := st.ReadPointer(context.Background(), "e2e")
-	testenv.Exec(t, e.dsn, `UPDATE things SET gen = 5`)
-	e.dsn += "&options=-c%20statement_timeout%3D1"
-	testenv.Exec(t, strings.Split(e.dsn, "&options")[0], `CREATE OR REPLACE VIEW slow AS SELECT t.*, (SELECT count(*) FROM generate_series(1, 200000 + length(t.id))) AS z FROM things t`)
+	testenv.Exec(t, e.DSN, `UPDATE things SET gen = 5`)
+	e.DSN += "&options=-c%20statement_timeout%3D1"
+	testenv.Exec(t, strings.Split(e.DSN, "&options")[0], `CREATE OR REPLACE VIEW slow AS SELECT t.*, (SELECT count(*) FROM generate_series(1, 200000 + length(t.id))) AS z FROM things t`)
 	writeConfig(t, e, strings.Replace(config, "table: public.things", "table: public.slow", 1))
 	_, err := e.sync(t)
 	if err == nil || !strings.Contains(err.Error(), "statement timeout") {
@@ -152,7 +153,7 @@ func TestFaultStatementTimeout(t *testing.T) {
 func TestFaultPostgresRestartsMidSync(t *testing.T) {
 	t.Parallel()
 	dsn, restart := testenv.PostgresServer(t)
-	e := &env{dsn: dsn, btAddr: testenv.Bigtable(t)}
+	e := newEnv(dsn, testenv.Bigtable(t))
 	// pause() holds every row of the view for knobs.delay seconds, so that a sync can be
 	// caught reading; with sorts off, the rows stream in key order from the index
 	// instead of arriving all at once after a sort.
@@ -164,7 +165,7 @@ func TestFaultPostgresRestartsMidSync(t *testing.T) {
 		 BEGIN SELECT delay INTO d FROM knobs; IF d > 0 THEN PERFORM pg_sleep(d); END IF; RETURN true; END $$`,
 		`CREATE VIEW slow_things AS SELECT * FROM things WHERE pause()`,
 		`ALTER DATABASE postgres SET enable_sort = off`)
-	e.configPath = t.TempDir() + "/snapflip.yaml"
+	e.ConfigPath = t.TempDir() + "/snapflip.yaml"
 	// Full copies: a delta of a view reads it sorted by id bytes, which no index
 	// streams, so nothing would be written until the whole view was read.
 	writeConfig(t, e, "versions: full\n"+strings.Replace(config, "table: public.things", "table: public.slow_things", 1))
@@ -173,13 +174,13 @@ func TestFaultPostgresRestartsMidSync(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	v1 := publishedVersion(t, out)
+	v1 := stack.PublishedVersion(t, out)
 	e.awaitVersion(t, docPath("things", "plain"), v1)
 
 	testenv.Exec(t, dsn, `UPDATE things SET gen = 1`, `UPDATE knobs SET delay = 0.0005`)
 	errc := make(chan error, 1)
 	go func() { _, err := e.sync(t); errc <- err }()
-	st := testenv.Store(t, testenv.StoreConfig(e.btAddr))
+	st := testenv.Store(t, testenv.StoreConfig(e.Bigtable))
 	var writing snapshot.Version
 	testenv.Eventually(t, 20*time.Second, func() error {
 		ms, _ := st.ListManifests(context.Background(), "e2e")
@@ -222,7 +223,7 @@ func TestFaultPostgresRestartsMidSync(t *testing.T) {
 	if err != nil || !strings.HasPrefix(out, "published") {
 		t.Fatalf("sync after Postgres came back = %q, %v", out, err)
 	}
-	if r := e.awaitVersion(t, docPath("things", "plain"), publishedVersion(t, out)); gen(t, r.body) != 1 {
+	if r := e.awaitVersion(t, docPath("things", "plain"), stack.PublishedVersion(t, out)); gen(t, r.body) != 1 {
 		t.Errorf("after recovery: %s", r.body)
 	}
 }

@@ -39,7 +39,7 @@ func (e *env) awaitServed(tb testing.TB, path, want string, since time.Time, lim
 func TestCommitsAreServedWithinTheBudget(t *testing.T) {
 	// Not parallel: it measures latency.
 	e := start(t)
-	e.stopAPI()
+	e.StopAPI()
 	e.startAPI(t, cli.EnvRefresh, "") // the default refresh
 	defer e.runSyncer(t, config)()
 	e.awaitServed(t, docPath("things", "plain"), `"id":"plain"`, time.Now(), 10*time.Second)
@@ -52,7 +52,7 @@ func TestCommitsAreServedWithinTheBudget(t *testing.T) {
 			table, path = "flags", docPath("flags", "on")
 			stmt = fmt.Sprintf(`UPDATE flags SET value = 'probe-%d' WHERE key = 'on'`, i)
 		}
-		testenv.Exec(t, e.dsn, stmt)
+		testenv.Exec(t, e.DSN, stmt)
 		at := time.Now()
 		d := e.awaitServed(t, path, fmt.Sprintf("probe-%d", i), at, 10*time.Second)
 		lat = append(lat, d)
@@ -79,16 +79,16 @@ func TestWriteStormMakesVersionsAtTheMinimumInterval(t *testing.T) {
 			e := start(t)
 			cfg := config
 			if tt.mode == "logical" {
-				testenv.Exec(t, e.dsn, `ALTER TABLE flags REPLICA IDENTITY FULL`)
+				testenv.Exec(t, e.DSN, `ALTER TABLE flags REPLICA IDENTITY FULL`)
 				cfg = logicalConfig(t, e)
 			}
 			defer e.runSyncer(t, cfg)()
 			e.awaitServed(t, docPath("things", "plain"), `"id":"plain"`, time.Now(), 30*time.Second)
-			st := testenv.Store(t, testenv.StoreConfig(e.btAddr))
+			st := testenv.Store(t, testenv.StoreConfig(e.Bigtable))
 			before := publishedCount(t, st)
 
 			ctx := context.Background()
-			conn, err := pgx.Connect(ctx, e.dsn)
+			conn, err := pgx.Connect(ctx, e.DSN)
 			if err != nil {
 				t.Fatal(err)
 			}

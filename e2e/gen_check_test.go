@@ -339,7 +339,7 @@ func genPost(tb testing.TB, e *env, path string, body any) response {
 	if err != nil {
 		tb.Fatal(err)
 	}
-	req, err := http.NewRequest(http.MethodPost, e.base+path, bytes.NewReader(b))
+	req, err := http.NewRequest(http.MethodPost, e.Base+path, bytes.NewReader(b))
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -476,7 +476,7 @@ func (r *genRun) checkTwin() []genMismatch {
 	var ms []genMismatch
 	ctx := context.Background()
 	read := func(e *env) snapshot.Manifest {
-		st := testenv.Store(r.t, testenv.StoreConfig(e.btAddr))
+		st := testenv.Store(r.t, testenv.StoreConfig(e.Bigtable))
 		p, err := st.ReadPointer(ctx, "e2e")
 		if err != nil {
 			r.t.Fatal(err)
@@ -596,7 +596,7 @@ func (r *genRun) rollBack() string {
 	}
 	r.log = append(r.log, "-- (syncer rollback --previous; syncer unpin)")
 	r.stats.rollbacks++
-	p, err := testenv.Store(r.t, testenv.StoreConfig(r.e.btAddr)).ReadPointer(context.Background(), "e2e")
+	p, err := testenv.Store(r.t, testenv.StoreConfig(r.e.Bigtable)).ReadPointer(context.Background(), "e2e")
 	if err != nil {
 		r.t.Fatal(err)
 	}
@@ -614,7 +614,7 @@ func (r *genRun) crash() string {
 		r.stats.crashes++
 	}
 	r.log = append(r.log, "-- (syncer once, killed at "+point+")")
-	p, err := testenv.Store(r.t, testenv.StoreConfig(r.e.btAddr)).ReadPointer(context.Background(), "e2e")
+	p, err := testenv.Store(r.t, testenv.StoreConfig(r.e.Bigtable)).ReadPointer(context.Background(), "e2e")
 	if err != nil {
 		return ""
 	}

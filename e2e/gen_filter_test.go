@@ -223,8 +223,8 @@ func (r *genRun) declareIndexes() {
 		}
 		gc.Indexes = keep
 	}
-	r.writeConfig(r.e.configPath, r.colls, r.layers)
-	r.writeConfig(r.full.configPath, r.colls, "versions: full\n")
+	r.writeConfig(r.e.ConfigPath, r.colls, r.layers)
+	r.writeConfig(r.full.ConfigPath, r.colls, "versions: full\n")
 }
 
 // newIndex returns a random index over kinds' fields: one field, or two or three;
@@ -302,7 +302,7 @@ func (r *genRun) checkFilters(version string, k int, states map[string]genState)
 // configured ones: the same fields, in the same order, typed as Postgres types them.
 func (r *genRun) checkDeclared(version string) []genMismatch {
 	ctx := context.Background()
-	m, err := testenv.Store(r.t, testenv.StoreConfig(r.e.btAddr)).ReadManifest(ctx, "e2e", snapshot.Version(version))
+	m, err := testenv.Store(r.t, testenv.StoreConfig(r.e.Bigtable)).ReadManifest(ctx, "e2e", snapshot.Version(version))
 	if err != nil {
 		r.t.Fatalf("read the manifest of %s: %v", version, err)
 	}

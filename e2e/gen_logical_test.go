@@ -13,6 +13,7 @@ import (
 
 	sqlgen "github.com/snapflip/snapflip/internal/gen"
 	"github.com/snapflip/snapflip/internal/testenv"
+	"github.com/snapflip/snapflip/internal/testenv/stack"
 	"github.com/snapflip/snapflip/layer"
 	"github.com/snapflip/snapflip/pgsource"
 	"github.com/snapflip/snapflip/snapshot"
@@ -51,13 +52,13 @@ type genLogical struct {
 // would before turning logical mode on, and starts reading the replication stream.
 func (r *genRun) startLogical() {
 	r.replicaIdentities()
-	dsn := withParam(r.e.dsn, "logical_decoding_work_mem", genDecodingWorkMem)
+	dsn := withParam(r.e.DSN, "logical_decoding_work_mem", genDecodingWorkMem)
 	src, err := pgsource.New(dsn, r.sources())
 	if err != nil {
 		r.fatalf("logical source: %v", err)
 	}
 	src.Readers, src.PartitionMinRows = r.readers()
-	st := testenv.Store(r.t, testenv.StoreConfig(r.e.btAddr))
+	st := testenv.Store(r.t, testenv.StoreConfig(r.e.Bigtable))
 	const holder = "gen-logical"
 	lease, err := st.NewLease("publish/e2e", store.LeaseConfig{Holder: holder, Duration: time.Second,
 		BeforeAcquire: func(ctx context.Context, token uint64) error { return st.AdvanceFence(ctx, "e2e", token) }})
@@ -65,7 +66,7 @@ func (r *genRun) startLogical() {
 		r.fatalf("lease: %v", err)
 	}
 	l := &genLogical{lease: lease, r: r, src: src, slot: fmt.Sprintf("snapflip_gen_%d_%d", r.seed%1e9, time.Now().UnixNano()%1e9), done: make(chan error, 1)}
-	w := &layer.Writer{Store: st, MaxDocumentBytes: 8 << 20, MaxLayers: r.maxLayers, RebaseRatio: r.rebaseRatio, Runs: r.e.runs}
+	w := &layer.Writer{Store: st, MaxDocumentBytes: 8 << 20, MaxLayers: r.maxLayers, RebaseRatio: r.rebaseRatio, Runs: r.e.Runs}
 	l.pub = &snapshot.Publisher{
 		Dataset: "e2e", Store: st, Source: src, Versions: snapshot.NewVersionGen(uuid.New(), nil), Writer: holder,
 		TTL: time.Hour, Audit: st, Data: w,
@@ -96,7 +97,7 @@ func (r *genRun) startLogical() {
 		// A database with a slot cannot be dropped; the walsender lets go of it a moment
 		// after the stream's connection closed.
 		if err := testenv.Poll(10*time.Second, func() error {
-			conn, err := pgx.Connect(context.Background(), r.e.dsn)
+			conn, err := pgx.Connect(context.Background(), r.e.DSN)
 			if err != nil {
 				return err
 			}
@@ -295,12 +296,12 @@ func (r *genRun) syncDuring(k int) (string, error) {
 	r.log = append(r.log, "-- (in progress while the next sync opens its snapshot, committed while it reads:)", stmts[0],
 		"-- (committed while the sync reads:)")
 	r.log = append(r.log, stmts[1:]...)
-	tx := testenv.OpenTx(r.t, r.e.dsn, stmts[0])
+	tx := testenv.OpenTx(r.t, r.e.DSN, stmts[0])
 	r.logical.during = func() {
 		if err := tx.Commit(ctx); err != nil {
 			r.fatalf("commit: %v", err)
 		}
-		conn, err := pgx.Connect(ctx, r.e.dsn)
+		conn, err := pgx.Connect(ctx, r.e.DSN)
 		if err != nil {
 			r.fatalf("connect: %v", err)
 		}
@@ -326,7 +327,7 @@ func (r *genRun) syncDuring(k int) (string, error) {
 		return out, err
 	}
 	if strings.HasPrefix(out, "published") {
-		v := publishedVersion(r.t, out)
+		v := stack.PublishedVersion(r.t, out)
 		if ms := r.check(v, k, before); len(ms) > 0 {
 			r.report(fmt.Sprintf("the version published while other sessions committed (%s) is not what Postgres held before them", strings.TrimSpace(out)), ms)
 			r.t.FailNow()

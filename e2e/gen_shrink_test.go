@@ -13,6 +13,7 @@ import (
 
 	sqlgen "github.com/snapflip/snapflip/internal/gen"
 	"github.com/snapflip/snapflip/internal/testenv"
+	"github.com/snapflip/snapflip/internal/testenv/stack"
 )
 
 // A genCase is one collection over one table with some of its columns and rows: what
@@ -141,12 +142,13 @@ func (sh *shrinker) fails(c genCase) (bool, string) {
 	sh.attempts++
 	r := sh.r
 	if sh.e == nil {
-		sh.e = &env{btAddr: testenv.Bigtable(r.t), configPath: filepath.Join(r.t.TempDir(), "shrink.yaml")}
+		sh.e = newEnv("", testenv.Bigtable(r.t))
+		sh.e.ConfigPath = filepath.Join(r.t.TempDir(), "shrink.yaml")
 		sh.e.startAPI(r.t)
 	}
-	sh.e.dsn = testenv.Postgres(r.t)
+	sh.e.DSN = testenv.Postgres(r.t)
 	ctx := context.Background()
-	conn, err := pgx.Connect(ctx, sh.e.dsn)
+	conn, err := pgx.Connect(ctx, sh.e.DSN)
 	if err != nil {
 		return false, err.Error()
 	}
@@ -159,7 +161,7 @@ func (sh *shrinker) fails(c genCase) (bool, string) {
 			return false, fmt.Sprintf("the case does not build: %v", err)
 		}
 	}
-	r.writeConfig(sh.e.configPath, []genColl{c.gc}, r.layers)
+	r.writeConfig(sh.e.ConfigPath, []genColl{c.gc}, r.layers)
 	out, err := sh.e.sync(r.t)
 	saved := r.conn
 	r.conn = conn
@@ -177,7 +179,7 @@ func (sh *shrinker) fails(c genCase) (bool, string) {
 	case strings.HasPrefix(out, "unchanged"):
 		return false, "unchanged"
 	}
-	version := publishedVersion(r.t, out)
+	version := stack.PublishedVersion(r.t, out)
 	sh.e.awaitVersion(r.t, "/v1/collections", version)
 	ms := genCheckCollection(r.t, sh.e, c.gc.Name, version, st, nil, rand.New(rand.NewPCG(1, 2)))
 	if len(ms) == 0 {

@@ -19,6 +19,7 @@ import (
 
 	sqlgen "github.com/snapflip/snapflip/internal/gen"
 	"github.com/snapflip/snapflip/internal/testenv"
+	"github.com/snapflip/snapflip/internal/testenv/stack"
 	"github.com/snapflip/snapflip/layer"
 	"github.com/snapflip/snapflip/pgsource"
 	"github.com/snapflip/snapflip/snapshot"
@@ -327,8 +328,8 @@ func runGenerated(t *testing.T, seed uint64, sz genSizes) genStats {
 func newGenRun(t *testing.T, seed uint64, sz genSizes, s *sqlgen.Schema, colls []genColl) *genRun {
 	r := &genRun{t: t, seed: seed, sz: sz, s: s, colls: colls, seen: map[string]map[string]bool{}}
 	r.stats = genStats{schemas: 1, tables: len(s.Tables), collections: len(r.colls), types: map[string]int{}}
-	r.e = &env{dsn: testenv.Postgres(t), btAddr: testenv.Bigtable(t)}
-	r.full = &env{dsn: r.e.dsn, btAddr: testenv.Bigtable(t)}
+	r.e = newEnv(testenv.Postgres(t), testenv.Bigtable(t))
+	r.full = newEnv(r.e.DSN, testenv.Bigtable(t))
 	// Short chains and eager rebases in some histories, so bases, deltas on deltas
 	// and chains at their bound all occur.
 	h := seed * 0xbf58476d1ce4e5b9
@@ -338,7 +339,7 @@ func newGenRun(t *testing.T, seed uint64, sz genSizes, s *sqlgen.Schema, colls [
 	if (h>>4)%2 == 0 {
 		// Half the histories sync as syncer run does: a run cache across syncs, so
 		// changed ids are looked up in the decoded runs rather than merged.
-		r.e.runs = layer.NewRunCache(testenv.Store(t, testenv.StoreConfig(r.e.btAddr)), layer.DefaultRunCacheBytes)
+		r.e.Runs = layer.NewRunCache(testenv.Store(t, testenv.StoreConfig(r.e.Bigtable)), layer.DefaultRunCacheBytes)
 		r.stats.cached = 1
 	}
 	// Half the random histories sync the incremental deployment from the replication
@@ -363,10 +364,10 @@ func (r *genRun) history(create []string, step func(k int) []string) genStats {
 			r.fatalf("the generated statement fails: %v\n%s", err, genShort(stmt, 3000))
 		}
 	}
-	r.e.configPath = filepath.Join(t.TempDir(), "snapflip.yaml")
-	r.writeConfig(r.e.configPath, r.colls, r.layers)
-	r.full.configPath = filepath.Join(t.TempDir(), "snapflip-full.yaml")
-	r.writeConfig(r.full.configPath, r.colls, "versions: full\n")
+	r.e.ConfigPath = filepath.Join(t.TempDir(), "snapflip.yaml")
+	r.writeConfig(r.e.ConfigPath, r.colls, r.layers)
+	r.full.ConfigPath = filepath.Join(t.TempDir(), "snapflip-full.yaml")
+	r.writeConfig(r.full.ConfigPath, r.colls, "versions: full\n")
 	r.e.startAPI(t)
 	r.full.startAPI(t)
 	if r.wantLogical {
@@ -450,7 +451,7 @@ func (r *genRun) history(create []string, step func(k int) []string) genStats {
 			return r.done()
 		}
 		if !strings.HasPrefix(out, "unchanged") {
-			version = publishedVersion(t, out)
+			version = stack.PublishedVersion(t, out)
 			r.stats.published++
 		} else if version == "" {
 			t.Fatalf("the first sync said %q", out)
@@ -515,7 +516,7 @@ const genPinned = "SET timezone = 'UTC'; SET DateStyle = 'ISO, MDY'; SET Interva
 
 func (r *genRun) connect() {
 	ctx := context.Background()
-	conn, err := pgx.Connect(ctx, r.e.dsn)
+	conn, err := pgx.Connect(ctx, r.e.DSN)
 	if err != nil {
 		r.t.Fatal(err)
 	}

@@ -67,12 +67,12 @@ func runWatched(t *testing.T, seed uint64, sz genSizes, mode string) {
 	if mode == "logical" {
 		r.replicaIdentities()
 		slot := fmt.Sprintf("snapflip_genwatch_%d", seed%1e12)
-		t.Cleanup(func() { testenv.DropSlot(t, r.e.dsn, slot) })
+		t.Cleanup(func() { testenv.DropSlot(t, r.e.DSN, slot) })
 		extra += "watch: {mode: logical, slot: " + slot + "}\n"
 	}
-	r.e.configPath = filepath.Join(t.TempDir(), "snapflip.yaml")
-	r.writeConfig(r.e.configPath, r.colls, extra)
-	cfg, err := os.ReadFile(r.e.configPath)
+	r.e.ConfigPath = filepath.Join(t.TempDir(), "snapflip.yaml")
+	r.writeConfig(r.e.ConfigPath, r.colls, extra)
+	cfg, err := os.ReadFile(r.e.ConfigPath)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -44,7 +44,7 @@ func TestSyncerHealth(t *testing.T) {
 	pg := testenv.StartPostgres(t)
 	e := startOn(t, pg.DSN)
 	btAddr, emulator := testenv.StartEmulator(t)
-	e.btAddr = btAddr // the syncer's own Bigtable, to take away
+	e.Bigtable = btAddr // the syncer's own Bigtable, to take away
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)

@@ -12,6 +12,7 @@ import (
 	"testing"
 
 	"github.com/snapflip/snapflip/internal/testenv"
+	"github.com/snapflip/snapflip/internal/testenv/stack"
 )
 
 const keysSchema = `
@@ -63,12 +64,12 @@ func keyID(components ...string) string {
 func TestKeysComposite(t *testing.T) {
 	t.Parallel()
 	e := start(t)
-	testenv.Exec(t, e.dsn, keysSchema)
+	testenv.Exec(t, e.DSN, keysSchema)
 	stamps := []string{"2024-02-29 12:34:56.789012+00", "2024-02-29 12:34:56.789012+05:30", "1999-12-31 23:59:59.999999-05",
 		"2024-02-29 12:34:56+00", "0044-03-15 12:00:00+00 BC", "infinity", "-infinity"}
 	for i, ts := range stamps {
 		for k, id := range []int{-5, 0, 5, 50, -2147483648, 2147483647, 7, 70, 700} {
-			testenv.Exec(t, e.dsn, fmt.Sprintf(`INSERT INTO payments VALUES (%d, %s, %d.25, %s)`, id, quote(ts), -i, quote(awkwardIDs[(i*9+k)%len(awkwardIDs)])))
+			testenv.Exec(t, e.DSN, fmt.Sprintf(`INSERT INTO payments VALUES (%d, %s, %d.25, %s)`, id, stack.Quote(ts), -i, stack.Quote(awkwardIDs[(i*9+k)%len(awkwardIDs)])))
 		}
 	}
 	tenants := []string{"", "acme", "a,b", "100%", "%2C", "%25", "x y", "ü/日本", "#frag", "?q=1&r", ",", ",,", "a%2Cb", "Ann", "Ann Lee"}
@@ -79,22 +80,22 @@ func TestKeysComposite(t *testing.T) {
 	for i, tenant := range tenants {
 		for j, path := range paths {
 			v := values[(i*len(paths)+j)%len(values)]
-			rows = append(rows, fmt.Sprintf("(%s, %s, %s, %s)", quote(tenant), quote(path), v, quote(fmt.Sprint(n))))
+			rows = append(rows, fmt.Sprintf("(%s, %s, %s, %s)", stack.Quote(tenant), stack.Quote(path), v, stack.Quote(fmt.Sprint(n))))
 			v = values[(i+j+1)%len(values)]
-			rows = append(rows, fmt.Sprintf("(%s, %s, %s, NULL)", quote(tenant), quote(path), v))
+			rows = append(rows, fmt.Sprintf("(%s, %s, %s, NULL)", stack.Quote(tenant), stack.Quote(path), v))
 			n++
 		}
 	}
-	testenv.Exec(t, e.dsn, "INSERT INTO paths VALUES "+strings.Join(rows, ", ")+" ON CONFLICT DO NOTHING",
+	testenv.Exec(t, e.DSN, "INSERT INTO paths VALUES "+strings.Join(rows, ", ")+" ON CONFLICT DO NOTHING",
 		`INSERT INTO film_actor SELECT a, f, 'r' || a || '/' || f FROM generate_series(-3, 3) a, generate_series(1, 12) f`)
-	if err := os.WriteFile(e.configPath, []byte(keysConfig), 0o600); err != nil {
+	if err := os.WriteFile(e.ConfigPath, []byte(keysConfig), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	out, err := e.sync(t)
 	if err != nil {
 		t.Fatalf("syncer once: %v", err)
 	}
-	v := publishedVersion(t, out)
+	v := stack.PublishedVersion(t, out)
 
 	for _, c := range []struct {
 		name, query string // query: each row's key components as text, then to_json of the row
@@ -105,7 +106,7 @@ func TestKeysComposite(t *testing.T) {
 		{"film_actor", `SELECT film_id::text, actor_id::text, to_json(t)::text FROM film_actor t`, 2},
 		{"paths_by_v", `SELECT v::text, tenant, path, to_json(t)::text FROM (SELECT v, tenant, path, note FROM paths WHERE v <> 0) t`, 3},
 	} {
-		want := sourceKeys(t, e.dsn, c.query, c.components)
+		want := sourceKeys(t, e.DSN, c.query, c.components)
 		if len(want) < 50 {
 			t.Fatalf("%s: %d rows in the source; the test proves little", c.name, len(want))
 		}
@@ -124,7 +125,7 @@ func TestKeysComposite(t *testing.T) {
 func sourceKeys(tb testing.TB, dsn, query string, components int) map[string]string {
 	tb.Helper()
 	out := map[string]string{}
-	for _, vals := range sourceRows(tb, dsn, query) {
+	for _, vals := range stack.SourceRows(tb, dsn, query) {
 		id := keyID(vals[:components]...)
 		if _, dup := out[id]; dup {
 			tb.Fatalf("two rows with id %q: the rule is not injective", id)
@@ -154,7 +155,7 @@ func checkKeyedCollection(t *testing.T, e *env, coll, version string, want map[s
 
 	// batchGet, the ids as they are in JSON.
 	body, _ := json.Marshal(map[string][]string{"ids": append(slices.Clone(ids), keyID("no", "such"))})
-	req, err := http.NewRequest(http.MethodPost, e.base+"/v1/data/"+url.PathEscape(coll)+":batchGet", bytes.NewReader(body))
+	req, err := http.NewRequest(http.MethodPost, e.Base+"/v1/data/"+url.PathEscape(coll)+":batchGet", bytes.NewReader(body))
 	if err != nil {
 		t.Fatal(err)
 	}

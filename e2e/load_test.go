@@ -26,7 +26,7 @@ func TestLoadWithFlips(t *testing.T) {
 	}
 	e := start(t)
 	vs := e.publishGens(t, 1, 2, 3)
-	st := testenv.Store(t, testenv.StoreConfig(e.btAddr))
+	st := testenv.Store(t, testenv.StoreConfig(e.Bigtable))
 	e.awaitVersion(t, docPath("things", "plain"), vs[2])
 
 	var mu sync.Mutex

@@ -28,7 +28,7 @@ func logicalConfig(tb testing.TB, e *env) string {
 	slot := fmt.Sprintf("snapflip_e2e_%d", time.Now().UnixNano()%1e12)
 	// Before the database is dropped: a database with a slot cannot be.
 	tb.Cleanup(func() {
-		testenv.DropSlot(tb, e.dsn, slot)
+		testenv.DropSlot(tb, e.DSN, slot)
 	})
 	return config + "watch: {mode: logical, slot: " + slot + "}\nlease: {duration: 2s}\n"
 }
@@ -41,12 +41,12 @@ func TestLogicalCommitsAreServed(t *testing.T) {
 	e := start(t)
 	// flags has no key: the base table of a query collection needs a replica identity
 	// (the DBA's fix the syncer names).
-	testenv.Exec(t, e.dsn, `ALTER TABLE flags REPLICA IDENTITY FULL`)
+	testenv.Exec(t, e.DSN, `ALTER TABLE flags REPLICA IDENTITY FULL`)
 	defer e.runSyncer(t, logicalConfig(t, e))()
 	e.awaitServed(t, docPath("things", "plain"), `"id":"plain"`, time.Now(), 20*time.Second)
 
 	ctx := context.Background()
-	pooled, err := pgx.Connect(ctx, e.dsn)
+	pooled, err := pgx.Connect(ctx, e.DSN)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -65,12 +65,12 @@ func TestLogicalCommitsAreServed(t *testing.T) {
 			}
 		case 1:
 			path = docPath("things", fmt.Sprintf("new-%d", i))
-			testenv.Exec(t, e.dsn, fmt.Sprintf(`INSERT INTO things (id, note) VALUES ('new-%d', '%s')`, i, want))
+			testenv.Exec(t, e.DSN, fmt.Sprintf(`INSERT INTO things (id, note) VALUES ('new-%d', '%s')`, i, want))
 		case 2:
 			path = docPath("flags", "on")
-			testenv.Exec(t, e.dsn, fmt.Sprintf(`UPDATE flags SET value = '%s' WHERE key = 'on'`, want))
+			testenv.Exec(t, e.DSN, fmt.Sprintf(`UPDATE flags SET value = '%s' WHERE key = 'on'`, want))
 		case 3:
-			testenv.Exec(t, e.dsn, fmt.Sprintf(`DELETE FROM things WHERE id = 'new-%d'`, i-2))
+			testenv.Exec(t, e.DSN, fmt.Sprintf(`DELETE FROM things WHERE id = 'new-%d'`, i-2))
 		}
 		at := time.Now()
 		var d time.Duration
@@ -95,7 +95,7 @@ func TestLogicalCommitsAreServed(t *testing.T) {
 	t.Logf("commit to served, %d commits: min %s, median %s, max %s", len(lat), lat[0].Round(time.Millisecond),
 		lat[len(lat)/2].Round(time.Millisecond), lat[len(lat)-1].Round(time.Millisecond))
 
-	st := testenv.Store(t, testenv.StoreConfig(e.btAddr))
+	st := testenv.Store(t, testenv.StoreConfig(e.Bigtable))
 	ptr, err := st.ReadPointer(ctx, "e2e")
 	if err != nil {
 		t.Fatal(err)
@@ -129,13 +129,13 @@ func TestLogicalCommitsAreServed(t *testing.T) {
 func TestLogicalRefusesTableWithoutIdentity(t *testing.T) {
 	t.Parallel()
 	e := start(t)
-	if err := os.WriteFile(e.configPath, []byte(logicalConfig(t, e)), 0o600); err != nil {
+	if err := os.WriteFile(e.ConfigPath, []byte(logicalConfig(t, e)), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	var out bytes.Buffer
-	err := (&cli.Syncer{Getenv: e.getenv, Stdout: &out, Stderr: &out}).Run(ctx, []string{"run"})
+	err := (&cli.Syncer{Getenv: e.Getenv, Stdout: &out, Stderr: &out}).Run(ctx, []string{"run"})
 	if err == nil || !strings.Contains(err.Error(), "flags") || !strings.Contains(err.Error(), "REPLICA IDENTITY") {
 		t.Fatalf("syncer run with flags lacking a replica identity: %v\n%s\nwant an error naming flags and REPLICA IDENTITY", err, out.String())
 	}
@@ -162,9 +162,9 @@ func (r streamReader) reading(tb testing.TB) bool {
 func TestLogicalTakeover(t *testing.T) {
 	t.Parallel()
 	e := start(t)
-	testenv.Exec(t, e.dsn, `ALTER TABLE flags REPLICA IDENTITY FULL`)
+	testenv.Exec(t, e.DSN, `ALTER TABLE flags REPLICA IDENTITY FULL`)
 	const lease = 2 * time.Second
-	if err := os.WriteFile(e.configPath, []byte(logicalConfig(t, e)), 0o600); err != nil {
+	if err := os.WriteFile(e.ConfigPath, []byte(logicalConfig(t, e)), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	bin := builtSyncer(t)
@@ -175,7 +175,7 @@ func TestLogicalTakeover(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		r.cmd.Env = append(os.Environ(), cli.EnvConfig+"="+e.configPath, cli.EnvPostgresDSN+"="+e.dsn, cli.EnvEmulatorHost+"="+e.btAddr, cli.EnvLogFormat+"=text")
+		r.cmd.Env = append(os.Environ(), cli.EnvConfig+"="+e.ConfigPath, cli.EnvPostgresDSN+"="+e.DSN, cli.EnvEmulatorHost+"="+e.Bigtable, cli.EnvLogFormat+"=text")
 		r.cmd.Stderr = f
 		if err := r.cmd.Start(); err != nil {
 			t.Fatal(err)
@@ -219,9 +219,9 @@ func TestLogicalTakeover(t *testing.T) {
 		at := time.Now()
 		// Commits while no one reads the slot: none may be lost.
 		for i := range 5 {
-			testenv.Exec(t, e.dsn, fmt.Sprintf(`INSERT INTO things (id, note) VALUES ('takeover-%d-%d', 'n')`, round, i))
+			testenv.Exec(t, e.DSN, fmt.Sprintf(`INSERT INTO things (id, note) VALUES ('takeover-%d-%d', 'n')`, round, i))
 		}
-		testenv.Exec(t, e.dsn, fmt.Sprintf(`DELETE FROM things WHERE id = '%s'`, awkwardIDs[round+1]))
+		testenv.Exec(t, e.DSN, fmt.Sprintf(`DELETE FROM things WHERE id = '%s'`, awkwardIDs[round+1]))
 		next, _ := find(alive)
 		took := time.Since(at)
 		for i := range 5 {
@@ -246,21 +246,21 @@ func TestLogicalTakeover(t *testing.T) {
 func TestLogicalFollowsARecreatedTable(t *testing.T) {
 	t.Parallel()
 	e := start(t)
-	testenv.Exec(t, e.dsn, `ALTER TABLE flags REPLICA IDENTITY FULL`)
+	testenv.Exec(t, e.DSN, `ALTER TABLE flags REPLICA IDENTITY FULL`)
 	defer e.runSyncer(t, logicalConfig(t, e))()
 	e.awaitServed(t, docPath("things", "plain"), `"id":"plain"`, time.Now(), 30*time.Second)
 	// The rows are kept, so that no validation gate refuses the new table's version,
 	// with the columns the config's indexes name.
-	testenv.Exec(t, e.dsn, `CREATE TABLE kept AS SELECT id, note, gen, b, ts FROM things`)
+	testenv.Exec(t, e.DSN, `CREATE TABLE kept AS SELECT id, note, gen, b, ts FROM things`)
 	for i, recreate := range [][]string{
 		{`BEGIN; DROP TABLE things; CREATE TABLE things (id text PRIMARY KEY, note text, gen int, b boolean, ts timestamptz); INSERT INTO things SELECT * FROM kept;
 			UPDATE things SET note = 'recreated 0' WHERE id = 'plain'; COMMIT`},
 		{`BEGIN; DROP TABLE things; CREATE TABLE things (id text PRIMARY KEY, note text, gen int, b boolean, ts timestamptz); INSERT INTO things SELECT * FROM kept;
 			UPDATE things SET note = 'recreated 1' WHERE id = 'plain'; COMMIT`},
 	} {
-		testenv.Exec(t, e.dsn, recreate...)
+		testenv.Exec(t, e.DSN, recreate...)
 		e.awaitServed(t, docPath("things", "plain"), fmt.Sprintf("recreated %d", i), time.Now(), 20*time.Second)
-		testenv.Exec(t, e.dsn, fmt.Sprintf(`UPDATE things SET note = 'updated %d' WHERE id = 'plain'`, i))
+		testenv.Exec(t, e.DSN, fmt.Sprintf(`UPDATE things SET note = 'updated %d' WHERE id = 'plain'`, i))
 		d := e.awaitServed(t, docPath("things", "plain"), fmt.Sprintf("updated %d", i), time.Now(), 10*time.Second)
 		t.Logf("recreated table %d: an update served %s after its commit", i, d.Round(time.Millisecond))
 	}

@@ -103,7 +103,7 @@ func labelsOf(f *dto.MetricFamily, label string) (names, values []string) {
 func TestMetricsAreDocumented(t *testing.T) {
 	t.Parallel()
 	e := start(t)
-	testenv.Exec(t, e.dsn, `ALTER TABLE flags REPLICA IDENTITY FULL`)
+	testenv.Exec(t, e.DSN, `ALTER TABLE flags REPLICA IDENTITY FULL`)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -113,7 +113,7 @@ func TestMetricsAreDocumented(t *testing.T) {
 	cfg := strings.Replace(logicalConfig(t, e), `schedule: "@every 1h"`, `schedule: "@every 1s"`, 1)
 	defer e.runSyncerWith(t, cfg, "--metrics-addr", addr)()
 	e.awaitServed(t, docPath("things", "plain"), `"id":"plain"`, time.Now(), 30*time.Second)
-	testenv.Exec(t, e.dsn, `UPDATE things SET note = 'metrics' WHERE id = 'plain'`)
+	testenv.Exec(t, e.DSN, `UPDATE things SET note = 'metrics' WHERE id = 'plain'`)
 	e.awaitServed(t, docPath("things", "plain"), `"note":"metrics"`, time.Now(), 30*time.Second)
 	table := metricTable(t)
 	want := func(binary string) []string {
@@ -142,7 +142,7 @@ func TestMetricsAreDocumented(t *testing.T) {
 		}
 		return nil
 	})
-	scraped["metadata-api"] = scrape(t, e.base+"/metrics")
+	scraped["metadata-api"] = scrape(t, e.Base+"/metrics")
 	for binary, fams := range scraped {
 		for name, f := range fams {
 			doc, ok := table[name]

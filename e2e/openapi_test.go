@@ -20,6 +20,8 @@ import (
 	"github.com/getkin/kin-openapi/openapi3filter"
 	"github.com/getkin/kin-openapi/routers"
 	"github.com/getkin/kin-openapi/routers/gorillamux"
+
+	"github.com/snapflip/snapflip/internal/testenv/stack"
 )
 
 // Every exchange the suite has with the metadata API is checked against the API's own
@@ -444,7 +446,7 @@ func TestOpenAPIStatuses(t *testing.T) {
 	e := start(t)
 	call := func(method, path, body string, header ...string) *http.Response {
 		t.Helper()
-		req, err := http.NewRequest(method, e.base+path, strings.NewReader(body))
+		req, err := http.NewRequest(method, e.Base+path, strings.NewReader(body))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -489,7 +491,7 @@ func TestOpenAPIStatuses(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	v := publishedVersion(t, out)
+	v := stack.PublishedVersion(t, out)
 	e.awaitVersion(t, docPath("things", "plain"), v)
 	etag := call("GET", docPath("things", "plain"), "").Header.Get("ETag")
 	check("after a sync", []exchange{

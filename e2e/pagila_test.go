@@ -15,6 +15,7 @@ import (
 
 	"github.com/snapflip/snapflip/client"
 	"github.com/snapflip/snapflip/internal/testenv"
+	"github.com/snapflip/snapflip/internal/testenv/stack"
 )
 
 // pagilaConfig syncs Pagila's tables (testdata/pagila) with indexes on foreign keys
@@ -144,20 +145,20 @@ type pagila struct {
 
 func startPagila(tb testing.TB) *pagila {
 	tb.Helper()
-	e := &env{dsn: testenv.Postgres(tb), btAddr: testenv.Bigtable(tb)}
+	e := newEnv(testenv.Postgres(tb), testenv.Bigtable(tb))
 	for _, f := range []string{"schema.sql", "data.sql"} {
 		b, err := os.ReadFile(filepath.Join("testdata", "pagila", f))
 		if err != nil {
 			tb.Fatal(err)
 		}
-		testenv.Exec(tb, e.dsn, string(b))
+		testenv.Exec(tb, e.DSN, string(b))
 	}
-	e.configPath = filepath.Join(tb.TempDir(), "snapflip.yaml")
+	e.ConfigPath = filepath.Join(tb.TempDir(), "snapflip.yaml")
 	writeConfig(tb, e, pagilaConfig)
 	e.startAPI(tb)
 	cfg := client.DefaultConfig()
 	cfg.Timeout = 10 * time.Second
-	c, err := client.New(e.base, cfg)
+	c, err := client.New(e.Base, cfg)
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -171,7 +172,7 @@ func (p *pagila) publish(tb testing.TB) string {
 	if err != nil {
 		tb.Fatalf("sync: %v: %s", err, out)
 	}
-	v := publishedVersion(tb, out)
+	v := stack.PublishedVersion(tb, out)
 	p.awaitVersion(tb, "/v1/collections", v)
 	return v
 }
@@ -183,7 +184,7 @@ func (p *pagila) oracle(tb testing.TB, f pagilaFilter) []pagilaDoc {
 	id := pagilaIDs[f.coll]
 	q := fmt.Sprintf(`SELECT %s, to_json(t)::text FROM public.%s t WHERE %s ORDER BY %s, %s COLLATE "C"`, id, f.coll, f.where, f.order, id)
 	var docs []pagilaDoc
-	for _, row := range sourceRows(tb, p.dsn, q) {
+	for _, row := range stack.SourceRows(tb, p.DSN, q) {
 		docs = append(docs, pagilaDoc{row[0], row[1]})
 	}
 	return docs
@@ -219,7 +220,7 @@ func (p *pagila) pages(tb testing.TB, f pagilaFilter, v string, how pin) []pagil
 	}
 	var docs []pagilaDoc
 	for target, n := base, 0; ; n++ {
-		req, err := http.NewRequest(http.MethodGet, p.base+target, nil)
+		req, err := http.NewRequest(http.MethodGet, p.Base+target, nil)
 		if err != nil {
 			tb.Fatal(err)
 		}
@@ -308,7 +309,7 @@ func TestPagila(t *testing.T) {
 	old := p.oracles(t)
 	p.check(t, "first version", v1, pinNone, old)
 
-	testenv.Exec(t, p.dsn, pagilaChange)
+	testenv.Exec(t, p.DSN, pagilaChange)
 	v2 := p.publish(t)
 	changed := p.oracles(t)
 	moved := 0

@@ -15,6 +15,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/snapflip/snapflip/internal/testenv"
+	"github.com/snapflip/snapflip/internal/testenv/stack"
 )
 
 // envProbes sets how many probes TestLogicalProbesAreAllServed commits (make chaos:
@@ -45,7 +46,7 @@ func TestLogicalProbesAreAllServed(t *testing.T) {
 	}
 	const probers = 12
 	e := start(t)
-	testenv.Exec(t, e.dsn, `ALTER TABLE flags REPLICA IDENTITY FULL`,
+	testenv.Exec(t, e.DSN, `ALTER TABLE flags REPLICA IDENTITY FULL`,
 		`INSERT INTO things (id, note) SELECT 'probe-' || g, '' FROM generate_series(0, 11) g`)
 	defer e.runSyncer(t, logicalConfig(t, e))()
 	e.awaitServed(t, docPath("things", "probe-0"), `"id":"probe-0"`, time.Now(), 30*time.Second)
@@ -70,7 +71,7 @@ func TestLogicalProbesAreAllServed(t *testing.T) {
 // probe runs n probes on one pooled session: read a row, update this prober's own,
 // await it served. It returns the first probe not served within probeLimit.
 func (e *env) probe(ctx context.Context, p, n int, served func(time.Duration)) error {
-	conn, err := pgx.Connect(ctx, e.dsn)
+	conn, err := pgx.Connect(ctx, e.DSN)
 	if err != nil {
 		return err
 	}
@@ -107,7 +108,7 @@ func (e *env) probe(ctx context.Context, p, n int, served func(time.Duration)) e
 
 // tryGet sends GET path to the API, from any goroutine.
 func (e *env) tryGet(path string) (response, error) {
-	resp, err := http.Get(e.base + path)
+	resp, err := http.Get(e.Base + path)
 	if err != nil {
 		return response{}, err
 	}
@@ -130,25 +131,25 @@ func TestLogicalCommitVisibleLateIsServed(t *testing.T) {
 	// the session that asks for it waits for the standby.
 	testenv.Exec(t, pg.DSN, `ALTER SYSTEM SET synchronous_standby_names = 'nobody'`, `SELECT pg_reload_conf()`)
 	testenv.Eventually(t, 10*time.Second, func() error {
-		if got := sourceRows(t, pg.DSN, `SHOW synchronous_standby_names`)[0][0]; got != "nobody" {
+		if got := stack.SourceRows(t, pg.DSN, `SHOW synchronous_standby_names`)[0][0]; got != "nobody" {
 			return fmt.Errorf("synchronous_standby_names is %q", got)
 		}
 		return nil
 	})
 	e := startOn(t, pg.DSN)
-	testenv.Exec(t, e.dsn, `ALTER TABLE flags REPLICA IDENTITY FULL`)
+	testenv.Exec(t, e.DSN, `ALTER TABLE flags REPLICA IDENTITY FULL`)
 	defer e.runSyncer(t, logicalConfig(t, e))()
 	e.awaitServed(t, docPath("things", "plain"), `"id":"plain"`, time.Now(), 30*time.Second)
 	// The slot exists and is read: creating it waits for every transaction in progress.
 	testenv.Eventually(t, 30*time.Second, func() error {
-		if n := sourceRows(t, e.dsn, `SELECT count(*) FROM pg_stat_replication WHERE state = 'streaming'`)[0][0]; n != "1" {
+		if n := stack.SourceRows(t, e.DSN, `SELECT count(*) FROM pg_stat_replication WHERE state = 'streaming'`)[0][0]; n != "1" {
 			return fmt.Errorf("%s replication streams; want 1", n)
 		}
 		return nil
 	})
 
 	ctx := context.Background()
-	held, err := pgx.Connect(ctx, e.dsn)
+	held, err := pgx.Connect(ctx, e.DSN)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -166,7 +167,7 @@ func TestLogicalCommitVisibleLateIsServed(t *testing.T) {
 		committed <- err
 	}()
 	testenv.Eventually(t, 10*time.Second, func() error {
-		rows := sourceRows(t, e.dsn, fmt.Sprintf(`SELECT coalesce(wait_event, '') FROM pg_stat_activity WHERE pid = %d`, pid))
+		rows := stack.SourceRows(t, e.DSN, fmt.Sprintf(`SELECT coalesce(wait_event, '') FROM pg_stat_activity WHERE pid = %d`, pid))
 		if len(rows) != 1 || rows[0][0] != "SyncRep" {
 			return fmt.Errorf("the commit does not wait for the standby yet: %v", rows)
 		}
@@ -174,12 +175,12 @@ func TestLogicalCommitVisibleLateIsServed(t *testing.T) {
 	})
 	// Another commit, decoded after the held one, is published by a version that
 	// cannot see the held one.
-	testenv.Exec(t, e.dsn, `UPDATE things SET note = 'seen at once' WHERE id = 'a/b'`)
+	testenv.Exec(t, e.DSN, `UPDATE things SET note = 'seen at once' WHERE id = 'a/b'`)
 	e.awaitServed(t, docPath("things", "a/b"), "seen at once", time.Now(), 10*time.Second)
 	if r := e.get(t, docPath("things", "plain")); strings.Contains(string(r.body), "visible late") {
 		t.Fatalf("a commit no snapshot can see yet is served: %s", r.body)
 	}
-	testenv.Exec(t, e.dsn, fmt.Sprintf(`SELECT pg_cancel_backend(%d)`, pid))
+	testenv.Exec(t, e.DSN, fmt.Sprintf(`SELECT pg_cancel_backend(%d)`, pid))
 	if err := <-committed; err != nil {
 		t.Fatalf("the held commit: %v", err)
 	}

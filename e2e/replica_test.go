@@ -22,6 +22,7 @@ import (
 	"github.com/snapflip/snapflip/client"
 	"github.com/snapflip/snapflip/internal/cli"
 	"github.com/snapflip/snapflip/internal/testenv"
+	"github.com/snapflip/snapflip/internal/testenv/stack"
 )
 
 // replicaCollections are the collections of config a replica holds.
@@ -155,7 +156,7 @@ func TestReplicaFollowsHistories(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	v := publishedVersion(t, out)
+	v := stack.PublishedVersion(t, out)
 
 	var flips []string
 	var flipsMu sync.Mutex
@@ -165,7 +166,7 @@ func TestReplicaFollowsHistories(t *testing.T) {
 		flips = append(flips, v)
 		flipsMu.Unlock()
 	}
-	r := newReplica(t, e.base, cfg)
+	r := newReplica(t, e.Base, cfg)
 	ix, err := r.Index("things", "gen")
 	if err != nil {
 		t.Fatal(err)
@@ -232,12 +233,12 @@ func TestReplicaFollowsHistories(t *testing.T) {
 			continue
 		case 12:
 			writeConfig(t, e, changesConfig(0.0001))
-			testenv.Exec(t, e.dsn, `INSERT INTO things (id, gen) VALUES ('rebased', 1) ON CONFLICT (id) DO UPDATE SET gen = things.gen + 1`)
+			testenv.Exec(t, e.DSN, `INSERT INTO things (id, gen) VALUES ('rebased', 1) ON CONFLICT (id) DO UPDATE SET gen = things.gen + 1`)
 		}
 		// A random step may change no document (a row updated to itself, a delete of
 		// an id that is not there); the flag makes every step publish, so that the
 		// rollbacks above always have versions to go back to.
-		testenv.Exec(t, e.dsn, append(changesStep(rnd), fmt.Sprintf(`UPDATE flags SET value = 'step-%d' WHERE key = 'on'`, step))...)
+		testenv.Exec(t, e.DSN, append(changesStep(rnd), fmt.Sprintf(`UPDATE flags SET value = 'step-%d' WHERE key = 'on'`, step))...)
 		out, err := e.sync(t)
 		if err != nil {
 			t.Fatalf("step %d: %v", step, err)
@@ -245,7 +246,7 @@ func TestReplicaFollowsHistories(t *testing.T) {
 		if step == 12 {
 			writeConfig(t, e, changesConfig(100))
 		}
-		v := publishedVersion(t, out)
+		v := stack.PublishedVersion(t, out)
 		published = append(published, v)
 		check(v)
 	}
@@ -389,13 +390,13 @@ func TestReplicaThroughOutages(t *testing.T) {
 	var contentMu sync.Mutex
 	publish := func(what string) string {
 		t.Helper()
-		testenv.Exec(t, e.dsn, fmt.Sprintf(`UPDATE things SET gen = gen + 1, note = %s WHERE id IN ('plain', 'a/b')`, quote(what)),
-			fmt.Sprintf(`DELETE FROM things WHERE id = %s`, quote(awkwardIDs[len(content)+2])))
+		testenv.Exec(t, e.DSN, fmt.Sprintf(`UPDATE things SET gen = gen + 1, note = %s WHERE id IN ('plain', 'a/b')`, stack.Quote(what)),
+			fmt.Sprintf(`DELETE FROM things WHERE id = %s`, stack.Quote(awkwardIDs[len(content)+2])))
 		out, err := e.sync(t)
 		if err != nil {
 			t.Fatalf("%s: %v", what, err)
 		}
-		return publishedVersion(t, out)
+		return stack.PublishedVersion(t, out)
 	}
 	record := func(v string) string {
 		t.Helper()
@@ -406,7 +407,7 @@ func TestReplicaThroughOutages(t *testing.T) {
 		return v
 	}
 	v := record(publish("first"))
-	front := newFrontProxy(t, e.base)
+	front := newFrontProxy(t, e.Base)
 	cfg := client.DefaultReplicaConfig()
 	cfg.PollInterval, cfg.StreamRetry, cfg.StreamIdle = 100*time.Millisecond, 200*time.Millisecond, time.Second
 	r := newReplica(t, front.srv.URL, cfg)
@@ -505,7 +506,7 @@ func TestReplicaThroughOutages(t *testing.T) {
 	checkView(t, short.View(), content[v])
 
 	// The API killed, a flip meanwhile, and the API back on another address.
-	e.stopAPI()
+	e.StopAPI()
 	testenv.Eventually(t, 20*time.Second, func() error {
 		if r.Err() == nil {
 			return fmt.Errorf("the replica reports no error while the API is down")
@@ -514,7 +515,7 @@ func TestReplicaThroughOutages(t *testing.T) {
 	})
 	v = publish("while down")
 	e.startAPI(t)
-	front.set(func(p *frontProxy) { p.upstreams = []string{e.base} })
+	front.set(func(p *frontProxy) { p.upstreams = []string{e.Base} })
 	record(v)
 	awaitReplica(t, r, v)
 	checkView(t, r.View(), content[v])
@@ -538,18 +539,18 @@ func TestReplicaBehindRoundRobin(t *testing.T) {
 	var published []string
 	publish := func() {
 		t.Helper()
-		testenv.Exec(t, e.dsn, `UPDATE things SET gen = gen + 1 WHERE id = 'plain'`)
+		testenv.Exec(t, e.DSN, `UPDATE things SET gen = gen + 1 WHERE id = 'plain'`)
 		out, err := e.sync(t)
 		if err != nil {
 			t.Fatal(err)
 		}
-		published = append(published, publishedVersion(t, out))
+		published = append(published, stack.PublishedVersion(t, out))
 	}
 	publish()
-	fast := e.base
+	fast := e.Base
 	e.startAPI(t, cli.EnvRefresh, "1500ms")
-	slow := e.base
-	e.base = fast
+	slow := e.Base
+	e.Base = fast
 	front := newFrontProxy(t, fast, slow)
 	// Streams and polls alternate between the two.
 	front.set(func(p *frontProxy) { p.streamLife = 300 * time.Millisecond })

@@ -206,7 +206,7 @@ func TestReplicasPublishEachSlotOnce(t *testing.T) {
 	e := start(t)
 	// The schedule alone: TestReplicasPublishEachChangeOnce covers the watch.
 	cfg := "watch: {enabled: false}\n" + strings.Replace(config, `schedule: "@every 1h"`, `schedule: "@every 1m"`, 1)
-	if err := os.WriteFile(e.configPath, []byte(cfg), 0o600); err != nil {
+	if err := os.WriteFile(e.ConfigPath, []byte(cfg), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := e.sync(t); err != nil {
@@ -225,7 +225,7 @@ func TestReplicasPublishEachSlotOnce(t *testing.T) {
 	for r := range replicas {
 		ch := make(chan time.Time)
 		tickChans = append(tickChans, ch)
-		s := &cli.Syncer{Getenv: e.getenv, Stdout: io.Discard, Stderr: io.Discard, Ticks: ch,
+		s := &cli.Syncer{Getenv: e.Getenv, Stdout: io.Discard, Stderr: io.Discard, Ticks: ch,
 			OnTick: func(res snapshot.TickResult, err error) { results <- outcome{r, res, err} }}
 		wg.Add(1)
 		go func() {
@@ -235,13 +235,13 @@ func TestReplicasPublishEachSlotOnce(t *testing.T) {
 			}
 		}()
 	}
-	st := testenv.Store(t, testenv.StoreConfig(e.btAddr))
+	st := testenv.Store(t, testenv.StoreConfig(e.Bigtable))
 	base := time.Date(2026, 11, 21, 0, 0, 0, 0, time.UTC)
 	var lastLSN uint64
 	claimedBy := map[int64]int{}
 	for k := range ticks {
 		if k%3 != 2 { // leave some ticks with nothing to publish
-			testenv.Exec(t, e.dsn, fmt.Sprintf(`UPDATE things SET gen = %d WHERE id = 'plain'`, k+1))
+			testenv.Exec(t, e.DSN, fmt.Sprintf(`UPDATE things SET gen = %d WHERE id = 'plain'`, k+1))
 		}
 		tick := base.Add(time.Duration(k) * time.Minute)
 		for _, ch := range tickChans {
@@ -346,16 +346,16 @@ func TestSyncerProcesses(t *testing.T) {
 	e := start(t)
 	// The schedule alone: TestReplicasPublishEachChangeOnce covers the watch.
 	cfg := "watch: {enabled: false}\n" + strings.Replace(config, `schedule: "@every 1h"`, `schedule: "@every 1s"`, 1)
-	if err := os.WriteFile(e.configPath, []byte(cfg), 0o600); err != nil {
+	if err := os.WriteFile(e.ConfigPath, []byte(cfg), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	procs, logs := e.startSyncers(t, 4)
-	st := testenv.Store(t, testenv.StoreConfig(e.btAddr))
+	st := testenv.Store(t, testenv.StoreConfig(e.Bigtable))
 	var lastLSN uint64
 	g := 0
 	testenv.Eventually(t, 90*time.Second, func() error {
 		g++
-		testenv.Exec(t, e.dsn, fmt.Sprintf(`UPDATE things SET gen = %d WHERE id = 'plain'`, g))
+		testenv.Exec(t, e.DSN, fmt.Sprintf(`UPDATE things SET gen = %d WHERE id = 'plain'`, g))
 		if p, err := st.ReadPointer(context.Background(), "e2e"); err == nil {
 			if p.Source.LSN < lastLSN {
 				t.Errorf("pointer source went back from %d to %d", lastLSN, p.Source.LSN)
@@ -406,11 +406,11 @@ func TestReplicasPublishEachChangeOnce(t *testing.T) {
 	t.Parallel()
 	e := start(t)
 	procs, logs := e.startSyncers(t, 3)
-	st := testenv.Store(t, testenv.StoreConfig(e.btAddr))
+	st := testenv.Store(t, testenv.StoreConfig(e.Bigtable))
 	var lastLSN uint64
 	const commits = 25
 	for g := 1; g <= commits; g++ {
-		testenv.Exec(t, e.dsn, fmt.Sprintf(`UPDATE things SET gen = %d WHERE id = 'plain'`, g))
+		testenv.Exec(t, e.DSN, fmt.Sprintf(`UPDATE things SET gen = %d WHERE id = 'plain'`, g))
 		if g == commits/2 {
 			_ = procs[0].Process.Kill()
 			_ = procs[0].Wait()
@@ -463,7 +463,7 @@ func (e *env) startSyncers(tb testing.TB, n int) ([]*exec.Cmd, []*strings.Builde
 	var logs []*strings.Builder
 	for range n {
 		cmd := exec.Command(bin, "run")
-		cmd.Env = append(os.Environ(), cli.EnvConfig+"="+e.configPath, cli.EnvPostgresDSN+"="+e.dsn, cli.EnvEmulatorHost+"="+e.btAddr)
+		cmd.Env = append(os.Environ(), cli.EnvConfig+"="+e.ConfigPath, cli.EnvPostgresDSN+"="+e.DSN, cli.EnvEmulatorHost+"="+e.Bigtable)
 		var log strings.Builder
 		cmd.Stderr = &log
 		if err := cmd.Start(); err != nil {

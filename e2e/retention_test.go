@@ -29,7 +29,7 @@ func (e *env) runSyncer(tb testing.TB, cfg string) func() {
 // runSyncerWith is runSyncer with more arguments for `syncer run`.
 func (e *env) runSyncerWith(tb testing.TB, cfg string, args ...string) func() {
 	tb.Helper()
-	if err := os.WriteFile(e.configPath, []byte(cfg), 0o600); err != nil {
+	if err := os.WriteFile(e.ConfigPath, []byte(cfg), 0o600); err != nil {
 		tb.Fatal(err)
 	}
 	var log testenv.Log
@@ -41,7 +41,7 @@ func (e *env) runSyncerWith(tb testing.TB, cfg string, args ...string) func() {
 	})
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	s := &cli.Syncer{Getenv: e.getenv, Stdout: io.Discard, Stderr: &log}
+	s := &cli.Syncer{Getenv: e.Getenv, Stdout: io.Discard, Stderr: &log}
 	go func() { done <- s.Run(ctx, append([]string{"run"}, args...)) }()
 	return func() {
 		cancel()
@@ -77,12 +77,12 @@ func TestTTLKeepAlive(t *testing.T) {
 	stop := e.runSyncer(t, cfg)
 	defer stop()
 	first := e.awaitVersion(t, docPath("things", "plain"), "").version
-	testenv.EmulatorCollects(t, e.btAddr)
+	testenv.EmulatorCollects(t, e.Bigtable)
 	seen := e.readFor(t, docPath("things", "plain"), 12*time.Second)
 	if len(seen) < 4 {
 		t.Errorf("saw %d versions in 12s with a 3s TTL; want a republish at least every 1.5s: %v", len(seen), seen)
 	}
-	st := testenv.Store(t, testenv.StoreConfig(e.btAddr))
+	st := testenv.Store(t, testenv.StoreConfig(e.Bigtable))
 	if _, err := st.GetDocument(context.Background(), snapshot.ChainRef{Dataset: "e2e", Chain: []snapshot.Version{snapshot.Version(first)}, Collection: "things"}, "plain"); !errors.Is(err, snapshot.ErrNotFound) {
 		t.Errorf("the first version's document = %v; want it expired (else this test proves nothing)", err)
 	}
@@ -96,7 +96,7 @@ func TestTTLKeepAlivePinned(t *testing.T) {
 	if _, err := e.sync(t); err != nil {
 		t.Fatal(err)
 	}
-	st := testenv.Store(t, testenv.StoreConfig(e.btAddr))
+	st := testenv.Store(t, testenv.StoreConfig(e.Bigtable))
 	ctx := context.Background()
 	p, err := st.ReadPointer(ctx, "e2e")
 	if err != nil {
@@ -107,7 +107,7 @@ func TestTTLKeepAlivePinned(t *testing.T) {
 		t.Fatal(err)
 	}
 	e.awaitVersion(t, docPath("things", "plain"), string(p.Version)) // the API has read the pointer
-	testenv.Exec(t, e.dsn, `UPDATE things SET gen = 99`)             // a change that must not be published while pinned
+	testenv.Exec(t, e.DSN, `UPDATE things SET gen = 99`)             // a change that must not be published while pinned
 	cfg := strings.NewReplacer(`schedule: "@every 1h"`, `schedule: "@every 1s"`, "ttl: 1h", "ttl: 3s").Replace(config)
 	stop := e.runSyncer(t, cfg)
 	defer stop()
@@ -130,19 +130,19 @@ func TestSIGTERMMidSync(t *testing.T) {
 	if _, err := e.sync(t); err != nil {
 		t.Fatal(err)
 	}
-	st := testenv.Store(t, testenv.StoreConfig(e.btAddr))
+	st := testenv.Store(t, testenv.StoreConfig(e.Bigtable))
 	before, err := st.ReadPointer(context.Background(), "e2e")
 	if err != nil {
 		t.Fatal(err)
 	}
-	testenv.Exec(t, e.dsn, `INSERT INTO things (id, gen) SELECT 'bulk-' || g, 1 FROM generate_series(1, 400000) g`)
+	testenv.Exec(t, e.DSN, `INSERT INTO things (id, gen) SELECT 'bulk-' || g, 1 FROM generate_series(1, 400000) g`)
 	cfg := strings.Replace(config, `schedule: "@every 1h"`, `schedule: "@every 1s"`, 1) + "progress_interval: 50ms\n"
-	if err := os.WriteFile(e.configPath, []byte(cfg), 0o600); err != nil {
+	if err := os.WriteFile(e.ConfigPath, []byte(cfg), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	bin := builtSyncer(t)
 	cmd := exec.Command(bin, "run")
-	cmd.Env = append(os.Environ(), cli.EnvConfig+"="+e.configPath, cli.EnvPostgresDSN+"="+e.dsn, cli.EnvEmulatorHost+"="+e.btAddr)
+	cmd.Env = append(os.Environ(), cli.EnvConfig+"="+e.ConfigPath, cli.EnvPostgresDSN+"="+e.DSN, cli.EnvEmulatorHost+"="+e.Bigtable)
 	stderr, err := cmd.StderrPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -205,7 +205,7 @@ func TestSIGTERMMidSync(t *testing.T) {
 // writeConfig replaces the syncer's config file.
 func writeConfig(tb testing.TB, e *env, cfg string) {
 	tb.Helper()
-	if err := os.WriteFile(e.configPath, []byte(cfg), 0o600); err != nil {
+	if err := os.WriteFile(e.ConfigPath, []byte(cfg), 0o600); err != nil {
 		tb.Fatal(err)
 	}
 }

@@ -15,6 +15,7 @@ import (
 
 	"github.com/snapflip/snapflip/internal/cli"
 	"github.com/snapflip/snapflip/internal/testenv"
+	"github.com/snapflip/snapflip/internal/testenv/stack"
 	"github.com/snapflip/snapflip/snapshot"
 )
 
@@ -22,7 +23,7 @@ import (
 func (e *env) syncerCmd(tb testing.TB, args ...string) (string, error) {
 	tb.Helper()
 	var out bytes.Buffer
-	s := &cli.Syncer{Getenv: e.getenv, Stdout: &out, Stderr: io.Discard}
+	s := &cli.Syncer{Getenv: e.Getenv, Stdout: &out, Stderr: io.Discard}
 	err := s.Run(context.Background(), args)
 	return out.String(), err
 }
@@ -32,12 +33,12 @@ func (e *env) publishGens(tb testing.TB, gens ...int) []string {
 	tb.Helper()
 	var vs []string
 	for _, g := range gens {
-		testenv.Exec(tb, e.dsn, fmt.Sprintf(`UPDATE things SET gen = %d`, g))
+		testenv.Exec(tb, e.DSN, fmt.Sprintf(`UPDATE things SET gen = %d`, g))
 		out, err := e.sync(tb)
 		if err != nil {
 			tb.Fatal(err)
 		}
-		vs = append(vs, publishedVersion(tb, out))
+		vs = append(vs, stack.PublishedVersion(tb, out))
 	}
 	return vs
 }
@@ -46,7 +47,7 @@ func TestRollbackPinsAndUnpinResumes(t *testing.T) {
 	t.Parallel()
 	e := start(t)
 	vs := e.publishGens(t, 1, 2, 3)
-	st := testenv.Store(t, testenv.StoreConfig(e.btAddr))
+	st := testenv.Store(t, testenv.StoreConfig(e.Bigtable))
 	ctx := context.Background()
 
 	// Back to the previous version: the API serves it within one pointer refresh of
@@ -73,7 +74,7 @@ func TestRollbackPinsAndUnpinResumes(t *testing.T) {
 	}
 
 	// While pinned, a sync (as a scheduled tick would) publishes nothing.
-	testenv.Exec(t, e.dsn, `UPDATE things SET gen = 4`)
+	testenv.Exec(t, e.DSN, `UPDATE things SET gen = 4`)
 	out, err = e.sync(t)
 	if err != nil || !strings.HasPrefix(out, "pinned") {
 		t.Errorf("sync while pinned = %q, %v; want it to say pinned and publish nothing", out, err)
@@ -199,7 +200,7 @@ func TestRollbackRacesSyncs(t *testing.T) {
 	t.Parallel()
 	e := start(t)
 	e.publishGens(t, 1, 2)
-	st := testenv.Store(t, testenv.StoreConfig(e.btAddr))
+	st := testenv.Store(t, testenv.StoreConfig(e.Bigtable))
 	ctx := context.Background()
 	stop := make(chan struct{})
 	done := make(chan struct{})
@@ -211,7 +212,7 @@ func TestRollbackRacesSyncs(t *testing.T) {
 				return
 			default:
 			}
-			testenv.Exec(t, e.dsn, fmt.Sprintf(`UPDATE things SET gen = %d`, g))
+			testenv.Exec(t, e.DSN, fmt.Sprintf(`UPDATE things SET gen = %d`, g))
 			_, _ = e.sync(t) // pinned or fenced syncs fail or say pinned: both fine
 		}
 	}()
@@ -250,9 +251,9 @@ func TestAdminEndpoints(t *testing.T) {
 	t.Parallel()
 	e := start(t)
 	vs := e.publishGens(t, 1, 2)
-	e.stopAPI()
+	e.StopAPI()
 	e.startAPI(t, cli.EnvAdminToken, "s3cret")
-	base := e.base
+	base := e.Base
 	post := func(path, token, body string) (int, string) {
 		req, _ := http.NewRequest(http.MethodPost, base+path, strings.NewReader(body))
 		req.Header.Set("Content-Type", "application/json")
@@ -299,10 +300,10 @@ func TestAdminRollbackCountsTheGCRule(t *testing.T) {
 	t.Parallel()
 	e := start(t)
 	vs := e.publishGens(t, 1, 2)
-	e.stopAPI()
+	e.StopAPI()
 	e.startAPI(t, cli.EnvAdminToken, "s3cret")
-	testenv.SetDocumentsGCRule(t, e.btAddr, bigtable.MaxAgePolicy(time.Minute))
-	req, _ := http.NewRequest(http.MethodPost, e.base+"/v1/admin/rollback", strings.NewReader(`{"previous": true, "reason": "x"}`))
+	testenv.SetDocumentsGCRule(t, e.Bigtable, bigtable.MaxAgePolicy(time.Minute))
+	req, _ := http.NewRequest(http.MethodPost, e.Base+"/v1/admin/rollback", strings.NewReader(`{"previous": true, "reason": "x"}`))
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("Authorization", "Bearer s3cret")
 	resp, body := callAPI(t, req)

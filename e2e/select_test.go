@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/snapflip/snapflip/internal/testenv"
+	"github.com/snapflip/snapflip/internal/testenv/stack"
 )
 
 // TestSelect: against the real server, ?select= keeps the selected fields of every
@@ -20,12 +21,12 @@ import (
 func TestSelect(t *testing.T) {
 	t.Parallel()
 	e := start(t)
-	testenv.Exec(t, e.dsn, `UPDATE things SET note = '<b>fish & chips</b>', j = '{"spaced":  [1,  2], "html": "<&>"}'`)
+	testenv.Exec(t, e.DSN, `UPDATE things SET note = '<b>fish & chips</b>', j = '{"spaced":  [1,  2], "html": "<&>"}'`)
 	out, err := e.sync(t)
 	if err != nil {
 		t.Fatal(err)
 	}
-	v := publishedVersion(t, out)
+	v := stack.PublishedVersion(t, out)
 	const sel = "note,j,nope,n" // listed out of column order, with a column the rows lack
 
 	// want is the projection made from GET's whole document: the selected columns in
@@ -45,7 +46,7 @@ func TestSelect(t *testing.T) {
 	}
 
 	ids, _ := json.Marshal(map[string][]string{"ids": awkwardIDs})
-	req, _ := http.NewRequest(http.MethodPost, e.base+"/v1/data/things:batchGet?select="+url.QueryEscape(sel)+"&version="+v, bytes.NewReader(ids))
+	req, _ := http.NewRequest(http.MethodPost, e.Base+"/v1/data/things:batchGet?select="+url.QueryEscape(sel)+"&version="+v, bytes.NewReader(ids))
 	req.Header.Set("Content-Type", "application/json")
 	resp, body := callAPI(t, req)
 	var batch struct {
@@ -95,7 +96,7 @@ func TestSelect(t *testing.T) {
 	// an unselected column keeps it, and If-None-Match answers 304.
 	etag := func(path, inm string) (int, string) {
 		t.Helper()
-		req, _ := http.NewRequest(http.MethodGet, e.base+path, nil)
+		req, _ := http.NewRequest(http.MethodGet, e.Base+path, nil)
 		if inm != "" {
 			req.Header.Set("If-None-Match", inm)
 		}
@@ -108,12 +109,12 @@ func TestSelect(t *testing.T) {
 	if whole == selected || whole == "" || selected == "" {
 		t.Errorf("ETag whole %s, selected %s; want two different tags", whole, selected)
 	}
-	testenv.Exec(t, e.dsn, `UPDATE things SET gen = gen + 1 WHERE id = 'plain'`)
+	testenv.Exec(t, e.DSN, `UPDATE things SET gen = gen + 1 WHERE id = 'plain'`)
 	out, err = e.sync(t)
 	if err != nil {
 		t.Fatal(err)
 	}
-	e.awaitVersion(t, docPath("things", "plain"), publishedVersion(t, out))
+	e.awaitVersion(t, docPath("things", "plain"), stack.PublishedVersion(t, out))
 	if code, tag := etag(selPath, selected); code != http.StatusNotModified || tag != selected {
 		t.Errorf("after a flip changing only gen: GET %s, If-None-Match %s = %d, ETag %s; want 304", selPath, selected, code, tag)
 	}

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/snapflip/snapflip/internal/testenv"
+	"github.com/snapflip/snapflip/internal/testenv/stack"
 )
 
 // TestFaultSlowBigtable: Bigtable answers slowly (a proxy holds every byte between
@@ -25,10 +26,10 @@ func TestFaultSlowBigtable(t *testing.T) {
 	dsn := testenv.Postgres(t)
 	emulator := testenv.Bigtable(t)
 	proxy := testenv.LatencyProxy(t, emulator)
-	e := &env{dsn: dsn, btAddr: proxy.Addr()}
+	e := newEnv(dsn, proxy.Addr())
 	testenv.Exec(t, dsn, schema, `INSERT INTO things (id) SELECT 'bulk-' || g FROM generate_series(1, 2000) g`,
 		`INSERT INTO things (id) VALUES ('plain')`)
-	e.configPath = t.TempDir() + "/snapflip.yaml"
+	e.ConfigPath = t.TempDir() + "/snapflip.yaml"
 	// A batch timeout of 700 ms: 400 ms each way makes every batch's round trip at least
 	// 800 ms, so it must fail; batches of 250 rows with 20 ms each way, or none, must
 	// pass even on a loaded machine (batches of 1,000 rows under a 450 ms timeout timed
@@ -83,7 +84,7 @@ func TestFaultSlowBigtable(t *testing.T) {
 	if err != nil || !strings.HasPrefix(out, "published") {
 		t.Fatalf("sync with Bigtable 20 ms slow = %q, %v", out, err)
 	}
-	v3 := publishedVersion(t, out)
+	v3 := stack.PublishedVersion(t, out)
 	e.awaitVersion(t, docPath("things", "plain"), v3)
 
 	// 3. Writes slower than the batch timeout: the sync fails, the pointer stays.
@@ -105,7 +106,7 @@ func TestFaultSlowBigtable(t *testing.T) {
 	if err != nil || !strings.HasPrefix(out, "published") {
 		t.Fatalf("sync after Bigtable recovered = %q, %v", out, err)
 	}
-	e.awaitVersion(t, docPath("things", "plain"), publishedVersion(t, out))
+	e.awaitVersion(t, docPath("things", "plain"), stack.PublishedVersion(t, out))
 	seen := stop()
 	mu.Lock()
 	defer mu.Unlock()

@@ -7,6 +7,7 @@ import (
 
 	"github.com/snapflip/snapflip/internal/cli"
 	"github.com/snapflip/snapflip/internal/testenv"
+	"github.com/snapflip/snapflip/internal/testenv/stack"
 )
 
 // TestIdleAPIServesTheNewVersion: an API replica that serves nothing for a while still
@@ -17,22 +18,22 @@ import (
 func TestIdleAPIServesTheNewVersion(t *testing.T) {
 	t.Parallel()
 	e := start(t)
-	e.stopAPI()
+	e.StopAPI()
 	const refresh = 100 * time.Millisecond
 	e.startAPI(t, cli.EnvRefresh, refresh.String())
 	out, err := e.sync(t)
 	if err != nil {
 		t.Fatal(err)
 	}
-	e.awaitVersion(t, docPath("things", "plain"), publishedVersion(t, out))
+	e.awaitVersion(t, docPath("things", "plain"), stack.PublishedVersion(t, out))
 	for round := range 3 {
-		testenv.Exec(t, e.dsn, `UPDATE things SET gen = gen + 1 WHERE id = 'plain'`)
+		testenv.Exec(t, e.DSN, `UPDATE things SET gen = gen + 1 WHERE id = 'plain'`)
 		out, err := e.sync(t)
 		if err != nil {
 			t.Fatal(err)
 		}
 		flipped := time.Now()
-		want := publishedVersion(t, out)
+		want := stack.PublishedVersion(t, out)
 		// Idle: no request for three refresh intervals (the quiet spell is the point of
 		// the test; there is no condition to await).
 		time.Sleep(3 * refresh)

@@ -61,7 +61,7 @@ func (e *env) readCovered(tb testing.TB, path, token string) tokenAnswer {
 	tb.Helper()
 	var a tokenAnswer
 	testenv.Eventually(tb, time.Minute, func() error {
-		if a = e.readAfter(tb, e.base, path, token, "10"); a.status == http.StatusServiceUnavailable && strings.HasSuffix(a.problem, "/token-not-yet-covered") {
+		if a = e.readAfter(tb, e.Base, path, token, "10"); a.status == http.StatusServiceUnavailable && strings.HasSuffix(a.problem, "/token-not-yet-covered") {
 			return fmt.Errorf("token %s not covered yet", token)
 		}
 		return nil
@@ -101,18 +101,18 @@ func TestReadYourWrites(t *testing.T) {
 			cfg := config
 			if mode == "logical" {
 				cfg = logicalConfig(t, e)
-				testenv.Exec(t, e.dsn, `ALTER TABLE flags REPLICA IDENTITY FULL`)
+				testenv.Exec(t, e.DSN, `ALTER TABLE flags REPLICA IDENTITY FULL`)
 			}
 			defer e.runSyncer(t, cfg)()
 			path := docPath("things", "plain")
 			e.awaitServed(t, path, `"id":"plain"`, time.Now(), 20*time.Second)
 			ctx := context.Background()
-			writer, err := pgx.Connect(ctx, e.dsn)
+			writer, err := pgx.Connect(ctx, e.DSN)
 			if err != nil {
 				t.Fatal(err)
 			}
 			defer writer.Close(ctx)
-			other, err := pgx.Connect(ctx, e.dsn)
+			other, err := pgx.Connect(ctx, e.DSN)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -152,13 +152,13 @@ func TestReadYourWrites(t *testing.T) {
 			t.Logf("%s: %d of %d reads without the token were stale", mode, stale, n)
 
 			// A write no collection reads: covered without a new version.
-			testenv.Exec(t, e.dsn, `CREATE TABLE unrelated (x int)`)
+			testenv.Exec(t, e.DSN, `CREATE TABLE unrelated (x int)`)
 			before := e.get(t, path).version
 			var xid string
 			if err := writer.QueryRow(ctx, `INSERT INTO unrelated VALUES (1) RETURNING pg_current_xact_id()::text`).Scan(&xid); err != nil {
 				t.Fatal(err)
 			}
-			if a := e.readAfter(t, e.base, path, "x:"+xid, "10"); a.status != http.StatusOK {
+			if a := e.readAfter(t, e.Base, path, "x:"+xid, "10"); a.status != http.StatusOK {
 				t.Errorf("a write to a table no collection reads: %d %s; want 200", a.status, a.body)
 			} else if a.version != before {
 				t.Logf("answered from %s, not %s: another sync flipped meanwhile", a.version, before)
@@ -169,7 +169,7 @@ func TestReadYourWrites(t *testing.T) {
 			if err := writer.QueryRow(ctx, `SELECT pg_snapshot_xmax(pg_current_snapshot())::text::bigint`).Scan(&next); err != nil {
 				t.Fatal(err)
 			}
-			a := e.readAfter(t, e.base, path, fmt.Sprintf("x:%d", next+1_000_000), "10")
+			a := e.readAfter(t, e.Base, path, fmt.Sprintf("x:%d", next+1_000_000), "10")
 			if a.status != http.StatusBadRequest || !strings.HasSuffix(a.problem, "/token-rejected") {
 				t.Errorf("an xid from the future: %d %s after %s; want 400 token-rejected", a.status, a.body, a.took)
 			}
@@ -184,14 +184,14 @@ func TestReadYourWrites(t *testing.T) {
 func TestReadYourWritesConcurrently(t *testing.T) {
 	t.Parallel()
 	e := start(t)
-	testenv.Exec(t, e.dsn, `ALTER TABLE flags REPLICA IDENTITY FULL`)
+	testenv.Exec(t, e.DSN, `ALTER TABLE flags REPLICA IDENTITY FULL`)
 	defer e.runSyncer(t, logicalConfig(t, e))()
 	e.awaitServed(t, docPath("things", "plain"), `"id":"plain"`, time.Now(), 20*time.Second)
 	ctx := context.Background()
 	const writers = 16
 	per := loops("SNAPFLIP_RYW_WRITES", 6)
 	for w := range writers {
-		testenv.Exec(t, e.dsn, fmt.Sprintf(`INSERT INTO things (id, gen) VALUES ('writer-%d', 0)`, w))
+		testenv.Exec(t, e.DSN, fmt.Sprintf(`INSERT INTO things (id, gen) VALUES ('writer-%d', 0)`, w))
 	}
 	var wg sync.WaitGroup
 	errs := make(chan error, writers)
@@ -199,7 +199,7 @@ func TestReadYourWritesConcurrently(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			conn, err := pgx.Connect(ctx, e.dsn)
+			conn, err := pgx.Connect(ctx, e.DSN)
 			if err != nil {
 				errs <- err
 				return
@@ -213,7 +213,7 @@ func TestReadYourWritesConcurrently(t *testing.T) {
 					errs <- err
 					return
 				}
-				req, _ := http.NewRequest(http.MethodGet, e.base+path, nil)
+				req, _ := http.NewRequest(http.MethodGet, e.Base+path, nil)
 				req.Header.Set("Snapshot-After", "x:"+xid)
 				req.Header.Set("Prefer", "wait=10")
 				resp, body, err := sendAPI(t, req)
@@ -235,14 +235,14 @@ func TestReadYourWritesConcurrently(t *testing.T) {
 	}
 
 	// The causal chain.
-	a, b := testenv.OpenTx(t, e.dsn), (*pgx.Conn)(nil)
+	a, b := testenv.OpenTx(t, e.DSN), (*pgx.Conn)(nil)
 	if _, err := a.Exec(ctx, `UPDATE things SET note = 'from-a' WHERE id = 'plain'`); err != nil {
 		t.Fatal(err)
 	}
 	if err := a.Commit(ctx); err != nil {
 		t.Fatal(err)
 	}
-	b, err := pgx.Connect(ctx, e.dsn)
+	b, err := pgx.Connect(ctx, e.DSN)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -254,7 +254,7 @@ func TestReadYourWritesConcurrently(t *testing.T) {
 	if err := b.QueryRow(ctx, `SELECT 's:' || pg_current_snapshot()`).Scan(&tok); err != nil {
 		t.Fatal(err)
 	}
-	if r := e.readAfter(t, e.base, docPath("things", "plain"), tok, "10"); r.status != http.StatusOK || !strings.Contains(string(r.body), `"note":"from-a"`) {
+	if r := e.readAfter(t, e.Base, docPath("things", "plain"), tok, "10"); r.status != http.StatusOK || !strings.Contains(string(r.body), `"note":"from-a"`) {
 		t.Errorf("B's token %s: %d %s; want A's write", tok, r.status, r.body)
 	}
 }
@@ -265,17 +265,17 @@ func TestReadYourWritesConcurrently(t *testing.T) {
 func TestSessionTokenAcrossReplicas(t *testing.T) {
 	t.Parallel()
 	e := start(t)
-	fast := e.base
+	fast := e.Base
 	e.startAPI(t, cli.EnvRefresh, "400ms")
-	slow := e.base
-	testenv.Exec(t, e.dsn, `ALTER TABLE flags REPLICA IDENTITY FULL`)
+	slow := e.Base
+	testenv.Exec(t, e.DSN, `ALTER TABLE flags REPLICA IDENTITY FULL`)
 	defer e.runSyncer(t, logicalConfig(t, e))()
 	path := docPath("things", "plain")
 	e.awaitServed(t, path, `"id":"plain"`, time.Now(), 20*time.Second)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	go func() {
-		conn, err := pgx.Connect(ctx, e.dsn)
+		conn, err := pgx.Connect(ctx, e.DSN)
 		if err != nil {
 			return
 		}
@@ -316,7 +316,7 @@ func TestTokensAcrossRollback(t *testing.T) {
 	t.Parallel()
 	e := start(t)
 	ctx := context.Background()
-	conn, err := pgx.Connect(ctx, e.dsn)
+	conn, err := pgx.Connect(ctx, e.DSN)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -338,12 +338,12 @@ func TestTokensAcrossRollback(t *testing.T) {
 	t2 := write(2)
 	publish()
 	path := docPath("things", "plain")
-	if a := e.readAfter(t, e.base, path, t2, "10"); a.status != http.StatusOK || gen(t, a.body) != 2 {
+	if a := e.readAfter(t, e.Base, path, t2, "10"); a.status != http.StatusOK || gen(t, a.body) != 2 {
 		t.Fatalf("before the rollback: %d %s", a.status, a.body)
 	}
 	t3 := write(3) // never published while pinned
 	waiting := make(chan tokenAnswer, 1)
-	go func() { waiting <- e.readAfter(t, e.base, path, t3, "10") }()
+	go func() { waiting <- e.readAfter(t, e.Base, path, t3, "10") }()
 	testenv.Eventually(t, 10*time.Second, func() error {
 		if !strings.Contains(e.metrics(t), "snapflip_api_token_waiters 1") {
 			return fmt.Errorf("the request with %s is not waiting yet", t3)
@@ -358,19 +358,19 @@ func TestTokensAcrossRollback(t *testing.T) {
 	} else {
 		t.Logf("a waiting request got 412 %s after it was sent", a.took.Round(time.Millisecond))
 	}
-	a := e.readAfter(t, e.base, path, t2, "10")
+	a := e.readAfter(t, e.Base, path, t2, "10")
 	if a.status != http.StatusPreconditionFailed || a.took > 5*time.Second {
 		t.Errorf("an uncovered token while pinned: %d %s after %s; want 412 at once", a.status, a.body, a.took)
 	}
 	t.Logf("an uncovered token while pinned: 412 in %s", a.took.Round(time.Millisecond))
-	if a := e.readAfter(t, e.base, path, t1, "10"); a.status != http.StatusOK || gen(t, a.body) != 1 {
+	if a := e.readAfter(t, e.Base, path, t1, "10"); a.status != http.StatusOK || gen(t, a.body) != 1 {
 		t.Errorf("a covered token while pinned: %d %s; want 200 from the pinned version", a.status, a.body)
 	}
 	if out, err := e.syncerCmd(t, "unpin", "--reason", "tokens"); err != nil {
 		t.Fatalf("unpin: %s %v", out, err)
 	}
 	publish()
-	if a := e.readAfter(t, e.base, path, t3, "10"); a.status != http.StatusOK || gen(t, a.body) != 3 {
+	if a := e.readAfter(t, e.Base, path, t3, "10"); a.status != http.StatusOK || gen(t, a.body) != 3 {
 		t.Errorf("after unpin and a publish: %d %s; want the third write", a.status, a.body)
 	}
 }
@@ -378,7 +378,7 @@ func TestTokensAcrossRollback(t *testing.T) {
 // metrics returns the API's /metrics text.
 func (e *env) metrics(tb testing.TB) string {
 	tb.Helper()
-	resp, err := http.Get(e.base + "/metrics")
+	resp, err := http.Get(e.Base + "/metrics")
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -403,7 +403,7 @@ func TestBadTokens(t *testing.T) {
 	if _, err := e.sync(t); err != nil {
 		t.Fatal(err)
 	}
-	e.stopAPI()
+	e.StopAPI()
 	e.startAPI(t, cli.EnvMaxWaiters, "2")
 	path := docPath("things", "plain")
 	for _, tc := range []struct {
@@ -422,7 +422,7 @@ func TestBadTokens(t *testing.T) {
 		{"the pointer", "/v1/versions/current", "x:-3"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			a := e.readAfter(t, e.base, tc.target, tc.header, "10")
+			a := e.readAfter(t, e.Base, tc.target, tc.header, "10")
 			if a.status != http.StatusBadRequest || !strings.HasSuffix(a.problem, "/token-rejected") || a.took > 5*time.Second {
 				t.Errorf("%d %.200s after %s; want 400 token-rejected at once", a.status, a.body, a.took)
 			}
@@ -432,7 +432,7 @@ func TestBadTokens(t *testing.T) {
 	// A token no version covers yet (the syncer is not running): two wait, the third
 	// is refused at once, and the gauge returns to 0 when the two time out.
 	ctx := context.Background()
-	conn, err := pgx.Connect(ctx, e.dsn)
+	conn, err := pgx.Connect(ctx, e.DSN)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -446,7 +446,7 @@ func TestBadTokens(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			if a := e.readAfter(t, e.base, path, "x:"+xid, "10"); a.status != http.StatusServiceUnavailable || !strings.HasSuffix(a.problem, "/token-not-yet-covered") {
+			if a := e.readAfter(t, e.Base, path, "x:"+xid, "10"); a.status != http.StatusServiceUnavailable || !strings.HasSuffix(a.problem, "/token-not-yet-covered") {
 				t.Errorf("a waiter: %d %s; want 503 once its wait passed", a.status, a.body)
 			}
 		}()
@@ -457,7 +457,7 @@ func TestBadTokens(t *testing.T) {
 		}
 		return nil
 	})
-	if a := e.readAfter(t, e.base, path, "x:"+xid, "10"); a.status != http.StatusServiceUnavailable || a.took > 5*time.Second {
+	if a := e.readAfter(t, e.Base, path, "x:"+xid, "10"); a.status != http.StatusServiceUnavailable || a.took > 5*time.Second {
 		t.Errorf("over the cap: %d %s after %s; want 503 at once", a.status, a.body, a.took)
 	}
 	wg.Wait()
@@ -474,10 +474,10 @@ func TestBadTokens(t *testing.T) {
 	}
 	// A version named with the token: 412 without waiting, 200 for one that covers it.
 	cur := e.get(t, path).version
-	if a := e.readAfter(t, e.base, path+"?version="+cur, "x:"+xid, "10"); a.status != http.StatusPreconditionFailed || a.took > 5*time.Second {
+	if a := e.readAfter(t, e.Base, path+"?version="+cur, "x:"+xid, "10"); a.status != http.StatusPreconditionFailed || a.took > 5*time.Second {
 		t.Errorf("a named version that does not cover the token: %d %s after %s; want 412 at once", a.status, a.body, a.took)
 	}
-	if a := e.readAfter(t, e.base, path+"?version="+cur, "x:3", ""); a.status != http.StatusOK {
+	if a := e.readAfter(t, e.Base, path+"?version="+cur, "x:3", ""); a.status != http.StatusOK {
 		t.Errorf("a named version that covers the token: %d %s; want 200", a.status, a.body)
 	}
 }
@@ -497,7 +497,7 @@ func TestTokenOfACommitHeldInSyncReplication(t *testing.T) {
 			cfg := config
 			if mode == "logical" {
 				cfg = logicalConfig(t, e)
-				testenv.Exec(t, e.dsn, `ALTER TABLE flags REPLICA IDENTITY FULL`)
+				testenv.Exec(t, e.DSN, `ALTER TABLE flags REPLICA IDENTITY FULL`)
 			}
 			defer e.runSyncer(t, cfg)()
 			path, other := docPath("things", "plain"), docPath("flags", "on")
@@ -508,7 +508,7 @@ func TestTokenOfACommitHeldInSyncReplication(t *testing.T) {
 				// a held commit included: the stream must be up before one is held.
 				testenv.Eventually(t, time.Minute, func() error {
 					var n int
-					testenv.QueryRow(t, e.dsn, `SELECT count(*) FROM pg_replication_slots WHERE active AND confirmed_flush_lsn IS NOT NULL`, &n)
+					testenv.QueryRow(t, e.DSN, `SELECT count(*) FROM pg_replication_slots WHERE active AND confirmed_flush_lsn IS NOT NULL`, &n)
 					if n != 1 {
 						return errors.New("the syncer's replication slot is not created and streaming yet")
 					}
@@ -517,38 +517,38 @@ func TestTokenOfACommitHeldInSyncReplication(t *testing.T) {
 			}
 			// The server runs with synchronous_commit off: only the writer's connection
 			// waits for the standby, so the syncer's own connections go on.
-			testenv.Exec(t, e.dsn, `ALTER SYSTEM SET synchronous_standby_names = 'ghost'`, `SELECT pg_reload_conf()`)
-			h := holdCommit(t, e.dsn)
+			testenv.Exec(t, e.DSN, `ALTER SYSTEM SET synchronous_standby_names = 'ghost'`, `SELECT pg_reload_conf()`)
+			h := holdCommit(t, e.DSN)
 			xid, held := h.xid, `"note":"`+h.note+`"`
 			// Held: another commit is served, from a version without the held one.
-			testenv.Exec(t, e.dsn, `UPDATE flags SET value = 'during' WHERE key = 'on'`)
+			testenv.Exec(t, e.DSN, `UPDATE flags SET value = 'during' WHERE key = 'on'`)
 			e.awaitServed(t, other, `"value":"during"`, time.Now(), 20*time.Second)
 			if r := e.get(t, path); strings.Contains(string(r.body), held) {
 				t.Fatalf("version %s serves a commit Postgres does not show yet: %s", r.version, r.body)
 			}
 			var during string
-			testenv.QueryRow(t, e.dsn, `SELECT 's:' || pg_current_snapshot()`, &during)
-			if a := e.readAfter(t, e.base, path, during, "10"); a.status != http.StatusOK || strings.Contains(string(a.body), held) {
+			testenv.QueryRow(t, e.DSN, `SELECT 's:' || pg_current_snapshot()`, &during)
+			if a := e.readAfter(t, e.Base, path, during, "10"); a.status != http.StatusOK || strings.Contains(string(a.body), held) {
 				t.Errorf("a snapshot token taken while the commit is held (%s): %d %s; want 200 without it", during, a.status, a.body)
 			}
-			if a := e.readAfter(t, e.base, path, "x:"+xid, "1"); a.status != http.StatusServiceUnavailable || !strings.HasSuffix(a.problem, "/token-not-yet-covered") {
+			if a := e.readAfter(t, e.Base, path, "x:"+xid, "1"); a.status != http.StatusServiceUnavailable || !strings.HasSuffix(a.problem, "/token-not-yet-covered") {
 				t.Errorf("the held commit's own token: %d %s; want 503 token-not-yet-covered", a.status, a.body)
 			}
 
 			// Released: every token taken from now on holds it.
-			testenv.Exec(t, e.dsn, `ALTER SYSTEM RESET synchronous_standby_names`, `SELECT pg_reload_conf()`)
+			testenv.Exec(t, e.DSN, `ALTER SYSTEM RESET synchronous_standby_names`, `SELECT pg_reload_conf()`)
 			if err := <-h.committed; err != nil {
 				t.Fatal(err)
 			}
 			var after string
-			testenv.QueryRow(t, e.dsn, `SELECT 's:' || pg_current_snapshot()`, &after)
+			testenv.QueryRow(t, e.DSN, `SELECT 's:' || pg_current_snapshot()`, &after)
 			for _, tok := range []string{"x:" + xid, after} {
 				a := e.readCovered(t, path, tok)
 				if a.status != http.StatusOK || !strings.Contains(string(a.body), held) {
 					t.Fatalf("token %s after the release: %d %s; want the held write", tok, a.status, a.body)
 				}
 				var sees bool
-				testenv.QueryRow(t, e.dsn, fmt.Sprintf(`SELECT pg_visible_in_snapshot('%s'::xid8, '%s'::pg_snapshot)`, xid, snapshotOf(t, a.token)), &sees)
+				testenv.QueryRow(t, e.DSN, fmt.Sprintf(`SELECT pg_visible_in_snapshot('%s'::xid8, '%s'::pg_snapshot)`, xid, snapshotOf(t, a.token)), &sees)
 				if !sees {
 					t.Errorf("token %s: answered from version %s, whose snapshot %s does not see %s", tok, a.version, a.token, xid)
 				}

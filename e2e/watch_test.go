@@ -17,6 +17,7 @@ import (
 
 	"github.com/snapflip/snapflip/api"
 	"github.com/snapflip/snapflip/internal/testenv"
+	"github.com/snapflip/snapflip/internal/testenv/stack"
 	"github.com/snapflip/snapflip/layer"
 	"github.com/snapflip/snapflip/resolver"
 )
@@ -195,9 +196,9 @@ func checkFlip(tb testing.TB, what string, got watchEvent, version string, kind 
 func TestWatchFlips(t *testing.T) {
 	t.Parallel()
 	e := start(t)
-	first := e.base
+	first := e.Base
 	e.startAPI(t) // a second replica
-	replicas := []*watchStream{openWatch(t, first, ""), openWatch(t, e.base, "")}
+	replicas := []*watchStream{openWatch(t, first, ""), openWatch(t, e.Base, "")}
 	for i, ws := range replicas {
 		if b := ws.block(t, 10*time.Second); b.retry != "2000" {
 			t.Errorf("replica %d: the stream starts with %+v; want the retry hint", i, b)
@@ -211,7 +212,7 @@ func TestWatchFlips(t *testing.T) {
 		if a.id != b.id || a.event != b.event || a.data != b.data {
 			t.Fatalf("%s: the replicas disagree:\n%+v\n%+v", what, a, b)
 		}
-		for i, base := range []string{first, e.base} {
+		for i, base := range []string{first, e.Base} {
 			req, err := http.NewRequest(http.MethodGet, base+"/v1/data/things/plain", nil)
 			if err != nil {
 				t.Fatal(err)
@@ -229,7 +230,7 @@ func TestWatchFlips(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		return publishedVersion(t, out)
+		return stack.PublishedVersion(t, out)
 	}
 
 	v1 := publish()
@@ -239,7 +240,7 @@ func TestWatchFlips(t *testing.T) {
 		t.Errorf("the first version's things: %+v; want a base inserting %d ids", ev.Collections["things"], len(awkwardIDs))
 	}
 
-	testenv.Exec(t, e.dsn, `UPDATE things SET note = 'edited' WHERE id = 'plain'`)
+	testenv.Exec(t, e.DSN, `UPDATE things SET note = 'edited' WHERE id = 'plain'`)
 	v2 := publish()
 	ev = await("a delta")
 	checkFlip(t, "a delta", ev, v2, api.FlipChild, v1, v1)
@@ -250,7 +251,7 @@ func TestWatchFlips(t *testing.T) {
 		t.Errorf("a delta changing no flag: flags %+v; want no layer", own)
 	}
 
-	testenv.Exec(t, e.dsn, `DELETE FROM things WHERE id = 'a#b'`)
+	testenv.Exec(t, e.DSN, `DELETE FROM things WHERE id = 'a#b'`)
 	v3 := publish()
 	ev = await("a deletion")
 	checkFlip(t, "a deletion", ev, v3, api.FlipChild, v2, v2)
@@ -271,7 +272,7 @@ func TestWatchFlips(t *testing.T) {
 		t.Fatalf("unpin: %v %s", err, out)
 	}
 	writeConfig(t, e, "versions: full\n"+config)
-	testenv.Exec(t, e.dsn, `UPDATE things SET gen = 5`)
+	testenv.Exec(t, e.DSN, `UPDATE things SET gen = 5`)
 	v4 := publish()
 	ev = await("a full copy") // the unpin, which kept v2, said nothing
 	checkFlip(t, "a full copy", ev, v4, api.FlipBase, "", v2)
@@ -281,7 +282,7 @@ func TestWatchFlips(t *testing.T) {
 
 	// Shutdown ends the stream as the drain starts, instead of waiting out the drain.
 	began := time.Now()
-	e.stopAPI()
+	e.StopAPI()
 	replicas[1].awaitEnd(t, 5*time.Second)
 	if took := time.Since(began); took > 5*time.Second {
 		t.Errorf("the replica took %s to shut down with a watch open", took)
@@ -296,7 +297,7 @@ func TestWatchResume(t *testing.T) {
 	e := start(t)
 	vs := e.publishGens(t, 1, 2, 3)
 	e.awaitVersion(t, "/v1/versions/current", vs[2])
-	current := openWatch(t, e.base, vs[2])
+	current := openWatch(t, e.Base, vs[2])
 	for _, tc := range []struct {
 		what, last string
 		kind       api.FlipKind
@@ -306,7 +307,7 @@ func TestWatchResume(t *testing.T) {
 		{"nothing", "", api.FlipBase},
 		{"not a version", "not-a-version", api.FlipBase},
 	} {
-		ev := openWatch(t, e.base, tc.last).flip(t)
+		ev := openWatch(t, e.Base, tc.last).flip(t)
 		checkFlip(t, "Last-Event-ID "+tc.what, ev, vs[2], tc.kind, vs[1], vs[1])
 	}
 	// The stream that named the current version said nothing: the next flip is its
@@ -334,9 +335,9 @@ func TestWatchLimit(t *testing.T) {
 	t.Parallel()
 	e := start(t)
 	e.startAPIWith(t, []string{"--max-watchers", "2"})
-	a := openWatch(t, e.base, "")
-	openWatch(t, e.base, "")
-	req, err := http.NewRequest(http.MethodGet, e.base+"/v1/watch", nil)
+	a := openWatch(t, e.Base, "")
+	openWatch(t, e.Base, "")
+	req, err := http.NewRequest(http.MethodGet, e.Base+"/v1/watch", nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -356,7 +357,7 @@ func TestWatchLimit(t *testing.T) {
 		}
 		return nil
 	})
-	openWatch(t, e.base, "") // the freed slot
+	openWatch(t, e.Base, "") // the freed slot
 }
 
 // watchGoroutines returns the stacks of goroutines running a watch or its broadcaster.
@@ -381,10 +382,10 @@ func TestWatchHeartbeatsCloseAndLeaks(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	v1 := publishedVersion(t, out)
+	v1 := stack.PublishedVersion(t, out)
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
-	st := testenv.Store(t, testenv.StoreConfig(e.btAddr))
+	st := testenv.Store(t, testenv.StoreConfig(e.Bigtable))
 	res, err := resolver.New("e2e", st, resolver.Config{Refresh: 20 * time.Millisecond, Layers: layer.NewReader(st, "e2e")}, nil)
 	if err != nil {
 		t.Fatal(err)
