@@ -195,17 +195,18 @@ func startAPIProc(tb testing.TB, bin, emulator string, cpu int, args ...string) 
 		tb.Fatal(err)
 	}
 	tb.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
-	for end := time.Now().Add(30 * time.Second); ; time.Sleep(20 * time.Millisecond) {
-		if resp, err := http.Get("http://" + addr + "/readyz"); err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == 200 {
-				return "http://" + addr, cmd.Process.Pid
-			}
+	testenv.Eventually(tb, 30*time.Second, func() error {
+		resp, err := http.Get("http://" + addr + "/readyz")
+		if err != nil {
+			return fmt.Errorf("metadata-api not ready: %w", err)
 		}
-		if time.Now().After(end) {
-			tb.Fatal("metadata-api did not become ready")
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			return fmt.Errorf("metadata-api not ready: /readyz answers %s", resp.Status)
 		}
-	}
+		return nil
+	})
+	return "http://" + addr, cmd.Process.Pid
 }
 
 // BenchmarkAPI measures, at 32 connections from wrk: cache-hit reads

@@ -3,6 +3,7 @@ package bench
 import (
 	"bufio"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"math"
@@ -160,18 +161,19 @@ func (m metricsOf) sum(name string, match ...string) float64 {
 	return t
 }
 
-// waitUntil polls cond every 50ms until it holds, failing after limit.
+// waitUntil polls cond until it holds, failing after limit with what and, when tail
+// is set, what it says.
 func waitUntil(tb testing.TB, limit time.Duration, what string, cond func() bool, tail func() string) {
 	tb.Helper()
-	for end := time.Now().Add(limit); !cond(); time.Sleep(50 * time.Millisecond) {
-		if time.Now().After(end) {
-			msg := ""
-			if tail != nil {
-				msg = "\n" + tail()
-			}
-			tb.Fatalf("%s: not after %s%s", what, limit, msg)
+	testenv.Eventually(tb, limit, func() error {
+		if cond() {
+			return nil
 		}
-	}
+		if tail != nil {
+			return fmt.Errorf("%s\n%s", what, tail())
+		}
+		return errors.New(what)
+	})
 }
 
 // waitWatching waits until the syncer has published a version and its watch has

@@ -55,15 +55,12 @@ func dropSlot(tb testing.TB, dsn, slot string) {
 		return
 	}
 	defer conn.Close(ctx)
-	for end := time.Now().Add(30 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+	err = testenv.Poll(30*time.Second, func() error {
 		_, err := conn.Exec(ctx, `SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE slot_name = $1`, slot)
-		if err == nil {
-			return
-		}
-		if time.Now().After(end) {
-			tb.Errorf("drop slot %s: %v", slot, err)
-			return
-		}
+		return err
+	})
+	if err != nil {
+		tb.Errorf("drop slot %s: %v", slot, err)
 	}
 }
 
