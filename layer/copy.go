@@ -12,7 +12,7 @@ import (
 	"golang.org/x/sync/errgroup"
 )
 
-// defaultProgressEvery is how often a long copy logs its progress.
+// defaultProgressEvery is how often a long copy reports its progress.
 const defaultProgressEvery = 10 * time.Second
 
 // writeFull copies every collection from the snapshot into storage, returning each

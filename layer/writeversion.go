@@ -67,7 +67,8 @@ type Writer struct {
 	Store Store
 	// MaxDocumentBytes bounds one document; a larger one fails the sync naming it.
 	MaxDocumentBytes int
-	// ProgressEvery is how often a long copy logs its progress; default 10s.
+	// ProgressEvery is how often a long copy reports its progress (EventCopying);
+	// default 10s.
 	ProgressEvery time.Duration
 	// MaxLayers bounds a chain (default DefaultMaxLayers): a collection whose chain
 	// is this long gets a merged delta next time it changes, which replaces every

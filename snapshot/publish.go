@@ -438,7 +438,7 @@ func (a *attempt) flip(ctx context.Context) (Flip, error) {
 
 // published does the bookkeeping after the flip: the version marked published, the
 // replaced one retired, the flip audited. The pointer already names the version, so
-// failures here are logged, not returned: the publish has happened.
+// failures here are reported as events, not returned: the publish has happened.
 func (a *attempt) published(ctx context.Context, flip Flip) PublishResult {
 	p := a.p
 	published := a.m
@@ -573,7 +573,8 @@ func (p *Publisher) readCurrent(ctx context.Context, read *currentRead) (Pointer
 
 // confirmFlip marks published a sealed version the pointer names: a flip whose
 // outcome was unknown (ErrOutcomeUnknown) that did apply, or one whose bookkeeping
-// after the flip failed. Failures are logged: the manifest is servable either way.
+// after the flip failed. Failures are reported as events: the manifest is servable
+// either way.
 func (p *Publisher) confirmFlip(ctx context.Context, m Manifest, cur Pointer) Manifest {
 	published := m
 	published.State, published.PublishedAt = StatePublished, cur.FlippedAt
