@@ -140,7 +140,7 @@ func SourceDocs(tb testing.TB, dsn, query string) map[string]string {
 	return out
 }
 
-// SourceRows runs query in a session whose time zone is UTC and returns every row, its
+// SourceRows runs query on a connection whose time zone is UTC and returns every row, its
 // columns as text.
 func SourceRows(tb testing.TB, dsn, query string) [][]string {
 	tb.Helper()
