@@ -140,8 +140,8 @@ func SourceDocs(tb testing.TB, dsn, query string) map[string]string {
 	return out
 }
 
-// SourceRows runs query on a connection whose time zone is UTC and returns every row, its
-// columns as text.
+// SourceRows runs query on a connection whose time zone is UTC and returns every
+// row, its columns as text.
 func SourceRows(tb testing.TB, dsn, query string) [][]string {
 	tb.Helper()
 	ctx := context.Background()
