@@ -20,8 +20,8 @@ type Snapshot struct {
 }
 
 // Snapshot pins the current version: it asks the API which version is current and
-// returns a handle that reads only that one (no older than the session's token; see
-// Config.NoSessionToken).
+// returns a handle that reads only that one, no older than the newest token the
+// client was answered with (see SessionToken).
 func (c *Client) Snapshot(ctx context.Context) (*Snapshot, error) {
 	return c.snapshot(ctx, consistency{monotonic: true})
 }

@@ -13,7 +13,7 @@ import (
 // writer's transaction, "s:<xmin>:<xmax>:<xip,…>" everything a Postgres snapshot saw
 // committed, either with "@<system identifier>". The API decides what covers what; the
 // client parses tokens only to refuse a malformed one before sending it, to keep the
-// newer of two session tokens, and for a Replica to tell whether a version it holds
+// newer of two tokens it was answered with, and for a Replica to tell whether a version it holds
 // covers one. The rules are Postgres's visibility rules, as the API applies them.
 
 // HeaderToken is the header that names the snapshot of the version an answer came from
@@ -219,9 +219,8 @@ func (s *lastToken) forget(tok string) {
 }
 
 // SessionToken returns the newest Snapshot-Token the client was answered with, which
-// its reads of the current version send as Snapshot-After (see
-// Config.NoSessionToken); "" before the first answer naming one, or with the session
-// off. Given to After, to a Replica's WaitFor, or to another process, it asks for a
+// its reads of the current version send as Snapshot-After; "" before the first
+// answer naming one, or with monotonic reads off (Config.NoSessionToken). Given to After, to a Replica's WaitFor, or to another process, it asks for a
 // version no older than any this client read.
 func (c *Client) SessionToken() string {
 	if c.tokens == nil {
