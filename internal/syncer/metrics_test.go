@@ -3,6 +3,7 @@ package syncer
 import (
 	"bytes"
 	"context"
+	"errors"
 	"io"
 	"log/slog"
 	"net"
@@ -27,9 +28,18 @@ func TestLeaseEventsShowWhoHoldsWhat(t *testing.T) {
 	var heard []snapshot.EventKind // what the observer after the metrics heard
 	mem := memstore.New()
 	ctx := context.Background()
+	// The second holder waits until it has said whom it waits for, however long its
+	// first attempt takes.
+	wctx, stopWaiting := context.WithTimeout(ctx, time.Minute)
+	defer stopWaiting()
 	lease := func(holder string) *store.Lease {
 		l, err := mem.NewLease("publish/ds", store.LeaseConfig{Holder: holder, Duration: time.Minute,
-			Observer: m.LeaseEvents(snapshot.ObserverFunc(func(_ context.Context, e snapshot.Event) { heard = append(heard, e.Kind) }))})
+			Observer: m.LeaseEvents(snapshot.ObserverFunc(func(_ context.Context, e snapshot.Event) {
+				heard = append(heard, e.Kind)
+				if e.Kind == snapshot.EventLeaseWaiting {
+					stopWaiting()
+				}
+			}))})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -45,10 +55,11 @@ func TestLeaseEventsShowWhoHoldsWhat(t *testing.T) {
 	if got := testutil.ToFloat64(m.leaseToken); got != float64(h.Token()) || got == 0 {
 		t.Errorf("lease_token = %v; want the hold's %d", got, h.Token())
 	}
-	wctx, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
-	defer cancel()
 	if _, err := lease("host-b/42/xyz").Acquire(wctx); err == nil {
 		t.Fatal("a second holder acquired a held lease")
+	}
+	if !errors.Is(wctx.Err(), context.Canceled) {
+		t.Fatalf("the second holder gave up (%v) without saying whom it waits for", wctx.Err())
 	}
 	if err := h.Release(ctx); err != nil {
 		t.Fatal(err)
