@@ -719,37 +719,26 @@ func runs(t TB, st Store, ds string) {
 	}
 }
 
-func flipReplyLost(t TB, st Store, ds string) {
-	vs := versions(2)
-	_, err := st.FlipPointer(bg, ds, flip(vs[0], "", 1, 1))
-	want(t, "first flip", err, nil)
-	st.FailNext(memstore.OpFlip, memstore.ReplyLost)
-	p, err := st.FlipPointer(bg, ds, flip(vs[1], vs[0], 1, 2))
-	want(t, "a flip whose reply was lost, re-read", err, nil)
-	if p.Version != vs[1] {
-		t.Errorf("flip returned %s; want %s", p.Version, vs[1])
+// flipUnder returns the case of a flip after a first one, made under fault: it returns
+// wantErr, and the pointer then names the new version when the fault applied the
+// flip, the first otherwise.
+func flipUnder(fault memstore.Fault, what string, wantErr error) func(t TB, st Store, ds string) {
+	return func(t TB, st Store, ds string) {
+		vs := versions(2)
+		_, err := st.FlipPointer(bg, ds, flip(vs[0], "", 1, 1))
+		want(t, "first flip", err, nil)
+		st.FailNext(memstore.OpFlip, fault)
+		p, err := st.FlipPointer(bg, ds, flip(vs[1], vs[0], 1, 2))
+		want(t, what, err, wantErr)
+		if err == nil && p.Version != vs[1] {
+			t.Errorf("flip returned %s; want %s", p.Version, vs[1])
+		}
+		if fault == memstore.Refused {
+			current(t, st, ds, vs[0], 1)
+		} else {
+			current(t, st, ds, vs[1], 1)
+		}
 	}
-	current(t, st, ds, vs[1], 1)
-}
-
-func flipRefusedUnknown(t TB, st Store, ds string) {
-	vs := versions(2)
-	_, err := st.FlipPointer(bg, ds, flip(vs[0], "", 1, 1))
-	want(t, "first flip", err, nil)
-	st.FailNext(memstore.OpFlip, memstore.Refused)
-	_, err = st.FlipPointer(bg, ds, flip(vs[1], vs[0], 1, 2))
-	want(t, "a flip that failed without applying", err, snapshot.ErrOutcomeUnknown)
-	current(t, st, ds, vs[0], 1)
-}
-
-func flipReplyLostRereadFails(t TB, st Store, ds string) {
-	vs := versions(2)
-	_, err := st.FlipPointer(bg, ds, flip(vs[0], "", 1, 1))
-	want(t, "first flip", err, nil)
-	st.FailNext(memstore.OpFlip, memstore.ReplyLostAndRereadFails)
-	_, err = st.FlipPointer(bg, ds, flip(vs[1], vs[0], 1, 2))
-	want(t, "a flip applied whose reply and re-read failed", err, snapshot.ErrOutcomeUnknown)
-	current(t, st, ds, vs[1], 1)
 }
 
 func manifestReplyLost(t TB, st Store, ds string) {
