@@ -1,6 +1,7 @@
 package api
 
 import (
+	"cmp"
 	"context"
 	_ "embed"
 	"errors"
@@ -134,20 +135,12 @@ var openapiDoc []byte
 // withDefaults fills c's zero fields with DefaultConfig's.
 func (c Config) withDefaults() Config {
 	def := DefaultConfig()
-	for _, f := range []struct{ v, d *int }{{&c.BatchLimit, &def.BatchLimit}, {&c.PageLimit, &def.PageLimit}, {&c.MaxWatchers, &def.MaxWatchers}} {
-		if *f.v == 0 {
-			*f.v = *f.d
-		}
-	}
-	if c.MaxBodyBytes == 0 {
-		c.MaxBodyBytes = def.MaxBodyBytes
-	}
-	if c.WatchHeartbeat == 0 {
-		c.WatchHeartbeat = def.WatchHeartbeat
-	}
-	if c.WatchInterval == 0 {
-		c.WatchInterval = def.WatchInterval
-	}
+	c.BatchLimit = cmp.Or(c.BatchLimit, def.BatchLimit)
+	c.PageLimit = cmp.Or(c.PageLimit, def.PageLimit)
+	c.MaxWatchers = cmp.Or(c.MaxWatchers, def.MaxWatchers)
+	c.MaxBodyBytes = cmp.Or(c.MaxBodyBytes, def.MaxBodyBytes)
+	c.WatchHeartbeat = cmp.Or(c.WatchHeartbeat, def.WatchHeartbeat)
+	c.WatchInterval = cmp.Or(c.WatchInterval, def.WatchInterval)
 	return c
 }
 

@@ -2,6 +2,7 @@ package client
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -75,15 +76,9 @@ func DefaultConfig() Config {
 // withDefaults fills the zero fields that take a default.
 func (c Config) withDefaults() Config {
 	def := DefaultConfig()
-	if c.UserAgent == "" {
-		c.UserAgent = def.UserAgent
-	}
-	if c.BatchLimit == 0 {
-		c.BatchLimit = def.BatchLimit
-	}
-	if c.MaxBatchBytes == 0 {
-		c.MaxBatchBytes = def.MaxBatchBytes
-	}
+	c.UserAgent = cmp.Or(c.UserAgent, def.UserAgent)
+	c.BatchLimit = cmp.Or(c.BatchLimit, def.BatchLimit)
+	c.MaxBatchBytes = cmp.Or(c.MaxBatchBytes, def.MaxBatchBytes)
 	c.Retry = c.Retry.withDefaults()
 	return c
 }

@@ -1,6 +1,7 @@
 package client
 
 import (
+	"cmp"
 	"fmt"
 	"time"
 )
@@ -49,18 +50,10 @@ func DefaultReplicaConfig() ReplicaConfig {
 // withDefaults returns c with each zero field at its default.
 func (c ReplicaConfig) withDefaults() ReplicaConfig {
 	d := DefaultReplicaConfig()
-	if c.PollInterval == 0 {
-		c.PollInterval = d.PollInterval
-	}
-	if c.StreamRetry == 0 {
-		c.StreamRetry = d.StreamRetry
-	}
-	if c.StreamIdle == 0 {
-		c.StreamIdle = d.StreamIdle
-	}
-	if c.MaxChain == 0 {
-		c.MaxChain = d.MaxChain
-	}
+	c.PollInterval = cmp.Or(c.PollInterval, d.PollInterval)
+	c.StreamRetry = cmp.Or(c.StreamRetry, d.StreamRetry)
+	c.StreamIdle = cmp.Or(c.StreamIdle, d.StreamIdle)
+	c.MaxChain = cmp.Or(c.MaxChain, d.MaxChain)
 	return c
 }
 

@@ -1,6 +1,7 @@
 package client
 
 import (
+	"cmp"
 	"fmt"
 	"net/http"
 	"strconv"
@@ -42,15 +43,9 @@ func DefaultRetryPolicy() RetryPolicy {
 // withDefaults fills the zero fields that take a default (all but MaxRetryAfter).
 func (p RetryPolicy) withDefaults() RetryPolicy {
 	def := DefaultRetryPolicy()
-	if p.MaxAttempts == 0 {
-		p.MaxAttempts = def.MaxAttempts
-	}
-	if p.InitialBackoff == 0 {
-		p.InitialBackoff = def.InitialBackoff
-	}
-	if p.MaxBackoff == 0 {
-		p.MaxBackoff = max(def.MaxBackoff, p.InitialBackoff)
-	}
+	p.MaxAttempts = cmp.Or(p.MaxAttempts, def.MaxAttempts)
+	p.InitialBackoff = cmp.Or(p.InitialBackoff, def.InitialBackoff)
+	p.MaxBackoff = cmp.Or(p.MaxBackoff, max(def.MaxBackoff, p.InitialBackoff))
 	return p
 }
 

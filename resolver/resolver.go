@@ -1,6 +1,7 @@
 package resolver
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -87,21 +88,11 @@ func (c Config) Validate() error {
 // withDefaults returns c with every zero field set to its default.
 func (c Config) withDefaults() Config {
 	def := DefaultConfig()
-	if c.Refresh == 0 {
-		c.Refresh = def.Refresh
-	}
-	if c.Timeout == 0 {
-		c.Timeout = def.Timeout
-	}
-	if c.MaxStale == 0 {
-		c.MaxStale = def.MaxStale
-	}
-	if c.CacheSize == 0 {
-		c.CacheSize = def.CacheSize
-	}
-	if c.MaxWaiters == 0 {
-		c.MaxWaiters = def.MaxWaiters
-	}
+	c.Refresh = cmp.Or(c.Refresh, def.Refresh)
+	c.Timeout = cmp.Or(c.Timeout, def.Timeout)
+	c.MaxStale = cmp.Or(c.MaxStale, def.MaxStale)
+	c.CacheSize = cmp.Or(c.CacheSize, def.CacheSize)
+	c.MaxWaiters = cmp.Or(c.MaxWaiters, def.MaxWaiters)
 	return c
 }
 

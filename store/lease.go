@@ -2,6 +2,7 @@ package store
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/binary"
 	"errors"
@@ -131,15 +132,9 @@ func (c LeaseConfig) Validate() error {
 // withDefaults fills c's zero fields: RenewEvery from Duration (a third of it).
 func (c LeaseConfig) withDefaults() LeaseConfig {
 	def := DefaultLeaseConfig()
-	if c.Duration == 0 {
-		c.Duration = def.Duration
-	}
-	if c.RenewEvery == 0 {
-		c.RenewEvery = c.Duration / 3
-	}
-	if c.RetryMax == 0 {
-		c.RetryMax = def.RetryMax
-	}
+	c.Duration = cmp.Or(c.Duration, def.Duration)
+	c.RenewEvery = cmp.Or(c.RenewEvery, c.Duration/3)
+	c.RetryMax = cmp.Or(c.RetryMax, def.RetryMax)
 	return c
 }
 

@@ -1,6 +1,7 @@
 package store
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -92,24 +93,12 @@ func DefaultConfig() Config {
 // retention, grace or RowRetries says what it says.
 func (c Config) withDefaults() Config {
 	def := DefaultConfig()
-	if c.TTL == 0 {
-		c.TTL = def.TTL
-	}
-	if c.BatchRows == 0 {
-		c.BatchRows = def.BatchRows
-	}
-	if c.BatchBytes == 0 {
-		c.BatchBytes = def.BatchBytes
-	}
-	if c.Writers == 0 {
-		c.Writers = def.Writers
-	}
-	if c.BatchTimeout == 0 {
-		c.BatchTimeout = def.BatchTimeout
-	}
-	if c.OpTimeout == 0 {
-		c.OpTimeout = def.OpTimeout
-	}
+	c.TTL = cmp.Or(c.TTL, def.TTL)
+	c.BatchRows = cmp.Or(c.BatchRows, def.BatchRows)
+	c.BatchBytes = cmp.Or(c.BatchBytes, def.BatchBytes)
+	c.Writers = cmp.Or(c.Writers, def.Writers)
+	c.BatchTimeout = cmp.Or(c.BatchTimeout, def.BatchTimeout)
+	c.OpTimeout = cmp.Or(c.OpTimeout, def.OpTimeout)
 	return c
 }
 
