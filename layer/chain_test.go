@@ -12,56 +12,14 @@ import (
 	"testing"
 	"time"
 
-	"github.com/google/uuid"
-
 	"github.com/snapflip/snapflip/internal/testenv"
+	"github.com/snapflip/snapflip/internal/testenv/rig"
 	"github.com/snapflip/snapflip/layer"
 	"github.com/snapflip/snapflip/pgsource"
 	"github.com/snapflip/snapflip/resolver"
 	"github.com/snapflip/snapflip/snapshot"
 	"github.com/snapflip/snapflip/store"
 )
-
-func (r *rig) exec(tb testing.TB, stmts ...string) {
-	tb.Helper()
-	testenv.Exec(tb, r.dsn, stmts...)
-}
-
-// lastManifestBefore returns the newest manifest older than v.
-func (r *rig) lastManifestBefore(tb testing.TB, v snapshot.Version) snapshot.Manifest {
-	tb.Helper()
-	ms, err := r.store.ListManifests(context.Background(), "ds")
-	if err != nil {
-		tb.Fatal(err)
-	}
-	for i := len(ms) - 1; i >= 0; i-- {
-		if ms[i].Version == v && i > 0 {
-			return ms[i-1]
-		}
-	}
-	tb.Fatalf("no manifest before %s", v)
-	return snapshot.Manifest{}
-}
-
-func (r *rig) publish(tb testing.TB, p *snapshot.Publisher) snapshot.Manifest {
-	tb.Helper()
-	res, err := p.Publish(context.Background(), snapshot.PublishOptions{})
-	if err != nil {
-		tb.Fatal(err)
-	}
-	if res.NoOp {
-		tb.Fatal("publish was a no-op")
-	}
-	return res.Manifest
-}
-
-// twin returns a full-copy publisher over the same source and store, dataset "full".
-func (r *rig) twin() *snapshot.Publisher {
-	p := *r.pub
-	p.Dataset, p.Incremental = "full", false
-	p.Versions = snapshot.NewVersionGen(uuid.New(), nil)
-	return &p
-}
 
 // A delta holds only what changed, renders only the rows written since its parent,
 // and its totals are exactly a full copy's.
@@ -71,19 +29,19 @@ func (r *rig) twin() *snapshot.Publisher {
 // (rightly), and the exact count of rendered rows below would not hold.
 func TestIncrementalPublishWritesOnlyChanges(t *testing.T) {
 	dsn, _ := testenv.PostgresServer(t)
-	r := newRigOn(t, dsn, twoCollections, twoTables...)
-	r.pub.Incremental = true
-	full := r.twin()
-	base := r.publish(t, r.pub)
+	r := rig.NewOn(t, dsn, rig.TwoCollections, rig.TwoTables...)
+	r.Pub.Incremental = true
+	full := r.Twin()
+	base := r.Publish(t, r.Pub)
 	if base.Format != snapshot.FormatLayered || base.Collections["users"].Own.Kind != snapshot.LayerBase {
 		t.Fatalf("first version: format %d, users %+v; want a layered base", base.Format, base.Collections["users"].Own)
 	}
-	r.publish(t, full)
-	r.exec(t, `UPDATE users SET name = 'changed' WHERE id IN ('u1', 'u2')`,
+	r.Publish(t, full)
+	r.Exec(t, `UPDATE users SET name = 'changed' WHERE id IN ('u1', 'u2')`,
 		`UPDATE users SET name = name WHERE id = 'u3'`, // a new row version, the same document
 		`DELETE FROM users WHERE id = 'u4'`, `INSERT INTO users VALUES ('u99', 'new')`)
-	delta := r.publish(t, r.pub)
-	f2 := r.publish(t, full)
+	delta := r.Publish(t, r.Pub)
+	f2 := r.Publish(t, full)
 	u := delta.Collections["users"]
 	want := snapshot.OwnLayer{Kind: snapshot.LayerDelta, Mode: snapshot.ModeRowVersion, Inserted: 1, Changed: 2, Deleted: 1, Rendered: 4,
 		Emitted: 4, Written: 4, Chunks: 1, ChunksWritten: 1}
@@ -107,7 +65,7 @@ func TestIncrementalPublishWritesOnlyChanges(t *testing.T) {
 	}
 	// Reads through the chain: the deleted id is gone, the changed ones changed.
 	ctx := context.Background()
-	got, err := r.store.GetDocuments(ctx, snapshot.ChainRef{Dataset: "ds", Chain: delta.Chain("users"), Collection: "users"}, []string{"u1", "u4", "u5", "u99"})
+	got, err := r.Store.GetDocuments(ctx, snapshot.ChainRef{Dataset: "ds", Chain: delta.Chain("users"), Collection: "users"}, []string{"u1", "u4", "u5", "u99"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -117,12 +75,12 @@ func TestIncrementalPublishWritesOnlyChanges(t *testing.T) {
 
 	// Diff between versions sharing the base reads only the delta's run, and agrees
 	// with the full copies' scan.
-	dl, err := layer.Diff(ctx, r.store, layer.DiffRequest{Dataset: "ds", From: base.Version, To: delta.Version, Sample: 10})
+	dl, err := layer.Diff(ctx, r.Store, layer.DiffRequest{Dataset: "ds", From: base.Version, To: delta.Version, Sample: 10})
 	if err != nil {
 		t.Fatal(err)
 	}
-	ms, _ := r.store.ListManifests(ctx, "full")
-	df, err := layer.Diff(ctx, r.store, layer.DiffRequest{Dataset: "full", From: ms[0].Version, To: ms[len(ms)-1].Version, Sample: 10})
+	ms, _ := r.Store.ListManifests(ctx, "full")
+	df, err := layer.Diff(ctx, r.Store, layer.DiffRequest{Dataset: "full", From: ms[0].Version, To: ms[len(ms)-1].Version, Sample: 10})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -147,14 +105,14 @@ func TestChainsStayBounded(t *testing.T) {
 
 func testChainsStayBounded(t *testing.T, cached bool) {
 	dsn, _ := testenv.PostgresServer(t)
-	r := newRigOn(t, dsn, twoCollections, twoTables...)
-	r.pub.Incremental, r.w.MaxLayers, r.w.RebaseRatio = true, 3, 100
+	r := rig.NewOn(t, dsn, rig.TwoCollections, rig.TwoTables...)
+	r.Pub.Incremental, r.Writer.MaxLayers, r.Writer.RebaseRatio = true, 3, 100
 	if cached {
-		r.w.Runs = layer.NewRunCache(r.store, 1<<20)
+		r.Writer.Runs = layer.NewRunCache(r.Store, 1<<20)
 	}
-	full := r.twin()
+	full := r.Twin()
 	ctx := context.Background()
-	base := r.publish(t, r.pub)
+	base := r.Publish(t, r.Pub)
 	steps := []struct {
 		sql            string
 		chain, merged  int
@@ -174,17 +132,17 @@ func testChainsStayBounded(t *testing.T, cached bool) {
 		{`UPDATE users SET name = 'seven' WHERE id = 'u1'`, 2, 2, 3, 1},
 	}
 	prev := base
-	prevFull := r.publish(t, full)
+	prevFull := r.Publish(t, full)
 	for i, st := range steps {
-		r.exec(t, st.sql)
-		m := r.publish(t, r.pub)
-		f := r.publish(t, full)
+		r.Exec(t, st.sql)
+		m := r.Publish(t, r.Pub)
+		f := r.Publish(t, full)
 		// diff across a merge agrees with the full copies' diff.
-		dl, err := layer.Diff(ctx, r.store, layer.DiffRequest{Dataset: "ds", From: prev.Version, To: m.Version, Collection: "users", Sample: 10})
+		dl, err := layer.Diff(ctx, r.Store, layer.DiffRequest{Dataset: "ds", From: prev.Version, To: m.Version, Collection: "users", Sample: 10})
 		if err != nil {
 			t.Fatal(err)
 		}
-		df, err := layer.Diff(ctx, r.store, layer.DiffRequest{Dataset: "full", From: prevFull.Version, To: f.Version, Collection: "users", Sample: 10})
+		df, err := layer.Diff(ctx, r.Store, layer.DiffRequest{Dataset: "full", From: prevFull.Version, To: f.Version, Collection: "users", Sample: 10})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -209,15 +167,15 @@ func testChainsStayBounded(t *testing.T, cached bool) {
 				t.Errorf("step %d %s: totals %d rows %d bytes %s; full copy %d %d %s", i, name, d.Rows, d.Bytes, d.Digest, c.Rows, c.Bytes, c.Digest)
 			}
 		}
-		if got, want := scanAll(t, r.store, "ds", m.Chain("users")), scanAll(t, r.store, "full", f.Chain("users")); !slices.Equal(got, want) {
+		if got, want := scanAll(t, r.Store, "ds", m.Chain("users")), scanAll(t, r.Store, "full", f.Chain("users")); !slices.Equal(got, want) {
 			t.Errorf("step %d: the chain reads %d documents %v;\nthe full copy %d %v", i, len(got), got, len(want), want)
 		}
 		ids := []string{"u1", "u2", "u3", "u10", "u11"}
-		got, err := r.store.GetDocuments(ctx, snapshot.ChainRef{Dataset: "ds", Chain: m.Chain("users"), Collection: "users"}, ids)
+		got, err := r.Store.GetDocuments(ctx, snapshot.ChainRef{Dataset: "ds", Chain: m.Chain("users"), Collection: "users"}, ids)
 		if err != nil {
 			t.Fatal(err)
 		}
-		want, err := r.store.GetDocuments(ctx, snapshot.ChainRef{Dataset: "full", Chain: f.Chain("users"), Collection: "users"}, ids)
+		want, err := r.Store.GetDocuments(ctx, snapshot.ChainRef{Dataset: "full", Chain: f.Chain("users"), Collection: "users"}, ids)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -227,27 +185,27 @@ func testChainsStayBounded(t *testing.T, cached bool) {
 		prev = m
 	}
 	// A version on top of a merged delta is still computed from fingerprints alone.
-	r.exec(t, `UPDATE users SET name = 'eight' WHERE id = 'u3'`)
-	if u := r.publish(t, r.pub).Collections["users"]; u.Own.Rendered != 1 || u.Own.Changed != 1 || len(u.Layers) != 3 {
+	r.Exec(t, `UPDATE users SET name = 'eight' WHERE id = 'u3'`)
+	if u := r.Publish(t, r.Pub).Collections["users"]; u.Own.Rendered != 1 || u.Own.Changed != 1 || len(u.Layers) != 3 {
 		t.Errorf("a delta over the merged one: own %+v, chain %d", *u.Own, len(u.Layers))
 	}
 
-	r.w.MaxLayers = 1
-	r.exec(t, `UPDATE users SET name = 'nine' WHERE id = 'u3'`)
-	if u := r.publish(t, r.pub).Collections["users"]; u.Own.Kind != snapshot.LayerBase || len(u.Layers) != 1 {
+	r.Writer.MaxLayers = 1
+	r.Exec(t, `UPDATE users SET name = 'nine' WHERE id = 'u3'`)
+	if u := r.Publish(t, r.Pub).Collections["users"]; u.Own.Kind != snapshot.LayerBase || len(u.Layers) != 1 {
 		t.Errorf("max_layers 1: own %+v, chain %d; want a base alone", *u.Own, len(u.Layers))
 	}
-	r.w.MaxLayers, r.w.RebaseRatio = 8, 0.1
-	r.exec(t, `UPDATE users SET name = 'many' WHERE id IN ('u1', 'u2', 'u3')`) // 3 of 50 users: under 10%
-	if k := r.publish(t, r.pub).Collections["users"].Own.Kind; k != snapshot.LayerDelta {
+	r.Writer.MaxLayers, r.Writer.RebaseRatio = 8, 0.1
+	r.Exec(t, `UPDATE users SET name = 'many' WHERE id IN ('u1', 'u2', 'u3')`) // 3 of 50 users: under 10%
+	if k := r.Publish(t, r.Pub).Collections["users"].Own.Kind; k != snapshot.LayerDelta {
 		t.Errorf("a small change: %s layer; want delta", k)
 	}
-	r.exec(t, `UPDATE users SET name = 'more' WHERE id IN ('u1', 'u2', 'u3', 'u4')`)
-	if k := r.publish(t, r.pub).Collections["users"].Own.Kind; k != snapshot.LayerDelta {
+	r.Exec(t, `UPDATE users SET name = 'more' WHERE id IN ('u1', 'u2', 'u3', 'u4')`)
+	if k := r.Publish(t, r.Pub).Collections["users"].Own.Kind; k != snapshot.LayerDelta {
 		t.Errorf("deltas at 7 of 50 rows: %s layer; want delta", k)
 	}
-	r.exec(t, `UPDATE users SET name = 'again' WHERE id = 'u1'`)
-	if k := r.publish(t, r.pub).Collections["users"].Own.Kind; k != snapshot.LayerBase {
+	r.Exec(t, `UPDATE users SET name = 'again' WHERE id = 'u1'`)
+	if k := r.Publish(t, r.Pub).Collections["users"].Own.Kind; k != snapshot.LayerBase {
 		t.Errorf("deltas past rebase_ratio: %s layer; want base", k)
 	}
 }
@@ -255,23 +213,23 @@ func testChainsStayBounded(t *testing.T, cached bool) {
 // A parent whose fingerprints disagree with its manifest makes the publish start
 // again with bases, and the version published is right.
 func TestInconsistentParentFallsBackToBase(t *testing.T) {
-	r := newRig(t, twoCollections, twoTables...)
-	r.pub.Incremental = true
+	r := rig.New(t, rig.TwoCollections, rig.TwoTables...)
+	r.Pub.Incremental = true
 	ctx := context.Background()
-	m := r.publish(t, r.pub)
+	m := r.Publish(t, r.Pub)
 	broken := m
 	u := broken.Collections["users"]
 	u.Rows++
 	broken.Collections = map[string]snapshot.CollectionStats{"users": u, "orders": m.Collections["orders"]}
-	if err := r.store.UpdateManifest(ctx, broken, m.State); err != nil {
+	if err := r.Store.UpdateManifest(ctx, broken, m.State); err != nil {
 		t.Fatal(err)
 	}
-	r.exec(t, `UPDATE users SET name = 'x' WHERE id = 'u1'`)
-	m2 := r.publish(t, r.pub)
+	r.Exec(t, `UPDATE users SET name = 'x' WHERE id = 'u1'`)
+	m2 := r.Publish(t, r.Pub)
 	if k := m2.Collections["users"].Own.Kind; k != snapshot.LayerBase || m2.Collections["users"].Rows != 50 {
 		t.Errorf("after an inconsistent parent: users %+v, %d rows; want a base of 50", m2.Collections["users"].Own, m2.Collections["users"].Rows)
 	}
-	failed := r.lastManifestBefore(t, m2.Version)
+	failed := r.LastManifestBefore(t, m2.Version)
 	if failed.State != snapshot.StateFailed {
 		t.Errorf("the inconsistent attempt is %s; want failed", failed.State)
 	}
@@ -290,21 +248,21 @@ func TestParentCountingTooFewFallsBackToBase(t *testing.T) {
 	}{{0, false}, {16, false}, {1 << 20, false}, {16, true}, {1 << 20, true}} {
 		budget, carried := tc.budget, tc.carried
 		t.Run(fmt.Sprintf("run cache of %d bytes, carried %v", budget, carried), func(t *testing.T) {
-			r := newRig(t, twoCollections, twoTables...)
-			r.pub.Incremental = true
+			r := rig.New(t, rig.TwoCollections, rig.TwoTables...)
+			r.Pub.Incremental = true
 			if budget > 0 {
-				r.w.Runs = layer.NewRunCache(r.store, budget)
+				r.Writer.Runs = layer.NewRunCache(r.Store, budget)
 			}
 			ctx := context.Background()
-			r.exec(t, `UPDATE users SET name = 'x' WHERE id = 'u1'`)
-			r.publish(t, r.pub)
-			r.exec(t, `UPDATE users SET name = 'y' WHERE id = 'u1'`)
-			m := r.publish(t, r.pub) // a delta over the base: the count spans two layers
+			r.Exec(t, `UPDATE users SET name = 'x' WHERE id = 'u1'`)
+			r.Publish(t, r.Pub)
+			r.Exec(t, `UPDATE users SET name = 'y' WHERE id = 'u1'`)
+			m := r.Publish(t, r.Pub) // a delta over the base: the count spans two layers
 			broken := m
 			u := broken.Collections["users"]
 			u.Rows--
 			broken.Collections = map[string]snapshot.CollectionStats{"users": u, "orders": m.Collections["orders"]}
-			if err := r.store.UpdateManifest(ctx, broken, m.State); err != nil {
+			if err := r.Store.UpdateManifest(ctx, broken, m.State); err != nil {
 				t.Fatal(err)
 			}
 			rebuilt := false
@@ -314,8 +272,8 @@ func TestParentCountingTooFewFallsBackToBase(t *testing.T) {
 				// the parent saw fall in the row-version window when a transaction
 				// elsewhere held the parent's snapshot xmin back: users is then read,
 				// its count checked, and a base written at once.)
-				r.exec(t, `UPDATE orders SET user_id = 'u1' WHERE id = 1`)
-				c := r.publish(t, r.pub).Collections["users"]
+				r.Exec(t, `UPDATE orders SET user_id = 'u1' WHERE id = 1`)
+				c := r.Publish(t, r.Pub).Collections["users"]
 				switch {
 				case c.Own != nil && c.Own.Mode == snapshot.ModeSameFingerprint:
 				case c.Own != nil && c.Own.Kind == snapshot.LayerBase && c.Rows == 50:
@@ -324,8 +282,8 @@ func TestParentCountingTooFewFallsBackToBase(t *testing.T) {
 					t.Fatalf("users was neither carried nor rebuilt: %d rows, %+v", c.Rows, c.Own)
 				}
 			}
-			r.exec(t, `DELETE FROM users WHERE id = 'u2'`)
-			m2 := r.publish(t, r.pub)
+			r.Exec(t, `DELETE FROM users WHERE id = 'u2'`)
+			m2 := r.Publish(t, r.Pub)
 			if rebuilt {
 				if m2.Collections["users"].Rows != 49 {
 					t.Errorf("after a rebuilt base: users %d rows; want 49", m2.Collections["users"].Rows)
@@ -335,7 +293,7 @@ func TestParentCountingTooFewFallsBackToBase(t *testing.T) {
 			if k := m2.Collections["users"].Own.Kind; k != snapshot.LayerBase || m2.Collections["users"].Rows != 49 {
 				t.Errorf("after a parent counting too few: users %+v, %d rows; want a base of 49", m2.Collections["users"].Own, m2.Collections["users"].Rows)
 			}
-			if failed := r.lastManifestBefore(t, m2.Version); failed.State != snapshot.StateFailed {
+			if failed := r.LastManifestBefore(t, m2.Version); failed.State != snapshot.StateFailed {
 				t.Errorf("the inconsistent attempt is %s; want failed", failed.State)
 			}
 		})
@@ -345,14 +303,14 @@ func TestParentCountingTooFewFallsBackToBase(t *testing.T) {
 // A pinned version's refresh rewrites every layer of its chains, and its data time
 // (and so its expiry) is then the refresh's.
 func TestPinnedRefreshCoversTheChain(t *testing.T) {
-	r := newRig(t, twoCollections, twoTables...)
-	r.pub.Incremental = true
+	r := rig.New(t, rig.TwoCollections, rig.TwoTables...)
+	r.Pub.Incremental = true
 	ctx := context.Background()
-	tk := r.ticker(t, "admin")
+	tk := r.Ticker(t, "admin")
 	var m snapshot.Manifest
 	for i, stmts := range [][]string{nil, {`UPDATE users SET name = 'x' WHERE id = 'u1'`, `DELETE FROM users WHERE id = 'u2'`},
 		{`UPDATE users SET name = 'y' WHERE id = 'u1'`}} {
-		r.exec(t, stmts...)
+		r.Exec(t, stmts...)
 		res, err := tk.Tick(ctx, int64(i+1), snapshot.PublishOptions{})
 		if err != nil || res.Publish.NoOp {
 			t.Fatalf("tick %d: %+v, %v", i, res, err)
@@ -366,7 +324,7 @@ func TestPinnedRefreshCoversTheChain(t *testing.T) {
 	if res.Refreshed != 172 {
 		t.Errorf("refreshed %d rows; want 172 (both layers, tombstone included)", res.Refreshed)
 	}
-	got, _ := r.store.ReadManifest(ctx, "ds", m.Version)
+	got, _ := r.Store.ReadManifest(ctx, "ds", m.Version)
 	if !got.DataTime().Equal(now) {
 		t.Errorf("data time after the refresh = %s; want %s", got.DataTime(), now)
 	}
@@ -375,16 +333,16 @@ func TestPinnedRefreshCoversTheChain(t *testing.T) {
 // pinPreviousAndRefresh rolls back to the previous version, which pins it, and has
 // the publisher keep it alive an hour later, its TTL an hour: it returns the refresh
 // and when it ran.
-func pinPreviousAndRefresh(t *testing.T, r *rig, tk *snapshot.Ticker) (snapshot.PublishResult, time.Time) {
+func pinPreviousAndRefresh(t *testing.T, r *rig.Rig, tk *snapshot.Ticker) (snapshot.PublishResult, time.Time) {
 	t.Helper()
 	ctx := context.Background()
-	admin := &snapshot.Admin{Dataset: "ds", Store: r.store, Lease: tk.Lease}
+	admin := &snapshot.Admin{Dataset: "ds", Store: r.Store, Lease: tk.Lease}
 	if _, err := admin.Rollback(ctx, snapshot.RollbackRequest{Previous: true, Reason: "hold", By: "test"}); err != nil {
 		t.Fatal(err)
 	}
 	now := time.Now().Add(time.Hour)
-	r.pub.TTL, r.pub.Now = time.Hour, func() time.Time { return now }
-	_, res, done, err := r.pub.KeepAlive(ctx, snapshot.PublishOptions{})
+	r.Pub.TTL, r.Pub.Now = time.Hour, func() time.Time { return now }
+	_, res, done, err := r.Pub.KeepAlive(ctx, snapshot.PublishOptions{})
 	if err != nil || !done {
 		t.Fatalf("KeepAlive = %+v, %v, %v", res, done, err)
 	}
@@ -427,12 +385,12 @@ func (c *readCounter) ScanRun(ctx context.Context, dataset string, layer snapsho
 // pointer refresh before requests see it: the first requests after it read neither
 // from the store, and still carry every unchanged answer.
 func TestFlipsAreLoadedBeforeTheyAreServed(t *testing.T) {
-	r := newRig(t, twoCollections, twoTables...)
-	r.pub.Incremental = true
+	r := rig.New(t, rig.TwoCollections, rig.TwoTables...)
+	r.Pub.Incremental = true
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	v1 := r.publish(t, r.pub)
-	st := &readCounter{Store: r.store}
+	v1 := r.Publish(t, r.Pub)
+	st := &readCounter{Store: r.Store}
 	res, err := resolver.New("ds", st, resolver.Config{Refresh: 20 * time.Millisecond, Layers: layer.NewReader(st, "ds")}, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -464,8 +422,8 @@ func TestFlipsAreLoadedBeforeTheyAreServed(t *testing.T) {
 		}
 	}
 	readAll(serving(v1.Version, func() {}))
-	r.exec(t, `UPDATE users SET name = 'changed' WHERE id = 'u7'`)
-	v2 := r.publish(t, r.pub)
+	r.Exec(t, `UPDATE users SET name = 'changed' WHERE id = 'u7'`)
+	v2 := r.Publish(t, r.Pub)
 	_, missesBefore := res.CacheStats()
 	carriedBefore := res.CarriedHits()
 	// Counted from when the pointer names v2, until every user was read at it.
@@ -480,11 +438,11 @@ func TestFlipsAreLoadedBeforeTheyAreServed(t *testing.T) {
 }
 
 func TestCacheSurvivesFlips(t *testing.T) {
-	r := newRig(t, twoCollections, twoTables...)
-	r.pub.Incremental = true
+	r := rig.New(t, rig.TwoCollections, rig.TwoTables...)
+	r.Pub.Incremental = true
 	ctx := context.Background()
-	v1 := r.publish(t, r.pub)
-	res, err := resolver.New("ds", r.store, resolver.Config{Layers: layer.NewReader(r.store, "ds")}, nil)
+	v1 := r.Publish(t, r.Pub)
+	res, err := resolver.New("ds", r.Store, resolver.Config{Layers: layer.NewReader(r.Store, "ds")}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -507,10 +465,10 @@ func TestCacheSurvivesFlips(t *testing.T) {
 		return out
 	}
 	orig := readAll(v1)
-	r.exec(t, `UPDATE users SET name = 'changed' WHERE id = 'u7'`, `DELETE FROM users WHERE id = 'u8'`)
-	v2 := r.publish(t, r.pub)
-	r.exec(t, `UPDATE orders SET user_id = 'u1' WHERE id = 1`) // users unchanged: no layer
-	v3 := r.publish(t, r.pub)
+	r.Exec(t, `UPDATE users SET name = 'changed' WHERE id = 'u7'`, `DELETE FROM users WHERE id = 'u8'`)
+	v2 := r.Publish(t, r.Pub)
+	r.Exec(t, `UPDATE orders SET user_id = 'u1' WHERE id = 1`) // users unchanged: no layer
+	v3 := r.Publish(t, r.Pub)
 	_, missesBefore := res.CacheStats()
 	got := readAll(v3) // two flips on, nothing read at v2
 	_, misses := res.CacheStats()
@@ -527,9 +485,9 @@ func TestCacheSurvivesFlips(t *testing.T) {
 
 	// A merged delta (the chain was at max_layers) holds every id of the deltas it
 	// replaced: only those miss.
-	r.w.MaxLayers = 2
-	r.exec(t, `UPDATE users SET name = 'merged' WHERE id = 'u9'`)
-	v4 := r.publish(t, r.pub)
+	r.Writer.MaxLayers = 2
+	r.Exec(t, `UPDATE users SET name = 'merged' WHERE id = 'u9'`)
+	v4 := r.Publish(t, r.Pub)
 	if l := v4.Collections["users"].Layers; len(l) != 2 || l[0].Merged != 1 {
 		t.Fatalf("users' chain at v4 = %+v; want a merged delta over the base", l)
 	}
@@ -563,19 +521,19 @@ func TestCacheSurvivesFlips(t *testing.T) {
 // full copy writes a base, and a full copy after layered versions is a full copy; the
 // totals agree throughout.
 func TestSwitchingModes(t *testing.T) {
-	r := newRig(t, twoCollections, twoTables...)
-	full := r.publish(t, r.pub)
-	r.pub.Incremental = true
-	r.exec(t, `UPDATE users SET name = 'x' WHERE id = 'u1'`)
-	first := r.publish(t, r.pub)
+	r := rig.New(t, rig.TwoCollections, rig.TwoTables...)
+	full := r.Publish(t, r.Pub)
+	r.Pub.Incremental = true
+	r.Exec(t, `UPDATE users SET name = 'x' WHERE id = 'u1'`)
+	first := r.Publish(t, r.Pub)
 	if k := first.Collections["users"].Own.Kind; first.Format != snapshot.FormatLayered || k != snapshot.LayerBase {
 		t.Errorf("the first incremental sync after a full copy: format %d, %s layer; want a layered base", first.Format, k)
 	}
-	r.exec(t, `UPDATE users SET name = 'y' WHERE id = 'u1'`)
-	delta := r.publish(t, r.pub)
-	r.pub.Incremental = false
-	r.exec(t, `UPDATE users SET name = 'z' WHERE id = 'u1'`)
-	back := r.publish(t, r.pub)
+	r.Exec(t, `UPDATE users SET name = 'y' WHERE id = 'u1'`)
+	delta := r.Publish(t, r.Pub)
+	r.Pub.Incremental = false
+	r.Exec(t, `UPDATE users SET name = 'z' WHERE id = 'u1'`)
+	back := r.Publish(t, r.Pub)
 	if back.Format != snapshot.FormatFull || len(back.Collections["users"].Layers) != 0 {
 		t.Errorf("full mode after layered versions: format %d, layers %v", back.Format, back.Collections["users"].Layers)
 	}
@@ -630,21 +588,21 @@ func (c *countingRuns) ScanRun(ctx context.Context, dataset string, layer snapsh
 // deltas are computed against it (merges included), and the versions are what they
 // are without it; a run over the cache's budget is streamed every time.
 func TestRunCacheReadsEachRunOnce(t *testing.T) {
-	r := newRig(t, twoCollections, twoTables...)
-	r.pub.Incremental, r.w.MaxLayers, r.w.RebaseRatio = true, 3, 100
-	full := r.twin()
-	counted := &countingRuns{RunReader: r.store, reads: map[snapshot.Version]int{}}
+	r := rig.New(t, rig.TwoCollections, rig.TwoTables...)
+	r.Pub.Incremental, r.Writer.MaxLayers, r.Writer.RebaseRatio = true, 3, 100
+	full := r.Twin()
+	counted := &countingRuns{RunReader: r.Store, reads: map[snapshot.Version]int{}}
 	cache := layer.NewRunCache(counted, 1<<20)
-	r.w.Runs = cache
-	base := r.publish(t, r.pub)
+	r.Writer.Runs = cache
+	base := r.Publish(t, r.Pub)
 	for i := range 6 {
-		r.exec(t, fmt.Sprintf(`UPDATE users SET name = 'gen %d' WHERE id = 'u%d'`, i, i+1), fmt.Sprintf(`DELETE FROM users WHERE id = 'u%d'`, 20+i))
-		m := r.publish(t, r.pub)
-		f := r.publish(t, full)
+		r.Exec(t, fmt.Sprintf(`UPDATE users SET name = 'gen %d' WHERE id = 'u%d'`, i, i+1), fmt.Sprintf(`DELETE FROM users WHERE id = 'u%d'`, 20+i))
+		m := r.Publish(t, r.Pub)
+		f := r.Publish(t, full)
 		if d, c := m.Collections["users"], f.Collections["users"]; d.Digest != c.Digest || d.Rows != c.Rows {
 			t.Fatalf("delta %d with the run cache: %d rows, digest %s; the full copy %d, %s", i, d.Rows, d.Digest, c.Rows, c.Digest)
 		}
-		if got, want := scanAll(t, r.store, "ds", m.Chain("users")), scanAll(t, r.store, "full", f.Chain("users")); !slices.Equal(got, want) {
+		if got, want := scanAll(t, r.Store, "ds", m.Chain("users")), scanAll(t, r.Store, "full", f.Chain("users")); !slices.Equal(got, want) {
 			t.Fatalf("delta %d with the run cache reads %d documents; the full copy %d", i, len(got), len(want))
 		}
 	}
@@ -668,7 +626,7 @@ func TestRunCacheReadsEachRunOnce(t *testing.T) {
 	// count, and the next ones, whose parents this process wrote, read by id.
 	for _, recorded := range []bool{true, false} {
 		tiny := layer.NewRunCache(counted, 16)
-		pub := *withWriter(r.pub, r.w, func(w *layer.Writer) {
+		pub := *withWriter(r.Pub, r.Writer, func(w *layer.Writer) {
 			w.Runs = tiny
 			if !recorded {
 				w.Store = unrecorded{w.Store}
@@ -676,10 +634,10 @@ func TestRunCacheReadsEachRunOnce(t *testing.T) {
 		})
 		before := counted.reads[base.Version]
 		for i := range 3 {
-			r.exec(t, fmt.Sprintf(`UPDATE users SET name = 'tiny %d %v' WHERE id = 'u40'`, i, recorded), fmt.Sprintf(`INSERT INTO users (id, name) VALUES ('tiny%d%v', 't')`, i, recorded))
-			m := r.publish(t, &pub)
-			f := r.publish(t, full)
-			if got, want := scanAll(t, r.store, "ds", m.Chain("users")), scanAll(t, r.store, "full", f.Chain("users")); !slices.Equal(got, want) {
+			r.Exec(t, fmt.Sprintf(`UPDATE users SET name = 'tiny %d %v' WHERE id = 'u40'`, i, recorded), fmt.Sprintf(`INSERT INTO users (id, name) VALUES ('tiny%d%v', 't')`, i, recorded))
+			m := r.Publish(t, &pub)
+			f := r.Publish(t, full)
+			if got, want := scanAll(t, r.Store, "ds", m.Chain("users")), scanAll(t, r.Store, "full", f.Chain("users")); !slices.Equal(got, want) {
 				t.Fatalf("delta %d with a 16-byte cache (recorded counts %v) reads %d documents; the full copy %d", i, recorded, len(got), len(want))
 			}
 		}
@@ -705,15 +663,15 @@ func (unrecorded) RecordedLive(context.Context, string, snapshot.Version, string
 // Merges are size-tiered: under a stream of small changes some merges leave an older,
 // larger delta below them, and every version still reads what a full copy does.
 func TestTieredMergesKeepOlderTiers(t *testing.T) {
-	r := newRig(t, twoCollections, twoTables...)
-	r.pub.Incremental, r.w.MaxLayers, r.w.RebaseRatio = true, 4, 100
-	full := r.twin()
-	r.publish(t, r.pub)
+	r := rig.New(t, rig.TwoCollections, rig.TwoTables...)
+	r.Pub.Incremental, r.Writer.MaxLayers, r.Writer.RebaseRatio = true, 4, 100
+	full := r.Twin()
+	r.Publish(t, r.Pub)
 	var tiered, copied int64
 	for i := range 16 {
-		r.exec(t, fmt.Sprintf(`UPDATE users SET name = 'tier %d' WHERE id = 'u%d'`, i, i+1))
-		m := r.publish(t, r.pub)
-		f := r.publish(t, full)
+		r.Exec(t, fmt.Sprintf(`UPDATE users SET name = 'tier %d' WHERE id = 'u%d'`, i, i+1))
+		m := r.Publish(t, r.Pub)
+		f := r.Publish(t, full)
 		u := m.Collections["users"]
 		if len(u.Layers) > 4 {
 			t.Fatalf("publish %d: a chain of %d layers; max_layers is 4", i, len(u.Layers))
@@ -725,7 +683,7 @@ func TestTieredMergesKeepOlderTiers(t *testing.T) {
 		if d, c := u, f.Collections["users"]; d.Digest != c.Digest || d.Rows != c.Rows {
 			t.Fatalf("publish %d: %d rows, digest %s; the full copy %d, %s", i, d.Rows, d.Digest, c.Rows, c.Digest)
 		}
-		if got, want := scanAll(t, r.store, "ds", m.Chain("users")), scanAll(t, r.store, "full", f.Chain("users")); !slices.Equal(got, want) {
+		if got, want := scanAll(t, r.Store, "ds", m.Chain("users")), scanAll(t, r.Store, "full", f.Chain("users")); !slices.Equal(got, want) {
 			t.Fatalf("publish %d: the chain reads %d documents; the full copy %d", i, len(got), len(want))
 		}
 	}
@@ -747,25 +705,25 @@ func TestDeltaReadsChangedRowsOnly(t *testing.T) {
 }
 
 func testDeltaReadsChangedRowsOnly(t *testing.T, cached bool) {
-	r := newRig(t, twoCollections, twoTables...)
-	r.pub.Incremental = true
+	r := rig.New(t, rig.TwoCollections, rig.TwoTables...)
+	r.Pub.Incremental = true
 	if cached {
-		r.w.Runs = layer.NewRunCache(r.store, 1<<20)
+		r.Writer.Runs = layer.NewRunCache(r.Store, 1<<20)
 	}
-	full := r.twin()
-	r.publish(t, r.pub)
-	r.publish(t, full)
+	full := r.Twin()
+	r.Publish(t, r.Pub)
+	r.Publish(t, full)
 	check := func(what string, wantMode snapshot.LayerMode, stmts ...string) {
 		t.Helper()
-		r.exec(t, stmts...)
-		m := r.publish(t, r.pub)
-		f := r.publish(t, full)
+		r.Exec(t, stmts...)
+		m := r.Publish(t, r.Pub)
+		f := r.Publish(t, full)
 		for name, c := range f.Collections {
 			if d := m.Collections[name]; d.Rows != c.Rows || d.Bytes != c.Bytes || d.Digest != c.Digest {
 				t.Errorf("%s: %s holds %d rows %d bytes %s; the full copy %d %d %s", what, name, d.Rows, d.Bytes, d.Digest, c.Rows, c.Bytes, c.Digest)
 			}
 		}
-		if got, want := scanAll(t, r.store, "ds", m.Chain("users")), scanAll(t, r.store, "full", f.Chain("users")); !slices.Equal(got, want) {
+		if got, want := scanAll(t, r.Store, "ds", m.Chain("users")), scanAll(t, r.Store, "full", f.Chain("users")); !slices.Equal(got, want) {
 			t.Errorf("%s: the chain reads %d users; the full copy %d", what, len(got), len(want))
 		}
 		if u := m.Collections["users"].Own; u.Mode != wantMode {
@@ -785,8 +743,8 @@ func testDeltaReadsChangedRowsOnly(t *testing.T, cached bool) {
 
 	// orders has no unique key: a duplicate id added is caught, not published, even
 	// when a deletion balances the count.
-	r.exec(t, `DELETE FROM orders WHERE id = 5`, `INSERT INTO orders VALUES (1, 'u1')`)
-	if _, err := r.pub.Publish(context.Background(), snapshot.PublishOptions{}); err == nil || !strings.Contains(err.Error(), "duplicate key") {
+	r.Exec(t, `DELETE FROM orders WHERE id = 5`, `INSERT INTO orders VALUES (1, 'u1')`)
+	if _, err := r.Pub.Publish(context.Background(), snapshot.PublishOptions{}); err == nil || !strings.Contains(err.Error(), "duplicate key") {
 		t.Errorf("a duplicate id added to orders and a row deleted: publish = %v; want the duplicate key named", err)
 	}
 }
@@ -797,13 +755,13 @@ func testDeltaReadsChangedRowsOnly(t *testing.T, cached bool) {
 func TestSparseMergeKeepsRewrittenUnchangedRows(t *testing.T) {
 	for _, cached := range []bool{false, true} {
 		t.Run(fmt.Sprintf("run cache %v", cached), func(t *testing.T) {
-			r := newRig(t, twoCollections, twoTables...)
-			r.pub.Incremental, r.w.MaxLayers, r.w.RebaseRatio = true, 3, 100
+			r := rig.New(t, rig.TwoCollections, rig.TwoTables...)
+			r.Pub.Incremental, r.Writer.MaxLayers, r.Writer.RebaseRatio = true, 3, 100
 			if cached {
-				r.w.Runs = layer.NewRunCache(r.store, 1<<20)
+				r.Writer.Runs = layer.NewRunCache(r.Store, 1<<20)
 			}
-			full := r.twin()
-			r.publish(t, r.pub)
+			full := r.Twin()
+			r.Publish(t, r.Pub)
 			var m snapshot.Manifest
 			for _, stmt := range []string{
 				`UPDATE users SET name = 'one' WHERE id = 'u1'`,
@@ -811,10 +769,10 @@ func TestSparseMergeKeepsRewrittenUnchangedRows(t *testing.T) {
 				// The merge: u1 (in the merged deltas) written again unchanged, u3 changed.
 				`UPDATE users SET name = name WHERE id = 'u1'; UPDATE users SET name = 'three' WHERE id = 'u3'`,
 			} {
-				r.exec(t, stmt)
-				m = r.publish(t, r.pub)
-				f := r.publish(t, full)
-				if got, want := scanAll(t, r.store, "ds", m.Chain("users")), scanAll(t, r.store, "full", f.Chain("users")); !slices.Equal(got, want) {
+				r.Exec(t, stmt)
+				m = r.Publish(t, r.Pub)
+				f := r.Publish(t, full)
+				if got, want := scanAll(t, r.Store, "ds", m.Chain("users")), scanAll(t, r.Store, "full", f.Chain("users")); !slices.Equal(got, want) {
 					t.Fatalf("after %q the chain reads %v;\nthe full copy %v", stmt, got, want)
 				}
 				if d, c := m.Collections["users"], f.Collections["users"]; d.Digest != c.Digest || d.Rows != c.Rows {
@@ -831,13 +789,13 @@ func TestSparseMergeKeepsRewrittenUnchangedRows(t *testing.T) {
 // A table with inheritance children: its primary key does not cover theirs, so a
 // duplicate id in a child with a row deleted (a balanced count) is still caught.
 func TestChangedRowsOnlyNotForInheritance(t *testing.T) {
-	r := newRig(t, []pgsource.Collection{{Name: "items", Table: "items", Key: "id"}},
+	r := rig.New(t, []pgsource.Collection{{Name: "items", Table: "items", Key: "id"}},
 		`CREATE TABLE items (id int PRIMARY KEY, v text)`, `CREATE TABLE items_more () INHERITS (items)`,
 		`INSERT INTO items SELECT g, 'x' FROM generate_series(1, 20) g`)
-	r.pub.Incremental = true
-	r.publish(t, r.pub)
-	r.exec(t, `DELETE FROM items WHERE id = 5`, `INSERT INTO items_more VALUES (1, 'dup')`)
-	if _, err := r.pub.Publish(context.Background(), snapshot.PublishOptions{}); err == nil || !strings.Contains(err.Error(), "duplicate key") {
+	r.Pub.Incremental = true
+	r.Publish(t, r.Pub)
+	r.Exec(t, `DELETE FROM items WHERE id = 5`, `INSERT INTO items_more VALUES (1, 'dup')`)
+	if _, err := r.Pub.Publish(context.Background(), snapshot.PublishOptions{}); err == nil || !strings.Contains(err.Error(), "duplicate key") {
 		t.Errorf("a duplicate id in an inheritance child and a row deleted: publish = %v; want the duplicate key named", err)
 	}
 }
@@ -846,41 +804,37 @@ func TestChangedRowsOnlyNotForInheritance(t *testing.T) {
 // tick, though nothing changed, and both the result and the audit entry say why (ttl);
 // a tick before that is a no-op with no reason.
 func TestTTLRepublishSaysWhy(t *testing.T) {
-	r := newRig(t, twoCollections, twoTables...)
-	r.pub.Incremental = true
-	r.pub.Audit = r.store
+	r := rig.New(t, rig.TwoCollections, rig.TwoTables...)
+	r.Pub.Incremental = true
+	r.Pub.Audit = r.Store
 	ctx := context.Background()
-	tk := r.ticker(t, "a")
+	tk := r.Ticker(t, "a")
 	first, err := tk.Tick(ctx, 1, snapshot.PublishOptions{})
 	if err != nil || first.Publish.NoOp {
 		t.Fatalf("first tick: %+v, %v", first, err)
 	}
-	r.pub.TTL = time.Hour
+	r.Pub.TTL = time.Hour
 	quiet, err := tk.Tick(ctx, 2, snapshot.PublishOptions{})
 	if err != nil || !quiet.Publish.NoOp || quiet.Publish.Reason != "" {
 		t.Fatalf("tick within half the TTL: %+v, %v; want a no-op with no reason", quiet.Publish, err)
 	}
 	now := time.Now().Add(31 * time.Minute)
-	r.pub.Now = func() time.Time { return now }
-	r.w.Now = r.pub.Now
+	r.Pub.Now = func() time.Time { return now }
+	r.Writer.Now = r.Pub.Now
 	res, err := tk.Tick(ctx, 3, snapshot.PublishOptions{})
 	if err != nil || res.Publish.NoOp || res.Publish.Reason != snapshot.ReasonTTL {
 		t.Fatalf("tick past half the TTL: %+v, %v; want a publish with reason %q", res.Publish, err, snapshot.ReasonTTL)
 	}
-	entries, err := r.store.ListAudit(ctx, "ds", 1)
+	entries, err := r.Store.ListAudit(ctx, "ds", 1)
 	if err != nil || len(entries) != 1 || entries[0].To != res.Publish.Manifest.Version || entries[0].Reason != string(snapshot.ReasonTTL) {
 		t.Errorf("newest audit entry = %+v, %v; want the republish of %s with reason %q", entries, err, res.Publish.Manifest.Version, snapshot.ReasonTTL)
 	}
 }
 
-// ticker returns a Ticker of the rig's dataset for holder, whose lease advances the
-// pointer's fence when it is taken.
-func (r *rig) ticker(tb testing.TB, holder string) *snapshot.Ticker {
-	tb.Helper()
-	lease, err := r.store.NewLease("publish/ds", store.LeaseConfig{Holder: holder,
-		BeforeAcquire: func(ctx context.Context, token uint64) error { return r.store.AdvanceFence(ctx, "ds", token) }})
-	if err != nil {
-		tb.Fatal(err)
-	}
-	return &snapshot.Ticker{Publisher: r.pub, Lease: lease, Slots: r.store, Holder: holder}
+// withWriter returns a copy of p writing with a copy of w that change made.
+func withWriter(p *snapshot.Publisher, w *layer.Writer, change func(*layer.Writer)) *snapshot.Publisher {
+	wc, pc := *w, *p
+	change(&wc)
+	pc.Data = &wc
+	return &pc
 }

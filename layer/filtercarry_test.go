@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/snapflip/snapflip/index"
+	"github.com/snapflip/snapflip/internal/testenv/rig"
 	"github.com/snapflip/snapflip/layer"
 	"github.com/snapflip/snapflip/pgsource"
 	"github.com/snapflip/snapflip/resolver"
@@ -25,9 +26,9 @@ func TestFilterCacheCarriesAcrossFlips(t *testing.T) {
 		`CREATE TABLE t (id int PRIMARY KEY, n int, note text)`,
 		`INSERT INTO t SELECT g, g % 7, 'x' FROM generate_series(1, 200) g`,
 	}
-	r := newRig(t, []pgsource.Collection{{Name: "t", Table: "t", Indexes: []pgsource.Columns{{"n"}}}}, schema...)
-	r.pub.Incremental, r.w.MaxLayers, r.w.RebaseRatio = true, 4, 0.3
-	st := &readCounter{Store: r.store}
+	r := rig.New(t, []pgsource.Collection{{Name: "t", Table: "t", Indexes: []pgsource.Columns{{"n"}}}}, schema...)
+	r.Pub.Incremental, r.Writer.MaxLayers, r.Writer.RebaseRatio = true, 4, 0.3
+	st := &readCounter{Store: r.Store}
 	cached, err := resolver.New("ds", st, resolver.Config{Layers: layer.NewReader(st, "ds")}, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -35,7 +36,7 @@ func TestFilterCacheCarriesAcrossFlips(t *testing.T) {
 	seed := rand.Uint64()
 	t.Logf("seed %d", seed)
 	rnd := rand.New(rand.NewPCG(seed, 7))
-	versions := []snapshot.Version{r.publish(t, r.pub).Version}
+	versions := []snapshot.Version{r.Publish(t, r.Pub).Version}
 	for step := range 24 {
 		id := func() int { return 1 + rnd.IntN(220) }
 		var sql []string
@@ -53,10 +54,10 @@ func TestFilterCacheCarriesAcrossFlips(t *testing.T) {
 		}
 		// Every step changes something, so every step publishes.
 		sql = append(sql, fmt.Sprintf(`UPDATE t SET note = 'step %d' WHERE id = (SELECT min(id) FROM t)`, step))
-		r.exec(t, sql...)
-		versions = append(versions, r.publish(t, r.pub).Version)
+		r.Exec(t, sql...)
+		versions = append(versions, r.Publish(t, r.Pub).Version)
 		for _, v := range []snapshot.Version{versions[len(versions)-1], versions[rnd.IntN(len(versions))]} {
-			fresh, err := resolver.New("ds", r.store, resolver.Config{CacheSize: -1}, nil)
+			fresh, err := resolver.New("ds", r.Store, resolver.Config{CacheSize: -1}, nil)
 			if err != nil {
 				t.Fatal(err)
 			}

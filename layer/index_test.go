@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/snapflip/snapflip/index"
+	"github.com/snapflip/snapflip/internal/testenv/rig"
 	"github.com/snapflip/snapflip/layer"
 	"github.com/snapflip/snapflip/pgsource"
 	"github.com/snapflip/snapflip/snapshot"
@@ -103,11 +104,11 @@ func TestIndexEntriesMatchTheDocuments(t *testing.T) {
 			'2024-01-01'::timestamptz + g * interval '1 hour' FROM generate_series(1, 300) g`,
 	}
 	two := []pgsource.Collection{{Name: "t", Table: "t", Indexes: []pgsource.Columns{{"n"}, {"s", "at"}}}}
-	r := newRig(t, two, schema...)
-	r.pub.Incremental, r.w.MaxLayers, r.w.RebaseRatio = true, 3, 0.3
-	full := r.twin()
+	r := rig.New(t, two, schema...)
+	r.Pub.Incremental, r.Writer.MaxLayers, r.Writer.RebaseRatio = true, 3, 0.3
+	full := r.Twin()
 	rnd := rand.New(rand.NewPCG(3, 4))
-	checkIndexes(t, r.store, r.publish(t, r.pub), "t", 2)
+	checkIndexes(t, r.Store, r.Publish(t, r.Pub), "t", 2)
 	kinds := map[snapshot.LayerKind]int{}
 	for step := range 14 {
 		id := func() int { return 1 + rnd.IntN(330) }
@@ -128,9 +129,9 @@ func TestIndexEntriesMatchTheDocuments(t *testing.T) {
 				sql = append(sql, fmt.Sprintf(`UPDATE t SET at = at + interval '1 day' WHERE n = %d`, rnd.IntN(7)))
 			}
 		}
-		r.exec(t, sql...)
-		m := r.publish(t, r.pub)
-		checkIndexes(t, r.store, m, "t", 2)
+		r.Exec(t, sql...)
+		m := r.Publish(t, r.Pub)
+		checkIndexes(t, r.Store, m, "t", 2)
 		switch c := m.Collections["t"]; {
 		case c.Own.Kind == snapshot.LayerDelta && c.Layers[0].Merged > 0:
 			kinds["merged"]++
@@ -138,7 +139,7 @@ func TestIndexEntriesMatchTheDocuments(t *testing.T) {
 			kinds[c.Own.Kind]++
 		}
 		if step%5 == 0 {
-			checkIndexes(t, r.store, r.publish(t, full), "t", 2)
+			checkIndexes(t, r.Store, r.Publish(t, full), "t", 2)
 		}
 	}
 
@@ -148,28 +149,28 @@ func TestIndexEntriesMatchTheDocuments(t *testing.T) {
 
 	// One index more: the next version is a base holding all three.
 	three := []pgsource.Collection{{Name: "t", Table: "t", Indexes: []pgsource.Columns{{"n"}, {"s", "at"}, {"at"}}}}
-	src, err := pgsource.New(r.dsn, three)
+	src, err := pgsource.New(r.DSN, three)
 	if err != nil {
 		t.Fatal(err)
 	}
-	r.pub.Source = src
-	m := r.publish(t, r.pub)
+	r.Pub.Source = src
+	m := r.Publish(t, r.Pub)
 	if c := m.Collections["t"]; c.Own == nil || c.Own.Kind != snapshot.LayerBase {
 		t.Fatalf("a version with an index added: own %+v; want a base", c.Own)
 	}
-	checkIndexes(t, r.store, m, "t", 3)
-	r.exec(t, `UPDATE t SET n = 100 WHERE id IN (SELECT id FROM t ORDER BY id LIMIT 3)`)
-	checkIndexes(t, r.store, r.publish(t, r.pub), "t", 3)
+	checkIndexes(t, r.Store, m, "t", 3)
+	r.Exec(t, `UPDATE t SET n = 100 WHERE id IN (SELECT id FROM t ORDER BY id LIMIT 3)`)
+	checkIndexes(t, r.Store, r.Publish(t, r.Pub), "t", 3)
 
 	// None: the next version has no index. (Any change to a collection's definition,
 	// its indexes included, makes the next version a base.)
-	src, err = pgsource.New(r.dsn, []pgsource.Collection{{Name: "t", Table: "t"}})
+	src, err = pgsource.New(r.DSN, []pgsource.Collection{{Name: "t", Table: "t"}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	r.pub.Source = src
-	r.exec(t, `UPDATE t SET n = 101 WHERE id IN (SELECT id FROM t ORDER BY id LIMIT 3)`)
-	m = r.publish(t, r.pub)
+	r.Pub.Source = src
+	r.Exec(t, `UPDATE t SET n = 101 WHERE id IN (SELECT id FROM t ORDER BY id LIMIT 3)`)
+	m = r.Publish(t, r.Pub)
 	if c := m.Collections["t"]; len(c.Indexes) != 0 || len(c.Own.Indexes) != 0 {
 		t.Errorf("a version without indexes: indexes %+v, own %+v; want none", c.Indexes, c.Own)
 	}
@@ -186,13 +187,13 @@ func TestUnindexableFieldsFailTheVersion(t *testing.T) {
 		{"long", `CREATE TABLE t (id int PRIMARY KEY, s text); INSERT INTO t VALUES (1, repeat('x', 5000))`, "over the limit of 2048", []pgsource.Columns{{"s"}}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			r := newRig(t, []pgsource.Collection{{Name: "t", Table: "t", Indexes: tc.indexes}}, tc.schema)
-			r.pub.Incremental = true
-			_, err := r.pub.Publish(context.Background(), snapshot.PublishOptions{})
+			r := rig.New(t, []pgsource.Collection{{Name: "t", Table: "t", Indexes: tc.indexes}}, tc.schema)
+			r.Pub.Incremental = true
+			_, err := r.Pub.Publish(context.Background(), snapshot.PublishOptions{})
 			if err == nil || !strings.Contains(err.Error(), tc.want) {
 				t.Fatalf("Publish = %v; want an error saying %q", err, tc.want)
 			}
-			if _, err := r.store.ReadPointer(context.Background(), "ds"); err == nil {
+			if _, err := r.Store.ReadPointer(context.Background(), "ds"); err == nil {
 				t.Error("a version was published")
 			}
 		})
@@ -245,24 +246,24 @@ func loseOne(n map[string]int64) {
 // A layer whose index cells were not all acknowledged is never sealed nor
 // published, for a base as for a delta: the pointer stays where it was.
 func TestAPartialIndexIsNeverPublished(t *testing.T) {
-	r := newRig(t, []pgsource.Collection{{Name: "t", Table: "t", Indexes: []pgsource.Columns{{"n"}}}},
+	r := rig.New(t, []pgsource.Collection{{Name: "t", Table: "t", Indexes: []pgsource.Columns{{"n"}}}},
 		`CREATE TABLE t (id int PRIMARY KEY, n int)`, `INSERT INTO t SELECT g, g FROM generate_series(1, 100) g`)
-	r.pub.Incremental = true
+	r.Pub.Incremental = true
 	ctx := context.Background()
 	for _, step := range []string{"base directory", "base", "delta"} {
-		lossy := withWriter(r.pub, r.w, func(w *layer.Writer) { w.Store = lossyStore{Store: r.store, chunks: step == "base directory"} })
+		lossy := withWriter(r.Pub, r.Writer, func(w *layer.Writer) { w.Store = lossyStore{Store: r.Store, chunks: step == "base directory"} })
 		if step == "delta" {
-			r.publish(t, r.pub)
-			r.exec(t, `UPDATE t SET n = n + 1000 WHERE id <= 20`)
+			r.Publish(t, r.Pub)
+			r.Exec(t, `UPDATE t SET n = n + 1000 WHERE id <= 20`)
 		}
-		before, _ := r.store.ReadPointer(ctx, "ds")
+		before, _ := r.Store.ReadPointer(ctx, "ds")
 		_, err := lossy.Publish(ctx, snapshot.PublishOptions{})
 		want := map[string]string{"base directory": "index n: wrote 1 of 1 cells (100 entries, 0 tombstones, 1 blocks) and 0 of 1 directory chunks",
 			"base": "index n: wrote 0 of 1 cells", "delta": "index n: wrote 39 of 40 cells"}[step]
 		if err == nil || !strings.Contains(err.Error(), want) {
 			t.Fatalf("%s: Publish with index cells lost = %v; want an error naming the index", step, err)
 		}
-		if after, _ := r.store.ReadPointer(ctx, "ds"); after.Version != before.Version {
+		if after, _ := r.Store.ReadPointer(ctx, "ds"); after.Version != before.Version {
 			t.Fatalf("%s: the pointer moved to %s", step, after.Version)
 		}
 	}
@@ -271,13 +272,13 @@ func TestAPartialIndexIsNeverPublished(t *testing.T) {
 // A pinned version's refresh rewrites its indexes' cells with its documents': the
 // base's blocks and the delta's entries and tombstones, so TTL collects neither.
 func TestPinnedRefreshCoversTheIndexes(t *testing.T) {
-	r := newRig(t, []pgsource.Collection{{Name: "t", Table: "t", Indexes: []pgsource.Columns{{"n"}}}},
+	r := rig.New(t, []pgsource.Collection{{Name: "t", Table: "t", Indexes: []pgsource.Columns{{"n"}}}},
 		`CREATE TABLE t (id int PRIMARY KEY, n int)`, `INSERT INTO t SELECT g, g FROM generate_series(1, 600) g`)
-	r.pub.Incremental = true
+	r.Pub.Incremental = true
 	ctx := context.Background()
-	tk := r.ticker(t, "admin")
+	tk := r.Ticker(t, "admin")
 	for i, stmts := range [][]string{nil, {`UPDATE t SET n = -n WHERE id <= 5`}, {`UPDATE t SET n = 0 WHERE id = 600`}} {
-		r.exec(t, stmts...)
+		r.Exec(t, stmts...)
 		if res, err := tk.Tick(ctx, int64(i+1), snapshot.PublishOptions{}); err != nil || res.Publish.NoOp {
 			t.Fatalf("tick %d: %+v, %v", i, res, err)
 		}
@@ -294,18 +295,18 @@ func TestPinnedRefreshCoversTheIndexes(t *testing.T) {
 // indexers share their packers, and the blocks and the directory written hold every
 // document's entry exactly once, read through the directory as by a whole scan.
 func TestFullCopyInPartsPacksEachIndexOnce(t *testing.T) {
-	r := newRig(t, []pgsource.Collection{{Name: "t", Table: "t", Indexes: []pgsource.Columns{{"n"}, {"s", "id"}}}},
+	r := rig.New(t, []pgsource.Collection{{Name: "t", Table: "t", Indexes: []pgsource.Columns{{"n"}, {"s", "id"}}}},
 		`CREATE TABLE t (id int PRIMARY KEY, n int, s text)`,
 		`INSERT INTO t SELECT g, g % 13, CASE WHEN g % 4 = 0 THEN NULL ELSE md5(g::text) END FROM generate_series(1, 1500) g`)
-	src := r.pub.Source.(*pgsource.Source)
+	src := r.Pub.Source.(*pgsource.Source)
 	src.Readers, src.PartitionMinRows = 4, 1
-	m := r.publish(t, r.twin())
+	m := r.Publish(t, r.Twin())
 	if m.Format == snapshot.FormatLayered || m.Rows() != 1500 {
 		t.Fatalf("the twin wrote %+v; want a full copy of 1,500 rows", m.Collections["t"])
 	}
-	checkIndexes(t, r.store, m, "t", 2)
+	checkIndexes(t, r.Store, m, "t", 2)
 	for _, d := range m.Collections["t"].Indexes {
-		page, more, err := r.store.ScanEntries(context.Background(), snapshot.ChainRef{Dataset: m.Dataset, Chain: m.Chain("t"), Collection: index.Collection("t", d.Name)}, snapshot.Span{Inclusive: true}, 10_000)
+		page, more, err := r.Store.ScanEntries(context.Background(), snapshot.ChainRef{Dataset: m.Dataset, Chain: m.Chain("t"), Collection: index.Collection("t", d.Name)}, snapshot.Span{Inclusive: true}, 10_000)
 		if err != nil || more || len(page) != 1500 {
 			t.Errorf("index %s through its directory: %d entries, more %v, %v; want 1,500", d.Name, len(page), more, err)
 		}

@@ -2,7 +2,6 @@ package layer_test
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"math/rand/v2"
 	"slices"
@@ -11,6 +10,7 @@ import (
 	"time"
 
 	"github.com/snapflip/snapflip/internal/testenv"
+	"github.com/snapflip/snapflip/internal/testenv/rig"
 	"github.com/snapflip/snapflip/layer"
 	"github.com/snapflip/snapflip/pgsource"
 	"github.com/snapflip/snapflip/snapshot"
@@ -37,22 +37,22 @@ func TestStreamDeltasEqualFullCopies(t *testing.T) {
 
 func testStreamDeltas(t *testing.T, cached bool, seed uint64) {
 	t.Logf("seed %d", seed)
-	r := newRig(t, []pgsource.Collection{{Name: "items", Table: "items"}, {Name: "pairs", Table: "pairs"}},
+	r := rig.New(t, []pgsource.Collection{{Name: "items", Table: "items"}, {Name: "pairs", Table: "pairs"}},
 		`CREATE TABLE items (id int PRIMARY KEY, v text)`,
 		`INSERT INTO items SELECT g, 'v' || g FROM generate_series(1, 60) g`,
 		`CREATE TABLE pairs (a text, b int, v int, PRIMARY KEY (a, b))`,
 		`INSERT INTO pairs SELECT 'k' || (g % 7), g, g FROM generate_series(1, 40) g`)
-	r.pub.Incremental, r.w.MaxLayers, r.w.RebaseRatio = true, 3, 100
+	r.Pub.Incremental, r.Writer.MaxLayers, r.Writer.RebaseRatio = true, 3, 100
 	if cached {
-		r.w.Runs = layer.NewRunCache(r.store, 1<<20)
+		r.Writer.Runs = layer.NewRunCache(r.Store, 1<<20)
 	}
-	full := r.twin()
-	full.Source = plainSource{r.pub.Source}
+	full := r.Twin()
+	full.Source = plainSource{r.Pub.Source}
 	baseFirst := cached
 	if baseFirst {
-		r.publish(t, r.pub)
+		r.Publish(t, r.Pub)
 	}
-	r.stream(t, fmt.Sprintf("snapflip_snap_%d", seed%1e12))
+	r.Stream(t, fmt.Sprintf("snapflip_snap_%d", seed%1e12))
 	rng := rand.New(rand.NewPCG(seed, 1))
 	next := 1000
 	steps := []func() string{
@@ -86,13 +86,13 @@ func testStreamDeltas(t *testing.T, cached bool, seed uint64) {
 	modes := map[snapshot.LayerMode]int{}
 	if baseFirst {
 		// The sync the watch starts with: nothing changed since the base.
-		if res, err := r.pub.Publish(context.Background(), snapshot.PublishOptions{}); err != nil || !res.NoOp {
+		if res, err := r.Pub.Publish(context.Background(), snapshot.PublishOptions{}); err != nil || !res.NoOp {
 			t.Fatalf("the first sync of the stream: no-op %v, %v; want a no-op", res.NoOp, err)
 		}
 	} else {
-		r.publish(t, r.pub)
+		r.Publish(t, r.Pub)
 	}
-	r.publish(t, full)
+	r.Publish(t, full)
 	// First, the merge of a delta that deleted an id with one whose transaction
 	// inserted it and deleted it again: the merged layer keeps the tombstone.
 	first := []string{`DELETE FROM items WHERE id = 3`, `UPDATE items SET v = 'a' WHERE id = 4`,
@@ -108,8 +108,8 @@ func testStreamDeltas(t *testing.T, cached bool, seed uint64) {
 		if k == 17 {
 			stmts = append(stmts, `TRUNCATE pairs`, `INSERT INTO pairs SELECT 't', g, g FROM generate_series(1, 40) g`)
 		}
-		r.exec(t, stmts...)
-		res, err := r.pub.Publish(context.Background(), snapshot.PublishOptions{})
+		r.Exec(t, stmts...)
+		res, err := r.Pub.Publish(context.Background(), snapshot.PublishOptions{})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -119,10 +119,10 @@ func testStreamDeltas(t *testing.T, cached bool, seed uint64) {
 		}
 		m, f := res.Manifest, fres.Manifest
 		if res.NoOp {
-			m = r.lastPublished(t, "ds")
+			m = r.Published(t, "ds")
 		}
 		if fres.NoOp {
-			f = r.lastPublished(t, "full")
+			f = r.Published(t, "full")
 		}
 		if own := m.Collections["items"].Own; k == 0 && (own == nil || own.Mode != snapshot.ModeStream) {
 			t.Errorf("step 0 (%s): items' layer %+v; want it read by id from the stream", strings.Join(stmts, "; "), own)
@@ -131,7 +131,7 @@ func testStreamDeltas(t *testing.T, cached bool, seed uint64) {
 			if own := m.Collections[name].Own; own != nil && !res.NoOp {
 				modes[own.Mode]++
 			}
-			got, want := scanCollection(t, r.store, "ds", m.Chain(name), name), scanCollection(t, r.store, "full", f.Chain(name), name)
+			got, want := scanCollection(t, r.Store, "ds", m.Chain(name), name), scanCollection(t, r.Store, "full", f.Chain(name), name)
 			if !slices.Equal(got, want) {
 				t.Fatalf("step %d (%s): %s reads\n%v\nthe full copy\n%v", k, strings.Join(stmts, "; "), name, got, want)
 			}
@@ -146,47 +146,22 @@ func testStreamDeltas(t *testing.T, cached bool, seed uint64) {
 	}
 }
 
-// stream reads the replication stream of the rig's source, on a new slot, until the
-// test ends; it returns once the stream is read.
-func (r *rig) stream(t *testing.T, slot string) {
-	t.Helper()
-	src := r.pub.Source.(*pgsource.Source)
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() {
-		done <- src.Stream(ctx, pgsource.StreamConfig{LogicalConfig: pgsource.LogicalConfig{Publication: slot, Slot: slot}}, nil, nil)
-	}()
-	t.Cleanup(func() { testenv.DropSlot(t, r.dsn, slot) })
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; !errors.Is(err, context.Canceled) {
-			t.Errorf("Stream: %v", err)
-		}
-	})
-	testenv.Eventually(t, 10*time.Second, func() error {
-		if !src.Streaming() {
-			return errors.New("not streaming yet")
-		}
-		return nil
-	})
-}
-
 // A keyed read that outgrows its memory bound (64 MiB; here 4,000 bytes) stops, and
 // the version is compared in full, equal to a full copy; under the bound the same
 // kind of change is read by id, and so is the version after the one compared in full.
 func TestStreamDeltaOverKeyedBytesComparesInFull(t *testing.T) {
-	r := newRig(t, []pgsource.Collection{{Name: "items", Table: "items"}},
+	r := rig.New(t, []pgsource.Collection{{Name: "items", Table: "items"}},
 		`CREATE TABLE items (id int PRIMARY KEY, v text)`,
 		`INSERT INTO items SELECT g, 'v' || g FROM generate_series(1, 60) g`)
-	r.pub.Incremental = true
+	r.Pub.Incremental = true
 	var log testenv.Log
-	r.w.Observer = snapshot.ObserverFunc(func(_ context.Context, e snapshot.Event) { fmt.Fprintln(&log, e.Kind, e.Attrs) })
-	layer.SetKeyedBytes(r.w, 4000)
-	full := r.twin()
-	full.Source = plainSource{r.pub.Source}
-	r.stream(t, fmt.Sprintf("snapflip_snap_%d", time.Now().UnixNano()%1e12))
-	r.publish(t, r.pub)
-	r.publish(t, full)
+	r.Writer.Observer = snapshot.ObserverFunc(func(_ context.Context, e snapshot.Event) { fmt.Fprintln(&log, e.Kind, e.Attrs) })
+	layer.SetKeyedBytes(r.Writer, 4000)
+	full := r.Twin()
+	full.Source = plainSource{r.Pub.Source}
+	r.Stream(t, fmt.Sprintf("snapflip_snap_%d", time.Now().UnixNano()%1e12))
+	r.Publish(t, r.Pub)
+	r.Publish(t, full)
 	for _, step := range []struct {
 		stmts []string
 		keyed bool
@@ -197,13 +172,13 @@ func TestStreamDeltaOverKeyedBytesComparesInFull(t *testing.T) {
 		{[]string{`UPDATE items SET v = repeat('b', 500) WHERE id <= 20`, `DELETE FROM items WHERE id = 12`}, false},
 		{[]string{`UPDATE items SET v = 'c' WHERE id = 5`, `INSERT INTO items VALUES (100, 'new')`}, true},
 	} {
-		r.exec(t, step.stmts...)
-		m, f := r.publish(t, r.pub), r.publish(t, full)
+		r.Exec(t, step.stmts...)
+		m, f := r.Publish(t, r.Pub), r.Publish(t, full)
 		what := strings.Join(step.stmts, "; ")
 		if keyed := m.Collections["items"].Own.Mode == snapshot.ModeStream; keyed != step.keyed {
 			t.Errorf("after %s: layer mode %q; want read by id %v", what, m.Collections["items"].Own.Mode, step.keyed)
 		}
-		if got, want := scanCollection(t, r.store, "ds", m.Chain("items"), "items"), scanCollection(t, r.store, "full", f.Chain("items"), "items"); !slices.Equal(got, want) {
+		if got, want := scanCollection(t, r.Store, "ds", m.Chain("items"), "items"), scanCollection(t, r.Store, "full", f.Chain("items"), "items"); !slices.Equal(got, want) {
 			t.Fatalf("after %s: items reads\n%v\nthe full copy\n%v", what, got, want)
 		}
 		if d, c := m.Collections["items"], f.Collections["items"]; d.Digest != c.Digest || d.Rows != c.Rows {
@@ -213,18 +188,4 @@ func TestStreamDeltaOverKeyedBytesComparesInFull(t *testing.T) {
 	if !strings.Contains(log.String(), "too large to hold") {
 		t.Errorf("the fallback was not logged:\n%s", log.String())
 	}
-}
-
-// lastPublished returns the manifest the dataset's pointer names.
-func (r *rig) lastPublished(tb testing.TB, dataset string) snapshot.Manifest {
-	tb.Helper()
-	p, err := r.store.ReadPointer(context.Background(), dataset)
-	if err != nil {
-		tb.Fatal(err)
-	}
-	m, err := r.store.ReadManifest(context.Background(), dataset, p.Version)
-	if err != nil {
-		tb.Fatal(err)
-	}
-	return m
 }

@@ -12,75 +12,16 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/snapflip/snapflip/internal/testenv"
-	"github.com/snapflip/snapflip/layer"
+	"github.com/snapflip/snapflip/internal/testenv/rig"
 	"github.com/snapflip/snapflip/pgsource"
 	"github.com/snapflip/snapflip/snapshot"
 	"github.com/snapflip/snapflip/store"
 )
 
-// rig is a publisher on a real Postgres database and an in-process Bigtable.
-type rig struct {
-	dsn   string
-	store *store.Store
-	pub   *snapshot.Publisher
-}
-
-func newRig(tb testing.TB, collections []pgsource.Collection, schema ...string) *rig {
-	tb.Helper()
-	return newRigOn(tb, testenv.Postgres(tb), collections, schema...)
-}
-
-// newRigOn is newRig on the database at dsn.
-func newRigOn(tb testing.TB, dsn string, collections []pgsource.Collection, schema ...string) *rig {
-	tb.Helper()
-	testenv.Exec(tb, dsn, schema...)
-	st := testenv.Store(tb, testenv.StoreConfig(testenv.Bigtable(tb)))
-	src, err := pgsource.New(dsn, collections)
-	if err != nil {
-		tb.Fatal(err)
-	}
-	return &rig{dsn: dsn, store: st, pub: &snapshot.Publisher{
-		Dataset: "ds", Store: st, Source: src,
-		Versions: snapshot.NewVersionGen(uuid.New(), nil), Writer: "test",
-		Data: &layer.Writer{Store: st, MaxDocumentBytes: 1 << 20},
-	}}
-}
-
-func (r *rig) pointer(tb testing.TB) snapshot.Pointer {
-	tb.Helper()
-	p, err := r.store.ReadPointer(context.Background(), "ds")
-	if err != nil {
-		tb.Fatalf("read pointer: %v", err)
-	}
-	return p
-}
-
-// lastManifest returns the newest manifest of the dataset.
-func (r *rig) lastManifest(tb testing.TB) snapshot.Manifest {
-	tb.Helper()
-	ms, err := r.store.ListManifests(context.Background(), "ds")
-	if err != nil || len(ms) == 0 {
-		tb.Fatalf("list manifests: %v, %d", err, len(ms))
-	}
-	return ms[len(ms)-1]
-}
-
-var twoCollections = []pgsource.Collection{
-	{Name: "users", Table: "users", Key: "id"},
-	{Name: "orders", Table: "orders", Key: "id"},
-}
-
-var twoTables = []string{
-	`CREATE TABLE users (id text PRIMARY KEY, name text)`,
-	`CREATE TABLE orders (id int, user_id text)`,
-	`INSERT INTO users SELECT 'u' || g, 'name ' || g FROM generate_series(1, 50) g`,
-	`INSERT INTO orders SELECT g, 'u' || (g % 50 + 1) FROM generate_series(1, 120) g`,
-}
-
 func TestPublishFlipsToACompleteVersion(t *testing.T) {
-	r := newRig(t, twoCollections, twoTables...)
+	r := rig.New(t, rig.TwoCollections, rig.TwoTables...)
 	ctx := context.Background()
-	res, err := r.pub.Publish(ctx, snapshot.PublishOptions{})
+	res, err := r.Pub.Publish(ctx, snapshot.PublishOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -88,38 +29,38 @@ func TestPublishFlipsToACompleteVersion(t *testing.T) {
 	if m.State != snapshot.StatePublished || m.Collections["users"].Rows != 50 || m.Collections["orders"].Rows != 120 {
 		t.Errorf("manifest = %+v; want published with 50 users and 120 orders", m)
 	}
-	stored, err := r.store.ReadManifest(ctx, "ds", m.Version)
+	stored, err := r.Store.ReadManifest(ctx, "ds", m.Version)
 	if err != nil || stored.State != snapshot.StatePublished || stored.Token != 1 {
 		t.Errorf("stored manifest = %+v, %v; want published with token 1", stored, err)
 	}
-	if p := r.pointer(t); p.Version != m.Version || p.Fence != 1 || !cmp.Equal(p.Source, m.Source) {
+	if p := r.Pointer(t); p.Version != m.Version || p.Fence != 1 || !cmp.Equal(p.Source, m.Source) {
 		t.Errorf("pointer = %+v; want version %s, fence 1, source %+v", p, m.Version, m.Source)
 	}
 
 	// Unchanged source: nothing written.
-	res2, err := r.pub.Publish(ctx, snapshot.PublishOptions{})
+	res2, err := r.Pub.Publish(ctx, snapshot.PublishOptions{})
 	if err != nil || !res2.NoOp {
 		t.Fatalf("second publish = %+v, %v; want a no-op", res2, err)
 	}
 
 	// Changed source: a new version; the old one is retired but still readable.
-	testenv.Exec(t, r.dsn, `UPDATE users SET name = 'renamed' WHERE id = 'u1'`)
-	res3, err := r.pub.Publish(ctx, snapshot.PublishOptions{})
+	testenv.Exec(t, r.DSN, `UPDATE users SET name = 'renamed' WHERE id = 'u1'`)
+	res3, err := r.Pub.Publish(ctx, snapshot.PublishOptions{})
 	if err != nil || res3.NoOp {
 		t.Fatalf("third publish = %+v, %v", res3, err)
 	}
-	if res3.Previous != m.Version || r.pointer(t).Version != res3.Manifest.Version {
-		t.Errorf("previous = %s, pointer = %s; want %s then %s", res3.Previous, r.pointer(t).Version, m.Version, res3.Manifest.Version)
+	if res3.Previous != m.Version || r.Pointer(t).Version != res3.Manifest.Version {
+		t.Errorf("previous = %s, pointer = %s; want %s then %s", res3.Previous, r.Pointer(t).Version, m.Version, res3.Manifest.Version)
 	}
-	old, _ := r.store.ReadManifest(ctx, "ds", m.Version)
+	old, _ := r.Store.ReadManifest(ctx, "ds", m.Version)
 	if old.State != snapshot.StateRetired {
 		t.Errorf("replaced version is %s; want retired", old.State)
 	}
-	oldDoc, err := r.store.GetDocument(ctx, snapshot.ChainRef{Dataset: "ds", Chain: m.Chain("users"), Collection: "users"}, "u1")
+	oldDoc, err := r.Store.GetDocument(ctx, snapshot.ChainRef{Dataset: "ds", Chain: m.Chain("users"), Collection: "users"}, "u1")
 	if err != nil || !strings.Contains(string(oldDoc), `"name 1"`) {
 		t.Errorf("old version's u1 = %s, %v; want the old name", oldDoc, err)
 	}
-	newDoc, err := r.store.GetDocument(ctx, snapshot.ChainRef{Dataset: "ds", Chain: res3.Manifest.Chain("users"), Collection: "users"}, "u1")
+	newDoc, err := r.Store.GetDocument(ctx, snapshot.ChainRef{Dataset: "ds", Chain: res3.Manifest.Chain("users"), Collection: "users"}, "u1")
 	if err != nil || !strings.Contains(string(newDoc), `"renamed"`) {
 		t.Errorf("new version's u1 = %s, %v; want the new name", newDoc, err)
 	}
@@ -136,7 +77,7 @@ func TestFailedSyncChangesNothingVisible(t *testing.T) {
 	tests := []struct {
 		name   string
 		break_ string // SQL that makes the next sync fail
-		opts   func(*rig) snapshot.PublishOptions
+		opts   func(*rig.Rig) snapshot.PublishOptions
 		ctx    func() (context.Context, context.CancelFunc)
 		want   string
 	}{
@@ -145,9 +86,9 @@ func TestFailedSyncChangesNothingVisible(t *testing.T) {
 		{name: "oversized document", break_: `INSERT INTO users VALUES ('big', repeat('x', 2000000))`, want: "over the limit"},
 		{name: "table dropped", break_: `DROP TABLE orders`, want: "orders"},
 		{name: "stale fencing token", break_: `UPDATE users SET name = 'x'`,
-			opts: func(r *rig) snapshot.PublishOptions {
+			opts: func(r *rig.Rig) snapshot.PublishOptions {
 				// A newer holder has raised the fence since this one took token 2.
-				if err := r.store.AdvanceFence(context.Background(), "ds", 3); err != nil {
+				if err := r.Store.AdvanceFence(context.Background(), "ds", 3); err != nil {
 					t.Fatal(err)
 				}
 				return snapshot.PublishOptions{Token: 2}
@@ -161,12 +102,12 @@ func TestFailedSyncChangesNothingVisible(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			r := newRig(t, twoCollections, twoTables...)
-			good, err := r.pub.Publish(context.Background(), snapshot.PublishOptions{})
+			r := rig.New(t, rig.TwoCollections, rig.TwoTables...)
+			good, err := r.Pub.Publish(context.Background(), snapshot.PublishOptions{})
 			if err != nil {
 				t.Fatal(err)
 			}
-			testenv.Exec(t, r.dsn, tt.break_)
+			testenv.Exec(t, r.DSN, tt.break_)
 			ctx := context.Background()
 			if tt.ctx != nil {
 				var cancel context.CancelFunc
@@ -177,14 +118,14 @@ func TestFailedSyncChangesNothingVisible(t *testing.T) {
 			if tt.opts != nil {
 				opts = tt.opts(r)
 			}
-			_, err = r.pub.Publish(ctx, opts)
+			_, err = r.Pub.Publish(ctx, opts)
 			if err == nil || !strings.Contains(err.Error(), tt.want) {
 				t.Fatalf("Publish = %v; want an error saying %q", err, tt.want)
 			}
-			if p := r.pointer(t); p.Version != good.Manifest.Version {
+			if p := r.Pointer(t); p.Version != good.Manifest.Version {
 				t.Errorf("pointer moved to %s after a failed sync; want %s", p.Version, good.Manifest.Version)
 			}
-			if last := r.lastManifest(t); last.Version != good.Manifest.Version && last.State != snapshot.StateFailed {
+			if last := r.LastManifest(t); last.Version != good.Manifest.Version && last.State != snapshot.StateFailed {
 				t.Errorf("failed sync's version %s is %s; want failed", last.Version, last.State)
 			}
 		})
@@ -192,27 +133,27 @@ func TestFailedSyncChangesNothingVisible(t *testing.T) {
 }
 
 func TestPublishRefusesToGoBackInSource(t *testing.T) {
-	r := newRig(t, twoCollections, twoTables...)
+	r := rig.New(t, rig.TwoCollections, rig.TwoTables...)
 	ctx := context.Background()
 	// Open a snapshot first, then publish a newer one through another publisher; the
 	// older snapshot must then not be flipped to.
-	first, err := r.pub.Publish(ctx, snapshot.PublishOptions{})
+	first, err := r.Pub.Publish(ctx, snapshot.PublishOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	slow := &slowSource{Source: r.pub.Source, opened: make(chan struct{}), release: make(chan struct{})}
-	slowPub := *r.pub
+	slow := &slowSource{Source: r.Pub.Source, opened: make(chan struct{}), release: make(chan struct{})}
+	slowPub := *r.Pub
 	slowPub.Source = slow
 	slowPub.Versions = snapshot.NewVersionGen(uuid.New(), nil)
-	testenv.Exec(t, r.dsn, `UPDATE users SET name = 'a'`)
+	testenv.Exec(t, r.DSN, `UPDATE users SET name = 'a'`)
 	errc := make(chan error, 1)
 	go func() {
 		_, err := slowPub.Publish(ctx, snapshot.PublishOptions{Token: 100})
 		errc <- err
 	}()
 	<-slow.opened
-	testenv.Exec(t, r.dsn, `UPDATE users SET name = 'b'`)
-	newer, err := r.pub.Publish(ctx, snapshot.PublishOptions{Token: 50})
+	testenv.Exec(t, r.DSN, `UPDATE users SET name = 'b'`)
+	newer, err := r.Pub.Publish(ctx, snapshot.PublishOptions{Token: 50})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -221,7 +162,7 @@ func TestPublishRefusesToGoBackInSource(t *testing.T) {
 	if !errors.Is(err, snapshot.ErrSourceBehind) && !errors.Is(err, snapshot.ErrConflict) {
 		t.Fatalf("publishing an older snapshot = %v; want ErrSourceBehind or ErrConflict", err)
 	}
-	if p := r.pointer(t); p.Version != newer.Manifest.Version {
+	if p := r.Pointer(t); p.Version != newer.Manifest.Version {
 		t.Errorf("pointer = %s; want the newer %s (first was %s)", p.Version, newer.Manifest.Version, first.Manifest.Version)
 	}
 }
@@ -250,8 +191,8 @@ func TestPublishManyCollectionsAndRows(t *testing.T) {
 		name := fmt.Sprintf("c%d", i)
 		cols = append(cols, pgsource.Collection{Name: name, Query: fmt.Sprintf("SELECT g AS id, md5(g::text) AS h FROM generate_series(1, %d) g", 1000*(i+1)), Key: "id"})
 	}
-	r := newRig(t, cols, schema...)
-	res, err := r.pub.Publish(context.Background(), snapshot.PublishOptions{})
+	r := rig.New(t, cols, schema...)
+	res, err := r.Pub.Publish(context.Background(), snapshot.PublishOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -266,17 +207,17 @@ func TestPublishManyCollectionsAndRows(t *testing.T) {
 // TestTickerFailsAbandonedVersions: a version left writing under an older lease token
 // is marked failed by the next holder's tick, which then publishes under its own token.
 func TestTickerFailsAbandonedVersions(t *testing.T) {
-	r := newRig(t, twoCollections, twoTables...)
+	r := rig.New(t, rig.TwoCollections, rig.TwoTables...)
 	ctx := context.Background()
-	abandoned := snapshot.Manifest{Dataset: "ds", Version: r.pub.Versions.Next(), State: snapshot.StateWriting, Token: 0, Writer: "dead"}
-	if err := r.store.CreateManifest(ctx, abandoned); err != nil {
+	abandoned := snapshot.Manifest{Dataset: "ds", Version: r.Pub.Versions.Next(), State: snapshot.StateWriting, Token: 0, Writer: "dead"}
+	if err := r.Store.CreateManifest(ctx, abandoned); err != nil {
 		t.Fatal(err)
 	}
-	lease, err := r.store.NewLease("publish/ds", store.LeaseConfig{Holder: "me"})
+	lease, err := r.Store.NewLease("publish/ds", store.LeaseConfig{Holder: "me"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	tk := &snapshot.Ticker{Publisher: r.pub, Lease: lease, Slots: r.store, Holder: "me"}
+	tk := &snapshot.Ticker{Publisher: r.Pub, Lease: lease, Slots: r.Store, Holder: "me"}
 	res, err := tk.Tick(ctx, 12345, snapshot.PublishOptions{})
 	if err != nil {
 		t.Fatal(err)
@@ -284,13 +225,13 @@ func TestTickerFailsAbandonedVersions(t *testing.T) {
 	if !res.Claimed || res.Token != 1 || res.Publish.Manifest.Slot != 12345 || res.Publish.Manifest.Token != 1 {
 		t.Errorf("tick = %+v; want slot 12345 claimed and published under token 1", res)
 	}
-	got, err := r.store.ReadManifest(ctx, "ds", abandoned.Version)
+	got, err := r.Store.ReadManifest(ctx, "ds", abandoned.Version)
 	if err != nil || got.State != snapshot.StateFailed || !strings.Contains(got.Reason, "abandoned") {
 		t.Errorf("abandoned version = %s %q, %v; want failed as abandoned", got.State, got.Reason, err)
 	}
 	// A second replica's tick for the same slot does nothing.
-	other, _ := r.store.NewLease("publish/ds", store.LeaseConfig{Holder: "other"})
-	tk2 := &snapshot.Ticker{Publisher: r.pub, Lease: other, Slots: r.store, Holder: "other"}
+	other, _ := r.Store.NewLease("publish/ds", store.LeaseConfig{Holder: "other"})
+	tk2 := &snapshot.Ticker{Publisher: r.Pub, Lease: other, Slots: r.Store, Holder: "other"}
 	res2, err := tk2.Tick(ctx, 12345, snapshot.PublishOptions{})
 	if err != nil || res2.Claimed || res2.Owner != "me" {
 		t.Errorf("second tick of the slot = %+v, %v; want not claimed, owner me", res2, err)
@@ -301,26 +242,26 @@ func TestTickerFailsAbandonedVersions(t *testing.T) {
 // AbandonCheckEvery, not in every cycle; its first look reads every version still
 // writing, later ones only those made since AbandonLookback before the last look.
 func TestAbandonedVersionsAreLookedForOnceAMinute(t *testing.T) {
-	r := newRig(t, twoCollections, twoTables...)
+	r := rig.New(t, rig.TwoCollections, rig.TwoTables...)
 	ctx := context.Background()
 	now := time.Now()
-	r.pub.Now = func() time.Time { return now }
-	lease, err := r.store.NewLease("publish/ds", store.LeaseConfig{Holder: "me"})
+	r.Pub.Now = func() time.Time { return now }
+	lease, err := r.Store.NewLease("publish/ds", store.LeaseConfig{Holder: "me"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	tk := &snapshot.Ticker{Publisher: r.pub, Lease: lease, Slots: r.store, Holder: "me"}
+	tk := &snapshot.Ticker{Publisher: r.Pub, Lease: lease, Slots: r.Store, Holder: "me"}
 	abandon := func() snapshot.Version {
 		t.Helper()
-		m := snapshot.Manifest{Dataset: "ds", Version: r.pub.Versions.Next(), State: snapshot.StateWriting, Token: 0, Writer: "dead"}
-		if err := r.store.CreateManifest(ctx, m); err != nil {
+		m := snapshot.Manifest{Dataset: "ds", Version: r.Pub.Versions.Next(), State: snapshot.StateWriting, Token: 0, Writer: "dead"}
+		if err := r.Store.CreateManifest(ctx, m); err != nil {
 			t.Fatal(err)
 		}
 		return m.Version
 	}
 	state := func(v snapshot.Version) snapshot.State {
 		t.Helper()
-		m, err := r.store.ReadManifest(ctx, "ds", v)
+		m, err := r.Store.ReadManifest(ctx, "ds", v)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -347,7 +288,7 @@ func TestAbandonedVersionsAreLookedForOnceAMinute(t *testing.T) {
 	made := now.Add(-snapshot.AbandonLookback - time.Minute)
 	old := snapshot.Manifest{Dataset: "ds", Version: snapshot.NewVersionGen(uuid.New(), func() time.Time { return made }).Next(),
 		State: snapshot.StateWriting, Token: 0, Writer: "dead"}
-	if err := r.store.CreateManifest(ctx, old); err != nil {
+	if err := r.Store.CreateManifest(ctx, old); err != nil {
 		t.Fatal(err)
 	}
 	now = now.Add(time.Second)
@@ -359,7 +300,7 @@ func TestAbandonedVersionsAreLookedForOnceAMinute(t *testing.T) {
 		t.Errorf("a later look marked a version made %s before the last one %s; want it left to the next first look", snapshot.AbandonLookback, got)
 	}
 	// Another replica's (or a restarted one's) first look reads them all.
-	tk = &snapshot.Ticker{Publisher: r.pub, Lease: lease, Slots: r.store, Holder: "me"}
+	tk = &snapshot.Ticker{Publisher: r.Pub, Lease: lease, Slots: r.Store, Holder: "me"}
 	cycle()
 	if got := state(old.Version); got != snapshot.StateFailed {
 		t.Errorf("a replica's first look left the old abandoned version %s; want failed", got)
@@ -379,28 +320,28 @@ func TestValidationGatesRefuseAndLeaveThePointer(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			r := newRig(t, twoCollections, twoTables...)
+			r := rig.New(t, rig.TwoCollections, rig.TwoTables...)
 			ctx := context.Background()
-			good, err := r.pub.Publish(ctx, snapshot.PublishOptions{Force: true})
+			good, err := r.Pub.Publish(ctx, snapshot.PublishOptions{Force: true})
 			if err != nil {
 				t.Fatal(err)
 			}
-			r.pub.Gates = tt.gates
-			testenv.Exec(t, r.dsn, tt.break_)
-			_, err = r.pub.Publish(ctx, snapshot.PublishOptions{})
+			r.Pub.Gates = tt.gates
+			testenv.Exec(t, r.DSN, tt.break_)
+			_, err = r.Pub.Publish(ctx, snapshot.PublishOptions{})
 			if !errors.Is(err, snapshot.ErrRefused) || !strings.Contains(err.Error(), tt.want) {
 				t.Fatalf("Publish = %v; want ErrRefused saying %q", err, tt.want)
 			}
-			if p := r.pointer(t); p.Version != good.Manifest.Version {
+			if p := r.Pointer(t); p.Version != good.Manifest.Version {
 				t.Errorf("pointer moved to %s after a refusal", p.Version)
 			}
-			last := r.lastManifest(t)
+			last := r.LastManifest(t)
 			if last.State != snapshot.StateFailed || !strings.Contains(last.Reason, "refused") {
 				t.Errorf("refused version is %s (%q); want failed, refused", last.State, last.Reason)
 			}
 			// --force overrides the gate for one run.
-			forced, err := r.pub.Publish(ctx, snapshot.PublishOptions{Force: true})
-			if err != nil || r.pointer(t).Version != forced.Manifest.Version {
+			forced, err := r.Pub.Publish(ctx, snapshot.PublishOptions{Force: true})
+			if err != nil || r.Pointer(t).Version != forced.Manifest.Version {
 				t.Errorf("forced publish = %v; want it to publish", err)
 			}
 		})
@@ -408,40 +349,40 @@ func TestValidationGatesRefuseAndLeaveThePointer(t *testing.T) {
 }
 
 func TestPublishWhilePinnedIsRefusedEarly(t *testing.T) {
-	r := newRig(t, twoCollections, twoTables...)
+	r := rig.New(t, rig.TwoCollections, rig.TwoTables...)
 	ctx := context.Background()
-	good, err := r.pub.Publish(ctx, snapshot.PublishOptions{})
+	good, err := r.Pub.Publish(ctx, snapshot.PublishOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := r.pointer(t)
-	if _, err := r.store.FlipPointer(ctx, "ds", snapshot.Flip{Version: p.Version, Expected: p.Version, Token: p.Fence + 1,
+	p := r.Pointer(t)
+	if _, err := r.Store.FlipPointer(ctx, "ds", snapshot.Flip{Version: p.Version, Expected: p.Version, Token: p.Fence + 1,
 		Source: p.Source, Rollback: true, Pin: true, Reason: "test pin", At: time.Now()}); err != nil {
 		t.Fatal(err)
 	}
-	before, _ := r.store.ListManifests(ctx, "ds")
-	testenv.Exec(t, r.dsn, `UPDATE users SET name = 'z'`)
-	_, err = r.pub.Publish(ctx, snapshot.PublishOptions{})
+	before, _ := r.Store.ListManifests(ctx, "ds")
+	testenv.Exec(t, r.DSN, `UPDATE users SET name = 'z'`)
+	_, err = r.Pub.Publish(ctx, snapshot.PublishOptions{})
 	if !errors.Is(err, snapshot.ErrPinned) || !strings.Contains(err.Error(), "test pin") {
 		t.Errorf("Publish while pinned = %v; want ErrPinned with the reason", err)
 	}
-	after, _ := r.store.ListManifests(ctx, "ds")
-	if len(after) != len(before) || r.pointer(t).Version != good.Manifest.Version {
+	after, _ := r.Store.ListManifests(ctx, "ds")
+	if len(after) != len(before) || r.Pointer(t).Version != good.Manifest.Version {
 		t.Errorf("a pinned publish wrote %d manifests or moved the pointer", len(after)-len(before))
 	}
 }
 
 func TestPublishPartitioned(t *testing.T) {
-	r := newRig(t, []pgsource.Collection{{Name: "big", Table: "big", Key: "id"}},
+	r := rig.New(t, []pgsource.Collection{{Name: "big", Table: "big", Key: "id"}},
 		`CREATE TABLE big AS SELECT g AS id, md5(g::text) AS h FROM generate_series(1, 20000) g`)
-	src := r.pub.Source.(*pgsource.Source)
+	src := r.Pub.Source.(*pgsource.Source)
 	src.Readers, src.PartitionMinRows = 3, 1000
-	res, err := r.pub.Publish(context.Background(), snapshot.PublishOptions{})
+	res, err := r.Pub.Publish(context.Background(), snapshot.PublishOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	src.Readers = 1
-	whole := *r.pub
+	whole := *r.Pub
 	whole.Versions = snapshot.NewVersionGen(uuid.New(), nil)
 	res2, err := whole.Publish(context.Background(), snapshot.PublishOptions{Force: true})
 	if err != nil {
@@ -477,21 +418,21 @@ func (u unknownFlips) FlipPointer(ctx context.Context, dataset string, f snapsho
 func TestFlipWithUnknownOutcome(t *testing.T) {
 	for _, applied := range []bool{true, false} {
 		t.Run(fmt.Sprint("applied=", applied), func(t *testing.T) {
-			r := newRig(t, twoCollections, twoTables...)
+			r := rig.New(t, rig.TwoCollections, rig.TwoTables...)
 			ctx := context.Background()
-			first, err := r.pub.Publish(ctx, snapshot.PublishOptions{})
+			first, err := r.Pub.Publish(ctx, snapshot.PublishOptions{})
 			if err != nil {
 				t.Fatal(err)
 			}
-			testenv.Exec(t, r.dsn, `UPDATE users SET name = 'second' WHERE id = 'u1'`)
-			real := r.pub.Store
-			r.pub.Store = unknownFlips{PublishStore: real, apply: applied}
-			_, err = r.pub.Publish(ctx, snapshot.PublishOptions{})
-			r.pub.Store = real
+			testenv.Exec(t, r.DSN, `UPDATE users SET name = 'second' WHERE id = 'u1'`)
+			real := r.Pub.Store
+			r.Pub.Store = unknownFlips{PublishStore: real, apply: applied}
+			_, err = r.Pub.Publish(ctx, snapshot.PublishOptions{})
+			r.Pub.Store = real
 			if !errors.Is(err, snapshot.ErrOutcomeUnknown) {
 				t.Fatalf("publish with an unknown flip outcome = %v; want ErrOutcomeUnknown", err)
 			}
-			second := r.lastManifest(t)
+			second := r.LastManifest(t)
 			if second.State != snapshot.StateSealed {
 				t.Fatalf("version of the unknown flip is %s; want sealed (servable)", second.State)
 			}
@@ -499,16 +440,16 @@ func TestFlipWithUnknownOutcome(t *testing.T) {
 			if applied {
 				want = second.Version
 			}
-			if p := r.pointer(t); p.Version != want {
+			if p := r.Pointer(t); p.Version != want {
 				t.Fatalf("pointer = %s; want %s", p.Version, want)
 			}
 
-			testenv.Exec(t, r.dsn, `UPDATE users SET name = 'third' WHERE id = 'u1'`)
-			third, err := r.pub.Publish(ctx, snapshot.PublishOptions{})
+			testenv.Exec(t, r.DSN, `UPDATE users SET name = 'third' WHERE id = 'u1'`)
+			third, err := r.Pub.Publish(ctx, snapshot.PublishOptions{})
 			if err != nil || third.NoOp || third.Previous != want {
 				t.Fatalf("next publish = %+v, %v; want a new version replacing %s", third, err, want)
 			}
-			after, err := r.store.ReadManifest(ctx, "ds", second.Version)
+			after, err := r.Store.ReadManifest(ctx, "ds", second.Version)
 			wantState := snapshot.StateSealed // never current: left to expire
 			if applied {
 				wantState = snapshot.StateRetired // confirmed published, then replaced
@@ -539,19 +480,19 @@ func (c *countingStore) ReadManifest(ctx context.Context, dataset string, v snap
 // TestTickReadsTheCurrentStateOnce: a scheduled tick's keep-alive check and publish
 // share one read of the pointer and the current manifest.
 func TestTickReadsTheCurrentStateOnce(t *testing.T) {
-	r := newRig(t, twoCollections, twoTables...)
+	r := rig.New(t, rig.TwoCollections, rig.TwoTables...)
 	ctx := context.Background()
-	r.pub.TTL = time.Hour
-	if _, err := r.pub.Publish(ctx, snapshot.PublishOptions{}); err != nil {
+	r.Pub.TTL = time.Hour
+	if _, err := r.Pub.Publish(ctx, snapshot.PublishOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	lease, err := r.store.NewLease("publish/ds", store.LeaseConfig{Holder: "me"})
+	lease, err := r.Store.NewLease("publish/ds", store.LeaseConfig{Holder: "me"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	tk := &snapshot.Ticker{Publisher: r.pub, Lease: lease, Slots: r.store, Holder: "me"}
-	c := &countingStore{PublishStore: r.pub.Store}
-	r.pub.Store = c
+	tk := &snapshot.Ticker{Publisher: r.Pub, Lease: lease, Slots: r.Store, Holder: "me"}
+	c := &countingStore{PublishStore: r.Pub.Store}
+	r.Pub.Store = c
 	res, _, err := tk.PublishLeased(ctx, snapshot.PublishOptions{})
 	if err != nil || !res.NoOp {
 		t.Fatalf("publish of an unchanged source = %+v, %v; want a no-op", res, err)
@@ -559,21 +500,4 @@ func TestTickReadsTheCurrentStateOnce(t *testing.T) {
 	if c.pointers != 1 || c.manifests != 1 {
 		t.Errorf("a tick read the pointer %d times and manifests %d times; want once each", c.pointers, c.manifests)
 	}
-}
-
-// ticker returns a Ticker of the rig's dataset for holder, whose lease advances the
-// pointer's fence when it is taken.
-func (r *rig) ticker(tb testing.TB, holder string) *snapshot.Ticker {
-	tb.Helper()
-	lease, err := r.store.NewLease("publish/ds", store.LeaseConfig{Holder: holder,
-		BeforeAcquire: func(ctx context.Context, token uint64) error { return r.store.AdvanceFence(ctx, "ds", token) }})
-	if err != nil {
-		tb.Fatal(err)
-	}
-	return &snapshot.Ticker{Publisher: r.pub, Lease: lease, Slots: r.store, Holder: holder}
-}
-
-func (r *rig) exec(tb testing.TB, stmts ...string) {
-	tb.Helper()
-	testenv.Exec(tb, r.dsn, stmts...)
 }
