@@ -432,7 +432,7 @@ func BenchmarkLogicalDelete(b *testing.B) {
 		addr, stop := freshEmulator(b)
 		sp := startSyncerRun(b, syncer, logical, dsn, addr)
 		waitStreaming(b, sp, dsn, slotOf(settings), 15*time.Minute)
-		time.Sleep(2 * time.Second)
+		time.Sleep(2 * time.Second) // the stream's start-up work done before the measured span
 		rng := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 31))
 		type side struct {
 			stmts, walsender, sync time.Duration
@@ -467,7 +467,7 @@ func BenchmarkLogicalDelete(b *testing.B) {
 			waitUntil(b, 2*time.Minute, "the deletes published", func() bool {
 				return scrape(sp.metrics).sum("snapflip_syncs_total", `result="published"`) > published
 			}, sp.logTail)
-			time.Sleep(500 * time.Millisecond)
+			time.Sleep(500 * time.Millisecond) // the walsender's last CPU ticks counted
 			m1 := scrape(sp.metrics)
 			stmts, calls := pgssTime(b, dsn)
 			s := side{stmts: stmts, calls: calls, walsender: procCPU(b, ws, hz) - w0,
