@@ -86,6 +86,13 @@ type Flip struct {
 	Demand uint64
 }
 
+// Pointer returns the pointer the flip leaves when it succeeds, with its coverage.
+func (f Flip) Pointer() Pointer {
+	return Pointer{Version: f.Version, Previous: f.Expected, Fence: f.Token, Source: f.Source, Pinned: f.Pin,
+		FlippedAt: f.At, By: f.By, Reason: f.Reason,
+		Covered: Coverage{Version: f.Version, Snapshot: f.Source.Snapshot, LSN: f.Source.LSN, Demand: f.Demand, At: f.At}}
+}
+
 // PointerStore reads and flips pointers.
 type PointerStore interface {
 	// ReadPointer returns the dataset's pointer, or an error wrapping ErrNoVersion

@@ -122,6 +122,17 @@ func decodePointer(dataset string, row bigtable.Row) (snapshot.Pointer, error) {
 	return p, nil
 }
 
+// encodePointer returns the cells of p: the pointer's JSON and its coverage's.
+func encodePointer(p snapshot.Pointer) (body, covered []byte, err error) {
+	if body, err = json.Marshal(p); err != nil {
+		return nil, nil, err
+	}
+	if covered, err = json.Marshal(p.Covered); err != nil {
+		return nil, nil, err
+	}
+	return body, covered, nil
+}
+
 // ListPointers returns the pointer of every dataset that has published a version in
 // the table, by dataset; none when the table does not exist.
 func (s *Store) ListPointers(ctx context.Context) (map[string]snapshot.Pointer, error) {
@@ -165,22 +176,8 @@ func (s *Store) FlipPointer(ctx context.Context, dataset string, f snapshot.Flip
 	if f.Token == 0 {
 		return snapshot.Pointer{}, fmt.Errorf("%w flip: fencing token 0", snapshot.ErrInvalid)
 	}
-	p := snapshot.Pointer{
-		Version:   f.Version,
-		Previous:  f.Expected,
-		Fence:     f.Token,
-		Source:    f.Source,
-		Pinned:    f.Pin,
-		FlippedAt: f.At,
-		By:        f.By,
-		Reason:    f.Reason,
-	}
-	body, err := json.Marshal(p)
-	if err != nil {
-		return snapshot.Pointer{}, err
-	}
-	p.Covered = snapshot.Coverage{Version: f.Version, Snapshot: f.Source.Snapshot, LSN: f.Source.LSN, Demand: f.Demand, At: f.At}
-	covered, err := json.Marshal(p.Covered)
+	p := f.Pointer()
+	body, covered, err := encodePointer(p)
 	if err != nil {
 		return snapshot.Pointer{}, err
 	}

@@ -44,14 +44,11 @@ func (s *Store) rows(k layerKey) *layerRows {
 // index's rows, each block as its entries.
 func (s *Store) merged(ctx context.Context, in snapshot.ChainRef, entries bool) ([]snapshot.Document, error) {
 	dataset, chain, collection := in.Dataset, in.Chain, in.Collection
-	if err := ctx.Err(); err != nil {
-		return nil, err
-	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if err := s.readFault(); err != nil {
+	unlock, err := s.read(ctx)
+	if err != nil {
 		return nil, fmt.Errorf("scan %s: %w", collection, err)
 	}
+	defer unlock()
 	seen := map[string]bool{}
 	var out []snapshot.Document
 	for _, v := range chain {
@@ -126,14 +123,11 @@ func (s *Store) GetDocuments(ctx context.Context, in snapshot.ChainRef, ids []st
 // newest first) each document was read from.
 func (s *Store) LocateDocuments(ctx context.Context, in snapshot.ChainRef, ids []string) (map[string]layer.Located, error) {
 	dataset, chain, collection := in.Dataset, in.Chain, in.Collection
-	if err := ctx.Err(); err != nil {
-		return nil, err
-	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if err := s.readFault(); err != nil {
+	unlock, err := s.read(ctx)
+	if err != nil {
 		return nil, fmt.Errorf("read %d documents of %s: %w", len(ids), collection, err)
 	}
+	defer unlock()
 	found := make(map[string]layer.Located, len(ids))
 	for _, id := range ids {
 		for rank, v := range chain {

@@ -84,14 +84,11 @@ func decodeManifest(b []byte) snapshot.Manifest {
 
 // ReadManifest returns a manifest, or ErrNotFound.
 func (s *Store) ReadManifest(ctx context.Context, dataset string, v snapshot.Version) (snapshot.Manifest, error) {
-	if err := ctx.Err(); err != nil {
-		return snapshot.Manifest{}, err
-	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if err := s.readFault(); err != nil {
+	unlock, err := s.read(ctx)
+	if err != nil {
 		return snapshot.Manifest{}, fmt.Errorf("read manifest %s: %w", v, err)
 	}
+	defer unlock()
 	body, ok := s.manifests[dataset][v]
 	if !ok {
 		return snapshot.Manifest{}, fmt.Errorf("manifest %s: %w", v, snapshot.ErrNotFound)

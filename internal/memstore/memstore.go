@@ -105,6 +105,20 @@ func (s *Store) fault(op Op) Fault {
 
 // readFault reports whether a read fails (after a ReplyLostAndRereadFails); the
 // caller holds mu.
+// read starts a read under mu: it fails, holding nothing, when ctx is done or a read
+// fault is due; otherwise the caller holds mu until it calls unlock.
+func (s *Store) read(ctx context.Context) (unlock func(), err error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	s.mu.Lock()
+	if err := s.readFault(); err != nil {
+		s.mu.Unlock()
+		return nil, err
+	}
+	return s.mu.Unlock, nil
+}
+
 func (s *Store) readFault() error {
 	if s.unreads > 0 {
 		s.unreads--

@@ -34,14 +34,11 @@ func ptr[T any](v T) *T { return &v }
 
 // ReadPointer returns the dataset's pointer, or ErrNoVersion.
 func (s *Store) ReadPointer(ctx context.Context, dataset string) (snapshot.Pointer, error) {
-	if err := ctx.Err(); err != nil {
-		return snapshot.Pointer{}, err
-	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if err := s.readFault(); err != nil {
+	unlock, err := s.read(ctx)
+	if err != nil {
 		return snapshot.Pointer{}, fmt.Errorf("read pointer of dataset %s: %w", dataset, err)
 	}
+	defer unlock()
 	return s.readPointer(dataset)
 }
 
@@ -99,13 +96,11 @@ func (s *Store) FlipPointer(ctx context.Context, dataset string, f snapshot.Flip
 	if f.Token == 0 {
 		return snapshot.Pointer{}, fmt.Errorf("%w flip: fencing token 0", snapshot.ErrInvalid)
 	}
-	p := snapshot.Pointer{Version: f.Version, Previous: f.Expected, Fence: f.Token, Source: f.Source, Pinned: f.Pin,
-		FlippedAt: f.At, By: f.By, Reason: f.Reason}
-	body, err := json.Marshal(p)
+	p := f.Pointer()
+	body, err := json.Marshal(p) // the JSON deep-copies the source's maps
 	if err != nil {
 		return snapshot.Pointer{}, err
 	}
-	p.Covered = snapshot.Coverage{Version: f.Version, Snapshot: f.Source.Snapshot, LSN: f.Source.LSN, Demand: f.Demand, At: f.At}
 	covered, err := json.Marshal(p.Covered)
 	if err != nil {
 		return snapshot.Pointer{}, err
