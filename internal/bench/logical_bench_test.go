@@ -373,19 +373,11 @@ func logSyncs(b *testing.B, m0, m1 metricsOf) {
 // itself (pg_stat_statements' own and the DELETEs it makes).
 func pgssTime(tb testing.TB, dsn string) (time.Duration, int64) {
 	tb.Helper()
-	ctx := context.Background()
-	conn, err := pgx.Connect(ctx, dsn)
-	if err != nil {
-		tb.Fatal(err)
-	}
-	defer conn.Close(ctx)
 	var ms float64
 	var calls int64
-	if err := conn.QueryRow(ctx, `SELECT coalesce(sum(total_exec_time + total_plan_time), 0), coalesce(sum(calls), 0)::bigint
+	testenv.QueryRow(tb, dsn, `SELECT coalesce(sum(total_exec_time + total_plan_time), 0), coalesce(sum(calls), 0)::bigint
 		FROM pg_stat_statements WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database())
-		AND query NOT ILIKE '%pg_stat_statements%' AND query NOT ILIKE 'DELETE FROM items%'`).Scan(&ms, &calls); err != nil {
-		tb.Fatalf("pg_stat_statements: %v", err)
-	}
+		AND query NOT ILIKE '%pg_stat_statements%' AND query NOT ILIKE 'DELETE FROM items%'`, &ms, &calls)
 	return time.Duration(ms * float64(time.Millisecond)), calls
 }
 
