@@ -3,6 +3,8 @@ package layer
 import (
 	"context"
 	"fmt"
+	"maps"
+	"sync"
 	"time"
 
 	"github.com/snapflip/snapflip/index"
@@ -26,6 +28,67 @@ type DocumentWriter interface {
 	ChunksWritten() map[string]int64
 	// BytesWritten returns the bytes of keys and values acknowledged.
 	BytesWritten() int64
+}
+
+// Tally counts what storage acknowledged of one version's writes: documents (and
+// tombstones) and run chunks per collection, and bytes of keys and values. It is
+// safe for concurrent use; a DocumentWriter embeds it to answer ChunksWritten and
+// BytesWritten.
+type Tally struct {
+	mu     sync.Mutex
+	docs   map[string]int64
+	chunks map[string]int64
+	bytes  int64
+}
+
+// CountDocs counts n documents or tombstones of collection as acknowledged.
+func (t *Tally) CountDocs(collection string, n int64) { t.count(&t.docs, collection, n) }
+
+// CountChunks counts n run chunks of collection as acknowledged.
+func (t *Tally) CountChunks(collection string, n int64) { t.count(&t.chunks, collection, n) }
+
+// CountBytes counts n bytes of keys and values as acknowledged.
+func (t *Tally) CountBytes(n int64) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.bytes += n
+}
+
+func (t *Tally) count(m *map[string]int64, collection string, n int64) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if *m == nil {
+		*m = map[string]int64{}
+	}
+	(*m)[collection] += n
+}
+
+// Written returns the documents and tombstones acknowledged per collection.
+func (t *Tally) Written() map[string]int64 {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return cloneCounts(t.docs)
+}
+
+// ChunksWritten returns the run chunks acknowledged per collection.
+func (t *Tally) ChunksWritten() map[string]int64 {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return cloneCounts(t.chunks)
+}
+
+// BytesWritten returns the bytes of keys and values acknowledged.
+func (t *Tally) BytesWritten() int64 {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.bytes
+}
+
+// cloneCounts returns a copy of m, empty rather than nil.
+func cloneCounts(m map[string]int64) map[string]int64 {
+	out := make(map[string]int64, len(m))
+	maps.Copy(out, m)
+	return out
 }
 
 // Store is what a Writer needs from storage.

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"maps"
 	"strconv"
 	"strings"
 	"sync"
@@ -90,12 +89,11 @@ type Writer struct {
 	prefixes map[string]string // collection -> docPrefix, under bmu
 	keyBytes int               // bytes of keys the last batch sent held, under bmu
 
-	mu      sync.Mutex
-	written map[string]int64 // documents and tombstones acknowledged, per collection
-	chunks  map[string]int64 // fingerprint run chunks acknowledged, per collection
-	sent    int64            // bytes of keys and values acknowledged
-	err     error
-	closed  bool
+	tally layer.Tally // what was acknowledged
+
+	mu     sync.Mutex
+	err    error
+	closed bool
 }
 
 var _ layer.DocumentWriter = (*Writer)(nil)
@@ -111,9 +109,7 @@ func (s *Store) NewWriter(ctx context.Context, dataset string, v snapshot.Versio
 		cancel:  cancel,
 		batches: make(chan *batch, s.cfg.Writers),
 		// At most the current batch, a full channel and one per worker exist.
-		free:    make(chan *batch, 2*s.cfg.Writers+1),
-		written: map[string]int64{},
-		chunks:  map[string]int64{},
+		free: make(chan *batch, 2*s.cfg.Writers+1),
 
 		prefixes: map[string]string{},
 	}
@@ -190,6 +186,12 @@ func (w *Writer) queue(ctx context.Context, r rowRef, value []byte) error {
 	return nil
 }
 
+// ChunksWritten returns the fingerprint run chunks acknowledged per collection.
+func (w *Writer) ChunksWritten() map[string]int64 { return w.tally.ChunksWritten() }
+
+// BytesWritten returns the bytes of row keys and values acknowledged so far.
+func (w *Writer) BytesWritten() int64 { return w.tally.BytesWritten() }
+
 // newBatch returns an empty batch, an applied one when there is one.
 func (w *Writer) newBatch() *batch {
 	select {
@@ -198,20 +200,6 @@ func (w *Writer) newBatch() *batch {
 	default:
 		return &batch{}
 	}
-}
-
-// ChunksWritten returns the fingerprint run chunks acknowledged per collection.
-func (w *Writer) ChunksWritten() map[string]int64 {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return maps.Clone(w.chunks)
-}
-
-// BytesWritten returns the bytes of row keys and values acknowledged so far.
-func (w *Writer) BytesWritten() int64 {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return w.sent
 }
 
 // send hands the current batch to the workers; the caller holds bmu.
@@ -238,7 +226,7 @@ func (w *Writer) Close(ctx context.Context) (map[string]int64, error) {
 	if w.closed {
 		err := w.err
 		w.mu.Unlock()
-		return w.counts(), err
+		return w.tally.Written(), err
 	}
 	w.closed = true
 	w.mu.Unlock()
@@ -254,13 +242,7 @@ func (w *Writer) Close(ctx context.Context) (map[string]int64, error) {
 		w.fail(err)
 	}
 	w.cancel(nil)
-	return w.counts(), err
-}
-
-func (w *Writer) counts() map[string]int64 {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return maps.Clone(w.written)
+	return w.tally.Written(), err
 }
 
 // failed returns the first error a worker met, or the context's error.
@@ -295,16 +277,14 @@ func (w *Writer) work() {
 			w.fail(err)
 			continue
 		}
-		w.mu.Lock()
 		for _, r := range b.runs {
 			if r.chunks {
-				w.chunks[r.collection] += r.n
+				w.tally.CountChunks(r.collection, r.n)
 			} else {
-				w.written[r.collection] += r.n
+				w.tally.CountDocs(r.collection, r.n)
 			}
 		}
-		w.sent += int64(b.bytes)
-		w.mu.Unlock()
+		w.tally.CountBytes(int64(b.bytes))
 		b.reset()
 		select {
 		case w.free <- b:

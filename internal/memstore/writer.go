@@ -3,7 +3,6 @@ package memstore
 import (
 	"context"
 	"fmt"
-	"maps"
 	"sync"
 
 	"github.com/snapflip/snapflip/layer"
@@ -18,24 +17,29 @@ type writer struct {
 	dataset string
 	v       snapshot.Version
 
-	mu      sync.Mutex
-	written map[string]int64
-	chunks  map[string]int64
-	bytes   int64
-	err     error
-	closed  bool
+	layer.Tally // what was written
+
+	mu     sync.Mutex
+	err    error
+	closed bool
 }
 
 var _ layer.DocumentWriter = (*writer)(nil)
 
 // NewWriter returns a writer for the documents of version v; it fails once ctx ends.
 func (s *Store) NewWriter(ctx context.Context, dataset string, v snapshot.Version) layer.DocumentWriter {
-	return &writer{s: s, ctx: ctx, dataset: dataset, v: v, written: map[string]int64{}, chunks: map[string]int64{}}
+	return &writer{s: s, ctx: ctx, dataset: dataset, v: v}
+}
+
+// counted is what one row adds to the tally.
+type counted struct {
+	doc, chunk bool
+	bytes      int64
 }
 
 // put applies one row, or returns the writer's first error; set writes it into the
-// collection's rows with the store's lock held.
-func (w *writer) put(ctx context.Context, collection string, size int, set func(l *layerRows)) error {
+// collection's rows with the store's lock held, and the row counts as c.
+func (w *writer) put(ctx context.Context, collection string, c counted, set func(l *layerRows)) error {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if w.err == nil {
@@ -60,29 +64,28 @@ func (w *writer) put(ctx context.Context, collection string, size int, set func(
 		w.err = fmt.Errorf("write %s at %s: %w", collection, w.v, errInjected)
 		return w.err
 	}
-	w.bytes += int64(size)
+	if c.chunk {
+		w.CountChunks(collection, 1)
+	} else if c.doc {
+		w.CountDocs(collection, 1)
+	}
+	w.CountBytes(c.bytes)
 	return nil
 }
 
 // Write writes a document (an empty body: a tombstone).
 func (w *writer) Write(ctx context.Context, collection string, doc snapshot.Document) error {
-	return w.put(ctx, collection, len(doc.ID)+len(doc.Body), func(l *layerRows) {
-		l.docs[doc.ID] = clone(doc.Body)
-		w.written[collection]++
-	})
+	return w.put(ctx, collection, counted{doc: true, bytes: int64(len(doc.ID) + len(doc.Body))}, func(l *layerRows) { l.docs[doc.ID] = clone(doc.Body) })
 }
 
 // WriteChunk writes chunk n of the collection's fingerprint run.
 func (w *writer) WriteChunk(ctx context.Context, collection string, n int64, chunk []byte) error {
-	return w.put(ctx, collection, len(chunk), func(l *layerRows) {
-		l.run[n] = clone(chunk)
-		w.chunks[collection]++
-	})
+	return w.put(ctx, collection, counted{chunk: true, bytes: int64(len(chunk))}, func(l *layerRows) { l.run[n] = clone(chunk) })
 }
 
 // WriteLive records how many live ids the chain the collection's layer tops holds.
 func (w *writer) WriteLive(ctx context.Context, collection string, n int64) error {
-	return w.put(ctx, collection, 8, func(l *layerRows) { l.live = &n })
+	return w.put(ctx, collection, counted{bytes: 8}, func(l *layerRows) { l.live = &n })
 }
 
 // Close returns the documents and tombstones written per collection, or the first
@@ -91,19 +94,5 @@ func (w *writer) Close(context.Context) (map[string]int64, error) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	w.closed = true
-	return maps.Clone(w.written), w.err
-}
-
-// ChunksWritten returns the run chunks written per collection.
-func (w *writer) ChunksWritten() map[string]int64 {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return maps.Clone(w.chunks)
-}
-
-// BytesWritten returns the bytes of ids and values written.
-func (w *writer) BytesWritten() int64 {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return w.bytes
+	return w.Written(), w.err
 }
