@@ -6,6 +6,7 @@ import (
 	"runtime"
 	"slices"
 	"strconv"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -87,15 +88,7 @@ func newMemSource(collection string, rows int) *memSource {
 			g%10, g%33, g%17, g*47, g*53, g%5)
 		s.docs[i] = snapshot.Document{ID: strconv.Itoa(g), Body: []byte(body)}
 	}
-	slices.SortFunc(s.docs, func(a, b snapshot.Document) int {
-		switch {
-		case a.ID < b.ID:
-			return -1
-		case a.ID > b.ID:
-			return 1
-		}
-		return 0
-	})
+	slices.SortFunc(s.docs, func(a, b snapshot.Document) int { return strings.Compare(a.ID, b.ID) })
 	return s
 }
 

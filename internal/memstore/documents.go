@@ -6,6 +6,7 @@ import (
 	"maps"
 	"slices"
 	"sort"
+	"strings"
 
 	"github.com/snapflip/snapflip/index"
 	"github.com/snapflip/snapflip/layer"
@@ -68,15 +69,7 @@ func (s *Store) merged(ctx context.Context, in snapshot.ChainRef, entries bool) 
 			}
 		}
 	}
-	slices.SortFunc(out, func(a, b snapshot.Document) int {
-		switch {
-		case a.ID < b.ID:
-			return -1
-		case a.ID > b.ID:
-			return 1
-		}
-		return 0
-	})
+	slices.SortFunc(out, func(a, b snapshot.Document) int { return strings.Compare(a.ID, b.ID) })
 	return out, nil
 }
 
