@@ -271,7 +271,10 @@ func TestSessionTokenAcrossReplicas(t *testing.T) {
 	testenv.Exec(t, e.DSN, `ALTER TABLE flags REPLICA IDENTITY FULL`)
 	defer e.runSyncer(t, logicalConfig(t, e))()
 	path := docPath("things", "plain")
-	e.awaitServed(t, path, `"id":"plain"`, time.Now(), 20*time.Second)
+	for _, base := range []string{fast, slow} { // each replica, before reading across them
+		e.Base = base
+		e.awaitServed(t, path, `"id":"plain"`, time.Now(), 20*time.Second)
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	go func() {
