@@ -251,18 +251,7 @@ func (s *Store) whyRejected(ctx context.Context, dataset string, f snapshot.Flip
 
 // readFence returns the dataset's fence, 0 when none is stored.
 func (s *Store) readFence(ctx context.Context, dataset string) (uint64, error) {
-	ctx, cancel := s.op(ctx)
-	defer cancel()
-	row, err := s.tbl.ReadRow(ctx, pointerKey(dataset), bigtable.RowFilter(column(famControl, colFence)))
-	if err != nil {
-		return 0, s.wrap(err, "read the fence of dataset %s", dataset)
-	}
-	for _, c := range row[famControl] {
-		if len(c.Value) == 8 {
-			return binary.BigEndian.Uint64(c.Value), nil
-		}
-	}
-	return 0, nil
+	return s.readCounter(ctx, dataset, colFence, "the fence")
 }
 
 // RecordCoverage records, without moving the pointer, that its version still holds
@@ -340,14 +329,20 @@ func (s *Store) RaiseDemand(ctx context.Context, dataset string) (uint64, error)
 // ReadDemand returns the dataset's demand counter, 0 when it was never raised (or
 // the table does not exist yet).
 func (s *Store) ReadDemand(ctx context.Context, dataset string) (uint64, error) {
+	return s.readCounter(ctx, dataset, colDemand, "demand")
+}
+
+// readCounter returns the 8-byte counter in the dataset's pointer row at col, 0 when
+// none is stored or the table does not exist yet.
+func (s *Store) readCounter(ctx context.Context, dataset, col, what string) (uint64, error) {
 	ctx, cancel := s.op(ctx)
 	defer cancel()
-	row, err := s.tbl.ReadRow(ctx, pointerKey(dataset), bigtable.RowFilter(column(famControl, colDemand)))
+	row, err := s.tbl.ReadRow(ctx, pointerKey(dataset), bigtable.RowFilter(column(famControl, col)))
 	if status.Code(err) == codes.NotFound {
 		return 0, nil
 	}
 	if err != nil {
-		return 0, s.wrap(err, "read demand of dataset %s", dataset)
+		return 0, s.wrap(err, "read %s of dataset %s", what, dataset)
 	}
 	for _, c := range row[famControl] {
 		if len(c.Value) == 8 {
