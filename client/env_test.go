@@ -81,11 +81,11 @@ func (e *env) sync(tb testing.TB, args ...string) string {
 }
 
 // await polls until the API answers reads of the current version from v (the pointer
-// refresh is 20ms), failing after 10s.
+// refresh is 20ms), failing after a minute.
 func (e *env) await(tb testing.TB, v string) {
 	tb.Helper()
 	c := newClient(tb, e.Base, nil)
-	testenv.Eventually(tb, 10*time.Second, func() error {
+	testenv.Eventually(tb, time.Minute, func() error {
 		if d, err := c.Get(context.Background(), "docs", "plain"); err != nil || d.Version != v {
 			return fmt.Errorf("the API still answers from %q (%v); want %s", d.Version, err, v)
 		}

@@ -138,11 +138,11 @@ func docPath(collection, id string) string {
 }
 
 // awaitVersion polls until the API answers 200 from version v, or from any version
-// when v is "" (the pointer refresh is 20ms), failing after 10s.
+// when v is "" (the pointer refresh is 20ms), failing after a minute.
 func (e *env) awaitVersion(tb testing.TB, path, v string) response {
 	tb.Helper()
 	var r response
-	testenv.Eventually(tb, 10*time.Second, func() error {
+	testenv.Eventually(tb, time.Minute, func() error {
 		if r = e.get(tb, path); (v != "" && r.version != v) || r.status != http.StatusOK {
 			return fmt.Errorf("GET %s still answers from %q (status %d); want %s", path, r.version, r.status, v)
 		}

@@ -96,7 +96,7 @@ func (r *genRun) startLogical() {
 		_ = src.Close(context.Background())
 		// A database with a slot cannot be dropped; the walsender lets go of it a moment
 		// after the stream's connection closed.
-		if err := testenv.Poll(10*time.Second, func() error {
+		if err := testenv.Poll(time.Minute, func() error {
 			conn, err := pgx.Connect(context.Background(), r.e.DSN)
 			if err != nil {
 				return err
@@ -108,7 +108,7 @@ func (r *genRun) startLogical() {
 			r.t.Errorf("drop replication slot %s: %v", l.slot, err)
 		}
 	})
-	if err := testenv.Poll(10*time.Second, l.streaming); err != nil {
+	if err := testenv.Poll(time.Minute, l.streaming); err != nil {
 		r.fatalf("the replication stream: %v", err)
 	}
 	// The walsender's session takes the DSN's parameters as every session does.

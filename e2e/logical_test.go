@@ -227,7 +227,7 @@ func TestLogicalTakeover(t *testing.T) {
 		for i := range 5 {
 			e.awaitServed(t, docPath("things", fmt.Sprintf("takeover-%d-%d", round, i)), `"note":"n"`, at, 30*time.Second)
 		}
-		testenv.Eventually(t, 10*time.Second, func() error {
+		testenv.Eventually(t, time.Minute, func() error {
 			if r := e.get(t, docPath("things", awkwardIDs[round+1])); r.status != http.StatusNotFound {
 				return fmt.Errorf("the deleted id still answers %d", r.status)
 			}

@@ -130,7 +130,7 @@ func TestLogicalCommitVisibleLateIsServed(t *testing.T) {
 	// Sessions commit asynchronously on this server (synchronous_commit off), so only
 	// the session that asks for it waits for the standby.
 	testenv.Exec(t, pg.DSN, `ALTER SYSTEM SET synchronous_standby_names = 'nobody'`, `SELECT pg_reload_conf()`)
-	testenv.Eventually(t, 10*time.Second, func() error {
+	testenv.Eventually(t, time.Minute, func() error {
 		if got := stack.SourceRows(t, pg.DSN, `SHOW synchronous_standby_names`)[0][0]; got != "nobody" {
 			return fmt.Errorf("synchronous_standby_names is %q", got)
 		}
@@ -166,7 +166,7 @@ func TestLogicalCommitVisibleLateIsServed(t *testing.T) {
 		_, err := held.Exec(ctx, `UPDATE things SET note = 'visible late' WHERE id = 'plain'`)
 		committed <- err
 	}()
-	testenv.Eventually(t, 10*time.Second, func() error {
+	testenv.Eventually(t, time.Minute, func() error {
 		rows := stack.SourceRows(t, e.DSN, fmt.Sprintf(`SELECT coalesce(wait_event, '') FROM pg_stat_activity WHERE pid = %d`, pid))
 		if len(rows) != 1 || rows[0][0] != "SyncRep" {
 			return fmt.Errorf("the commit does not wait for the standby yet: %v", rows)

@@ -223,7 +223,7 @@ func TestReplicaFollowsHistories(t *testing.T) {
 			cur := e.get(t, "/v1/versions/current")
 			var p struct{ Version string }
 			_ = json.Unmarshal(cur.body, &p)
-			testenv.Eventually(t, 10*time.Second, func() error {
+			testenv.Eventually(t, time.Minute, func() error {
 				if got := e.get(t, "/v1/versions/current"); !strings.Contains(string(got.body), p.Version) {
 					return fmt.Errorf("current is not %s yet", p.Version)
 				}

@@ -58,7 +58,9 @@ func TestRollbackPinsAndUnpinResumes(t *testing.T) {
 		t.Fatalf("rollback --previous = %q, %v", out, err)
 	}
 	r := e.awaitVersion(t, docPath("things", "plain"), vs[1])
-	if took := time.Since(before); gen(t, r.body) != 2 || took > 2*time.Second {
+	// Within seconds; the figure itself is make bench's (a loaded machine's pointer
+	// refresh can lag, and the test runs beside others).
+	if took := time.Since(before); gen(t, r.body) != 2 || took > 10*time.Second {
 		t.Errorf("after rollback the API served gen %d after %s", gen(t, r.body), took)
 	}
 	if m, _ := st.ReadManifest(ctx, "e2e", snapshot.Version(vs[2])); m.State != snapshot.StateRolledBack {

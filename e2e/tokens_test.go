@@ -59,14 +59,25 @@ func (e *env) readAfter(tb testing.TB, base, path, token, wait string) tokenAnsw
 // once covered, not how soon.
 func (e *env) readCovered(tb testing.TB, path, token string) tokenAnswer {
 	tb.Helper()
+	return e.readCoveredAt(tb, e.Base, path, token)
+}
+
+// readCoveredAt is readCovered from the API at base.
+func (e *env) readCoveredAt(tb testing.TB, base, path, token string) tokenAnswer {
+	tb.Helper()
 	var a tokenAnswer
 	testenv.Eventually(tb, time.Minute, func() error {
-		if a = e.readAfter(tb, e.Base, path, token, "10"); a.status == http.StatusServiceUnavailable && strings.HasSuffix(a.problem, "/token-not-yet-covered") {
+		if a = e.readAfter(tb, base, path, token, "10"); notYetCovered(a) {
 			return fmt.Errorf("token %s not covered yet", token)
 		}
 		return nil
 	})
 	return a
+}
+
+// notYetCovered reports whether a is a 503 whose wait for a covering version passed.
+func notYetCovered(a tokenAnswer) bool {
+	return a.status == http.StatusServiceUnavailable && strings.HasSuffix(a.problem, "/token-not-yet-covered")
 }
 
 // loops returns the env var's count, or def.
@@ -158,7 +169,7 @@ func TestReadYourWrites(t *testing.T) {
 			if err := writer.QueryRow(ctx, `INSERT INTO unrelated VALUES (1) RETURNING pg_current_xact_id()::text`).Scan(&xid); err != nil {
 				t.Fatal(err)
 			}
-			if a := e.readAfter(t, e.Base, path, "x:"+xid, "10"); a.status != http.StatusOK {
+			if a := e.readCovered(t, path, "x:"+xid); a.status != http.StatusOK {
 				t.Errorf("a write to a table no collection reads: %d %s; want 200", a.status, a.body)
 			} else if a.version != before {
 				t.Logf("answered from %s, not %s: another sync flipped meanwhile", a.version, before)
@@ -213,13 +224,21 @@ func TestReadYourWritesConcurrently(t *testing.T) {
 					errs <- err
 					return
 				}
-				req, _ := http.NewRequest(http.MethodGet, e.Base+path, nil)
-				req.Header.Set("Snapshot-After", "x:"+xid)
-				req.Header.Set("Prefer", "wait=10")
-				resp, body, err := sendAPI(t, req)
-				if err != nil {
-					errs <- err
-					return
+				// A sync may take longer than one wait (10s) on a busy machine: a 503
+				// saying the wait passed is asked again, for a minute.
+				var resp *http.Response
+				var body []byte
+				for until := time.Now().Add(time.Minute); ; {
+					req, _ := http.NewRequest(http.MethodGet, e.Base+path, nil)
+					req.Header.Set("Snapshot-After", "x:"+xid)
+					req.Header.Set("Prefer", "wait=10")
+					if resp, body, err = sendAPI(t, req); err != nil {
+						errs <- err
+						return
+					}
+					if resp.StatusCode != http.StatusServiceUnavailable || !strings.Contains(string(body), "/token-not-yet-covered") || time.Now().After(until) {
+						break
+					}
 				}
 				if resp.StatusCode != http.StatusOK || gen(t, body) < g {
 					errs <- fmt.Errorf("writer %d, write %d: %d %s", w, g, resp.StatusCode, body)
@@ -254,7 +273,7 @@ func TestReadYourWritesConcurrently(t *testing.T) {
 	if err := b.QueryRow(ctx, `SELECT 's:' || pg_current_snapshot()`).Scan(&tok); err != nil {
 		t.Fatal(err)
 	}
-	if r := e.readAfter(t, e.Base, docPath("things", "plain"), tok, "10"); r.status != http.StatusOK || !strings.Contains(string(r.body), `"note":"from-a"`) {
+	if r := e.readCovered(t, docPath("things", "plain"), tok); r.status != http.StatusOK || !strings.Contains(string(r.body), `"note":"from-a"`) {
 		t.Errorf("B's token %s: %d %s; want A's write", tok, r.status, r.body)
 	}
 }
@@ -297,7 +316,7 @@ func TestSessionTokenAcrossReplicas(t *testing.T) {
 		if i%2 == 1 {
 			base = slow
 		}
-		a := e.readAfter(t, base, path, tok, "10")
+		a := e.readCoveredAt(t, base, path, tok)
 		if a.status != http.StatusOK {
 			t.Fatalf("read %d: %d %s", i, a.status, a.body)
 		}
@@ -341,19 +360,36 @@ func TestTokensAcrossRollback(t *testing.T) {
 	t2 := write(2)
 	publish()
 	path := docPath("things", "plain")
-	if a := e.readAfter(t, e.Base, path, t2, "10"); a.status != http.StatusOK || gen(t, a.body) != 2 {
+	if a := e.readCovered(t, path, t2); a.status != http.StatusOK || gen(t, a.body) != 2 {
 		t.Fatalf("before the rollback: %d %s", a.status, a.body)
 	}
 	t3 := write(3) // never published while pinned
-	waiting := make(chan tokenAnswer, 1)
-	go func() { waiting <- e.readAfter(t, e.Base, path, t3, "10") }()
-	testenv.Eventually(t, 10*time.Second, func() error {
+	// A request waits for t3 until the rollback lands; one whose wait (10s at most)
+	// passes first is sent again.
+	waiting, rolled := make(chan tokenAnswer, 1), make(chan struct{})
+	go func() {
+		for {
+			a := e.readAfter(t, e.Base, path, t3, "10")
+			select {
+			case <-rolled:
+			default:
+				if notYetCovered(a) {
+					continue
+				}
+			}
+			waiting <- a
+			return
+		}
+	}()
+	testenv.Eventually(t, time.Minute, func() error {
 		if !strings.Contains(e.metrics(t), "snapflip_api_token_waiters 1") {
 			return fmt.Errorf("the request with %s is not waiting yet", t3)
 		}
 		return nil
 	})
-	if out, err := e.syncerCmd(t, "rollback", "--previous", "--reason", "tokens"); err != nil {
+	out, err := e.syncerCmd(t, "rollback", "--previous", "--reason", "tokens")
+	close(rolled)
+	if err != nil {
 		t.Fatalf("rollback: %s %v", out, err)
 	}
 	if a := <-waiting; a.status != http.StatusPreconditionFailed || !strings.HasSuffix(a.problem, "/token-not-covered") {
@@ -373,7 +409,7 @@ func TestTokensAcrossRollback(t *testing.T) {
 		t.Fatalf("unpin: %s %v", out, err)
 	}
 	publish()
-	if a := e.readAfter(t, e.Base, path, t3, "10"); a.status != http.StatusOK || gen(t, a.body) != 3 {
+	if a := e.readCovered(t, path, t3); a.status != http.StatusOK || gen(t, a.body) != 3 {
 		t.Errorf("after unpin and a publish: %d %s; want the third write", a.status, a.body)
 	}
 }
@@ -531,7 +567,7 @@ func TestTokenOfACommitHeldInSyncReplication(t *testing.T) {
 			}
 			var during string
 			testenv.QueryRow(t, e.DSN, `SELECT 's:' || pg_current_snapshot()`, &during)
-			if a := e.readAfter(t, e.Base, path, during, "10"); a.status != http.StatusOK || strings.Contains(string(a.body), held) {
+			if a := e.readCovered(t, path, during); a.status != http.StatusOK || strings.Contains(string(a.body), held) {
 				t.Errorf("a snapshot token taken while the commit is held (%s): %d %s; want 200 without it", during, a.status, a.body)
 			}
 			if a := e.readAfter(t, e.Base, path, "x:"+xid, "1"); a.status != http.StatusServiceUnavailable || !strings.HasSuffix(a.problem, "/token-not-yet-covered") {

@@ -330,9 +330,10 @@ func slots(t TB, st Store, ds string) {
 	}
 }
 
-// leaseConfig is a short lease for holder.
+// leaseConfig is a short lease for holder: long enough that a busy machine's slow
+// calls (each renewal gets RenewEvery) do not lose it while it is renewed.
 func leaseConfig(holder string) store.LeaseConfig {
-	return store.LeaseConfig{Holder: holder, Duration: 400 * time.Millisecond, RenewEvery: 100 * time.Millisecond, RetryMax: 20 * time.Millisecond}
+	return store.LeaseConfig{Holder: holder, Duration: 2 * time.Second, RenewEvery: 250 * time.Millisecond, RetryMax: 20 * time.Millisecond}
 }
 
 func newLease(t TB, st Store, name, holder string, cfg func(*store.LeaseConfig)) *store.Lease {
@@ -378,14 +379,14 @@ func leaseTokens(t TB, st Store, name string) {
 
 func leaseTakeover(t TB, st Store, name string) {
 	// A holder that renews keeps the lease past its duration. Renewals come every
-	// 100ms and the contender watches for 1.5s, so only a pause of renewals longer
-	// than that, not a busy machine's jitter, would let it take over.
-	longer := func(c *store.LeaseConfig) { c.Duration = 1500 * time.Millisecond }
+	// 250ms and the contender watches for twice the 3s duration, so only a pause of
+	// renewals longer than 3s, not a busy machine's jitter, would let it take over.
+	longer := func(c *store.LeaseConfig) { c.Duration = 3 * time.Second }
 	renewing := newLease(t, st, name+"-renewed", "renewing", longer)
 	hr, err := renewing.TryAcquire(bg)
 	want(t, "acquire", err, nil)
 	other := newLease(t, st, name+"-renewed", "other", longer)
-	ctx, cancel := context.WithTimeout(bg, 3*time.Second)
+	ctx, cancel := context.WithTimeout(bg, 6*time.Second)
 	_, err = other.Acquire(ctx)
 	cancel()
 	want(t, "acquire while the holder renews", err, context.DeadlineExceeded)
@@ -400,7 +401,7 @@ func leaseTakeover(t TB, st Store, name string) {
 	_, err = fast.TryAcquire(bg)
 	want(t, "acquire a held lease", err, snapshot.ErrHeld)
 	start := time.Now()
-	ctx, cancel = context.WithTimeout(bg, 10*time.Second)
+	ctx, cancel = context.WithTimeout(bg, time.Minute)
 	defer cancel()
 	hf, err := fast.Acquire(ctx)
 	if err != nil || hf.Token() != hs.Token()+1 {

@@ -167,7 +167,7 @@ func (r *Rig) Stream(t *testing.T, slot string) {
 			t.Errorf("Stream: %v", err)
 		}
 	})
-	testenv.Eventually(t, 10*time.Second, func() error {
+	testenv.Eventually(t, time.Minute, func() error {
 		if !src.Streaming() {
 			return errors.New("not streaming yet")
 		}
