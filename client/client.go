@@ -99,10 +99,10 @@ func (c Config) validate() error {
 	case c.CacheBytes < 0:
 		return fmt.Errorf("config.CacheBytes %d: must not be negative", c.CacheBytes)
 	case c.BatchLimit < 1:
-		return fmt.Errorf("config.BatchLimit %d: must be at least 1", c.BatchLimit)
+		return fmt.Errorf("config.BatchLimit %d: must be at least 1 (0 takes the default)", c.BatchLimit)
 	case c.MaxBatchBytes < 16<<10:
 		// Room for the longest id the API takes, every byte escaped by JSON.
-		return fmt.Errorf("config.MaxBatchBytes %d: must be at least 16384", c.MaxBatchBytes)
+		return fmt.Errorf("config.MaxBatchBytes %d: must be at least 16384 (0 takes the default)", c.MaxBatchBytes)
 	}
 	return c.Retry.validate()
 }

@@ -30,7 +30,8 @@ type RetryPolicy struct {
 	// MaxRetryAfter is the longest Retry-After the client honours: an answer asking for
 	// a longer wait ends the retries with its error at once. Within it, a retry never
 	// comes sooner than Retry-After asks (the metadata API sends 1s with every 503).
-	// Default 30s.
+	// Unlike the other fields, zero is a setting of its own, not the default: it
+	// honours no Retry-After, so no 503 is retried. DefaultRetryPolicy sets 30s.
 	MaxRetryAfter time.Duration
 }
 
@@ -61,7 +62,7 @@ func (p RetryPolicy) Validate() error {
 func (p RetryPolicy) validate() error {
 	switch {
 	case p.MaxAttempts < 1:
-		return fmt.Errorf("config.Retry.MaxAttempts %d: must be at least 1", p.MaxAttempts)
+		return fmt.Errorf("config.Retry.MaxAttempts %d: must be at least 1 (0 takes the default)", p.MaxAttempts)
 	case p.InitialBackoff <= 0:
 		return fmt.Errorf("config.Retry.InitialBackoff %s: must be positive", p.InitialBackoff)
 	case p.MaxBackoff < p.InitialBackoff:

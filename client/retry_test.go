@@ -121,6 +121,26 @@ func TestRetryAfter(t *testing.T) {
 	}
 }
 
+// TestZeroMaxRetryAfterRetriesNoRetryAfter: MaxRetryAfter is the one retry field
+// whose zero is not its default: a policy that leaves it zero honours no Retry-After,
+// so a 503 asking for a second ends the retries, while one without Retry-After is
+// retried.
+func TestZeroMaxRetryAfterRetriesNoRetryAfter(t *testing.T) {
+	for _, tt := range []struct {
+		retryAfter string
+		wantSent   int64
+	}{{"1", 1}, {"", 3}} {
+		s := &scripted{status: []int{503}, retryAfter: []string{tt.retryAfter}}
+		c, _ := scriptedClient(t, s, func(c *Config) { c.Retry = RetryPolicy{MaxAttempts: 3} })
+		if _, err := c.Get(context.Background(), "c", "x"); !errors.Is(err, ErrUnavailable) {
+			t.Errorf("Retry-After %q: Get = %v; want ErrUnavailable", tt.retryAfter, err)
+		}
+		if got := s.n.Load(); got != tt.wantSent {
+			t.Errorf("Retry-After %q: sent %d requests; want %d", tt.retryAfter, got, tt.wantSent)
+		}
+	}
+}
+
 // TestRetryBoundedByContext: a wait that would outlive the context's deadline is not
 // begun (the 503 is returned at once); a context cancelled during a wait ends it.
 func TestRetryBoundedByContext(t *testing.T) {
