@@ -322,7 +322,7 @@ func (l *Lease) Acquire(ctx context.Context) (snapshot.Hold, error) {
 		var held *heldError
 		if errors.As(err, &held) && (held.holder != reportedHolder || time.Since(reportedAt) >= waitReportEvery) {
 			reportedHolder, reportedAt = held.holder, time.Now()
-			l.event(ctx, snapshot.EventLeaseWaiting, held.token, "held_by", held.holder, "takeover_at", held.takeoverAt)
+			l.event(ctx, snapshot.EventLeaseWaiting, held.token, "held_by", held.holder, "takeover_at", held.takeoverAt.UTC())
 		}
 		wait := retry.Backoff{Initial: 20 * time.Millisecond, Max: l.cfg.RetryMax, Jitter: retry.FullJitter}.Delay(attempt)
 		l.mu.Lock()

@@ -107,8 +107,9 @@ var leaseEventLabels = map[snapshot.EventKind]string{snapshot.EventLeaseAcquired
 	snapshot.EventLeaseTakeover: "takeover", snapshot.EventLeaseReleased: "released", snapshot.EventLeaseLost: "lost",
 	snapshot.EventLeaseWaiting: "waiting"}
 
-// leaseEvents is a lease's observer: it counts the lease's events, tracks whether
-// this replica holds it and with which token, and passes every event on to next.
+// LeaseEvents is a lease's observer: it counts the lease's events, tracks whether
+// this replica holds it and with which token, and passes every event on to next
+// (none when next is nil).
 func (m *Metrics) LeaseEvents(next snapshot.Observer) snapshot.Observer {
 	return snapshot.ObserverFunc(func(ctx context.Context, e snapshot.Event) {
 		if label, ok := leaseEventLabels[e.Kind]; ok {
@@ -123,7 +124,9 @@ func (m *Metrics) LeaseEvents(next snapshot.Observer) snapshot.Observer {
 		case snapshot.EventLeaseReleased, snapshot.EventLeaseLost:
 			m.leaseHeld.Set(0)
 		}
-		next.Observe(ctx, e)
+		if next != nil {
+			next.Observe(ctx, e)
+		}
 	})
 }
 

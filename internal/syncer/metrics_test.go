@@ -85,6 +85,60 @@ func TestLeaseEventsShowWhoHoldsWhat(t *testing.T) {
 	}
 }
 
+// TestLeaseEventsOfATakeover: a holder that stops renewing is taken over; the
+// takeover is counted and names the lease, the new holder and its token, and
+// LeaseEvents passes nothing on when next is nil.
+func TestLeaseEventsOfATakeover(t *testing.T) {
+	m := NewMetrics("ds")
+	mem := memstore.New()
+	ctx := context.Background()
+	events := make(chan snapshot.Event, 16)
+	lease := func(holder string, d time.Duration) *store.Lease {
+		l, err := mem.NewLease("publish/ds", store.LeaseConfig{Holder: holder, Duration: d, RenewEvery: d - d/10,
+			RetryMax: 10 * time.Millisecond,
+			Observer: m.LeaseEvents(snapshot.ObserverFunc(func(_ context.Context, e snapshot.Event) { events <- e }))})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return l
+	}
+	old, err := lease("old", time.Hour).Acquire(ctx) // it renews after 54 minutes
+	if err != nil {
+		t.Fatal(err)
+	}
+	hctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	taker, err := lease("new", 200*time.Millisecond).Acquire(hctx)
+	if err != nil {
+		t.Fatalf("taking over a lease not renewed for its duration: %v", err)
+	}
+	defer taker.Release(ctx)
+	if err := old.Release(ctx); !errors.Is(err, snapshot.ErrLeaseLost) {
+		t.Errorf("release by the holder taken over = %v; want ErrLeaseLost", err)
+	}
+	var e snapshot.Event
+	for e.Kind != snapshot.EventLeaseTakeover {
+		select {
+		case e = <-events:
+		case <-hctx.Done():
+			t.Fatal("no takeover event")
+		}
+	}
+	if e.Attr("lease") != "publish/ds" || e.Attr("holder") != "new" || e.Attr("token") != taker.Token() || taker.Token() != old.Token()+1 {
+		t.Errorf("takeover event %v; want lease publish/ds, holder new, token %d", e.Attrs, old.Token()+1)
+	}
+	if got := testutil.ToFloat64(m.leaseEventsTotal.WithLabelValues("takeover")); got != 1 {
+		t.Errorf("lease events{takeover} = %v; want 1", got)
+	}
+	if got := testutil.ToFloat64(m.leaseToken); got != float64(taker.Token()) {
+		t.Errorf("lease_token = %v; want the new hold's %d", got, taker.Token())
+	}
+	m.LeaseEvents(nil).Observe(ctx, snapshot.Event{Kind: snapshot.EventLeaseReleased})
+	if got := testutil.ToFloat64(m.leaseEventsTotal.WithLabelValues("released")); got != 1 {
+		t.Errorf("lease events{released} after an event with no next observer = %v; want 1", got)
+	}
+}
+
 // TestPublishMetricsCountLayers: a published version counts the bytes its publish
 // wrote, the rows it rendered and wrote (documents and tombstones) and its layers by
 // kind, and sets each collection's chain length; a full copy counts every row as

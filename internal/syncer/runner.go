@@ -114,7 +114,7 @@ func (r *Runner) Run(ctx context.Context) error {
 			log.Error("first sync failed", "err", err)
 		}
 	}
-	log.Info("syncer running", "schedule", r.Schedule, "watch", r.Watch.Enabled, "watch_mode", r.Watch.Mode)
+	log.Info("syncer running", "schedule", r.Schedule.String(), "watch", r.Watch.Enabled, "watch_mode", r.Watch.Mode)
 	if r.Watch.Enabled {
 		wctx, stop := context.WithCancel(ctx)
 		done := make(chan struct{})
