@@ -90,9 +90,6 @@ func (s *Store) ListPointers(ctx context.Context) (map[string]snapshot.Pointer, 
 // when the stored source is newer (unless rolling back), or when the stored version
 // is not the expected one.
 func (s *Store) FlipPointer(ctx context.Context, dataset string, f snapshot.Flip) (snapshot.Pointer, error) {
-	if err := ctx.Err(); err != nil {
-		return snapshot.Pointer{}, err
-	}
 	if f.Token == 0 {
 		return snapshot.Pointer{}, fmt.Errorf("%w flip: fencing token 0", snapshot.ErrInvalid)
 	}
@@ -107,6 +104,10 @@ func (s *Store) FlipPointer(ctx context.Context, dataset string, f snapshot.Flip
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if err := ctx.Err(); err != nil {
+		// As Bigtable's store: a write that was never answered, decided by a re-read.
+		return s.unknownFlip(dataset, f, err)
+	}
 	fault := s.fault(OpFlip)
 	if fault == Refused {
 		return s.unknownFlip(dataset, f, errInjected)

@@ -90,6 +90,19 @@ func firstFlip(t TB, st Store, ds string) {
 	}
 }
 
+// flipWithContextDone: a flip whose context ended before it was sent has an unknown
+// outcome, as any write whose reply never came; the re-read shows it did not apply.
+func flipWithContextDone(t TB, st Store, ds string) {
+	vs := versions(2)
+	_, err := st.FlipPointer(bg, ds, flip(vs[0], "", 1, 1))
+	want(t, "first flip", err, nil)
+	ctx, cancel := context.WithCancel(bg)
+	cancel()
+	_, err = st.FlipPointer(ctx, ds, flip(vs[1], vs[0], 1, 2))
+	want(t, "flip with its context done", err, snapshot.ErrOutcomeUnknown)
+	current(t, st, ds, vs[0], 1)
+}
+
 func flipIsFenced(t TB, st Store, ds string) {
 	vs := versions(4)
 	_, err := st.FlipPointer(bg, ds, flip(vs[0], "", 5, 1))

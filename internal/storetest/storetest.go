@@ -59,6 +59,7 @@ var Cases = []Case{
 	{"PointerAbsent", pointerAbsent},
 	{"FirstFlip", firstFlip},
 	{"FlipIsFenced", flipIsFenced},
+	{"FlipWithContextDone", flipWithContextDone},
 	{"FlipExpectsCurrent", flipExpectsCurrent},
 	{"FlipPinned", flipPinned},
 	{"FlipSourceBehind", flipSourceBehind},
