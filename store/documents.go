@@ -467,6 +467,9 @@ type layerRange func(ctx context.Context, l layerColl, span snapshot.Span, n int
 // scanSpan is ScanSpan with each layer's rows read by read.
 func (s *Store) scanSpan(ctx context.Context, c snapshot.ChainRef, span snapshot.Span, limit int, read layerRange) ([]snapshot.Document, bool, error) {
 	dataset, chain, collection := c.Dataset, c.Chain, c.Collection
+	if limit < 0 {
+		return nil, false, fmt.Errorf("%w scan of %s: limit %d is negative", snapshot.ErrInvalid, collection, limit)
+	}
 	ctx, cancel := s.op(ctx)
 	defer cancel()
 	if span.Empty() {

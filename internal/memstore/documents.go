@@ -177,14 +177,28 @@ func (s *Store) ScanPage(ctx context.Context, in snapshot.ChainRef, after string
 // ScanSpan returns up to limit documents whose ids are in span, in id order, and
 // whether more of the span's follow.
 func (s *Store) ScanSpan(ctx context.Context, in snapshot.ChainRef, span snapshot.Span, limit int) ([]snapshot.Document, bool, error) {
-	docs, err := s.merged(ctx, in, false)
-	return page(docs, span, limit), more(docs, span, limit), err
+	return s.scan(ctx, in, span, limit, false)
 }
 
 // ScanEntries is ScanSpan over an index's entries, each with index.EntryBody.
 func (s *Store) ScanEntries(ctx context.Context, in snapshot.ChainRef, span snapshot.Span, limit int) ([]snapshot.Document, bool, error) {
-	docs, err := s.merged(ctx, in, true)
-	return page(docs, span, limit), more(docs, span, limit), err
+	return s.scan(ctx, in, span, limit, true)
+}
+
+// scan is ScanSpan, of the entries when entries is set.
+func (s *Store) scan(ctx context.Context, in snapshot.ChainRef, span snapshot.Span, limit int, entries bool) ([]snapshot.Document, bool, error) {
+	if limit < 0 {
+		return nil, false, fmt.Errorf("%w scan of %s: limit %d is negative", snapshot.ErrInvalid, in.Collection, limit)
+	}
+	docs, err := s.merged(ctx, in, entries)
+	if err != nil {
+		return nil, false, err
+	}
+	docs = inSpan(docs, span)
+	if len(docs) > limit {
+		return docs[:limit], true, nil
+	}
+	return docs, false, nil
 }
 
 // inSpan returns the documents of docs (in id order) whose ids are in span.
@@ -201,18 +215,6 @@ func inSpan(docs []snapshot.Document, span snapshot.Span) []snapshot.Document {
 		j++
 	}
 	return docs[i:j]
-}
-
-func page(docs []snapshot.Document, span snapshot.Span, limit int) []snapshot.Document {
-	in := inSpan(docs, span)
-	if len(in) > limit {
-		in = in[:limit]
-	}
-	return in
-}
-
-func more(docs []snapshot.Document, span snapshot.Span, limit int) bool {
-	return len(inSpan(docs, span)) > limit
 }
 
 // RecordedLive returns how many live ids the chain the layer tops holds, as the

@@ -615,6 +615,11 @@ func chainPages(t TB, st Store, ds string) {
 			}
 		}
 	}
+	in := snapshot.ChainRef{Dataset: ds, Chain: chain, Collection: "c"}
+	_, _, err := st.ScanSpan(bg, in, snapshot.Span{Inclusive: true}, -1)
+	want(t, "a span scan with a negative limit", err, snapshot.ErrInvalid)
+	_, _, err = st.ScanEntries(bg, in, snapshot.Span{Inclusive: true}, -1)
+	want(t, "an entries scan with a negative limit", err, snapshot.ErrInvalid)
 }
 
 func indexEntries(t TB, st Store, ds string) {
