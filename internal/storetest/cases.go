@@ -103,6 +103,32 @@ func flipWithContextDone(t TB, st Store, ds string) {
 	current(t, st, ds, vs[0], 1)
 }
 
+// flipRefusalsInOrder: a flip refused for several reasons at once names the first of
+// fenced, pinned, source behind and conflict (snapshot.WhyRefused's order).
+func flipRefusalsInOrder(t TB, st Store, ds string) {
+	vs := versions(3)
+	pinned := flip(vs[0], "", 5, 100)
+	pinned.Pin = true
+	_, err := st.FlipPointer(bg, ds, pinned)
+	want(t, "a pinning flip", err, nil)
+	f := flip(vs[1], "not-current", 4, 50) // fenced, pinned, behind and expecting another
+	_, err = st.FlipPointer(bg, ds, f)
+	want(t, "a flip refused for every reason", err, snapshot.ErrFenced)
+	f.Token = 5
+	_, err = st.FlipPointer(bg, ds, f)
+	want(t, "a flip pinned, behind and expecting another", err, snapshot.ErrPinned)
+	f.Rollback = true // a rollback may move a pinned pointer back in source position
+	_, err = st.FlipPointer(bg, ds, f)
+	want(t, "a rollback expecting another", err, snapshot.ErrConflict)
+	unpin := flip(vs[1], vs[0], 5, 100)
+	unpin.Rollback = true
+	_, err = st.FlipPointer(bg, ds, unpin)
+	want(t, "a rollback that unpins", err, nil)
+	_, err = st.FlipPointer(bg, ds, flip(vs[2], "not-current", 5, 50))
+	want(t, "a flip behind and expecting another", err, snapshot.ErrSourceBehind)
+	current(t, st, ds, vs[1], 5)
+}
+
 func flipIsFenced(t TB, st Store, ds string) {
 	vs := versions(4)
 	_, err := st.FlipPointer(bg, ds, flip(vs[0], "", 5, 1))

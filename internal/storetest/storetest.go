@@ -60,6 +60,7 @@ var Cases = []Case{
 	{"FirstFlip", firstFlip},
 	{"FlipIsFenced", flipIsFenced},
 	{"FlipWithContextDone", flipWithContextDone},
+	{"FlipRefusalsInOrder", flipRefusalsInOrder},
 	{"FlipExpectsCurrent", flipExpectsCurrent},
 	{"FlipPinned", flipPinned},
 	{"FlipSourceBehind", flipSourceBehind},
