@@ -24,13 +24,6 @@ type ChainRef struct {
 	Collection string
 }
 
-// In returns c's collection of the same chain: an index's entries (IndexCollection),
-// say, read through the chain of the collection they index.
-func (c ChainRef) In(collection string) ChainRef {
-	c.Collection = collection
-	return c
-}
-
 // RunRef names the fingerprint run one layer wrote for a collection of a dataset:
 // what that layer wrote, not the version read through its chain.
 type RunRef struct {
