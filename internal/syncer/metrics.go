@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/pprof"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -222,7 +223,6 @@ func (m *Metrics) observeCurrent(ctx context.Context, st currentStore, dataset s
 // profiles under /debug/pprof/ on addr until ctx ends or the function it returns is
 // called; "" serves nothing.
 func Serve(ctx context.Context, addr string, m *Metrics, h *Health, log *slog.Logger) (func(), error) {
-	reg := m.reg
 	if addr == "" {
 		return func() {}, nil
 	}
@@ -231,7 +231,7 @@ func Serve(ctx context.Context, addr string, m *Metrics, h *Health, log *slog.Lo
 		return nil, fmt.Errorf("--metrics-addr %s: %w", addr, err)
 	}
 	mux := http.NewServeMux()
-	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	mux.Handle("/metrics", promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{}))
 	// Go's profiles, for finding where a sync spends its time: e.g.
 	// go tool pprof http://ADDR/debug/pprof/profile?seconds=30
 	mux.HandleFunc("/debug/pprof/", pprof.Index)
@@ -247,9 +247,11 @@ func Serve(ctx context.Context, addr string, m *Metrics, h *Health, log *slog.Lo
 		}
 	}()
 	log.Info("metrics listening", "addr", ln.Addr().String())
-	return func() {
+	stop := sync.OnceFunc(func() {
 		sctx, cancel := snapshot.Detach(ctx, 5*time.Second)
 		defer cancel()
 		_ = srv.Shutdown(sctx)
-	}, nil
+	})
+	context.AfterFunc(ctx, stop)
+	return stop, nil
 }

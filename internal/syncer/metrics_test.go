@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"net"
@@ -283,5 +284,28 @@ func TestMetricsAddrServesMetricsAndProfiles(t *testing.T) {
 		if resp.StatusCode != http.StatusOK || !bytes.Contains(body, want) {
 			t.Errorf("GET %s = %d, %d bytes; want 200 with %q", path, resp.StatusCode, len(body), want)
 		}
+	}
+
+	// Serving ends with the context too, and "" serves nothing.
+	ctx, cancel := context.WithCancel(context.Background())
+	ln2, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr2 := ln2.Addr().String()
+	ln2.Close()
+	if _, err := Serve(ctx, addr2, m, nil, slog.New(slog.DiscardHandler)); err != nil {
+		t.Fatal(err)
+	}
+	cancel()
+	testenv.Eventually(t, time.Minute, func() error {
+		if resp, err := http.Get("http://" + addr2 + "/metrics"); err == nil {
+			resp.Body.Close()
+			return fmt.Errorf("%s still serves after its context ended", addr2)
+		}
+		return nil
+	})
+	if stop, err := Serve(context.Background(), "", nil, nil, nil); err != nil || stop == nil {
+		t.Errorf(`Serve on "" = %v; want nothing served and no error`, err)
 	}
 }
