@@ -331,10 +331,10 @@ func ParseSyncerConfig(r io.Reader, getenv func(string) string) (SyncerConfig, e
 	}
 	var root yaml.Node
 	if err := yaml.Unmarshal(data, &root); err != nil {
-		return SyncerConfig{}, fmt.Errorf("not valid YAML: %w", err)
+		return SyncerConfig{}, fmt.Errorf("%w config: not valid YAML: %w", snapshot.ErrInvalid, err)
 	}
 	if err := decodeFields(&root, reflect.ValueOf(&cfg).Elem(), ""); err != nil {
-		return SyncerConfig{}, err
+		return SyncerConfig{}, fmt.Errorf("%w config: %w", snapshot.ErrInvalid, err)
 	}
 	if dsn := getenv(EnvPostgresDSN); dsn != "" {
 		cfg.Postgres.DSN = dsn

@@ -2,6 +2,7 @@ package cli
 
 import (
 	"errors"
+	"strings"
 	"testing"
 
 	"github.com/snapflip/snapflip/api"
@@ -31,6 +32,14 @@ func TestValidateErrorsWrapErrInvalid(t *testing.T) {
 		"pgsource.LogicalConfig without a slot":    pgsource.LogicalConfig{Publication: "p"}.Validate(),
 		"auth.Config without issuers":              auth.Config{}.Validate(),
 		"SyncerConfig without a dataset":           SyncerConfig{}.Validate(),
+	}
+	for what, yaml := range map[string]string{
+		"a YAML syntax error":     "dataset: [",
+		"an unknown watch mode":   "dataset: ds\nschedule: \"@every 1m\"\nwatch: {mode: trigger}\n",
+		"a field of a wrong type": "dataset: ds\nschedule: \"@every 1m\"\nttl: soon\n",
+	} {
+		_, err := ParseSyncerConfig(strings.NewReader(yaml), func(string) string { return "" })
+		bad["a config file with "+what] = err
 	}
 	for what, err := range bad {
 		if !errors.Is(err, snapshot.ErrInvalid) {
