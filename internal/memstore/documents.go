@@ -58,7 +58,11 @@ func (s *Store) merged(ctx context.Context, in snapshot.ChainRef, entries bool) 
 			continue
 		}
 		for id, body := range l.docs {
-			for _, d := range expand(id, body, entries) {
+			docs, err := expand(id, body, entries)
+			if err != nil {
+				return nil, fmt.Errorf("scan %s: %w", collection, err)
+			}
+			for _, d := range docs {
 				if seen[d.ID] {
 					continue
 				}
@@ -73,19 +77,21 @@ func (s *Store) merged(ctx context.Context, in snapshot.ChainRef, entries bool) 
 	return out, nil
 }
 
-// expand returns a row as documents: itself, or an index block's entries.
-func expand(id string, body []byte, entries bool) []snapshot.Document {
-	if entries && index.IsBlock(body) {
-		es, err := index.BlockEntriesOf(body)
-		if err == nil {
-			out := make([]snapshot.Document, len(es))
-			for i, e := range es {
-				out[i] = snapshot.Document{ID: e, Body: index.EntryBody}
-			}
-			return out
-		}
+// expand returns a row as documents: itself, or an index block's entries; a block
+// that does not decode is an error, as in Bigtable's store.
+func expand(id string, body []byte, entries bool) ([]snapshot.Document, error) {
+	if !entries || !index.IsBlock(body) {
+		return []snapshot.Document{{ID: id, Body: body}}, nil
 	}
-	return []snapshot.Document{{ID: id, Body: body}}
+	es, err := index.BlockEntriesOf(body)
+	if err != nil {
+		return nil, fmt.Errorf("block %q: %w", snapshot.Truncate(id, 200), err)
+	}
+	out := make([]snapshot.Document, len(es))
+	for i, e := range es {
+		out[i] = snapshot.Document{ID: e, Body: index.EntryBody}
+	}
+	return out, nil
 }
 
 // GetDocument returns one document through a chain, or ErrNotFound.

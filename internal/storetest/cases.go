@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -646,6 +647,32 @@ func chainPages(t TB, st Store, ds string) {
 	want(t, "a span scan with a negative limit", err, snapshot.ErrInvalid)
 	_, _, err = st.ScanEntries(bg, in, snapshot.Span{Inclusive: true}, -1)
 	want(t, "an entries scan with a negative limit", err, snapshot.ErrInvalid)
+}
+
+// corruptIndexBlock: an index block that does not decode is an error naming it, not
+// an entry.
+func corruptIndexBlock(t TB, st Store, ds string) {
+	v := versions(1)[0]
+	coll := index.Collection("c", "by_n")
+	var p index.Packer
+	p.Add("e1")
+	key, body, _ := p.Flush()
+	w := st.NewWriter(bg, ds, v)
+	if err := w.Write(bg, coll, snapshot.Document{ID: key, Body: append(slices.Clone(body), 0xff)}); err != nil {
+		t.Fatalf("write block: %v", err)
+	}
+	if _, err := w.Close(bg); err != nil {
+		t.Fatalf("close: %v", err)
+	}
+	in := snapshot.ChainRef{Dataset: ds, Chain: []snapshot.Version{v}, Collection: coll}
+	_, _, err := st.ScanEntries(bg, in, snapshot.Span{Inclusive: true}, 10)
+	if err == nil || !strings.Contains(err.Error(), "block") {
+		t.Errorf("entries of a corrupt block: %v; want an error naming the block", err)
+	}
+	err = st.ScanIndex(bg, in, func(string) bool { return true })
+	if err == nil || !strings.Contains(err.Error(), "block") {
+		t.Errorf("scan of a corrupt block: %v; want an error naming the block", err)
+	}
 }
 
 func indexEntries(t TB, st Store, ds string) {

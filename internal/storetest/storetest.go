@@ -61,6 +61,7 @@ var Cases = []Case{
 	{"FlipIsFenced", flipIsFenced},
 	{"FlipWithContextDone", flipWithContextDone},
 	{"FlipRefusalsInOrder", flipRefusalsInOrder},
+	{"CorruptIndexBlock", corruptIndexBlock},
 	{"FlipExpectsCurrent", flipExpectsCurrent},
 	{"FlipPinned", flipPinned},
 	{"FlipSourceBehind", flipSourceBehind},
