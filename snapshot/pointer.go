@@ -120,6 +120,24 @@ type DemandStore interface {
 	ReadDemand(ctx context.Context, dataset string) (uint64, error)
 }
 
+// WhyCoverageRefused names why storage refused to record coverage c with token, given
+// the pointer it holds now (its Fence the stored fence, even before the first flip;
+// its Covered the recorded coverage): an error wrapping ErrFenced, ErrPinned,
+// ErrConflict or ErrSourceBehind, checked in that order, as every store's
+// RecordCoverage reports it.
+func WhyCoverageRefused(dataset string, token uint64, c Coverage, cur Pointer) error {
+	switch {
+	case cur.Fence > token:
+		return fmt.Errorf("coverage of dataset %s with token %d: stored fence is %d: %w", dataset, token, cur.Fence, ErrFenced)
+	case cur.Pinned:
+		return fmt.Errorf("coverage of dataset %s: pinned at %s: %w", dataset, cur.Version, ErrPinned)
+	case cur.Version != c.Version:
+		return fmt.Errorf("coverage of dataset %s at %s: the pointer names %s: %w", dataset, c.Version, cur.Version, ErrConflict)
+	default:
+		return fmt.Errorf("coverage of dataset %s at LSN %d: one at LSN %d is recorded: %w", dataset, c.LSN, cur.Covered.LSN, ErrSourceBehind)
+	}
+}
+
 // WhyRefused names why storage refused flip f of dataset, given the pointer it holds
 // now (its Fence the stored fence, even before the first flip): an error wrapping
 // ErrFenced, ErrPinned, ErrSourceBehind or ErrConflict, checked in that order, as

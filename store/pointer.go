@@ -293,18 +293,14 @@ func (s *Store) RecordCoverage(ctx context.Context, dataset string, token uint64
 		return nil
 	}
 	cur, err := s.ReadPointer(ctx, dataset)
-	switch {
-	case err != nil:
-		return fmt.Errorf("coverage of dataset %s rejected; re-read failed: %w", dataset, err)
-	case cur.Fence > token:
-		return fmt.Errorf("coverage of dataset %s with token %d: stored fence is %d: %w", dataset, token, cur.Fence, snapshot.ErrFenced)
-	case cur.Pinned:
-		return fmt.Errorf("coverage of dataset %s: pinned at %s: %w", dataset, cur.Version, snapshot.ErrPinned)
-	case cur.Version != c.Version:
-		return fmt.Errorf("coverage of dataset %s at %s: the pointer names %s: %w", dataset, c.Version, cur.Version, snapshot.ErrConflict)
-	default:
-		return fmt.Errorf("coverage of dataset %s at LSN %d: one at LSN %d is recorded: %w", dataset, c.LSN, cur.Covered.LSN, snapshot.ErrSourceBehind)
+	if errors.Is(err, snapshot.ErrNoVersion) {
+		// No flip yet, but a fence may have been advanced (a new lease holder's).
+		cur.Fence, err = s.readFence(ctx, dataset)
 	}
+	if err != nil {
+		return fmt.Errorf("coverage of dataset %s rejected; re-read failed: %w", dataset, err)
+	}
+	return snapshot.WhyCoverageRefused(dataset, token, c, cur)
 }
 
 // RaiseDemand adds one to the dataset's demand counter (ReadModifyWriteRow, so that

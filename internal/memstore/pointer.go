@@ -180,15 +180,13 @@ func (s *Store) RecordCoverage(ctx context.Context, dataset string, token uint64
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	r := s.row(dataset)
-	switch {
-	case r.fence != nil && *r.fence > token:
-		return fmt.Errorf("coverage of dataset %s with token %d: stored fence is %d: %w", dataset, token, *r.fence, snapshot.ErrFenced)
-	case r.pinned:
-		return fmt.Errorf("coverage of dataset %s: pinned: %w", dataset, snapshot.ErrPinned)
-	case r.version != nil && *r.version != c.Version:
-		return fmt.Errorf("coverage of dataset %s at %s: the pointer names %s: %w", dataset, c.Version, *r.version, snapshot.ErrConflict)
-	case r.coveredLSN != nil && *r.coveredLSN > c.LSN:
-		return fmt.Errorf("coverage of dataset %s at LSN %d: one at LSN %d is recorded: %w", dataset, c.LSN, *r.coveredLSN, snapshot.ErrSourceBehind)
+	if r.fence != nil && *r.fence > token || r.pinned || r.version != nil && *r.version != c.Version ||
+		r.coveredLSN != nil && *r.coveredLSN > c.LSN {
+		cur, _ := s.readPointer(dataset) // zero before the first flip
+		if r.fence != nil {
+			cur.Fence = *r.fence
+		}
+		return snapshot.WhyCoverageRefused(dataset, token, c, cur)
 	}
 	r.covered, r.coveredLSN = body, ptr(c.LSN)
 	return nil

@@ -224,6 +224,9 @@ func coverage(t TB, st Store, ds string) {
 	want(t, "first flip", err, nil)
 	c := snapshot.Coverage{Version: vs[0], Snapshot: "20", LSN: 20, Demand: 3, At: at.Add(time.Second)}
 	want(t, "coverage with an older token", st.RecordCoverage(bg, ds, 1, c), snapshot.ErrFenced)
+	fenced := ds + "-fenced" // a fence advanced before any flip
+	want(t, "advance a fence before any flip", st.AdvanceFence(bg, fenced, 5), nil)
+	want(t, "coverage under that fence", st.RecordCoverage(bg, fenced, 3, c), snapshot.ErrFenced)
 	other := c
 	other.Version = vs[1]
 	want(t, "coverage of another version", st.RecordCoverage(bg, ds, 2, other), snapshot.ErrConflict)
