@@ -145,7 +145,10 @@ func (c grantee) grant(collection string) (*auth.Scope, error) {
 	case auth.Whole:
 		return nil, nil
 	case auth.Scoped:
-		return &scope, nil
+		// A copy, so that only a scoped read allocates one: the address of scope
+		// itself would move it to the heap on every path.
+		scoped := scope
+		return &scoped, nil
 	}
 	return nil, &forbiddenError{msg: fmt.Sprintf("collection %q: your identity is not granted it", truncate(collection, 128))}
 }
