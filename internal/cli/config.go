@@ -289,7 +289,7 @@ func DefaultSyncerConfig() SyncerConfig {
 		MaxDocumentBytes: 8 << 20,
 		ProgressInterval: 10 * time.Second,
 		Versions:         VersionsIncremental,
-		Watch:            WatchConfig{Enabled: true, Interval: 200 * time.Millisecond, MinInterval: minIntervalUnset, Mode: pgsource.WatchModeStats, Publication: DefaultPublication},
+		Watch:            WatchConfig{Enabled: true, Interval: syncer.DefaultWatchInterval, MinInterval: minIntervalUnset, Mode: pgsource.WatchModeStats, Publication: DefaultPublication},
 		MaxLayers:        layer.DefaultMaxLayers,
 		RebaseRatio:      layer.DefaultRebaseRatio,
 		Postgres:         PostgresConfig{Readers: 1, PartitionMinRows: 200_000},

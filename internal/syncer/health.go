@@ -46,6 +46,9 @@ func NewHealth(maxSync time.Duration, ping func(context.Context) error) *Health 
 
 // begin records that a sync started.
 func (h *Health) begin() {
+	if h == nil {
+		return
+	}
 	h.mu.Lock()
 	h.busySince = h.now()
 	h.mu.Unlock()
@@ -53,6 +56,9 @@ func (h *Health) begin() {
 
 // end records how the sync begin started ended.
 func (h *Health) end(err error) {
+	if h == nil {
+		return
+	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.busySince = time.Time{}

@@ -5,6 +5,7 @@
 package syncer
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -34,6 +35,7 @@ type Runner struct {
 	Ticker *snapshot.Ticker
 	// Metrics and Health are told of every sync; Events hears what the source's
 	// watch and stream and the watch lease report; Log says what the Runner does.
+	// Metrics is required; a nil Health, Events or Log is told nothing.
 	Metrics *Metrics
 	Health  *Health
 	Events  snapshot.Observer
@@ -49,12 +51,16 @@ type Runner struct {
 	cycle sync.Mutex
 }
 
+// DefaultWatchInterval is how often a watch polls when Watch.Interval is zero.
+const DefaultWatchInterval = 200 * time.Millisecond
+
 // Watch is how changes start syncs between the schedule's ticks.
 type Watch struct {
 	Enabled bool
 	Mode    pgsource.WatchMode
-	// Interval is how often the watch polls; MinInterval the least time between the
-	// starts of two change-driven syncs.
+	// Interval is how often the watch polls (zero: DefaultWatchInterval);
+	// MinInterval the least time between the starts of two change-driven syncs
+	// (zero: none).
 	Interval, MinInterval time.Duration
 	// Logical names the publication and slot of WatchModeLogical.
 	Logical pgsource.LogicalConfig
@@ -62,6 +68,37 @@ type Watch struct {
 
 // logical reports whether the watch reads the replication stream.
 func (w Watch) logical() bool { return w.Enabled && w.Mode == pgsource.WatchModeLogical }
+
+// interval is how often the watch polls.
+func (w Watch) interval() time.Duration { return cmp.Or(w.Interval, DefaultWatchInterval) }
+
+// Validate reports the first field of r that Run cannot work with, as an error naming
+// it and wrapping snapshot.ErrInvalid. Zero fields take the defaults their comments
+// give.
+func (r *Runner) Validate() error {
+	for _, f := range []struct {
+		name string
+		ok   bool
+	}{
+		{"Dataset", r.Dataset != ""},
+		{"Schedule", r.Schedule.String() != "" || r.Ticks != nil},
+		{"Watch.Interval", r.Watch.Interval >= 0}, {"Watch.MinInterval", r.Watch.MinInterval >= 0},
+		{"Source", r.Source != nil}, {"Store", r.Store != nil}, {"Ticker", r.Ticker != nil}, {"Metrics", r.Metrics != nil},
+	} {
+		if !f.ok {
+			return fmt.Errorf("%w syncer runner: %s is missing or negative", snapshot.ErrInvalid, f.name)
+		}
+	}
+	return nil
+}
+
+// logger is r.Log, or one that writes nothing.
+func (r *Runner) logger() *slog.Logger {
+	if r.Log == nil {
+		return slog.New(slog.DiscardHandler)
+	}
+	return r.Log
+}
 
 // Ping says whether Bigtable and Postgres answer (for /readyz).
 func (r *Runner) Ping(ctx context.Context) error {
@@ -91,7 +128,10 @@ func (r *Runner) PublishNow(ctx context.Context, opts snapshot.PublishOptions) (
 // stops at the next tick boundary; a running cycle is cancelled, which leaves the
 // pointer alone and releases the lease.
 func (r *Runner) Run(ctx context.Context) error {
-	log := r.Log.With("dataset", r.Dataset)
+	if err := r.Validate(); err != nil {
+		return err
+	}
+	log := r.logger().With("dataset", r.Dataset)
 	if r.Watch.logical() {
 		// What logical mode needs and cannot make itself is a configuration error:
 		// refuse to start, naming it, rather than fall back to the schedule silently.
@@ -104,11 +144,11 @@ func (r *Runner) Run(ctx context.Context) error {
 	if _, err := r.Store.ReadPointer(ctx, r.Dataset); errors.Is(err, snapshot.ErrNoVersion) {
 		log.Info("nothing published yet: syncing now")
 		start := time.Now()
-		r.cycle.Lock()
-		r.Health.begin()
-		res, _, err := r.Ticker.PublishLeased(ctx, snapshot.PublishOptions{})
-		r.Health.end(err)
-		r.cycle.Unlock()
+		var res snapshot.PublishResult
+		err := r.inCycle(func() (err error) {
+			res, _, err = r.Ticker.PublishLeased(ctx, snapshot.PublishOptions{})
+			return err
+		})
 		r.Metrics.observe(res, err, time.Since(start))
 		if err != nil && !errors.Is(err, snapshot.ErrFenced) && !errors.Is(err, snapshot.ErrConflict) {
 			log.Error("first sync failed", "err", err)
@@ -131,11 +171,11 @@ func (r *Runner) Run(ctx context.Context) error {
 		tlog := log.With("slot", slot, "tick", tick.UTC().Format(time.RFC3339))
 		tlog.Debug("tick started")
 		start := time.Now()
-		r.cycle.Lock()
-		r.Health.begin()
-		res, err := r.Ticker.Tick(ctx, slot, snapshot.PublishOptions{})
-		r.Health.end(err)
-		r.cycle.Unlock()
+		var res snapshot.TickResult
+		err := r.inCycle(func() (err error) {
+			res, err = r.Ticker.Tick(ctx, slot, snapshot.PublishOptions{})
+			return err
+		})
 		switch {
 		case err != nil && ctx.Err() != nil:
 			tlog.Info("sync abandoned for shutdown", "err", err)
@@ -157,6 +197,17 @@ func (r *Runner) Run(ctx context.Context) error {
 			r.OnTick(res, err)
 		}
 	}
+}
+
+// inCycle runs one sync under the process's cycle lock (its scheduled and
+// change-driven syncs take turns), telling Health when it starts and how it ends.
+func (r *Runner) inCycle(sync func() error) error {
+	r.cycle.Lock()
+	defer r.cycle.Unlock()
+	r.Health.begin()
+	err := sync()
+	r.Health.end(err)
+	return err
 }
 
 // nextTick waits for the next scheduled tick, or takes it from r.Ticks.

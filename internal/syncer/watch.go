@@ -183,7 +183,7 @@ const changeAcquireTimeout = 5 * time.Second
 // runWatch watches the source and runs change-driven syncs until ctx ends. It returns
 // once the watch has, its connections closed.
 func (r *Runner) runWatch(ctx context.Context) {
-	log := r.Log.With("dataset", r.Dataset)
+	log := r.logger().With("dataset", r.Dataset)
 	pend := newPending()
 	watching := r.startWatchers(ctx, log, pend)
 	defer func() { <-watching }()
@@ -228,7 +228,7 @@ func (r *Runner) startWatchers(ctx context.Context, log *slog.Logger, pend *pend
 	poll := func() error {
 		// In logical mode the poll reads the definitions alone (the stream reports
 		// rows), and the stream's reader reports the tables.
-		return r.Source.Watch(ctx, pgsource.WatchConfig{Interval: cfg.Interval, Mode: cfg.Mode, Observer: r.Events},
+		return r.Source.Watch(ctx, pgsource.WatchConfig{Interval: cfg.interval(), Mode: cfg.Mode, Observer: r.Events},
 			func(c pgsource.Change) {
 				wm.changes.WithLabelValues(c.Reason.String()).Inc()
 				pend.add(c)
@@ -247,7 +247,7 @@ func (r *Runner) startWatchers(ctx context.Context, log *slog.Logger, pend *pend
 				}
 			})
 	}
-	watchers := []func() error{poll, func() error { return r.watchDemand(ctx, cfg.Interval, pend) }}
+	watchers := []func() error{poll, func() error { return r.watchDemand(ctx, cfg.interval(), pend) }}
 	if cfg.Mode == pgsource.WatchModeLogical {
 		watchers = append(watchers, func() error { return r.followStream(ctx, log, pend, retable) })
 	}
@@ -274,11 +274,11 @@ func (r *Runner) startWatchers(ctx context.Context, log *slog.Logger, pend *pend
 func (r *Runner) publishChange(ctx context.Context, log *slog.Logger, pend *pending, leaseWait time.Duration, c pgsource.Change) bool {
 	start := time.Now()
 	clog := log.With("change_seen", c.At.UTC().Format(time.RFC3339Nano), "reason", c.Reason)
-	r.cycle.Lock()
-	r.Health.begin()
-	res, _, err := r.Ticker.PublishLeasedWithin(ctx, leaseWait, snapshot.PublishOptions{ChangeXmax: c.Xmax, ChangeSeen: c.At})
-	r.Health.end(err)
-	r.cycle.Unlock()
+	var res snapshot.PublishResult
+	err := r.inCycle(func() (err error) {
+		res, _, err = r.Ticker.PublishLeasedWithin(ctx, leaseWait, snapshot.PublishOptions{ChangeXmax: c.Xmax, ChangeSeen: c.At})
+		return err
+	})
 	wm := r.Metrics.watch
 	switch {
 	case err != nil && ctx.Err() != nil:
