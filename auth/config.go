@@ -2,6 +2,7 @@ package auth
 
 import (
 	"bytes"
+	"cmp"
 	"fmt"
 	"net/url"
 	"os"
@@ -26,9 +27,10 @@ type Config struct {
 	// the caller and names the collection decides.
 	Grants []Grant `yaml:"grants"`
 	// KeyRefresh is the shortest time between two reads of an issuer's keys prompted
-	// by a token naming a key the API does not hold; default 30s.
+	// by a token naming a key the API does not hold; zero: DefaultKeyRefresh.
 	KeyRefresh time.Duration `yaml:"key_refresh"`
-	// Leeway is the clock skew allowed when checking exp and nbf; default 30s.
+	// Leeway is the clock skew allowed when checking exp and nbf; zero:
+	// DefaultLeeway.
 	Leeway time.Duration `yaml:"leeway"`
 }
 
@@ -95,13 +97,21 @@ func Parse(b []byte) (Config, error) {
 	if err := dec.Decode(&c); err != nil {
 		return Config{}, fmt.Errorf("%w: %w", ErrConfig, err)
 	}
-	if c.KeyRefresh == 0 {
-		c.KeyRefresh = 30 * time.Second
-	}
-	if c.Leeway == 0 {
-		c.Leeway = 30 * time.Second
-	}
+	c = c.withDefaults()
 	return c, c.Validate()
+}
+
+// DefaultKeyRefresh and DefaultLeeway are what a zero KeyRefresh and Leeway take.
+const (
+	DefaultKeyRefresh = 30 * time.Second
+	DefaultLeeway     = 30 * time.Second
+)
+
+// withDefaults fills c's zero KeyRefresh and Leeway.
+func (c Config) withDefaults() Config {
+	c.KeyRefresh = cmp.Or(c.KeyRefresh, DefaultKeyRefresh)
+	c.Leeway = cmp.Or(c.Leeway, DefaultLeeway)
+	return c
 }
 
 // Validate names the first thing wrong with c.

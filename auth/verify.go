@@ -59,8 +59,9 @@ type VerifierOptions struct {
 
 // NewVerifier returns a verifier for c's issuers. It reads every jwks_file now, so a
 // missing or malformed one is an error at start; discovered keys are fetched when the
-// first token needs them.
+// first token needs them. A zero KeyRefresh or Leeway takes its default.
 func NewVerifier(ctx context.Context, c Config, o VerifierOptions) (*Verifier, error) {
+	c = c.withDefaults()
 	if o.Client == nil {
 		o.Client = &http.Client{Timeout: 10 * time.Second}
 	}

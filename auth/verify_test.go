@@ -262,3 +262,33 @@ func TestDiscoveryOfAnotherIssuer(t *testing.T) {
 		t.Errorf("err = %v; want a refusal naming the discovery document's issuer", err)
 	}
 }
+
+// A Config built in code with zero KeyRefresh and Leeway takes their defaults, as
+// Parse gives a file: a token expired within the default leeway is accepted, and a
+// burst of tokens naming a key the issuer does not publish reads the keys no more
+// often than the default interval allows.
+func TestZeroKeyRefreshAndLeewayTakeDefaults(t *testing.T) {
+	is := authtest.NewIssuer(t)
+	cfg := auth.Config{Issuers: []auth.Issuer{{Issuer: is.URL(), Audience: "snapflip"}},
+		Grants: []auth.Grant{{Subject: "x", Collections: []string{"*"}}}}
+	if err := cfg.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	v, err := auth.NewVerifier(context.Background(), cfg, auth.VerifierOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	expired := is.Token(authtest.Claims{"sub": "a", "aud": "snapflip", "exp": time.Now().Add(-auth.DefaultLeeway / 3).Unix()})
+	if _, err := v.Verify(context.Background(), expired); err != nil {
+		t.Errorf("a token expired %s ago, zero Leeway (default %s): %v", auth.DefaultLeeway/3, auth.DefaultLeeway, err)
+	}
+	before := is.KeyReads.Load()
+	for i := range 20 {
+		if _, err := v.Verify(context.Background(), is.Unpublished(authtest.Claims{"sub": "x", "aud": "snapflip", "n": i})); !errors.Is(err, auth.ErrUnauthenticated) {
+			t.Fatalf("unpublished key: %v", err)
+		}
+	}
+	if got := is.KeyReads.Load() - before; got != 0 {
+		t.Errorf("%d key reads for 20 tokens naming an unknown key, zero KeyRefresh (default %s); want 0 (the first read was within the interval)", got, auth.DefaultKeyRefresh)
+	}
+}
