@@ -2,9 +2,11 @@ package store_test
 
 import (
 	"context"
+	"strings"
 	"sync"
 	"testing"
 
+	"cloud.google.com/go/bigtable/apiv2/bigtablepb"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -33,32 +35,58 @@ type faultyStore struct {
 	f *grpcFaults
 }
 
-// FailNext fails the next conditional write (every operation the contract fails
-// is one: a flip, a manifest's create or update, a slot claim, a lease's write).
+// FailNext fails the next conditional write of op (every operation the contract
+// fails is one: a flip, a manifest's create or update, a slot claim, a lease's write).
 func (s *faultyStore) FailNext(op memstore.Op, fault memstore.Fault) {
 	if op == memstore.OpWrite {
 		panic("faultyStore: batched writes are failed by fault_test.go's rowFailer")
 	}
 	s.f.mu.Lock()
 	defer s.f.mu.Unlock()
-	s.f.writes = append(s.f.writes, fault)
+	if s.f.writes == nil {
+		s.f.writes = map[memstore.Op][]memstore.Fault{}
+	}
+	s.f.writes[op] = append(s.f.writes[op], fault)
 }
 
-// grpcFaults fails CheckAndMutateRow calls, and the reads after them, as queued.
+// grpcFaults fails CheckAndMutateRow calls, each of the operation it was queued for,
+// and the reads after them, as queued.
 type grpcFaults struct {
 	mu     sync.Mutex
-	writes []memstore.Fault
+	writes map[memstore.Op][]memstore.Fault
 	reads  int // ReadRows calls still to fail
 }
 
-func (f *grpcFaults) next() memstore.Fault {
+// opOf names the operation a conditional write is: by its row (the store's key
+// layout: p# pointers, m# manifests, s# slots, l# leases) and, for a manifest,
+// whether it writes when its condition fails (a create) or holds (an update).
+func opOf(req *bigtablepb.CheckAndMutateRowRequest) memstore.Op {
+	switch key := string(req.GetRowKey()); {
+	case strings.HasPrefix(key, "p#"):
+		return memstore.OpFlip
+	case strings.HasPrefix(key, "m#") && len(req.GetFalseMutations()) > 0:
+		return memstore.OpCreateManifest
+	case strings.HasPrefix(key, "m#"):
+		return memstore.OpUpdateManifest
+	case strings.HasPrefix(key, "s#"):
+		return memstore.OpClaimSlot
+	case strings.HasPrefix(key, "l#"):
+		return memstore.OpSwapLease
+	}
+	return 0
+}
+
+// next takes the next fault queued for req's operation.
+func (f *grpcFaults) next(req *bigtablepb.CheckAndMutateRowRequest) memstore.Fault {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if len(f.writes) == 0 {
+	op := opOf(req)
+	q := f.writes[op]
+	if len(q) == 0 {
 		return 0
 	}
-	fault := f.writes[0]
-	f.writes = f.writes[1:]
+	fault := q[0]
+	f.writes[op] = q[1:]
 	if fault == memstore.ReplyLostAndRereadFails {
 		f.reads++
 	}
@@ -66,10 +94,11 @@ func (f *grpcFaults) next() memstore.Fault {
 }
 
 func (f *grpcFaults) unary(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
-	if method != "/google.bigtable.v2.Bigtable/CheckAndMutateRow" {
+	cm, ok := req.(*bigtablepb.CheckAndMutateRowRequest)
+	if method != "/google.bigtable.v2.Bigtable/CheckAndMutateRow" || !ok {
 		return invoker(ctx, method, req, reply, cc, opts...)
 	}
-	switch f.next() {
+	switch f.next(cm) {
 	case memstore.Refused:
 		return status.Error(codes.Unavailable, "injected: refused")
 	case memstore.ReplyLost, memstore.ReplyLostAndRereadFails:
