@@ -22,22 +22,28 @@ func (s *Store) CreateManifest(ctx context.Context, m snapshot.Manifest) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	f := s.fault(OpCreateManifest)
-	if f == Refused {
-		return fmt.Errorf("create manifest %s: %w", m.Version, errInjected)
-	}
 	byVersion := s.manifests[m.Dataset]
 	if byVersion == nil {
 		byVersion = map[snapshot.Version][]byte{}
 		s.manifests[m.Dataset] = byVersion
 	}
-	if _, ok := byVersion[m.Version]; ok {
-		return fmt.Errorf("create manifest %s: %w: it exists", m.Version, snapshot.ErrConflict)
+	cur, exists := byVersion[m.Version]
+	if !exists && f != Refused {
+		byVersion[m.Version] = body
+		cur = body
 	}
-	byVersion[m.Version] = body
-	if f != 0 && s.readFault() != nil {
+	if f != 0 {
+		// A failed call, decided as Bigtable's store decides it: by re-reading. The
+		// manifest as this create would have written it is a success, whoever wrote it.
+		if got := decodeManifest(cur); f.reread() == nil && cur != nil && got.State == m.State && got.Writer == m.Writer && got.StartedAt.Equal(m.StartedAt) {
+			return nil
+		}
 		return fmt.Errorf("create manifest %s: %w", m.Version, errInjected)
 	}
-	return nil // a lost reply: the re-read finds the manifest written
+	if exists {
+		return fmt.Errorf("create manifest %s: %w: it exists", m.Version, snapshot.ErrConflict)
+	}
+	return nil
 }
 
 // UpdateManifest writes m if the stored state is from, else returns ErrConflict (or
@@ -56,22 +62,25 @@ func (s *Store) UpdateManifest(ctx context.Context, m snapshot.Manifest, from sn
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	f := s.fault(OpUpdateManifest)
-	if f == Refused {
-		return fmt.Errorf("update manifest %s to %s: %w", m.Version, m.State, errInjected)
-	}
 	cur, ok := s.manifests[m.Dataset][m.Version]
-	if !ok {
-		return fmt.Errorf("update manifest %s %s → %s: manifest %s: %w", m.Version, from, m.State, m.Version, snapshot.ErrNotFound)
+	matched := ok && decodeManifest(cur).State == from
+	if matched && f != Refused {
+		s.manifests[m.Dataset][m.Version] = body
+		cur = body
 	}
-	if got := decodeManifest(cur); got.State != from {
-		if f != 0 {
-			return fmt.Errorf("update manifest %s to %s: %w", m.Version, m.State, errInjected)
+	if f != 0 {
+		// A failed call, decided by re-reading as Bigtable's store does: the manifest
+		// in m's state is a success, whoever moved it there.
+		if f.reread() == nil && ok && decodeManifest(cur).State == m.State {
+			return nil
 		}
-		return fmt.Errorf("update manifest %s %s → %s: it is %s: %w", m.Version, from, m.State, got.State, snapshot.ErrConflict)
-	}
-	s.manifests[m.Dataset][m.Version] = body
-	if f != 0 && s.readFault() != nil {
 		return fmt.Errorf("update manifest %s to %s: %w", m.Version, m.State, errInjected)
+	}
+	switch {
+	case !ok:
+		return fmt.Errorf("update manifest %s %s → %s: manifest %s: %w", m.Version, from, m.State, m.Version, snapshot.ErrNotFound)
+	case !matched:
+		return fmt.Errorf("update manifest %s %s → %s: it is %s: %w", m.Version, from, m.State, decodeManifest(cur).State, snapshot.ErrConflict)
 	}
 	return nil
 }

@@ -7,7 +7,14 @@
 // memory in milliseconds.
 //
 // Faults are injected per operation (Store.FailNext): an operation fails before it
-// applies, or applies and loses its reply, as a Bigtable call can.
+// applies, or applies and loses its reply, as a Bigtable call can; either way the
+// operation is decided as Bigtable's store decides it, by a re-read, which may fail
+// too.
+//
+// It keeps no time: nothing ages out. Bigtable's garbage collection (documents past
+// the TTL, manifests past the TTL and its grace, slot claims past SlotRetention, the
+// audit trail past AuditRetention) is not modelled, so tests of ageing run on the
+// emulator.
 package memstore
 
 import (
@@ -43,7 +50,8 @@ const (
 	// Refused: the operation fails and does not apply (the call never reached
 	// storage).
 	Refused Fault = iota + 1
-	// ReplyLost: the operation applies, then fails as a lost reply does.
+	// ReplyLost: the operation applies (when its condition holds), then fails as a
+	// lost reply does.
 	ReplyLost
 	// ReplyLostAndRereadFails: the operation applies, its reply is lost, and the
 	// re-read that would decide it fails too.
@@ -63,7 +71,7 @@ type Store struct {
 	leases    map[string][]byte
 	layers    map[layerKey]*layerRows
 	faults    map[Op][]Fault
-	unreads   int // reads still to fail (ReplyLostAndRereadFails)
+	unreads   int // lease reads still to fail (a lease write's ReplyLostAndRereadFails)
 
 	// IgnoreFence makes FlipPointer skip its fence check: a broken store, which the
 	// contract suite must catch. Never set it but to test the suite.
@@ -97,34 +105,28 @@ func (s *Store) fault(op Op) Fault {
 		return 0
 	}
 	s.faults[op] = q[1:]
-	if q[0] == ReplyLostAndRereadFails {
-		s.unreads++
-	}
 	return q[0]
 }
 
-// readFault reports whether a read fails (after a ReplyLostAndRereadFails); the
-// caller holds mu.
-// read starts a read under mu: it fails, holding nothing, when ctx is done or a read
-// fault is due; otherwise the caller holds mu until it calls unlock.
+// reread is the re-read with which Bigtable's store decides a conditional write whose
+// reply was lost, or whose condition failed: it fails under ReplyLostAndRereadFails.
+// An operation that does not re-read never calls it, so a fault cannot outlive its
+// operation.
+func (f Fault) reread() error {
+	if f == ReplyLostAndRereadFails {
+		return errInjected
+	}
+	return nil
+}
+
+// read starts a read under mu: it fails, holding nothing, when ctx is done;
+// otherwise the caller holds mu until it calls unlock.
 func (s *Store) read(ctx context.Context) (unlock func(), err error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
 	s.mu.Lock()
-	if err := s.readFault(); err != nil {
-		s.mu.Unlock()
-		return nil, err
-	}
 	return s.mu.Unlock, nil
-}
-
-func (s *Store) readFault() error {
-	if s.unreads > 0 {
-		s.unreads--
-		return errInjected
-	}
-	return nil
 }
 
 // NewLease returns a lease kept in this store, with the protocol of store.Lease.
@@ -141,8 +143,9 @@ func (c leaseCell) ReadLease(ctx context.Context, name string) ([]byte, error) {
 	}
 	c.s.mu.Lock()
 	defer c.s.mu.Unlock()
-	if err := c.s.readFault(); err != nil {
-		return nil, err
+	if c.s.unreads > 0 { // the re-read of a lease write whose reply was lost
+		c.s.unreads--
+		return nil, errInjected
 	}
 	return clone(c.s.leases[name]), nil
 }
@@ -163,6 +166,10 @@ func (c leaseCell) SwapLease(ctx context.Context, name string, prev, next []byte
 		c.s.leases[name] = clone(next)
 	}
 	if f != 0 {
+		// store.Lease re-reads with ReadLease, as it does on Bigtable.
+		if f == ReplyLostAndRereadFails {
+			c.s.unreads++
+		}
 		return false, errInjected
 	}
 	return matched, nil
@@ -182,21 +189,22 @@ func (s *Store) ClaimSlot(ctx context.Context, dataset string, slot int64, holde
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	f := s.fault(OpClaimSlot)
-	if f == Refused {
-		return false, "", fmt.Errorf("claim slot %d of %s: %w", slot, dataset, errInjected)
-	}
 	k := slotKey{dataset, slot}
 	owner, taken := s.slots[k]
-	if !taken {
+	if !taken && f != Refused {
 		s.slots[k] = holder
-		owner = holder
+		owner, taken = holder, true
 		if f == 0 {
 			return true, holder, nil
 		}
 	}
-	// Bigtable's store re-reads after a lost reply, or when the slot was taken.
-	if err := s.readFault(); err != nil {
+	// Bigtable's store re-reads after a failed call, or when the slot was taken: a
+	// claim it finds decides, whoever made it.
+	if err := f.reread(); err != nil {
 		return false, "", fmt.Errorf("claim slot %d of %s (re-read failed): %w", slot, dataset, err)
+	}
+	if !taken {
+		return false, "", fmt.Errorf("claim slot %d of %s: %w", slot, dataset, errInjected)
 	}
 	return owner == holder, owner, nil
 }

@@ -106,16 +106,16 @@ func (s *Store) FlipPointer(ctx context.Context, dataset string, f snapshot.Flip
 	defer s.mu.Unlock()
 	if err := ctx.Err(); err != nil {
 		// As Bigtable's store: a write that was never answered, decided by a re-read.
-		return s.unknownFlip(dataset, f, err)
+		return s.unknownFlip(dataset, f, 0, err)
 	}
 	fault := s.fault(OpFlip)
 	if fault == Refused {
-		return s.unknownFlip(dataset, f, errInjected)
+		return s.unknownFlip(dataset, f, fault, errInjected)
 	}
 	r := s.row(dataset)
 	if s.flipRefused(r, f) {
 		if fault != 0 {
-			return s.unknownFlip(dataset, f, errInjected)
+			return s.unknownFlip(dataset, f, fault, errInjected)
 		}
 		return snapshot.Pointer{}, s.whyRefused(dataset, f)
 	}
@@ -123,7 +123,7 @@ func (s *Store) FlipPointer(ctx context.Context, dataset string, f snapshot.Flip
 	r.version, r.fence, r.source, r.coveredLSN = ptr(f.Version), ptr(f.Token), ptr(f.Source.LSN), ptr(f.Source.LSN)
 	r.pinned = f.Pin
 	if fault != 0 {
-		return s.unknownFlip(dataset, f, errInjected)
+		return s.unknownFlip(dataset, f, fault, errInjected)
 	}
 	return p, nil
 }
@@ -143,9 +143,10 @@ func (s *Store) flipRefused(r *pointerRow, f snapshot.Flip) bool {
 }
 
 // unknownFlip decides a flip whose reply was lost by re-reading, as Bigtable's store
-// does: showing this flip proves it applied; anything else proves nothing.
-func (s *Store) unknownFlip(dataset string, f snapshot.Flip, cause error) (snapshot.Pointer, error) {
-	if err := s.readFault(); err != nil {
+// does: showing this flip proves it applied; anything else proves nothing. The
+// re-read fails as fault says.
+func (s *Store) unknownFlip(dataset string, f snapshot.Flip, fault Fault, cause error) (snapshot.Pointer, error) {
+	if err := fault.reread(); err != nil {
 		cause = fmt.Errorf("%w (and the re-read failed: %v)", cause, err)
 	} else if got, err := s.readPointer(dataset); err == nil && got.Version == f.Version && got.Fence == f.Token {
 		return got, nil

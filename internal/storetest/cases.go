@@ -870,3 +870,75 @@ func leaseReplyLost(t TB, st Store, name string) {
 	}
 	want(t, "release", h.Release(bg), nil)
 }
+
+// manifestFailedCallDecided: a create or update whose call fails, applied or not, is
+// decided by re-reading: the manifest as the call would leave it is a success,
+// whoever wrote it; anything else is an unavailable store, never a conflict nor a
+// missing manifest.
+func manifestFailedCallDecided(t TB, st Store, ds string) {
+	vs := versions(2)
+	m := manifest(ds, vs[0], snapshot.StateWriting)
+	want(t, "create", st.CreateManifest(bg, m), nil)
+	for _, fault := range []memstore.Fault{memstore.Refused, memstore.ReplyLost} {
+		st.FailNext(memstore.OpCreateManifest, fault)
+		want(t, fmt.Sprintf("create again, fault %d (the manifest is as it would write it)", fault), st.CreateManifest(bg, m), nil)
+	}
+	other := m
+	other.Writer = "another"
+	st.FailNext(memstore.OpCreateManifest, memstore.ReplyLost)
+	want(t, "create of another writer's manifest, its reply lost", st.CreateManifest(bg, other), snapshot.ErrUnavailable)
+	want(t, "create again, no fault", st.CreateManifest(bg, m), snapshot.ErrConflict)
+
+	m.State = snapshot.StateSealed
+	want(t, "seal", st.UpdateManifest(bg, m, snapshot.StateWriting), nil)
+	for _, fault := range []memstore.Fault{memstore.Refused, memstore.ReplyLost} {
+		st.FailNext(memstore.OpUpdateManifest, fault)
+		want(t, fmt.Sprintf("seal again, fault %d (it is sealed)", fault), st.UpdateManifest(bg, m, snapshot.StateWriting), nil)
+	}
+	st.FailNext(memstore.OpUpdateManifest, memstore.ReplyLost)
+	want(t, "update of an unknown manifest, its reply lost", st.UpdateManifest(bg, manifest(ds, vs[1], snapshot.StateSealed), snapshot.StateWriting), snapshot.ErrUnavailable)
+	m.State = snapshot.StatePublished
+	st.FailNext(memstore.OpUpdateManifest, memstore.Refused)
+	want(t, "publish, refused", st.UpdateManifest(bg, m, snapshot.StateSealed), snapshot.ErrUnavailable)
+	if got, err := st.ReadManifest(bg, ds, vs[0]); err != nil || got.State != snapshot.StateSealed {
+		t.Errorf("after a refused update, manifest = %s, %v; want still sealed", got.State, err)
+	}
+}
+
+// slotFailedCallDecided: a claim whose call fails is decided by the claim a re-read
+// finds, whoever made it.
+func slotFailedCallDecided(t TB, st Store, ds string) {
+	if won, _, err := st.ClaimSlot(bg, ds, 1, "a"); err != nil || !won {
+		t.Fatalf("claim = %v %v; want won", won, err)
+	}
+	st.FailNext(memstore.OpClaimSlot, memstore.Refused)
+	if won, owner, err := st.ClaimSlot(bg, ds, 1, "b"); err != nil || won || owner != "a" {
+		t.Errorf("b's claim of a's slot, refused = %v %q %v; want lost to a", won, owner, err)
+	}
+	st.FailNext(memstore.OpClaimSlot, memstore.ReplyLost)
+	if won, owner, err := st.ClaimSlot(bg, ds, 1, "a"); err != nil || !won || owner != "a" {
+		t.Errorf("a's claim of its own slot, its reply lost = %v %q %v; want won", won, owner, err)
+	}
+}
+
+// rereadFaultEndsWithItsCall: a failing re-read fails that call's re-read alone; the
+// reads after it are answered.
+func rereadFaultEndsWithItsCall(t TB, st Store, ds string) {
+	vs := versions(2)
+	want(t, "create", st.CreateManifest(bg, manifest(ds, vs[0], snapshot.StateWriting)), nil)
+	st.FailNext(memstore.OpUpdateManifest, memstore.ReplyLostAndRereadFails)
+	want(t, "update of an unknown manifest, its reply and re-read lost", st.UpdateManifest(bg, manifest(ds, vs[1], snapshot.StateSealed), snapshot.StateWriting), snapshot.ErrUnavailable)
+	if _, err := st.ReadManifest(bg, ds, vs[0]); err != nil {
+		t.Errorf("a read after the failed update: %v", err)
+	}
+	if won, _, err := st.ClaimSlot(bg, ds, 1, "a"); err != nil || !won {
+		t.Fatalf("claim = %v %v; want won", won, err)
+	}
+	st.FailNext(memstore.OpClaimSlot, memstore.ReplyLostAndRereadFails)
+	if _, _, err := st.ClaimSlot(bg, ds, 1, "b"); !errors.Is(err, snapshot.ErrUnavailable) {
+		t.Errorf("a claim of a taken slot whose reply and re-read were lost = %v; want ErrUnavailable", err)
+	}
+	if won, owner, err := st.ClaimSlot(bg, ds, 1, "b"); err != nil || won || owner != "a" {
+		t.Errorf("the claim again = %v %q %v; want lost to a", won, owner, err)
+	}
+}

@@ -86,6 +86,9 @@ var Cases = []Case{
 	{"ManifestReplyLost", manifestReplyLost},
 	{"SlotReplyLost", slotReplyLost},
 	{"LeaseReplyLost", leaseReplyLost},
+	{"ManifestFailedCallDecided", manifestFailedCallDecided},
+	{"SlotFailedCallDecided", slotFailedCallDecided},
+	{"RereadFaultEndsWithItsCall", rereadFaultEndsWithItsCall},
 }
 
 // Run runs every case as a subtest, each on the store open returns.
