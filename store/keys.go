@@ -99,8 +99,11 @@ func manifestPrefix(dataset string) string { return "m#" + escapeComponent(datas
 
 // manifestKey is "m#<dataset>#<millis, 13 digits>#<uuid>": listing the prefix gives
 // versions in time order.
-func manifestKey(dataset string, v snapshot.Version) string {
-	return fmt.Sprintf("%s%013d#%s", manifestPrefix(dataset), v.Millis(), v.ClientID())
+func manifestKey(dataset string, v snapshot.Version) (string, error) {
+	if _, err := snapshot.ParseVersion(string(v)); err != nil {
+		return "", fmt.Errorf("manifest of %s: %w", dataset, err)
+	}
+	return fmt.Sprintf("%s%013d#%s", manifestPrefix(dataset), v.Millis(), v.ClientID()), nil
 }
 
 // pointerPrefix is the prefix of every dataset's pointer.

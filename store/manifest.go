@@ -38,13 +38,17 @@ func manifestMutation(m snapshot.Manifest) (*bigtable.Mutation, error) {
 func (s *Store) CreateManifest(ctx context.Context, m snapshot.Manifest) error {
 	ctx, cancel := s.op(ctx)
 	defer cancel()
+	key, err := manifestKey(m.Dataset, m.Version)
+	if err != nil {
+		return fmt.Errorf("create %w", err)
+	}
 	mut, err := manifestMutation(m)
 	if err != nil {
 		return err
 	}
 	var exists bool
 	cond := bigtable.NewCondMutation(column(famManifest, colState), nil, mut)
-	if err := s.tbl.Apply(ctx, manifestKey(m.Dataset, m.Version), cond, bigtable.GetCondMutationResult(&exists)); err != nil {
+	if err := s.tbl.Apply(ctx, key, cond, bigtable.GetCondMutationResult(&exists)); err != nil {
 		rctx, cancelRead := s.reread(ctx)
 		got, rerr := s.ReadManifest(rctx, m.Dataset, m.Version)
 		cancelRead()
@@ -67,13 +71,17 @@ func (s *Store) UpdateManifest(ctx context.Context, m snapshot.Manifest, from sn
 	if !snapshot.CanTransition(from, m.State) && from != m.State {
 		return fmt.Errorf("%w manifest transition %s → %s", snapshot.ErrInvalid, from, m.State)
 	}
+	key, err := manifestKey(m.Dataset, m.Version)
+	if err != nil {
+		return fmt.Errorf("update %w", err)
+	}
 	mut, err := manifestMutation(m)
 	if err != nil {
 		return err
 	}
 	var matched bool
 	cond := bigtable.NewCondMutation(valueEquals(famManifest, colState, []byte(from)), mut, nil)
-	if err := s.tbl.Apply(ctx, manifestKey(m.Dataset, m.Version), cond, bigtable.GetCondMutationResult(&matched)); err != nil {
+	if err := s.tbl.Apply(ctx, key, cond, bigtable.GetCondMutationResult(&matched)); err != nil {
 		rctx, cancelRead := s.reread(ctx)
 		got, rerr := s.ReadManifest(rctx, m.Dataset, m.Version)
 		cancelRead()
@@ -96,7 +104,11 @@ func (s *Store) UpdateManifest(ctx context.Context, m snapshot.Manifest, from sn
 func (s *Store) ReadManifest(ctx context.Context, dataset string, v snapshot.Version) (snapshot.Manifest, error) {
 	ctx, cancel := s.op(ctx)
 	defer cancel()
-	row, err := s.tbl.ReadRow(ctx, manifestKey(dataset, v), bigtable.RowFilter(column(famManifest, colManifest)))
+	key, err := manifestKey(dataset, v)
+	if err != nil {
+		return snapshot.Manifest{}, fmt.Errorf("read %w", err)
+	}
+	row, err := s.tbl.ReadRow(ctx, key, bigtable.RowFilter(column(famManifest, colManifest)))
 	if status.Code(err) == codes.NotFound {
 		// No table yet (nothing was ever synced): no manifest either.
 		return snapshot.Manifest{}, fmt.Errorf("manifest %s: table %s not found: %w", v, s.cfg.Table, snapshot.ErrNotFound)
@@ -136,10 +148,10 @@ func (s *Store) RecentManifests(ctx context.Context, dataset string, before snap
 	prefix := manifestPrefix(dataset)
 	end := prefixEnd(prefix)
 	if before != "" {
-		if _, err := snapshot.ParseVersion(string(before)); err != nil {
-			return nil, fmt.Errorf("%w recent manifests before %q: %v", snapshot.ErrInvalid, before, err)
+		var err error
+		if end, err = manifestKey(dataset, before); err != nil {
+			return nil, fmt.Errorf("recent %w", err)
 		}
-		end = manifestKey(dataset, before)
 	}
 	return s.listManifests(ctx, dataset, bigtable.NewRange(prefix, end),
 		column(famManifest, colManifest), bigtable.ReverseScan(), bigtable.LimitRows(int64(limit)))

@@ -15,6 +15,9 @@ func (s *Store) CreateManifest(ctx context.Context, m snapshot.Manifest) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
+	if err := checkVersion("create", m.Dataset, m.Version); err != nil {
+		return err
+	}
 	body, err := json.Marshal(m)
 	if err != nil {
 		return fmt.Errorf("encode manifest %s: %w", m.Version, err)
@@ -52,6 +55,9 @@ func (s *Store) UpdateManifest(ctx context.Context, m snapshot.Manifest, from sn
 	if err := ctx.Err(); err != nil {
 		return err
 	}
+	if err := checkVersion("update", m.Dataset, m.Version); err != nil {
+		return err
+	}
 	if !snapshot.CanTransition(from, m.State) && from != m.State {
 		return fmt.Errorf("%w manifest transition %s → %s", snapshot.ErrInvalid, from, m.State)
 	}
@@ -85,6 +91,15 @@ func (s *Store) UpdateManifest(ctx context.Context, m snapshot.Manifest, from sn
 	return nil
 }
 
+// checkVersion refuses a version that is not one, as Bigtable's store does: its
+// manifest has no row key.
+func checkVersion(what, dataset string, v snapshot.Version) error {
+	if _, err := snapshot.ParseVersion(string(v)); err != nil {
+		return fmt.Errorf("%s manifest of %s: %w", what, dataset, err)
+	}
+	return nil
+}
+
 func decodeManifest(b []byte) snapshot.Manifest {
 	var m snapshot.Manifest
 	_ = json.Unmarshal(b, &m) // written by this store
@@ -93,6 +108,9 @@ func decodeManifest(b []byte) snapshot.Manifest {
 
 // ReadManifest returns a manifest, or ErrNotFound.
 func (s *Store) ReadManifest(ctx context.Context, dataset string, v snapshot.Version) (snapshot.Manifest, error) {
+	if err := checkVersion("read", dataset, v); err != nil {
+		return snapshot.Manifest{}, err
+	}
 	unlock, err := s.read(ctx)
 	if err != nil {
 		return snapshot.Manifest{}, fmt.Errorf("read manifest %s: %w", v, err)
@@ -150,8 +168,8 @@ func (s *Store) RecentManifests(ctx context.Context, dataset string, before snap
 		return nil, fmt.Errorf("%w recent manifests: limit %d must be positive", snapshot.ErrInvalid, limit)
 	}
 	if before != "" {
-		if _, err := snapshot.ParseVersion(string(before)); err != nil {
-			return nil, fmt.Errorf("%w recent manifests before %q: %v", snapshot.ErrInvalid, before, err)
+		if err := checkVersion("recent", dataset, before); err != nil {
+			return nil, err
 		}
 	}
 	all, err := s.ListManifests(ctx, dataset)

@@ -942,3 +942,26 @@ func rereadFaultEndsWithItsCall(t TB, st Store, ds string) {
 		t.Errorf("the claim again = %v %q %v; want lost to a", won, owner, err)
 	}
 }
+
+// malformedVersion: a version that is not one is refused, naming it, by every
+// manifest operation; nothing is written.
+func malformedVersion(t TB, st Store, ds string) {
+	for _, v := range []snapshot.Version{"", "v1", "not-a-uuid-at-all-but-long-enough-000-1", snapshot.Version(uuid.NewString())} {
+		m := manifest(ds, v, snapshot.StateWriting)
+		errs := map[string]error{"create": st.CreateManifest(bg, m)}
+		m.State = snapshot.StateSealed
+		errs["update"] = st.UpdateManifest(bg, m, snapshot.StateWriting)
+		_, errs["read"] = st.ReadManifest(bg, ds, v)
+		if v != "" {
+			_, errs["recent"] = st.RecentManifests(bg, ds, v, 1)
+		}
+		for op, err := range errs {
+			if !errors.Is(err, snapshot.ErrInvalid) || !strings.Contains(err.Error(), fmt.Sprintf("%q", v)) {
+				t.Errorf("%s of version %q = %v; want ErrInvalid naming it", op, v, err)
+			}
+		}
+	}
+	if all, err := st.ListManifests(bg, ds); err != nil || len(all) != 0 {
+		t.Errorf("manifests after malformed versions = %d, %v; want none", len(all), err)
+	}
+}

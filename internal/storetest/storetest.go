@@ -89,6 +89,7 @@ var Cases = []Case{
 	{"ManifestFailedCallDecided", manifestFailedCallDecided},
 	{"SlotFailedCallDecided", slotFailedCallDecided},
 	{"RereadFaultEndsWithItsCall", rereadFaultEndsWithItsCall},
+	{"MalformedVersion", malformedVersion},
 }
 
 // Run runs every case as a subtest, each on the store open returns.
