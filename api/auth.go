@@ -217,8 +217,9 @@ type scopeMatch struct {
 
 // matchScope returns the scope's match in the view's collection: the field's type is
 // that of an index whose first field it is; a collection without such an index is
-// not served to scoped callers.
-func matchScope(view snapshot.View, collection string, scope *auth.Scope) (*scopeMatch, error) {
+// not served to scoped callers. named says the request named the version (a pin, a
+// page token, or the path).
+func matchScope(view snapshot.View, named bool, collection string, scope *auth.Scope) (*scopeMatch, error) {
 	c, ok := view.Manifest.Collections[collection]
 	if !ok {
 		return nil, fmt.Errorf("collection %q: %w", collection, snapshot.ErrNotFound)
@@ -236,14 +237,23 @@ func matchScope(view snapshot.View, collection string, scope *auth.Scope) (*scop
 		m.want, _ = index.EncodeText(m.typ, scope.Value)
 		return m, nil
 	}
+	if named {
+		return nil, &unservedScopeError{named: true, msg: fmt.Sprintf("collection %s is read through your row scope on %s, which version %s cannot apply: it has no index whose first field is %s; read the current version",
+			collection, scope.Field, view.Version, scope.Field)}
+	}
 	return nil, &unservedScopeError{msg: fmt.Sprintf("collection %s is read through a row scope on %s, but version %s has no index whose first field is %s: the operator must declare one (indexes: [[%s, …]])",
 		collection, scope.Field, view.Version, scope.Field, scope.Field)}
 }
 
 // unservedScopeError is a scoped read of a collection whose version has no index for
-// the scope (its config changed since the API started): the server's fault, which it
-// says plainly rather than as an anonymous internal error.
-type unservedScopeError struct{ msg string }
+// the scope. Of the current version (its config changed since the API started) it
+// is the server's fault, which it says plainly rather than as an anonymous internal
+// error; of a version the request named (made before the index), the caller may not
+// read it there.
+type unservedScopeError struct {
+	msg   string
+	named bool
+}
 
 func (e *unservedScopeError) Error() string { return e.msg }
 

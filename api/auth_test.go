@@ -112,6 +112,20 @@ func TestAuthScopeSelectAndSecrecy(t *testing.T) {
 	if !strings.Contains(log.String(), "/v1/data/c/mine") {
 		t.Errorf("the debug log shows no request; the check above proves nothing:\n%s", log.String())
 	}
+	// A version the caller names that was made before the index: not the server's
+	// fault but the caller's choice, a 403 that says why (not a 5xx to retry).
+	f.manifests[0].Collections["c"] = snapshot.CollectionStats{Rows: 2, Indexes: []snapshot.IndexDef{{Name: "tenant", Fields: []string{"tenant"}, Types: []string{"text"}}}}
+	const older = snapshot.Version("7b1e4c1a-3f7e-4c57-9d0c-0a5d2c1f8e21-1763737100000")
+	f.readable = map[snapshot.Version]snapshot.Manifest{older: {Version: older, Collections: map[string]snapshot.CollectionStats{"c": {Rows: 2}}}}
+	for _, path := range []string{"/v1/data/c/mine?version=" + string(older), "/v1/data/c?version=" + string(older),
+		"/v1/data/c?x=eq.1&version=" + string(older), "/v1/versions/" + string(older) + "/changes/c"} {
+		if res, body := call(t, h, path, app); res.StatusCode != 403 || !strings.Contains(body, "cannot apply: it has no index whose first field is tenant") {
+			t.Errorf("%s, a named version no index of the scope serves: %d %s; want 403 naming the missing index", path, res.StatusCode, body)
+		}
+	}
+	if res, body := call(t, h, "/v1/data/c/mine", app); res.StatusCode != 200 {
+		t.Errorf("the current version, which has the index: %d %s; want 200", res.StatusCode, body)
+	}
 }
 
 // recordingAdmin records who each rollback was asked by.

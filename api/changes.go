@@ -164,7 +164,7 @@ type changesRead struct {
 // see and its cursor never names another.
 func (s *Server) scopedChanges(ctx context.Context, q changesRead, scope *auth.Scope) (snapshot.Changes, error) {
 	view, collection, after, limit := q.view, q.collection, q.after, q.limit
-	m, err := matchScope(view, collection, scope)
+	m, err := matchScope(view, true, collection, scope) // the path names the version
 	if err != nil {
 		return snapshot.Changes{}, err
 	}

@@ -83,7 +83,7 @@ func (s *Server) getDocument(w http.ResponseWriter, r *http.Request) error {
 	}
 	if scope != nil {
 		// Outside the scope is not there: the same 404 as an id never written.
-		m, err := matchScope(view, collection, scope)
+		m, err := matchScope(view, pinned, collection, scope)
 		if err != nil {
 			return err
 		}
@@ -158,7 +158,7 @@ func (s *Server) batchGet(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	if scope != nil {
-		m, err := matchScope(view, collection, scope)
+		m, err := matchScope(view, pinned, collection, scope)
 		if err != nil {
 			return err
 		}

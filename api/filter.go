@@ -137,7 +137,7 @@ func (s *Server) filterDocuments(w http.ResponseWriter, r *http.Request, fr filt
 	}
 	s.stamp(w, view)
 	if fr.scope != nil {
-		if _, err := matchScope(view, fr.collection, fr.scope); err != nil {
+		if _, err := matchScope(view, pinned, fr.collection, fr.scope); err != nil {
 			return err
 		}
 	}

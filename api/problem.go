@@ -53,6 +53,8 @@ func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) {
 	var forbidden *forbiddenError
 	var unserved *unservedScopeError
 	switch {
+	case errors.As(err, &unserved) && unserved.named:
+		p = Problem{Type: typeForbidden, Title: "Forbidden", Status: http.StatusForbidden, Detail: unserved.msg}
 	case errors.As(err, &unserved):
 		s.log.ErrorContext(r.Context(), "row scope without an index", "err", err)
 		p = Problem{Type: typeInternal, Title: "Row scope not served", Status: http.StatusInternalServerError, Detail: unserved.msg}

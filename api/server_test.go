@@ -47,6 +47,8 @@ type fakeReader struct {
 	// manifests are the versions, newest first; the one named ver, if any, is the
 	// current view's manifest.
 	manifests []snapshot.Manifest
+	// readable are the versions other than ver that View reads; the others are gone.
+	readable map[snapshot.Version]snapshot.Manifest
 	// changes are what ChangedIDs pages over, in id order.
 	changes []snapshot.Change
 }
@@ -83,6 +85,9 @@ func (f *fakeReader) Get(_ context.Context, v snapshot.View, collection, id stri
 func (f *fakeReader) View(ctx context.Context, v snapshot.Version) (snapshot.View, error) {
 	if v == ver {
 		return f.Current(ctx)
+	}
+	if m, ok := f.readable[v]; ok {
+		return snapshot.View{Version: v, Manifest: m}, nil
 	}
 	return snapshot.View{}, snapshot.ErrGone
 }
