@@ -99,18 +99,21 @@ func (e *forbiddenError) Error() string { return e.msg }
 // identity returns the request's verified caller (authenticate let it through, so
 // the verifier answers from its cache); nil without Auth or a token it verifies.
 func (s *Server) identity(r *http.Request) *auth.Identity {
+	id, _ := s.verified(r)
+	return id
+}
+
+// verified returns the identity the request's bearer token proves: nil without Auth
+// or a token, and an error for a malformed header or a token that does not verify.
+func (s *Server) verified(r *http.Request) (*auth.Identity, error) {
 	if s.cfg.Auth == nil {
-		return nil
+		return nil, nil
 	}
 	raw, err := bearer(r)
 	if err != nil || raw == "" {
-		return nil
+		return nil, err
 	}
-	id, err := s.cfg.Auth.Verifier.Verify(r.Context(), raw)
-	if err != nil {
-		return nil
-	}
-	return id
+	return s.cfg.Auth.Verifier.Verify(r.Context(), raw)
 }
 
 // grant returns the row scope a request reads the collection through (nil for every
@@ -192,15 +195,8 @@ func (s *Server) isAdmin(r *http.Request) (bool, error) {
 	if t := s.cfg.AdminToken; t != "" && subtle.ConstantTimeCompare([]byte(r.Header.Get("Authorization")), []byte("Bearer "+t)) == 1 {
 		return true, nil
 	}
-	if s.cfg.Auth == nil {
-		return false, nil
-	}
-	raw, err := bearer(r)
-	if err != nil || raw == "" {
-		return false, err
-	}
-	id, err := s.cfg.Auth.Verifier.Verify(r.Context(), raw)
-	if err != nil {
+	id, err := s.verified(r)
+	if id == nil {
 		return false, err
 	}
 	return s.cfg.Auth.Policy.Admin(id), nil
