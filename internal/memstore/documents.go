@@ -41,7 +41,8 @@ func (s *Store) rows(k layerKey) *layerRows {
 }
 
 // merged returns the documents of a collection through a chain (newest layer first),
-// in id order: per id the newest layer's row, tombstones dropped. entries reads an
+// in id order: per id the newest layer's row, tombstones dropped, merged by the
+// layer engine's ChainMerge as Bigtable's store merges them. entries reads an
 // index's rows, each block as its entries.
 func (s *Store) merged(ctx context.Context, in snapshot.ChainRef, entries bool) ([]snapshot.Document, error) {
 	dataset, chain, collection := in.Dataset, in.Chain, in.Collection
@@ -50,31 +51,34 @@ func (s *Store) merged(ctx context.Context, in snapshot.ChainRef, entries bool) 
 		return nil, fmt.Errorf("scan %s: %w", collection, err)
 	}
 	defer unlock()
-	seen := map[string]bool{}
-	var out []snapshot.Document
-	for _, v := range chain {
-		l := s.layers[layerKey{dataset, v, collection}]
-		if l == nil {
-			continue
-		}
-		for id, body := range l.docs {
-			docs, err := expand(id, body, entries)
-			if err != nil {
-				return nil, fmt.Errorf("scan %s: %w", collection, err)
-			}
-			for _, d := range docs {
-				if seen[d.ID] {
-					continue
+	layers := make([]layer.LayerReader[snapshot.Document], len(chain))
+	for i, v := range chain {
+		var docs layer.LayerSlice[snapshot.Document]
+		if l := s.layers[layerKey{dataset, v, collection}]; l != nil {
+			for id, body := range l.docs {
+				rows, err := expand(id, body, entries)
+				if err != nil {
+					return nil, fmt.Errorf("scan %s: %w", collection, err)
 				}
-				seen[d.ID] = true
-				if len(d.Body) > 0 {
-					out = append(out, snapshot.Document{ID: d.ID, Body: clone(d.Body)})
-				}
+				docs = append(docs, rows...)
 			}
+			slices.SortFunc(docs, func(a, b snapshot.Document) int { return strings.Compare(a.ID, b.ID) })
 		}
+		layers[i] = &docs
 	}
-	slices.SortFunc(out, func(a, b snapshot.Document) int { return strings.Compare(a.ID, b.ID) })
-	return out, nil
+	merge := layer.NewChainMerge(layers, func(d snapshot.Document) string { return d.ID },
+		func(d snapshot.Document) bool { return len(d.Body) == 0 })
+	var out []snapshot.Document
+	for {
+		d, ok, err := merge.Next()
+		if err != nil {
+			return nil, fmt.Errorf("scan %s: %w", collection, err)
+		}
+		if !ok {
+			return out, nil
+		}
+		out = append(out, snapshot.Document{ID: d.ID, Body: clone(d.Body)})
+	}
 }
 
 // expand returns a row as documents: itself, or an index block's entries; a block
