@@ -90,6 +90,11 @@ func unauthorized(w http.ResponseWriter, code, detail string) {
 	writeProblem(w, Problem{Type: typeUnauthorized, Title: "Unauthorized", Status: http.StatusUnauthorized, Detail: detail})
 }
 
+// errIdentityLost is a request whose token verified when it came in but not when a
+// handler asked who called: it expired meanwhile. It is a 401, as the same token is
+// at the door.
+var errIdentityLost = errors.New("the token expired during the request")
+
 // forbiddenError is a verified caller asking for what its grants do not give; it
 // names the request's collection only.
 type forbiddenError struct{ msg string }
@@ -142,7 +147,8 @@ func (c grantee) grant(collection string) (*auth.Scope, error) {
 		return nil, nil
 	}
 	if c.id == nil {
-		return nil, &forbiddenError{msg: "no verified identity"}
+		// authenticate let the request in: its token expired since.
+		return nil, errIdentityLost
 	}
 	switch access, scope := c.policy.Access(c.id, collection); access {
 	case auth.Whole:

@@ -3,11 +3,13 @@ package api_test
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -182,5 +184,80 @@ func TestAdminByIdentity(t *testing.T) {
 	}
 	if len(by) != 2 || !strings.HasPrefix(by[0], "api-admin@") || !strings.HasPrefix(by[1], "api-admin:ops@") {
 		t.Errorf("the audit trail's callers = %q; want the admin token's address, then the identity's subject", by)
+	}
+}
+
+// expiresAfter verifies as its Verifier does for its first n calls, and then refuses
+// every token, as a verifier does once they expire.
+type expiresAfter struct {
+	next interface {
+		Verify(ctx context.Context, raw string) (*auth.Identity, error)
+	}
+	n atomic.Int32
+}
+
+func (v *expiresAfter) Verify(ctx context.Context, raw string) (*auth.Identity, error) {
+	if v.n.Add(-1) < 0 {
+		return nil, fmt.Errorf("%w: token expired", auth.ErrUnauthenticated)
+	}
+	return v.next.Verify(ctx, raw)
+}
+
+// TestTokenExpiredDuringTheRequest: a token that verified at the door but expired
+// before the handler asked who called is a 401 with a challenge, not a 403.
+func TestTokenExpiredDuringTheRequest(t *testing.T) {
+	is := authtest.NewIssuer(t)
+	cfg := auth.Config{Issuers: []auth.Issuer{{Issuer: is.URL(), Audience: "snapflip"}},
+		Grants: []auth.Grant{{Subject: "reader", Collections: []string{"c"}}}}
+	v, err := auth.NewVerifier(context.Background(), cfg, auth.VerifierOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	door := &expiresAfter{next: v} // the door's check alone
+	door.n.Store(1)
+	h := newServer(t, &fakeReader{docs: map[string]string{"c\x00mine": `{"id":"mine"}`}}, func(c *api.Config) {
+		c.Auth = &api.Auth{Verifier: door, Policy: auth.NewPolicy(cfg)}
+	})
+	res, body := call(t, h, "/v1/data/c/mine", is.Token(authtest.Claims{"sub": "reader", "aud": "snapflip"}))
+	if res.StatusCode != 401 || !strings.Contains(res.Header.Get("WWW-Authenticate"), `error="invalid_token"`) || !strings.Contains(body, "expired during the request") {
+		t.Errorf("a token that expired during the request: %d %q %s; want 401 with an invalid_token challenge", res.StatusCode, res.Header.Get("WWW-Authenticate"), body)
+	}
+}
+
+// TestWatchEndsWhenTheTokenExpires: a watch stream ends at its token's expiry.
+func TestWatchEndsWhenTheTokenExpires(t *testing.T) {
+	var log bytes.Buffer
+	f := &fakeReader{}
+	s, is := authServer(t, f, &log)
+	url := serveWatch(t, s)
+	exp := time.Now().Add(2 * time.Second)
+	req, err := http.NewRequestWithContext(t.Context(), http.MethodGet, url+"/v1/watch", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Authorization", "Bearer "+is.Token(authtest.Claims{"sub": "reader", "aud": "snapflip", "exp": exp.Unix() + 1}))
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer res.Body.Close()
+	if res.StatusCode != 200 {
+		t.Fatalf("GET /v1/watch = %d; want 200", res.StatusCode)
+	}
+	ended := make(chan error, 1)
+	go func() {
+		_, err := io.Copy(io.Discard, res.Body)
+		ended <- err
+	}()
+	select {
+	case err := <-ended:
+		if err != nil {
+			t.Errorf("the stream ended with %v; want its end", err)
+		}
+		if time.Now().Before(exp) {
+			t.Errorf("the stream ended before its token expired")
+		}
+	case <-time.After(time.Minute):
+		t.Fatal("the stream outlived its token by a minute")
 	}
 }

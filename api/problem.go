@@ -53,6 +53,9 @@ func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) {
 	var forbidden *forbiddenError
 	var unserved *unservedScopeError
 	switch {
+	case errors.Is(err, errIdentityLost):
+		unauthorized(w, "invalid_token", err.Error())
+		return
 	case errors.As(err, &unserved) && unserved.named:
 		p = Problem{Type: typeForbidden, Title: "Forbidden", Status: http.StatusForbidden, Detail: unserved.msg}
 	case errors.As(err, &unserved):

@@ -332,7 +332,8 @@ func (s *Server) CloseWatches() { s.flips.close() }
 
 // watch answers GET /v1/watch: a Server-Sent Events stream with one "flip" event per
 // change of the pointer, the current version first. An event's id is its version; a
-// Last-Event-ID naming the current version skips it.
+// Last-Event-ID naming the current version skips it. With Auth the stream ends when
+// the caller's token expires.
 func (s *Server) watch(w http.ResponseWriter, r *http.Request) {
 	sub, err := s.flips.join()
 	if err != nil {
@@ -356,6 +357,7 @@ func (s *Server) watch(w http.ResponseWriter, r *http.Request) {
 	all := s.seesAll(r)
 	heartbeat := time.NewTicker(s.cfg.WatchHeartbeat)
 	defer heartbeat.Stop()
+	expired := s.tokenExpiry(r)
 	for st.err == nil {
 		recs, changed := s.flips.since(sub)
 		for _, rec := range recs {
@@ -383,8 +385,22 @@ func (s *Server) watch(w http.ResponseWriter, r *http.Request) {
 			return
 		case <-s.flips.closed:
 			return
+		case <-expired:
+			// What a caller may read was decided by its token: past the token's
+			// expiry the stream ends, and a reconnection shows a fresh token.
+			return
 		}
 	}
+}
+
+// tokenExpiry returns a channel that receives when the request's verified token
+// expires; nil (never) without Auth or a token that names no expiry.
+func (s *Server) tokenExpiry(r *http.Request) <-chan time.Time {
+	id := s.identity(r)
+	if id == nil || id.Expiry.IsZero() {
+		return nil
+	}
+	return time.After(time.Until(id.Expiry))
 }
 
 // flipFor marshals a flip event for a caller that does not read every collection
