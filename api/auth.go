@@ -217,11 +217,27 @@ type scopeMatch struct {
 	want  []byte // the claim's value, encoded as the index encodes the field; nil when its type cannot hold it
 }
 
+// scopeIn returns the caller's scope made concrete in the view's collection, nil
+// without a scope. named says the request named the version (a pin, a page token, or
+// the path): a version it chose that cannot apply the scope is the caller's to
+// change (403), the current one the operator's (500).
+func (s *Server) scopeIn(r *http.Request, view snapshot.View, named bool, collection string, scope *auth.Scope) (*scopeMatch, error) {
+	if scope == nil {
+		return nil, nil
+	}
+	m, err := matchScope(view, collection, scope)
+	var unserved *unservedScopeError
+	if errors.As(err, &unserved) && named {
+		cur, cerr := s.reader.Current(r.Context())
+		unserved.named = cerr == nil && cur.Version != view.Version
+	}
+	return m, err
+}
+
 // matchScope returns the scope's match in the view's collection: the field's type is
 // that of an index whose first field it is; a collection without such an index is
-// not served to scoped callers. named says the request named the version (a pin, a
-// page token, or the path).
-func matchScope(view snapshot.View, named bool, collection string, scope *auth.Scope) (*scopeMatch, error) {
+// not served to scoped callers.
+func matchScope(view snapshot.View, collection string, scope *auth.Scope) (*scopeMatch, error) {
 	c, ok := view.Manifest.Collections[collection]
 	if !ok {
 		return nil, fmt.Errorf("collection %q: %w", collection, snapshot.ErrNotFound)
@@ -239,25 +255,28 @@ func matchScope(view snapshot.View, named bool, collection string, scope *auth.S
 		m.want, _ = index.EncodeText(m.typ, scope.Value)
 		return m, nil
 	}
-	if named {
-		return nil, &unservedScopeError{named: true, msg: fmt.Sprintf("collection %s is read through your row scope on %s, which version %s cannot apply: it has no index whose first field is %s; read the current version",
-			collection, scope.Field, view.Version, scope.Field)}
-	}
-	return nil, &unservedScopeError{msg: fmt.Sprintf("collection %s is read through a row scope on %s, but version %s has no index whose first field is %s: the operator must declare one (indexes: [[%s, …]])",
-		collection, scope.Field, view.Version, scope.Field, scope.Field)}
+	return nil, &unservedScopeError{collection: collection, field: scope.Field, version: view.Version}
 }
 
 // unservedScopeError is a scoped read of a collection whose version has no index for
 // the scope. Of the current version (its config changed since the API started) it
 // is the server's fault, which it says plainly rather than as an anonymous internal
-// error; of a version the request named (made before the index), the caller may not
-// read it there.
+// error; of an older version the request named (made before the index), the caller
+// may not read it there.
 type unservedScopeError struct {
-	msg   string
-	named bool
+	collection, field string
+	version           snapshot.Version
+	named             bool // an older version the request named
 }
 
-func (e *unservedScopeError) Error() string { return e.msg }
+func (e *unservedScopeError) Error() string {
+	if e.named {
+		return fmt.Sprintf("collection %s is read through your row scope on %s, which version %s cannot apply: it has no index whose first field is %s; read the current version",
+			e.collection, e.field, e.version, e.field)
+	}
+	return fmt.Sprintf("collection %s is read through a row scope on %s, but version %s has no index whose first field is %s: the operator must declare one (indexes: [[%s, …]])",
+		e.collection, e.field, e.version, e.field, e.field)
+}
 
 // holds reports whether the document body is in the scope.
 func (m *scopeMatch) holds(body []byte) bool {

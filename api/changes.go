@@ -11,7 +11,6 @@ import (
 
 	"github.com/cespare/xxhash/v2"
 
-	"github.com/snapflip/snapflip/auth"
 	"github.com/snapflip/snapflip/resolver"
 	"github.com/snapflip/snapflip/snapshot"
 )
@@ -73,9 +72,13 @@ func (s *Server) changes(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	s.stamp(w, view)
+	m, err := s.scopeIn(r, view, true, collection, scope) // the path names the version
+	if err != nil {
+		return err
+	}
 	var page snapshot.Changes
-	if scope != nil {
-		page, err = s.scopedChanges(r.Context(), changesRead{view, collection, after, limit}, scope)
+	if m != nil {
+		page, err = s.scopedChanges(r.Context(), changesRead{view, collection, after, limit}, m)
 	} else {
 		page, err = s.reader.ChangedIDs(r.Context(), view, collection, after, limit)
 	}
@@ -162,12 +165,8 @@ type changesRead struct {
 // its parent (deleted, for the caller: it left the scope), up to limit of them. It
 // reads on past ids outside the scope, so that a page ends at an id the caller may
 // see and its cursor never names another.
-func (s *Server) scopedChanges(ctx context.Context, q changesRead, scope *auth.Scope) (snapshot.Changes, error) {
+func (s *Server) scopedChanges(ctx context.Context, q changesRead, m *scopeMatch) (snapshot.Changes, error) {
 	view, collection, after, limit := q.view, q.collection, q.after, q.limit
-	m, err := matchScope(view, true, collection, scope) // the path names the version
-	if err != nil {
-		return snapshot.Changes{}, err
-	}
 	var parent snapshot.View
 	var out snapshot.Changes
 	for {

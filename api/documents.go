@@ -77,16 +77,18 @@ func (s *Server) getDocument(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	s.stamp(w, view)
+	// The scope is settled before the read, so that no answer depends on whether an
+	// id outside it exists.
+	m, err := s.scopeIn(r, view, pinned, collection, scope)
+	if err != nil {
+		return err
+	}
 	doc, err := s.reader.Get(r.Context(), view, collection, id)
 	if err != nil {
 		return err
 	}
-	if scope != nil {
+	if m != nil {
 		// Outside the scope is not there: the same 404 as an id never written.
-		m, err := matchScope(view, pinned, collection, scope)
-		if err != nil {
-			return err
-		}
 		if !m.holds(doc.Body) {
 			return fmt.Errorf("collection %s id %q: %w", collection, snapshot.Truncate(id, 200), snapshot.ErrNotFound)
 		}
@@ -153,15 +155,15 @@ func (s *Server) batchGet(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	s.stamp(w, view)
+	m, err := s.scopeIn(r, view, pinned, collection, scope)
+	if err != nil {
+		return err
+	}
 	docs, missing, err := s.reader.GetMany(r.Context(), view, collection, req.IDs)
 	if err != nil {
 		return err
 	}
-	if scope != nil {
-		m, err := matchScope(view, pinned, collection, scope)
-		if err != nil {
-			return err
-		}
+	if m != nil {
 		missing = m.keep(req.IDs, docs, missing)
 	}
 	ids := slices.Sorted(maps.Keys(docs))

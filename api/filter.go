@@ -136,10 +136,8 @@ func (s *Server) filterDocuments(w http.ResponseWriter, r *http.Request, fr filt
 		return err
 	}
 	s.stamp(w, view)
-	if fr.scope != nil {
-		if _, err := matchScope(view, pinned, fr.collection, fr.scope); err != nil {
-			return err
-		}
+	if _, err := s.scopeIn(r, view, pinned, fr.collection, fr.scope); err != nil {
+		return err
 	}
 	scan, err := planFilter(view, fr.collection, conds)
 	if err != nil {

@@ -57,10 +57,10 @@ func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) {
 		unauthorized(w, "invalid_token", err.Error())
 		return
 	case errors.As(err, &unserved) && unserved.named:
-		p = Problem{Type: typeForbidden, Title: "Forbidden", Status: http.StatusForbidden, Detail: unserved.msg}
+		p = Problem{Type: typeForbidden, Title: "Forbidden", Status: http.StatusForbidden, Detail: unserved.Error()}
 	case errors.As(err, &unserved):
 		s.log.ErrorContext(r.Context(), "row scope without an index", "err", err)
-		p = Problem{Type: typeInternal, Title: "Row scope not served", Status: http.StatusInternalServerError, Detail: unserved.msg}
+		p = Problem{Type: typeInternal, Title: "Row scope not served", Status: http.StatusInternalServerError, Detail: unserved.Error()}
 	case errors.As(err, &forbidden):
 		p = Problem{Type: typeForbidden, Title: "Forbidden", Status: http.StatusForbidden, Detail: forbidden.msg}
 	case errors.As(err, &tooLarge):
