@@ -393,14 +393,15 @@ func (s *Server) watch(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
-// tokenExpiry returns a channel that receives when the request's verified token
-// expires; nil (never) without Auth or a token that names no expiry.
+// tokenExpiry returns a channel that receives when the verifier stops accepting the
+// request's token (its expiry and the leeway); nil (never) without Auth or a token
+// that names no expiry.
 func (s *Server) tokenExpiry(r *http.Request) <-chan time.Time {
 	id := s.identity(r)
-	if id == nil || id.Expiry.IsZero() {
+	if id == nil || id.Until().IsZero() {
 		return nil
 	}
-	return time.After(time.Until(id.Expiry))
+	return time.After(time.Until(id.Until()))
 }
 
 // flipFor marshals a flip event for a caller that does not read every collection

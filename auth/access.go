@@ -15,6 +15,17 @@ type Identity struct {
 	// Expiry is when its token expires.
 	Expiry time.Time
 	claims map[string]any
+	leeway time.Duration // the verifier's, past Expiry
+}
+
+// Until is when the verifier that made the identity stops accepting its token: the
+// expiry and the clock-skew leeway after it. It is zero when the token names no
+// expiry.
+func (id *Identity) Until() time.Time {
+	if id.Expiry.IsZero() {
+		return time.Time{}
+	}
+	return id.Expiry.Add(id.leeway)
 }
 
 // NewIdentity returns an identity with the given claims (for tests and for callers

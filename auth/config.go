@@ -30,7 +30,7 @@ type Config struct {
 	// by a token naming a key the API does not hold; zero: DefaultKeyRefresh.
 	KeyRefresh time.Duration `yaml:"key_refresh"`
 	// Leeway is the clock skew allowed when checking exp and nbf; zero:
-	// DefaultLeeway.
+	// DefaultLeeway (for an expiry without leeway, give one nanosecond).
 	Leeway time.Duration `yaml:"leeway"`
 }
 

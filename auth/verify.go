@@ -107,7 +107,7 @@ func (v *Verifier) Verify(ctx context.Context, raw string) (*Identity, error) {
 	v.mu.RLock()
 	id, ok := v.cache[raw]
 	v.mu.RUnlock()
-	if ok && now.Before(id.Expiry.Add(v.leeway)) {
+	if ok && now.Before(id.Until()) {
 		return id, nil
 	}
 	id, err := v.verify(ctx, raw)
@@ -118,7 +118,7 @@ func (v *Verifier) Verify(ctx context.Context, raw string) (*Identity, error) {
 	defer v.mu.Unlock()
 	if len(v.cache) >= cacheSize {
 		for k, e := range v.cache {
-			if !now.Before(e.Expiry.Add(v.leeway)) {
+			if !now.Before(e.Until()) {
 				delete(v.cache, k)
 			}
 		}
@@ -153,7 +153,7 @@ func (v *Verifier) verify(ctx context.Context, raw string) (*Identity, error) {
 	if err := tok.Claims(&claims); err != nil {
 		return nil, fmt.Errorf("%w: claims: %w", ErrUnauthenticated, err)
 	}
-	return &Identity{Issuer: tok.Issuer, Subject: tok.Subject, Expiry: tok.Expiry, claims: claims}, nil
+	return &Identity{Issuer: tok.Issuer, Subject: tok.Subject, Expiry: tok.Expiry, claims: claims, leeway: v.leeway}, nil
 }
 
 // KeyFetches returns how many times the issuer's keys were read (for tests and

@@ -279,8 +279,10 @@ func TestZeroKeyRefreshAndLeewayTakeDefaults(t *testing.T) {
 		t.Fatal(err)
 	}
 	expired := is.Token(authtest.Claims{"sub": "a", "aud": "snapflip", "exp": time.Now().Add(-auth.DefaultLeeway / 3).Unix()})
-	if _, err := v.Verify(context.Background(), expired); err != nil {
+	if id, err := v.Verify(context.Background(), expired); err != nil {
 		t.Errorf("a token expired %s ago, zero Leeway (default %s): %v", auth.DefaultLeeway/3, auth.DefaultLeeway, err)
+	} else if !id.Until().Equal(id.Expiry.Add(auth.DefaultLeeway)) {
+		t.Errorf("Until = %s; want the expiry %s and the leeway", id.Until(), id.Expiry)
 	}
 	before := is.KeyReads.Load()
 	for i := range 20 {
