@@ -19,10 +19,11 @@ import (
 )
 
 // Config tunes a Client. Start from DefaultConfig and change what you need. As with
-// net/http's option structs, a zero field takes its default (UserAgent, BatchLimit,
-// MaxBatchBytes and the Retry fields), but for the three whose zero says something
-// of its own: Timeout (no bound but the context, as http.Client's), CacheBytes (no
-// cache) and Retry.MaxRetryAfter (honour no Retry-After).
+// net/http's option structs, a zero field takes its default (BatchLimit,
+// MaxBatchBytes, and Retry: a zero RetryPolicy is DefaultRetryPolicy), but for those
+// whose zero says something of its own: Timeout (no bound but the context, as
+// http.Client's), UserAgent (Go's own), CacheBytes (no cache) and, in a RetryPolicy
+// otherwise set, MaxRetryAfter (honour no Retry-After).
 type Config struct {
 	// HTTPClient sends the requests. Default (nil): a client of its own on
 	// http.DefaultTransport. Its Timeout, if set, bounds each attempt too.
@@ -31,7 +32,8 @@ type Config struct {
 	// request as a whole is bounded by its context and the retry policy. 0: no bound
 	// but the context. Default 10s.
 	Timeout time.Duration
-	// UserAgent is sent with every request. Default "snapflip-go-client".
+	// UserAgent is sent with every request; empty sends net/http's own.
+	// DefaultConfig sets "snapflip-go-client".
 	UserAgent string
 	// Retry says what is retried and how patiently.
 	Retry RetryPolicy
@@ -76,7 +78,6 @@ func DefaultConfig() Config {
 // withDefaults fills the zero fields that take a default.
 func (c Config) withDefaults() Config {
 	def := DefaultConfig()
-	c.UserAgent = cmp.Or(c.UserAgent, def.UserAgent)
 	c.BatchLimit = cmp.Or(c.BatchLimit, def.BatchLimit)
 	c.MaxBatchBytes = cmp.Or(c.MaxBatchBytes, def.MaxBatchBytes)
 	c.Retry = c.Retry.withDefaults()

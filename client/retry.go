@@ -31,7 +31,8 @@ type RetryPolicy struct {
 	// a longer wait ends the retries with its error at once. Within it, a retry never
 	// comes sooner than Retry-After asks (the metadata API sends 1s with every 503).
 	// Unlike the other fields, zero is a setting of its own, not the default: it
-	// honours no Retry-After, so no 503 is retried. DefaultRetryPolicy sets 30s.
+	// honours no Retry-After, so no 503 is retried. DefaultRetryPolicy sets 30s, and
+	// so does a RetryPolicy left wholly zero.
 	MaxRetryAfter time.Duration
 }
 
@@ -41,9 +42,13 @@ func DefaultRetryPolicy() RetryPolicy {
 		MaxRetryAfter: 30 * time.Second}
 }
 
-// withDefaults fills the zero fields that take a default (all but MaxRetryAfter).
+// withDefaults fills the zero fields that take a default (all but MaxRetryAfter); a
+// policy left wholly zero is DefaultRetryPolicy, MaxRetryAfter included.
 func (p RetryPolicy) withDefaults() RetryPolicy {
 	def := DefaultRetryPolicy()
+	if p == (RetryPolicy{}) {
+		return def
+	}
 	p.MaxAttempts = cmp.Or(p.MaxAttempts, def.MaxAttempts)
 	p.InitialBackoff = cmp.Or(p.InitialBackoff, def.InitialBackoff)
 	p.MaxBackoff = cmp.Or(p.MaxBackoff, max(def.MaxBackoff, p.InitialBackoff))

@@ -153,7 +153,9 @@ func TestConfigValidate(t *testing.T) {
 		t.Fatalf("New with a zero Config: %v; want every field at its default", err)
 	}
 	want := DefaultConfig()
-	want.Timeout, want.Retry.MaxRetryAfter = 0, 0 // no bound; honour no Retry-After
+	// No bound; net/http's User-Agent (an empty one always meant it); a zero
+	// RetryPolicy is the default one, Retry-After honoured.
+	want.Timeout, want.UserAgent = 0, ""
 	if c.cfg.UserAgent != want.UserAgent || c.cfg.BatchLimit != want.BatchLimit || c.cfg.MaxBatchBytes != want.MaxBatchBytes ||
 		c.cfg.Retry != want.Retry || c.cfg.Timeout != 0 || c.cfg.CacheBytes != 0 {
 		t.Errorf("a zero Config became %+v; want %+v", c.cfg, want)
