@@ -338,10 +338,10 @@ func (l *Lease) Acquire(ctx context.Context) (snapshot.Hold, error) {
 	}
 }
 
-// giveUp is Acquire's error when ctx ends: ctx's, saying why the last attempt failed
-// (an unreachable Bigtable, say, rather than a busy lease).
+// giveUp is Acquire's error when ctx ends: ctx's, wrapping why the last attempt
+// failed too (ErrHeld for a lease another holder keeps, an unreachable Bigtable).
 func giveUp(ctx context.Context, last error) error {
-	return fmt.Errorf("%w (last attempt: %v)", ctx.Err(), last)
+	return fmt.Errorf("%w (last attempt: %w)", ctx.Err(), last)
 }
 
 // event reports an event of kind about token's hold to the config's Observer, with

@@ -63,6 +63,9 @@ func (h *Health) end(err error) {
 	defer h.mu.Unlock()
 	h.busySince = time.Time{}
 	switch {
+	case errors.Is(err, snapshot.ErrHeld):
+		// Another replica held the lease: this one ran nothing, and stands by as it
+		// was.
 	case err == nil, errors.Is(err, snapshot.ErrRefused), errors.Is(err, snapshot.ErrPinned),
 		errors.Is(err, snapshot.ErrFenced), errors.Is(err, snapshot.ErrConflict), errors.Is(err, context.Canceled):
 		h.failed = nil

@@ -59,7 +59,7 @@ func NewMetrics(dataset string) *Metrics {
 		slots: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "snapflip_slots_total",
 			Help: "Scheduled ticks, by whether this replica claimed them.", ConstLabels: labels}, []string{"result"}),
 		syncs: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "snapflip_syncs_total",
-			Help: "Syncs run by this replica, by result: published, unchanged, refused, pinned, failed.", ConstLabels: labels}, []string{"result"}),
+			Help: "Syncs run by this replica, by result: published, unchanged, refused, pinned, failed, held (another replica held the publish lease).", ConstLabels: labels}, []string{"result"}),
 		rows: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "snapflip_rows_copied_total",
 			Help: "Documents copied into published versions, by collection.", ConstLabels: labels}, []string{"collection"}),
 		bytes: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "snapflip_bytes_copied_total",
@@ -134,6 +134,8 @@ func (m *Metrics) LeaseEvents(next snapshot.Observer) snapshot.Observer {
 // observe records the outcome of one sync.
 func (m *Metrics) observe(res snapshot.PublishResult, err error, took time.Duration) {
 	switch {
+	case errors.Is(err, snapshot.ErrHeld):
+		m.syncs.WithLabelValues("held").Inc()
 	case errors.Is(err, snapshot.ErrRefused):
 		m.syncs.WithLabelValues("refused").Inc()
 	case err != nil:

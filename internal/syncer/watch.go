@@ -283,6 +283,11 @@ func (r *Runner) publishChange(ctx context.Context, log *slog.Logger, pend *pend
 	switch {
 	case err != nil && ctx.Err() != nil:
 		return false
+	case errors.Is(err, snapshot.ErrHeld):
+		// Another replica publishes; once it is done, trying again finds this change
+		// published already.
+		clog.Debug("another replica holds the publish lease; trying again", "err", err)
+		pend.add(c)
 	case errors.Is(err, snapshot.ErrRefused):
 		clog.Warn("change-driven publish refused by a validation gate; the pointer is unchanged", "err", err)
 	case err != nil:
