@@ -126,7 +126,10 @@ func layerOf(prefixes []string, key string) (int, string, error) {
 }
 
 func chainName(chain []snapshot.Version) string {
-	if len(chain) == 1 {
+	switch len(chain) {
+	case 0:
+		return "no layer"
+	case 1:
 		return string(chain[0])
 	}
 	return fmt.Sprintf("%s (a chain of %d layers)", chain[0], len(chain))
@@ -467,8 +470,8 @@ type layerRange func(ctx context.Context, l layerColl, span snapshot.Span, n int
 // scanSpan is ScanSpan with each layer's rows read by read.
 func (s *Store) scanSpan(ctx context.Context, c snapshot.ChainRef, span snapshot.Span, limit int, read layerRange) ([]snapshot.Document, bool, error) {
 	dataset, chain, collection := c.Dataset, c.Chain, c.Collection
-	if limit < 0 {
-		return nil, false, fmt.Errorf("%w scan of %s: limit %d is negative", snapshot.ErrInvalid, collection, limit)
+	if err := CheckScanLimit(collection, limit); err != nil {
+		return nil, false, err
 	}
 	ctx, cancel := s.op(ctx)
 	defer cancel()
@@ -694,6 +697,20 @@ func (c *dirCache) put(k layerColl, dir []string) {
 	}
 	c.dirs[k] = dir
 	c.keys += len(dir)
+}
+
+// MaxScanLimit is the most rows one scan of a span may ask for: far above any page,
+// and low enough that the reads' arithmetic on it (a row more, rounds that grow
+// fourfold) cannot overflow.
+const MaxScanLimit = 1 << 24
+
+// CheckScanLimit refuses a scan limit that is negative or over MaxScanLimit, with
+// ErrInvalid naming the collection (the in-memory store refuses the same).
+func CheckScanLimit(collection string, limit int) error {
+	if limit < 0 || limit > MaxScanLimit {
+		return fmt.Errorf("%w scan of %s: limit %d must be within 0..%d", snapshot.ErrInvalid, collection, limit, MaxScanLimit)
+	}
+	return nil
 }
 
 // maxDirectPage bounds the pages read directly from a one-layer chain (limit+1 rows

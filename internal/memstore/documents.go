@@ -11,6 +11,7 @@ import (
 	"github.com/snapflip/snapflip/index"
 	"github.com/snapflip/snapflip/layer"
 	"github.com/snapflip/snapflip/snapshot"
+	"github.com/snapflip/snapflip/store"
 )
 
 // layerKey names one collection of a dataset in one layer.
@@ -197,8 +198,8 @@ func (s *Store) ScanEntries(ctx context.Context, in snapshot.ChainRef, span snap
 
 // scan is ScanSpan, of the entries when entries is set.
 func (s *Store) scan(ctx context.Context, in snapshot.ChainRef, span snapshot.Span, limit int, entries bool) ([]snapshot.Document, bool, error) {
-	if limit < 0 {
-		return nil, false, fmt.Errorf("%w scan of %s: limit %d is negative", snapshot.ErrInvalid, in.Collection, limit)
+	if err := store.CheckScanLimit(in.Collection, limit); err != nil {
+		return nil, false, err
 	}
 	docs, err := s.merged(ctx, in, entries)
 	if err != nil {

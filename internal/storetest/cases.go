@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 	"strings"
 	"sync"
@@ -650,6 +651,12 @@ func chainPages(t TB, st Store, ds string) {
 	want(t, "a span scan with a negative limit", err, snapshot.ErrInvalid)
 	_, _, err = st.ScanEntries(bg, in, snapshot.Span{Inclusive: true}, -1)
 	want(t, "an entries scan with a negative limit", err, snapshot.ErrInvalid)
+	for _, limit := range []int{store.MaxScanLimit + 1, math.MaxInt} {
+		_, _, err = st.ScanSpan(bg, in, snapshot.Span{Inclusive: true}, limit)
+		want(t, fmt.Sprintf("a span scan with limit %d", limit), err, snapshot.ErrInvalid)
+		_, _, err = st.ScanEntries(bg, in, snapshot.Span{Inclusive: true}, limit)
+		want(t, fmt.Sprintf("an entries scan with limit %d", limit), err, snapshot.ErrInvalid)
+	}
 }
 
 // corruptIndexBlock: an index block that does not decode is an error naming it, not
@@ -740,6 +747,12 @@ func indexEntries(t TB, st Store, ds string) {
 	page, more, err = st.ScanEntries(bg, snapshot.ChainRef{Dataset: ds, Chain: nil, Collection: coll}, sp, 10)
 	if err != nil || more || len(page) != 0 {
 		t.Errorf("entries through no layer = %d, more %v, %v; want none", len(page), more, err)
+	}
+	none := snapshot.ChainRef{Dataset: ds, Collection: coll}
+	_, err = st.GetDocument(bg, none, "e0001")
+	want(t, "a document through no layer", err, snapshot.ErrNotFound)
+	if got, err := st.GetDocuments(bg, none, []string{"e0001"}); err != nil || len(got) != 0 {
+		t.Errorf("documents through no layer = %d, %v; want none", len(got), err)
 	}
 }
 
