@@ -72,7 +72,7 @@ func TestTransportErrorsRetried(t *testing.T) {
 		c.HTTPClient = &http.Client{Transport: rec}
 		c.Retry.InitialBackoff = time.Millisecond
 		c.Retry.MaxBackoff = 10 * time.Millisecond
-		c.Timeout = 500 * time.Millisecond
+		c.Timeout = 5 * time.Second // an attempt cut off by it is the stall below alone
 	})
 	// attempts returns what the recorder saw: errors (status 0) then the last status.
 	attempts := func() []int { return statuses(rec.exchanges()) }

@@ -79,7 +79,9 @@ func (e *env) checkAfterCrash(tb testing.TB, what string) snapshot.Pointer {
 func TestCrashAtEveryPoint(t *testing.T) {
 	t.Parallel()
 	e := start(t)
-	writeConfig(t, e, config+"lease:\n  duration: 1s\n")
+	// A 3 s lease: renewals a stalled emulator delays past a 1 s lease lose the hold
+	// (see TestCrashAtRandomTimes); each run after a kill waits it out.
+	writeConfig(t, e, config+"lease:\n  duration: 3s\n")
 	testenv.Exec(t, e.DSN, `INSERT INTO things (id) SELECT 'bulk-' || g FROM generate_series(1, 5000) g`)
 	if _, err := e.sync(t); err != nil {
 		t.Fatal(err)

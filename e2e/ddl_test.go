@@ -141,12 +141,12 @@ func TestDefinitionChangesAreServed(t *testing.T) {
 				cfg = strings.Replace(logicalConfig(t, e), config, ddlConfig, 1)
 			}
 			defer e.runSyncer(t, cfg)()
-			e.awaitAllServed(t, time.Now(), 20*time.Second)
+			e.awaitAllServed(t, time.Now(), probeLimit)
 			var lat []time.Duration
 			for _, c := range ddlCases {
 				testenv.Exec(t, e.DSN, c.stmt)
 				at := time.Now()
-				d := e.awaitAllServed(t, at, 10*time.Second)
+				d := e.awaitAllServed(t, at, probeLimit)
 				lat = append(lat, d)
 				t.Logf("%-40s served after %s", c.name, d.Round(time.Millisecond))
 				if d > probeLimit {
@@ -158,7 +158,7 @@ func TestDefinitionChangesAreServed(t *testing.T) {
 				testenv.Exec(t, e.DSN, `SELECT pg_terminate_backend(active_pid) FROM pg_replication_slots WHERE active_pid IS NOT NULL AND database = current_database()`,
 					`SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE NOT active AND database = current_database()`,
 					`UPDATE things SET note = 'after the slot was dropped' WHERE id = 'plain'`)
-				e.awaitAllServed(t, time.Now(), 20*time.Second)
+				e.awaitAllServed(t, time.Now(), probeLimit)
 			}
 			slices.Sort(lat)
 			t.Logf("%s: statement to served, %d statements: median %s, max %s", mode, len(lat),
@@ -185,7 +185,7 @@ func TestServedAfterPostgresRestart(t *testing.T) {
 			e.awaitServed(t, docPath("things", "plain"), `"id":"plain"`, time.Now(), 30*time.Second)
 			pg.Restart()
 			testenv.Exec(t, e.DSN, `UPDATE things SET note = 'after the restart' WHERE id = 'plain'`)
-			d := e.awaitServed(t, docPath("things", "plain"), "after the restart", time.Now(), 20*time.Second)
+			d := e.awaitServed(t, docPath("things", "plain"), "after the restart", time.Now(), probeLimit)
 			t.Logf("served %s after the commit", d.Round(time.Millisecond))
 		})
 	}

@@ -401,7 +401,7 @@ func TestSyncerRunOnSchedule(t *testing.T) {
 	first := e.awaitVersion(t, docPath("things", "plain"), "").version
 	testenv.Exec(t, e.DSN, `UPDATE things SET gen = 7 WHERE id = 'plain'`)
 	var second snapshot.Version
-	timeout := time.After(20 * time.Second)
+	timeout := time.After(time.Minute)
 	for second == "" {
 		select {
 		case r := <-ticks:

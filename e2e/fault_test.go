@@ -38,14 +38,14 @@ func TestFaultEmulatorStopsMidSync(t *testing.T) {
 	good := e.awaitVersion(t, docPath("things", "plain"), "")
 	// The sync that Bigtable dies under gives up quickly; the first one, above, had the
 	// default timeouts, which a loaded machine needs.
-	writeConfig(t, e, config+"bigtable:\n  batch_timeout: 300ms\n  op_timeout: 1s\n")
+	writeConfig(t, e, config+"bigtable:\n  batch_timeout: 5s\n  op_timeout: 5s\n")
 
 	testenv.Exec(t, dsn, `UPDATE things SET gen = 1`)
 	errc := make(chan error, 1)
 	go func() { _, err := e.sync(t); errc <- err }()
 	// Wait until the copy is under way (a manifest in state writing), then stop Bigtable.
 	st := testenv.Store(t, testenv.StoreConfig(addr))
-	testenv.Eventually(t, 20*time.Second, func() error {
+	testenv.Eventually(t, time.Minute, func() error {
 		if ms, _ := st.ListManifests(context.Background(), "e2e"); len(ms) == 0 || ms[len(ms)-1].State != "writing" {
 			return errors.New("the second sync never started writing")
 		}
@@ -65,12 +65,12 @@ func TestFaultEmulatorStopsMidSync(t *testing.T) {
 			t.Fatal("a sync whose Bigtable died succeeded")
 		}
 		t.Logf("sync failed %s after Bigtable stopped: %v", time.Since(stopped).Round(time.Millisecond), err)
-	case <-time.After(60 * time.Second):
-		t.Fatal("the sync still hangs 60s after Bigtable stopped")
+	case <-time.After(2 * time.Minute):
+		t.Fatal("the sync still hangs 2 minutes after Bigtable stopped")
 	}
 
 	// Past max-stale, reads answer 503 (never 500) and the API reports not ready.
-	testenv.Eventually(t, 15*time.Second, func() error {
+	testenv.Eventually(t, time.Minute, func() error {
 		if r := e.get(t, "/readyz"); r.status != http.StatusServiceUnavailable {
 			return fmt.Errorf("/readyz = %d after Bigtable stopped (max-stale 2s); want 503", r.status)
 		}
@@ -82,9 +82,11 @@ func TestFaultEmulatorStopsMidSync(t *testing.T) {
 		asked := time.Now()
 		r := e.get(t, path)
 		took := time.Since(asked)
-		want, bound := http.StatusServiceUnavailable, time.Second
+		// Bounds a loaded machine keeps, far below the waits that were the fault
+		// (a pointer read of its full timeout and retries).
+		want, bound := http.StatusServiceUnavailable, 5*time.Second
 		if path == "/" {
-			want, bound = http.StatusOK, 4*time.Second
+			want, bound = http.StatusOK, 7*time.Second // statusTimeout (2s) and room
 		}
 		if r.status != want || took > bound {
 			t.Errorf("GET %s with Bigtable down past max-stale = %d after %s; want %d within %s",
@@ -101,7 +103,7 @@ func TestFaultEmulatorStopsMidSync(t *testing.T) {
 	}
 	t.Cleanup(func() { _ = restarted.Process.Kill(); _ = restarted.Wait() })
 	var out string
-	testenv.Eventually(t, 20*time.Second, func() error {
+	testenv.Eventually(t, time.Minute, func() error {
 		var err error
 		if out, err = e.sync(t); err != nil {
 			return fmt.Errorf("sync after Bigtable came back: %v", err)
@@ -115,8 +117,8 @@ func TestFaultEmulatorStopsMidSync(t *testing.T) {
 	// which grows during an outage, once kept the API unready for 10 s and more.
 	published := time.Now()
 	e.awaitVersion(t, "/readyz", "")
-	if took := time.Since(published); took > 3*time.Second {
-		t.Errorf("the API was ready %s after Bigtable answered again and a sync published; want within 3s", took.Round(time.Millisecond))
+	if took := time.Since(published); took > 8*time.Second {
+		t.Errorf("the API was ready %s after Bigtable answered again and a sync published; want within 8s", took.Round(time.Millisecond))
 	}
 	if r := e.awaitVersion(t, docPath("things", "plain"), stack.PublishedVersion(t, out)); !strings.Contains(string(r.body), `"gen":1`) {
 		t.Errorf("after recovery: %s", r.body)
@@ -182,7 +184,7 @@ func TestFaultPostgresRestartsMidSync(t *testing.T) {
 	go func() { _, err := e.sync(t); errc <- err }()
 	st := testenv.Store(t, testenv.StoreConfig(e.Bigtable))
 	var writing snapshot.Version
-	testenv.Eventually(t, 20*time.Second, func() error {
+	testenv.Eventually(t, time.Minute, func() error {
 		ms, _ := st.ListManifests(context.Background(), "e2e")
 		if len(ms) == 0 || ms[len(ms)-1].State != "writing" {
 			return errors.New("the second sync never started writing")
@@ -192,7 +194,7 @@ func TestFaultPostgresRestartsMidSync(t *testing.T) {
 	})
 	// Let it write some documents of the new version first, so the restart lands with
 	// the copy half done.
-	testenv.Eventually(t, 20*time.Second, func() error {
+	testenv.Eventually(t, time.Minute, func() error {
 		if docs, _, _ := st.ScanPage(context.Background(), snapshot.ChainRef{Dataset: "e2e", Chain: []snapshot.Version{writing}, Collection: "things"}, "", 1); len(docs) == 0 {
 			return errors.New("the second sync wrote no document")
 		}

@@ -60,7 +60,7 @@ func (r *genRun) startLogical() {
 	src.Readers, src.PartitionMinRows = r.readers()
 	st := testenv.Store(r.t, testenv.StoreConfig(r.e.Bigtable))
 	const holder = "gen-logical"
-	lease, err := st.NewLease("publish/e2e", store.LeaseConfig{Holder: holder, Duration: time.Second,
+	lease, err := st.NewLease("publish/e2e", store.LeaseConfig{Holder: holder, Duration: 5 * time.Second,
 		BeforeAcquire: func(ctx context.Context, token uint64) error { return st.AdvanceFence(ctx, "e2e", token) }})
 	if err != nil {
 		r.fatalf("lease: %v", err)

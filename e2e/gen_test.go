@@ -335,7 +335,7 @@ func newGenRun(t *testing.T, seed uint64, sz genSizes, s *sqlgen.Schema, colls [
 	h := seed * 0xbf58476d1ce4e5b9
 	h ^= h >> 31
 	r.maxLayers, r.rebaseRatio = []int{2, 3, 8, 8}[h%4], []float64{0.05, 0.5, 100}[(h>>2)%3]
-	r.layers = fmt.Sprintf("versions: incremental\nmax_layers: %d\nrebase_ratio: %g\nlease: {duration: 1s}\n", r.maxLayers, r.rebaseRatio)
+	r.layers = fmt.Sprintf("versions: incremental\nmax_layers: %d\nrebase_ratio: %g\nlease: {duration: 3s}\n", r.maxLayers, r.rebaseRatio)
 	if (h>>4)%2 == 0 {
 		// Half the histories sync as syncer run does: a run cache across syncs, so
 		// changed ids are looked up in the decoded runs rather than merged.

@@ -147,9 +147,13 @@ func TestKilledHolderIsReplaced(t *testing.T) {
 		t.Fatal(err)
 	}
 	took := time.Since(killed)
-	// One retry period, plus a little for the RPCs themselves (under -race, on a
-	// machine that runs other packages' tests meanwhile).
-	if limit := lease + retry + 250*time.Millisecond; took > limit {
+	// Not before the lease ran out; and far sooner than the 30 s the wait allows,
+	// with room for the RPCs of a machine running other packages' tests (-race).
+	// The takeover's own delay is make bench's figure.
+	if took < lease {
+		t.Errorf("takeover %s after SIGKILL; want not before the lease (%s) ran out", took, lease)
+	}
+	if limit := lease + retry + 10*time.Second; took > limit {
 		t.Errorf("takeover %s after SIGKILL; want within %s", took, limit)
 	}
 	if hold.Token() != h.token+1 {
@@ -423,7 +427,7 @@ func TestReplicasPublishEachChangeOnce(t *testing.T) {
 		}
 		time.Sleep(250 * time.Millisecond) // pacing the source's changes, not awaiting anything
 	}
-	e.awaitServed(t, docPath("things", "plain"), fmt.Sprintf(`"gen":%d`, commits), time.Now(), 20*time.Second)
+	e.awaitServed(t, docPath("things", "plain"), fmt.Sprintf(`"gen":%d`, commits), time.Now(), time.Minute)
 	for _, cmd := range procs[1:] {
 		_ = cmd.Process.Signal(syscall.SIGTERM)
 	}

@@ -561,7 +561,7 @@ func TestTokenOfACommitHeldInSyncReplication(t *testing.T) {
 			xid, held := h.xid, `"note":"`+h.note+`"`
 			// Held: another commit is served, from a version without the held one.
 			testenv.Exec(t, e.DSN, `UPDATE flags SET value = 'during' WHERE key = 'on'`)
-			e.awaitServed(t, other, `"value":"during"`, time.Now(), 20*time.Second)
+			e.awaitServed(t, other, `"value":"during"`, time.Now(), probeLimit)
 			if r := e.get(t, path); strings.Contains(string(r.body), held) {
 				t.Fatalf("version %s serves a commit Postgres does not show yet: %s", r.version, r.body)
 			}
