@@ -700,7 +700,7 @@ func (c *dirCache) put(k layerColl, dir []string) {
 }
 
 // MaxScanLimit is the most rows one scan of a span may ask for: far above any page,
-// and low enough that the reads' arithmetic on it (a row more, rounds that grow
+// and low enough that the reads' arithmetic on it (a row more, reads that grow
 // fourfold) cannot overflow.
 const MaxScanLimit = 1 << 24
 
