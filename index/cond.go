@@ -1,6 +1,7 @@
 package index
 
 import (
+	"bytes"
 	"strings"
 	"unicode/utf8"
 )
@@ -200,4 +201,39 @@ func inItem(s string) (string, string, string) {
 		}
 	}
 	return "", "", "unterminated quote in the in list"
+}
+
+// Holds reports whether a value of type t, encoded as Encode encodes it, satisfies
+// the condition as a scan of an index on its field finds it: NULL satisfies is.null
+// alone, never a range. The error names a condition value that is not a t.
+func (c Cond) Holds(t Type, enc []byte) (bool, error) {
+	if err := c.check(); err != nil {
+		return false, err
+	}
+	null := len(enc) == 1 && enc[0] == tagNull
+	if c.Op == OpIsNull || null {
+		return c.Op == OpIsNull && null, nil
+	}
+	for _, v := range c.Values {
+		e, err := encodeCond(t, c, v)
+		if err != nil {
+			return false, err
+		}
+		cmp := bytes.Compare(enc, e)
+		switch c.Op {
+		case OpEq, OpIn:
+			if cmp == 0 {
+				return true, nil
+			}
+		case OpGt:
+			return cmp > 0, nil
+		case OpGte:
+			return cmp >= 0, nil
+		case OpLt:
+			return cmp < 0, nil
+		case OpLte:
+			return cmp <= 0, nil
+		}
+	}
+	return false, nil
 }

@@ -260,6 +260,44 @@ func checkFilter(t *testing.T, ctx context.Context, conn *pgx.Conn, fc filterCas
 		t.Errorf("seed %d: %v on index %s (%d ranges): ids %v; Postgres' WHERE %s %v returns %v",
 			seed, fc.conds, scan.Index.Name, len(scan.Ranges), got, fc.where, fc.args, want)
 	}
+	if held := holding(t, fc.docs, scan.Index, parsed); !slices.Equal(held, want) {
+		t.Errorf("seed %d: %v by Cond.Holds: ids %v; Postgres' WHERE %s %v returns %v", seed, fc.conds, held, fc.where, fc.args, want)
+	}
+}
+
+// holding returns the ids of the documents whose values satisfy every condition by
+// Cond.Holds, sorted.
+func holding(t *testing.T, docs map[int]string, def index.Def, conds []index.Cond) []int {
+	t.Helper()
+	var out []int
+	for id, doc := range docs {
+		vals, err := index.Fields([]byte(doc), def.Fields)
+		if err != nil {
+			t.Fatal(err)
+		}
+		all := true
+		for _, c := range conds {
+			i := slices.Index(def.Fields, c.Field)
+			raw := vals[i]
+			if raw == nil {
+				raw = []byte("null") // absent reads as NULL
+			}
+			enc, err := index.Encode(def.Types[i], raw)
+			if err != nil {
+				t.Fatalf("Encode %s: %v", vals[i], err)
+			}
+			ok, err := c.Holds(def.Types[i], enc)
+			if err != nil {
+				t.Fatalf("%v.Holds: %v", c, err)
+			}
+			all = all && ok
+		}
+		if all {
+			out = append(out, id)
+		}
+	}
+	slices.Sort(out)
+	return out
 }
 
 func inRanges(key []byte, ranges []index.Range) bool {
