@@ -58,7 +58,12 @@ func (id *Identity) holds(name, value string) bool {
 	return false
 }
 
+// matches reports whether the grant is id's: its issuer's, and its subject or claim.
+// A grant naming no issuer matches no one; NewPolicy gives it the file's sole issuer.
 func (g Grant) matches(id *Identity) bool {
+	if g.Issuer == "" || id.Issuer != g.Issuer {
+		return false
+	}
 	if g.Subject != "" {
 		return id.Subject == g.Subject
 	}
@@ -91,8 +96,17 @@ type Policy struct {
 	grants []Grant
 }
 
-// NewPolicy returns the policy of c's grants.
-func NewPolicy(c Config) *Policy { return &Policy{grants: c.Grants} }
+// NewPolicy returns the policy of c's grants. A grant naming no issuer is the
+// issuer's when c trusts one; otherwise (Validate refuses that) it matches no one.
+func NewPolicy(c Config) *Policy {
+	grants := slices.Clone(c.Grants)
+	for i := range grants {
+		if grants[i].Issuer == "" && len(c.Issuers) == 1 {
+			grants[i].Issuer = c.Issuers[0].Issuer
+		}
+	}
+	return &Policy{grants: grants}
+}
 
 // Access says what id may read of collection: the first grant that matches id and
 // names the collection decides; with a row rule, the scope holds id's claim.

@@ -32,7 +32,7 @@ func TestPolicy(t *testing.T) {
 	}
 	p := auth.NewPolicy(cfg)
 	id := func(sub string, claims map[string]any) *auth.Identity {
-		return auth.NewIdentity("i", sub, time.Now().Add(time.Hour), claims)
+		return auth.NewIdentity(cfg.Issuers[0].Issuer, sub, time.Now().Add(time.Hour), claims)
 	}
 	billing := id("system:serviceaccount:billing:billing-api", nil)
 	ops := id("someone", map[string]any{"groups": []any{"dev", "ops"}})
@@ -62,6 +62,12 @@ func TestPolicy(t *testing.T) {
 	if !p.Admin(ops) || p.Admin(billing) || p.Admin(tenant) {
 		t.Error("Admin: want only the ops group")
 	}
+	// The file trusts one issuer, so its grants, which name none, are that issuer's:
+	// the same subject from another issuer is granted nothing.
+	stranger := auth.NewIdentity("https://other.example", billing.Subject, billing.Expiry, nil)
+	if got, _ := p.Access(stranger, "plans"); got != auth.Denied {
+		t.Errorf("the granted subject from an issuer the file does not trust: %v; want Denied", got)
+	}
 	// The first grant that matches and names the collection decides: a whole grant
 	// listed first wins over a later scoped one.
 	cfg.Grants = append([]auth.Grant{{Claim: &auth.ClaimMatch{Name: "role", Value: "tenant-app"}, Collections: []string{"tenant_config"}}}, cfg.Grants...)
@@ -77,6 +83,7 @@ func TestPolicy(t *testing.T) {
 func TestParseRefuses(t *testing.T) {
 	issuer := "issuers: [{issuer: https://i.example, audience: a}]\n"
 	grant := "grants: [{subject: s, collections: [c]}]\n"
+	two := "issuers: [{issuer: https://i.example, audience: a}, {issuer: https://j.example, audience: a}]\n"
 	for _, c := range []struct{ name, yaml, want string }{
 		{"empty", "", "EOF"},
 		{"unknown field", issuer + grant + "extra: 1\n", "extra"},
@@ -91,10 +98,54 @@ func TestParseRefuses(t *testing.T) {
 		{"rows without claim", issuer + "grants: [{subject: s, collections: [c], rows: {field: f}}]\n", "rows: want field and claim"},
 		{"claim without value", issuer + "grants: [{claim: {name: a}, collections: [c]}]\n", "want name and value"},
 		{"leeway too long", issuer + grant + "leeway: 1h\n", "leeway"},
+		{"grant of an issuer not trusted", issuer + "grants: [{issuer: https://j.example, subject: s, collections: [c]}]\n",
+			`grants[0].issuer "https://j.example": not one of the issuers`},
+		{"two issuers, a grant without its issuer", two + "grants: [{issuer: https://i.example, subject: s, collections: [c]}, {subject: s, collections: [c]}]\n",
+			"grants[1]: the file trusts 2 issuers, so every grant must name its issuer:"},
 	} {
 		_, err := auth.Parse([]byte(c.yaml))
 		if !errors.Is(err, auth.ErrConfig) || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%s: err = %v; want ErrConfig saying %q", c.name, err, c.want)
+		}
+	}
+}
+
+// A grant that names an issuer matches only that issuer's callers: with two issuers,
+// the same subject or claim from the other is a stranger.
+func TestGrantIssuer(t *testing.T) {
+	cfg, err := auth.Parse([]byte(`
+issuers:
+  - {issuer: https://a.example, audience: snapflip}
+  - {issuer: https://b.example, audience: snapflip}
+grants:
+  - {issuer: https://a.example, subject: app, collections: [docs]}
+  - {issuer: https://b.example, claim: {name: groups, value: ops}, collections: ["*"], admin: true}
+  - {issuer: https://b.example, subject: app, collections: [docs], rows: {field: tenant, claim: tenant}}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := auth.NewPolicy(cfg)
+	id := func(issuer, sub string, claims map[string]any) *auth.Identity {
+		return auth.NewIdentity(issuer, sub, time.Now().Add(time.Hour), claims)
+	}
+	for _, c := range []struct {
+		name  string
+		who   *auth.Identity
+		want  auth.Access
+		admin bool
+	}{
+		{"a's app", id("https://a.example", "app", nil), auth.Whole, false},
+		{"b's app, scoped by b's grant", id("https://b.example", "app", map[string]any{"tenant": "t"}), auth.Scoped, false},
+		{"b's ops", id("https://b.example", "someone", map[string]any{"groups": []any{"ops"}}), auth.Whole, true},
+		{"a's ops: the claim is b's grant", id("https://a.example", "someone", map[string]any{"groups": []any{"ops"}}), auth.Denied, false},
+		{"an untrusted issuer's app", id("https://c.example", "app", nil), auth.Denied, false},
+	} {
+		if got, _ := p.Access(c.who, "docs"); got != c.want {
+			t.Errorf("%s: Access = %v; want %v", c.name, got, c.want)
+		}
+		if got := p.Admin(c.who); got != c.admin {
+			t.Errorf("%s: Admin = %v; want %v", c.name, got, c.admin)
 		}
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"net/url"
 	"os"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -48,6 +49,11 @@ type Issuer struct {
 
 // Grant is one rule of the auth file.
 type Grant struct {
+	// Issuer is the issuer whose callers the grant matches, one of the file's
+	// issuers. A file of one issuer may leave it out: the grant is that issuer's.
+	// With several, every grant names its own, so a subject or claim one issuer
+	// vouches for is never granted to another's tokens.
+	Issuer string `yaml:"issuer"`
 	// Subject matches a caller whose sub claim equals it.
 	Subject string `yaml:"subject"`
 	// Claim matches a caller whose claim Name is a string equal to Value, or an array
@@ -126,6 +132,7 @@ func (c Config) Validate() error {
 		return bad("key_refresh must not be negative, and leeway within 0..5m")
 	}
 	seen := map[string]bool{}
+	var names []string
 	for i, is := range c.Issuers {
 		u, err := url.Parse(is.Issuer)
 		switch {
@@ -137,12 +144,17 @@ func (c Config) Validate() error {
 			return bad("issuers[%d].audience: required (a token for another audience is refused)", i)
 		}
 		seen[is.Issuer] = true
+		names = append(names, strconv.Quote(is.Issuer))
 	}
 	if len(c.Grants) == 0 {
 		return bad("grants: at least one is required (with none, every caller gets 403)")
 	}
 	for i, g := range c.Grants {
 		switch {
+		case g.Issuer == "" && len(c.Issuers) > 1:
+			return bad("grants[%d]: the file trusts %d issuers, so every grant must name its issuer: one of %s", i, len(c.Issuers), strings.Join(names, ", "))
+		case g.Issuer != "" && !seen[g.Issuer]:
+			return bad("grants[%d].issuer %q: not one of the issuers (%s)", i, g.Issuer, strings.Join(names, ", "))
 		case (g.Subject == "") == (g.Claim == nil):
 			return bad("grants[%d]: want subject or claim, one of them", i)
 		case g.Claim != nil && (g.Claim.Name == "" || g.Claim.Value == ""):

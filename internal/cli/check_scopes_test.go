@@ -1,11 +1,13 @@
 package cli
 
 import (
+	"errors"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
+	"github.com/snapflip/snapflip/internal/testenv"
 	"github.com/snapflip/snapflip/pgsource"
 )
 
@@ -40,5 +42,32 @@ grants:
 	}
 	if p := checkScopes(filepath.Join(t.TempDir(), "none.yaml"), cfg); len(p) != 1 || !strings.Contains(p[0], "auth:") {
 		t.Errorf("a missing auth file: %v", p)
+	}
+}
+
+// syncer check --auth refuses an auth file that auth.Load refuses, naming what is
+// wrong: here a grant that names no issuer in a file trusting two.
+func TestCheckAuthFileOfTwoIssuers(t *testing.T) {
+	dsn := testenv.Postgres(t)
+	testenv.Exec(t, dsn, `CREATE TABLE docs (id text PRIMARY KEY, tenant text)`)
+	getenv := env(map[string]string{EnvPostgresDSN: dsn, EnvEmulatorHost: testenv.Bigtable(t)})
+	dir := t.TempDir()
+	config, authFile := filepath.Join(dir, "snapflip.yaml"), filepath.Join(dir, "auth.yaml")
+	if err := os.WriteFile(config, []byte("dataset: two\ncollections:\n  - {name: docs, table: docs, indexes: [[tenant]]}\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(authFile, []byte(`issuers:
+  - {issuer: https://a.example, audience: snapflip}
+  - {issuer: https://b.example, audience: snapflip}
+grants:
+  - {issuer: https://a.example, subject: reader, collections: [docs]}
+  - {subject: app, collections: [docs], rows: {field: tenant, claim: tenant}}
+`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	out, _, err := run(t, false, getenv, "check", "--config", config, "--auth", authFile)
+	want := "grants[1]: the file trusts 2 issuers, so every grant must name its issuer"
+	if !errors.Is(err, ErrCheckFailed) || !strings.Contains(err.Error(), want) {
+		t.Errorf("check --auth of a grant without its issuer = %v\n%s; want ErrCheckFailed saying %q", err, out, want)
 	}
 }
