@@ -3,8 +3,10 @@ package auth
 import (
 	"encoding/json"
 	"fmt"
+	"math"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 )
 
@@ -29,33 +31,48 @@ func (id *Identity) Until() time.Time {
 }
 
 // NewIdentity returns an identity with the given claims (for tests and for callers
-// verified some other way).
+// verified some other way). A float64 claim is an integer's only when it is one
+// exactly, within ±2^53; a token's claims are decoded with json.Number instead.
 func NewIdentity(issuer, subject string, expiry time.Time, claims map[string]any) *Identity {
 	return &Identity{Issuer: issuer, Subject: subject, Expiry: expiry, claims: claims}
 }
 
-// claimText returns the claim as text when it is a string or a number.
+// claimText returns the claim as the text a scope compares (claimValue).
 func (id *Identity) claimText(name string) (string, bool) {
-	switch v := id.claims[name].(type) {
-	case string:
-		return v, true
-	case json.Number:
-		return v.String(), true
-	case float64:
-		return strconv.FormatFloat(v, 'f', -1, 64), true
-	}
-	return "", false
+	return claimValue(id.claims[name])
 }
 
-// holds reports whether the claim is a string equal to value, or an array holding it.
+// holds reports whether the claim's value (claimValue) is value, or the claim is an
+// array holding an element whose value is.
 func (id *Identity) holds(name, value string) bool {
-	switch v := id.claims[name].(type) {
-	case string:
-		return v == value
-	case []any:
-		return slices.ContainsFunc(v, func(e any) bool { s, ok := e.(string); return ok && s == value })
+	c := id.claims[name]
+	if a, ok := c.([]any); ok {
+		return slices.ContainsFunc(a, func(e any) bool { s, ok := claimValue(e); return ok && s == value })
 	}
-	return false
+	s, ok := claimValue(c)
+	return ok && s == value
+}
+
+// claimValue returns a claim as text: a string, or an integer's digits exactly as
+// the token wrote them. A number that is not an integer (a fraction or an exponent,
+// which a token might write for an integer one way and a grant another) and a claim of
+// any other kind have no value: a grant or scope compares them to nothing.
+func claimValue(c any) (string, bool) {
+	switch c := c.(type) {
+	case string:
+		return c, true
+	case json.Number:
+		if c == "" || strings.ContainsAny(string(c), ".eE") {
+			return "", false
+		}
+		return string(c), true
+	case float64:
+		if c != math.Trunc(c) || math.Abs(c) > 1<<53 {
+			return "", false
+		}
+		return strconv.FormatFloat(c, 'f', -1, 64), true
+	}
+	return "", false
 }
 
 // matches reports whether the grant is id's: its issuer's, and its subject or claim.

@@ -1,6 +1,7 @@
 package auth_test
 
 import (
+	"encoding/json"
 	"errors"
 	"slices"
 	"strings"
@@ -146,6 +147,67 @@ grants:
 		}
 		if got := p.Admin(c.who); got != c.admin {
 			t.Errorf("%s: Admin = %v; want %v", c.name, got, c.admin)
+		}
+	}
+}
+
+// A claim is compared as text: a string, or an integer's digits, exactly. A number
+// that is not an integer, or a claim of another kind, is no value, so a scope it
+// would name is NoClaim and a grant it would match does not.
+func TestClaimValues(t *testing.T) {
+	const issuer = "https://i.example"
+	cfg, err := auth.Parse([]byte(`
+issuers: [{issuer: https://i.example, audience: a}]
+grants:
+  - {claim: {name: org, value: "9007199254740993"}, collections: [orgs]}
+  - {subject: app, collections: [docs], rows: {field: tenant_id, claim: tenant}}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := auth.NewPolicy(cfg)
+	for _, c := range []struct {
+		name   string
+		claim  any
+		access auth.Access
+		scope  string // the scope's value when Scoped
+		holds  bool   // whether org: claim matches the org grant
+	}{
+		{"string", "t-7", auth.Scoped, "t-7", false},
+		{"string of the grant's digits", "9007199254740993", auth.Scoped, "9007199254740993", true},
+		{"integer past 2^53", json.Number("9007199254740993"), auth.Scoped, "9007199254740993", true},
+		{"negative integer", json.Number("-12"), auth.Scoped, "-12", false},
+		{"integer past 2^64", json.Number("123456789012345678901234567890"), auth.Scoped, "123456789012345678901234567890", false},
+		{"fraction", json.Number("1.5"), auth.NoClaim, "", false},
+		{"exponent", json.Number("9007199254740993e0"), auth.NoClaim, "", false},
+		{"exponent E", json.Number("1E3"), auth.NoClaim, "", false},
+		{"integer as a fraction", json.Number("42.0"), auth.NoClaim, "", false},
+		{"array holding the integer", []any{json.Number("1"), json.Number("9007199254740993")}, auth.NoClaim, "", true},
+		{"array holding the string", []any{"x", "9007199254740993"}, auth.NoClaim, "", true},
+		{"array holding a fraction", []any{json.Number("9007199254740993.0")}, auth.NoClaim, "", false},
+		{"bool", true, auth.NoClaim, "", false},
+		{"null", nil, auth.NoClaim, "", false},
+		{"object", map[string]any{"id": "t-7"}, auth.NoClaim, "", false},
+		{"float64 integer", float64(42), auth.Scoped, "42", false},
+		{"float64 2^53", float64(1 << 53), auth.Scoped, "9007199254740992", false},
+		{"float64 -2^53", -float64(1 << 53), auth.Scoped, "-9007199254740992", false},
+		{"float64 past 2^53", float64(1 << 60), auth.NoClaim, "", false},
+		{"float64 fraction", 1.5, auth.NoClaim, "", false},
+	} {
+		id := auth.NewIdentity(issuer, "app", time.Now().Add(time.Hour), map[string]any{"tenant": c.claim, "org": c.claim})
+		var want auth.Scope
+		if c.access == auth.Scoped {
+			want = auth.Scope{Field: "tenant_id", Value: c.scope}
+		}
+		if got, scope := p.Access(id, "docs"); got != c.access || scope != want {
+			t.Errorf("%s: Access = %v %+v; want %v %+v", c.name, got, scope, c.access, want)
+		}
+		wantOrg := auth.Denied
+		if c.holds {
+			wantOrg = auth.Whole
+		}
+		if got, _ := p.Access(id, "orgs"); got != wantOrg {
+			t.Errorf("%s: the org grant: %v; want %v", c.name, got, wantOrg)
 		}
 	}
 }

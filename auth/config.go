@@ -56,8 +56,9 @@ type Grant struct {
 	Issuer string `yaml:"issuer"`
 	// Subject matches a caller whose sub claim equals it.
 	Subject string `yaml:"subject"`
-	// Claim matches a caller whose claim Name is a string equal to Value, or an array
-	// holding it. A grant has a Subject or a Claim, not both.
+	// Claim matches a caller whose claim Name is Value as text (a string, or an
+	// integer's digits), or an array holding such an element. A grant has a Subject or
+	// a Claim, not both.
 	Claim *ClaimMatch `yaml:"claim"`
 	// Collections are the collections it grants; "*" grants every one.
 	Collections []string `yaml:"collections"`
@@ -75,7 +76,8 @@ type ClaimMatch struct {
 }
 
 // RowRule scopes a grant to the documents whose top-level Field equals the value of
-// the caller's claim Claim.
+// the caller's claim Claim as text: a string, or an integer's digits. A caller whose
+// claim is missing or of another kind (a fraction, a bool, an object) has no scope.
 type RowRule struct {
 	Field string `yaml:"field"`
 	Claim string `yaml:"claim"`

@@ -1,6 +1,7 @@
 package auth
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -149,11 +150,27 @@ func (v *Verifier) verify(ctx context.Context, raw string) (*Identity, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrUnauthenticated, err)
 	}
-	claims := map[string]any{}
-	if err := tok.Claims(&claims); err != nil {
+	var payload json.RawMessage
+	if err := tok.Claims(&payload); err != nil {
+		return nil, fmt.Errorf("%w: claims: %w", ErrUnauthenticated, err)
+	}
+	claims, err := decodeClaims(payload)
+	if err != nil {
 		return nil, fmt.Errorf("%w: claims: %w", ErrUnauthenticated, err)
 	}
 	return &Identity{Issuer: tok.Issuer, Subject: tok.Subject, Expiry: tok.Expiry, claims: claims, leeway: v.leeway}, nil
+}
+
+// decodeClaims decodes a token's claims with every number a json.Number: a float64
+// rounds an integer past 2^53, and a claim is compared as its digits.
+func decodeClaims(payload []byte) (map[string]any, error) {
+	dec := json.NewDecoder(bytes.NewReader(payload))
+	dec.UseNumber()
+	var claims map[string]any
+	if err := dec.Decode(&claims); err != nil {
+		return nil, err
+	}
+	return claims, nil
 }
 
 // KeyFetches returns how many times the issuer's keys were read (for tests and

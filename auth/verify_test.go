@@ -294,3 +294,26 @@ func TestZeroKeyRefreshAndLeewayTakeDefaults(t *testing.T) {
 		t.Errorf("%d key reads for 20 tokens naming an unknown key, zero KeyRefresh (default %s); want 0 (the first read was within the interval)", got, auth.DefaultKeyRefresh)
 	}
 }
+
+// A verified token's number claims keep every digit: a tenant of 2^53+1, which a
+// float64 rounds to 2^53, scopes to exactly itself.
+func TestNumberClaimExact(t *testing.T) {
+	is := authtest.NewIssuer(t)
+	cfg := auth.Config{Issuers: []auth.Issuer{{Issuer: is.URL(), Audience: "snapflip"}}, Grants: []auth.Grant{
+		{Claim: &auth.ClaimMatch{Name: "org", Value: "9007199254740995"}, Collections: []string{"orgs"}},
+		{Subject: "app", Collections: []string{"docs"}, Rows: &auth.RowRule{Field: "tenant_id", Claim: "tenant"}},
+	}}
+	v := newVerifier(t, cfg.Issuers...)
+	id, err := v.Verify(context.Background(), is.Token(authtest.Claims{"sub": "app", "aud": "snapflip",
+		"tenant": int64(9007199254740993), "org": []int64{9007199254740993, 9007199254740995}}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := auth.NewPolicy(cfg)
+	if got, scope := p.Access(id, "docs"); got != auth.Scoped || scope != (auth.Scope{Field: "tenant_id", Value: "9007199254740993"}) {
+		t.Errorf("Access = %v %+v; want Scoped tenant_id = \"9007199254740993\"", got, scope)
+	}
+	if got, _ := p.Access(id, "orgs"); got != auth.Whole {
+		t.Errorf("the grant of org 9007199254740995, an org claim holding it: %v; want Whole", got)
+	}
+}
