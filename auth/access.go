@@ -54,13 +54,15 @@ func (id *Identity) holds(name, value string) bool {
 }
 
 // claimValue returns a claim as text: a string, or an integer's digits exactly as
-// the token wrote them. A number that is not an integer (a fraction or an exponent,
-// which a token might write for an integer one way and a grant another) and a claim of
-// any other kind have no value: a grant or scope compares them to nothing.
+// the token wrote them. An empty string (a scope of it would give the caller the
+// documents whose field is empty, which are no one's), a number that is not an
+// integer (a fraction or an exponent, which a token might write for an integer one
+// way and a grant another) and a claim of any other kind have no value: a grant or
+// scope compares them to nothing.
 func claimValue(c any) (string, bool) {
 	switch c := c.(type) {
 	case string:
-		return c, true
+		return c, c != ""
 	case json.Number:
 		if c == "" || strings.ContainsAny(string(c), ".eE") {
 			return "", false

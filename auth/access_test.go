@@ -174,6 +174,8 @@ grants:
 		holds  bool   // whether org: claim matches the org grant
 	}{
 		{"string", "t-7", auth.Scoped, "t-7", false},
+		{"empty string", "", auth.NoClaim, "", false},
+		{"array holding an empty string", []any{""}, auth.NoClaim, "", false},
 		{"string of the grant's digits", "9007199254740993", auth.Scoped, "9007199254740993", true},
 		{"integer past 2^53", json.Number("9007199254740993"), auth.Scoped, "9007199254740993", true},
 		{"negative integer", json.Number("-12"), auth.Scoped, "-12", false},

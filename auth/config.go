@@ -77,7 +77,8 @@ type ClaimMatch struct {
 
 // RowRule scopes a grant to the documents whose top-level Field equals the value of
 // the caller's claim Claim as text: a string, or an integer's digits. A caller whose
-// claim is missing or of another kind (a fraction, a bool, an object) has no scope.
+// claim is missing, empty or of another kind (a fraction, a bool, an object) has no
+// scope.
 type RowRule struct {
 	Field string `yaml:"field"`
 	Claim string `yaml:"claim"`

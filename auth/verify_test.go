@@ -317,3 +317,26 @@ func TestNumberClaimExact(t *testing.T) {
 		t.Errorf("the grant of org 9007199254740995, an org claim holding it: %v; want Whole", got)
 	}
 }
+
+// An empty claim is no claim: a token with "tenant": "" is not scoped to the
+// documents whose tenant is empty.
+func TestEmptyClaimIsNoScope(t *testing.T) {
+	is := authtest.NewIssuer(t)
+	cfg := auth.Config{Issuers: []auth.Issuer{{Issuer: is.URL(), Audience: "snapflip"}}, Grants: []auth.Grant{
+		{Subject: "app", Collections: []string{"docs"}, Rows: &auth.RowRule{Field: "tenant_id", Claim: "tenant"}},
+	}}
+	v := newVerifier(t, cfg.Issuers...)
+	id, err := v.Verify(context.Background(), is.Token(authtest.Claims{"sub": "app", "aud": "snapflip", "tenant": ""}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, scope := auth.NewPolicy(cfg).Access(id, "docs"); got != auth.NoClaim {
+		t.Errorf("Access = %v %+v; want NoClaim", got, scope)
+	}
+	// Nor does it match a grant of the empty value, which Validate refuses but a
+	// Config built in code may hold.
+	cfg.Grants = []auth.Grant{{Claim: &auth.ClaimMatch{Name: "tenant", Value: ""}, Collections: []string{"docs"}}}
+	if got, _ := auth.NewPolicy(cfg).Access(id, "docs"); got != auth.Denied {
+		t.Errorf("a grant of tenant = \"\": %v; want Denied", got)
+	}
+}
