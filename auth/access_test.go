@@ -90,7 +90,10 @@ func TestParseRefuses(t *testing.T) {
 		{"unknown field", issuer + grant + "extra: 1\n", "extra"},
 		{"no issuers", grant, "issuers: at least one"},
 		{"no audience", "issuers: [{issuer: https://i.example}]\n" + grant, "audience: required"},
-		{"issuer not a URL", "issuers: [{issuer: nope, audience: a}]\n" + grant, "http(s) URL"},
+		{"issuer not a URL", "issuers: [{issuer: nope, audience: a}]\n" + grant, "https URL"},
+		{"http issuer", "issuers: [{issuer: http://i.example, audience: a}]\n" + grant, `issuers[0].issuer "http://i.example": want an https URL`},
+		{"http issuer, allow_http false", "allow_http: false\nissuers: [{issuer: http://i.example, audience: a}]\n" + grant, "allow_http: true"},
+		{"ftp issuer, allow_http", "allow_http: true\nissuers: [{issuer: ftp://i.example, audience: a}]\n" + grant, "https URL"},
 		{"issuer twice", "issuers: [{issuer: https://i.example, audience: a}, {issuer: https://i.example, audience: b}]\n" + grant, "named twice"},
 		{"no grants", issuer, "grants: at least one"},
 		{"subject and claim", issuer + "grants: [{subject: s, claim: {name: a, value: b}, collections: [c]}]\n", "one of them"},
@@ -108,6 +111,9 @@ func TestParseRefuses(t *testing.T) {
 		if !errors.Is(err, auth.ErrConfig) || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%s: err = %v; want ErrConfig saying %q", c.name, err, c.want)
 		}
+	}
+	if c, err := auth.Parse([]byte("allow_http: true\nissuers: [{issuer: http://localhost:8080, audience: a}]\n" + grant)); err != nil || !c.AllowHTTP {
+		t.Errorf("an http issuer with allow_http: %+v, %v", c, err)
 	}
 }
 

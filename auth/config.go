@@ -3,6 +3,7 @@ package auth
 import (
 	"bytes"
 	"cmp"
+	"errors"
 	"fmt"
 	"net/url"
 	"os"
@@ -33,12 +34,17 @@ type Config struct {
 	// Leeway is the clock skew allowed when checking exp and nbf; zero:
 	// DefaultLeeway (for an expiry without leeway, give one nanosecond).
 	Leeway time.Duration `yaml:"leeway"`
+	// AllowHTTP accepts http:// issuers and discovered jwks_uris, for local testing
+	// only: whoever is on the path of a key set read over http can replace its keys
+	// and sign any token. False: https only.
+	AllowHTTP bool `yaml:"allow_http"`
 }
 
 // Issuer is one trusted token issuer.
 type Issuer struct {
-	// Issuer is the iss claim a token must carry, an http(s) URL; its keys come from
-	// its OIDC discovery document (Issuer + "/.well-known/openid-configuration").
+	// Issuer is the iss claim a token must carry, an https URL (http with AllowHTTP);
+	// its keys come from its OIDC discovery document (Issuer +
+	// "/.well-known/openid-configuration").
 	Issuer string `yaml:"issuer"`
 	// Audience is the aud a token must name; required.
 	Audience string `yaml:"audience"`
@@ -137,10 +143,9 @@ func (c Config) Validate() error {
 	seen := map[string]bool{}
 	var names []string
 	for i, is := range c.Issuers {
-		u, err := url.Parse(is.Issuer)
 		switch {
-		case is.Issuer == "" || err != nil || (u.Scheme != "https" && u.Scheme != "http") || u.Host == "":
-			return bad("issuers[%d].issuer %q: want an http(s) URL, the iss claim of its tokens", i, is.Issuer)
+		case fetchable(is.Issuer, c.AllowHTTP) != nil:
+			return bad("issuers[%d].issuer %q: want an https URL, the iss claim of its tokens (http only with allow_http: true, for local testing)", i, is.Issuer)
 		case seen[is.Issuer]:
 			return bad("issuers[%d].issuer %q: named twice", i, is.Issuer)
 		case is.Audience == "":
@@ -169,6 +174,19 @@ func (c Config) Validate() error {
 		case slices.ContainsFunc(g.Collections, func(s string) bool { return strings.TrimSpace(s) == "" }):
 			return bad("grants[%d].collections: an empty name", i)
 		}
+	}
+	return nil
+}
+
+// errNotHTTPS is a URL keys may not be read from.
+var errNotHTTPS = errors.New("not an https URL (http only with allow_http: true)")
+
+// fetchable returns errNotHTTPS unless rawURL is an https URL with a host, or an
+// http one when allowHTTP.
+func fetchable(rawURL string, allowHTTP bool) error {
+	u, err := url.Parse(rawURL)
+	if err != nil || u.Host == "" || (u.Scheme != "https" && (u.Scheme != "http" || !allowHTTP)) {
+		return errNotHTTPS
 	}
 	return nil
 }

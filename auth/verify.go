@@ -78,7 +78,7 @@ func NewVerifier(ctx context.Context, c Config, o VerifierOptions) (*Verifier, e
 				return nil, fmt.Errorf("%w: issuer %s: %w", ErrConfig, is.Issuer, err)
 			}
 		} else {
-			ks.fetch = discoveredKeys(o.Client, is.Issuer)
+			ks.fetch = discoveredKeys(o.Client, is.Issuer, c.AllowHTTP)
 		}
 		algs := make([]string, len(algorithms))
 		for i, a := range algorithms {
@@ -316,11 +316,14 @@ func parseKeys(b []byte, from string) (jose.JSONWebKeySet, error) {
 }
 
 // discoveredKeys reads the issuer's OIDC discovery document for its jwks_uri (once it
-// has it), then the key set there.
-func discoveredKeys(client *http.Client, issuerURL string) func(context.Context) (jose.JSONWebKeySet, error) {
+// has it), then the key set there; both over https, unless allowHTTP.
+func discoveredKeys(client *http.Client, issuerURL string, allowHTTP bool) func(context.Context) (jose.JSONWebKeySet, error) {
 	var jwksURI string
 	return func(ctx context.Context) (jose.JSONWebKeySet, error) {
 		if jwksURI == "" {
+			if err := fetchable(issuerURL, allowHTTP); err != nil {
+				return jose.JSONWebKeySet{}, fmt.Errorf("issuer %s: %w", issuerURL, err)
+			}
 			b, err := get(ctx, client, strings.TrimSuffix(issuerURL, "/")+"/.well-known/openid-configuration")
 			if err != nil {
 				return jose.JSONWebKeySet{}, err
@@ -334,6 +337,9 @@ func discoveredKeys(client *http.Client, issuerURL string) func(context.Context)
 			}
 			if d.Issuer != issuerURL {
 				return jose.JSONWebKeySet{}, fmt.Errorf("issuer %s: its discovery document names issuer %q", issuerURL, clip(d.Issuer))
+			}
+			if err := fetchable(d.JWKSURI, allowHTTP); err != nil {
+				return jose.JSONWebKeySet{}, fmt.Errorf("issuer %s: jwks_uri %q: %w", issuerURL, clip(d.JWKSURI), err)
 			}
 			jwksURI = d.JWKSURI
 		}

@@ -3,6 +3,7 @@ package auth_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"path/filepath"
@@ -20,7 +21,7 @@ import (
 func newVerifier(t *testing.T, issuers ...auth.Issuer) *auth.Verifier {
 	t.Helper()
 	cfg := auth.Config{Issuers: issuers, Grants: []auth.Grant{{Subject: "x", Collections: []string{"*"}}},
-		KeyRefresh: time.Hour, Leeway: 30 * time.Second}
+		KeyRefresh: time.Hour, Leeway: 30 * time.Second, AllowHTTP: true}
 	v, err := auth.NewVerifier(context.Background(), cfg, auth.VerifierOptions{})
 	if err != nil {
 		t.Fatal(err)
@@ -139,7 +140,7 @@ func TestKeyRotationAfterInterval(t *testing.T) {
 	var mu sync.Mutex
 	clock := func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
 	cfg := auth.Config{Issuers: []auth.Issuer{{Issuer: is.URL(), Audience: "snapflip"}},
-		Grants: []auth.Grant{{Subject: "x", Collections: []string{"*"}}}, KeyRefresh: time.Minute, Leeway: time.Second}
+		Grants: []auth.Grant{{Subject: "x", Collections: []string{"*"}}}, KeyRefresh: time.Minute, Leeway: time.Second, AllowHTTP: true}
 	v, err := auth.NewVerifier(context.Background(), cfg, auth.VerifierOptions{Now: clock})
 	if err != nil {
 		t.Fatal(err)
@@ -186,7 +187,7 @@ func TestJWKSFile(t *testing.T) {
 	if n := is.KeyReads.Load(); n != 0 {
 		t.Errorf("%d reads of the issuer's keys over HTTP; want none with a jwks_file", n)
 	}
-	cfg := auth.Config{Issuers: []auth.Issuer{{Issuer: is.URL(), Audience: "a", JWKSFile: filepath.Join(t.TempDir(), "none.json")}}}
+	cfg := auth.Config{Issuers: []auth.Issuer{{Issuer: is.URL(), Audience: "a", JWKSFile: filepath.Join(t.TempDir(), "none.json")}}, AllowHTTP: true}
 	if _, err := auth.NewVerifier(context.Background(), cfg, auth.VerifierOptions{}); !errors.Is(err, auth.ErrConfig) {
 		t.Errorf("a missing jwks_file: %v; want ErrConfig", err)
 	}
@@ -222,7 +223,7 @@ func TestJWKSFileReadAgain(t *testing.T) {
 	var mu sync.Mutex
 	clock := func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
 	cfg := auth.Config{Issuers: []auth.Issuer{{Issuer: is.URL(), Audience: "snapflip", JWKSFile: path}},
-		Grants: []auth.Grant{{Subject: "x", Collections: []string{"*"}}}, KeyRefresh: time.Minute, Leeway: time.Second}
+		Grants: []auth.Grant{{Subject: "x", Collections: []string{"*"}}}, KeyRefresh: time.Minute, Leeway: time.Second, AllowHTTP: true}
 	v, err := auth.NewVerifier(context.Background(), cfg, auth.VerifierOptions{Now: clock})
 	if err != nil {
 		t.Fatal(err)
@@ -270,7 +271,7 @@ func TestDiscoveryOfAnotherIssuer(t *testing.T) {
 func TestZeroKeyRefreshAndLeewayTakeDefaults(t *testing.T) {
 	is := authtest.NewIssuer(t)
 	cfg := auth.Config{Issuers: []auth.Issuer{{Issuer: is.URL(), Audience: "snapflip"}},
-		Grants: []auth.Grant{{Subject: "x", Collections: []string{"*"}}}}
+		Grants: []auth.Grant{{Subject: "x", Collections: []string{"*"}}}, AllowHTTP: true}
 	if err := cfg.Validate(); err != nil {
 		t.Fatal(err)
 	}
@@ -338,5 +339,38 @@ func TestEmptyClaimIsNoScope(t *testing.T) {
 	cfg.Grants = []auth.Grant{{Claim: &auth.ClaimMatch{Name: "tenant", Value: ""}, Collections: []string{"docs"}}}
 	if got, _ := auth.NewPolicy(cfg).Access(id, "docs"); got != auth.Denied {
 		t.Errorf("a grant of tenant = \"\": %v; want Denied", got)
+	}
+}
+
+// Keys are fetched over https only, unless the config allows http for local
+// testing: an http issuer's discovery, and an https issuer's discovery document that
+// names an http jwks_uri, are refused, and both verify with AllowHTTP.
+func TestKeysOverHTTPS(t *testing.T) {
+	is := authtest.NewIssuer(t)
+	tlsIssuer := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		// An https issuer whose keys are is's, served over http.
+		_, _ = fmt.Fprintf(w, `{"issuer": %q, "jwks_uri": %q}`, "https://"+r.Host, is.URL()+"/keys")
+	}))
+	t.Cleanup(tlsIssuer.Close)
+	for _, c := range []struct {
+		name, issuer, want string
+	}{
+		{"http issuer", is.URL(), "http://"},
+		{"https issuer, http jwks_uri", tlsIssuer.URL, fmt.Sprintf("jwks_uri %q", is.URL()+"/keys")},
+	} {
+		for _, allow := range []bool{false, true} {
+			cfg := auth.Config{Issuers: []auth.Issuer{{Issuer: c.issuer, Audience: "snapflip"}}, AllowHTTP: allow}
+			v, err := auth.NewVerifier(context.Background(), cfg, auth.VerifierOptions{Client: tlsIssuer.Client()})
+			if err != nil {
+				t.Fatal(err)
+			}
+			_, err = v.Verify(context.Background(), is.Token(authtest.Claims{"iss": c.issuer, "sub": "a", "aud": "snapflip"}))
+			switch {
+			case allow && err != nil:
+				t.Errorf("%s, AllowHTTP: %v", c.name, err)
+			case !allow && (!errors.Is(err, auth.ErrUnauthenticated) || !strings.Contains(err.Error(), c.want) || !strings.Contains(err.Error(), "https")):
+				t.Errorf("%s: err = %v; want a refusal naming %q and https", c.name, err, c.want)
+			}
+		}
 	}
 }

@@ -21,7 +21,7 @@ func TestBearerTokens(t *testing.T) {
 	e := start(t, config)
 	is := authtest.NewIssuer(t)
 	authFile := filepath.Join(t.TempDir(), "auth.yaml")
-	if err := os.WriteFile(authFile, fmt.Appendf(nil, "issuers: [{issuer: %q, audience: snapflip}]\ngrants: [{subject: reader, collections: [docs]}]\n", is.URL()), 0o600); err != nil {
+	if err := os.WriteFile(authFile, fmt.Appendf(nil, "allow_http: true\nissuers: [{issuer: %q, audience: snapflip}]\ngrants: [{subject: reader, collections: [docs]}]\n", is.URL()), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	e.startAPI(t, "--auth", authFile)

@@ -42,6 +42,7 @@ const authConfig = config + `  - name: docs
 // tenant claim, and a reader of things and flags.
 const authFile = `issuers: [{issuer: %q, audience: snapflip}]
 key_refresh: 1s
+allow_http: true
 grants:
   - subject: admin
     collections: ["*"]

@@ -46,7 +46,8 @@ func BenchmarkAuth(b *testing.B) {
 		b.Fatal(err)
 	}
 	authFile := filepath.Join(dir, "auth.yaml")
-	if err := os.WriteFile(authFile, fmt.Appendf(nil, `issuers: [{issuer: %q, audience: snapflip, jwks_file: %q}]
+	if err := os.WriteFile(authFile, fmt.Appendf(nil, `allow_http: true
+issuers: [{issuer: %q, audience: snapflip, jwks_file: %q}]
 grants:
   - {subject: reader, collections: ["*"]}
   - {claim: {name: role, value: tenant-app}, collections: [items], rows: {field: tenant, claim: tenant}}
