@@ -26,8 +26,10 @@ type Admin interface {
 // identity a grant with admin: true matches.
 func (s *Server) requireAdmin(next http.HandlerFunc) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
-		ok, err := s.isAdmin(r)
+		id, ok, err := s.isAdmin(r)
 		switch {
+		case ok && id != nil:
+			next(w, r.WithContext(context.WithValue(r.Context(), identityKey{}, id)))
 		case ok:
 			next(w, r)
 		case err != nil:

@@ -25,6 +25,11 @@ type Auth struct {
 	}
 	// Policy answers an identity's grants.
 	Policy *auth.Policy
+	// CursorKey seals the position a scoped caller's changes cursor carries (it may
+	// stand after an id outside the scope). Every replica of the API must have the
+	// same key, or a cursor reads only on the replica that made it; empty: a random
+	// key per process.
+	CursorKey []byte
 }
 
 // authRealm is the realm of every WWW-Authenticate challenge.
@@ -47,16 +52,26 @@ func (s *Server) authenticate(next http.Handler) http.Handler {
 			unauthorized(w, "", "this API needs Authorization: Bearer <token>")
 			return
 		}
-		if _, err := s.cfg.Auth.Verifier.Verify(r.Context(), raw); err != nil {
+		id, err := s.cfg.Auth.Verifier.Verify(r.Context(), raw)
+		if err != nil {
 			unauthorized(w, "invalid_token", strings.TrimPrefix(err.Error(), auth.ErrUnauthenticated.Error()+": "))
 			return
 		}
-		// The identity is not carried in the request's context: a handler asks the
-		// verifier again (identity), which answers from its cache, cheaper than a
-		// copy of the request per request.
-		next.ServeHTTP(w, r)
+		if !s.cfg.Auth.Policy.Anything(id) {
+			// Granted nothing, it learns nothing of the dataset: not its versions,
+			// not its flips, and it holds none of the watchers or waiters others share.
+			writeProblem(w, Problem{Type: typeForbidden, Title: "Forbidden", Status: http.StatusForbidden,
+				Detail: "your identity is granted no collection"})
+			return
+		}
+		// The identity goes on in the request's context: the handlers never verify
+		// the token again.
+		next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), identityKey{}, id)))
 	})
 }
+
+// identityKey is the context key of a request's verified identity.
+type identityKey struct{}
 
 // bearer returns the request's bearer token ("" when it sends none), or why the
 // request is malformed: a token in the query string, two Authorization headers, or
@@ -90,26 +105,22 @@ func unauthorized(w http.ResponseWriter, code, detail string) {
 	writeProblem(w, Problem{Type: typeUnauthorized, Title: "Unauthorized", Status: http.StatusUnauthorized, Detail: detail})
 }
 
-// errIdentityLost is a request whose token verified when it came in but not when a
-// handler asked who called: it expired meanwhile. It is a 401, as the same token is
-// at the door.
-var errIdentityLost = errors.New("the token expired during the request")
-
 // forbiddenError is a verified caller asking for what its grants do not give; it
 // names the request's collection only.
 type forbiddenError struct{ msg string }
 
 func (e *forbiddenError) Error() string { return e.msg }
 
-// identity returns the request's verified caller (authenticate let it through, so
-// the verifier answers from its cache); nil without Auth or a token it verifies.
+// identity returns the request's verified caller, which authenticate put in its
+// context; nil without Auth, and on the routes authenticate does not guard.
 func (s *Server) identity(r *http.Request) *auth.Identity {
-	id, _ := s.verified(r)
+	id, _ := r.Context().Value(identityKey{}).(*auth.Identity)
 	return id
 }
 
-// verified returns the identity the request's bearer token proves: nil without Auth
-// or a token, and an error for a malformed header or a token that does not verify.
+// verified returns the identity the request's bearer token proves, for a route
+// authenticate does not guard (the admin endpoints): nil without Auth or a token, and
+// an error for a malformed header or a token that does not verify.
 func (s *Server) verified(r *http.Request) (*auth.Identity, error) {
 	if s.cfg.Auth == nil {
 		return nil, nil
@@ -147,8 +158,8 @@ func (c grantee) grant(collection string) (*auth.Scope, error) {
 		return nil, nil
 	}
 	if c.id == nil {
-		// authenticate let the request in: its token expired since.
-		return nil, errIdentityLost
+		// A route authenticate does not guard: nothing is granted there.
+		return nil, &forbiddenError{msg: "no verified identity"}
 	}
 	switch access, scope := c.policy.Access(c.id, collection); access {
 	case auth.Whole:
@@ -162,18 +173,15 @@ func (c grantee) grant(collection string) (*auth.Scope, error) {
 	return nil, &forbiddenError{msg: fmt.Sprintf("collection %q: your identity is not granted it", truncate(collection, 128))}
 }
 
-// seesAll reports whether the caller reads every collection whole: without Auth, or
-// an identity whose grant of "*" has no row scope, or an admin.
+// seesAll reports whether the caller reads every collection whole, by the rule
+// Access applies collection by collection (auth.Policy.Everything): then it may be
+// told what the dataset holds in all of them.
 func (s *Server) seesAll(r *http.Request) bool {
 	c := s.callerOf(r)
 	if c.policy == nil {
 		return true
 	}
-	if c.id == nil {
-		return false
-	}
-	access, _ := c.policy.Access(c.id, "*")
-	return access == auth.Whole || c.policy.Admin(c.id)
+	return c.id != nil && c.policy.Everything(c.id)
 }
 
 // readable returns, of the collections names, those the caller may read, whether it
@@ -196,16 +204,16 @@ func (s *Server) readable(r *http.Request, names []string) (out []string, whole 
 }
 
 // isAdmin reports whether the request may call the admin endpoints: it carries the
-// admin token, or (with Auth) an identity a grant with admin: true matches.
-func (s *Server) isAdmin(r *http.Request) (bool, error) {
+// admin token (id nil), or (with Auth) an identity id a grant with admin: true
+// matches.
+func (s *Server) isAdmin(r *http.Request) (id *auth.Identity, ok bool, err error) {
 	if t := s.cfg.AdminToken; t != "" && subtle.ConstantTimeCompare([]byte(r.Header.Get("Authorization")), []byte("Bearer "+t)) == 1 {
-		return true, nil
+		return nil, true, nil
 	}
-	id, err := s.verified(r)
-	if id == nil {
-		return false, err
+	if id, err = s.verified(r); id == nil {
+		return nil, false, err
 	}
-	return s.cfg.Auth.Policy.Admin(id), nil
+	return id, s.cfg.Auth.Policy.Admin(id), nil
 }
 
 // scopeMatch is a row scope made concrete for one collection of one version: the

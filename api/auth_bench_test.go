@@ -16,7 +16,7 @@ import (
 // a verified, cached token: the handler's own cost of authentication.
 func BenchmarkHotGetAuth(b *testing.B) {
 	is := authtest.NewIssuer(b)
-	cfg := auth.Config{Issuers: []auth.Issuer{{Issuer: is.URL(), Audience: "snapflip"}},
+	cfg := auth.Config{Issuers: []auth.Issuer{{Issuer: is.URL(), Audience: "snapflip"}}, AllowHTTP: true,
 		Grants: []auth.Grant{{Subject: "reader", Collections: []string{"*"}}}, KeyRefresh: time.Minute, Leeway: time.Second}
 	v, err := auth.NewVerifier(context.Background(), cfg, auth.VerifierOptions{})
 	if err != nil {

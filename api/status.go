@@ -59,7 +59,7 @@ func (s *Server) statusPage(w http.ResponseWriter, r *http.Request) {
 	if !s.seesAll(r) {
 		// It shows every collection's rows and bytes.
 		writeProblem(w, Problem{Type: typeForbidden, Title: "Forbidden", Status: http.StatusForbidden,
-			Detail: "the status page needs an identity granted every collection (\"*\") whole, or admin: true"})
+			Detail: "the status page needs an identity that reads every collection whole (a grant of \"*\" without rows, and no scoped grant before it)"})
 		return
 	}
 	d := statusData{Dataset: s.cfg.Dataset, Now: time.Now().UTC()}
