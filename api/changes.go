@@ -60,7 +60,7 @@ func (s *Server) changes(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	after, err := changesCursor(r, v, collection)
+	cur, err := changesCursor(r, v, collection)
 	if err != nil {
 		return err
 	}
@@ -77,22 +77,38 @@ func (s *Server) changes(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	var page snapshot.Changes
+	var next string
 	if m != nil {
-		page, err = s.scopedChanges(r.Context(), changesRead{view, collection, after, limit}, m)
+		after, err := s.openCursor(cur, view.Version, collection, m)
+		if err != nil {
+			return err
+		}
+		var pos string
+		page, pos, err = s.scopedChanges(r.Context(), changesRead{view, collection, after, limit}, m)
+		if err != nil {
+			return err
+		}
+		if page.More {
+			next = encodeToken(changesToken{pageToken: pageToken{Version: view.Version, Collection: collection},
+				Sealed: s.cursors.seal([]byte(pos), cursorBound(view.Version, collection, m))})
+		}
 	} else {
-		page, err = s.reader.ChangedIDs(r.Context(), view, collection, after, limit)
-	}
-	if err != nil {
-		return err
+		if len(cur.Sealed) > 0 {
+			return badRequest("after: a scoped caller's cursor; pass back the next of a page of your own")
+		}
+		if page, err = s.reader.ChangedIDs(r.Context(), view, collection, cur.After, limit); err != nil {
+			return err
+		}
+		if page.More && len(page.IDs) > 0 {
+			next = encodeToken(pageToken{Version: view.Version, Collection: collection, After: page.IDs[len(page.IDs)-1].ID})
+		}
 	}
 	out := changesResponse{Version: view.Version, Parent: page.Parent, Collection: collection, Kind: page.Kind,
 		Changes: make([]changeInfo, len(page.IDs))}
 	for i, c := range page.IDs {
 		out.Changes[i] = changeInfo{ID: c.ID, Deleted: c.Deleted}
 	}
-	if page.More && len(page.IDs) > 0 {
-		out.Next = encodeToken(pageToken{Version: view.Version, Collection: collection, After: page.IDs[len(page.IDs)-1].ID})
-	}
+	out.Next = next
 	var body bytes.Buffer
 	enc := json.NewEncoder(&body)
 	enc.SetEscapeHTML(false) // ids as they are, as the listing writes them
@@ -130,26 +146,61 @@ func changesLimit(r *http.Request) (int, error) {
 	return n, nil
 }
 
-// changesCursor returns the id ?after= says the page starts after: "" for the first
-// page; the cursor is a previous page's next, of the same version and collection.
-func changesCursor(r *http.Request, v snapshot.Version, collection string) (string, error) {
+// changesToken is a changes page's next: a page token, or for a scoped caller a
+// sealed position instead of its After (one the caller may not read: sealer).
+type changesToken struct {
+	pageToken
+	Sealed []byte `json:"s,omitempty"`
+}
+
+// changesCursor returns the cursor ?after= names: zero for the first page; else a
+// previous page's next, of the same version and collection.
+func changesCursor(r *http.Request, v snapshot.Version, collection string) (changesToken, error) {
 	c := r.URL.Query().Get("after")
 	if c == "" {
-		return "", nil
+		return changesToken{}, nil
 	}
-	var t pageToken
+	var t changesToken
 	if err := decodeCursor("after", "next", c, &t); err != nil {
-		return "", err
+		return changesToken{}, err
 	}
 	if t.Version == "" {
-		return "", badRequest("after: names no version; pass back the next of a previous page")
+		return changesToken{}, badRequest("after: names no version; pass back the next of a previous page")
 	}
 	if t.Version != v || t.Collection != collection {
-		return "", badRequest("after: it belongs to version %q collection %q, not %s %q",
+		return changesToken{}, badRequest("after: it belongs to version %q collection %q, not %s %q",
 			truncate(string(t.Version), 80), truncate(t.Collection, 128), v, collection)
 	}
-	return t.After, checkID("after", t.After, MaxIDBytes)
+	if len(t.Sealed) > 0 {
+		return t, nil
+	}
+	return t, checkID("after", t.After, MaxIDBytes)
 }
+
+// openCursor returns the id a scoped caller's page starts after: the sealed position
+// of its own previous page, or an id it named in clear (which tells it nothing).
+func (s *Server) openCursor(t changesToken, v snapshot.Version, collection string, m *scopeMatch) (string, error) {
+	if len(t.Sealed) == 0 {
+		return t.After, nil
+	}
+	after, err := s.cursors.open(t.Sealed, cursorBound(v, collection, m))
+	if err != nil {
+		return "", badRequest("after: %v; pass back the next of a previous page", err)
+	}
+	return string(after), nil
+}
+
+// cursorBound is what a sealed cursor is for: it opens for this version, collection
+// and scope alone.
+func cursorBound(v snapshot.Version, collection string, m *scopeMatch) []byte {
+	return []byte(string(v) + "\x00" + collection + "\x00" + m.field + "\x00" + m.cond.Values[0])
+}
+
+// scopedChangesReads bounds the changed ids one scoped changes page examines (each
+// costs two or three storage reads), so that a page costs the same however much
+// outside the scope changed; past it the page ends, with a cursor, however few ids
+// it holds.
+const scopedChangesReads = 1000
 
 // changesRead is one page of a version's changes to ask for: those of collection in
 // view after the id after, up to limit of them.
@@ -162,25 +213,31 @@ type changesRead struct {
 
 // scopedChanges is ChangedIDs for a caller reading the collection through a scope:
 // the changed ids whose document is in the scope in the version (changed) or only in
-// its parent (deleted, for the caller: it left the scope), up to limit of them. It
-// reads on past ids outside the scope, so that a page ends at an id the caller may
-// see and its cursor never names another.
-func (s *Server) scopedChanges(ctx context.Context, q changesRead, m *scopeMatch) (snapshot.Changes, error) {
-	view, collection, after, limit := q.view, q.collection, q.after, q.limit
+// its parent (deleted, for the caller: it left the scope), up to limit of them, after
+// examining at most scopedChangesReads changed ids. When more may follow (More), pos
+// is the last id it examined, where the next page starts, which may be outside the
+// scope: the caller gets it sealed. A version that changed nothing in the
+// collection is a delta with no changes to a scoped caller, which cannot tell it from
+// one that changed only others' documents.
+func (s *Server) scopedChanges(ctx context.Context, q changesRead, m *scopeMatch) (out snapshot.Changes, pos string, err error) {
+	view, collection, after := q.view, q.collection, q.after
 	var parent snapshot.View
-	var out snapshot.Changes
+	budget := scopedChangesReads
 	for {
-		page, err := s.reader.ChangedIDs(ctx, view, collection, after, limit)
+		page, err := s.reader.ChangedIDs(ctx, view, collection, after, min(max(q.limit, 100), budget))
 		if err != nil {
-			return snapshot.Changes{}, err
+			return snapshot.Changes{}, "", err
 		}
 		out.Kind, out.Parent = page.Kind, page.Parent
+		if out.Kind == snapshot.ChangesUnchanged {
+			out.Kind = snapshot.ChangesDelta
+		}
 		if len(page.IDs) == 0 {
-			return out, nil
+			return out, "", nil
 		}
 		if parent.Version == "" && page.Parent != "" {
 			if parent, err = s.reader.View(ctx, page.Parent); err != nil {
-				return snapshot.Changes{}, fmt.Errorf("the parent %s, against which a scoped caller's changes are told: %w", page.Parent, err)
+				return snapshot.Changes{}, "", fmt.Errorf("the parent %s, against which a scoped caller's changes are told: %w", page.Parent, err)
 			}
 		}
 		ids := make([]string, len(page.IDs))
@@ -189,12 +246,12 @@ func (s *Server) scopedChanges(ctx context.Context, q changesRead, m *scopeMatch
 		}
 		now, _, err := s.reader.GetMany(ctx, view, collection, ids)
 		if err != nil {
-			return snapshot.Changes{}, err
+			return snapshot.Changes{}, "", err
 		}
 		var before map[string]resolver.Doc
 		if parent.Version != "" {
 			if before, _, err = s.reader.GetMany(ctx, parent, collection, ids); err != nil {
-				return snapshot.Changes{}, err
+				return snapshot.Changes{}, "", err
 			}
 		}
 		for i, c := range page.IDs {
@@ -207,13 +264,14 @@ func (s *Server) scopedChanges(ctx context.Context, q changesRead, m *scopeMatch
 			if in || was {
 				out.IDs = append(out.IDs, snapshot.Change{ID: c.ID, Deleted: !in})
 			}
-			if len(out.IDs) == limit {
+			budget--
+			if len(out.IDs) == q.limit || budget == 0 {
 				out.More = i < len(page.IDs)-1 || page.More
-				return out, nil
+				return out, c.ID, nil
 			}
 		}
 		if !page.More {
-			return out, nil
+			return out, "", nil
 		}
 		after = page.IDs[len(page.IDs)-1].ID
 	}

@@ -136,8 +136,23 @@ func (s *Server) filterDocuments(w http.ResponseWriter, r *http.Request, fr filt
 		return err
 	}
 	s.stamp(w, view)
-	if _, err := s.scopeIn(r, view, pinned, fr.collection, fr.scope); err != nil {
+	m, err := s.scopeIn(r, view, pinned, fr.collection, fr.scope)
+	if err != nil {
 		return err
+	}
+	conds = fr.conds
+	if m != nil {
+		// The caller's own conditions on its scope field and the scope both apply,
+		// as in PostgREST under row-level security: a condition the scope's value
+		// fails is an empty page, never an error and never another scope's rows.
+		var none bool
+		if conds, none, err = m.narrow(fr.collection, conds); err != nil {
+			return err
+		}
+		if none {
+			return s.writePage(w, page{view: view, pinned: pinned, collection: fr.collection, sel: fr.sel})
+		}
+		conds = append(conds, m.cond)
 	}
 	scan, err := planFilter(view, fr.collection, conds)
 	if err != nil {
@@ -147,11 +162,57 @@ func (s *Server) filterDocuments(w http.ResponseWriter, r *http.Request, fr filt
 	if err != nil {
 		return err
 	}
+	if m != nil {
+		got.Docs = s.inScope(r, view, fr.collection, m, got.Docs)
+	}
 	var next string
 	if got.Next != "" {
 		next = encodeToken(filterToken{Version: view.Version, Collection: fr.collection, Filter: filter, After: []byte(got.Next)})
 	}
 	return s.writePage(w, page{view: view, pinned: pinned, collection: fr.collection, docs: got.Docs, sel: fr.sel, next: next})
+}
+
+// narrow returns conds without those on the scope's field, each of which the scope's
+// value satisfies; none reports that one does not (no document of the scope can
+// match). A condition value that is not of the field's type is a bad request.
+func (m *scopeMatch) narrow(collection string, conds []index.Cond) (rest []index.Cond, none bool, err error) {
+	for _, c := range conds {
+		if c.Field != m.field {
+			rest = append(rest, c)
+			continue
+		}
+		if m.want == nil {
+			return nil, true, nil // the claim is no value of the field: nothing is in scope
+		}
+		ok, err := c.Holds(m.typ, m.want)
+		if err != nil {
+			return nil, false, badRequest("filter on collection %s: %v", collection, err)
+		}
+		if !ok {
+			return nil, true, nil
+		}
+	}
+	return rest, false, nil
+}
+
+// inScope returns the documents of a scoped filter's page that are in the scope: the
+// index found them, and each is tested again itself, so that an index entry that
+// disagrees with its document never becomes another scope's read. A dropped one is
+// logged: it is a defect of the index.
+func (s *Server) inScope(r *http.Request, view snapshot.View, collection string, m *scopeMatch, docs []snapshot.Document) []snapshot.Document {
+	if !slices.ContainsFunc(docs, func(d snapshot.Document) bool { return !m.holds(d.Body) }) {
+		return docs // the page may be a cache's: it is never changed in place
+	}
+	var kept []snapshot.Document
+	for _, d := range docs {
+		if m.holds(d.Body) {
+			kept = append(kept, d)
+			continue
+		}
+		s.log.ErrorContext(r.Context(), "an index entry of a row scope names a document outside it; not served",
+			"version", view.Version, "collection", collection, "field", m.field)
+	}
+	return kept
 }
 
 // filterRequest is a filter as the list route read it.

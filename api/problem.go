@@ -32,6 +32,7 @@ const (
 	typeForbidden    = "https://snapflip.dev/problems/forbidden"
 	typeRefused      = "https://snapflip.dev/problems/refused"
 	typeConflict     = "https://snapflip.dev/problems/conflict"
+	typeTooMany      = "https://snapflip.dev/problems/too-many"
 	// The read-your-writes problems (docs/freshness.md).
 	typeTokenRejected      = "https://snapflip.dev/problems/token-rejected"
 	typeTokenNotCovered    = "https://snapflip.dev/problems/token-not-covered"
@@ -51,10 +52,11 @@ func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) {
 	var p Problem
 	var tooLarge *http.MaxBytesError
 	var forbidden *forbiddenError
+	var tooMany *tooManyError
 	var unserved *unservedScopeError
 	switch {
-	case errors.Is(err, errIdentityLost):
-		unauthorized(w, "invalid_token", err.Error())
+	case errors.As(err, &tooMany):
+		writeTooMany(w, tooMany)
 		return
 	case errors.As(err, &unserved) && unserved.named:
 		p = Problem{Type: typeForbidden, Title: "Forbidden", Status: http.StatusForbidden, Detail: unserved.Error()}

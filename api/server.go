@@ -84,6 +84,9 @@ type Config struct {
 	MaxBodyBytes int64
 	// Registry, when set, gets the API's metrics and is served at /metrics.
 	Registry *prometheus.Registry
+	// MetricsElsewhere keeps /metrics off this handler: the registry is served on a
+	// port of its own (metadata-api --metrics-addr).
+	MetricsElsewhere bool
 	// CacheStats, when set, reports document cache hits and misses for /metrics.
 	CacheStats func() (hits, misses int64)
 	// PointerAge, when set, reports how old the cached pointer is, for /metrics.
@@ -98,6 +101,13 @@ type Config struct {
 	// MaxWatchers is the most GET /v1/watch streams open at once; default 1000. Past
 	// it, a watch answers 503.
 	MaxWatchers int
+	// MaxWatchersPerIdentity is the most of them one verified identity (issuer and
+	// subject) may hold; default 250. Past it, its next watch answers 429.
+	MaxWatchersPerIdentity int
+	// MaxWaitersPerIdentity is the most requests one verified identity may have
+	// waiting for a token (Snapshot-After) at once; default 1000. Past it, its next
+	// such request answers 429. The Reader caps the waiters of all callers.
+	MaxWaitersPerIdentity int
 	// WatchHeartbeat is how often a watch stream with nothing to say gets a comment
 	// line, so that proxies keep it open; default 15s.
 	WatchHeartbeat time.Duration
@@ -115,7 +125,7 @@ type Config struct {
 // DefaultConfig returns the defaults.
 func DefaultConfig() Config {
 	return Config{BatchLimit: 1000, PageLimit: 1000, MaxBodyBytes: 2 << 20,
-		MaxWatchers: 1000, WatchHeartbeat: 15 * time.Second, WatchInterval: 250 * time.Millisecond}
+		MaxWatchers: 1000, MaxWatchersPerIdentity: 250, MaxWaitersPerIdentity: 1000, WatchHeartbeat: 15 * time.Second, WatchInterval: 250 * time.Millisecond}
 }
 
 // Server is the HTTP handler of the metadata API.
@@ -127,6 +137,11 @@ type Server struct {
 	metrics *metrics
 	flips   *broadcaster
 	tokens  tokenCache
+	// watchers and waiters cap each identity's share of the watch streams and of
+	// the requests waiting for a token.
+	watchers, waiters *perIdentity
+	// cursors seals a scoped caller's changes cursor.
+	cursors *sealer
 }
 
 //go:embed openapi.yaml
@@ -138,6 +153,8 @@ func (c Config) withDefaults() Config {
 	c.BatchLimit = cmp.Or(c.BatchLimit, def.BatchLimit)
 	c.PageLimit = cmp.Or(c.PageLimit, def.PageLimit)
 	c.MaxWatchers = cmp.Or(c.MaxWatchers, def.MaxWatchers)
+	c.MaxWatchersPerIdentity = cmp.Or(c.MaxWatchersPerIdentity, def.MaxWatchersPerIdentity)
+	c.MaxWaitersPerIdentity = cmp.Or(c.MaxWaitersPerIdentity, def.MaxWaitersPerIdentity)
 	c.MaxBodyBytes = cmp.Or(c.MaxBodyBytes, def.MaxBodyBytes)
 	c.WatchHeartbeat = cmp.Or(c.WatchHeartbeat, def.WatchHeartbeat)
 	c.WatchInterval = cmp.Or(c.WatchInterval, def.WatchInterval)
@@ -153,7 +170,8 @@ func (c Config) Validate() error {
 		ok   bool
 	}{
 		{"BatchLimit", c.BatchLimit > 0}, {"PageLimit", c.PageLimit > 0}, {"MaxBodyBytes", c.MaxBodyBytes > 0},
-		{"MaxWatchers", c.MaxWatchers > 0}, {"WatchHeartbeat", c.WatchHeartbeat > 0}, {"WatchInterval", c.WatchInterval > 0},
+		{"MaxWatchers", c.MaxWatchers > 0}, {"MaxWatchersPerIdentity", c.MaxWatchersPerIdentity > 0},
+		{"MaxWaitersPerIdentity", c.MaxWaitersPerIdentity > 0}, {"WatchHeartbeat", c.WatchHeartbeat > 0}, {"WatchInterval", c.WatchInterval > 0},
 	} {
 		if !f.ok {
 			return fmt.Errorf("%w api config: %s must not be negative (0 takes the default)", snapshot.ErrInvalid, f.name)
@@ -176,6 +194,11 @@ func NewServer(reader Reader, cfg Config, log *slog.Logger) (*Server, error) {
 	}
 	cfg = cfg.withDefaults()
 	s := &Server{reader: reader, cfg: cfg, log: logger(log)}
+	if cfg.Auth != nil {
+		s.cursors = newSealer(cfg.Auth.CursorKey)
+	}
+	s.watchers = newPerIdentity("watch streams", cfg.MaxWatchersPerIdentity)
+	s.waiters = newPerIdentity("requests waiting for a token", cfg.MaxWaitersPerIdentity)
 	s.flips = newBroadcaster(reader, cfg.WatchInterval, cfg.MaxWatchers, s.log.WarnContext)
 	r := chi.NewRouter()
 	if cfg.Registry != nil {
@@ -189,7 +212,7 @@ func NewServer(reader Reader, cfg Config, log *slog.Logger) (*Server, error) {
 		w.Header().Set("Content-Type", "application/yaml")
 		_, _ = w.Write(openapiDoc)
 	})
-	if cfg.Registry != nil {
+	if cfg.Registry != nil && !cfg.MetricsElsewhere {
 		r.Method(http.MethodGet, "/metrics", promhttp.HandlerFor(cfg.Registry, promhttp.HandlerOpts{}))
 	}
 	if cfg.Admin != nil && (cfg.AdminToken != "" || cfg.Auth != nil) {
@@ -409,6 +432,11 @@ func (s *Server) current(r *http.Request) (snapshot.View, error) {
 }
 
 func (s *Server) await(r *http.Request, tok snapshot.Token) (snapshot.View, error) {
+	release, err := s.waiters.take(s.identity(r))
+	if err != nil {
+		return snapshot.View{}, err
+	}
+	defer release()
 	ctx, cancel := context.WithTimeout(r.Context(), waitBound(r))
 	defer cancel()
 	return s.reader.Await(ctx, tok)

@@ -335,6 +335,12 @@ func (s *Server) CloseWatches() { s.flips.close() }
 // Last-Event-ID naming the current version skips it. With Auth the stream ends when
 // the caller's token expires.
 func (s *Server) watch(w http.ResponseWriter, r *http.Request) {
+	release, err := s.watchers.take(s.identity(r))
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	defer release()
 	sub, err := s.flips.join()
 	if err != nil {
 		w.Header().Set("Retry-After", strconv.Itoa(int(watchRetry/time.Second)))
