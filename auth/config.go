@@ -28,8 +28,14 @@ type Config struct {
 	// Grants say who reads what: for each collection, the first grant that matches
 	// the caller and names the collection decides.
 	Grants []Grant `yaml:"grants"`
-	// KeyRefresh is the shortest time between two reads of an issuer's keys prompted
-	// by a token naming a key the API does not hold; zero: DefaultKeyRefresh.
+	// KeyRefresh is the age past which an issuer's keys are not used unread: a key
+	// removed from the issuer's set stops verifying within it, tokens answered from
+	// the cache included. A verification that finds the keys older than 80% of it has
+	// them read behind it; one that finds them older than it waits for the read. A
+	// token naming a key the API does not hold has them read sooner, at most once per
+	// min(KeyRefresh, 30s) however many such tokens come. When a read fails the keys
+	// held stay in use, however old (availability over a removal the API cannot see),
+	// and it is tried again from 80% of KeyRefresh on. Zero: DefaultKeyRefresh.
 	KeyRefresh time.Duration `yaml:"key_refresh"`
 	// Leeway is the clock skew allowed when checking exp and nbf; zero:
 	// DefaultLeeway (for an expiry without leeway, give one nanosecond).
@@ -118,7 +124,7 @@ func Parse(b []byte) (Config, error) {
 
 // DefaultKeyRefresh and DefaultLeeway are what a zero KeyRefresh and Leeway take.
 const (
-	DefaultKeyRefresh = 30 * time.Second
+	DefaultKeyRefresh = 5 * time.Minute
 	DefaultLeeway     = 30 * time.Second
 )
 

@@ -7,6 +7,7 @@
 //
 // Signatures and the standard claims are checked by github.com/coreos/go-oidc, keys by
 // github.com/go-jose/go-jose; this package adds only what they leave to the caller:
-// which issuer a token names, a key set refreshed at most once per interval however
-// many tokens name an unknown key, and a cache of verified tokens.
+// which issuer a token names, a key set read again before it is key_refresh old and
+// at most once per interval however many tokens name an unknown key, and a cache of
+// verified tokens that forgets a token once its key leaves the set.
 package auth

@@ -6,10 +6,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
-	"os"
-	"strings"
+	"slices"
 	"sync"
 	"time"
 
@@ -42,12 +40,21 @@ type Verifier struct {
 	mu sync.RWMutex
 	// cache holds verified tokens by their text (Go's map hash is far cheaper than a
 	// digest, and the tokens are held in memory anyway while requests carry them).
-	cache map[string]*Identity
+	cache map[string]verified
+}
+
+// verified is a verification the cache holds: the identity, and the issuer and key
+// that verified its token, by which a read that finds the key gone drops it.
+type verified struct {
+	id     *Identity
+	issuer *issuer
+	key    string // the key's thumbprint
 }
 
 type issuer struct {
-	verifier *oidc.IDTokenVerifier
-	keys     *keySet
+	url    string
+	config *oidc.Config
+	keys   *keySet
 }
 
 // VerifierOptions are the verifier's collaborators; a zero field takes its default.
@@ -60,7 +67,9 @@ type VerifierOptions struct {
 
 // NewVerifier returns a verifier for c's issuers. It reads every jwks_file now, so a
 // missing or malformed one is an error at start; discovered keys are fetched when the
-// first token needs them. A zero KeyRefresh or Leeway takes its default.
+// first token needs them. A zero KeyRefresh or Leeway takes its default. Keys are
+// read again as Config.KeyRefresh says, by the verifications that find them old: a
+// verifier idle starts no read, and needs no Close.
 func NewVerifier(ctx context.Context, c Config, o VerifierOptions) (*Verifier, error) {
 	c = c.withDefaults()
 	if o.Client == nil {
@@ -69,34 +78,36 @@ func NewVerifier(ctx context.Context, c Config, o VerifierOptions) (*Verifier, e
 	if o.Now == nil {
 		o.Now = time.Now
 	}
-	v := &Verifier{issuers: map[string]*issuer{}, leeway: c.Leeway, now: o.Now, cache: map[string]*Identity{}}
-	for _, is := range c.Issuers {
-		ks := &keySet{every: c.KeyRefresh, now: o.Now}
-		if is.JWKSFile != "" {
-			ks.fetch = fileKeys(is.JWKSFile)
-			if err := ks.load(ctx); err != nil {
-				return nil, fmt.Errorf("%w: issuer %s: %w", ErrConfig, is.Issuer, err)
-			}
-		} else {
-			ks.fetch = discoveredKeys(o.Client, is.Issuer, c.AllowHTTP)
-		}
-		algs := make([]string, len(algorithms))
-		for i, a := range algorithms {
-			algs[i] = string(a)
-		}
-		v.issuers[is.Issuer] = &issuer{keys: ks, verifier: oidc.NewVerifier(is.Issuer, ks, &oidc.Config{
-			ClientID: is.Audience, SupportedSigningAlgs: algs,
+	algs := make([]string, len(algorithms))
+	for i, a := range algorithms {
+		algs[i] = string(a)
+	}
+	v := &Verifier{issuers: map[string]*issuer{}, leeway: c.Leeway, now: o.Now, cache: map[string]verified{}}
+	for _, ic := range c.Issuers {
+		is := &issuer{url: ic.Issuer, keys: &keySet{every: c.KeyRefresh, now: o.Now}, config: &oidc.Config{
+			ClientID: ic.Audience, SupportedSigningAlgs: algs,
 			// exp gets the leeway this way; go-oidc allows nbf five minutes of its own.
 			Now: func() time.Time { return o.Now().Add(-c.Leeway) },
-		})}
+		}}
+		is.keys.gone = func(thumbprints []string) { v.forget(is, thumbprints) }
+		if ic.JWKSFile != "" {
+			is.keys.fetch = fileKeys(ic.JWKSFile)
+			if err := is.keys.load(ctx); err != nil {
+				return nil, fmt.Errorf("%w: issuer %s: %w", ErrConfig, ic.Issuer, err)
+			}
+		} else {
+			is.keys.fetch = discoveredKeys(o.Client, ic.Issuer, c.AllowHTTP)
+		}
+		v.issuers[ic.Issuer] = is
 	}
 	return v, nil
 }
 
 // Verify returns the identity raw (a compact JWS) proves: signed by a key of the
 // issuer it names, for that issuer's audience, and not expired. A token verified
-// before is answered from memory until it expires. Errors wrap ErrUnauthenticated and
-// never hold the token.
+// before is answered from memory until it expires, or until a read of its issuer's
+// keys finds the key that verified it gone (within KeyRefresh of its removal). Errors
+// wrap ErrUnauthenticated and never hold the token.
 func (v *Verifier) Verify(ctx context.Context, raw string) (*Identity, error) {
 	if raw == "" {
 		return nil, fmt.Errorf("%w: no token", ErrUnauthenticated)
@@ -106,20 +117,38 @@ func (v *Verifier) Verify(ctx context.Context, raw string) (*Identity, error) {
 	}
 	now := v.now()
 	v.mu.RLock()
-	id, ok := v.cache[raw]
+	e, ok := v.cache[raw]
 	v.mu.RUnlock()
-	if ok && now.Before(id.Until()) {
-		return id, nil
+	if ok && now.Before(e.id.Until()) {
+		waited, err := e.issuer.keys.fresh(ctx, now)
+		if err != nil {
+			return nil, fmt.Errorf("%w: %w", ErrUnauthenticated, err)
+		}
+		// A read it waited for may have found the token's key gone.
+		if !waited || e.issuer.keys.holds(e.key) {
+			return e.id, nil
+		}
 	}
-	id, err := v.verify(ctx, raw)
+	e, err := v.verify(ctx, raw)
 	if err != nil {
 		return nil, err
 	}
+	v.keep(raw, e, now)
+	return e.id, nil
+}
+
+// keep caches e, unless a read since it was verified found its key gone.
+func (v *Verifier) keep(raw string, e verified, now time.Time) {
 	v.mu.Lock()
 	defer v.mu.Unlock()
+	// A read that finds the key gone drops its tokens under v.mu after it stops
+	// holding the key: it did so before this, or it drops e after.
+	if !e.issuer.keys.holds(e.key) {
+		return
+	}
 	if len(v.cache) >= cacheSize {
-		for k, e := range v.cache {
-			if !now.Before(e.Until()) {
+		for k, c := range v.cache {
+			if !now.Before(c.id.Until()) {
 				delete(v.cache, k)
 			}
 		}
@@ -127,38 +156,65 @@ func (v *Verifier) Verify(ctx context.Context, raw string) (*Identity, error) {
 			clear(v.cache)
 		}
 	}
-	v.cache[raw] = id
-	return id, nil
+	v.cache[raw] = e
 }
 
-func (v *Verifier) verify(ctx context.Context, raw string) (*Identity, error) {
+// forget drops the cached tokens that keys of the issuer, by their thumbprints,
+// verified.
+func (v *Verifier) forget(is *issuer, thumbprints []string) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	for raw, e := range v.cache {
+		if e.issuer == is && slices.Contains(thumbprints, e.key) {
+			delete(v.cache, raw)
+		}
+	}
+}
+
+func (v *Verifier) verify(ctx context.Context, raw string) (verified, error) {
 	jws, err := jose.ParseSigned(raw, algorithms)
 	if err != nil {
-		return nil, fmt.Errorf("%w: not a JWT signed with %v: %w", ErrUnauthenticated, algorithms, err)
+		return verified{}, fmt.Errorf("%w: not a JWT signed with %v: %w", ErrUnauthenticated, algorithms, err)
 	}
 	var unverified struct {
 		Issuer string `json:"iss"`
 	}
 	if err := json.Unmarshal(jws.UnsafePayloadWithoutVerification(), &unverified); err != nil {
-		return nil, fmt.Errorf("%w: claims are not a JSON object", ErrUnauthenticated)
+		return verified{}, fmt.Errorf("%w: claims are not a JSON object", ErrUnauthenticated)
 	}
 	is, ok := v.issuers[unverified.Issuer]
 	if !ok {
-		return nil, fmt.Errorf("%w: issuer %q is not trusted", ErrUnauthenticated, clip(unverified.Issuer))
+		return verified{}, fmt.Errorf("%w: issuer %q is not trusted", ErrUnauthenticated, clip(unverified.Issuer))
 	}
-	tok, err := is.verifier.Verify(ctx, raw)
+	sig := &signature{keys: is.keys}
+	tok, err := oidc.NewVerifier(is.url, sig, is.config).Verify(ctx, raw)
 	if err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrUnauthenticated, err)
+		return verified{}, fmt.Errorf("%w: %w", ErrUnauthenticated, err)
 	}
 	var payload json.RawMessage
 	if err := tok.Claims(&payload); err != nil {
-		return nil, fmt.Errorf("%w: claims: %w", ErrUnauthenticated, err)
+		return verified{}, fmt.Errorf("%w: claims: %w", ErrUnauthenticated, err)
 	}
 	claims, err := decodeClaims(payload)
 	if err != nil {
-		return nil, fmt.Errorf("%w: claims: %w", ErrUnauthenticated, err)
+		return verified{}, fmt.Errorf("%w: claims: %w", ErrUnauthenticated, err)
 	}
-	return &Identity{Issuer: tok.Issuer, Subject: tok.Subject, Expiry: tok.Expiry, claims: claims, leeway: v.leeway}, nil
+	id := &Identity{Issuer: tok.Issuer, Subject: tok.Subject, Expiry: tok.Expiry, claims: claims, leeway: v.leeway}
+	return verified{id: id, issuer: is, key: sig.by}, nil
+}
+
+// signature is go-oidc's KeySet for one token: it verifies with the issuer's keys
+// and keeps the thumbprint of the key that did, which the cache holds the token by.
+type signature struct {
+	keys *keySet
+	by   string
+}
+
+// VerifySignature returns the payload of a JWS signed by one of the issuer's keys.
+func (s *signature) VerifySignature(ctx context.Context, raw string) ([]byte, error) {
+	p, by, err := s.keys.verify(ctx, raw)
+	s.by = by
+	return p, err
 }
 
 // decodeClaims decodes a token's claims with every number a json.Number: a float64
@@ -191,185 +247,3 @@ func clip(s string) string {
 	}
 	return s
 }
-
-// keySet is an issuer's keys, implementing go-oidc's KeySet: a token naming a key it
-// does not hold makes it read the keys again, at most once per interval however many
-// such tokens come, all of them waiting for the one read.
-type keySet struct {
-	fetch func(ctx context.Context) (jose.JSONWebKeySet, error)
-	every time.Duration
-	now   func() time.Time
-
-	mu       sync.Mutex
-	keys     jose.JSONWebKeySet
-	last     time.Time     // when the last read began; zero before the first
-	inflight chan struct{} // closed when the read in flight ends; nil when none
-	fetches  int64
-	err      error // the last read's error
-}
-
-// VerifySignature returns the payload of a JWS signed by one of the set's keys.
-func (k *keySet) VerifySignature(ctx context.Context, raw string) ([]byte, error) {
-	jws, err := jose.ParseSigned(raw, algorithms)
-	if err != nil {
-		return nil, err
-	}
-	kid := jws.Signatures[0].Header.KeyID
-	if p, ok := k.verifyWith(jws, kid); ok {
-		return p, nil
-	}
-	if err := k.refresh(ctx); err != nil {
-		return nil, err
-	}
-	if p, ok := k.verifyWith(jws, kid); ok {
-		return p, nil
-	}
-	return nil, fmt.Errorf("no key of the issuer (kid %q) verifies the signature", clip(kid))
-}
-
-func (k *keySet) verifyWith(jws *jose.JSONWebSignature, kid string) ([]byte, bool) {
-	k.mu.Lock()
-	keys := k.keys.Keys
-	k.mu.Unlock()
-	for i := range keys {
-		if kid != "" && keys[i].KeyID != kid {
-			continue
-		}
-		if p, err := jws.Verify(&keys[i]); err == nil {
-			return p, true
-		}
-	}
-	return nil, false
-}
-
-// refresh reads the keys again unless a read began less than an interval ago; a
-// caller that finds a read in flight waits for it.
-func (k *keySet) refresh(ctx context.Context) error {
-	k.mu.Lock()
-	if ch := k.inflight; ch != nil {
-		k.mu.Unlock()
-		select {
-		case <-ch:
-			return nil
-		case <-ctx.Done():
-			return ctx.Err()
-		}
-	}
-	if !k.last.IsZero() && k.now().Sub(k.last) < k.every {
-		err := k.err
-		k.mu.Unlock()
-		if err != nil {
-			return fmt.Errorf("keys unavailable: %w", err)
-		}
-		return nil
-	}
-	k.mu.Unlock()
-	return k.load(ctx)
-}
-
-// load reads the keys now, unless another read is in flight, which it waits for.
-func (k *keySet) load(ctx context.Context) error {
-	k.mu.Lock()
-	if ch := k.inflight; ch != nil {
-		k.mu.Unlock()
-		<-ch
-		return nil
-	}
-	ch := make(chan struct{})
-	k.inflight, k.last = ch, k.now()
-	k.fetches++
-	k.mu.Unlock()
-	// The read outlives a request that gives up: others may be waiting for it.
-	fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
-	keys, err := k.fetch(fctx)
-	cancel()
-	k.mu.Lock()
-	if err == nil {
-		k.keys = keys
-	}
-	k.err, k.inflight = err, nil
-	k.mu.Unlock()
-	close(ch)
-	return err
-}
-
-// fileKeys reads a JSON Web Key Set from a file.
-func fileKeys(path string) func(context.Context) (jose.JSONWebKeySet, error) {
-	return func(context.Context) (jose.JSONWebKeySet, error) {
-		b, err := os.ReadFile(path)
-		if err != nil {
-			return jose.JSONWebKeySet{}, err
-		}
-		return parseKeys(b, "jwks_file "+path)
-	}
-}
-
-func parseKeys(b []byte, from string) (jose.JSONWebKeySet, error) {
-	var ks jose.JSONWebKeySet
-	if err := json.Unmarshal(b, &ks); err != nil {
-		return ks, fmt.Errorf("%s: not a JSON Web Key Set: %w", from, err)
-	}
-	if len(ks.Keys) == 0 {
-		return ks, fmt.Errorf("%s: no keys", from)
-	}
-	return ks, nil
-}
-
-// discoveredKeys reads the issuer's OIDC discovery document for its jwks_uri (once it
-// has it), then the key set there; both over https, unless allowHTTP.
-func discoveredKeys(client *http.Client, issuerURL string, allowHTTP bool) func(context.Context) (jose.JSONWebKeySet, error) {
-	var jwksURI string
-	return func(ctx context.Context) (jose.JSONWebKeySet, error) {
-		if jwksURI == "" {
-			if err := fetchable(issuerURL, allowHTTP); err != nil {
-				return jose.JSONWebKeySet{}, fmt.Errorf("issuer %s: %w", issuerURL, err)
-			}
-			b, err := get(ctx, client, strings.TrimSuffix(issuerURL, "/")+"/.well-known/openid-configuration")
-			if err != nil {
-				return jose.JSONWebKeySet{}, err
-			}
-			var d struct {
-				Issuer  string `json:"issuer"`
-				JWKSURI string `json:"jwks_uri"`
-			}
-			if err := json.Unmarshal(b, &d); err != nil || d.JWKSURI == "" {
-				return jose.JSONWebKeySet{}, fmt.Errorf("issuer %s: discovery document without a jwks_uri", issuerURL)
-			}
-			if d.Issuer != issuerURL {
-				return jose.JSONWebKeySet{}, fmt.Errorf("issuer %s: its discovery document names issuer %q", issuerURL, clip(d.Issuer))
-			}
-			if err := fetchable(d.JWKSURI, allowHTTP); err != nil {
-				return jose.JSONWebKeySet{}, fmt.Errorf("issuer %s: jwks_uri %q: %w", issuerURL, clip(d.JWKSURI), err)
-			}
-			jwksURI = d.JWKSURI
-		}
-		b, err := get(ctx, client, jwksURI)
-		if err != nil {
-			return jose.JSONWebKeySet{}, err
-		}
-		return parseKeys(b, "issuer "+issuerURL+" jwks_uri "+jwksURI)
-	}
-}
-
-func get(ctx context.Context, client *http.Client, url string) ([]byte, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
-	if err != nil {
-		return nil, err
-	}
-	resp, err := client.Do(req)
-	if err != nil {
-		return nil, fmt.Errorf("GET %s: %w", url, err)
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return nil, fmt.Errorf("GET %s: %s", url, resp.Status)
-	}
-	b, err := io.ReadAll(io.LimitReader(resp.Body, maxDocumentBytes+1))
-	if err == nil && len(b) > maxDocumentBytes {
-		err = fmt.Errorf("GET %s: over %d bytes", url, maxDocumentBytes)
-	}
-	return b, err
-}
-
-// maxDocumentBytes bounds a discovery document or a key set.
-const maxDocumentBytes = 1 << 20

@@ -6,7 +6,9 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -16,6 +18,7 @@ import (
 
 	"github.com/snapflip/snapflip/auth"
 	"github.com/snapflip/snapflip/auth/authtest"
+	"github.com/snapflip/snapflip/internal/testenv"
 )
 
 func newVerifier(t *testing.T, issuers ...auth.Issuer) *auth.Verifier {
@@ -371,6 +374,186 @@ func TestKeysOverHTTPS(t *testing.T) {
 			case !allow && (!errors.Is(err, auth.ErrUnauthenticated) || !strings.Contains(err.Error(), c.want) || !strings.Contains(err.Error(), "https")):
 				t.Errorf("%s: err = %v; want a refusal naming %q and https", c.name, err, c.want)
 			}
+		}
+	}
+}
+
+// clock is a test's clock: it stands still until Add moves it.
+type clock struct {
+	mu sync.Mutex
+	t  time.Time
+}
+
+func newClock() *clock { return &clock{t: time.Now()} }
+
+func (c *clock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.t
+}
+
+func (c *clock) Add(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.t = c.t.Add(d)
+}
+
+// rotation is an issuer whose keys a verifier reads by discovery or from a jwks_file.
+type rotation struct {
+	is    *authtest.Issuer
+	clock *clock
+	v     *auth.Verifier
+	path  string // the jwks_file; "" for discovery
+}
+
+func newRotation(t *testing.T, jwksFile bool, keyRefresh time.Duration) *rotation {
+	t.Helper()
+	r := &rotation{is: authtest.NewIssuer(t), clock: newClock()}
+	iss := auth.Issuer{Issuer: r.is.URL(), Audience: "snapflip"}
+	if jwksFile {
+		r.path = filepath.Join(t.TempDir(), "jwks.json")
+		iss.JWKSFile = r.path
+		r.publish(t)
+	}
+	cfg := auth.Config{Issuers: []auth.Issuer{iss}, KeyRefresh: keyRefresh, Leeway: time.Second, AllowHTTP: true}
+	v, err := auth.NewVerifier(context.Background(), cfg, auth.VerifierOptions{Now: r.clock.Now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.v = v
+	return r
+}
+
+// publish writes the issuer's keys to the jwks_file (discovery serves them as they
+// are).
+func (r *rotation) publish(tb testing.TB) {
+	tb.Helper()
+	if r.path != "" {
+		if err := r.is.WriteJWKS(r.path); err != nil {
+			tb.Fatal(err)
+		}
+	}
+}
+
+// token is a token of the issuer's newest key, valid for two hours of the clock.
+func (r *rotation) token(sub string) string {
+	return r.is.Token(authtest.Claims{"sub": sub, "aud": "snapflip", "exp": r.clock.Now().Add(2 * time.Hour).Unix()})
+}
+
+// A token verified (and cached) with a key stops verifying within key_refresh of the
+// key's removal from the issuer's set: a request once the keys are key_refresh old
+// waits for them to be read again, and one from 80% of it has them read in the
+// background, which drops the key's cached tokens.
+func TestRemovedKeyStopsVerifying(t *testing.T) {
+	for _, c := range []struct {
+		name     string
+		jwksFile bool
+		after    time.Duration // of key_refresh (a minute) when the token is asked again
+	}{
+		{"discovery, key_refresh on", false, time.Minute},
+		{"jwks_file, key_refresh on", true, time.Minute},
+		{"discovery, read in the background", false, 54 * time.Second},
+		{"jwks_file, read in the background", true, 54 * time.Second},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			r := newRotation(t, c.jwksFile, time.Minute)
+			ctx := context.Background()
+			old := r.token("a")
+			if _, err := r.v.Verify(ctx, old); err != nil {
+				t.Fatal(err)
+			}
+			if err := r.is.AddKey(jose.ES256); err != nil {
+				t.Fatal(err)
+			}
+			r.is.RemoveOldest()
+			r.publish(t)
+			r.clock.Add(c.after)
+			refused := func() error {
+				if _, err := r.v.Verify(ctx, old); err == nil {
+					return fmt.Errorf("a token of a key removed from the set still verifies %s on", c.after)
+				} else if !errors.Is(err, auth.ErrUnauthenticated) || !strings.Contains(err.Error(), "no key") {
+					t.Fatalf("a token of a removed key: %v; want ErrUnauthenticated saying no key verifies it", err)
+				}
+				return nil
+			}
+			if c.after == time.Minute {
+				if err := refused(); err != nil {
+					t.Fatal(err)
+				}
+			} else {
+				// Answered from the cache at once, while the keys are read behind it.
+				if _, err := r.v.Verify(ctx, old); err != nil {
+					t.Fatalf("within key_refresh, the cached token: %v", err)
+				}
+				testenv.Eventually(t, 30*time.Second, refused)
+			}
+			if _, err := r.v.Verify(ctx, r.token("b")); err != nil {
+				t.Errorf("a token of the new key: %v", err)
+			}
+		})
+	}
+}
+
+// A token naming a key the verifier does not hold has the keys read again once
+// min(key_refresh, 30s) passed since the last read, however long key_refresh is: one
+// read for many such tokens at once, which it lets verify.
+func TestUnknownKeyReadsAfter30s(t *testing.T) {
+	for _, jwksFile := range []bool{false, true} {
+		r := newRotation(t, jwksFile, time.Hour)
+		if _, err := r.v.Verify(context.Background(), r.token("a")); err != nil {
+			t.Fatal(err)
+		}
+		if err := r.is.AddKey(jose.EdDSA); err != nil {
+			t.Fatal(err)
+		}
+		r.publish(t)
+		r.clock.Add(30 * time.Second)
+		reads := r.v.KeyFetches(r.is.URL())
+		var wg sync.WaitGroup
+		errs := make([]error, 50)
+		for i := range errs {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				_, errs[i] = r.v.Verify(context.Background(), r.token(fmt.Sprint("new-", i)))
+			}()
+		}
+		wg.Wait()
+		if i := slices.IndexFunc(errs, func(err error) bool { return err != nil }); i >= 0 {
+			t.Errorf("jwks_file %v: a token of a new key, 30s on: %v", jwksFile, errs[i])
+		}
+		if got := r.v.KeyFetches(r.is.URL()) - reads; got != 1 {
+			t.Errorf("jwks_file %v: %d key reads for 50 tokens of a new key; want 1", jwksFile, got)
+		}
+	}
+}
+
+// When the keys cannot be read, the keys held keep verifying (availability over a
+// removal the verifier cannot see), and a failed read is not tried again by every
+// request.
+func TestKeysKeptWhenReadsFail(t *testing.T) {
+	r := newRotation(t, true, time.Minute)
+	ctx := context.Background()
+	cached := r.token("a")
+	if _, err := r.v.Verify(ctx, cached); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(r.path, []byte("not JSON"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for range 3 {
+		r.clock.Add(time.Minute)
+		reads := r.v.KeyFetches(r.is.URL())
+		for i := range 20 {
+			if _, err := r.v.Verify(ctx, cached); err != nil {
+				t.Fatalf("the cached token, its key unreadable: %v", err)
+			}
+			if _, err := r.v.Verify(ctx, r.token(fmt.Sprint("fresh-", i))); err != nil {
+				t.Fatalf("a new token of a held key, the keys unreadable: %v", err)
+			}
+		}
+		if got := r.v.KeyFetches(r.is.URL()) - reads; got != 1 {
+			t.Errorf("%d reads of the keys in 40 verifications a key_refresh after the last; want 1", got)
 		}
 	}
 }
