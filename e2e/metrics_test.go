@@ -197,3 +197,29 @@ func TestMetricsAreDocumented(t *testing.T) {
 		}
 	}
 }
+
+// TestAPIMetricsAddr: with --metrics-addr the API serves /metrics there, on a port a
+// NetworkPolicy can keep internal, and not on the data port.
+func TestAPIMetricsAddr(t *testing.T) {
+	t.Parallel()
+	e := start(t)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	e.StopAPI()
+	e.startAPIWith(t, []string{"--metrics-addr", addr})
+	res, err := http.Get(e.Base + "/metrics") // not the documented API: no OpenAPI check
+	if err != nil {
+		t.Fatal(err)
+	}
+	res.Body.Close()
+	if res.StatusCode != http.StatusNotFound {
+		t.Errorf("/metrics on the data port: %d; want 404", res.StatusCode)
+	}
+	if fams := scrape(t, "http://"+addr+"/metrics"); len(fams) == 0 {
+		t.Errorf("--metrics-addr %s serves no metrics", addr)
+	}
+}

@@ -2,6 +2,7 @@ package cli
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -14,6 +15,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/spf13/cobra"
 
 	"github.com/snapflip/snapflip/api"
@@ -41,6 +43,8 @@ type apiFlags struct {
 	cacheSize, batchLimit, maxWatchers, maxWaiters   int
 	logFormat, logLevel                              string
 	auth                                             string
+	metricsAddr                                      string
+	maxWatchersPerID, maxWaitersPerID                int
 }
 
 // Run parses args (without the program name) and serves until ctx ends, then drains.
@@ -95,10 +99,13 @@ shutdown, 1 when it could not serve, 2 for a usage mistake.`,
 	bindEnv(fs, "cache-size", EnvCacheSize)
 	fs.IntVar(&o.batchLimit, "batch-limit", 1000, "the most ids one batchGet may ask for")
 	fs.IntVar(&o.maxWatchers, "max-watchers", 1000, "the most GET /v1/watch streams open at once; past it, a watch answers 503")
+	fs.IntVar(&o.maxWatchersPerID, "max-watchers-per-identity", api.DefaultConfig().MaxWatchersPerIdentity, "with --auth, the most watch streams one identity (issuer and subject) may hold; past it, its next watch answers 429")
+	fs.IntVar(&o.maxWaitersPerID, "max-waiters-per-identity", api.DefaultConfig().MaxWaitersPerIdentity, "with --auth, the most requests one identity may have waiting for a token; past it, its next answers 429")
 	fs.DurationVar(&o.maxStale, "max-stale", time.Minute, "how long the last good pointer is served while Bigtable cannot be read; past it, reads answer 503 and /readyz fails")
 	bindEnv(fs, "max-stale", EnvMaxStale)
 	fs.IntVar(&o.maxWaiters, "max-waiters", resolver.DefaultMaxWaiters, "the most requests that may wait at once for a version covering their Snapshot-After token; past it, such a request answers 503")
 	bindEnv(fs, "max-waiters", EnvMaxWaiters)
+	fs.StringVar(&o.metricsAddr, "metrics-addr", "", "serve /metrics on this address instead of --addr (a port a NetworkPolicy keeps internal); empty: on --addr")
 	envFlags{fs}.String(&o.auth, "auth", EnvAuthConfig, "", "the auth file (issuers and grants, docs/configuration.md#auth), or none to serve anyone; required")
 	logFlags(root, fs, &o.logFormat, &o.logLevel)
 	return root
@@ -156,9 +163,17 @@ func (m *MetadataAPI) serve(ctx context.Context, def store.Config, o *apiFlags) 
 		apiCfg.Admin = &apiAdmin{st: st, admin: adm}
 		log.Info("admin endpoints on: POST /v1/admin/rollback, /v1/admin/unpin (bearer token)")
 	}
+	apiCfg.MetricsElsewhere = o.metricsAddr != ""
 	handler, err := api.NewServer(res, apiCfg, log)
 	if err != nil {
 		return err
+	}
+	if o.metricsAddr != "" {
+		stop, err := serveMetrics(o.metricsAddr, apiCfg.Registry, log)
+		if err != nil {
+			return err
+		}
+		defer stop()
 	}
 	return m.listen(ctx, handler, o, log.With("table", cfg.Table))
 }
@@ -177,6 +192,8 @@ func (o *apiFlags) check() error {
 		return fmt.Errorf("%w: --batch-limit %d: must be positive", ErrUsage, o.batchLimit)
 	case o.maxWaiters <= 0:
 		return fmt.Errorf("%w: --max-waiters %d: must be positive", ErrUsage, o.maxWaiters)
+	case o.maxWatchersPerID <= 0 || o.maxWaitersPerID <= 0:
+		return fmt.Errorf("%w: --max-watchers-per-identity and --max-waiters-per-identity must be positive", ErrUsage)
 	}
 	return nil
 }
@@ -192,12 +209,14 @@ func (m *MetadataAPI) apiConfig(ctx context.Context, res *resolver.Resolver, aut
 		if apiCfg.Auth, err = startAuth(ctx, *authCfg, res); err != nil {
 			return api.Config{}, err
 		}
+		apiCfg.Auth.CursorKey = cursorKey(*authCfg, m.Getenv(EnvAdminToken))
 		log.Info("authentication on", "issuers", len(authCfg.Issuers), "grants", len(authCfg.Grants))
 	} else {
 		log.Warn("authentication off (--auth none): anyone who reaches the API reads every collection")
 	}
 	apiCfg.Dataset = o.dataset
 	apiCfg.BatchLimit, apiCfg.MaxWatchers = o.batchLimit, o.maxWatchers
+	apiCfg.MaxWatchersPerIdentity, apiCfg.MaxWaitersPerIdentity = o.maxWatchersPerID, o.maxWaitersPerID
 	// Twice per refresh, so the watch sees every pointer a refresh reads, and at
 	// least every 50ms, so a flip reaches watchers soon after reads see it (the
 	// pointer it looks at is in memory: looking costs nothing).
@@ -251,6 +270,28 @@ func (m *MetadataAPI) listen(ctx context.Context, handler *api.Server, o *apiFla
 		return err
 	}
 	return nil
+}
+
+// serveMetrics serves the registry at /metrics on addr until stop is called.
+func serveMetrics(addr string, reg *prometheus.Registry, log *slog.Logger) (stop func(), err error) {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("listen on %s (--metrics-addr): %w", addr, err)
+	}
+	mux := http.NewServeMux()
+	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second, WriteTimeout: 30 * time.Second}
+	log.Info("metrics listening", "addr", ln.Addr().String())
+	go func() { _ = srv.Serve(ln) }()
+	return func() { _ = srv.Close() }, nil
+}
+
+// cursorKey is the secret a scoped caller's changes cursor is sealed under: every
+// replica started with the same auth file (and admin token) derives the same one,
+// and a caller, who reads neither, cannot open it.
+func cursorKey(c auth.Config, adminToken string) []byte {
+	b, _ := json.Marshal(c)
+	return append(b, adminToken...)
 }
 
 // loadAuth reads the --auth file; nil for "none".
