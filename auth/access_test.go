@@ -3,7 +3,11 @@ package auth_test
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
+	"math/big"
+	"math/rand/v2"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -218,4 +222,137 @@ grants:
 			t.Errorf("%s: the org grant: %v; want %v", c.name, got, wantOrg)
 		}
 	}
+}
+
+// Policy.Access and Admin agree with a plain model of the rule over generated auth
+// files (one issuer or two, grants overlapping, "*" before or after named
+// collections, row scopes) and callers (either issuer or an untrusted one, claims as
+// strings, integers past 2^53, fractions, empty strings, bools, arrays).
+func TestPolicyAgainstModel(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	pick := func(xs ...string) string { return xs[rng.IntN(len(xs))] }
+	values := []any{"t1", "t2", "", json.Number("9007199254740993"), json.Number("1.5"), json.Number("2e3"),
+		float64(42), float64(1 << 60), 0.5, true, nil, []any{"t1", json.Number("9007199254740993")}, []any{""}}
+	for range 2000 {
+		issuers := []string{"https://a.example"}
+		if rng.IntN(2) == 0 {
+			issuers = append(issuers, "https://b.example")
+		}
+		cfg := auth.Config{}
+		for _, is := range issuers {
+			cfg.Issuers = append(cfg.Issuers, auth.Issuer{Issuer: is, Audience: "a"})
+		}
+		for range 1 + rng.IntN(5) {
+			g := auth.Grant{Admin: rng.IntN(4) == 0}
+			if len(issuers) > 1 || rng.IntN(2) == 0 {
+				g.Issuer = issuers[rng.IntN(len(issuers))]
+			}
+			if rng.IntN(2) == 0 {
+				g.Subject = pick("s1", "s2")
+			} else {
+				g.Claim = &auth.ClaimMatch{Name: pick("role", "tenant"), Value: pick("t1", "9007199254740993", "42", "1.5")}
+			}
+			for range 1 + rng.IntN(2) {
+				g.Collections = append(g.Collections, pick("x", "y", "*"))
+			}
+			if rng.IntN(2) == 0 {
+				g.Rows = &auth.RowRule{Field: "f", Claim: pick("tenant", "role")}
+			}
+			cfg.Grants = append(cfg.Grants, g)
+		}
+		if err := cfg.Validate(); err != nil {
+			t.Fatalf("a generated config: %v", err)
+		}
+		p := auth.NewPolicy(cfg)
+		for range 10 {
+			iss := pick(append(issuers, "https://c.example")...)
+			sub := pick("s1", "s2", "s3")
+			claims := map[string]any{"role": values[rng.IntN(len(values))], "tenant": values[rng.IntN(len(values))]}
+			id := auth.NewIdentity(iss, sub, time.Now().Add(time.Hour), claims)
+			for _, coll := range []string{"x", "y", "z"} {
+				wantAccess, wantScope := modelAccess(cfg, iss, sub, claims, coll)
+				if got, scope := p.Access(id, coll); got != wantAccess || scope != wantScope {
+					t.Fatalf("grants %s, caller %s %s %v, collection %s: Access = %v %+v; want %v %+v",
+						grantsText(cfg.Grants), iss, sub, claims, coll, got, scope, wantAccess, wantScope)
+				}
+			}
+			if got, want := p.Admin(id), modelAdmin(cfg, iss, sub, claims); got != want {
+				t.Fatalf("grants %s, caller %s %s %v: Admin = %v; want %v", grantsText(cfg.Grants), iss, sub, claims, got, want)
+			}
+		}
+	}
+}
+
+// modelText is a claim as a grant or scope compares it: a non-empty string, or an
+// integer's decimal digits.
+func modelText(c any) (string, bool) {
+	switch c := c.(type) {
+	case string:
+		return c, len(c) > 0
+	case json.Number:
+		if _, ok := new(big.Int).SetString(string(c), 10); ok {
+			return string(c), true
+		}
+	case float64:
+		if i := int64(c); float64(i) == c && i >= -1<<53 && i <= 1<<53 {
+			return strconv.FormatInt(i, 10), true
+		}
+	}
+	return "", false
+}
+
+func modelMatches(cfg auth.Config, g auth.Grant, iss, sub string, claims map[string]any) bool {
+	grantIssuer := g.Issuer
+	if grantIssuer == "" {
+		grantIssuer = cfg.Issuers[0].Issuer // Validate allows it only with one issuer
+	}
+	if grantIssuer != iss {
+		return false
+	}
+	if g.Subject != "" {
+		return sub == g.Subject
+	}
+	elems := []any{claims[g.Claim.Name]}
+	if a, ok := claims[g.Claim.Name].([]any); ok {
+		elems = a
+	}
+	for _, e := range elems {
+		if s, ok := modelText(e); ok && s == g.Claim.Value {
+			return true
+		}
+	}
+	return false
+}
+
+func modelAccess(cfg auth.Config, iss, sub string, claims map[string]any, coll string) (auth.Access, auth.Scope) {
+	for _, g := range cfg.Grants {
+		if !modelMatches(cfg, g, iss, sub, claims) || !(slices.Contains(g.Collections, coll) || slices.Contains(g.Collections, "*")) {
+			continue
+		}
+		if g.Rows == nil {
+			return auth.Whole, auth.Scope{}
+		}
+		if v, ok := modelText(claims[g.Rows.Claim]); ok {
+			return auth.Scoped, auth.Scope{Field: g.Rows.Field, Value: v}
+		}
+		return auth.NoClaim, auth.Scope{}
+	}
+	return auth.Denied, auth.Scope{}
+}
+
+func modelAdmin(cfg auth.Config, iss, sub string, claims map[string]any) bool {
+	for _, g := range cfg.Grants {
+		if g.Admin && modelMatches(cfg, g, iss, sub, claims) {
+			return true
+		}
+	}
+	return false
+}
+
+func grantsText(grants []auth.Grant) string {
+	var b strings.Builder
+	for _, g := range grants {
+		fmt.Fprintf(&b, "{issuer %q subject %q claim %+v collections %v rows %+v admin %v} ", g.Issuer, g.Subject, g.Claim, g.Collections, g.Rows, g.Admin)
+	}
+	return b.String()
 }
