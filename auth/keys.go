@@ -44,6 +44,7 @@ type keySet struct {
 	keys     []heldKey
 	readAt   time.Time     // when the read of keys began; zero before one succeeded
 	tried    time.Time     // when the last read began
+	unknown  time.Time     // when the last read a token naming an unknown key prompted began
 	err      error         // the last read's error
 	inflight chan struct{} // closed when the read in flight ends; nil when none
 	fetches  int64
@@ -158,9 +159,11 @@ func (k *keySet) holds(thumbprint string) bool {
 	return slices.ContainsFunc(k.keys, func(h heldKey) bool { return h.thumbprint == thumbprint })
 }
 
-// readUnknown reads the keys for a token naming a key the set does not hold, unless a
-// read began less than min(every, unknownKeyEvery) ago; a caller that finds a read in
-// flight waits for it.
+// readUnknown reads the keys for a token naming a key the set does not hold, unless
+// such a read began less than min(every, unknownKeyEvery) ago; a caller that finds a
+// read in flight waits for it. The reads of the keys' age do not count: under
+// traffic they come every 80% of every, and a key the issuer added just after one
+// must not wait for the next.
 func (k *keySet) readUnknown(ctx context.Context) error {
 	now := k.now()
 	k.mu.Lock()
@@ -168,7 +171,7 @@ func (k *keySet) readUnknown(ctx context.Context) error {
 		k.mu.Unlock()
 		return await(ctx, ch)
 	}
-	if !k.tried.IsZero() && now.Sub(k.tried) < min(k.every, unknownKeyEvery) {
+	if !k.unknown.IsZero() && now.Sub(k.unknown) < min(k.every, unknownKeyEvery) {
 		err := k.err
 		k.mu.Unlock()
 		if err != nil {
@@ -177,6 +180,7 @@ func (k *keySet) readUnknown(ctx context.Context) error {
 		return nil
 	}
 	k.begin(now)
+	k.unknown = now
 	k.mu.Unlock()
 	return k.read(ctx, now)
 }

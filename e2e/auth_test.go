@@ -546,9 +546,11 @@ func TestBadCredentials(t *testing.T) {
 		}()
 	}
 	wg.Wait()
-	allowed := 1 + int64(time.Since(began)/time.Second)
+	// One read per 80% of key_refresh comes with traffic anyway, and the unknown key
+	// adds at most one per key_refresh.
+	allowed := 2 + int64(time.Since(began)/(800*time.Millisecond))
 	if n := a.issuer.KeyReads.Load() - reads; n > allowed {
-		t.Errorf("64 tokens naming an unknown key, sent within %s, made the API read the keys %d times; want at most %d (one per key_refresh)",
+		t.Errorf("64 tokens naming an unknown key, sent within %s, made the API read the keys %d times; want at most %d (one per 80%% of key_refresh, one for the unknown key)",
 			time.Since(began).Round(time.Millisecond), n, allowed)
 	}
 }
@@ -606,15 +608,9 @@ func TestKeyRotationUnderLoad(t *testing.T) {
 		}
 		return nil
 	})
-	// The issuer's new key arrives once the last read of the keys is a key_refresh
-	// old, as a real rotation does (keys live for hours).
-	reads0 := a.issuer.KeyReads.Load()
-	testenv.Eventually(t, time.Minute, func() error {
-		if time.Since(a.issuer.LastKeyRead()) < 1100*time.Millisecond {
-			return fmt.Errorf("the keys were read %s ago", time.Since(a.issuer.LastKeyRead()))
-		}
-		return nil
-	})
+	// While requests come, the API reads the keys about once per 80% of key_refresh
+	// (1s): the rotation adds at most one read to those.
+	reads0, began := a.issuer.KeyReads.Load(), time.Now()
 	if err := a.issuer.AddKey(jose.ES256); err != nil {
 		t.Fatal(err)
 	}
@@ -630,8 +626,10 @@ func TestKeyRotationUnderLoad(t *testing.T) {
 	if n := failures.Load(); n > 0 {
 		t.Errorf("%d of %d reads failed across the rotation; the first: %v", n, reads.Load(), firstFailure.Load())
 	}
-	if n := a.issuer.KeyReads.Load() - reads0; n != 1 {
-		t.Errorf("the rotation made the API read the keys %d times; want 1", n)
+	elapsed := time.Since(began)
+	if n, most := a.issuer.KeyReads.Load()-reads0, 2+int64(elapsed/(800*time.Millisecond)); n > most {
+		t.Errorf("over the rotation's %s the API read the keys %d times; want at most %d (one per 80%% of key_refresh, and one for the new key)",
+			elapsed.Round(time.Millisecond), n, most)
 	}
 	t.Logf("%d reads, %d after the rotation, none failed", reads.Load(), afterRotation.Load())
 }
@@ -648,7 +646,7 @@ func TestScopeWithoutIndexRefusesToStart(t *testing.T) {
 		t.Fatalf("syncer once: %v\n%s", err, out)
 	}
 	path := filepath.Join(t.TempDir(), "auth.yaml")
-	file := fmt.Sprintf("issuers: [{issuer: %q, audience: snapflip}]\ngrants: [{claim: {name: role, value: r}, collections: [secret], rows: {field: v, claim: t}}]\n", a.issuer.URL())
+	file := fmt.Sprintf("allow_http: true\nissuers: [{issuer: %q, audience: snapflip}]\ngrants: [{claim: {name: role, value: r}, collections: [secret], rows: {field: v, claim: t}}]\n", a.issuer.URL())
 	if err := os.WriteFile(path, []byte(file), 0o600); err != nil {
 		t.Fatal(err)
 	}
