@@ -64,11 +64,11 @@ endef
 demo: build
 	@deploy/local/demo.sh
 
-## chaos: the long form of the reliability suite: 50 random kills mid-sync, 60 s of load with flips, an 8,000-operation linearizability check, 200 generative schemas, 20 watched generative histories, 3,000 logical-mode probes, 200 read-your-writes rounds per watch mode, 16 writers x 100 writes with tokens, 1,000 reads across two replicas, each carrying the last answer's token
+## chaos: the long form of the reliability suite: 50 random kills mid-sync, 60 s of load with flips, an 8,000-operation linearizability check, 200 generative schemas, 2,000 drawn auth policies, 20 watched generative histories, 3,000 logical-mode probes, 200 read-your-writes rounds per watch mode, 16 writers x 100 writes with tokens, 1,000 reads across two replicas, each carrying the last answer's token
 chaos:
 	@$(GO) build -o bin/bigtable-emulator cloud.google.com/go/bigtable/cmd/emulator
 	@deploy/local/postgres.sh start $(TEST_PG_PORT)
-	@status=0; SNAPFLIP_RYW_LOOPS=200 SNAPFLIP_RYW_WRITES=100 SNAPFLIP_SESSION_READS=1000 SNAPFLIP_CHAOS_KILLS=50 SNAPFLIP_PROBES=3000 SNAPFLIP_GEN_WATCH_SCHEMAS=20 SNAPFLIP_LOAD_SECONDS=60 SNAPFLIP_LIN_OPS=1000 SNAPFLIP_GEN_SCHEMAS=200 SNAPFLIP_TEST_POSTGRES_DSN='$(TEST_PG_DSN)' SNAPFLIP_TEST_EMULATOR=$(CURDIR)/bin/bigtable-emulator \
+	@status=0; SNAPFLIP_RYW_LOOPS=200 SNAPFLIP_RYW_WRITES=100 SNAPFLIP_SESSION_READS=1000 SNAPFLIP_CHAOS_KILLS=50 SNAPFLIP_PROBES=3000 SNAPFLIP_GEN_WATCH_SCHEMAS=20 SNAPFLIP_LOAD_SECONDS=60 SNAPFLIP_LIN_OPS=1000 SNAPFLIP_GEN_SCHEMAS=200 SNAPFLIP_GEN_POLICIES=2000 SNAPFLIP_TEST_POSTGRES_DSN='$(TEST_PG_DSN)' SNAPFLIP_TEST_EMULATOR=$(CURDIR)/bin/bigtable-emulator \
 	  $(GO) test -race -count=1 -timeout 60m -run 'Crash|Fault|LoadWithFlips|Linearizab|Generative|Probes|ReadYourWrites|SessionToken' -v ./e2e/ ./store/ || status=$$?; \
 	  deploy/local/postgres.sh stop $(TEST_PG_PORT); exit $$status
 

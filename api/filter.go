@@ -145,9 +145,11 @@ func (s *Server) filterDocuments(w http.ResponseWriter, r *http.Request, fr filt
 		// The caller's own conditions on its scope field and the scope both apply,
 		// as in PostgREST under row-level security: a condition the scope's value
 		// fails is an empty page, never an error and never another scope's rows.
-		var none bool
-		if conds, none, err = m.narrow(fr.collection, conds); err != nil {
-			return err
+		none := m.want == nil // the claim is no value of the field: nothing is in scope
+		if !none {
+			if conds, none, err = m.narrow(fr.collection, conds); err != nil {
+				return err
+			}
 		}
 		if none {
 			return s.writePage(w, page{view: view, pinned: pinned, collection: fr.collection, sel: fr.sel})
@@ -173,16 +175,14 @@ func (s *Server) filterDocuments(w http.ResponseWriter, r *http.Request, fr filt
 }
 
 // narrow returns conds without those on the scope's field, each of which the scope's
-// value satisfies; none reports that one does not (no document of the scope can
-// match). A condition value that is not of the field's type is a bad request.
+// value (m.want, not nil) satisfies; none reports that one does not (no document of
+// the scope can match). A condition value that is not of the field's type is a bad
+// request.
 func (m *scopeMatch) narrow(collection string, conds []index.Cond) (rest []index.Cond, none bool, err error) {
 	for _, c := range conds {
 		if c.Field != m.field {
 			rest = append(rest, c)
 			continue
-		}
-		if m.want == nil {
-			return nil, true, nil // the claim is no value of the field: nothing is in scope
 		}
 		ok, err := c.Holds(m.typ, m.want)
 		if err != nil {

@@ -394,3 +394,24 @@ func TestScopedChangesAreBounded(t *testing.T) {
 		t.Errorf("a version that changed nothing, to a scoped caller: %d %s; want kind delta", res.StatusCode, body)
 	}
 }
+
+// TestScopeClaimOfAnotherType: a claim that is no value of the scope field's type
+// (text for a number) scopes the caller to nothing: an empty page on every list and
+// filter, as GET answers 404, never a 400 for a condition the caller did not send.
+func TestScopeClaimOfAnotherType(t *testing.T) {
+	f := tenantDocs()
+	byV := auth.Grant{Claim: &auth.ClaimMatch{Name: "role", Value: "app"}, Collections: []string{"c"}, Rows: &auth.RowRule{Field: "v", Claim: "tenant"}}
+	h, is, _ := policyServer(t, f, []auth.Grant{byV}, nil)
+	c := f.manifests[0].Collections["c"]
+	c.Indexes = append(c.Indexes, snapshot.IndexDef{Name: "v", Fields: []string{"v"}, Types: []string{"int8"}})
+	f.manifests[0].Collections["c"] = c
+	app := is.Token(authtest.Claims{"sub": "app", "aud": "snapflip", "role": "app", "tenant": "t1"})
+	for _, path := range []string{"/v1/data/c", "/v1/data/c?select=v", "/v1/data/c?v=gte.0", "/v1/data/c?tenant=eq.t1"} {
+		if res, body := call(t, h, path, app); res.StatusCode != 200 || !strings.Contains(body, `"documents":[]`) {
+			t.Errorf("%s: %d %s; want an empty page", path, res.StatusCode, body)
+		}
+	}
+	if res, body := call(t, h, "/v1/data/c/a", app); res.StatusCode != 404 {
+		t.Errorf("GET: %d %s; want 404", res.StatusCode, body)
+	}
+}

@@ -8,47 +8,55 @@ import "slices"
 // matching grant named, so it decides "the rest", never the collections before it.
 
 // Everything reports whether id reads every collection whole, whatever its name:
-// a matching grant of "*" whole, with every matching grant before it whole too (a
-// scoped one before it decides its collections as scoped).
+// each grant that matches id and decides a collection (no earlier matching grant
+// named it) gives it whole, and a matching grant of "*" decides the rest whole.
 func (p *Policy) Everything(id *Identity) bool {
+	decided := make([]string, 0, 16)
 	for _, g := range p.grants {
 		if !g.matches(id) {
 			continue
 		}
-		if g.Rows != nil {
-			return false
-		}
 		if slices.Contains(g.Collections, "*") {
-			return true
+			return g.Rows == nil
+		}
+		for _, c := range g.Collections {
+			if !slices.Contains(decided, c) {
+				if g.Rows != nil {
+					return false // scoped, or refused for a missing claim
+				}
+				decided = append(decided, c)
+			}
 		}
 	}
-	return false
+	return false // no grant of "*": the collections none names are refused
 }
 
 // Anything reports whether id may read any collection at all, whole or through a
-// scope: a matching grant that decides some collection and gives it. An identity
-// granted nothing is answered 403 on every route that reports on the dataset.
+// scope: a grant that matches id and decides some collection (no earlier matching
+// grant named it) gives it. A scoped grant whose claim id lacks decides its
+// collections too, as refused. An identity granted nothing is answered 403 on every
+// route that reports on the dataset.
 func (p *Policy) Anything(id *Identity) bool {
-	for i, g := range p.grants {
+	decided := make([]string, 0, 16)
+	for _, g := range p.grants {
 		if !g.matches(id) {
 			continue
 		}
-		if g.Rows != nil {
-			if _, ok := id.claimText(g.Rows.Claim); !ok {
-				continue // it decides its collections as NoClaim
-			}
+		gives := g.Rows == nil
+		if !gives {
+			_, gives = id.claimText(g.Rows.Claim)
 		}
-		if slices.Contains(g.Collections, "*") || slices.ContainsFunc(g.Collections, func(c string) bool {
-			return !p.decidedBefore(i, id, c)
-		}) {
-			return true
+		if slices.Contains(g.Collections, "*") {
+			return gives // it decides every collection no earlier grant named
+		}
+		for _, c := range g.Collections {
+			if !slices.Contains(decided, c) {
+				if gives {
+					return true
+				}
+				decided = append(decided, c)
+			}
 		}
 	}
 	return false
-}
-
-// decidedBefore reports whether a grant before the i-th matches id and names the
-// collection.
-func (p *Policy) decidedBefore(i int, id *Identity, collection string) bool {
-	return slices.ContainsFunc(p.grants[:i], func(g Grant) bool { return g.matches(id) && g.names(collection) })
 }
