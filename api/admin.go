@@ -29,7 +29,7 @@ func (s *Server) requireAdmin(next http.HandlerFunc) http.HandlerFunc {
 		id, ok, err := s.isAdmin(r)
 		switch {
 		case ok && id != nil:
-			next(w, r.WithContext(context.WithValue(r.Context(), identityKey{}, id)))
+			s.callers.serve(next, w, r, id)
 		case ok:
 			next(w, r)
 		case err != nil:

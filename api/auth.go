@@ -64,14 +64,11 @@ func (s *Server) authenticate(next http.Handler) http.Handler {
 				Detail: "your identity is granted no collection"})
 			return
 		}
-		// The identity goes on in the request's context: the handlers never verify
-		// the token again.
-		next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), identityKey{}, id)))
+		// The identity goes on with the request: the handlers never verify the
+		// token again.
+		s.callers.serve(next, w, r, id)
 	})
 }
-
-// identityKey is the context key of a request's verified identity.
-type identityKey struct{}
 
 // bearer returns the request's bearer token ("" when it sends none), or why the
 // request is malformed: a token in the query string, two Authorization headers, or
@@ -111,11 +108,14 @@ type forbiddenError struct{ msg string }
 
 func (e *forbiddenError) Error() string { return e.msg }
 
-// identity returns the request's verified caller, which authenticate put in its
-// context; nil without Auth, and on the routes authenticate does not guard.
+// identity returns the request's verified caller, which authenticate (or
+// requireAdmin) admitted it with; nil without Auth, and on the routes they do not
+// guard.
 func (s *Server) identity(r *http.Request) *auth.Identity {
-	id, _ := r.Context().Value(identityKey{}).(*auth.Identity)
-	return id
+	if s.cfg.Auth == nil {
+		return nil
+	}
+	return s.callers.of(r)
 }
 
 // verified returns the identity the request's bearer token proves, for a route

@@ -165,7 +165,7 @@ func (s *Server) filterDocuments(w http.ResponseWriter, r *http.Request, fr filt
 		return err
 	}
 	if m != nil {
-		got.Docs = s.inScope(r, view, fr.collection, m, got.Docs)
+		got.Docs = s.inScope(r, scopedPage{view.Version, fr.collection, filter, after, fr.limit}, m, got.Docs)
 	}
 	var next string
 	if got.Next != "" {
@@ -195,12 +195,27 @@ func (m *scopeMatch) narrow(collection string, conds []index.Cond) (rest []index
 	return rest, false, nil
 }
 
+// scopedPage names one page of a scoped filter: a version's documents never change,
+// so a page found wholly in its scope once is so for good.
+type scopedPage struct {
+	version    snapshot.Version
+	collection string
+	filter     string // the conditions, the scope's among them
+	after      string
+	limit      int
+}
+
 // inScope returns the documents of a scoped filter's page that are in the scope: the
 // index found them, and each is tested again itself, so that an index entry that
 // disagrees with its document never becomes another scope's read. A dropped one is
-// logged: it is a defect of the index.
-func (s *Server) inScope(r *http.Request, view snapshot.View, collection string, m *scopeMatch, docs []snapshot.Document) []snapshot.Document {
+// logged: it is a defect of the index. A page found wholly in scope is remembered,
+// and not tested again.
+func (s *Server) inScope(r *http.Request, p scopedPage, m *scopeMatch, docs []snapshot.Document) []snapshot.Document {
+	if s.checked.Contains(p) {
+		return docs
+	}
 	if !slices.ContainsFunc(docs, func(d snapshot.Document) bool { return !m.holds(d.Body) }) {
+		s.checked.Add(p, struct{}{})
 		return docs // the page may be a cache's: it is never changed in place
 	}
 	var kept []snapshot.Document
@@ -210,7 +225,7 @@ func (s *Server) inScope(r *http.Request, view snapshot.View, collection string,
 			continue
 		}
 		s.log.ErrorContext(r.Context(), "an index entry of a row scope names a document outside it; not served",
-			"version", view.Version, "collection", collection, "field", m.field)
+			"version", p.version, "collection", p.collection, "field", m.field)
 	}
 	return kept
 }

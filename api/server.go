@@ -15,6 +15,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/go-chi/chi/v5"
+	lru "github.com/hashicorp/golang-lru/v2"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
@@ -142,7 +143,14 @@ type Server struct {
 	watchers, waiters *perIdentity
 	// cursors seals a scoped caller's changes cursor.
 	cursors *sealer
+	// callers are the identities of the requests being served (with Auth).
+	callers *callers
+	// checked remembers the scoped filter pages found wholly in their scope.
+	checked *lru.Cache[scopedPage, struct{}]
 }
+
+// checkedPages is how many scoped filter pages the server remembers as checked.
+const checkedPages = 10_000
 
 //go:embed openapi.yaml
 var openapiDoc []byte
@@ -197,6 +205,8 @@ func NewServer(reader Reader, cfg Config, log *slog.Logger) (*Server, error) {
 	if cfg.Auth != nil {
 		s.cursors = newSealer(cfg.Auth.CursorKey)
 	}
+	s.callers = newCallers()
+	s.checked, _ = lru.New[scopedPage, struct{}](checkedPages)
 	s.watchers = newPerIdentity("watch streams", cfg.MaxWatchersPerIdentity)
 	s.waiters = newPerIdentity("requests waiting for a token", cfg.MaxWaitersPerIdentity)
 	s.flips = newBroadcaster(reader, cfg.WatchInterval, cfg.MaxWatchers, s.log.WarnContext)
