@@ -83,10 +83,11 @@ func waitBound(r *http.Request) time.Duration {
 				continue
 			}
 			n, err := strconv.ParseFloat(strings.Trim(strings.TrimSpace(val), `"`), 64)
-			if err != nil || n < 0 {
+			if err != nil || !(n >= 0) { // NaN too
 				continue
 			}
-			return min(time.Duration(n*float64(time.Second)), MaxWait)
+			// Clamped as a number: a duration made of 1e300 or Inf seconds overflows.
+			return time.Duration(min(n, MaxWait.Seconds()) * float64(time.Second))
 		}
 	}
 	return DefaultWait
