@@ -8,7 +8,9 @@
 # Installs the PostgreSQL server with apt-get when its binaries are missing. Run as
 # root, it runs the server as the postgres user, because Postgres refuses root.
 # The server runs with wal_level=logical (for watch.mode: logical) unless
-# SNAPFLIP_PG_WAL_LEVEL says otherwise.
+# SNAPFLIP_PG_WAL_LEVEL says otherwise. Its transaction ids start in epoch
+# ${SNAPFLIP_PG_XID_EPOCH:-1} (pg_resetwal -e), past 2^32, as a long-lived busy
+# database's are: a 32-bit xid (a row's xmin) then differs from pg_current_xact_id().
 set -euo pipefail
 cmd=${1:?usage: postgres.sh start|stop|restart|bin PORT}
 port=${2:?usage: postgres.sh start|stop|restart|bin PORT}
@@ -57,6 +59,8 @@ start)
   mkdir -p "$dir"
   [ "$(id -u)" -eq 0 ] && chown postgres "$dir"
   as_owner "$bin/initdb" -D "$dir/data" -U postgres --auth=trust --encoding=UTF8 --locale=C.UTF-8 >"$dir/initdb.log" 2>&1 ||
+    { cat "$dir/initdb.log" >&2; exit 1; }
+  as_owner "$bin/pg_resetwal" -e "${SNAPFLIP_PG_XID_EPOCH:-1}" -D "$dir/data" >>"$dir/initdb.log" 2>&1 ||
     { cat "$dir/initdb.log" >&2; exit 1; }
   as_owner "$bin/pg_ctl" -D "$dir/data" -l "$dir/server.log" -w -t 60 \
     -o "-p $port -k $dir -c listen_addresses=127.0.0.1 -c fsync=off -c synchronous_commit=off -c full_page_writes=off -c max_connections=200 -c wal_level=${SNAPFLIP_PG_WAL_LEVEL:-logical} -c max_replication_slots=40 -c max_wal_senders=40" \
