@@ -42,6 +42,8 @@ func (r *Replica) WaitFor(ctx context.Context, token string) (View, error) {
 				truncate(token, 80), w.newest, ErrPinned, ErrNotCovered)
 		case waitForeign:
 			return View{}, rejected("replica: wait for", fmt.Errorf("token %s names another cluster than the dataset's", truncate(token, 80)))
+		case waitNarrow:
+			return View{}, rejected("replica: wait for", fmt.Errorf("token %s names a 32-bit transaction id, but the source's ids are past 2^32: make x: tokens with pg_current_xact_id()", truncate(token, 80)))
 		}
 		select {
 		case <-w.changed:
@@ -93,6 +95,9 @@ const (
 	waitPinned
 	// waitForeign: the token names another cluster than the versions'.
 	waitForeign
+	// waitNarrow: the token names a 32-bit transaction id of a source whose ids are
+	// past 2^32.
+	waitNarrow
 )
 
 // awaitToken decides WaitFor: held is the newest snapshot token the version held is
@@ -102,6 +107,8 @@ func awaitToken(want token, held string, newest pointer) waitOutcome {
 		switch {
 		case c.foreign(want):
 			return waitForeign
+		case c.narrow(want):
+			return waitNarrow
 		case c.covers(want):
 			return waitCovered
 		}
@@ -110,6 +117,8 @@ func awaitToken(want token, held string, newest pointer) waitOutcome {
 		switch {
 		case c.foreign(want):
 			return waitForeign
+		case c.narrow(want):
+			return waitNarrow
 		case newest.Pinned && !c.covers(want):
 			return waitPinned
 		}

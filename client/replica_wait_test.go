@@ -253,6 +253,9 @@ func TestAwaitToken(t *testing.T) {
 		{"pinned, an API without tokens", "x:15", "", p("", "", true), waitMore},
 		{"another cluster's token", "x:5@2", "s:10:10:@1", p("s:10:10:@1", "", false), waitForeign},
 		{"another cluster's, nothing held", "x:5@2", "", p("s:10:10:@1", "", false), waitForeign},
+		{"a 32-bit id past epoch 0", "x:725", "s:4294968000:4294968000:", p("s:4294968000:4294968000:", "", false), waitNarrow},
+		{"a 32-bit id past epoch 0, nothing held", "x:725", "", p("s:4294968000:4294968000:", "", false), waitNarrow},
+		{"a 64-bit id past epoch 0", "x:4294967900", "s:4294968000:4294968000:", p("s:4294968000:4294968000:", "", false), waitCovered},
 		{"a cluster named on one side", "x:5@2", "s:10:10:", p("s:10:10:", "", false), waitCovered},
 	} {
 		want, err := parseToken(tc.want)

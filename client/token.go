@@ -161,6 +161,13 @@ func (s token) covers(t token) bool {
 	return true
 }
 
+// narrow reports whether t is an "x:" token of a 32-bit id (a row's xmin, not
+// pg_current_xact_id()) while the snapshot s shows the source's ids past 2^32: its
+// epoch is lost, and it would seem covered by every version. The API refuses it.
+func (s token) narrow(t token) bool {
+	return s.isSnapshot() && !t.isSnapshot() && t.xid < 1<<32 && s.xmin >= 1<<32
+}
+
 // newer returns the newer of two snapshot tokens: the one that covers the other; a
 // when neither does (or b does not parse), so that what is kept never goes back.
 func newer(a, b string) string {

@@ -516,7 +516,14 @@ func TestBadTokens(t *testing.T) {
 	if a := e.readAfter(t, e.Base, path+"?version="+cur, "x:"+xid, "10"); a.status != http.StatusPreconditionFailed || a.took > 5*time.Second {
 		t.Errorf("a named version that does not cover the token: %d %s after %s; want 412 at once", a.status, a.body, a.took)
 	}
-	if a := e.readAfter(t, e.Base, path+"?version="+cur, "x:3", ""); a.status != http.StatusOK {
+	// A transaction that ended before the version was read: one below its xmin.
+	xmin, _, _ := strings.Cut(strings.TrimPrefix(e.readAfter(t, e.Base, path+"?version="+cur, "", "").token, "s:"), ":")
+	n, err := strconv.ParseUint(xmin, 10, 64)
+	if err != nil {
+		t.Fatalf("the version's Snapshot-Token has no xmin: %q", xmin)
+	}
+	old := strconv.FormatUint(n-1, 10)
+	if a := e.readAfter(t, e.Base, path+"?version="+cur, "x:"+old, ""); a.status != http.StatusOK {
 		t.Errorf("a named version that covers the token: %d %s; want 200", a.status, a.body)
 	}
 }
@@ -662,4 +669,39 @@ func grepLines(s, sub string) string {
 		}
 	}
 	return strings.Join(out, "\n")
+}
+
+// On a cluster whose transaction ids are past 2^32 (the test cluster's start in
+// epoch 1, as a long-lived database's are), an x: token made of a row's xmin, a
+// 32-bit id, is refused: judged as a 64-bit id it would seem to have ended long ago,
+// and a version without the write would be answered as if it held it. The same
+// write's pg_current_xact_id() is covered once a version holds it.
+func TestThirtyTwoBitXidTokenRefused(t *testing.T) {
+	t.Parallel()
+	e := start(t)
+	if _, err := e.sync(t); err != nil {
+		t.Fatal(err)
+	}
+	var xid, xmin string
+	var epoch int64
+	testenv.QueryRow(t, e.DSN, `SELECT pg_current_xact_id()::text::numeric::bigint >> 32`, &epoch)
+	if epoch == 0 {
+		t.Fatalf("the test cluster's xid epoch is 0: start it with deploy/local/postgres.sh, which sets it past 2^32")
+	}
+	testenv.QueryRow(t, e.DSN, `UPDATE things SET gen = 32 WHERE id = 'plain' RETURNING pg_current_xact_id()::text, xmin::text`, &xid, &xmin)
+	path := docPath("things", "plain")
+	if a := e.readAfter(t, e.Base, path, "x:"+xmin, "1"); a.status != http.StatusBadRequest || !strings.HasSuffix(a.problem, "/token-rejected") ||
+		!strings.Contains(string(a.body), "pg_current_xact_id") {
+		t.Errorf("x: and a row's xmin (%s; the transaction is %s): %d %.300s; want 400 token-rejected naming pg_current_xact_id()", xmin, xid, a.status, a.body)
+	}
+	if _, err := e.sync(t); err != nil {
+		t.Fatal(err)
+	}
+	if a := e.readCovered(t, path, "x:"+xid); a.status != http.StatusOK || !strings.Contains(string(a.body), `"gen":32`) {
+		t.Errorf("x: and pg_current_xact_id(): %d %.300s; want the document with the write", a.status, a.body)
+	}
+	cur := e.get(t, path).version
+	if a := e.readAfter(t, e.Base, path+"?version="+cur, "x:"+xmin, ""); a.status != http.StatusBadRequest || !strings.HasSuffix(a.problem, "/token-rejected") {
+		t.Errorf("a named version and x: of a row's xmin: %d %.300s; want 400 token-rejected", a.status, a.body)
+	}
 }

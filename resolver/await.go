@@ -103,8 +103,13 @@ func judge(p snapshot.Pointer, tok snapshot.Token, need uint64) (bool, error) {
 	}
 	cov := p.Covering()
 	sn, err := snapshot.ParsePGSnapshot(cov.Snapshot)
-	if err == nil && sn.Covers(tok) {
-		return true, nil
+	if err == nil {
+		if nerr := sn.NarrowError(tok); nerr != nil {
+			return false, nerr
+		}
+		if sn.Covers(tok) {
+			return true, nil
+		}
 	}
 	switch {
 	case p.Pinned:
@@ -124,8 +129,13 @@ func (r *Resolver) CoversNamed(ctx context.Context, view snapshot.View, tok snap
 	if err := tok.CheckSystem(view.Manifest.Source.System); err != nil {
 		return err
 	}
-	if sn, err := snapshot.ParsePGSnapshot(view.Manifest.Source.Snapshot); err == nil && sn.Covers(tok) {
-		return nil
+	if sn, err := snapshot.ParsePGSnapshot(view.Manifest.Source.Snapshot); err == nil {
+		if nerr := sn.NarrowError(tok); nerr != nil {
+			return nerr
+		}
+		if sn.Covers(tok) {
+			return nil
+		}
 	}
 	if p, err := r.Pointer(ctx); err == nil && p.Version == view.Version {
 		if ok, _ := judge(p, tok, 0); ok {

@@ -195,6 +195,24 @@ func (s PGSnapshot) Future(t Token) bool {
 	return false
 }
 
+// Narrow reports whether t names a 32-bit transaction id (a row's xmin, ::xid,
+// backend_xid) of a source whose ids are past 2^32 at snapshot s: the id's epoch is
+// lost, and judged as a 64-bit id it would seem to have ended long ago, covered by
+// every version. Only pg_current_xact_id() makes an x: token; such a token is
+// refused, never covered.
+func (s PGSnapshot) Narrow(t Token) bool {
+	return t.Kind == TokenXid && t.Xid < 1<<32 && s.Xmin >= 1<<32
+}
+
+// NarrowError returns the error that refuses a token Narrow reports, else nil.
+func (s PGSnapshot) NarrowError(t Token) error {
+	if !s.Narrow(t) {
+		return nil
+	}
+	return fmt.Errorf("%w: %w: token %s names a 32-bit transaction id, but the source's ids are past 2^32 (its snapshot is %d:%d:…): make x: tokens with pg_current_xact_id() inside the writing transaction",
+		ErrInvalid, ErrTokenRejected, clip(t.String()), s.Xmin, s.Xmax)
+}
+
 // ParseToken parses a token, "x:<xid>" or "s:<xmin>:<xmax>:<xip,…>", either with an
 // optional "@<system identifier>". A bad one is an error wrapping ErrTokenRejected and
 // ErrInvalid that says what is wrong.
