@@ -29,6 +29,7 @@ const DefaultMaxWaiters = 10_000
 // the syncer looked after the wait began; ErrNotYetCovered when ctx ends first or
 // MaxWaiters requests wait already.
 func (r *Resolver) Await(ctx context.Context, tok snapshot.Token) (snapshot.View, error) {
+	arrival := r.now()
 	// Before the first version a token is waited for too: the first publish may
 	// cover it.
 	p, err := r.Pointer(ctx)
@@ -37,7 +38,7 @@ func (r *Resolver) Await(ctx context.Context, tok snapshot.Token) (snapshot.View
 	case err != nil:
 		return snapshot.View{}, err
 	default:
-		if ok, err := judge(p, tok, 0); ok || err != nil {
+		if p, ok, err := r.decide(ctx, p, tok, 0, arrival); ok || err != nil {
 			return r.covering(ctx, p, err)
 		}
 	}
@@ -46,7 +47,6 @@ func (r *Resolver) Await(ctx context.Context, tok snapshot.Token) (snapshot.View
 		return snapshot.View{}, fmt.Errorf("%d requests wait for a token already: %w", r.cfg.MaxWaiters, snapshot.ErrNotYetCovered)
 	}
 	defer r.waiting.Add(-1)
-	arrival := r.now()
 	r.demand.want(arrival)
 	tick := time.NewTicker(r.cfg.Refresh)
 	defer tick.Stop()
@@ -60,7 +60,7 @@ func (r *Resolver) Await(ctx context.Context, tok snapshot.Token) (snapshot.View
 			need = r.demand.after(arrival)
 		}
 		if err == nil {
-			if ok, jerr := judge(p, tok, need); ok || jerr != nil {
+			if p, ok, jerr := r.decide(ctx, p, tok, need, arrival); ok || jerr != nil {
 				return r.covering(ctx, p, jerr)
 			}
 		}
@@ -72,6 +72,23 @@ func (r *Resolver) Await(ctx context.Context, tok snapshot.Token) (snapshot.View
 				snapshot.Truncate(tok.String(), 80), snapshot.ErrNotYetCovered, ctx.Err())
 		}
 	}
+}
+
+// decide judges tok against p. A refusal for a pin is confirmed against a pointer
+// read after the request came, and that pointer judged instead: the replica's cached
+// pointer may still show a pin that an unpin (or a newer flip) already lifted, and a
+// client that is refused drops its token and may read an older version.
+func (r *Resolver) decide(ctx context.Context, p snapshot.Pointer, tok snapshot.Token, need uint64, arrival time.Time) (snapshot.Pointer, bool, error) {
+	ok, err := judge(p, tok, need)
+	if !errors.Is(err, snapshot.ErrNotCovered) {
+		return p, ok, err
+	}
+	fresh, ferr := r.ptr.since(ctx, arrival)
+	if ferr != nil {
+		return p, false, err
+	}
+	ok, err = judge(fresh, tok, need)
+	return fresh, ok, err
 }
 
 // covering returns the view of p's version, which covers the token, or err. The

@@ -221,3 +221,32 @@ func BenchmarkAwaitWaiters(b *testing.B) {
 		}
 	}
 }
+
+// TestAwaitConfirmsAPinBeforeRefusing: a replica whose cached pointer still shows a
+// pin that an unpin already lifted reads the pointer again before it refuses a token
+// the pin does not cover, and answers from the version the fresh pointer names.
+func TestAwaitConfirmsAPinBeforeRefusing(t *testing.T) {
+	st := awaitStore()
+	st.setPointer(snapshot.Pointer{Version: "v1", Pinned: true, Source: snapshot.Position{LSN: 1, Snapshot: "100:105:101"}})
+	r := mustNew(t, "ds", st, Config{Refresh: time.Hour}, nil)
+	ctx := context.Background()
+	if p, err := r.Pointer(ctx); err != nil || !p.Pinned {
+		t.Fatalf("the first pointer: %+v, %v; want the pinned one", p, err)
+	}
+	// Unpinned and flipped to a version that covers the token; the cache, an hour
+	// fresh, still holds the pin.
+	st.setPointer(snapshot.Pointer{Version: "v2", Source: snapshot.Position{LSN: 2, Snapshot: "106:106:"}})
+	v, err := r.Await(ctx, tokenOf(t, "x:101"))
+	if err != nil || v.Version != "v2" {
+		t.Errorf("a token the stale pin does not cover, the fresh pointer does: %v, %v; want v2", v.Version, err)
+	}
+	// Still pinned when read again: refused, after one read of the pointer.
+	st.setPointer(snapshot.Pointer{Version: "v1", Pinned: true, Source: snapshot.Position{LSN: 1, Snapshot: "100:105:101"}})
+	r = mustNew(t, "ds", st, Config{Refresh: time.Hour}, nil)
+	if _, err := r.Await(ctx, tokenOf(t, "x:103")); err != nil {
+		t.Errorf("a token the pinned version covers: %v", err)
+	}
+	if _, err := r.Await(ctx, tokenOf(t, "x:110")); !errors.Is(err, snapshot.ErrNotCovered) {
+		t.Errorf("a token the pin does not cover, confirmed: %v; want ErrNotCovered", err)
+	}
+}

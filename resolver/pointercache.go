@@ -98,6 +98,30 @@ func (c *pointerCache) get(ctx context.Context) (snapshot.Pointer, error) {
 	return c.stale(now)
 }
 
+// since returns a pointer read sent at or after t, waiting for one (at most a read in
+// flight and one more) when the last was sent before; the error of such a read that
+// failed.
+func (c *pointerCache) since(ctx context.Context, t time.Time) (snapshot.Pointer, error) {
+	for {
+		c.mu.Lock()
+		switch {
+		case c.err == nil && c.good() && !c.fetchedAt.Before(t):
+			defer c.mu.Unlock()
+			return c.answer()
+		case c.err != nil && !c.triedAt.Before(t):
+			defer c.mu.Unlock()
+			return snapshot.Pointer{}, fmt.Errorf("read pointer: %w", c.err)
+		}
+		ch := c.start()
+		c.mu.Unlock()
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return snapshot.Pointer{}, ctx.Err()
+		}
+	}
+}
+
 // good reports whether a read ever succeeded. Callers hold mu.
 func (c *pointerCache) good() bool { return !c.fetchedAt.IsZero() }
 
