@@ -526,10 +526,19 @@ func (r *genRun) connect() {
 	r.conn = conn
 }
 
+// exec runs one generated statement on its own. One that Postgres chose as a
+// deadlock's victim (a DDL against the syncer's reads of the tables it locks) is
+// rolled back whole, and runs again, as an application retries it.
 func (r *genRun) exec(stmt string) error {
 	r.log = append(r.log, stmt)
-	_, err := r.conn.Exec(context.Background(), stmt, pgx.QueryExecModeSimpleProtocol)
-	return err
+	for try := 1; ; try++ {
+		_, err := r.conn.Exec(context.Background(), stmt, pgx.QueryExecModeSimpleProtocol)
+		var pe *pgconn.PgError
+		if try == 5 || !errors.As(err, &pe) || pe.Code != "40P01" {
+			return err
+		}
+		r.log = append(r.log, "-- a deadlock's victim: again")
+	}
 }
 
 // genNamesOne reports whether a sync's error names one of the collections that
