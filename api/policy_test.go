@@ -191,16 +191,20 @@ func callWithin(t *testing.T, h http.Handler, target, token string) (*http.Respo
 	return w.Result(), w.Body.String()
 }
 
-// blockingReader's Await waits until its request ends, as for a token no version
-// covers yet.
+// blockingReader's Await tells waiting that a request waits, and holds it until
+// release is closed (or the request ends), as for a token no version covers yet.
 type blockingReader struct {
 	*fakeReader
 	waiting chan struct{}
+	release chan struct{}
 }
 
 func (b blockingReader) Await(ctx context.Context, _ snapshot.Token) (snapshot.View, error) {
 	b.waiting <- struct{}{}
-	<-ctx.Done()
+	select {
+	case <-b.release:
+	case <-ctx.Done():
+	}
 	return snapshot.View{}, snapshot.ErrNotYetCovered
 }
 
@@ -208,8 +212,8 @@ func (b blockingReader) Await(ctx context.Context, _ snapshot.Token) (snapshot.V
 // streams or of the requests waiting for a token; another identity still can.
 func TestCapsPerIdentity(t *testing.T) {
 	f := tenantDocs()
-	waiting := make(chan struct{}, 4)
-	h, is, _ := policyServerOver(t, f, blockingReader{fakeReader: f, waiting: waiting}, authtest.NewIssuer(t),
+	waiting, release := make(chan struct{}, 4), make(chan struct{})
+	h, is, _ := policyServerOver(t, f, blockingReader{fakeReader: f, waiting: waiting, release: release}, authtest.NewIssuer(t),
 		[]auth.Grant{{Subject: "greedy", Collections: []string{"*"}}, {Subject: "other", Collections: []string{"*"}}},
 		func(c *api.Config) { c.MaxWatchersPerIdentity, c.MaxWaitersPerIdentity = 1, 1 })
 	srv := httptest.NewServer(h)
@@ -238,21 +242,28 @@ func TestCapsPerIdentity(t *testing.T) {
 	if res := send("/v1/watch", other); res.StatusCode != 200 {
 		t.Errorf("another identity's watch: %d; want 200", res.StatusCode)
 	}
-	// A request waiting for a token holds the identity's one waiter until it ends.
-	first := make(chan int, 1)
-	go func() {
-		first <- send("/v1/data/d/y", greedy, "Snapshot-After", "s:5:5:", "Prefer", "wait=3").StatusCode
-	}()
+	// A request waiting for a token holds the identity's one waiter until it ends:
+	// the waits below end when the test releases them, not on a clock.
+	waited := make(chan int, 2)
+	wait := func(token string) {
+		waited <- send("/v1/data/d/y", token, "Snapshot-After", "s:5:5:", "Prefer", "wait=10").StatusCode
+	}
+	go wait(greedy)
 	<-waiting
-	if res := send("/v1/data/d/y", greedy, "Snapshot-After", "s:5:5:", "Prefer", "wait=1"); res.StatusCode != 429 {
+	if res := send("/v1/data/d/y", greedy, "Snapshot-After", "s:5:5:", "Prefer", "wait=10"); res.StatusCode != 429 {
 		t.Errorf("a second waiting request of the same identity: %d; want 429", res.StatusCode)
 	}
-	go func() { <-waiting }()
-	if res := send("/v1/data/d/y", other, "Snapshot-After", "s:5:5:", "Prefer", "wait=1"); res.StatusCode != 503 {
-		t.Errorf("another identity's waiting request: %d; want 503 after its wait", res.StatusCode)
+	go wait(other)
+	select { // another identity's request waits too
+	case <-waiting:
+	case got := <-waited:
+		t.Fatalf("another identity's waiting request: %d; want it to wait", got)
 	}
-	if got := <-first; got != 503 {
-		t.Errorf("the first waiting request: %d; want 503 after its wait", got)
+	close(release)
+	for range 2 {
+		if got := <-waited; got != 503 {
+			t.Errorf("a waiting request: %d; want 503 once its wait ended", got)
+		}
 	}
 }
 
