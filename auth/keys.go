@@ -128,11 +128,19 @@ func (k *keySet) verify(ctx context.Context, raw string) ([]byte, string, error)
 	if p, by, ok := k.verifyWith(jws, kid); ok {
 		return p, by, nil
 	}
-	if err := k.readUnknown(ctx); err != nil {
-		return nil, "", err
-	}
-	if p, by, ok := k.verifyWith(jws, kid); ok {
-		return p, by, nil
+	// A read in flight may have begun before the issuer added the key: after waiting
+	// for it, a key still unknown may have a read of its own.
+	for range 2 {
+		waited, err := k.readUnknown(ctx)
+		if err != nil {
+			return nil, "", err
+		}
+		if p, by, ok := k.verifyWith(jws, kid); ok {
+			return p, by, nil
+		}
+		if !waited {
+			break
+		}
 	}
 	return nil, "", fmt.Errorf("no key of the issuer (kid %q) verifies the signature", clip(kid))
 }
@@ -163,26 +171,27 @@ func (k *keySet) holds(thumbprint string) bool {
 // such a read began less than min(every, unknownKeyEvery) ago; a caller that finds a
 // read in flight waits for it. The reads of the keys' age do not count: under
 // traffic they come every 80% of every, and a key the issuer added just after one
-// must not wait for the next.
-func (k *keySet) readUnknown(ctx context.Context) error {
+// must not wait for the next. waited reports that it only waited for a read another
+// caller began.
+func (k *keySet) readUnknown(ctx context.Context) (waited bool, err error) {
 	now := k.now()
 	k.mu.Lock()
 	if ch := k.inflight; ch != nil {
 		k.mu.Unlock()
-		return await(ctx, ch)
+		return true, await(ctx, ch)
 	}
 	if !k.unknown.IsZero() && now.Sub(k.unknown) < min(k.every, unknownKeyEvery) {
 		err := k.err
 		k.mu.Unlock()
 		if err != nil {
-			return fmt.Errorf("keys unavailable: %w", err)
+			return false, fmt.Errorf("keys unavailable: %w", err)
 		}
-		return nil
+		return false, nil
 	}
 	k.begin(now)
 	k.unknown = now
 	k.mu.Unlock()
-	return k.read(ctx, now)
+	return false, k.read(ctx, now)
 }
 
 // load reads the keys now, as a verifier starts: no read is in flight.
