@@ -8,6 +8,11 @@ DEMO_EMULATOR_PORT ?= 8086
 DEMO_API_ADDR ?= 127.0.0.1:8080
 
 TEST_PG_DSN := postgres://postgres@127.0.0.1:$(TEST_PG_PORT)/postgres?sslmode=disable
+# A second server and its hot standby, for the tests of a standby source.
+TEST_REPLICATED_PORT ?= 55434
+TEST_STANDBY_PORT ?= 55435
+TEST_REPLICATED_DSN := postgres://postgres@127.0.0.1:$(TEST_REPLICATED_PORT)/postgres?sslmode=disable
+TEST_STANDBY_DSN := postgres://postgres@127.0.0.1:$(TEST_STANDBY_PORT)/postgres?sslmode=disable
 GOTEST_FLAGS ?= -race -count=1 -timeout 20m -parallel 8 -p 3
 
 # LONG_TESTS are the suites too long for `make test`, which `make e2e` runs: every
@@ -49,13 +54,16 @@ e2e:
 define go_test
 	@deploy/local/promtool.sh
 	@deploy/local/postgres.sh start $(TEST_PG_PORT)
+	@deploy/local/postgres.sh start $(TEST_REPLICATED_PORT) && deploy/local/postgres.sh standby $(TEST_STANDBY_PORT) $(TEST_REPLICATED_PORT)
 	@status=0; mkdir -p bin; rm -f bin/bigtable-emulator; touch bin/bigtable-emulator.building; \
 	  trap 'rm -f bin/bigtable-emulator.building; kill $$emulator $$deploy 2>/dev/null' EXIT; \
 	  ($(GO) build -o bin/bigtable-emulator.tmp cloud.google.com/go/bigtable/cmd/emulator && mv bin/bigtable-emulator.tmp bin/bigtable-emulator; \
 	    s=$$?; rm -f bin/bigtable-emulator.building; exit $$s) & emulator=$$!; \
 	  (cd deploy && $(GO) test $(GOTEST_FLAGS) $(1) ./...) & deploy=$$!; \
-	  SNAPFLIP_TEST_POSTGRES_DSN='$(TEST_PG_DSN)' SNAPFLIP_TEST_EMULATOR=$(CURDIR)/bin/bigtable-emulator $(GO) test $(GOTEST_FLAGS) $(1) ./... || status=$$?; \
+	  SNAPFLIP_TEST_POSTGRES_DSN='$(TEST_PG_DSN)' SNAPFLIP_TEST_REPLICATED_DSN='$(TEST_REPLICATED_DSN)' SNAPFLIP_TEST_STANDBY_DSN='$(TEST_STANDBY_DSN)' \
+	    SNAPFLIP_TEST_EMULATOR=$(CURDIR)/bin/bigtable-emulator $(GO) test $(GOTEST_FLAGS) $(1) ./... || status=$$?; \
 	  wait $$emulator || status=$$?; wait $$deploy || status=$$?; \
+	  deploy/local/postgres.sh stop $(TEST_STANDBY_PORT); deploy/local/postgres.sh stop $(TEST_REPLICATED_PORT); \
 	  deploy/local/postgres.sh stop $(TEST_PG_PORT); exit $$status
 endef
 
@@ -111,9 +119,13 @@ fmt:
 
 pg-start:
 	deploy/local/postgres.sh start $(TEST_PG_PORT)
-	@echo "SNAPFLIP_TEST_POSTGRES_DSN='$(TEST_PG_DSN)'"
+	deploy/local/postgres.sh start $(TEST_REPLICATED_PORT)
+	deploy/local/postgres.sh standby $(TEST_STANDBY_PORT) $(TEST_REPLICATED_PORT)
+	@echo "export SNAPFLIP_TEST_POSTGRES_DSN='$(TEST_PG_DSN)' SNAPFLIP_TEST_REPLICATED_DSN='$(TEST_REPLICATED_DSN)' SNAPFLIP_TEST_STANDBY_DSN='$(TEST_STANDBY_DSN)'"
 
 pg-stop:
+	deploy/local/postgres.sh stop $(TEST_STANDBY_PORT)
+	deploy/local/postgres.sh stop $(TEST_REPLICATED_PORT)
 	deploy/local/postgres.sh stop $(TEST_PG_PORT)
 
 clean:

@@ -5,6 +5,9 @@
 #   postgres.sh stop PORT
 #   postgres.sh restart PORT fast shutdown (sessions are terminated), then start again
 #   postgres.sh bin PORT     prints the directory of the PostgreSQL binaries (psql)
+#   postgres.sh standby PORT PRIMARY_PORT
+#                            starts a hot standby of the server on PRIMARY_PORT
+#                            (pg_basebackup, streaming replication); stop it with stop
 # Installs the PostgreSQL server with apt-get when its binaries are missing. Run as
 # root, it runs the server as the postgres user, because Postgres refuses root.
 # The server runs with wal_level=logical (for watch.mode: logical) unless
@@ -12,8 +15,8 @@
 # ${SNAPFLIP_PG_XID_EPOCH:-1} (pg_resetwal -e), past 2^32, as a long-lived busy
 # database's are: a 32-bit xid (a row's xmin) then differs from pg_current_xact_id().
 set -euo pipefail
-cmd=${1:?usage: postgres.sh start|stop|restart|bin PORT}
-port=${2:?usage: postgres.sh start|stop|restart|bin PORT}
+cmd=${1:?usage: postgres.sh start|stop|restart|bin PORT | standby PORT PRIMARY_PORT}
+port=${2:?usage: postgres.sh start|stop|restart|bin PORT | standby PORT PRIMARY_PORT}
 dir=/tmp/snapflip-pg-$port
 
 find_bin() {
@@ -66,6 +69,20 @@ start)
     -o "-p $port -k $dir -c listen_addresses=127.0.0.1 -c fsync=off -c synchronous_commit=off -c full_page_writes=off -c max_connections=200 -c wal_level=${SNAPFLIP_PG_WAL_LEVEL:-logical} -c max_replication_slots=40 -c max_wal_senders=40" \
     start >/dev/null || { cat "$dir/server.log" >&2; exit 1; }
   ;;
+standby)
+  primary=${3:?usage: postgres.sh standby PORT PRIMARY_PORT}
+  if [ -f "$dir/data/postmaster.pid" ] && as_owner "$bin/pg_ctl" -D "$dir/data" status >/dev/null 2>&1; then
+    as_owner "$bin/pg_ctl" -D "$dir/data" -m immediate stop >/dev/null
+  fi
+  rm -rf "$dir"
+  mkdir -p "$dir"
+  [ "$(id -u)" -eq 0 ] && chown postgres "$dir"
+  as_owner "$bin/pg_basebackup" -h 127.0.0.1 -p "$primary" -U postgres -D "$dir/data" -R -X stream -c fast >"$dir/basebackup.log" 2>&1 ||
+    { cat "$dir/basebackup.log" >&2; exit 1; }
+  as_owner "$bin/pg_ctl" -D "$dir/data" -l "$dir/server.log" -w -t 60 \
+    -o "-p $port -k $dir -c listen_addresses=127.0.0.1 -c hot_standby=on -c max_connections=200 -c max_wal_senders=40 -c max_replication_slots=40" \
+    start >/dev/null || { cat "$dir/server.log" >&2; exit 1; }
+  ;;
 restart)
   as_owner "$bin/pg_ctl" -D "$dir/data" -l "$dir/server.log" -m fast -w -t 60 restart >/dev/null ||
     { cat "$dir/server.log" >&2; exit 1; }
@@ -77,7 +94,7 @@ stop)
   rm -rf "$dir"
   ;;
 *)
-  echo "usage: postgres.sh start|stop|restart|bin PORT" >&2
+  echo "usage: postgres.sh start|stop|restart|bin PORT | standby PORT PRIMARY_PORT" >&2
   exit 2
   ;;
 esac

@@ -42,9 +42,74 @@ var dbSeq atomic.Int64
 // and returns its DSN. It fails the test, never skips it, when no server is configured.
 func Postgres(tb testing.TB) string {
 	tb.Helper()
-	admin := os.Getenv(EnvPostgres)
+	return database(tb, EnvPostgres)
+}
+
+// EnvReplicated and EnvStandby name the variables holding the DSNs of a second
+// throwaway server and of its hot standby (streaming replication). `make test` sets
+// them. Only one test at a time uses that pair, so the primary is quiet: no
+// transaction but the test's own completes there.
+const (
+	EnvReplicated = "SNAPFLIP_TEST_REPLICATED_DSN"
+	EnvStandby    = "SNAPFLIP_TEST_STANDBY_DSN"
+)
+
+var replicated sync.Mutex
+
+// Replicated creates a fresh database on the replicated server and returns its DSN
+// on the primary and on the standby, once the standby has replayed its creation. The
+// test holds the pair alone until it ends. It fails the test, never skips it, when
+// the pair is not configured.
+func Replicated(tb testing.TB) (primary, standby string) {
+	tb.Helper()
+	if os.Getenv(EnvStandby) == "" {
+		tb.Fatalf("%s is not set: run the tests with `make test`, which starts a primary and its standby", EnvStandby)
+	}
+	replicated.Lock()
+	tb.Cleanup(replicated.Unlock)
+	primary = database(tb, EnvReplicated)
+	u, err := url.Parse(os.Getenv(EnvStandby))
+	if err != nil {
+		tb.Fatalf("%s must be a postgres:// URL", EnvStandby)
+	}
+	u.Path = "/" + Database(tb, primary)
+	standby = u.String()
+	Replayed(tb, primary, standby)
+	return primary, standby
+}
+
+// Replayed waits until the standby at standby has replayed every WAL record the
+// primary at primary had written when it was called.
+func Replayed(tb testing.TB, primary, standby string) {
+	tb.Helper()
+	var lsn string
+	QueryRow(tb, os.Getenv(EnvReplicated), `SELECT pg_current_wal_insert_lsn()::text`, &lsn)
+	Eventually(tb, 30*time.Second, func() error {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		conn, err := pgx.Connect(ctx, standby)
+		if err != nil {
+			return err
+		}
+		defer conn.Close(ctx)
+		var ok bool
+		if err := conn.QueryRow(ctx, `SELECT pg_last_wal_replay_lsn() >= $1::pg_lsn`, lsn).Scan(&ok); err != nil {
+			return err
+		}
+		if !ok {
+			return fmt.Errorf("the standby has not replayed up to %s", lsn)
+		}
+		return nil
+	})
+}
+
+// database creates a fresh database on the server the variable env names, drops it
+// when the test ends, and returns its DSN.
+func database(tb testing.TB, env string) string {
+	tb.Helper()
+	admin := os.Getenv(env)
 	if admin == "" {
-		tb.Fatalf("%s is not set: run the tests with `make test`, which starts a throwaway Postgres", EnvPostgres)
+		tb.Fatalf("%s is not set: run the tests with `make test`, which starts a throwaway Postgres", env)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -82,7 +147,7 @@ func Postgres(tb testing.TB) string {
 	})
 	u, err := url.Parse(admin)
 	if err != nil || !strings.HasPrefix(admin, "postgres") {
-		tb.Fatalf("%s must be a postgres:// URL", EnvPostgres)
+		tb.Fatalf("%s must be a postgres:// URL", env)
 	}
 	u.Path = "/" + name
 	return u.String()
