@@ -107,8 +107,7 @@ func (c *tokenCache) of(view snapshot.View) string {
 	if l := c.last.Load(); l != nil && l.v == view.Version {
 		return l.tok
 	}
-	src := view.Manifest.Source
-	tok := snapshot.SnapshotToken(src.Snapshot, snapshot.SystemIdentifier(src.System))
+	tok := view.Manifest.Source.Token()
 	c.last.Store(&tokenOf{v: view.Version, tok: tok})
 	return tok
 }

@@ -75,7 +75,7 @@ type versionInfo struct {
 // coversToken is the token of the newest snapshot the pointer's version is known to
 // hold: its own, or a later one a sync that found nothing new recorded.
 func coversToken(p snapshot.Pointer) string {
-	return snapshot.SnapshotToken(p.Covering().Snapshot, snapshot.SystemIdentifier(p.Source.System))
+	return p.Covering().Token(p.Source.System)
 }
 
 // The shapes of a version (VersionShape).
@@ -146,7 +146,7 @@ func describeVersion(m snapshot.Manifest, current snapshot.Version) versionInfo 
 		SealedAt: timePtr(m.SealedAt), PublishedAt: timePtr(m.PublishedAt), ExpiresAt: timePtr(m.ExpiresAt(0)),
 		Reason: m.Reason,
 		Format: m.Format, Shape: VersionShape(m), ChainLength: m.ChainLength(), BytesWritten: m.BytesWritten, Parent: m.Parent,
-		SnapshotToken: snapshot.SnapshotToken(m.Source.Snapshot, snapshot.SystemIdentifier(m.Source.System)),
+		SnapshotToken: m.Source.Token(),
 	}
 }
 

@@ -705,3 +705,129 @@ func TestThirtyTwoBitXidTokenRefused(t *testing.T) {
 		t.Errorf("a named version and x: of a row's xmin: %d %.300s; want 400 token-rejected", a.status, a.body)
 	}
 }
+
+// TestTokenOfARunningTransactionWaits: an x: token sent while its transaction still
+// runs waits for the commit and is then answered with the write. On a primary where
+// nothing else completes meanwhile, the running transaction's id is at or above the
+// snapshot's xmax (which counts completed transactions only): judged by xmax it would
+// be "never issued" and refused with 400 once the syncer had looked on demand.
+func TestTokenOfARunningTransactionWaits(t *testing.T) {
+	primary, _ := testenv.Replicated(t) // a primary where no other test commits
+	e := startOn(t, primary)
+	if _, err := e.sync(t); err != nil {
+		t.Fatal(err)
+	}
+	st := testenv.Store(t, testenv.StoreConfig(e.Bigtable))
+	ctx := context.Background()
+	demand0, err := st.ReadDemand(ctx, e.Dataset)
+	if err != nil {
+		t.Fatal(err)
+	}
+	writer := testenv.OpenTx(t, primary)
+	var xid string
+	if err := writer.QueryRow(ctx, `UPDATE things SET gen = 44 WHERE id = 'plain' RETURNING pg_current_xact_id()::text`).Scan(&xid); err != nil {
+		t.Fatal(err)
+	}
+	var xmax string
+	testenv.QueryRow(t, primary, `SELECT pg_snapshot_xmax(pg_current_snapshot())::text`, &xmax)
+	if x, _ := strconv.ParseUint(xid, 10, 64); x < mustUint(t, xmax) {
+		t.Fatalf("the running transaction %s is below xmax %s: another transaction completed on the quiet primary", xid, xmax)
+	}
+	path := docPath("things", "plain")
+	answer := make(chan tokenAnswer, 1)
+	go func() { answer <- e.readAfter(t, e.Base, path, "x:"+xid, "10") }()
+	// The read raises demand; a sync then looks at the source on it.
+	testenv.Eventually(t, 10*time.Second, func() error {
+		if d, err := st.ReadDemand(ctx, e.Dataset); err != nil || d <= demand0 {
+			return fmt.Errorf("demand %d (%v): not raised yet", d, err)
+		}
+		return nil
+	})
+	if _, err := e.sync(t); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case a := <-answer:
+		t.Fatalf("x:%s of a running transaction answered before its commit: %d %.300s; want it to wait", xid, a.status, a.body)
+	case <-time.After(time.Second):
+	}
+	if err := writer.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.sync(t); err != nil {
+		t.Fatal(err)
+	}
+	if a := <-answer; a.status != http.StatusOK || !strings.Contains(string(a.body), `"gen":44`) {
+		t.Errorf("x:%s after its commit: %d %.300s; want the document with the write", xid, a.status, a.body)
+	}
+}
+
+func mustUint(tb testing.TB, s string) uint64 {
+	tb.Helper()
+	n, err := strconv.ParseUint(s, 10, 64)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return n
+}
+
+// TestStandbySourceJudgedConservatively: a snapshot taken on a hot standby prints no
+// in-progress list, so a transaction still running there (unreplayed, or open on the
+// primary) looks committed when it is between xmin and xmax. A version read from the
+// standby covers an x: token only below its xmin, and its own Snapshot-Token claims
+// no more than that.
+func TestStandbySourceJudgedConservatively(t *testing.T) {
+	primary, standby := testenv.Replicated(t)
+	e := startOn(t, primary)
+	e.DSN = standby
+	testenv.Replayed(t, primary, standby)
+	if _, err := e.sync(t); err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	writer := testenv.OpenTx(t, primary)
+	var x string
+	if err := writer.QueryRow(ctx, `UPDATE things SET gen = 51 WHERE id = 'plain' RETURNING pg_current_xact_id()::text`).Scan(&x); err != nil {
+		t.Fatal(err)
+	}
+	var y string
+	testenv.QueryRow(t, primary, `UPDATE things SET gen = 52 WHERE id = 'a/b' RETURNING pg_current_xact_id()::text`, &y)
+	testenv.Replayed(t, primary, standby)
+	var standbySnapshot string
+	testenv.QueryRow(t, standby, `SELECT pg_current_snapshot()::text`, &standbySnapshot)
+	if sn, err := snapshot.ParsePGSnapshot(standbySnapshot); err != nil || len(sn.Xip) != 0 || !sn.Sees(mustUint(t, x)) {
+		t.Fatalf("the standby's snapshot %s (%v) does not print %s as committed: the case is not exercised", standbySnapshot, err, x)
+	}
+	if _, err := e.sync(t, "--force"); err != nil {
+		t.Fatal(err)
+	}
+	// Both are above the standby's xmin: neither is known to be seen, though y's write
+	// is in the version.
+	path := docPath("things", "plain")
+	for _, tok := range []string{"x:" + x, "x:" + y} {
+		if a := e.readAfter(t, e.Base, path, tok, "0.2"); !notYetCovered(a) {
+			t.Errorf("%s, above the xmin of a version read on the standby: %d %.300s; want 503 token-not-yet-covered", tok, a.status, a.body)
+		}
+	}
+	tok, err := snapshot.ParseToken(e.readAfter(t, e.Base, path, "", "").token)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if tok.Snapshot.Covers(snapshot.Token{Kind: snapshot.TokenXid, Xid: mustUint(t, x)}) {
+		t.Errorf("the version's Snapshot-Token %s claims the running transaction %s", tok, x)
+	}
+	if err := writer.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	testenv.Replayed(t, primary, standby)
+	// The standby's xmin passes x once x's commit is replayed.
+	if _, err := e.sync(t, "--force"); err != nil {
+		t.Fatal(err)
+	}
+	if a := e.readCovered(t, path, "x:"+x); a.status != http.StatusOK || !strings.Contains(string(a.body), `"gen":51`) {
+		t.Errorf("x:%s after its commit was replayed: %d %.300s; want the document with the write", x, a.status, a.body)
+	}
+	if a := e.readCovered(t, docPath("things", "a/b"), "x:"+y); a.status != http.StatusOK || !strings.Contains(string(a.body), `"gen":52`) {
+		t.Errorf("x:%s once x:%s ended: %d %.300s; want the document with the write", y, x, a.status, a.body)
+	}
+}

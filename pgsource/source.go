@@ -261,7 +261,9 @@ func (s *Source) start(ctx context.Context, since *snapshot.Position) (_ *snap, 
 		}
 	}()
 	var lsnText, snapText string
-	if err := tx.QueryRow(ctx, snapshotPositionSQL).Scan(&lsnText, &snapText); err != nil {
+	var recovery bool
+	var next int64
+	if err := tx.QueryRow(ctx, snapshotPositionSQL).Scan(&lsnText, &snapText, &recovery, &next); err != nil {
 		return nil, fmt.Errorf("read source position: %w", err)
 	}
 	lsn, err := ParseLSN(lsnText)
@@ -285,7 +287,7 @@ func (s *Source) start(ctx context.Context, since *snapshot.Position) (_ *snap, 
 		return nil, fmt.Errorf("read the cluster's identity: %w", err)
 	}
 	sn := &snap{src: s, conn: conn, born: born, tx: tx, reads: reads, extra: map[int]*pgx.Conn{},
-		pos: snapshot.Position{LSN: lsn, Snapshot: snapText, Config: fingerprint(s.collections, keys),
+		pos: snapshot.Position{LSN: lsn, Snapshot: snapText, Recovery: recovery, NextXid: uint64(max(next, 0)), Config: fingerprint(s.collections, keys),
 			Configs: collectionFingerprints(s.collections, keys), Fingerprints: map[string]string{}, Definitions: map[string]string{}, System: system}}
 	if st := s.stream.Load(); st != nil {
 		if sn.delta, err = st.delta(ctx, snapText, lsn, since); err != nil {
@@ -296,10 +298,15 @@ func (s *Source) start(ctx context.Context, since *snapshot.Position) (_ *snap, 
 	return sn, nil
 }
 
-// snapshotPositionSQL reads the WAL position (replayed, on a standby) and the
-// transaction's snapshot, "xmin:xmax:xip,…".
+// snapshotPositionSQL reads the WAL position (replayed, on a standby), the
+// transaction's snapshot ("xmin:xmax:xip,…"), whether the server is in recovery, and
+// the transaction id it would assign next. That id is read without assigning one:
+// age() of a 32-bit id measures from it (in a transaction that has none of its own),
+// and xmin gives the epoch, being within 2^31 of it.
 const snapshotPositionSQL = `SELECT (CASE WHEN pg_is_in_recovery() THEN pg_last_wal_replay_lsn()
-	ELSE pg_current_wal_insert_lsn() END)::text, pg_current_snapshot()::text`
+	ELSE pg_current_wal_insert_lsn() END)::text, s::text, pg_is_in_recovery(),
+	pg_snapshot_xmin(s)::text::bigint + age(pg_snapshot_xmin(s)::xid)
+	FROM pg_current_snapshot() AS s`
 
 // exportSnapshotSQL exports the transaction's snapshot for other connections to
 // import.

@@ -119,7 +119,7 @@ func judge(p snapshot.Pointer, tok snapshot.Token, need uint64) (bool, error) {
 		return false, err
 	}
 	cov := p.Covering()
-	sn, err := snapshot.ParsePGSnapshot(cov.Snapshot)
+	sn, err := cov.PGSnapshot()
 	if err == nil {
 		if nerr := sn.NarrowError(tok); nerr != nil {
 			return false, nerr
@@ -127,6 +127,12 @@ func judge(p snapshot.Pointer, tok snapshot.Token, need uint64) (bool, error) {
 		if sn.Covers(tok) {
 			return true, nil
 		}
+	}
+	// The version's own snapshot too: a token cut to MaxTokenBytes from it claims
+	// that the transactions it dropped ended, which a later coverage may refute while
+	// one of them still runs.
+	if own, oerr := p.Source.PGSnapshot(); oerr == nil && cov.Snapshot != p.Source.Snapshot && own.Covers(tok) {
+		return true, nil
 	}
 	switch {
 	case p.Pinned:
@@ -146,7 +152,7 @@ func (r *Resolver) CoversNamed(ctx context.Context, view snapshot.View, tok snap
 	if err := tok.CheckSystem(view.Manifest.Source.System); err != nil {
 		return err
 	}
-	if sn, err := snapshot.ParsePGSnapshot(view.Manifest.Source.Snapshot); err == nil {
+	if sn, err := view.Manifest.Source.PGSnapshot(); err == nil {
 		if nerr := sn.NarrowError(tok); nerr != nil {
 			return nerr
 		}

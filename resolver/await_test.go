@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"os"
 	"runtime"
+	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -97,7 +99,7 @@ func TestAwait(t *testing.T) {
 		runtime.Gosched()
 	}
 	st.setPointer(snapshot.Pointer{Version: "v2", Source: snapshot.Position{LSN: 2, Snapshot: "106:106:"},
-		Covered: snapshot.Coverage{Version: "v2", Snapshot: "130:130:", LSN: 4, Demand: ds.raises.Load() + 100}})
+		Covered: snapshot.Coverage{Version: "v2", Snapshot: "130:130:", LSN: 4, NextXid: 132, Demand: ds.raises.Load() + 100}})
 	if err := <-fut; !errors.Is(err, snapshot.ErrTokenRejected) || !errors.Is(err, snapshot.ErrInvalid) {
 		t.Errorf("an xid from the future: %v; want ErrTokenRejected", err)
 	}
@@ -248,5 +250,32 @@ func TestAwaitConfirmsAPinBeforeRefusing(t *testing.T) {
 	}
 	if _, err := r.Await(ctx, tokenOf(t, "x:110")); !errors.Is(err, snapshot.ErrNotCovered) {
 		t.Errorf("a token the pin does not cover, confirmed: %v; want ErrNotCovered", err)
+	}
+}
+
+// TestAwaitShortenedTokenByOwnSnapshot: a version's token cut to MaxTokenBytes claims
+// the transactions it dropped ended. A coverage recorded later, while one of them
+// still runs, does not cover it; the version's own snapshot does, and is asked too.
+func TestAwaitShortenedTokenByOwnSnapshot(t *testing.T) {
+	const base = 1 << 32
+	var xip []string
+	for x := base + 1; x < base+150; x++ {
+		xip = append(xip, strconv.Itoa(x))
+	}
+	own := fmt.Sprintf("%d:%d:%d,%s", base, base+200, base, strings.Join(xip, ","))
+	tok := tokenOf(t, snapshot.SnapshotToken(own, ""))
+	if len(tok.Snapshot.Xip) >= len(xip)+1 {
+		t.Fatalf("the token of %d in-progress transactions was not shortened", len(xip)+1)
+	}
+	later := fmt.Sprintf("%d:%d:%d,%s", base, base+300, base, strings.Join(xip, ",")) // they all still run
+	st := awaitStore()
+	st.setPointer(snapshot.Pointer{Version: "v1", Source: snapshot.Position{LSN: 1, Snapshot: own},
+		Covered: snapshot.Coverage{Version: "v1", Snapshot: later, LSN: 2}})
+	r := mustNew(t, "ds", st, Config{Refresh: 5 * time.Millisecond}, nil)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	go r.Run(ctx)
+	if v, err := r.Await(ctx, tok); err != nil || v.Version != "v1" {
+		t.Errorf("the version's own shortened token, with a later coverage recorded: %v, %v; want v1", v.Version, err)
 	}
 }

@@ -42,6 +42,9 @@ type Coverage struct {
 	// Snapshot is the source snapshot (pg_current_snapshot()) and LSN its position.
 	Snapshot string `json:"snapshot"`
 	LSN      uint64 `json:"lsn"`
+	// Recovery and NextXid say how Snapshot was taken (Position's fields).
+	Recovery bool   `json:"recovery,omitempty"`
+	NextXid  uint64 `json:"next_xid,omitempty"`
 	// Demand is the pointer's Demand as read before the snapshot was taken: every
 	// demand up to it was raised before Snapshot, so the source had issued every
 	// transaction id a demanding waiter could hold by then.
@@ -56,7 +59,13 @@ func (p Pointer) Covering() Coverage {
 	if p.Covered.Version == p.Version && p.Covered.Snapshot != "" && p.Covered.LSN >= p.Source.LSN {
 		return p.Covered
 	}
-	return Coverage{Version: p.Version, Snapshot: p.Source.Snapshot, LSN: p.Source.LSN, At: p.FlippedAt}
+	return Coverage{Version: p.Version, Snapshot: p.Source.Snapshot, LSN: p.Source.LSN,
+		Recovery: p.Source.Recovery, NextXid: p.Source.NextXid, At: p.FlippedAt}
+}
+
+// PGSnapshot returns the coverage's snapshot with how it was taken.
+func (c Coverage) PGSnapshot() (PGSnapshot, error) {
+	return takenSnapshot(c.Snapshot, c.Recovery, c.NextXid)
 }
 
 // Flip asks to move the pointer.
@@ -90,7 +99,8 @@ type Flip struct {
 func (f Flip) Pointer() Pointer {
 	return Pointer{Version: f.Version, Previous: f.Expected, Fence: f.Token, Source: f.Source, Pinned: f.Pin,
 		FlippedAt: f.At, By: f.By, Reason: f.Reason,
-		Covered: Coverage{Version: f.Version, Snapshot: f.Source.Snapshot, LSN: f.Source.LSN, Demand: f.Demand, At: f.At}}
+		Covered: Coverage{Version: f.Version, Snapshot: f.Source.Snapshot, LSN: f.Source.LSN,
+			Recovery: f.Source.Recovery, NextXid: f.Source.NextXid, Demand: f.Demand, At: f.At}}
 }
 
 // PointerStore reads and flips pointers.

@@ -295,7 +295,8 @@ func (a *attempt) cover(ctx context.Context, pos Position) {
 	if token == 0 {
 		token = a.cur.Fence
 	}
-	c := Coverage{Version: a.cur.Version, Snapshot: pos.Snapshot, LSN: pos.LSN, Demand: a.cur.Demand, At: a.p.now()}
+	c := Coverage{Version: a.cur.Version, Snapshot: pos.Snapshot, LSN: pos.LSN, Recovery: pos.Recovery,
+		NextXid: pos.NextXid, Demand: a.cur.Demand, At: a.p.now()}
 	if err := a.p.Store.RecordCoverage(ctx, a.p.Dataset, token, c); err != nil {
 		observe(ctx, a.p.Observer, Event{Kind: EventCoverageFailed, Dataset: a.p.Dataset, Version: a.cur.Version,
 			Attrs: []any{"err", err}})

@@ -15,6 +15,13 @@ type Position struct {
 	LSN uint64 `json:"lsn"`
 	// Snapshot is the source's own description of the snapshot (pg_current_snapshot()).
 	Snapshot string `json:"snapshot,omitempty"`
+	// Recovery says the snapshot was taken on a server in recovery (a hot standby):
+	// its in-progress list is empty whatever ran, so it proves only what ended
+	// before its xmin.
+	Recovery bool `json:"recovery,omitempty"`
+	// NextXid is the transaction id the source would assign next when the snapshot
+	// was taken (0 when unknown): an id at or above it had not been issued.
+	NextXid uint64 `json:"next_xid,omitempty"`
 	// Config fingerprints the collection definitions the version was read with, so a
 	// changed definition is never mistaken for an unchanged source.
 	Config string `json:"config,omitempty"`
@@ -51,6 +58,11 @@ type StreamPosition struct {
 	// Resume is where the stream must be read again from to see every transaction the
 	// snapshot does not: each of them committed at or after it.
 	Resume uint64 `json:"resume"`
+}
+
+// PGSnapshot returns the position's snapshot with how it was taken.
+func (p Position) PGSnapshot() (PGSnapshot, error) {
+	return takenSnapshot(p.Snapshot, p.Recovery, p.NextXid)
 }
 
 // Same reports whether p and o name the same snapshot: the same position and the

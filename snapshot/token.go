@@ -43,11 +43,40 @@ type Token struct {
 }
 
 // PGSnapshot is a Postgres snapshot, pg_current_snapshot()'s "xmin:xmax:xip,…":
-// every transaction below Xmin has ended, none at or above Xmax had started, and Xip
-// (ascending) were in progress.
+// every transaction below Xmin has ended, none at or above Xmax had completed, and
+// Xip (ascending) were in progress. Recovery and Next say how a version's snapshot
+// was taken; a token's snapshot has neither.
 type PGSnapshot struct {
 	Xmin, Xmax uint64
 	Xip        []uint64
+	// Recovery marks a snapshot taken on a hot standby: Postgres keeps the
+	// transactions running there out of the printed list, so only what ended below
+	// Xmin is known to be seen.
+	Recovery bool
+	// Next is the transaction id the source would have assigned next (0 when
+	// unknown): ids at or above it had not been issued. A running transaction's id
+	// may be at or above Xmax, which counts completed transactions only.
+	Next uint64
+}
+
+// takenSnapshot parses a version's snapshot and records how it was taken.
+func takenSnapshot(text string, recovery bool, next uint64) (PGSnapshot, error) {
+	sn, err := ParsePGSnapshot(text)
+	if err != nil {
+		return PGSnapshot{}, err
+	}
+	sn.Recovery, sn.Next = recovery, next
+	return sn, nil
+}
+
+// Proven returns what s is known to see, as a snapshot a token may name: s itself,
+// or for a snapshot taken in recovery, every transaction below its xmin and nothing
+// else.
+func (s PGSnapshot) Proven() PGSnapshot {
+	if s.Recovery {
+		return PGSnapshot{Xmin: s.Xmin, Xmax: s.Xmin}
+	}
+	return PGSnapshot{Xmin: s.Xmin, Xmax: s.Xmax, Xip: s.Xip}
 }
 
 // ErrTokenRejected reports a token no version can ever cover: malformed, naming
@@ -134,12 +163,13 @@ func (s PGSnapshot) String() string {
 
 // Sees reports whether a transaction that committed is visible in the snapshot
 // (pg_visible_in_snapshot): it ended before xmin, or started before xmax and was not
-// in progress.
+// in progress. A snapshot taken in recovery is known to see only what ended before
+// its xmin.
 func (s PGSnapshot) Sees(xid uint64) bool {
 	if xid < s.Xmin {
 		return true
 	}
-	if xid >= s.Xmax {
+	if xid >= s.Xmax || s.Recovery {
 		return false
 	}
 	_, inProgress := slices.BinarySearch(s.Xip, xid)
@@ -153,13 +183,17 @@ func (s PGSnapshot) Sees(xid uint64) bool {
 // it was shortened to fit MaxTokenBytes (its in-progress list a prefix of s's). That
 // exception is looser than the rule for one case: another snapshot with the same
 // xmin, xmax and list prefix, read while more than ~48 transactions were in progress
-// and no xid was assigned between the two, is taken to cover it too.
+// and no xid was assigned between the two, is taken to cover it too. A snapshot taken
+// in recovery covers a snapshot token only when the token's xmax is at most its xmin.
 func (s PGSnapshot) Covers(t Token) bool {
 	switch t.Kind {
 	case TokenXid:
 		return s.Sees(t.Xid)
 	case TokenSnapshot:
 		ts := t.Snapshot
+		if s.Recovery {
+			return ts.Xmax <= s.Xmin
+		}
 		if s.Xmax < ts.Xmax {
 			return false
 		}
@@ -184,11 +218,17 @@ func (s PGSnapshot) Covers(t Token) bool {
 
 // Future reports whether the token names a transaction the source had not started
 // when it took snapshot s: no version read from the source will ever cover it (a
-// caller's mistake, or a token from another cluster with the same identity).
+// caller's mistake, or a token from another cluster with the same identity). An x:
+// token is judged by the id the source would have assigned next, never by xmax (a
+// running transaction's id may be above it); without that id, or on a standby, no
+// token is future.
 func (s PGSnapshot) Future(t Token) bool {
+	if s.Recovery {
+		return false
+	}
 	switch t.Kind {
 	case TokenXid:
-		return t.Xid >= s.Xmax
+		return s.Next > 0 && t.Xid >= s.Next
 	case TokenSnapshot:
 		return t.Snapshot.Xmax > s.Xmax
 	}
@@ -285,7 +325,32 @@ func SnapshotToken(snapshot, system string) string {
 	if err != nil {
 		return ""
 	}
-	t := Token{Kind: TokenSnapshot, Snapshot: sn, System: system}
+	return provenToken(sn, system)
+}
+
+// Token returns the token naming what a version read at p is known to hold: its
+// snapshot's (Proven), from its cluster; "" when the snapshot does not parse.
+func (p Position) Token() string {
+	sn, err := p.PGSnapshot()
+	if err != nil {
+		return ""
+	}
+	return provenToken(sn, SystemIdentifier(p.System))
+}
+
+// Token returns the token naming what the coverage proves, from cluster system (a
+// Position.System); "" when its snapshot does not parse.
+func (c Coverage) Token(system string) string {
+	sn, err := c.PGSnapshot()
+	if err != nil {
+		return ""
+	}
+	return provenToken(sn, SystemIdentifier(system))
+}
+
+// provenToken is SnapshotToken of what sn is known to see.
+func provenToken(sn PGSnapshot, system string) string {
+	t := Token{Kind: TokenSnapshot, Snapshot: sn.Proven(), System: system}
 	s := t.String()
 	for len(s) > MaxTokenBytes && len(t.Snapshot.Xip) > 0 {
 		drop := max(1, (len(s)-MaxTokenBytes)/21)

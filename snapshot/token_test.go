@@ -207,3 +207,60 @@ func TestNarrow(t *testing.T) {
 		}
 	}
 }
+
+// A snapshot taken on a hot standby prints no in-progress list: it is known to see
+// only what ended below its xmin, its token claims only that, and no token is future
+// by it.
+func TestRecoverySnapshotJudgedConservatively(t *testing.T) {
+	sn, err := takenSnapshot("100:110:", true, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		tok  string
+		want bool
+	}{
+		{"x:99", true}, {"x:100", false}, {"x:105", false}, {"x:109", false},
+		{"s:90:100:", true}, {"s:90:99:95", true}, {"s:100:101:", false}, {"s:100:110:", false},
+	} {
+		tok, err := ParseToken(c.tok)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := sn.Covers(tok); got != c.want {
+			t.Errorf("recovery snapshot 100:110: covers %s = %v; want %v", c.tok, got, c.want)
+		}
+		if sn.Future(tok) {
+			t.Errorf("recovery snapshot: %s judged future", c.tok)
+		}
+	}
+	if got := (Position{Snapshot: "100:110:", Recovery: true, System: "7:5:1"}).Token(); got != "s:100:100:@7" {
+		t.Errorf("a standby position's token = %q; want s:100:100:@7", got)
+	}
+	if got := (Position{Snapshot: "100:110:105", System: "7:5:1"}).Token(); got != "s:100:110:105@7" {
+		t.Errorf("a primary position's token = %q; want s:100:110:105@7", got)
+	}
+}
+
+// An x: token is future only at or above the id the source would assign next, not
+// at xmax: a running transaction's id may be above every completed one.
+func TestFutureByNextXid(t *testing.T) {
+	for _, c := range []struct {
+		next uint64
+		tok  string
+		want bool
+	}{
+		{0, "x:110", false}, {0, "x:500", false}, // next unknown: never future
+		{112, "x:110", false}, {112, "x:111", false}, {112, "x:112", true},
+		{112, "s:100:111:", true}, {112, "s:100:110:", false},
+	} {
+		sn, err := takenSnapshot("100:110:", false, c.next)
+		if err != nil {
+			t.Fatal(err)
+		}
+		tok, _ := ParseToken(c.tok)
+		if got := sn.Future(tok); got != c.want {
+			t.Errorf("next %d: Future(%s) = %v; want %v", c.next, c.tok, got, c.want)
+		}
+	}
+}
