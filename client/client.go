@@ -201,11 +201,13 @@ func (c *Client) url(path string, q url.Values) string {
 // send exchanges r with the token its consistency asks for, and keeps the newest
 // token the answer names. A kept token that the API says no version will
 // cover (412: an operator rolled the dataset back; 400: the dataset's source is
-// another cluster now) is dropped, and r sent again without it.
+// another cluster now), or that no version covered within the API's wait (503: a
+// token cut to fit its size names a transaction that still runs), is dropped, and r
+// sent again without it.
 func (c *Client) send(ctx context.Context, r request) (answer, error) {
 	after, auto := c.after(r.consistency)
 	a, err := c.exchange(ctx, r, after)
-	if auto && (errors.Is(err, ErrNotCovered) || errors.Is(err, ErrTokenRejected)) {
+	if auto && ctx.Err() == nil && (errors.Is(err, ErrNotCovered) || errors.Is(err, ErrTokenRejected) || errors.Is(err, ErrNotYetCovered)) {
 		c.tokens.forget(after)
 		a, err = c.exchange(ctx, r, "")
 	}
