@@ -66,7 +66,7 @@ func (s *Server) changes(w http.ResponseWriter, r *http.Request) error {
 	}
 	view, err := s.changesView(r, v)
 	if err == nil {
-		err = s.withToken(r, view)
+		err = s.withToken(r, view, cur.Judged)
 	}
 	if err != nil {
 		return err
@@ -89,7 +89,7 @@ func (s *Server) changes(w http.ResponseWriter, r *http.Request) error {
 			return err
 		}
 		if page.More {
-			next = encodeToken(changesToken{pageToken: pageToken{Version: view.Version, Collection: collection},
+			next = encodeToken(changesToken{pageToken: pageToken{Version: view.Version, Collection: collection, Judged: judgedKey(r)},
 				Sealed: s.cursors.seal([]byte(pos), cursorBound(view.Version, collection, m))})
 		}
 	} else {
@@ -100,7 +100,7 @@ func (s *Server) changes(w http.ResponseWriter, r *http.Request) error {
 			return err
 		}
 		if page.More && len(page.IDs) > 0 {
-			next = encodeToken(pageToken{Version: view.Version, Collection: collection, After: page.IDs[len(page.IDs)-1].ID})
+			next = encodeToken(pageToken{Version: view.Version, Collection: collection, After: page.IDs[len(page.IDs)-1].ID, Judged: judgedKey(r)})
 		}
 	}
 	out := changesResponse{Version: view.Version, Parent: page.Parent, Collection: collection, Kind: page.Kind,

@@ -222,6 +222,10 @@ type pageToken struct {
 	Version    snapshot.Version `json:"v"`
 	Collection string           `json:"c"`
 	After      string           `json:"a"`
+	// Judged names the Snapshot-After token the first page's version was judged to
+	// cover (judgedKey), so that the next pages, sending it again, are not judged
+	// again: the version may no longer be the one the coverage was recorded for.
+	Judged string `json:"k,omitempty"`
 }
 
 func encodeToken(t any) string {
@@ -310,7 +314,7 @@ func (s *Server) listDocuments(w http.ResponseWriter, r *http.Request) error {
 			view, err = s.reader.View(r.Context(), v)
 		}
 		if err == nil {
-			err = s.withToken(r, view)
+			err = s.withToken(r, view, t.Judged)
 		}
 		if err != nil {
 			return err
@@ -326,7 +330,7 @@ func (s *Server) listDocuments(w http.ResponseWriter, r *http.Request) error {
 	}
 	var next string
 	if more && len(docs) > 0 {
-		next = encodeToken(pageToken{Version: view.Version, Collection: collection, After: docs[len(docs)-1].ID})
+		next = encodeToken(pageToken{Version: view.Version, Collection: collection, After: docs[len(docs)-1].ID, Judged: judgedKey(r)})
 	}
 	return s.writePage(w, page{view: view, pinned: pinned, collection: collection, docs: docs, sel: sel, next: next})
 }

@@ -57,6 +57,7 @@ type filterToken struct {
 	Collection string           `json:"c"`
 	Filter     string           `json:"f"`
 	After      []byte           `json:"e"`
+	Judged     string           `json:"k,omitempty"` // as pageToken's
 }
 
 // filterText is a filter's conditions as one string, for its page tokens.
@@ -89,7 +90,7 @@ func (s *Server) filterView(r *http.Request, collection, filter string) (snapsho
 	}
 	view, err := s.reader.View(r.Context(), v)
 	if err == nil {
-		err = s.withToken(r, view)
+		err = s.withToken(r, view, t.Judged)
 	}
 	return view, string(t.After), true, err
 }
@@ -169,7 +170,7 @@ func (s *Server) filterDocuments(w http.ResponseWriter, r *http.Request, fr filt
 	}
 	var next string
 	if got.Next != "" {
-		next = encodeToken(filterToken{Version: view.Version, Collection: fr.collection, Filter: filter, After: []byte(got.Next)})
+		next = encodeToken(filterToken{Version: view.Version, Collection: fr.collection, Filter: filter, After: []byte(got.Next), Judged: judgedKey(r)})
 	}
 	return s.writePage(w, page{view: view, pinned: pinned, collection: fr.collection, docs: got.Docs, sel: fr.sel, next: next})
 }

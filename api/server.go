@@ -3,7 +3,9 @@ package api
 import (
 	"cmp"
 	"context"
+	"crypto/sha256"
 	_ "embed"
+	"encoding/base64"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -453,13 +455,34 @@ func (s *Server) await(r *http.Request, tok snapshot.Token) (snapshot.View, erro
 }
 
 // withToken checks a view a request named some other way (a page token) against the
-// request's token, if it carries one.
-func (s *Server) withToken(r *http.Request, view snapshot.View) error {
+// request's token, if it carries one, unless it is the token the first page was
+// judged with (judged, from the page token): every page of one read comes from the
+// version the first page used.
+func (s *Server) withToken(r *http.Request, view snapshot.View, judged string) error {
 	tok, has, err := afterToken(r)
 	if err != nil || !has {
 		return err
 	}
+	if judged != "" && judged == tokenKey(tok) {
+		return nil
+	}
 	return s.reader.CoversNamed(r.Context(), view, tok)
+}
+
+// judgedKey is the key of the token a request carries, judged covered by the version
+// that answered it, for its next page's token; "" when it carries none.
+func judgedKey(r *http.Request) string {
+	tok, has, err := afterToken(r)
+	if err != nil || !has {
+		return ""
+	}
+	return tokenKey(tok)
+}
+
+// tokenKey names a token briefly: the first 12 bytes of the SHA-256 of its text.
+func tokenKey(tok snapshot.Token) string {
+	sum := sha256.Sum256([]byte(tok.String()))
+	return base64.RawURLEncoding.EncodeToString(sum[:12])
 }
 
 // errNoneNamed is named's answer for a request that names no version.

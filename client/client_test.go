@@ -350,26 +350,7 @@ func TestOneVersionAcrossAFlipMidway(t *testing.T) {
 	ctx := context.Background()
 	old := stack.SourceDocs(t, e.DSN, `SELECT id, to_json(t)::text FROM docs t`)
 
-	// flip publishes a new version once, after the first answer of the kind (method)
-	// the test is exercising, and waits until the API serves it.
-	var (
-		mu      sync.Mutex
-		armed   string // the method whose next answer triggers a flip
-		flipped string // the version the flip published
-	)
-	rec := newRecorder(nil)
-	rec.after = func(x exchange) {
-		mu.Lock()
-		defer mu.Unlock()
-		if x.method != armed || x.status != http.StatusOK {
-			return
-		}
-		armed = ""
-		testenv.Exec(t, e.DSN, `UPDATE docs SET gen = gen + 1`)
-		flipped = e.sync(t)
-		e.await(t, flipped)
-	}
-	arm := func(method string) { mu.Lock(); armed, flipped = method, ""; mu.Unlock() }
+	rec, arm, flipped := flipAfterFirst(t, e)
 	c := newClient(t, e.Base, func(c *Config) {
 		c.HTTPClient = &http.Client{Transport: rec}
 		c.BatchLimit = 5
@@ -382,8 +363,8 @@ func TestOneVersionAcrossAFlipMidway(t *testing.T) {
 	if err != nil || got != v1 || len(missing) != 0 {
 		t.Fatalf("BatchGet = version %s, missing %q, %v; want %s", got, missing, err, v1)
 	}
-	if flipped == "" || flipped == v1 {
-		t.Fatalf("no flip happened during the BatchGet (%q): the test proves nothing", flipped)
+	if f := flipped(); f == "" || f == v1 {
+		t.Fatalf("no flip happened during the BatchGet (%q): the test proves nothing", f)
 	}
 	if diff := cmp.Diff(old, bodies(t, docs, v1)); diff != "" {
 		t.Errorf("BatchGet across a flip (-want +got):\n%s", diff)
@@ -392,7 +373,7 @@ func TestOneVersionAcrossAFlipMidway(t *testing.T) {
 		t.Errorf("BatchGet of %d ids by 5 sent %d requests; want them split", len(ids), len(xs))
 	}
 
-	v2 := flipped
+	v2 := flipped()
 	old = stack.SourceDocs(t, e.DSN, `SELECT id, to_json(t)::text FROM docs t`) // v2's documents (the next flip bumps gen again)
 	arm(http.MethodGet)
 	listed := map[string]string{}
@@ -405,14 +386,94 @@ func TestOneVersionAcrossAFlipMidway(t *testing.T) {
 		}
 		listed[d.ID] = string(d.JSON)
 	}
-	if flipped == "" || flipped == v2 {
-		t.Fatalf("no flip happened during the List (%q): the test proves nothing", flipped)
+	if f := flipped(); f == "" || f == v2 {
+		t.Fatalf("no flip happened during the List (%q): the test proves nothing", f)
 	}
 	if diff := cmp.Diff(old, listed); diff != "" {
 		t.Errorf("List across a flip (-want +got):\n%s", diff)
 	}
-	if d, err := c.Get(ctx, "docs", "plain"); err != nil || d.Version != flipped {
-		t.Errorf("after the listing, Get answers from %s (%v); want the new version %s", d.Version, err, flipped)
+	if d, err := c.Get(ctx, "docs", "plain"); err != nil || d.Version != flipped() {
+		t.Errorf("after the listing, Get answers from %s (%v); want the new version %s", d.Version, err, flipped())
+	}
+}
+
+// flipAfterFirst returns a transport that publishes a new version once, after the
+// first answer of the kind (method) the test arms it for, and waits until the API
+// serves it; and what the last flip published ("" before it).
+func flipAfterFirst(t *testing.T, e *env) (rec *recorder, arm func(method string), flipped func() string) {
+	var (
+		mu      sync.Mutex
+		armed   string // the method whose next answer triggers a flip
+		version string // the version the flip published
+	)
+	rec = newRecorder(nil)
+	rec.after = func(x exchange) {
+		mu.Lock()
+		defer mu.Unlock()
+		if x.method != armed || x.status != http.StatusOK {
+			return
+		}
+		armed = ""
+		testenv.Exec(t, e.DSN, `UPDATE docs SET gen = gen + 1`)
+		version = e.sync(t)
+		e.await(t, version)
+	}
+	arm = func(method string) { mu.Lock(); armed, version = method, ""; mu.Unlock() }
+	flipped = func() string { mu.Lock(); defer mu.Unlock(); return version }
+	return rec, arm, flipped
+}
+
+// TestTokenReadAcrossAFlipMidway: a BatchGet split into parts and a List of several
+// pages with After(token), whose first request's version covers the token only by
+// the coverage recorded for it (a sync found nothing new since), are answered whole
+// from that version though the pointer moves on before the next request.
+func TestTokenReadAcrossAFlipMidway(t *testing.T) {
+	e := start(t, config)
+	e.await(t, e.sync(t))
+	ctx := context.Background()
+	rec, arm, flipped := flipAfterFirst(t, e)
+	c := newClient(t, e.Base, func(c *Config) {
+		c.HTTPClient = &http.Client{Transport: rec}
+		c.BatchLimit = 5
+		c.Timeout = time.Minute
+	})
+	ids := slices.Sorted(maps.Keys(stack.SourceDocs(t, e.DSN, `SELECT id, to_json(t)::text FROM docs t`)))
+	testenv.Exec(t, e.DSN, `CREATE TABLE unrelated (x int)`)
+	// coveredOnly commits a write no collection reads and returns a token of it,
+	// covered by the current version once a sync found nothing new.
+	coveredOnly := func() string {
+		var tok string
+		testenv.QueryRow(t, e.DSN, `INSERT INTO unrelated VALUES (1) RETURNING 'x:' || pg_current_xact_id()`, &tok)
+		if out := e.syncOnce(t); strings.HasPrefix(out, "published") {
+			t.Fatalf("a sync after a write no collection reads published: %q", out)
+		}
+		return tok
+	}
+
+	tok := coveredOnly()
+	arm(http.MethodPost)
+	docs, _, v, err := c.BatchGet(ctx, "docs", ids, After(tok))
+	if err != nil {
+		t.Fatalf("BatchGet After a token covered by coverage, split across a flip: %v", err)
+	}
+	if f := flipped(); f == "" || f == v {
+		t.Fatalf("no flip happened during the BatchGet (%q): the test proves nothing", f)
+	}
+	if len(docs) != len(ids) {
+		t.Errorf("BatchGet across a flip: %d documents; want %d", len(docs), len(ids))
+	}
+
+	tok = coveredOnly()
+	arm(http.MethodGet)
+	n := 0
+	for _, err := range c.List(ctx, "docs", ListOptions{PageSize: 3}, After(tok)) {
+		if err != nil {
+			t.Fatalf("List After a token covered by coverage, across a flip, after %d documents: %v", n, err)
+		}
+		n++
+	}
+	if f := flipped(); f == "" || n != len(ids) {
+		t.Errorf("List across a flip (%q): %d documents; want %d", f, n, len(ids))
 	}
 }
 

@@ -42,7 +42,8 @@ func (c *Client) Get(ctx context.Context, collection, id string, opts ...ReadOpt
 // A list longer than Config.BatchLimit ids, or than Config.MaxBatchBytes of JSON, is
 // sent as several requests; the first one's version is named in the others, so all
 // parts still come from one version (a part whose version expired meanwhile fails
-// with ErrGone). Duplicate ids are asked for once. No ids: nothing is sent. Select
+// with ErrGone); After's token is sent with the first part only, whose version
+// covered it. Duplicate ids are asked for once. No ids: nothing is sent. Select
 // keeps only some fields.
 func (c *Client) BatchGet(ctx context.Context, collection string, ids []string, opts ...ReadOption) (docs map[string]Document, missing []string, version string, err error) {
 	return c.batchGet(ctx, "", collection, ids, opts)
@@ -215,9 +216,15 @@ func (c *Client) batchGet(ctx context.Context, version, collection string, ids [
 	docs := make(map[string]Document, len(uniq))
 	var missing []string
 	path := "/v1/data/" + escapeSegment(collection) + ":batchGet"
-	for _, part := range splitBatch(uniq, c.cfg.BatchLimit, c.cfg.MaxBatchBytes) {
+	for i, part := range splitBatch(uniq, c.cfg.BatchLimit, c.cfg.MaxBatchBytes) {
 		r := request{method: http.MethodPost, path: path, query: o.query(versionQuery(version)), body: batchBody(part), version: version,
 			consistency: o.consistency(version)}
+		if i > 0 {
+			// The first part's version covered the token. A later part names that
+			// version, which the API judges by its own snapshot alone once the pointer
+			// moved on: it would refuse a token the first part was answered for.
+			r.consistency = consistency{}
+		}
 		a, err := c.send(ctx, r)
 		if err != nil {
 			return nil, nil, "", err
