@@ -107,7 +107,7 @@ func (c *tokenCache) of(view snapshot.View) string {
 	if l := c.last.Load(); l != nil && l.v == view.Version {
 		return l.tok
 	}
-	tok := view.Manifest.Source.Token()
+	tok := view.Manifest.Source.Token(view.Version)
 	c.last.Store(&tokenOf{v: view.Version, tok: tok})
 	return tok
 }

@@ -146,7 +146,7 @@ func describeVersion(m snapshot.Manifest, current snapshot.Version) versionInfo 
 		SealedAt: timePtr(m.SealedAt), PublishedAt: timePtr(m.PublishedAt), ExpiresAt: timePtr(m.ExpiresAt(0)),
 		Reason: m.Reason,
 		Format: m.Format, Shape: VersionShape(m), ChainLength: m.ChainLength(), BytesWritten: m.BytesWritten, Parent: m.Parent,
-		SnapshotToken: m.Source.Token(),
+		SnapshotToken: m.Source.Token(m.Version),
 	}
 }
 

@@ -98,7 +98,7 @@ type flipOwn struct {
 func newFlipEvent(p snapshot.Pointer, m snapshot.Manifest) flipEvent {
 	ev := flipEvent{Version: p.Version, Parent: m.Parent, Previous: p.Previous, Pinned: p.Pinned,
 		FlippedAt: p.FlippedAt, Collections: make(map[string]flipCollection, len(m.Collections)),
-		Token: m.Source.Token(), Covers: coversToken(p)}
+		Token: m.Source.Token(m.Version), Covers: coversToken(p)}
 	if p.Pinned {
 		ev.PinReason = p.Reason
 	}

@@ -109,7 +109,7 @@ func awaitToken(want token, held string, newest pointer) waitOutcome {
 			return waitForeign
 		case c.narrow(want):
 			return waitNarrow
-		case c.covers(want):
+		case c.covers(want) && !tiedWithNewer(want, c, newest):
 			return waitCovered
 		}
 	}
@@ -124,6 +124,13 @@ func awaitToken(want token, held string, newest pointer) waitOutcome {
 		}
 	}
 	return waitMore
+}
+
+// tiedWithNewer reports whether want, which held covers, names the newest version
+// the replica knows of, read at the same position as the version held (a republish
+// that added a collection): the replica is swapping that version in.
+func tiedWithNewer(want, held token, newest pointer) bool {
+	return want.version != "" && want.version != held.version && want.version == newest.Version.String() && want.covers(held)
 }
 
 // covered records a covered event: the newest version, if p names it, covers p.Covers.

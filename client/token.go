@@ -11,7 +11,9 @@ import (
 
 // Read-your-writes tokens name a position in the source's history: "x:<xid>" a
 // writer's transaction, "s:<xmin>:<xmax>:<xip,…>" everything a Postgres snapshot saw
-// committed, either with "@<system identifier>". The API decides what covers what; the
+// committed, either with "@<system identifier>"; the API's own "s:" tokens end with
+// "~<version>", the version they were answered from, which orders two versions read
+// at the same position. The API decides what covers what; the
 // client parses tokens only to refuse a malformed one before sending it, to keep the
 // newer of two tokens it was answered with, and for a Replica to tell whether a version it holds
 // covers one. The rules are Postgres's visibility rules, as the API applies them.
@@ -34,6 +36,7 @@ type token struct {
 	xmin, xmax uint64 // an "s:" token's snapshot
 	xip        []uint64
 	system     string // "" when it names no cluster
+	version    string // the version an API's "s:" token was answered from; "" for none
 }
 
 // parseToken parses a token as the API does; the error says what is wrong.
@@ -42,6 +45,13 @@ func parseToken(s string) (token, error) {
 		return token{}, fmt.Errorf("token of %d bytes: want 1 to %d", len(s), maxTokenBytes)
 	}
 	t := token{raw: s}
+	s, version, versioned := strings.Cut(s, "~")
+	if versioned {
+		if !strings.HasPrefix(s, "s:") || !validVersion(version) {
+			return token{}, fmt.Errorf("token %q: after ~ comes the version a snapshot token was answered from", truncate(t.raw, 80))
+		}
+		t.version = version
+	}
 	body, system, named := strings.Cut(s, "@")
 	if named {
 		if _, err := parseXid(system); err != nil {
@@ -62,6 +72,11 @@ func parseToken(s string) (token, error) {
 		return token{}, fmt.Errorf("token %q: %w", truncate(s, 80), err)
 	}
 	return t, nil
+}
+
+// validVersion reports whether v looks like a version id: "<uuid>-<unix millis>".
+func validVersion(v string) bool {
+	return len(v) > 37 && len(v) <= 50 && v[36] == '-' && strings.Trim(v, "0123456789abcdef-") == ""
 }
 
 // parseSnapshot parses pg_current_snapshot()'s text, whose in-progress list may be

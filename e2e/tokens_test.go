@@ -16,6 +16,7 @@ import (
 
 	"github.com/snapflip/snapflip/internal/cli"
 	"github.com/snapflip/snapflip/internal/testenv"
+	"github.com/snapflip/snapflip/internal/testenv/stack"
 	"github.com/snapflip/snapflip/snapshot"
 )
 
@@ -830,4 +831,56 @@ func TestStandbySourceJudgedConservatively(t *testing.T) {
 	if a := e.readCovered(t, docPath("things", "a/b"), "x:"+y); a.status != http.StatusOK || !strings.Contains(string(a.body), `"gen":52`) {
 		t.Errorf("x:%s once x:%s ended: %d %.300s; want the document with the write", y, x, a.status, a.body)
 	}
+}
+
+// TestRepublishAtTheSamePosition: a collection added while the source is idle is
+// published in a version read at its parent's very position. A replica whose cached
+// pointer still names the parent, handed the new version's token, answers from the
+// new version, never from the parent, where the collection does not exist.
+func TestRepublishAtTheSamePosition(t *testing.T) {
+	primary, _ := testenv.Replicated(t) // nothing commits there meanwhile
+	e := startOn(t, primary)
+	fast := e.Base
+	v1 := stack.PublishedVersion(t, mustSync(t, e))
+	e.startAPI(t, cli.EnvRefresh, "1h") // reads the pointer once, at its start
+	slow := e.Base
+	for _, base := range []string{fast, slow} {
+		testenv.Eventually(t, 10*time.Second, func() error {
+			if a := e.readAfter(t, base, docPath("flags", "on"), "", ""); a.status != http.StatusOK || a.version != v1 {
+				return fmt.Errorf("%s before the republish: %d %s from %s; want 200 from %s", base, a.status, a.body, a.version, v1)
+			}
+			return nil
+		})
+	}
+	more := config + "  - name: more\n    query: \"SELECT key, value FROM flags\"\n    key: key\n"
+	if err := os.WriteFile(e.ConfigPath, []byte(more), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	v2 := stack.PublishedVersion(t, mustSync(t, e))
+	path := docPath("more", "on")
+	var tok string
+	testenv.Eventually(t, 10*time.Second, func() error {
+		a := e.readAfter(t, fast, path, "", "")
+		if a.status != http.StatusOK || a.version != v2 {
+			return fmt.Errorf("the fast replica: %d from %s; want 200 from %s", a.status, a.version, v2)
+		}
+		tok = a.token
+		return nil
+	})
+	old := e.readAfter(t, fast, docPath("flags", "on")+"?version="+v1, "", "").token
+	if same := func(s string) string { return strings.SplitN(s, "~", 2)[0] }; same(old) != same(tok) {
+		t.Fatalf("v1's token %s and v2's %s name two positions: the case is not exercised", old, tok)
+	}
+	if a := e.readAfter(t, slow, path, tok, "5"); a.status != http.StatusOK || a.version != v2 {
+		t.Errorf("the slow replica, handed v2's token: %d %.200s from %s; want 200 from %s", a.status, a.body, a.version, v2)
+	}
+}
+
+func mustSync(t *testing.T, e *env) string {
+	t.Helper()
+	out, err := e.sync(t)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
 }

@@ -78,9 +78,17 @@ func (r *Resolver) Await(ctx context.Context, tok snapshot.Token) (snapshot.View
 // read after the request came, and that pointer judged instead: the replica's cached
 // pointer may still show a pin that an unpin (or a newer flip) already lifted, and a
 // client that is refused drops its token and may read an older version.
+//
+// A token that ties with p (the same position, another version: a republish made one
+// from the other) is confirmed the same way: the client read the token's version
+// before it sent the request, so a pointer read after the request came names that
+// version or a later one.
 func (r *Resolver) decide(ctx context.Context, p snapshot.Pointer, tok snapshot.Token, need uint64, arrival time.Time) (snapshot.Pointer, bool, error) {
 	ok, err := judge(p, tok, need)
-	if !errors.Is(err, snapshot.ErrNotCovered) {
+	switch {
+	case ok && !ties(p, tok):
+		return p, true, nil
+	case !ok && !errors.Is(err, snapshot.ErrNotCovered):
 		return p, ok, err
 	}
 	fresh, ferr := r.ptr.since(ctx, arrival)
@@ -143,6 +151,20 @@ func judge(p snapshot.Pointer, tok snapshot.Token, need uint64) (bool, error) {
 			snapshot.ErrInvalid, snapshot.ErrTokenRejected, snapshot.Truncate(tok.String(), 80), snapshot.Truncate(cov.Snapshot, 80))
 	}
 	return false, nil
+}
+
+// ties reports whether tok, which p covers, names another version read at the very
+// position p's version is known to hold.
+func ties(p snapshot.Pointer, tok snapshot.Token) bool {
+	if tok.Version == "" || tok.Version == p.Version {
+		return false
+	}
+	for _, sn := range []func() (snapshot.PGSnapshot, error){p.Covering().PGSnapshot, p.Source.PGSnapshot} {
+		if s, err := sn(); err == nil && s.Ties(tok, p.Version) {
+			return true
+		}
+	}
+	return false
 }
 
 // CoversNamed reports whether version v (one a request named) covers tok: by its

@@ -279,3 +279,28 @@ func TestAwaitShortenedTokenByOwnSnapshot(t *testing.T) {
 		t.Errorf("the version's own shortened token, with a later coverage recorded: %v, %v; want v1", v.Version, err)
 	}
 }
+
+// TestAwaitTieReadsThePointer: a token of version v2, read at the very position of
+// the version v1 the replica's cached pointer names (a republish that added a
+// collection), is answered from a pointer read after the request came, never from v1.
+func TestAwaitTieReadsThePointer(t *testing.T) {
+	const v1, v2 = snapshot.Version("00000000-0000-4000-8000-000000000000-1"), snapshot.Version("00000000-0000-4000-8000-000000000000-2")
+	st := awaitStore()
+	st.states[v1], st.states[v2] = snapshot.StatePublished, snapshot.StatePublished
+	pos := snapshot.Position{LSN: 1, Snapshot: "100:105:101"}
+	st.setPointer(snapshot.Pointer{Version: v1, Source: pos})
+	r := mustNew(t, "ds", st, Config{Refresh: time.Hour}, nil)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	go r.Run(ctx)
+	if v, err := r.Await(ctx, tokenOf(t, pos.Token(v1))); err != nil || v.Version != v1 {
+		t.Fatalf("v1's own token: %v, %v", v.Version, err)
+	}
+	st.setPointer(snapshot.Pointer{Version: v2, Previous: v1, Source: pos}) // the cache still names v1
+	if v, err := r.Await(ctx, tokenOf(t, pos.Token(v2))); err != nil || v.Version != v2 {
+		t.Errorf("v2's token, v1 cached at the same position: %v, %v; want v2", v.Version, err)
+	}
+	if v, err := r.Await(ctx, tokenOf(t, pos.Token(v1))); err != nil || v.Version != v2 {
+		t.Errorf("v1's token once v2 is current: %v, %v; want v2", v.Version, err)
+	}
+}

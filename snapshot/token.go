@@ -40,6 +40,10 @@ type Token struct {
 	Snapshot PGSnapshot
 	// System is the source cluster's system identifier the token names; "" for none.
 	System string
+	// Version is the version a snapshot token was answered from ("" for none): a
+	// version read at the same position (a republish that added a collection, or
+	// forced) may be newer, and only the pointer tells which.
+	Version Version
 }
 
 // PGSnapshot is a Postgres snapshot, pg_current_snapshot()'s "xmin:xmax:xip,…":
@@ -254,8 +258,9 @@ func (s PGSnapshot) NarrowError(t Token) error {
 }
 
 // ParseToken parses a token, "x:<xid>" or "s:<xmin>:<xmax>:<xip,…>", either with an
-// optional "@<system identifier>". A bad one is an error wrapping ErrTokenRejected and
-// ErrInvalid that says what is wrong.
+// optional "@<system identifier>", an s: token with an optional "~<version>" last. A
+// bad one is an error wrapping ErrTokenRejected and ErrInvalid that says what is
+// wrong.
 func ParseToken(s string) (Token, error) {
 	t, err := parseToken(s)
 	if err != nil {
@@ -272,6 +277,14 @@ func parseToken(s string) (Token, error) {
 		return Token{}, fmt.Errorf("token of %d bytes, over the limit of %d", len(s), MaxTokenBytes)
 	}
 	var t Token
+	s, version, hasVersion := strings.Cut(s, "~")
+	if hasVersion {
+		v, err := ParseVersion(version)
+		if err != nil || !strings.HasPrefix(s, "s:") {
+			return Token{}, fmt.Errorf("token %q: after ~ comes the version a snapshot token was answered from", clip(s+"~"+version))
+		}
+		t.Version = v
+	}
 	body, system, hasSystem := strings.Cut(s, "@")
 	if hasSystem {
 		if system == "" || len(system) > 20 || strings.TrimLeft(system, "0123456789") != "" {
@@ -313,7 +326,21 @@ func (t Token) String() string {
 	if t.System != "" {
 		s += "@" + t.System
 	}
+	if t.Version != "" && t.Kind == TokenSnapshot {
+		s += "~" + string(t.Version)
+	}
 	return s
+}
+
+// Ties reports whether the snapshot sn and the snapshot token t see the same
+// transactions (each covers the other), while t names another version than v, the
+// one read at sn: which of the two is newer, only the pointer tells.
+func (sn PGSnapshot) Ties(t Token, v Version) bool {
+	if t.Kind != TokenSnapshot || t.Version == "" || t.Version == v || !sn.Covers(t) {
+		return false
+	}
+	back := Token{Kind: TokenSnapshot, Snapshot: sn.Proven()}
+	return t.Snapshot.Covers(back)
 }
 
 // SnapshotToken returns the token naming everything snapshot s saw, from cluster
@@ -325,32 +352,33 @@ func SnapshotToken(snapshot, system string) string {
 	if err != nil {
 		return ""
 	}
-	return provenToken(sn, system)
+	return provenToken(sn, system, "")
 }
 
-// Token returns the token naming what a version read at p is known to hold: its
-// snapshot's (Proven), from its cluster; "" when the snapshot does not parse.
-func (p Position) Token() string {
+// Token returns the token naming what version v, read at p, is known to hold: its
+// snapshot's (Proven), from its cluster, naming v ("" for none); "" when the snapshot
+// does not parse.
+func (p Position) Token(v Version) string {
 	sn, err := p.PGSnapshot()
 	if err != nil {
 		return ""
 	}
-	return provenToken(sn, SystemIdentifier(p.System))
+	return provenToken(sn, SystemIdentifier(p.System), v)
 }
 
-// Token returns the token naming what the coverage proves, from cluster system (a
-// Position.System); "" when its snapshot does not parse.
+// Token returns the token naming what the coverage proves of its version, from
+// cluster system (a Position.System); "" when its snapshot does not parse.
 func (c Coverage) Token(system string) string {
 	sn, err := c.PGSnapshot()
 	if err != nil {
 		return ""
 	}
-	return provenToken(sn, SystemIdentifier(system))
+	return provenToken(sn, SystemIdentifier(system), c.Version)
 }
 
-// provenToken is SnapshotToken of what sn is known to see.
-func provenToken(sn PGSnapshot, system string) string {
-	t := Token{Kind: TokenSnapshot, Snapshot: sn.Proven(), System: system}
+// provenToken is SnapshotToken of what sn is known to see, naming version v.
+func provenToken(sn PGSnapshot, system string, v Version) string {
+	t := Token{Kind: TokenSnapshot, Snapshot: sn.Proven(), System: system, Version: v}
 	s := t.String()
 	for len(s) > MaxTokenBytes && len(t.Snapshot.Xip) > 0 {
 		drop := max(1, (len(s)-MaxTokenBytes)/21)

@@ -140,10 +140,11 @@ func TestSnapshotTokenShortened(t *testing.T) {
 
 func TestFutureAndSystem(t *testing.T) {
 	sn := mustSnap(t, "100:105:101")
+	sn.Next = 106 // 105 runs: assigned, not completed
 	for _, tc := range []struct {
 		token string
 		want  bool
-	}{{"x:104", false}, {"x:105", true}, {"x:9999", true}, {"s:100:105:", false}, {"s:100:106:", true}} {
+	}{{"x:104", false}, {"x:105", false}, {"x:106", true}, {"x:9999", true}, {"s:100:105:", false}, {"s:100:106:", true}} {
 		if got := sn.Future(mustToken(t, tc.token)); got != tc.want {
 			t.Errorf("Future(%s) = %v, want %v", tc.token, got, tc.want)
 		}
@@ -234,10 +235,10 @@ func TestRecoverySnapshotJudgedConservatively(t *testing.T) {
 			t.Errorf("recovery snapshot: %s judged future", c.tok)
 		}
 	}
-	if got := (Position{Snapshot: "100:110:", Recovery: true, System: "7:5:1"}).Token(); got != "s:100:100:@7" {
+	if got := (Position{Snapshot: "100:110:", Recovery: true, System: "7:5:1"}).Token(""); got != "s:100:100:@7" {
 		t.Errorf("a standby position's token = %q; want s:100:100:@7", got)
 	}
-	if got := (Position{Snapshot: "100:110:105", System: "7:5:1"}).Token(); got != "s:100:110:105@7" {
+	if got := (Position{Snapshot: "100:110:105", System: "7:5:1"}).Token(""); got != "s:100:110:105@7" {
 		t.Errorf("a primary position's token = %q; want s:100:110:105@7", got)
 	}
 }
@@ -262,5 +263,34 @@ func TestFutureByNextXid(t *testing.T) {
 		if got := sn.Future(tok); got != c.want {
 			t.Errorf("next %d: Future(%s) = %v; want %v", c.next, c.tok, got, c.want)
 		}
+	}
+}
+
+// An API's snapshot token names the version it was answered from; two versions read
+// at the same position tie, and only then does the version tell them apart.
+func TestTokenVersionAndTies(t *testing.T) {
+	const v1, v2 = Version("00000000-0000-4000-8000-000000000000-1"), Version("00000000-0000-4000-8000-000000000000-2")
+	tok := (Position{Snapshot: "100:110:105", System: "7:5:1"}).Token(v2)
+	if tok != "s:100:110:105@7~"+string(v2) {
+		t.Fatalf("token = %q", tok)
+	}
+	parsed, err := ParseToken(tok)
+	if err != nil || parsed.Version != v2 || parsed.System != "7" || parsed.String() != tok {
+		t.Fatalf("ParseToken(%q) = %+v, %v", tok, parsed, err)
+	}
+	for _, bad := range []string{"x:5~" + string(v2), "s:1:2:~nope", "s:1:2:~"} {
+		if _, err := ParseToken(bad); !errors.Is(err, ErrTokenRejected) {
+			t.Errorf("ParseToken(%q) = %v; want ErrTokenRejected", bad, err)
+		}
+	}
+	same, _ := ParsePGSnapshot("100:110:105")
+	later, _ := ParsePGSnapshot("100:111:105")
+	switch {
+	case !same.Ties(parsed, v1):
+		t.Errorf("the same position, another version: no tie")
+	case same.Ties(parsed, v2):
+		t.Errorf("the same position, the same version: a tie")
+	case later.Ties(parsed, v1):
+		t.Errorf("a later position: a tie")
 	}
 }
