@@ -7,6 +7,8 @@ import (
 	"sync"
 	"time"
 
+	lru "github.com/hashicorp/golang-lru/v2"
+
 	"github.com/snapflip/snapflip/snapshot"
 )
 
@@ -47,10 +49,14 @@ func (r *Resolver) Await(ctx context.Context, tok snapshot.Token) (snapshot.View
 		return snapshot.View{}, fmt.Errorf("%d requests wait for a token already: %w", r.cfg.MaxWaiters, snapshot.ErrNotYetCovered)
 	}
 	defer r.waiting.Add(-1)
-	r.demand.want(arrival)
+	key := tok.String()
+	if r.unhelped.allows(key, arrival) {
+		r.demand.want(arrival)
+	}
 	tick := time.NewTicker(r.cfg.Refresh)
 	defer tick.Stop()
 	var need uint64
+	noted := false
 	for {
 		landed := r.ptr.landing()
 		if p, err = r.Pointer(ctx); err != nil && !errors.Is(err, snapshot.ErrNoVersion) && ctx.Err() == nil {
@@ -60,8 +66,20 @@ func (r *Resolver) Await(ctx context.Context, tok snapshot.Token) (snapshot.View
 			need = r.demand.after(arrival)
 		}
 		if err == nil {
-			if p, ok, jerr := r.decide(ctx, p, tok, need, arrival); ok || jerr != nil {
+			p, ok, jerr := r.decide(ctx, p, tok, need, arrival)
+			if ok || jerr != nil {
+				if ok {
+					r.unhelped.forget(key)
+				}
 				return r.covering(ctx, p, jerr)
+			}
+			if !noted && need > 0 && p.Covering().Demand >= need {
+				// The source was looked at after this request came, and that did
+				// not cover it: the transaction still runs, or the token names more
+				// than any snapshot will see. Later requests with it raise demand
+				// less often.
+				r.unhelped.failed(key, r.now())
+				noted = true
 			}
 		}
 		select {
@@ -188,6 +206,62 @@ func (r *Resolver) CoversNamed(ctx context.Context, view snapshot.View, tok snap
 		}
 	}
 	return fmt.Errorf("version %s does not cover token %s: %w", view.Version, snapshot.Truncate(tok.String(), 80), snapshot.ErrNotCovered)
+}
+
+// unhelped remembers tokens that a look at the source on demand did not cover (an
+// open transaction's, a session token cut to fit whose dropped transaction still
+// runs, a transaction id never issued where the source cannot say so), so that
+// requests sending them again do not make the syncer look at every row once a
+// refresh: after n looks that did not help, a token raises demand again only
+// unhelpedBase·2^(n-1) later, at most unhelpedMax. Its waiters still wait, for the
+// scheduled syncs and for the raises of other tokens.
+type unhelped struct {
+	mu     sync.Mutex
+	tokens *lru.Cache[string, unhelpedToken]
+}
+
+type unhelpedToken struct {
+	fails int
+	until time.Time // no raise for it before
+}
+
+// unhelpedBase and unhelpedMax bound a token's back-off; maxUnhelped bounds how many
+// tokens are remembered.
+const (
+	unhelpedBase = time.Second
+	unhelpedMax  = time.Minute
+	maxUnhelped  = 10_000
+)
+
+func newUnhelped() *unhelped {
+	c, _ := lru.New[string, unhelpedToken](maxUnhelped)
+	return &unhelped{tokens: c}
+}
+
+// allows reports whether a request with the token, come at arrival, may raise demand.
+func (u *unhelped) allows(key string, arrival time.Time) bool {
+	t, ok := u.tokens.Get(key)
+	return !ok || !arrival.Before(t.until)
+}
+
+// failed records a look on demand that did not cover the token.
+func (u *unhelped) failed(key string, now time.Time) {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	t, _ := u.tokens.Get(key)
+	if now.Before(t.until) {
+		return // a look already counted for requests that came before it
+	}
+	t.fails++
+	t.until = now.Add(min(unhelpedBase<<min(t.fails-1, 16), unhelpedMax))
+	u.tokens.Add(key, t)
+}
+
+// forget drops a token once covered.
+func (u *unhelped) forget(key string) {
+	if u.tokens.Contains(key) {
+		u.tokens.Remove(key)
+	}
 }
 
 // demander raises the dataset's demand for waiters: one raise in flight at a time, at

@@ -304,3 +304,53 @@ func TestAwaitTieReadsThePointer(t *testing.T) {
 		t.Errorf("v1's token once v2 is current: %v, %v; want v2", v.Version, err)
 	}
 }
+
+// lookingDemand is a demand store whose syncer looks at once: each raise records a
+// coverage taken after it, which covers what the snapshot sees.
+type lookingDemand struct {
+	demandStore
+	st       *countingStore
+	snapshot string
+}
+
+func (d *lookingDemand) RaiseDemand(ctx context.Context, ds string) (uint64, error) {
+	n, _ := d.demandStore.RaiseDemand(ctx, ds)
+	d.st.mu.Lock()
+	d.st.ptr.Covered = snapshot.Coverage{Version: d.st.ptr.Version, Snapshot: d.snapshot, LSN: d.st.ptr.Source.LSN + n, Demand: n}
+	d.st.mu.Unlock()
+	return n, nil
+}
+
+// TestAwaitStopsRaisingForUnhelpedTokens: requests that send again and again a token
+// of a transaction that stays open raise demand once, then back off: a look that did
+// not cover it would not cover it a refresh later either. Another token still raises.
+func TestAwaitStopsRaisingForUnhelpedTokens(t *testing.T) {
+	st := awaitStore()
+	ds := &lookingDemand{st: st, snapshot: "100:110:101"} // 101 stays open
+	r := mustNew(t, "ds", st, Config{Refresh: 5 * time.Millisecond, Demand: ds}, nil)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go r.Run(ctx)
+	const requests = 20
+	for range requests {
+		wctx, wcancel := context.WithTimeout(ctx, 40*time.Millisecond)
+		_, err := r.Await(wctx, tokenOf(t, "x:101"))
+		wcancel()
+		if !errors.Is(err, snapshot.ErrNotYetCovered) {
+			t.Fatalf("the token of an open transaction: %v; want ErrNotYetCovered", err)
+		}
+	}
+	if n := ds.raises.Load(); n > 2 {
+		t.Errorf("%d requests with the token of an open transaction raised demand %d times; want it to back off after a look", requests, n)
+	}
+	before := ds.raises.Load()
+	st.mu.Lock()
+	ds.snapshot = "100:120:101" // 112 committed since
+	st.mu.Unlock()
+	if v, err := r.Await(ctx, tokenOf(t, "x:112")); err != nil || v.Version != "v1" {
+		t.Fatalf("a token the next look covers: %v, %v", v.Version, err)
+	}
+	if ds.raises.Load() == before {
+		t.Errorf("a new token raised no demand")
+	}
+}

@@ -115,8 +115,9 @@ type Resolver struct {
 
 	hits, misses, carriedHits, filterHits, carriedFilterHits atomic.Int64
 
-	waiting atomic.Int64 // requests waiting for a token (Await)
-	demand  *demander
+	waiting  atomic.Int64 // requests waiting for a token (Await)
+	demand   *demander
+	unhelped *unhelped // tokens a look at the source on demand did not cover
 }
 
 // maxCachedManifests bounds the manifest cache.
@@ -161,6 +162,7 @@ func New(dataset string, store ReadStore, cfg Config, now func() time.Time) (*Re
 	if cfg.Demand != nil {
 		r.demand.raise = func(ctx context.Context) (uint64, error) { return cfg.Demand.RaiseDemand(ctx, dataset) }
 	}
+	r.unhelped = newUnhelped()
 	r.manifests, _ = lru.New[snapshot.Version, snapshot.Manifest](maxCachedManifests)
 	r.filters, _ = lru.New[filterKey, *filterEntry](maxCachedFilters)
 	if cfg.CacheSize > 0 {
