@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"sync"
@@ -45,6 +46,15 @@ type StreamConfig struct {
 	// confirmed position, with no transaction held, before the reading asks the server
 	// to log a running-transactions record so that it moves; default 8 MiB.
 	NudgeAfter int64
+	// HoldBytes bounds the memory the transactions held for the next version take
+	// (their changed keys); HoldWAL the WAL from the oldest of them to what was
+	// received, which the slot retains for them; HoldFor how long the oldest may wait.
+	// Past any of them (a pinned dataset, failing syncs, a lagging reader) the reading
+	// lets their keys go: it keeps only which collections they changed, lets the slot
+	// advance past them, and the next version compares those collections in full.
+	// Defaults 64 MiB, 256 MiB and 5 minutes.
+	HoldBytes, HoldWAL int64
+	HoldFor            time.Duration
 	// Observer hears the stream's events (snapshot.EventStreamStarted,
 	// EventSlotCreated, …); nil for none.
 	Observer snapshot.Observer
@@ -53,7 +63,8 @@ type StreamConfig struct {
 // DefaultStreamConfig returns the values Stream takes for StreamConfig's zero
 // fields; it names no publication or slot.
 func DefaultStreamConfig() StreamConfig {
-	return StreamConfig{CatchUp: 5 * time.Second, WarnRetained: 1 << 30, NudgeAfter: 8 << 20}
+	return StreamConfig{CatchUp: 5 * time.Second, WarnRetained: 1 << 30, NudgeAfter: 8 << 20,
+		HoldBytes: 64 << 20, HoldWAL: 256 << 20, HoldFor: 5 * time.Minute}
 }
 
 // Validate reports the first unusable field, naming it: a missing publication or
@@ -69,6 +80,12 @@ func (c StreamConfig) Validate() error {
 		return fmt.Errorf("%w StreamConfig.WarnRetained %d: must not be negative (0 takes the default)", snapshot.ErrInvalid, c.WarnRetained)
 	case c.NudgeAfter < 0:
 		return fmt.Errorf("%w StreamConfig.NudgeAfter %d: must not be negative (0 takes the default)", snapshot.ErrInvalid, c.NudgeAfter)
+	case c.HoldBytes < 0:
+		return fmt.Errorf("%w StreamConfig.HoldBytes %d: must not be negative (0 takes the default)", snapshot.ErrInvalid, c.HoldBytes)
+	case c.HoldWAL < 0:
+		return fmt.Errorf("%w StreamConfig.HoldWAL %d: must not be negative (0 takes the default)", snapshot.ErrInvalid, c.HoldWAL)
+	case c.HoldFor < 0:
+		return fmt.Errorf("%w StreamConfig.HoldFor %s: must not be negative (0 takes the default)", snapshot.ErrInvalid, c.HoldFor)
 	}
 	return nil
 }
@@ -79,6 +96,9 @@ func (c StreamConfig) withDefaults() StreamConfig {
 	c.CatchUp = cmp.Or(c.CatchUp, d.CatchUp)
 	c.WarnRetained = cmp.Or(c.WarnRetained, d.WarnRetained)
 	c.NudgeAfter = cmp.Or(c.NudgeAfter, d.NudgeAfter)
+	c.HoldBytes = cmp.Or(c.HoldBytes, d.HoldBytes)
+	c.HoldWAL = cmp.Or(c.HoldWAL, d.HoldWAL)
+	c.HoldFor = cmp.Or(c.HoldFor, d.HoldFor)
 	return c
 }
 
@@ -86,8 +106,12 @@ func (c StreamConfig) withDefaults() StreamConfig {
 type StreamStats struct {
 	// RetainedBytes is the WAL the slot keeps on the server.
 	RetainedBytes int64
-	// Held is how many committed transactions wait for a version.
-	Held int
+	// Held is how many committed transactions wait for a version, with their keys;
+	// HeldBytes about the memory they take; LetGo how many more, whose keys were let
+	// go (StreamConfig.HoldBytes), wait for a version that compares in full.
+	Held      int
+	HeldBytes int64
+	LetGo     int
 }
 
 // maxStreamKeys bounds the changed keys kept per collection, in a transaction and in
@@ -106,10 +130,61 @@ const (
 // heldTxn is a committed transaction that changed watched collections.
 type heldTxn struct {
 	xid    uint32
+	xid64  uint64 // xid with its epoch
 	commit uint64 // its commit record's position: replayed from there
 	end    uint64
+	at     time.Time                      // when its commit was received
 	keys   map[string]map[string]struct{} // collection → keys (columns joined by NUL)
 	dirty  map[string]string              // collection → why its keys are not known
+	size   int64                          // about the memory it takes, once committed
+}
+
+// heldOverhead is about what a held transaction takes beside its keys, and
+// keyOverhead what each key takes beside its bytes (a map entry and a string header).
+const (
+	heldOverhead = 320
+	keyOverhead  = 48
+)
+
+// measure sets t.size.
+func (t *heldTxn) measure() {
+	t.size = heldOverhead
+	for c, ks := range t.keys {
+		t.size += int64(len(c)) + keyOverhead
+		for k := range ks {
+			t.size += int64(len(k)) + keyOverhead
+		}
+	}
+	for c, why := range t.dirty {
+		t.size += int64(len(c)+len(why)) + keyOverhead
+	}
+}
+
+// letGo stands for held transactions whose keys the reading let go: the collections
+// they changed (the next version compares those in full), and the range of their ids,
+// which tells which snapshots see them all.
+type letGo struct {
+	lo, hi uint64 // the least and greatest id, with their epoch
+	first  uint64 // the oldest one's commit position
+	n      int
+	dirty  map[string]string // collection → why
+}
+
+// seenBy reports whether the snapshot vis sees every transaction let go: every id
+// from lo to hi ended before it, and none of them was in progress.
+func (g *letGo) seenBy(vis visibility) bool {
+	if g.hi < vis.xmin {
+		return true
+	}
+	if g.hi >= vis.xmax {
+		return false
+	}
+	for x := range vis.xip {
+		if x >= g.lo && x <= g.hi {
+			return false
+		}
+	}
+	return true
 }
 
 func (t *heldTxn) relevant() bool { return len(t.keys) > 0 || len(t.dirty) > 0 }
@@ -169,9 +244,12 @@ type stream struct {
 	connCfg *pgx.ConnConfig
 	tables  LogicalTables
 
-	mu   sync.Mutex
-	held []*heldTxn // in commit order
-	recv uint64     // every commit before it has been received
+	mu        sync.Mutex
+	held      []*heldTxn // in commit order
+	heldBytes int64      // the sum of held's sizes
+	gone      *letGo     // the transactions whose keys were let go; nil for none
+	xidRef    uint64     // a recent id with its epoch, which gives the stream's ids theirs
+	recv      uint64     // every commit before it has been received
 	// moved is closed and replaced whenever recv moves.
 	moved chan struct{}
 	// fresh: nothing published by this reading yet; last is the position of the
@@ -229,6 +307,10 @@ func (s *Source) Stream(ctx context.Context, cfg StreamConfig, changed func(Chan
 		moved:  make(chan struct{}), fresh: true, rels: map[uint32]*streamRelation{}, changed: changed}
 	if st.start, err = st.claimSlot(ctx, conn, repl); err != nil {
 		return err
+	}
+	// The stream names 32-bit ids; the current snapshot's xmax gives them their epoch.
+	if err := conn.QueryRow(ctx, `SELECT pg_snapshot_xmax(pg_current_snapshot())::text::bigint`).Scan(&st.xidRef); err != nil {
+		return fmt.Errorf("read the source's transaction ids: %w", err)
 	}
 	args := []string{"proto_version '1'", "publication_names " + quoteLiteral(cfg.Publication)}
 	if err := pglogrepl.StartReplication(ctx, repl, cfg.Slot, pglogrepl.LSN(st.start), pglogrepl.StartReplicationOptions{PluginArgs: args}); err != nil {
@@ -418,7 +500,7 @@ func (st *stream) decode(ctx context.Context, data []byte, changed func(Change))
 		st.relation(m)
 	case *pglogrepl.BeginMessage:
 		st.mu.Lock()
-		st.cur = &heldTxn{xid: m.Xid, commit: uint64(m.FinalLSN)}
+		st.cur = &heldTxn{xid: m.Xid, xid64: st.widenLocked(m.Xid), commit: uint64(m.FinalLSN)}
 		st.mu.Unlock()
 	case *pglogrepl.InsertMessage:
 		st.tuple(m.RelationID, m.Tuple, "")
@@ -437,17 +519,99 @@ func (st *stream) decode(ctx context.Context, data []byte, changed func(Change))
 		st.mu.Lock()
 		t := st.cur
 		st.cur = nil
+		var why string
 		if t != nil && t.relevant() {
-			t.end = uint64(m.TransactionEndLSN)
+			t.end, t.at = uint64(m.TransactionEndLSN), time.Now()
+			t.measure()
 			st.held = append(st.held, t)
+			st.heldBytes += t.size
+			why = st.overLocked(t.end)
 		}
 		st.mu.Unlock()
+		if why != "" {
+			st.letGo(ctx, why)
+		}
 		st.advance(uint64(m.TransactionEndLSN))
 		if t != nil && t.relevant() && changed != nil {
 			changed(Change{LSN: uint64(m.CommitLSN), At: time.Now(), Reason: ReasonStream})
 		}
 	}
 	return nil
+}
+
+// widenLocked returns the 32-bit id xid with its epoch: the one within 2^31 of the
+// last id widened (or of the snapshot read at the start).
+func (st *stream) widenLocked(xid uint32) uint64 {
+	ref := st.xidRef
+	x := ref&^0xffffffff | uint64(xid)
+	switch {
+	case x > ref && x-ref > 1<<31 && x >= 1<<32:
+		x -= 1 << 32
+	case x < ref && ref-x > 1<<31:
+		x += 1 << 32
+	}
+	st.xidRef = max(ref, x)
+	return x
+}
+
+// overLocked says which bound the held transactions passed, received up to end; ""
+// for none.
+func (st *stream) overLocked(end uint64) string {
+	switch {
+	case len(st.held) == 0:
+		return ""
+	case st.heldBytes > st.cfg.HoldBytes:
+		return fmt.Sprintf("their keys take over %d bytes (watch.hold_bytes)", st.cfg.HoldBytes)
+	case end > st.held[0].commit && int64(end-st.held[0].commit) > st.cfg.HoldWAL:
+		return fmt.Sprintf("the slot would retain over %d bytes of WAL for them (watch.hold_wal)", st.cfg.HoldWAL)
+	}
+	return ""
+}
+
+// expire lets the held transactions go when the oldest waited longer than HoldFor.
+func (st *stream) expire(ctx context.Context, now time.Time) {
+	st.mu.Lock()
+	old := len(st.held) > 0 && now.Sub(st.held[0].at) > st.cfg.HoldFor
+	st.mu.Unlock()
+	if old {
+		st.letGo(ctx, fmt.Sprintf("the oldest waited over %s for a version (watch.hold_for)", st.cfg.HoldFor))
+	}
+}
+
+// letGo forgets the held transactions' keys: it keeps which collections they changed
+// and the range of their ids, and lets the slot be confirmed past them. The next
+// version compares those collections in full; a new reading after a restart does too,
+// its slot being confirmed past the parent's position.
+func (st *stream) letGo(ctx context.Context, why string) {
+	st.mu.Lock()
+	n := len(st.held)
+	if n == 0 {
+		st.mu.Unlock()
+		return
+	}
+	g := st.gone
+	if g == nil {
+		g = &letGo{lo: st.held[0].xid64, hi: st.held[0].xid64, first: st.held[0].commit, dirty: map[string]string{}}
+		st.gone = g
+	}
+	for _, t := range st.held {
+		g.lo, g.hi, g.first = min(g.lo, t.xid64), max(g.hi, t.xid64), min(g.first, t.commit)
+		g.n++
+		for c := range t.keys {
+			if _, ok := g.dirty[c]; !ok {
+				g.dirty[c] = "its changes' keys were let go: " + why
+			}
+		}
+		for c, w := range t.dirty {
+			if _, ok := g.dirty[c]; !ok {
+				g.dirty[c] = w
+			}
+		}
+	}
+	collections := slices.Sorted(maps.Keys(g.dirty))
+	st.held, st.heldBytes = nil, 0
+	st.mu.Unlock()
+	st.report(ctx, snapshot.EventStreamLetGo, "why", why, "transactions", n, "collections", strings.Join(collections, ","))
 }
 
 // relation records a relation message; a relation whose columns changed since the

@@ -85,8 +85,9 @@ func (st *stream) delta(ctx context.Context, snapText string, lsn uint64, since 
 		case <-moved:
 		}
 	}
-	d, unseen := st.deltaLocked(ctx, vis, since)
+	view, unseen := st.viewLocked(vis, since)
 	st.mu.Unlock()
+	d := st.deltaOf(ctx, view, since)
 	if unseen > 0 && st.changed != nil {
 		// A transaction the stream delivered that the snapshot does not see yet: its
 		// commit record is in the WAL (and decoded) a moment before Postgres makes it
@@ -98,21 +99,49 @@ func (st *stream) delta(ctx context.Context, snapText string, lsn uint64, since 
 	return d, nil
 }
 
-// deltaLocked is delta's answer, with st.mu held, for the snapshot whose visibility
-// is vis; unseen counts the held transactions the snapshot does not see.
-func (st *stream) deltaLocked(ctx context.Context, vis visibility, since *snapshot.Position) (d streamDelta, unseen int) {
-	resume := st.recv
-	var visible []*heldTxn
+// heldView is what the stream holds that a snapshot sees, taken under st.mu: the
+// transactions it sees (whose keys no one changes once committed, so they are
+// merged outside the lock the stream's reader needs), the collections of the
+// transactions let go, and where the stream must be read again from to see every
+// transaction the snapshot does not.
+type heldView struct {
+	visible []*heldTxn
+	gone    map[string]string // collection → why its keys are not known
+	resume  uint64
+	invalid string // why the held transactions are not the parent's whole difference
+}
+
+// viewLocked is what the stream holds for the snapshot whose visibility is vis, its
+// parent read at since; unseen
+// counts the held transactions (and the let-go ones, as one) the snapshot does not see.
+func (st *stream) viewLocked(vis visibility, since *snapshot.Position) (v heldView, unseen int) {
+	v.invalid = st.invalidFor(since)
+	v.resume = st.recv
 	for _, t := range st.held {
 		if vis.sees(t.xid) {
-			visible = append(visible, t)
+			v.visible = append(v.visible, t)
 		} else {
-			resume = min(resume, t.commit)
+			v.resume = min(v.resume, t.commit)
 			unseen++
 		}
 	}
-	d = streamDelta{pos: &snapshot.StreamPosition{Slot: st.cfg.Slot, System: st.system, Reading: st.reading, Resume: resume}}
-	if why := st.invalidFor(since); why != "" {
+	if g := st.gone; g != nil {
+		v.gone = maps.Clone(g.dirty)
+		if !g.seenBy(vis) {
+			// Their commits can no longer be replayed: a new reading finds the slot
+			// confirmed past this, and compares in full.
+			v.resume = min(v.resume, g.first)
+			unseen++
+		}
+	}
+	return v, unseen
+}
+
+// deltaOf is delta's answer from what the stream holds for the snapshot, against the
+// parent read at since.
+func (st *stream) deltaOf(ctx context.Context, v heldView, since *snapshot.Position) streamDelta {
+	d := streamDelta{pos: &snapshot.StreamPosition{Slot: st.cfg.Slot, System: st.system, Reading: st.reading, Resume: v.resume}}
+	if why := v.invalid; why != "" {
 		if since != nil && since.Stream != nil {
 			kind := snapshot.EventStreamNoDelta
 			if since.Stream.System != st.system {
@@ -120,13 +149,16 @@ func (st *stream) deltaLocked(ctx context.Context, vis visibility, since *snapsh
 			}
 			st.report(ctx, kind, "why", why)
 		}
-		return d, unseen
+		return d
 	}
 	d.since, d.known = since, map[string]*streamKeys{}
 	for _, c := range st.tables.Collections {
+		if _, dirty := v.gone[c.Collection]; dirty {
+			continue
+		}
 		keys := map[string]struct{}{}
 		exact := true
-		for _, t := range visible {
+		for _, t := range v.visible {
 			if _, dirty := t.dirty[c.Collection]; dirty {
 				exact = false
 				break
@@ -137,7 +169,7 @@ func (st *stream) deltaLocked(ctx context.Context, vis visibility, since *snapsh
 			d.known[c.Collection] = &streamKeys{keys: slices.Sorted(maps.Keys(keys)), cols: c.Key, oid: c.Relation.OID}
 		}
 	}
-	return d, unseen
+	return d
 }
 
 // streamNudgeAfter is how long a snapshot waits for the stream before nudging it.
@@ -202,7 +234,16 @@ func (st *stream) holds(pos, ptr snapshot.Position) {
 	}
 	st.mu.Lock()
 	defer st.mu.Unlock()
-	st.held = slices.DeleteFunc(st.held, func(t *heldTxn) bool { return vis.sees(t.xid) })
+	st.held = slices.DeleteFunc(st.held, func(t *heldTxn) bool {
+		if vis.sees(t.xid) {
+			st.heldBytes -= t.size
+			return true
+		}
+		return false
+	})
+	if st.gone != nil && st.gone.seenBy(vis) {
+		st.gone = nil
+	}
 	st.fresh, st.last = false, ptr
 }
 

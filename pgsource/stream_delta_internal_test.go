@@ -49,3 +49,31 @@ func TestDeltaReportsTransactionsNotYetVisible(t *testing.T) {
 		})
 	}
 }
+
+// The stream's 32-bit ids get the epoch of the id within 2^31 of the last one, across
+// the 2^32 boundary both ways; transactions let go are seen by a snapshot only when
+// every id of their range ended and none was in progress.
+func TestWidenAndLetGoSeen(t *testing.T) {
+	st := &stream{xidRef: 1<<32 + 10}
+	for _, c := range []struct {
+		xid  uint32
+		want uint64
+	}{{5, 1<<32 + 5}, {20, 1<<32 + 20}, {0xfffffff0, 0xfffffff0}, {30, 1<<32 + 30}} {
+		if got := st.widenLocked(c.xid); got != c.want {
+			t.Errorf("widen(%d) = %d; want %d", c.xid, got, c.want)
+		}
+	}
+	g := &letGo{lo: 100, hi: 110}
+	for _, c := range []struct {
+		snap string
+		want bool
+	}{{"111:120:", true}, {"105:120:", true}, {"105:120:107", false}, {"105:120:115", true}, {"105:110:", false}} {
+		vis, err := parseVisibility(c.snap)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := g.seenBy(vis); got != c.want {
+			t.Errorf("seenBy(%s) = %v; want %v", c.snap, got, c.want)
+		}
+	}
+}

@@ -70,8 +70,13 @@ func (w *slotWatch) check(ctx context.Context, now time.Time) error {
 	}
 	retained := max(f.retained, 0)
 	st := w.st
+	st.expire(ctx, now)
 	st.mu.Lock()
-	held, receiving := len(st.held), st.cur != nil
+	held, heldBytes, receiving := len(st.held), st.heldBytes, st.cur != nil
+	letGo := 0
+	if st.gone != nil {
+		letGo = st.gone.n
+	}
 	st.mu.Unlock()
 	// A standby logs no running-transactions record: its primary's reach it.
 	if f.behind > st.cfg.NudgeAfter && held == 0 && !receiving && !f.standby {
@@ -86,7 +91,7 @@ func (w *slotWatch) check(ctx context.Context, now time.Time) error {
 		st.report(ctx, snapshot.EventSlotRetains, "retained_bytes", retained, "threshold", st.cfg.WarnRetained)
 	}
 	if w.stats != nil {
-		w.stats(StreamStats{RetainedBytes: retained, Held: held})
+		w.stats(StreamStats{RetainedBytes: retained, Held: held, HeldBytes: heldBytes, LetGo: letGo})
 	}
 	return nil
 }

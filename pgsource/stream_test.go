@@ -554,3 +554,46 @@ func TestStreamMovesRestartPosition(t *testing.T) {
 		return nil
 	})
 }
+
+// Past StreamConfig.HoldBytes the stream lets the held transactions' keys go: the
+// next version is not told keys (it compares the collection in full), the slot is
+// confirmed past those transactions, and once a published version saw them all, keys
+// are named again.
+func TestStreamLetsHeldTransactionsGo(t *testing.T) {
+	dsn := testenv.Postgres(t)
+	testenv.Exec(t, dsn, `CREATE TABLE items (id int PRIMARY KEY, v int)`, `INSERT INTO items SELECT g, 0 FROM generate_series(1, 100) g`)
+	slot := fmt.Sprintf("snapflip_test_%d", time.Now().UnixNano()%1e12)
+	src, err := pgsource.New(dsn, []pgsource.Collection{{Name: "items", Table: "items"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { testenv.DropSlot(t, dsn, slot) })
+	cfg := pgsource.StreamConfig{LogicalConfig: pgsource.LogicalConfig{Publication: slot, Slot: slot}, HoldBytes: 16 << 10}
+	defer startStreamWith(t, src, cfg)()
+	ctx := context.Background()
+	_, _, p0 := keyed(t, src, "items", nil)
+	src.Holds(ctx, p0, p0)
+	var first string
+	testenv.QueryRow(t, dsn, `SELECT pg_current_wal_insert_lsn()::text`, &first)
+	for i := range 100 { // 100 transactions of one key each: over 16 KiB held
+		testenv.Exec(t, dsn, fmt.Sprintf(`UPDATE items SET v = 1 WHERE id = %d`, i+1))
+	}
+	_, ok, p1 := keyed(t, src, "items", &p0)
+	if ok {
+		t.Errorf("after the held transactions were let go: keys named; want the collection compared in full")
+	}
+	// The slot is confirmed past the transactions let go (once a second).
+	testenv.Eventually(t, 10*time.Second, func() error {
+		var past bool
+		testenv.QueryRow(t, dsn, fmt.Sprintf(`SELECT confirmed_flush_lsn > '%s'::pg_lsn + 4096 FROM pg_replication_slots WHERE slot_name = '%s'`, first, slot), &past)
+		if !past {
+			return errors.New("the slot is not confirmed past the transactions let go")
+		}
+		return nil
+	})
+	src.Holds(ctx, p1, p1) // a version that saw them all is published
+	testenv.Exec(t, dsn, `UPDATE items SET v = 2 WHERE id = 7`)
+	if got, ok, _ := keyed(t, src, "items", &p1); !ok || !slices.Equal(got, []string{"7"}) {
+		t.Errorf("after a version saw what was let go: %v (known %v); want [7]", got, ok)
+	}
+}

@@ -76,6 +76,8 @@ const (
 	EventLeaseReleased // the holder gave the lease up
 	EventLeaseLost     // a renewal found the lease taken over or unreadable past its term (err)
 	EventLeaseWaiting  // the lease is held by another (held_by), taken over at takeover_at unless renewed
+
+	EventStreamLetGo // the stream let its held transactions' keys go (slot, why, transactions, collections)
 	numEventKinds
 )
 
@@ -135,6 +137,9 @@ var eventKinds = [numEventKinds]struct {
 	EventLeaseReleased: {"lease released", LevelDebug},
 	EventLeaseLost:     {"lease lost", LevelWarn},
 	EventLeaseWaiting:  {"waiting for the lease: another holder has it; it is taken over at takeover_at unless that holder renews it", LevelInfo},
+
+	EventStreamLetGo: {"the replication stream held too much for the next version: it keeps only which collections changed, " +
+		"lets the slot advance, and the next version compares those in full", LevelWarn},
 }
 
 // String returns the kind's log message; "" for a kind this version does not know.

@@ -35,6 +35,8 @@ func TestEventKindText(t *testing.T) {
 			"and starting a new one, and the next version is compared in full", snapshot.LevelError},
 		{snapshot.EventLeaseReleased, "lease released", snapshot.LevelDebug},
 		{snapshot.EventLeaseWaiting, "waiting for the lease: another holder has it; it is taken over at takeover_at unless that holder renews it", snapshot.LevelInfo},
+		{snapshot.EventStreamLetGo, "the replication stream held too much for the next version: it keeps only which collections changed, " +
+			"lets the slot advance, and the next version compares those in full", snapshot.LevelWarn},
 		{snapshot.EventKind(0), "", snapshot.LevelInfo},
 	} {
 		if got, want := tc.kind.String(), tc.text; got != want {
@@ -44,7 +46,7 @@ func TestEventKindText(t *testing.T) {
 			t.Errorf("kind %q: level %d; want %d", tc.kind, got, want)
 		}
 	}
-	if got, want := len(seen), int(snapshot.EventLeaseWaiting); got != want {
+	if got, want := len(seen), int(snapshot.EventStreamLetGo); got != want {
 		t.Errorf("%d kinds with a message; want %d", got, want)
 	}
 }

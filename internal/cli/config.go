@@ -144,6 +144,15 @@ type WatchConfig struct {
 	// and the dataset, lower-cased, with every character other than a-z, 0-9 and _
 	// replaced by _, cut to 63 bytes. At most 63 of a-z, 0-9 and _ (Postgres' rule).
 	Slot string `yaml:"slot"`
+	// HoldBytes bounds the memory the logical mode's held transactions take (the keys
+	// they changed, kept for the next version); HoldWAL the WAL the slot retains for
+	// them; HoldFor how long the oldest may wait. Past any (a pinned dataset, failing
+	// syncs), the stream keeps only which collections changed, lets the slot advance,
+	// and the next version compares those collections in full. Defaults 64 MiB,
+	// 256 MiB and 5m.
+	HoldBytes int64         `yaml:"hold_bytes"`
+	HoldWAL   int64         `yaml:"hold_wal"`
+	HoldFor   time.Duration `yaml:"hold_for"`
 }
 
 // Watch.min_interval's defaults, by mode; minIntervalUnset marks a config that sets
@@ -215,6 +224,14 @@ func (w WatchConfig) validate() error {
 		return fmt.Errorf("watch.publication %q: must be a lower-case SQL identifier of 1..%d bytes "+
 			"(a-z, 0-9, _ and $, starting with a-z or _)", w.Publication, maxPGName)
 	}
+	switch {
+	case w.HoldBytes < 0:
+		return fmt.Errorf("watch.hold_bytes %d: must not be negative (0 takes the default, 64 MiB)", w.HoldBytes)
+	case w.HoldWAL < 0:
+		return fmt.Errorf("watch.hold_wal %d: must not be negative (0 takes the default, 256 MiB)", w.HoldWAL)
+	case w.HoldFor < 0:
+		return fmt.Errorf("watch.hold_for %s: must not be negative (0 takes the default, 5m)", w.HoldFor)
+	}
 	if !slotName.MatchString(w.Slot) {
 		return fmt.Errorf("watch.slot %q: must be 1..%d of a-z, 0-9 and _ (Postgres' rule for replication slot names)", w.Slot, maxPGName)
 	}
@@ -282,6 +299,7 @@ const (
 // DefaultSyncerConfig returns the defaults of every field but Collections.
 func DefaultSyncerConfig() SyncerConfig {
 	sc := store.DefaultConfig()
+	hold := pgsource.DefaultStreamConfig()
 	return SyncerConfig{
 		Dataset:          "default",
 		Schedule:         "@every 5m",
@@ -289,11 +307,12 @@ func DefaultSyncerConfig() SyncerConfig {
 		MaxDocumentBytes: 8 << 20,
 		ProgressInterval: 10 * time.Second,
 		Versions:         VersionsIncremental,
-		Watch:            WatchConfig{Enabled: true, Interval: syncer.DefaultWatchInterval, MinInterval: minIntervalUnset, Mode: pgsource.WatchModeStats, Publication: DefaultPublication},
-		MaxLayers:        layer.DefaultMaxLayers,
-		RebaseRatio:      layer.DefaultRebaseRatio,
-		Postgres:         PostgresConfig{Readers: 1, PartitionMinRows: 200_000},
-		Lease:            LeaseConfig{Duration: 15 * time.Second, AcquireTimeout: time.Minute},
+		Watch: WatchConfig{Enabled: true, Interval: syncer.DefaultWatchInterval, MinInterval: minIntervalUnset, Mode: pgsource.WatchModeStats, Publication: DefaultPublication,
+			HoldBytes: hold.HoldBytes, HoldWAL: hold.HoldWAL, HoldFor: hold.HoldFor},
+		MaxLayers:   layer.DefaultMaxLayers,
+		RebaseRatio: layer.DefaultRebaseRatio,
+		Postgres:    PostgresConfig{Readers: 1, PartitionMinRows: 200_000},
+		Lease:       LeaseConfig{Duration: 15 * time.Second, AcquireTimeout: time.Minute},
 		Bigtable: BigtableConfig{
 			Project: sc.Project, Instance: sc.Instance, Table: sc.Table,
 			BatchRows: sc.BatchRows, BatchBytes: sc.BatchBytes, Writers: sc.Writers, BatchTimeout: sc.BatchTimeout, OpTimeout: sc.OpTimeout,

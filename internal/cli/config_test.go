@@ -124,7 +124,8 @@ func TestConfigWatchMode(t *testing.T) {
 		if mode == pgsource.WatchModeLogical {
 			least = 250 * time.Millisecond
 		}
-		return WatchConfig{Enabled: true, Interval: 200 * time.Millisecond, MinInterval: least, Mode: mode, Publication: publication, Slot: slot}
+		return WatchConfig{Enabled: true, Interval: 200 * time.Millisecond, MinInterval: least, Mode: mode, Publication: publication, Slot: slot,
+			HoldBytes: 64 << 20, HoldWAL: 256 << 20, HoldFor: 5 * time.Minute}
 	}
 	withMin := func(w WatchConfig, least time.Duration) WatchConfig {
 		w.MinInterval = least
@@ -147,6 +148,11 @@ func TestConfigWatchMode(t *testing.T) {
 		{"watch: {min_interval: 250ms}\n" + coll, withMin(watch("stats", "snapflip", "snapflip_default"), 250*time.Millisecond)},
 		{"watch: {mode: logical, min_interval: 0s}\n" + coll, withMin(watch("logical", "snapflip", "snapflip_default"), 0)},
 		{"watch: {min_interval: 0s}\n" + coll, withMin(watch("stats", "snapflip", "snapflip_default"), 0)},
+		{"watch: {mode: logical, hold_bytes: 1048576, hold_wal: 2097152, hold_for: 30s}\n" + coll, func() WatchConfig {
+			w := watch("logical", "snapflip", "snapflip_default")
+			w.HoldBytes, w.HoldWAL, w.HoldFor = 1<<20, 2<<20, 30*time.Second
+			return w
+		}()},
 	} {
 		cfg, err := ParseSyncerConfig(strings.NewReader(tt.yaml), baseEnv)
 		if err != nil {
@@ -193,6 +199,9 @@ func TestConfigErrorsNameTheField(t *testing.T) {
 		{"rebase_ratio: 0\n" + coll, "rebase_ratio"},
 		{"watch: {interval: 1ms}\n" + coll, "watch.interval"},
 		{"watch: {min_interval: -1s}\n" + coll, "watch.min_interval"},
+		{"watch: {hold_bytes: -1}\n" + coll, "watch.hold_bytes"},
+		{"watch: {hold_wal: -1}\n" + coll, "watch.hold_wal"},
+		{"watch: {hold_for: -1s}\n" + coll, "watch.hold_for"},
 		{"watch: {enabled: sometimes}\n" + coll, "watch.enabled (line 1)"},
 		{"watch: {mode: trigger}\n" + coll, `watch.mode (line 1): invalid watch mode "trigger": must be "stats" or "logical"`},
 		{"watch: {mode: ''}\n" + coll, `watch.mode (line 1): invalid watch mode "": must be "stats" or "logical"`},

@@ -64,6 +64,10 @@ type Watch struct {
 	Interval, MinInterval time.Duration
 	// Logical names the publication and slot of WatchModeLogical.
 	Logical pgsource.LogicalConfig
+	// HoldBytes, HoldWAL and HoldFor bound what the stream holds for the next
+	// version (pgsource.StreamConfig's fields; zero: their defaults).
+	HoldBytes, HoldWAL int64
+	HoldFor            time.Duration
 }
 
 // logical reports whether the watch reads the replication stream.

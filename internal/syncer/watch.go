@@ -72,6 +72,7 @@ type watchMetrics struct {
 	delay    prometheus.Histogram
 	lastLag  prometheus.Gauge
 	retained prometheus.Gauge
+	held     *prometheus.GaugeVec
 }
 
 func newWatchMetrics(reg *prometheus.Registry, labels prometheus.Labels) *watchMetrics {
@@ -93,7 +94,10 @@ func newWatchMetrics(reg *prometheus.Registry, labels prometheus.Labels) *watchM
 	}
 	m.retained = prometheus.NewGauge(prometheus.GaugeOpts{Name: "snapflip_watch_slot_retained_bytes",
 		Help: "WAL the replication slot keeps on the source (watch.mode logical; read by the replica that reads the slot).", ConstLabels: labels})
-	reg.MustRegister(m.polls, m.pollTime, m.tables, m.changes, m.delay, m.lastLag, m.retained)
+	m.held = prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "snapflip_watch_held_transactions",
+		Help:        "Committed transactions the replication stream holds for the next version (watch.mode logical), by state: keys (their changed keys kept, watch.hold_bytes bounds them) or let_go (only their collections kept: the next version compares those in full).",
+		ConstLabels: labels}, []string{"state"})
+	reg.MustRegister(m.polls, m.pollTime, m.tables, m.changes, m.delay, m.lastLag, m.retained, m.held)
 	return m
 }
 
@@ -132,6 +136,7 @@ func (r *Runner) followStream(ctx context.Context, log *slog.Logger, pend *pendi
 		}
 		wm.tables.Set(0)
 		wm.retained.Set(0) // another replica reads the slot now, and reports it
+		wm.held.Reset()
 		rctx, cancel := snapshot.Detach(ctx, 5*time.Second)
 		_ = hold.Release(rctx)
 		cancel()
@@ -162,12 +167,17 @@ func (r *Runner) readStream(ctx, held context.Context, log *slog.Logger, pend *p
 		case <-sctx.Done():
 		}
 	}()
-	err = r.Source.Stream(sctx, pgsource.StreamConfig{LogicalConfig: r.Watch.Logical, Observer: r.Events},
+	err = r.Source.Stream(sctx, pgsource.StreamConfig{LogicalConfig: r.Watch.Logical, Observer: r.Events,
+		HoldBytes: r.Watch.HoldBytes, HoldWAL: r.Watch.HoldWAL, HoldFor: r.Watch.HoldFor},
 		func(c pgsource.Change) {
 			wm.changes.WithLabelValues(c.Reason.String()).Inc()
 			pend.add(c)
 		},
-		func(st pgsource.StreamStats) { wm.retained.Set(float64(st.RetainedBytes)) })
+		func(st pgsource.StreamStats) {
+			wm.retained.Set(float64(st.RetainedBytes))
+			wm.held.WithLabelValues("keys").Set(float64(st.Held))
+			wm.held.WithLabelValues("let_go").Set(float64(st.LetGo))
+		})
 	stop()
 	select {
 	case <-restarted:
