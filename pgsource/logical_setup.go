@@ -401,6 +401,9 @@ type slotFacts struct {
 	// unknown); standby whether the server is in recovery.
 	behind  int64
 	standby bool
+	// twoPhase: the slot decodes prepared transactions at PREPARE (made with
+	// two_phase), which the stream does not read.
+	twoPhase bool
 }
 
 // slotLogical is pg_replication_slots.slot_type of a logical slot.
@@ -419,6 +422,11 @@ func (f slotFacts) ours(name string) error {
 	if f.kind != slotLogical || f.plugin != "pgoutput" {
 		return fmt.Errorf("replication slot %s is a %s slot of plugin %q, not a logical slot of pgoutput: it is not snapflip's: name another watch.slot", name, f.kind, f.plugin)
 	}
+	if f.twoPhase {
+		return fmt.Errorf("%w: replication slot %s was created with two_phase: it sends prepared transactions at PREPARE, which snapflip does not read; "+
+			"drop it (SELECT pg_drop_replication_slot('%s'), or syncer unwatch) and the syncer creates one without, or name another watch.slot",
+			ErrLogicalSetup, name, name)
+	}
 	return nil
 }
 
@@ -429,9 +437,10 @@ func lookupSlot(ctx context.Context, q querier, name string) (slotFacts, error) 
 		coalesce(active_pid, 0), coalesce(wal_status, ''),
 		coalesce(pg_wal_lsn_diff(CASE WHEN pg_is_in_recovery() THEN pg_last_wal_replay_lsn() ELSE pg_current_wal_lsn() END,
 			restart_lsn)::bigint, -1),
-		coalesce(pg_wal_lsn_diff(confirmed_flush_lsn, restart_lsn), 0)::bigint, pg_is_in_recovery()
-		FROM pg_replication_slots WHERE slot_name = $1`, name).Scan(&f.kind, &f.plugin, &f.database, &f.here, &f.active, &f.pid, &f.walStatus,
-		&f.retained, &f.behind, &f.standby)
+		coalesce(pg_wal_lsn_diff(confirmed_flush_lsn, restart_lsn), 0)::bigint, pg_is_in_recovery(),
+		coalesce((to_jsonb(s)->>'two_phase')::bool, false)
+		FROM pg_replication_slots s WHERE slot_name = $1`, name).Scan(&f.kind, &f.plugin, &f.database, &f.here, &f.active, &f.pid, &f.walStatus,
+		&f.retained, &f.behind, &f.standby, &f.twoPhase)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return f, nil
 	}

@@ -597,3 +597,24 @@ func TestStreamLetsHeldTransactionsGo(t *testing.T) {
 		t.Errorf("after a version saw what was let go: %v (known %v); want [7]", got, ok)
 	}
 }
+
+// A slot made with two_phase (a DBA's, or another tool's) sends prepared transactions
+// at PREPARE, which the stream does not read: it is refused, naming the option and
+// the fix, instead of being read.
+func TestStreamRefusesATwoPhaseSlot(t *testing.T) {
+	dsn := testenv.Postgres(t)
+	testenv.Exec(t, dsn, `CREATE TABLE items (id int PRIMARY KEY)`)
+	slot := fmt.Sprintf("snapflip_test_%d", time.Now().UnixNano()%1e12)
+	t.Cleanup(func() { testenv.DropSlot(t, dsn, slot) })
+	testenv.Exec(t, dsn, fmt.Sprintf(`SELECT pg_create_logical_replication_slot('%s', 'pgoutput', false, true)`, slot))
+	src, err := pgsource.New(dsn, []pgsource.Collection{{Name: "items", Table: "items"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	err = src.Stream(ctx, pgsource.StreamConfig{LogicalConfig: pgsource.LogicalConfig{Publication: slot, Slot: slot}}, nil, nil)
+	if !errors.Is(err, pgsource.ErrLogicalSetup) || !strings.Contains(err.Error(), "two_phase") {
+		t.Errorf("Stream on a two_phase slot: %v; want ErrLogicalSetup naming two_phase", err)
+	}
+}
