@@ -396,7 +396,7 @@ func (st *stream) claimSlot(ctx context.Context, conn *pgx.Conn, repl *pgconn.Pg
 func (st *stream) read(ctx context.Context, conn *pgx.Conn, repl *pgconn.PgConn, changed func(Change), stats func(StreamStats)) error {
 	nudge := newNudger(ctx, st.connCfg, st.report, st.reading)
 	defer nudge.close()
-	slot := &slotWatch{st: st, conn: conn, stats: stats, nudge: nudge}
+	slot := &slotWatch{st: st, conn: conn, stats: stats, nudge: nudge, sender: repl.PID()}
 	nextStatus := time.Now()
 	for {
 		now := time.Now()

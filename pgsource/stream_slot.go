@@ -45,6 +45,7 @@ type slotWatch struct {
 	conn         *pgx.Conn
 	stats        func(StreamStats)
 	nudge        *nudger
+	sender       uint32 // the reading's WAL sender's process id
 	next         time.Time // when to read the slot next
 	nextRetained time.Time // when to report the retained WAL next
 	warned       time.Time // when the retained WAL was last warned of
@@ -66,6 +67,9 @@ func (w *slotWatch) check(ctx context.Context, now time.Time) error {
 		return fmt.Errorf("replication slot %s is gone while it is read", w.st.cfg.Slot)
 	}
 	if err := w.tablesKept(ctx); err != nil {
+		return err
+	}
+	if err := w.notSynchronous(ctx); err != nil {
 		return err
 	}
 	retained := max(f.retained, 0)
@@ -94,6 +98,30 @@ func (w *slotWatch) check(ctx context.Context, now time.Time) error {
 		w.stats(StreamStats{RetainedBytes: retained, Held: held, HeldBytes: heldBytes, LetGo: letGo})
 	}
 	return nil
+}
+
+// notSynchronous returns an error wrapping ErrLogicalSetup when the server counts the
+// reading's WAL sender as a synchronous standby, or a candidate to become one
+// (synchronous_standby_names '*', or naming its application_name): the source's
+// commits would then wait for the reader, which confirms a transaction only once a
+// version holds it.
+func (w *slotWatch) notSynchronous(ctx context.Context) error {
+	if w.sender == 0 {
+		return nil
+	}
+	var state, names, app string
+	err := w.conn.QueryRow(ctx, `SELECT coalesce(r.sync_state, 'async'), current_setting('synchronous_standby_names'), coalesce(r.application_name, '')
+		FROM (SELECT 1) AS one LEFT JOIN pg_stat_replication r ON r.pid = $1`, w.sender).Scan(&state, &names, &app)
+	if err != nil {
+		return fmt.Errorf("read the reader's replication state: %w", err)
+	}
+	if state == "async" {
+		return nil
+	}
+	return fmt.Errorf("%w: the server counts snapflip's replication connection (application_name %q) as a %s synchronous standby "+
+		"(synchronous_standby_names = %q): its commits would wait for the syncer, which confirms a transaction only once a version "+
+		"holds it; name the real standbys in synchronous_standby_names instead of '*', or give the syncer another application_name in its DSN",
+		ErrLogicalSetup, app, state, names)
 }
 
 // tablesKept returns an error wrapping ErrTablesChanged when a relation the reading

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"os"
 	"slices"
 	"strings"
 	"testing"
@@ -616,5 +617,28 @@ func TestStreamRefusesATwoPhaseSlot(t *testing.T) {
 	err = src.Stream(ctx, pgsource.StreamConfig{LogicalConfig: pgsource.LogicalConfig{Publication: slot, Slot: slot}}, nil, nil)
 	if !errors.Is(err, pgsource.ErrLogicalSetup) || !strings.Contains(err.Error(), "two_phase") {
 		t.Errorf("Stream on a two_phase slot: %v; want ErrLogicalSetup naming two_phase", err)
+	}
+}
+
+// With synchronous_standby_names = '*' the server may choose the stream's WAL sender
+// as a synchronous standby, and its commits would wait for the syncer's flips: the
+// stream refuses to read, naming the setting.
+func TestStreamRefusesToBeASynchronousStandby(t *testing.T) {
+	primary, _ := testenv.Replicated(t) // its hot standby is a synchronous one's rival
+	testenv.Exec(t, primary, `CREATE TABLE items (id int PRIMARY KEY)`)
+	admin := os.Getenv(testenv.EnvReplicated)
+	testenv.Exec(t, admin, `ALTER SYSTEM SET synchronous_standby_names = '*'`, `SELECT pg_reload_conf()`)
+	t.Cleanup(func() { testenv.Exec(t, admin, `ALTER SYSTEM RESET synchronous_standby_names`, `SELECT pg_reload_conf()`) })
+	slot := fmt.Sprintf("snapflip_test_%d", time.Now().UnixNano()%1e12)
+	t.Cleanup(func() { testenv.DropSlot(t, primary, slot) })
+	src, err := pgsource.New(primary, []pgsource.Collection{{Name: "items", Table: "items"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	err = src.Stream(ctx, pgsource.StreamConfig{LogicalConfig: pgsource.LogicalConfig{Publication: slot, Slot: slot}}, nil, nil)
+	if !errors.Is(err, pgsource.ErrLogicalSetup) || !strings.Contains(err.Error(), "synchronous_standby_names") {
+		t.Errorf("Stream while synchronous_standby_names = '*': %v; want ErrLogicalSetup naming the setting", err)
 	}
 }
