@@ -82,3 +82,31 @@ func withViews(ctx context.Context, conn *pgx.Conn, oids []uint32) ([]uint32, er
 	}
 	return all, nil
 }
+
+// publicationDigestSQL fingerprints the publication $1's definition: what it
+// publishes, whether through partition roots, each of its tables' entries whole (the
+// entry's own oid, so a table dropped from it and added again differs; a row filter,
+// a column list) and, from Postgres 15 (withSchemas), the schemas of FOR TABLES IN
+// SCHEMA. "" when there is no such publication.
+func publicationDigestSQL(withSchemas bool) string {
+	schemas := ""
+	if withSchemas {
+		schemas = `, (SELECT coalesce(jsonb_agg(to_jsonb(n) ORDER BY n.pnnspid), '[]') FROM pg_publication_namespace n WHERE n.pnpubid = p.oid)`
+	}
+	return `SELECT coalesce((SELECT md5(jsonb_build_array(p.puballtables, p.pubinsert, p.pubupdate, p.pubdelete, p.pubtruncate, p.pubviaroot,
+		(SELECT coalesce(jsonb_agg(to_jsonb(r) ORDER BY r.prrelid), '[]') FROM pg_publication_rel r WHERE r.prpubid = p.oid)` +
+		schemas + `)::text) FROM pg_publication p WHERE p.pubname = $1), '')`
+}
+
+// publicationDigest returns publicationDigestSQL's answer for the publication name.
+func publicationDigest(ctx context.Context, q querier, name string) (string, error) {
+	var version int
+	if err := q.QueryRow(ctx, `SELECT current_setting('server_version_num')::int`).Scan(&version); err != nil {
+		return "", fmt.Errorf("read the server's version: %w", err)
+	}
+	var d string
+	if err := q.QueryRow(ctx, publicationDigestSQL(version >= 150000), name).Scan(&d); err != nil {
+		return "", fmt.Errorf("read publication %s: %w", name, err)
+	}
+	return d, nil
+}

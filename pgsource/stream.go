@@ -243,6 +243,11 @@ type stream struct {
 	start   uint64 // the slot's confirmed position when the reading began
 	connCfg *pgx.ConnConfig
 	tables  LogicalTables
+	// publication fingerprints the publication's definition the reading reads
+	// (publicationDigestSQL); barrier is the xmax of a snapshot taken after it was
+	// read: a transaction spanning a change of the publication made before is below.
+	publication string
+	barrier     uint64
 
 	mu        sync.Mutex
 	held      []*heldTxn // in commit order
@@ -308,10 +313,16 @@ func (s *Source) Stream(ctx context.Context, cfg StreamConfig, changed func(Chan
 	if st.start, err = st.claimSlot(ctx, conn, repl); err != nil {
 		return err
 	}
-	// The stream names 32-bit ids; the current snapshot's xmax gives them their epoch.
+	// The publication as this reading reads it; then the current snapshot's xmax,
+	// which every transaction that may span a change of it before now is below, and
+	// which gives the stream's 32-bit ids their epoch.
+	if st.publication, err = publicationDigest(ctx, conn, cfg.Publication); err != nil {
+		return err
+	}
 	if err := conn.QueryRow(ctx, `SELECT pg_snapshot_xmax(pg_current_snapshot())::text::bigint`).Scan(&st.xidRef); err != nil {
 		return fmt.Errorf("read the source's transaction ids: %w", err)
 	}
+	st.barrier = st.xidRef
 	args := []string{"proto_version '1'", "publication_names " + quoteLiteral(cfg.Publication)}
 	if err := pglogrepl.StartReplication(ctx, repl, cfg.Slot, pglogrepl.LSN(st.start), pglogrepl.StartReplicationOptions{PluginArgs: args}); err != nil {
 		return fmt.Errorf("start replication from slot %s: %w", cfg.Slot, err)

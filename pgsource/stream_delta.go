@@ -99,6 +99,15 @@ func (st *stream) delta(ctx context.Context, snapText string, lsn uint64, since 
 	return d, nil
 }
 
+// snapshotXmin is a snapshot's xmin; 0 when it does not parse.
+func snapshotXmin(s string) uint64 {
+	xmin, _, err := snapshotBounds(s)
+	if err != nil {
+		return 0
+	}
+	return xmin
+}
+
 // heldView is what the stream holds that a snapshot sees, taken under st.mu: the
 // transactions it sees (whose keys no one changes once committed, so they are
 // merged outside the lock the stream's reader needs), the collections of the
@@ -109,6 +118,7 @@ type heldView struct {
 	gone    map[string]string // collection → why its keys are not known
 	resume  uint64
 	invalid string // why the held transactions are not the parent's whole difference
+	barrier uint64 // StreamPosition.Barrier of the snapshot
 }
 
 // viewLocked is what the stream holds for the snapshot whose visibility is vis, its
@@ -116,6 +126,7 @@ type heldView struct {
 // counts the held transactions (and the let-go ones, as one) the snapshot does not see.
 func (st *stream) viewLocked(vis visibility, since *snapshot.Position) (v heldView, unseen int) {
 	v.invalid = st.invalidFor(since)
+	v.barrier = st.barrierFor(vis, since)
 	v.resume = st.recv
 	for _, t := range st.held {
 		if vis.sees(t.xid) {
@@ -140,7 +151,8 @@ func (st *stream) viewLocked(vis visibility, since *snapshot.Position) (v heldVi
 // deltaOf is delta's answer from what the stream holds for the snapshot, against the
 // parent read at since.
 func (st *stream) deltaOf(ctx context.Context, v heldView, since *snapshot.Position) streamDelta {
-	d := streamDelta{pos: &snapshot.StreamPosition{Slot: st.cfg.Slot, System: st.system, Reading: st.reading, Resume: v.resume}}
+	d := streamDelta{pos: &snapshot.StreamPosition{Slot: st.cfg.Slot, System: st.system, Reading: st.reading, Resume: v.resume,
+		Publication: st.publication, Barrier: v.barrier}}
 	if why := v.invalid; why != "" {
 		if since != nil && since.Stream != nil {
 			kind := snapshot.EventStreamNoDelta
@@ -191,12 +203,37 @@ func (st *stream) nudge(ctx context.Context) {
 	}
 }
 
+// barrierFor is the Barrier of a snapshot whose visibility is vis, its parent read at
+// since: when the parent was read with another publication (or none known), this
+// reading's, which every transaction that may span that change is below; the
+// parent's while this snapshot's xmin has not passed it; else 0. A snapshot below its
+// barrier is no base for the stream's changes (invalidFor).
+func (st *stream) barrierFor(vis visibility, since *snapshot.Position) uint64 {
+	switch {
+	case since == nil || since.Stream == nil || since.Stream.Publication != st.publication:
+		if vis.xmin < st.barrier {
+			return st.barrier
+		}
+	case since.Stream.Barrier > vis.xmin:
+		return since.Stream.Barrier
+	}
+	return 0
+}
+
 // invalidFor says why the transactions the stream holds are not every one a snapshot
 // sees that the version read at since does not; "" when they are.
 func (st *stream) invalidFor(since *snapshot.Position) string {
 	switch {
 	case since == nil:
 		return "no parent"
+	case since.Stream != nil && since.Stream.Publication != st.publication:
+		// A table that joined the publication since (or left it and joined again):
+		// what it committed meanwhile is on no stream.
+		return "the publication's definition changed since the parent was read"
+	case since.Stream != nil && since.Stream.Barrier > 0 && snapshotXmin(since.Snapshot) < since.Stream.Barrier:
+		// A transaction that wrote a table before it joined the publication, and
+		// committed after, streams only its later changes; the parent did not see it.
+		return "the parent was read while a transaction begun before the publication changed could still run"
 	case !st.fresh && since.Same(st.last):
 		// This reading saw since published, or found it holds what one of the
 		// reading's snapshots read (a no-op): whatever since was read with, the held

@@ -72,6 +72,13 @@ func (w *slotWatch) check(ctx context.Context, now time.Time) error {
 	if err := w.notSynchronous(ctx); err != nil {
 		return err
 	}
+	if d, err := publicationDigest(ctx, w.conn, w.st.cfg.Publication); err != nil {
+		return err
+	} else if d != w.st.publication {
+		// A table dropped from it, or added, what it publishes, a row filter: a new
+		// reading prepares it again, and compares in full with versions read before.
+		return fmt.Errorf("%w: publication %s changed while it was read", ErrTablesChanged, w.st.cfg.Publication)
+	}
 	retained := max(f.retained, 0)
 	st := w.st
 	st.expire(ctx, now)

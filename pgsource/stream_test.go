@@ -642,3 +642,66 @@ func TestStreamRefusesToBeASynchronousStandby(t *testing.T) {
 		t.Errorf("Stream while synchronous_standby_names = '*': %v; want ErrLogicalSetup naming the setting", err)
 	}
 }
+
+// A table that leaves the publication and joins it again while the stream is read:
+// what was written to it meanwhile is on no stream, so the reading ends (a new one
+// prepares the publication again) and no version is told keys for it since before.
+func TestStreamNoticesThePublicationChanging(t *testing.T) {
+	dsn := testenv.Postgres(t)
+	testenv.Exec(t, dsn, `CREATE TABLE a (id int PRIMARY KEY)`, `CREATE TABLE b (id int PRIMARY KEY)`)
+	slot := fmt.Sprintf("snapflip_test_%d", time.Now().UnixNano()%1e12)
+	src := streamSource(t, dsn, slot, []pgsource.Collection{{Name: "a", Table: "a"}, {Name: "b", Table: "b"}})
+	ctx := context.Background()
+	_, _, p0 := keyed(t, src, "b", nil)
+	src.Holds(ctx, p0, p0)
+	testenv.Exec(t, dsn, `ALTER PUBLICATION `+slot+` DROP TABLE b`, `INSERT INTO b VALUES (5)`, `ALTER PUBLICATION `+slot+` ADD TABLE b`)
+	testenv.Exec(t, dsn, `INSERT INTO a VALUES (1)`)
+	testenv.Eventually(t, 10*time.Second, func() error {
+		if src.Streaming() {
+			return errors.New("the reading goes on with the publication changed under it")
+		}
+		return nil
+	})
+	if got, ok, _ := keyed(t, src, "b", &p0); ok {
+		t.Errorf("since a version read before b left the publication and joined it again: keys %v; want b compared in full", got)
+	}
+}
+
+// A transaction that wrote a table before the table joined the publication, and
+// commits after, streams only what it wrote after. The version compared in full when
+// the table joined does not see it (it still ran); the version after that must not
+// take the stream's keys from it, or the transaction's earlier rows are never served.
+func TestStreamBarrierForATransactionSpanningThePublicationChange(t *testing.T) {
+	dsn := testenv.Postgres(t)
+	testenv.Exec(t, dsn, `CREATE TABLE a (id int PRIMARY KEY)`, `CREATE TABLE b (id int PRIMARY KEY)`)
+	slot := fmt.Sprintf("snapflip_test_%d", time.Now().UnixNano()%1e12)
+	src, err := pgsource.New(dsn, []pgsource.Collection{{Name: "a", Table: "a"}, {Name: "b", Table: "b"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { testenv.DropSlot(t, dsn, slot) })
+	cfg := pgsource.StreamConfig{LogicalConfig: pgsource.LogicalConfig{Publication: slot, Slot: slot}}
+	stop := startStreamWith(t, src, cfg)
+	ctx := context.Background()
+	_, _, p0 := keyed(t, src, "b", nil)
+	src.Holds(ctx, p0, p0)
+	stop()
+	testenv.Exec(t, dsn, `ALTER PUBLICATION `+slot+` DROP TABLE b`)
+	spanning := testenv.OpenTx(t, dsn, `INSERT INTO b VALUES (7)`) // before b joins again
+	// The process's start prepares the publication (b joins it again), then the stream.
+	if _, err := src.PrepareLogical(ctx, cfg.LogicalConfig); err != nil {
+		t.Fatal(err)
+	}
+	defer startStreamWith(t, src, cfg)()
+	if got, ok, _ := keyed(t, src, "b", &p0); ok {
+		t.Errorf("since a version read before b joined the publication: keys %v; want b compared in full", got)
+	}
+	_, _, p1 := keyed(t, src, "b", nil) // compared in full, while the transaction runs
+	src.Holds(ctx, p1, p1)
+	if err := spanning.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got, ok, _ := keyed(t, src, "b", &p1); ok {
+		t.Errorf("since a version read while a transaction spanning b's joining ran: keys %v; want b compared in full", got)
+	}
+}

@@ -58,6 +58,15 @@ type StreamPosition struct {
 	// Resume is where the stream must be read again from to see every transaction the
 	// snapshot does not: each of them committed at or after it.
 	Resume uint64 `json:"resume"`
+	// Publication fingerprints the publication's definition the stream was read with
+	// (its tables, each with its own entry, and what it publishes): a version read
+	// with another is no base for the stream's changes.
+	Publication string `json:"publication,omitempty"`
+	// Barrier, when not 0, is a transaction id every transaction that may span a
+	// change of the publication is below: a snapshot whose xmin is below it may miss
+	// rows such a transaction wrote before the change, which no stream carries, so
+	// the version is no base for the stream's changes either.
+	Barrier uint64 `json:"barrier,omitempty"`
 }
 
 // PGSnapshot returns the position's snapshot with how it was taken.
