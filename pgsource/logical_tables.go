@@ -161,6 +161,14 @@ func (p *logicalPlan) relations(ctx context.Context, tx pgx.Tx, collections []Co
 			return rs, err
 		}
 		rs.leaves = append(rs.leaves, leaves...)
+		bad, err := uncarriedPartitions(ctx, tx, []uint32{r.oid})
+		if err != nil {
+			return rs, err
+		}
+		for _, b := range bad {
+			p.problem("%s (read by %s) has %s: logical replication does not carry its changes; "+
+				"make it a logged, local table, or use watch.mode stats", r.name, strings.Join(slices.Sorted(maps.Keys(r.collections)), ", "), b)
+		}
 		p.tables.Published = append(p.tables.Published, PublishedRelation{OID: r.oid, Name: r.name,
 			Collections: slices.Sorted(maps.Keys(r.collections))})
 	}
@@ -220,6 +228,23 @@ func readColumns(ctx context.Context, q querier, r *logicalRel) error {
 		return fmt.Errorf("read the columns of %s: %w", r.name, err)
 	}
 	return nil
+}
+
+// uncarriedPartitions names the partitions of the roots whose changes logical
+// replication does not carry: unlogged and foreign tables (the roots themselves are
+// checked apart).
+func uncarriedPartitions(ctx context.Context, q querier, roots []uint32) ([]string, error) {
+	var bad []string
+	err := q.QueryRow(ctx, `SELECT coalesce(array_agg(DISTINCT format('%s %I.%I',
+			CASE WHEN c.relkind = 'f' THEN 'the foreign partition' ELSE 'the unlogged partition' END, n.nspname, c.relname)), '{}')
+		FROM unnest($1::oid[]) AS r(oid), LATERAL pg_partition_tree(r.oid) AS t
+		JOIN pg_class c ON c.oid = t.relid JOIN pg_namespace n ON n.oid = c.relnamespace
+		WHERE t.relid <> r.oid AND (c.relkind = 'f' OR c.relkind = 'r' AND c.relpersistence <> 'p')`, roots).Scan(&bad)
+	if err != nil {
+		return nil, fmt.Errorf("read the partitions of the published tables: %w", err)
+	}
+	slices.Sort(bad)
+	return bad, nil
 }
 
 // readLeaves reads the tables that hold root's rows (the root itself, or its

@@ -72,6 +72,13 @@ func (w *slotWatch) check(ctx context.Context, now time.Time) error {
 	if err := w.notSynchronous(ctx); err != nil {
 		return err
 	}
+	if bad, err := uncarriedPartitions(ctx, w.conn, w.st.publishedOIDs()); err != nil {
+		return err
+	} else if len(bad) > 0 {
+		// A partition attached or altered while the stream is read: a new reading
+		// refuses it, naming it.
+		return fmt.Errorf("%w: a published table now has %s", ErrTablesChanged, strings.Join(bad, ", "))
+	}
 	if d, err := publicationDigest(ctx, w.conn, w.st.cfg.Publication); err != nil {
 		return err
 	} else if d != w.st.publication {
@@ -107,6 +114,15 @@ func (w *slotWatch) check(ctx context.Context, now time.Time) error {
 	return nil
 }
 
+// publishedOIDs are the oids of the published relations the reading follows.
+func (st *stream) publishedOIDs() []uint32 {
+	oids := make([]uint32, len(st.tables.Published))
+	for i, r := range st.tables.Published {
+		oids[i] = r.OID
+	}
+	return oids
+}
+
 // notSynchronous returns an error wrapping ErrLogicalSetup when the server counts the
 // reading's WAL sender as a synchronous standby, or a candidate to become one
 // (synchronous_standby_names '*', or naming its application_name): the source's
@@ -137,10 +153,7 @@ func (w *slotWatch) notSynchronous(ctx context.Context) error {
 // reading prepares the publication for it. (The watch's poll sees it too, but may
 // have found the new table before this reading prepared the publication for the old.)
 func (w *slotWatch) tablesKept(ctx context.Context) error {
-	oids := make([]uint32, len(w.st.tables.Published))
-	for i, r := range w.st.tables.Published {
-		oids[i] = r.OID
-	}
+	oids := w.st.publishedOIDs()
 	var gone []string
 	if err := w.conn.QueryRow(ctx, `SELECT coalesce(array_agg(o::text), '{}') FROM unnest($1::oid[]) AS o
 		WHERE NOT EXISTS (SELECT FROM pg_class WHERE oid = o)`, oids).Scan(&gone); err != nil {

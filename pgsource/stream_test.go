@@ -705,3 +705,34 @@ func TestStreamBarrierForATransactionSpanningThePublicationChange(t *testing.T) 
 		t.Errorf("since a version read while a transaction spanning b's joining ran: keys %v; want b compared in full", got)
 	}
 }
+
+// An unlogged or foreign partition of a published partitioned table changes with
+// nothing on the stream: the stream refuses it at start, naming it, and ends when a
+// partition becomes one while it is read.
+func TestStreamRefusesUncarriedPartitions(t *testing.T) {
+	dsn := testenv.Postgres(t)
+	testenv.Exec(t, dsn, `CREATE TABLE p (id int PRIMARY KEY) PARTITION BY RANGE (id)`,
+		`CREATE TABLE p1 PARTITION OF p FOR VALUES FROM (0) TO (100)`,
+		`CREATE UNLOGGED TABLE p2 PARTITION OF p FOR VALUES FROM (100) TO (200)`)
+	slot := fmt.Sprintf("snapflip_test_%d", time.Now().UnixNano()%1e12)
+	t.Cleanup(func() { testenv.DropSlot(t, dsn, slot) })
+	src, err := pgsource.New(dsn, []pgsource.Collection{{Name: "p", Table: "p"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := pgsource.StreamConfig{LogicalConfig: pgsource.LogicalConfig{Publication: slot, Slot: slot}}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := src.Stream(ctx, cfg, nil, nil); !errors.Is(err, pgsource.ErrLogicalSetup) || !strings.Contains(err.Error(), "unlogged partition public.p2") {
+		t.Fatalf("Stream with an unlogged partition: %v; want ErrLogicalSetup naming it", err)
+	}
+	testenv.Exec(t, dsn, `ALTER TABLE p2 SET LOGGED`)
+	defer startStreamWith(t, src, cfg)()
+	testenv.Exec(t, dsn, `ALTER TABLE p2 SET UNLOGGED`)
+	testenv.Eventually(t, 10*time.Second, func() error {
+		if src.Streaming() {
+			return errors.New("the reading goes on with an unlogged partition")
+		}
+		return nil
+	})
+}
