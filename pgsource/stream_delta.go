@@ -175,7 +175,11 @@ func (st *stream) deltaOf(ctx context.Context, v heldView, since *snapshot.Posit
 				exact = false
 				break
 			}
-			maps.Copy(keys, t.keys[c.Collection])
+			for _, k := range t.keys {
+				if k.collection == c.Collection {
+					keys[k.key] = struct{}{}
+				}
+			}
 		}
 		if exact && len(keys) <= maxStreamKeys {
 			d.known[c.Collection] = &streamKeys{keys: slices.Sorted(maps.Keys(keys)), cols: c.Key, oid: c.Relation.OID}
