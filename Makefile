@@ -18,8 +18,9 @@ GOTEST_FLAGS ?= -race -count=1 -timeout 20m -parallel 8 -p 3
 # LONG_TESTS are the suites too long for `make test`, which `make e2e` runs: every
 # crash point, faults and restarts mid-sync, load with flips, the generative
 # histories and filters, the real schema (Pagila), retention's keep-alive, several
-# syncer replicas, and the long outages. `make test` runs every other test.
-LONG_TESTS := ^(TestCrashAtRandomTimes|TestCrashAtEveryPoint|TestSIGTERMMidSync|TestFaultSlowBigtable|TestFaultEmulatorStopsMidSync|TestFaultPostgresRestartsMidSync|TestShutdownAfterBigtableStops|TestShutdownAfterPostgresStops|TestServedAfterPostgresRestart|TestReplicaThroughOutages|TestLoadWithFlips|TestLogicalProbesAreAllServed|TestCommitsAreServedWithinTheBudget|TestKeyRotationUnderLoad|TestGenerative|TestGenerativeFilters|TestGenerativeWatch|TestRowScopesAgainstPostgres|TestReplicaFollowsHistories|TestPagila|TestTTLKeepAlive|TestTTLKeepAlivePinned|TestDefinitionChangesAreServed|TestReplicasPublishEachChangeOnce|TestReplicasPublishEachSlotOnce|TestSyncerHealth|TestTokenOfACommitHeldInSyncReplication|TestReadYourWrites|TestReconnectsPromptlyAfterALongOutage|TestEntriesThroughPackedBlocks|TestStreamBoundsChangedKeys|TestConnectTimeoutByDefault|TestFilterCacheCarriesAcrossFlips)$$
+# syncer replicas, the long outages, and a pin under writes. `make test` runs every
+# other test.
+LONG_TESTS := ^(TestCrashAtRandomTimes|TestCrashAtEveryPoint|TestSIGTERMMidSync|TestFaultSlowBigtable|TestFaultEmulatorStopsMidSync|TestFaultPostgresRestartsMidSync|TestShutdownAfterBigtableStops|TestShutdownAfterPostgresStops|TestServedAfterPostgresRestart|TestReplicaThroughOutages|TestLoadWithFlips|TestLogicalProbesAreAllServed|TestCommitsAreServedWithinTheBudget|TestKeyRotationUnderLoad|TestGenerative|TestGenerativeFilters|TestGenerativeWatch|TestRowScopesAgainstPostgres|TestReplicaFollowsHistories|TestPagila|TestTTLKeepAlive|TestTTLKeepAlivePinned|TestDefinitionChangesAreServed|TestReplicasPublishEachChangeOnce|TestReplicasPublishEachSlotOnce|TestSyncerHealth|TestTokenOfACommitHeldInSyncReplication|TestReadYourWrites|TestReconnectsPromptlyAfterALongOutage|TestEntriesThroughPackedBlocks|TestStreamBoundsChangedKeys|TestConnectTimeoutByDefault|TestFilterCacheCarriesAcrossFlips|TestPinnedUnderWrites)$$
 
 .PHONY: all build build-static chaos test e2e demo bench lint fmt vet emulator pg-start pg-stop clean screenshot
 
@@ -76,8 +77,8 @@ demo: build
 chaos:
 	@$(GO) build -o bin/bigtable-emulator cloud.google.com/go/bigtable/cmd/emulator
 	@deploy/local/postgres.sh start $(TEST_PG_PORT)
-	@status=0; SNAPFLIP_RYW_LOOPS=200 SNAPFLIP_RYW_WRITES=100 SNAPFLIP_SESSION_READS=1000 SNAPFLIP_CHAOS_KILLS=50 SNAPFLIP_PROBES=3000 SNAPFLIP_GEN_WATCH_SCHEMAS=20 SNAPFLIP_LOAD_SECONDS=60 SNAPFLIP_LIN_OPS=1000 SNAPFLIP_GEN_SCHEMAS=200 SNAPFLIP_GEN_POLICIES=2000 SNAPFLIP_TEST_POSTGRES_DSN='$(TEST_PG_DSN)' SNAPFLIP_TEST_EMULATOR=$(CURDIR)/bin/bigtable-emulator \
-	  $(GO) test -race -count=1 -timeout 60m -run 'Crash|Fault|LoadWithFlips|Linearizab|Generative|Probes|ReadYourWrites|SessionToken' -v ./e2e/ ./store/ || status=$$?; \
+	@status=0; SNAPFLIP_RYW_LOOPS=200 SNAPFLIP_RYW_WRITES=100 SNAPFLIP_SESSION_READS=1000 SNAPFLIP_CHAOS_KILLS=50 SNAPFLIP_PROBES=3000 SNAPFLIP_GEN_WATCH_SCHEMAS=20 SNAPFLIP_LOAD_SECONDS=60 SNAPFLIP_LIN_OPS=1000 SNAPFLIP_GEN_SCHEMAS=200 SNAPFLIP_GEN_POLICIES=2000 SNAPFLIP_PIN_SECONDS=120 SNAPFLIP_TEST_POSTGRES_DSN='$(TEST_PG_DSN)' SNAPFLIP_TEST_EMULATOR=$(CURDIR)/bin/bigtable-emulator \
+	  $(GO) test -race -count=1 -timeout 60m -run 'Crash|Fault|LoadWithFlips|Linearizab|Generative|Probes|ReadYourWrites|SessionToken|Pinned' -v ./e2e/ ./store/ || status=$$?; \
 	  deploy/local/postgres.sh stop $(TEST_PG_PORT); exit $$status
 
 ## bench: the benchmarks (needs the same throwaway Postgres), then the table of figures

@@ -599,6 +599,19 @@ func TestStreamLetsHeldTransactionsGo(t *testing.T) {
 	}
 }
 
+// streamOnce reads the stream of the collections over dsn, on slot (its publication
+// too), until it fails or 30 s pass, and returns its error.
+func streamOnce(t *testing.T, dsn, slot string, cs []pgsource.Collection) error {
+	t.Helper()
+	src, err := pgsource.New(dsn, cs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	return src.Stream(ctx, pgsource.StreamConfig{LogicalConfig: pgsource.LogicalConfig{Publication: slot, Slot: slot}}, nil, nil)
+}
+
 // A slot made with two_phase (a DBA's, or another tool's) sends prepared transactions
 // at PREPARE, which the stream does not read: it is refused, naming the option and
 // the fix, instead of being read.
@@ -608,13 +621,7 @@ func TestStreamRefusesATwoPhaseSlot(t *testing.T) {
 	slot := fmt.Sprintf("snapflip_test_%d", time.Now().UnixNano()%1e12)
 	t.Cleanup(func() { testenv.DropSlot(t, dsn, slot) })
 	testenv.Exec(t, dsn, fmt.Sprintf(`SELECT pg_create_logical_replication_slot('%s', 'pgoutput', false, true)`, slot))
-	src, err := pgsource.New(dsn, []pgsource.Collection{{Name: "items", Table: "items"}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	err = src.Stream(ctx, pgsource.StreamConfig{LogicalConfig: pgsource.LogicalConfig{Publication: slot, Slot: slot}}, nil, nil)
+	err := streamOnce(t, dsn, slot, []pgsource.Collection{{Name: "items", Table: "items"}})
 	if !errors.Is(err, pgsource.ErrLogicalSetup) || !strings.Contains(err.Error(), "two_phase") {
 		t.Errorf("Stream on a two_phase slot: %v; want ErrLogicalSetup naming two_phase", err)
 	}
@@ -631,13 +638,7 @@ func TestStreamRefusesToBeASynchronousStandby(t *testing.T) {
 	t.Cleanup(func() { testenv.Exec(t, admin, `ALTER SYSTEM RESET synchronous_standby_names`, `SELECT pg_reload_conf()`) })
 	slot := fmt.Sprintf("snapflip_test_%d", time.Now().UnixNano()%1e12)
 	t.Cleanup(func() { testenv.DropSlot(t, primary, slot) })
-	src, err := pgsource.New(primary, []pgsource.Collection{{Name: "items", Table: "items"}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	err = src.Stream(ctx, pgsource.StreamConfig{LogicalConfig: pgsource.LogicalConfig{Publication: slot, Slot: slot}}, nil, nil)
+	err := streamOnce(t, primary, slot, []pgsource.Collection{{Name: "items", Table: "items"}})
 	if !errors.Is(err, pgsource.ErrLogicalSetup) || !strings.Contains(err.Error(), "synchronous_standby_names") {
 		t.Errorf("Stream while synchronous_standby_names = '*': %v; want ErrLogicalSetup naming the setting", err)
 	}
@@ -721,9 +722,7 @@ func TestStreamRefusesUncarriedPartitions(t *testing.T) {
 		t.Fatal(err)
 	}
 	cfg := pgsource.StreamConfig{LogicalConfig: pgsource.LogicalConfig{Publication: slot, Slot: slot}}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	if err := src.Stream(ctx, cfg, nil, nil); !errors.Is(err, pgsource.ErrLogicalSetup) || !strings.Contains(err.Error(), "unlogged partition public.p2") {
+	if err := streamOnce(t, dsn, slot, []pgsource.Collection{{Name: "p", Table: "p"}}); !errors.Is(err, pgsource.ErrLogicalSetup) || !strings.Contains(err.Error(), "unlogged partition public.p2") {
 		t.Fatalf("Stream with an unlogged partition: %v; want ErrLogicalSetup naming it", err)
 	}
 	testenv.Exec(t, dsn, `ALTER TABLE p2 SET LOGGED`)

@@ -520,6 +520,18 @@ func pgbenchBin(tb testing.TB, dsn string) string {
 	return filepath.Join(strings.TrimSpace(string(out)), "pgbench")
 }
 
+// pgbenchInit makes a fresh database with pgbench's tables at scale, settled, and
+// returns its DSN and pgbench.
+func pgbenchInit(b *testing.B, scale int) (dsn, bin string) {
+	dsn = testenv.Postgres(b)
+	bin = pgbenchBin(b, dsn)
+	if out, err := exec.Command(bin, "-i", "-q", "-s", strconv.Itoa(scale), dsn).CombinedOutput(); err != nil {
+		b.Fatalf("pgbench -i: %v\n%s", err, out)
+	}
+	settle(b, dsn, "pgbench_accounts")
+	return dsn, bin
+}
+
 // pgbenchTPS runs pgbench with args against dsn and returns its tps.
 func pgbenchTPS(tb testing.TB, bin, dsn string, args ...string) float64 {
 	tb.Helper()
@@ -550,12 +562,7 @@ func BenchmarkLogicalPgbench(b *testing.B) {
 	const rounds = 3
 	const dur = "30"
 	defaultEnv(b)
-	dsn := testenv.Postgres(b)
-	bin := pgbenchBin(b, dsn)
-	if out, err := exec.Command(bin, "-i", "-q", "-s", "10", dsn).CombinedOutput(); err != nil {
-		b.Fatalf("pgbench -i: %v\n%s", err, out)
-	}
-	settle(b, dsn, "pgbench_accounts")
+	dsn, bin := pgbenchInit(b, 10)
 	dir := b.TempDir()
 	syncer := build(b, dir, "github.com/snapflip/snapflip/cmd/syncer")
 	settings := logicalSettings(b, dsn)

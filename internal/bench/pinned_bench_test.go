@@ -33,12 +33,7 @@ func BenchmarkLogicalPinned(b *testing.B) {
 		seconds = v
 	}
 	defaultEnv(b)
-	dsn := testenv.Postgres(b)
-	bin := pgbenchBin(b, dsn)
-	if out, err := exec.Command(bin, "-i", "-q", "-s", "1", dsn).CombinedOutput(); err != nil {
-		b.Fatalf("pgbench -i: %v\n%s", err, out)
-	}
-	settle(b, dsn, "pgbench_accounts")
+	dsn, bin := pgbenchInit(b, 1)
 	dir := b.TempDir()
 	script := filepath.Join(dir, "update.sql")
 	if err := os.WriteFile(script, []byte("\\set aid random(1, 100000)\nUPDATE pgbench_accounts SET abalance = abalance + 1 WHERE aid = :aid;\n"), 0o600); err != nil {
