@@ -35,11 +35,15 @@ func TestPinnedUnderWrites(t *testing.T) {
 	if out, err := e.syncerCmd(t, "rollback", "--previous", "--reason", "pinned under writes"); err != nil {
 		t.Fatalf("rollback: %v: %s", err, out)
 	}
-	var atPin string
-	testenv.QueryRow(t, e.DSN, `SELECT pg_current_wal_insert_lsn()::text`, &atPin)
-
 	ctx, cancel := context.WithTimeout(context.Background(), time.Duration(seconds)*time.Second)
 	defer cancel()
+	// Where the WAL was halfway through the writes: without letting go, the slot
+	// would stay confirmed before the first transaction held.
+	var halfway string
+	half := time.AfterFunc(time.Duration(seconds)*time.Second/2, func() {
+		testenv.QueryRow(t, e.DSN, `SELECT pg_current_wal_insert_lsn()::text`, &halfway)
+	})
+	defer half.Stop()
 	var wg sync.WaitGroup
 	var mu sync.Mutex
 	commits := 0
@@ -70,9 +74,9 @@ func TestPinnedUnderWrites(t *testing.T) {
 	// While pinned, the slot was confirmed past the transactions let go.
 	testenv.Eventually(t, 20*time.Second, func() error {
 		var past bool
-		testenv.QueryRow(t, e.DSN, fmt.Sprintf(`SELECT confirmed_flush_lsn > '%s'::pg_lsn FROM pg_replication_slots WHERE slot_name = '%s'`, atPin, slot), &past)
+		testenv.QueryRow(t, e.DSN, fmt.Sprintf(`SELECT confirmed_flush_lsn > '%s'::pg_lsn FROM pg_replication_slots WHERE slot_name = '%s'`, halfway, slot), &past)
 		if !past {
-			return fmt.Errorf("after %d commits while pinned, the slot is still confirmed before the pin", commits)
+			return fmt.Errorf("after %d commits while pinned, the slot is still confirmed before the writes' halfway point", commits)
 		}
 		return nil
 	})
