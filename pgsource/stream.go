@@ -133,7 +133,7 @@ type heldTxn struct {
 	xid64  uint64 // xid with its epoch
 	commit uint64 // its commit record's position: replayed from there
 	end    uint64
-	at     time.Time                      // when its commit was received
+	at     time.Time // when its commit was received
 	// keys are the keys it changed (columns joined by NUL), with their collections,
 	// in the order changed, repeats included: a slice, not maps, so that a held
 	// transaction of one key takes some 150 bytes.

@@ -45,7 +45,7 @@ type slotWatch struct {
 	conn         *pgx.Conn
 	stats        func(StreamStats)
 	nudge        *nudger
-	sender       uint32 // the reading's WAL sender's process id
+	sender       uint32    // the reading's WAL sender's process id
 	next         time.Time // when to read the slot next
 	nextRetained time.Time // when to report the retained WAL next
 	warned       time.Time // when the retained WAL was last warned of

@@ -635,7 +635,9 @@ func TestStreamRefusesToBeASynchronousStandby(t *testing.T) {
 	testenv.Exec(t, primary, `CREATE TABLE items (id int PRIMARY KEY)`)
 	admin := os.Getenv(testenv.EnvReplicated)
 	testenv.Exec(t, admin, `ALTER SYSTEM SET synchronous_standby_names = '*'`, `SELECT pg_reload_conf()`)
-	t.Cleanup(func() { testenv.Exec(t, admin, `ALTER SYSTEM RESET synchronous_standby_names`, `SELECT pg_reload_conf()`) })
+	t.Cleanup(func() {
+		testenv.Exec(t, admin, `ALTER SYSTEM RESET synchronous_standby_names`, `SELECT pg_reload_conf()`)
+	})
 	slot := fmt.Sprintf("snapflip_test_%d", time.Now().UnixNano()%1e12)
 	t.Cleanup(func() { testenv.DropSlot(t, primary, slot) })
 	err := streamOnce(t, primary, slot, []pgsource.Collection{{Name: "items", Table: "items"}})
