@@ -17,10 +17,10 @@ import (
 
 // TestPinnedUnderWrites: with watch.mode logical, the dataset pinned by a rollback
 // while four sessions update rows as fast as they can for SNAPFLIP_PIN_SECONDS (20),
-// with watch.hold_bytes small enough to be passed many times. The reader lets the
-// held transactions go, so the slot is confirmed onwards while nothing publishes; after
-// the unpin, the first version covering every commit serves every row as Postgres
-// holds it. (BenchmarkLogicalPinned measures the same at full size.)
+// with watch.hold_bytes small enough to be passed many times, and the syncer restarted
+// halfway. The reader lets the held transactions go, so the slot is confirmed onwards
+// while nothing publishes; after the unpin, the first version covering every commit
+// serves every row as Postgres holds it. (BenchmarkLogicalPinned measures the same at full size.)
 func TestPinnedUnderWrites(t *testing.T) {
 	seconds := loops("SNAPFLIP_PIN_SECONDS", 20)
 	e := start(t)
@@ -28,7 +28,8 @@ func TestPinnedUnderWrites(t *testing.T) {
 	slot := fmt.Sprintf("snapflip_e2e_%d", time.Now().UnixNano()%1e12)
 	t.Cleanup(func() { testenv.DropSlot(t, e.DSN, slot) })
 	cfg := config + "watch: {mode: logical, slot: " + slot + ", hold_bytes: 262144}\nlease: {duration: 2s}\n"
-	defer e.runSyncer(t, cfg)()
+	stop := e.runSyncer(t, cfg)
+	defer func() { stop() }()
 	e.awaitServed(t, docPath("things", "plain"), `"id":"plain"`, time.Now(), 20*time.Second)
 	testenv.Exec(t, e.DSN, `UPDATE things SET gen = 1 WHERE id = 'plain'`)
 	e.awaitServed(t, docPath("things", "plain"), `"gen":1`, time.Now(), 20*time.Second)
@@ -39,9 +40,15 @@ func TestPinnedUnderWrites(t *testing.T) {
 	defer cancel()
 	// Where the WAL was halfway through the writes: without letting go, the slot
 	// would stay confirmed before the first transaction held.
+	// The syncer restarts there too: the new reading starts from where the slot was
+	// confirmed, and holds no more than the bound either.
 	var halfway string
+	restarted := make(chan struct{})
 	half := time.AfterFunc(time.Duration(seconds)*time.Second/2, func() {
+		defer close(restarted)
 		testenv.QueryRow(t, e.DSN, `SELECT pg_current_wal_insert_lsn()::text`, &halfway)
+		stop()
+		stop = e.runSyncer(t, cfg)
 	})
 	defer half.Stop()
 	var wg sync.WaitGroup
@@ -71,6 +78,7 @@ func TestPinnedUnderWrites(t *testing.T) {
 		}()
 	}
 	wg.Wait()
+	<-restarted
 	// While pinned, the slot was confirmed past the transactions let go.
 	testenv.Eventually(t, 20*time.Second, func() error {
 		var past bool
