@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"slices"
@@ -10,6 +11,7 @@ import (
 
 	"github.com/snapflip/snapflip/internal/testenv"
 	"github.com/snapflip/snapflip/internal/testenv/stack"
+	"github.com/snapflip/snapflip/snapshot"
 )
 
 // ddlConfig is config with a view collection and a query collection over a view.
@@ -188,5 +190,38 @@ func TestServedAfterPostgresRestart(t *testing.T) {
 			d := e.awaitServed(t, docPath("things", "plain"), "after the restart", time.Now(), probeLimit)
 			t.Logf("served %s after the commit", d.Round(time.Millisecond))
 		})
+	}
+}
+
+// TestDefinitionChangeWritesOneBase: a column added to a collection's table changes
+// every document, so the version after it writes the collection as a base, once: not
+// a delta of every row that the next version must then rebase (rebase_ratio).
+func TestDefinitionChangeWritesOneBase(t *testing.T) {
+	t.Parallel()
+	e := start(t)
+	if _, err := e.sync(t); err != nil {
+		t.Fatal(err)
+	}
+	testenv.Exec(t, e.DSN, `ALTER TABLE things ADD COLUMN seven int DEFAULT 7`)
+	v2 := stack.PublishedVersion(t, mustSync(t, e))
+	testenv.Exec(t, e.DSN, `UPDATE flags SET gen = gen + 1`) // another collection changes
+	v3 := stack.PublishedVersion(t, mustSync(t, e))
+	st := testenv.Store(t, testenv.StoreConfig(e.Bigtable))
+	kinds := func(v string) []snapshot.LayerKind {
+		m, err := st.ReadManifest(context.Background(), e.Dataset, snapshot.Version(v))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var ks []snapshot.LayerKind
+		for _, l := range m.Collections["things"].Layers {
+			ks = append(ks, l.Kind)
+		}
+		return ks
+	}
+	if ks := kinds(v2); len(ks) != 1 || ks[0] != snapshot.LayerBase {
+		t.Errorf("things after the column was added: layers %v; want one base", ks)
+	}
+	if k2, k3 := kinds(v2), kinds(v3); !slices.Equal(k2, k3) {
+		t.Errorf("things in the next version: layers %v, after %v; want the same chain (no rebase)", k3, k2)
 	}
 }

@@ -39,6 +39,10 @@ func (p *versionWrite) nextKind(cur *snapshot.Manifest, pos snapshot.Position, n
 		return snapshot.LayerBase, "the parent is a full copy, without fingerprints"
 	case !cur.Source.SameDefinition(pos, name):
 		return snapshot.LayerBase, "the collection's definition changed"
+	case definitionsChanged(cur.Source, pos, name):
+		// Every document may change (a column added, renamed, retyped): one base,
+		// not a delta of every row that the next version would rebase.
+		return snapshot.LayerBase, "the table's column or type definitions changed"
 	case p.maxLayers() < 2:
 		return snapshot.LayerBase, fmt.Sprintf("max_layers is %d", p.maxLayers())
 	}
@@ -60,6 +64,14 @@ func (p *versionWrite) nextKind(cur *snapshot.Manifest, pos snapshot.Position, n
 		}
 	}
 	return snapshot.LayerDelta, ""
+}
+
+// definitionsChanged reports whether the table collection name's columns or types
+// differ between the parent read at parent and the version read at pos, both known.
+func definitionsChanged(parent, pos snapshot.Position, name string) bool {
+	a, ok1 := parent.Definitions[name]
+	b, ok2 := pos.Definitions[name]
+	return ok1 && ok2 && a != b
 }
 
 // layersDataTime returns the oldest data time of the layers as version m records
