@@ -63,11 +63,18 @@ func TestWidenAndLetGoSeen(t *testing.T) {
 			t.Errorf("widen(%d) = %d; want %d", c.xid, got, c.want)
 		}
 	}
-	g := &letGo{lo: 100, hi: 110}
+	g := &letGo{lo: 100, hi: 100, base: 40, ids: []uint64{}}
+	for _, x := range []uint64{100, 104, 107, 110} {
+		g.add(x)
+	}
 	for _, c := range []struct {
 		snap string
 		want bool
-	}{{"111:120:", true}, {"105:120:", true}, {"105:120:107", false}, {"105:120:115", true}, {"105:110:", false}} {
+	}{
+		{"111:120:", true}, {"105:120:", true}, {"105:120:107", false}, {"105:120:115", true}, {"105:110:", false},
+		{"105:120:106", true},       // 106 runs, but it is someone else's
+		{"99:120:99,103,108", true}, // in progress, none let go
+	} {
 		vis, err := parseVisibility(c.snap)
 		if err != nil {
 			t.Fatal(err)
@@ -75,5 +82,20 @@ func TestWidenAndLetGoSeen(t *testing.T) {
 		if got := g.seenBy(vis); got != c.want {
 			t.Errorf("seenBy(%s) = %v; want %v", c.snap, got, c.want)
 		}
+	}
+}
+
+// Ids far from the first one let go do not fit the bits: then any id in progress in
+// the range counts, as if it were one of them.
+func TestLetGoPastItsBits(t *testing.T) {
+	g := &letGo{lo: 100, hi: 100, base: 90, ids: []uint64{}}
+	g.add(100)
+	g.add(90 + maxLetGoBits)
+	if g.ids != nil {
+		t.Fatal("the bits were kept past maxLetGoBits")
+	}
+	vis, _ := parseVisibility("99:200000000:150")
+	if g.seenBy(vis) {
+		t.Error("past its bits, an id in progress in the range was taken as someone else's")
 	}
 }
