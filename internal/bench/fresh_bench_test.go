@@ -88,13 +88,17 @@ func (p *syncerProc) stop() {
 }
 
 // peakMiB is the process's peak resident set so far (VmHWM), in MiB; 0 if unknown.
-func (p *syncerProc) peakMiB() float64 {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", p.cmd.Process.Pid))
+func (p *syncerProc) peakMiB() float64 { return procStatusMiB(p.cmd.Process.Pid, "VmHWM:") }
+
+// procStatusMiB is a size field of a process's /proc status (VmHWM:, VmRSS:), in MiB;
+// 0 if unknown.
+func procStatusMiB(pid int, field string) float64 {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
 	if err != nil {
 		return 0
 	}
 	for _, line := range strings.Split(string(b), "\n") {
-		if f := strings.Fields(line); len(f) == 3 && f[0] == "VmHWM:" {
+		if f := strings.Fields(line); len(f) == 3 && f[0] == field {
 			kb, _ := strconv.ParseFloat(f[1], 64)
 			return kb / 1024
 		}

@@ -9,7 +9,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -120,19 +119,7 @@ func BenchmarkLogicalPinned(b *testing.B) {
 }
 
 // rssMiB is a process's resident set now (VmRSS), in MiB; 0 if unknown.
-func rssMiB(pid int) float64 {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
-	if err != nil {
-		return 0
-	}
-	for _, line := range strings.Split(string(b), "\n") {
-		if f := strings.Fields(line); len(f) == 3 && f[0] == "VmRSS:" {
-			kb, _ := strconv.ParseFloat(f[1], 64)
-			return kb / 1024
-		}
-	}
-	return 0
-}
+func rssMiB(pid int) float64 { return procStatusMiB(pid, "VmRSS:") }
 
 // awaitToken reads path with Snapshot-After: token until it is answered 200, and
 // returns the version that answered.
