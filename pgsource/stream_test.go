@@ -728,7 +728,7 @@ func TestStreamRefusesUncarriedPartitions(t *testing.T) {
 		t.Fatalf("Stream with an unlogged partition: %v; want ErrLogicalSetup naming it", err)
 	}
 	testenv.Exec(t, dsn, `ALTER TABLE p2 SET LOGGED`)
-	defer startStreamWith(t, src, cfg)()
+	stop := startStreamWith(t, src, cfg)
 	testenv.Exec(t, dsn, `ALTER TABLE p2 SET UNLOGGED`)
 	testenv.Eventually(t, 10*time.Second, func() error {
 		if src.Streaming() {
@@ -736,4 +736,16 @@ func TestStreamRefusesUncarriedPartitions(t *testing.T) {
 		}
 		return nil
 	})
+	stop()
+	// A foreign table attached as a partition (postgres_fdw, to this very database).
+	testenv.Exec(t, dsn, `ALTER TABLE p2 SET LOGGED`, `CREATE EXTENSION postgres_fdw`,
+		fmt.Sprintf(`CREATE SERVER here FOREIGN DATA WRAPPER postgres_fdw OPTIONS (dbname '%s')`, testenv.Database(t, dsn)),
+		`CREATE USER MAPPING FOR CURRENT_USER SERVER here`, `CREATE TABLE remote (id int)`,
+		// A partitioned table with an index takes no foreign partition: q has none.
+		`CREATE TABLE q (id int NOT NULL) PARTITION BY RANGE (id)`,
+		`CREATE TABLE q1 PARTITION OF q FOR VALUES FROM (0) TO (100)`, `ALTER TABLE q1 REPLICA IDENTITY FULL`,
+		`CREATE FOREIGN TABLE q2 PARTITION OF q FOR VALUES FROM (100) TO (200) SERVER here OPTIONS (table_name 'remote')`)
+	if err := streamOnce(t, dsn, slot, []pgsource.Collection{{Name: "q", Table: "q", Key: "id"}}); !errors.Is(err, pgsource.ErrLogicalSetup) || !strings.Contains(err.Error(), "foreign partition public.q2") {
+		t.Errorf("Stream with a foreign partition: %v; want ErrLogicalSetup naming it", err)
+	}
 }
