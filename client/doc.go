@@ -57,8 +57,8 @@
 // with and sends it with its reads of the current version, so that they never go back
 // to an older version, whichever replica of the API answers (unless an operator rolls
 // the dataset back: the client follows; or no version covers the kept token within
-// the API's wait: the client drops it and reads on without it). Config.NoSessionToken
-// turns that off.
+// the API's wait: the client forgets it and sends the read again without one).
+// Config.NoSessionToken turns that off.
 //
 // With Config.CacheBytes set, Get keeps the documents it read with their ETags and
 // revalidates them: a document unchanged since the last read (even across flips) costs
