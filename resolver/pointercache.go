@@ -80,12 +80,8 @@ func (c *pointerCache) get(ctx context.Context) (snapshot.Pointer, error) {
 		defer c.mu.Unlock()
 		return c.answer()
 	}
-	ch := c.start()
-	c.mu.Unlock()
-	select {
-	case <-ch:
-	case <-ctx.Done():
-		return snapshot.Pointer{}, ctx.Err()
+	if err := c.awaitRead(ctx); err != nil {
+		return snapshot.Pointer{}, err
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -112,13 +108,22 @@ func (c *pointerCache) since(ctx context.Context, t time.Time) (snapshot.Pointer
 			defer c.mu.Unlock()
 			return snapshot.Pointer{}, fmt.Errorf("read pointer: %w", c.err)
 		}
-		ch := c.start()
-		c.mu.Unlock()
-		select {
-		case <-ch:
-		case <-ctx.Done():
-			return snapshot.Pointer{}, ctx.Err()
+		if err := c.awaitRead(ctx); err != nil {
+			return snapshot.Pointer{}, err
 		}
+	}
+}
+
+// awaitRead starts a read unless one is in flight, lets go of mu (which callers
+// hold), and waits until the read lands or ctx ends.
+func (c *pointerCache) awaitRead(ctx context.Context) error {
+	ch := c.start()
+	c.mu.Unlock()
+	select {
+	case <-ch:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
 	}
 }
 
