@@ -257,6 +257,12 @@ func TestAwaitToken(t *testing.T) {
 		{"a 32-bit id past epoch 0, nothing held", "x:725", "", p("s:4294968000:4294968000:", "", false), waitNarrow},
 		{"a 64-bit id past epoch 0", "x:4294967900", "s:4294968000:4294968000:", p("s:4294968000:4294968000:", "", false), waitCovered},
 		{"a cluster named on one side", "x:5@2", "s:10:10:", p("s:10:10:", "", false), waitCovered},
+		// A republish at the same position: the token names the newest version, which
+		// the replica has not swapped in; the one held ties with it.
+		{"a tie with the newest, not held yet", "s:10:10:~" + flipID(1), "s:10:10:~" + flipID(0), p("s:10:10:~"+flipID(1), "", false), waitMore},
+		{"a tie with the version held", "s:10:10:~" + flipID(1), "s:10:10:~" + flipID(1), p("s:10:10:~"+flipID(1), "", false), waitCovered},
+		{"a tie with an older version than the held", "s:10:10:~" + flipID(0), "s:10:10:~" + flipID(1), p("s:10:10:~"+flipID(1), "", false), waitCovered},
+		{"past the held, another version", "s:9:9:~" + flipID(1), "s:10:10:~" + flipID(0), p("s:10:10:~"+flipID(1), "", false), waitCovered},
 	} {
 		want, err := parseToken(tc.want)
 		if err != nil {
