@@ -80,7 +80,7 @@ func TestPinnedUnderWrites(t *testing.T) {
 	wg.Wait()
 	<-restarted
 	// While pinned, the slot was confirmed past the transactions let go.
-	testenv.Eventually(t, 20*time.Second, func() error {
+	testenv.Eventually(t, time.Minute, func() error {
 		var past bool
 		testenv.QueryRow(t, e.DSN, fmt.Sprintf(`SELECT confirmed_flush_lsn > '%s'::pg_lsn FROM pg_replication_slots WHERE slot_name = '%s'`, halfway, slot), &past)
 		if !past {

@@ -740,7 +740,7 @@ func TestTokenOfARunningTransactionWaits(t *testing.T) {
 	answer := make(chan tokenAnswer, 1)
 	go func() { answer <- e.readAfter(t, e.Base, path, "x:"+xid, "10") }()
 	// The read raises demand; a sync then looks at the source on it.
-	testenv.Eventually(t, 10*time.Second, func() error {
+	testenv.Eventually(t, time.Minute, func() error {
 		if d, err := st.ReadDemand(ctx, e.Dataset); err != nil || d <= demand0 {
 			return fmt.Errorf("demand %d (%v): not raised yet", d, err)
 		}
@@ -760,7 +760,11 @@ func TestTokenOfARunningTransactionWaits(t *testing.T) {
 	if _, err := e.sync(t); err != nil {
 		t.Fatal(err)
 	}
-	if a := <-answer; a.status != http.StatusOK || !strings.Contains(string(a.body), `"gen":44`) {
+	a := <-answer
+	if notYetCovered(a) { // its 10 s passed on a loaded machine: ask again
+		a = e.readCovered(t, path, "x:"+xid)
+	}
+	if a.status != http.StatusOK || !strings.Contains(string(a.body), `"gen":44`) {
 		t.Errorf("x:%s after its commit: %d %.300s; want the document with the write", xid, a.status, a.body)
 	}
 }
@@ -847,7 +851,7 @@ func TestRepublishAtTheSamePosition(t *testing.T) {
 	e.startAPI(t, cli.EnvRefresh, "1h") // reads the pointer once, at its start
 	slow := e.Base
 	for _, base := range []string{fast, slow} {
-		testenv.Eventually(t, 10*time.Second, func() error {
+		testenv.Eventually(t, time.Minute, func() error {
 			if a := e.readAfter(t, base, docPath("flags", "on"), "", ""); a.status != http.StatusOK || a.version != v1 {
 				return fmt.Errorf("%s before the republish: %d %s from %s; want 200 from %s", base, a.status, a.body, a.version, v1)
 			}
@@ -861,7 +865,7 @@ func TestRepublishAtTheSamePosition(t *testing.T) {
 	v2 := stack.PublishedVersion(t, mustSync(t, e))
 	path := docPath("more", "on")
 	var tok string
-	testenv.Eventually(t, 10*time.Second, func() error {
+	testenv.Eventually(t, time.Minute, func() error {
 		a := e.readAfter(t, fast, path, "", "")
 		if a.status != http.StatusOK || a.version != v2 {
 			return fmt.Errorf("the fast replica: %d from %s; want 200 from %s", a.status, a.version, v2)
@@ -910,7 +914,7 @@ func TestTokenFilterPagesAcrossAFlip(t *testing.T) {
 	}
 	testenv.Exec(t, e.DSN, `UPDATE flags SET gen = gen + 1`)
 	next := stack.PublishedVersion(t, mustSync(t, e))
-	testenv.Eventually(t, 10*time.Second, func() error {
+	testenv.Eventually(t, time.Minute, func() error {
 		if v := e.get(t, docPath("flags", "on")).version; v != next {
 			return fmt.Errorf("the API serves %s, not yet %s", v, next)
 		}

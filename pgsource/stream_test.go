@@ -584,7 +584,7 @@ func TestStreamLetsHeldTransactionsGo(t *testing.T) {
 		t.Errorf("after the held transactions were let go: keys named; want the collection compared in full")
 	}
 	// The slot is confirmed past the transactions let go (once a second).
-	testenv.Eventually(t, 10*time.Second, func() error {
+	testenv.Eventually(t, time.Minute, func() error {
 		var past bool
 		testenv.QueryRow(t, dsn, fmt.Sprintf(`SELECT confirmed_flush_lsn > '%s'::pg_lsn + 4096 FROM pg_replication_slots WHERE slot_name = '%s'`, first, slot), &past)
 		if !past {
@@ -659,7 +659,7 @@ func TestStreamNoticesThePublicationChanging(t *testing.T) {
 	src.Holds(ctx, p0, p0)
 	testenv.Exec(t, dsn, `ALTER PUBLICATION `+slot+` DROP TABLE b`, `INSERT INTO b VALUES (5)`, `ALTER PUBLICATION `+slot+` ADD TABLE b`)
 	testenv.Exec(t, dsn, `INSERT INTO a VALUES (1)`)
-	testenv.Eventually(t, 10*time.Second, func() error {
+	testenv.Eventually(t, time.Minute, func() error {
 		if src.Streaming() {
 			return errors.New("the reading goes on with the publication changed under it")
 		}
@@ -730,7 +730,7 @@ func TestStreamRefusesUncarriedPartitions(t *testing.T) {
 	testenv.Exec(t, dsn, `ALTER TABLE p2 SET LOGGED`)
 	stop := startStreamWith(t, src, cfg)
 	testenv.Exec(t, dsn, `ALTER TABLE p2 SET UNLOGGED`)
-	testenv.Eventually(t, 10*time.Second, func() error {
+	testenv.Eventually(t, time.Minute, func() error {
 		if src.Streaming() {
 			return errors.New("the reading goes on with an unlogged partition")
 		}
