@@ -3,6 +3,7 @@ package layer
 import (
 	"context"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/snapflip/snapflip/snapshot"
@@ -23,9 +24,15 @@ const (
 )
 
 // nextKind returns the kind of collection name's next layer: LayerDelta, or
-// LayerBase with why a delta will not do.
+// LayerBase with why a delta will not do. A base the chain's size or age calls for
+// is built beside the stream when the Writer has a Compactor, and the layer stays a
+// delta meanwhile, until the deltas hold twice rebase_ratio or the chain's age
+// reaches snapshot.BaseBesideLimit.
 func (p *versionWrite) nextKind(cur *snapshot.Manifest, pos snapshot.Position, name string, forced bool) (kind snapshot.LayerKind, why string) {
 	if forced {
+		if p.req.Why != "" {
+			return snapshot.LayerBase, p.req.Why
+		}
 		return snapshot.LayerBase, "the last delta was inconsistent with its parent"
 	}
 	if cur == nil {
@@ -54,16 +61,46 @@ func (p *versionWrite) nextKind(cur *snapshot.Manifest, pos snapshot.Position, n
 			deltaRows += l.Docs + l.Tombstones
 		}
 	}
-	if float64(deltaRows) > p.rebaseRatio()*float64(max(baseRows, 1)) {
-		return snapshot.LayerBase, fmt.Sprintf("the deltas hold %d rows against the base's %d (rebase_ratio %g)", deltaRows, baseRows, p.rebaseRatio())
+	if ratio := float64(deltaRows) / float64(max(baseRows, 1)); ratio > p.rebaseRatio() {
+		why := fmt.Sprintf("the deltas hold %d rows against the base's %d (rebase_ratio %g)", deltaRows, baseRows, p.rebaseRatio())
+		if ratio <= 2*p.rebaseRatio() && p.beside(cur, name, why) {
+			return snapshot.LayerDelta, ""
+		}
+		return snapshot.LayerBase, why
 	}
 	if ttl := p.req.Manifest.TTL; ttl > 0 {
-		oldest := layersDataTime(cur, pc.Layers)
-		if age := p.now().Sub(oldest); age >= ttl/2 {
-			return snapshot.LayerBase, fmt.Sprintf("the chain's oldest layer is %s old, past half the TTL", age.Round(time.Second))
+		if age := p.now().Sub(cur.CollectionDataTime(name)); age >= ttl/2 {
+			why := fmt.Sprintf("the chain's oldest layer is %s old, past half the TTL", age.Round(time.Second))
+			if age < snapshot.BaseBesideLimit(ttl) && p.beside(cur, name, why) {
+				return snapshot.LayerDelta, ""
+			}
+			return snapshot.LayerBase, why
 		}
 	}
 	return snapshot.LayerDelta, ""
+}
+
+// beside asks the Writer's Compactor for a base of the collection built from cur's
+// chain, and reports whether it has one to ask.
+func (p *versionWrite) beside(cur *snapshot.Manifest, name, why string) bool {
+	if p.Compactor == nil || slices.Contains(p.req.Swapped, name) {
+		// A chain that just took a base is short and young: a call for another
+		// comes from the chain it replaced.
+		return p.Compactor != nil
+	}
+	p.Compactor.Want(*cur, name, why)
+	return true
+}
+
+// mergeLimit bounds how many of cur's newest layers of the collection its next
+// delta merges: none when the version takes a base beside the stream for it (its
+// chain must stay its stored parent's plus its own layer), only those above the
+// chain a base in flight replaces; limited is false for no bound.
+func (p *versionWrite) mergeLimit(cur *snapshot.Manifest, name string) (n int, limited bool) {
+	if slices.Contains(p.req.Swapped, name) {
+		return 0, true
+	}
+	return p.Compactor.mergeLimit(cur, name)
 }
 
 // definitionsChanged reports whether the table collection name's columns or types
@@ -72,22 +109,6 @@ func definitionsChanged(parent, pos snapshot.Position, name string) bool {
 	a, ok1 := parent.Definitions[name]
 	b, ok2 := pos.Definitions[name]
 	return ok1 && ok2 && a != b
-}
-
-// layersDataTime returns the oldest data time of the layers as version m records
-// them (a refresh of m rewrote them all).
-func layersDataTime(m *snapshot.Manifest, layers []snapshot.LayerRef) time.Time {
-	var t time.Time
-	for _, l := range layers {
-		lt := l.DataTime
-		if m.RefreshedAt.After(lt) {
-			lt = m.RefreshedAt
-		}
-		if t.IsZero() || lt.Before(t) {
-			t = lt
-		}
-	}
-	return t
 }
 
 func (p *Writer) maxLayers() int {

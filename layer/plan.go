@@ -82,6 +82,10 @@ type planInput struct {
 	sameFingerprint bool
 	parent          snapshot.CollectionStats // the parent's collection, for a delta
 	maxLayers       int                      // the chain's bound (Writer.MaxLayers)
+	// mergeLimit, when limited, bounds how many of the chain's newest layers a
+	// delta merges (a base beside the stream replaces the rest).
+	mergeLimit int
+	limited    bool
 	// keyed and changed are the source's answers to the keyed and the
 	// changed-rows reads; zero when not asked or not given.
 	keyed, changed sourceAnswer
@@ -102,6 +106,9 @@ func planDelta(in planInput) deltaPlan {
 	p := deltaPlan{kind: planFullJoin, parent: in.parent}
 	if len(in.parent.Layers) >= in.maxLayers {
 		p.merge = mergeCount(in.parent.Layers)
+		if in.limited {
+			p.merge = min(p.merge, in.mergeLimit)
+		}
 	}
 	k, c := in.keyed, in.changed
 	switch {

@@ -87,6 +87,7 @@ func (lw *layerWriter) write(ctx context.Context, snap snapshot.DeltaSnapshot) (
 func (lw *layerWriter) planInput(ctx context.Context, snap snapshot.DeltaSnapshot) (planInput, error) {
 	vw := lw.vw
 	in := planInput{maxLayers: vw.maxLayers()}
+	in.mergeLimit, in.limited = vw.mergeLimit(lw.cur, lw.name)
 	in.kind, in.why = vw.nextKind(lw.cur, vw.req.Manifest.Source, lw.name, vw.req.Base)
 	if in.kind != snapshot.LayerDelta {
 		return in, nil

@@ -148,6 +148,9 @@ type Writer struct {
 	// Observer receives what the writer does besides its result (a layer written, a
 	// long copy's progress); nil discards it.
 	Observer snapshot.Observer
+	// Compactor, when set, builds the bases a chain's size or age calls for beside
+	// the stream of versions (Compactor), rather than in the version that needs one.
+	Compactor *Compactor
 
 	keyedBytesMax int // the documents a keyed read holds; 0: maxKeyedBytes (tests set less)
 }

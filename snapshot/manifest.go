@@ -316,6 +316,27 @@ func (m *Manifest) DataTime() time.Time {
 	return t
 }
 
+// CollectionDataTime returns the timestamp of the oldest document cells the
+// collection's chain reads: its layers' data times, none older than the version's
+// last refresh; the version's DataTime for a full copy. Its TTL counts from here.
+func (m *Manifest) CollectionDataTime(collection string) time.Time {
+	c := m.Collections[collection]
+	if len(c.Layers) == 0 {
+		return m.DataTime()
+	}
+	var t time.Time
+	for _, l := range c.Layers {
+		lt := l.DataTime
+		if m.RefreshedAt.After(lt) {
+			lt = m.RefreshedAt
+		}
+		if t.IsZero() || lt.Before(t) {
+			t = lt
+		}
+	}
+	return t
+}
+
 // Rows returns the number of documents in every collection together.
 func (m *Manifest) Rows() int64 {
 	var n int64

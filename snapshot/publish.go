@@ -61,6 +61,26 @@ type Publisher struct {
 	Observer Observer
 	// Data writes each version's documents: layers, or a full copy (package layer).
 	Data VersionWriter
+	// Bases, when set, builds bases beside the stream of versions (package layer's
+	// Compactor): a chain that grew long or old is compacted from storage while
+	// versions keep being published, and a later version takes the base. Nil writes
+	// such bases in the version that needs them.
+	Bases Bases
+}
+
+// Bases builds collections' bases beside the stream of versions. A base is written
+// under a layer version of its own from what a published version's chain holds, so
+// that chain and the base hold the same documents; a later version whose chain still
+// ends with that chain takes the base in its place.
+type Bases interface {
+	// Want asks for a base of collection, built from version m's chain; why says why.
+	// It returns at once. A base wanted already, built, or failed a moment ago is not
+	// started again.
+	Want(m Manifest, collection, why string)
+	// Swap returns m with every chain a built base can replace replaced (the chain's
+	// layers the base was built from give way to the base), and the collections it
+	// swapped, in name order. m itself is not changed.
+	Swap(m Manifest) (Manifest, []string)
 }
 
 // VersionWriter writes a version's documents under its prefix: per collection a layer
@@ -85,6 +105,13 @@ type WriteRequest struct {
 	Parent *Manifest
 	// Base writes every layer as a base (a delta was inconsistent).
 	Base bool
+	// Why, with Base, says why every layer is a base (default: a delta was
+	// inconsistent with its parent).
+	Why string
+	// Swapped names the collections whose chain in Parent took a base built beside
+	// the stream (Bases.Swap): their layer merges none of the chain's deltas, so
+	// that the version's chain stays its stored parent's plus its own layer.
+	Swapped []string
 	// Crash, when set, is called at CrashMidWrite.
 	Crash func(at CrashPoint, rows int64)
 }
@@ -358,8 +385,9 @@ func (a *attempt) write(ctx context.Context, snap SourceSnapshot) error {
 	}
 	a.event(ctx, EventSyncStarted, "source_lsn", pos.String(), "forced", opts.Force)
 
+	parent, swapped := a.swap(ctx)
 	res, err := p.Data.WriteVersion(ctx, WriteRequest{Snap: snap, Collections: p.Source.Collections(),
-		Manifest: a.m, Parent: a.current, Base: a.run.base, Crash: p.Crash})
+		Manifest: a.m, Parent: parent, Base: a.run.base, Swapped: swapped, Crash: p.Crash})
 	for name, st := range res.Collections {
 		a.m.Collections[name] = st
 	}
@@ -373,6 +401,30 @@ func (a *attempt) write(ctx context.Context, snap SourceSnapshot) error {
 		return err
 	}
 	return nil
+}
+
+// swap returns the parent the version's layers are written over: the current
+// version, with the chains a base built beside the stream replaces replaced (same
+// documents, a shorter or younger chain), and the collections swapped.
+func (a *attempt) swap(ctx context.Context) (*Manifest, []string) {
+	if a.p.Bases == nil || a.current == nil || a.run.base || a.m.Format != FormatLayered {
+		return a.current, nil
+	}
+	sw, names := a.p.Bases.Swap(*a.current)
+	for _, name := range names {
+		observe(ctx, a.p.Observer, Event{Kind: EventBaseSwapped, Dataset: a.p.Dataset, Version: a.m.Version, Collection: name,
+			Attrs: swapAttrs(a.current.Collections[name].Layers, sw.Collections[name].Layers)})
+	}
+	if len(names) == 0 {
+		return a.current, nil
+	}
+	return &sw, names
+}
+
+// swapAttrs names the base a chain took and the layers it replaced, for an event.
+func swapAttrs(old, swapped []LayerRef) []any {
+	kept := len(swapped) - 1
+	return []any{"base", swapped[kept].Version, "replaced", LayerVersions(old[kept:])}
 }
 
 // vet checks the written version before it is sealed. A result that is a no-op (the

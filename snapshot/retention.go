@@ -3,6 +3,7 @@ package snapshot
 import (
 	"context"
 	"fmt"
+	"slices"
 	"time"
 )
 
@@ -51,11 +52,45 @@ func (p *Publisher) keepAlive(ctx context.Context, opts PublishOptions) (publish
 	case cur.Pinned:
 		event(EventPinned, "reason", cur.Reason)
 		return run, res, true, nil
+	case due && !p.basesReady(ctx, m, age):
+		// Bases for the old chains are built beside the stream; the version that
+		// takes them is published once they are.
 	case due:
 		event(EventRepublish)
 		run.opts.Republish = true
 	}
 	return run, res, false, nil
+}
+
+// BaseBesideLimit is how long past its data time a chain may wait for a base built
+// beside the stream of versions (Publisher.Bases): three quarters of the TTL. Past
+// it, the version that needs the base writes it, as it does without Bases.
+func BaseBesideLimit(ttl time.Duration) time.Duration { return ttl / 4 * 3 }
+
+// basesReady reports whether a republish of the layered version m, age past half
+// the TTL, is to run now. With Bases, each chain past half the TTL gets a base built
+// from storage beside the stream, and the republish waits until every one is built
+// (it then takes them, reading no source row) or until the age reaches
+// BaseBesideLimit.
+func (p *Publisher) basesReady(ctx context.Context, m Manifest, age time.Duration) bool {
+	if p.Bases == nil || m.Format != FormatLayered || age >= BaseBesideLimit(p.TTL) {
+		return true
+	}
+	now := p.now()
+	var old []string
+	for _, name := range m.CollectionNames() {
+		if a := now.Sub(m.CollectionDataTime(name)); a >= p.TTL/2 {
+			old = append(old, name)
+			p.Bases.Want(m, name, fmt.Sprintf("keep-alive: the chain's oldest layer is %s old, past half the TTL", a.Round(time.Second)))
+		}
+	}
+	_, swapped := p.Bases.Swap(m)
+	for _, name := range old {
+		if !slices.Contains(swapped, name) {
+			return false
+		}
+	}
+	return true
 }
 
 // refresh rewrites a version's cells with fresh timestamps, then records when.

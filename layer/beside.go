@@ -1,0 +1,346 @@
+package layer
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"golang.org/x/time/rate"
+
+	"github.com/snapflip/snapflip/snapshot"
+)
+
+// Bases beside the stream (docs/design.md, "Bases beside the stream"). A chain that
+// grew long against its base (rebase_ratio) or old (half the TTL) needs a base. The
+// chain already holds the collection's documents, so the base is compacted from
+// storage, not read from the source: the chain's merge, written as one base layer
+// under a layer version of its own, while versions keep being published over the old
+// chain. A version whose parent chain still ends with the chain the base was built
+// from takes the base in its place: the layers published meanwhile stay on top of
+// it, and the version holds exactly what it would have held without the swap. A base
+// that disagrees with the chain it was built from (count or digest) is never used.
+
+// DefaultBaseRowsPerSecond bounds how fast a base beside the stream is read and
+// written, so that it leaves the commit path Bigtable's and the CPU's share.
+const DefaultBaseRowsPerSecond = 50_000
+
+// DefaultBaseRetryAfter is the first wait after a base that failed; each failure
+// doubles it, up to 64 times.
+const DefaultBaseRetryAfter = 10 * time.Second
+
+// ChainScanner reads what a chain holds of a collection, in id byte order (package
+// store's ScanDocuments).
+type ChainScanner interface {
+	ScanDocuments(ctx context.Context, in snapshot.ChainRef, fn func(snapshot.Document) bool) error
+}
+
+// Compactor builds one dataset's bases from storage beside the stream of versions
+// (snapshot.Bases): at most one per collection at a time, each in a goroutine of its
+// own, paced by RowsPerSecond. A failed base leaves nothing any version names (its
+// cells expire) and is tried again after a backoff. Start it before use.
+type Compactor struct {
+	Dataset string
+	// Writer writes the bases, with its store, limits and observer.
+	Writer *Writer
+	// Docs reads the chains the bases are built from.
+	Docs ChainScanner
+	// Versions names each base's layer.
+	Versions *snapshot.VersionGen
+	// RowsPerSecond bounds how fast a base is read and written: zero means
+	// DefaultBaseRowsPerSecond, a negative value no bound.
+	RowsPerSecond float64
+	// RetryAfter is the first wait after a failed base (zero: DefaultBaseRetryAfter).
+	RetryAfter time.Duration
+	Now        func() time.Time
+
+	mu     sync.Mutex
+	ctx    context.Context
+	builds map[string]*baseBuild // by collection
+	wg     sync.WaitGroup
+}
+
+var _ snapshot.Bases = (*Compactor)(nil)
+
+// baseBuild is one collection's base beside the stream: in flight, built, or failed.
+type baseBuild struct {
+	from     snapshot.Version   // the version whose chain it is built from
+	chain    []snapshot.Version // that chain, which the base replaces
+	why      string
+	expected int64 // the chain's documents
+	started  time.Time
+	rows     atomic.Int64 // documents written so far
+
+	// Set under the Compactor's lock once the build ends.
+	done     bool
+	base     snapshot.LayerRef
+	err      error
+	failures int // consecutive failures, this one included
+	retryAt  time.Time
+}
+
+// BaseProgress is what one collection's base beside the stream has done.
+type BaseProgress struct {
+	Collection string
+	// From is the version whose chain the base is built from; Why why it is built.
+	From snapshot.Version
+	Why  string
+	// State is "building", "built" (waiting for a version to take it) or "failed"
+	// (tried again after RetryAt).
+	State    string
+	Rows     int64 // documents written
+	Expected int64 // documents the chain holds
+	Started  time.Time
+	Err      error
+	RetryAt  time.Time
+}
+
+// Start lets the Compactor build bases until ctx ends; Want does nothing before.
+func (c *Compactor) Start(ctx context.Context) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.ctx = ctx
+}
+
+// Wait returns once no base is being built.
+func (c *Compactor) Wait() { c.wg.Wait() }
+
+// Want starts a base of collection built from m's chain, unless one is being built,
+// is built for a chain m's still ends with, or failed less than its backoff ago
+// (snapshot.Bases).
+func (c *Compactor) Want(m snapshot.Manifest, collection, why string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	pc, ok := m.Collections[collection]
+	if c.ctx == nil || c.ctx.Err() != nil || !ok || m.Format != snapshot.FormatLayered || len(pc.Layers) == 0 || m.Dataset != c.Dataset {
+		return
+	}
+	chain := snapshot.LayerVersions(pc.Layers)
+	failures := 0
+	if b := c.builds[collection]; b != nil {
+		switch {
+		case !b.done:
+			return
+		case b.err == nil && hasSuffix(chain, b.chain):
+			return
+		case b.err != nil && c.now().Before(b.retryAt):
+			return
+		case b.err != nil:
+			failures = b.failures
+		}
+	}
+	b := &baseBuild{from: m.Version, chain: chain, why: why, expected: pc.Rows, started: c.now(), failures: failures}
+	if c.builds == nil {
+		c.builds = map[string]*baseBuild{}
+	}
+	c.builds[collection] = b
+	c.wg.Add(1)
+	go func() {
+		defer c.wg.Done()
+		c.run(c.ctx, m, collection, b)
+	}()
+}
+
+// run builds b and records how it ended.
+func (c *Compactor) run(ctx context.Context, m snapshot.Manifest, collection string, b *baseBuild) {
+	c.event(ctx, snapshot.EventBaseWanted, collection, "from", m.Version, "why", b.why, "rows", b.expected)
+	ref, err := c.build(ctx, m, collection, b)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	b.done, b.base, b.err = true, ref, err
+	if err != nil {
+		b.failures++
+		wait := c.retryAfter() << min(b.failures-1, 6)
+		b.retryAt = c.now().Add(wait)
+		c.event(ctx, snapshot.EventBaseFailed, collection, "from", m.Version, "err", err, "retry_in", wait.String())
+		return
+	}
+	b.failures = 0
+	c.event(ctx, snapshot.EventBaseBuilt, collection, "from", m.Version, "base", ref.Version, "rows", ref.Docs,
+		"duration", c.now().Sub(b.started).Round(time.Millisecond).String())
+}
+
+// build writes the merge of m's chain of collection as one base layer, and checks
+// that it holds what the chain holds: the same count and digest.
+func (c *Compactor) build(ctx context.Context, m snapshot.Manifest, collection string, b *baseBuild) (snapshot.LayerRef, error) {
+	pc := m.Collections[collection]
+	bm := snapshot.Manifest{Dataset: c.Dataset, Version: c.Versions.Next(), State: snapshot.StateWriting, Format: snapshot.FormatLayered,
+		Source: m.Source, TTL: m.TTL, StartedAt: c.now(), Collections: map[string]snapshot.CollectionStats{}}
+	snap := &chainSnapshot{docs: c.Docs, m: m, pace: c.limiter(), rows: &b.rows}
+	res, err := c.Writer.WriteVersion(ctx, snapshot.WriteRequest{Snap: snap, Collections: []string{collection}, Manifest: bm,
+		Base: true, Why: "built beside the stream from version " + string(m.Version) + ": " + b.why})
+	if err != nil {
+		return snapshot.LayerRef{}, err
+	}
+	st := res.Collections[collection]
+	bm.Collections[collection] = st
+	if err := bm.CheckComplete(); err != nil {
+		return snapshot.LayerRef{}, err
+	}
+	if len(st.Layers) != 1 || st.Layers[0].Kind != snapshot.LayerBase {
+		return snapshot.LayerRef{}, fmt.Errorf("base of %s from %s: wrote the chain %v, not one base", collection, m.Version, st.Layers)
+	}
+	if st.Rows != pc.Rows || st.Digest != pc.Digest {
+		return snapshot.LayerRef{}, fmt.Errorf("base of %s from %s: %d documents with digest %s, where the chain holds %d with %s",
+			collection, m.Version, st.Rows, st.Digest, pc.Rows, pc.Digest)
+	}
+	return st.Layers[0], nil
+}
+
+// Swap replaces, in a copy of m, each chain that ends with the chain a built base
+// was built from by the layers above that chain and the base (snapshot.Bases). A
+// built base whose chain m's no longer ends with (a rollback, a new base, a merge
+// that reached into it) is dropped; one m's chain already ends with is done with.
+func (c *Compactor) Swap(m snapshot.Manifest) (snapshot.Manifest, []string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var swapped []string
+	for _, name := range slices.Sorted(maps.Keys(c.builds)) {
+		b := c.builds[name]
+		if !b.done || b.err != nil || m.Dataset != c.Dataset {
+			continue
+		}
+		pc, ok := m.Collections[name]
+		chain := snapshot.LayerVersions(pc.Layers)
+		switch {
+		case ok && len(chain) > 0 && chain[len(chain)-1] == b.base.Version:
+			delete(c.builds, name) // taken
+			continue
+		case !ok || m.Format != snapshot.FormatLayered || !hasSuffix(chain, b.chain):
+			delete(c.builds, name)
+			c.event(context.Background(), snapshot.EventBaseDropped, name, "from", b.from, "base", b.base.Version)
+			continue
+		}
+		if swapped == nil {
+			m.Collections = maps.Clone(m.Collections)
+		}
+		keep := len(chain) - len(b.chain)
+		pc.Layers = append(slices.Clone(pc.Layers[:keep]), b.base)
+		m.Collections[name] = pc
+		swapped = append(swapped, name)
+	}
+	return m, swapped
+}
+
+// mergeLimit returns how many of the newest layers of m's chain of collection a
+// delta may merge: those above the chain a base in flight or built replaces (a merge
+// reaching into it would leave that base no chain to replace); limited is false for
+// no bound.
+func (c *Compactor) mergeLimit(m *snapshot.Manifest, collection string) (n int, limited bool) {
+	if c == nil || m == nil {
+		return 0, false
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	b := c.builds[collection]
+	chain := m.Chain(collection)
+	if b == nil || b.err != nil || !hasSuffix(chain, b.chain) {
+		return 0, false
+	}
+	return len(chain) - len(b.chain), true
+}
+
+// Progress returns each collection's base beside the stream, by collection name.
+func (c *Compactor) Progress() []BaseProgress {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	out := make([]BaseProgress, 0, len(c.builds))
+	for _, name := range slices.Sorted(maps.Keys(c.builds)) {
+		b := c.builds[name]
+		p := BaseProgress{Collection: name, From: b.from, Why: b.why, State: "building", Rows: b.rows.Load(),
+			Expected: b.expected, Started: b.started}
+		switch {
+		case b.done && b.err != nil:
+			p.State, p.Err, p.RetryAt = "failed", b.err, b.retryAt
+		case b.done:
+			p.State = "built"
+		}
+		out = append(out, p)
+	}
+	return out
+}
+
+// limiter returns the pace of one base's reads, nil for none.
+func (c *Compactor) limiter() *rate.Limiter {
+	rps := c.RowsPerSecond
+	if rps == 0 {
+		rps = DefaultBaseRowsPerSecond
+	}
+	if rps < 0 {
+		return nil
+	}
+	return rate.NewLimiter(rate.Limit(rps), max(int(rps/10), paceBatch))
+}
+
+func (c *Compactor) retryAfter() time.Duration {
+	if c.RetryAfter > 0 {
+		return c.RetryAfter
+	}
+	return DefaultBaseRetryAfter
+}
+
+func (c *Compactor) now() time.Time {
+	if c.Now != nil {
+		return c.Now()
+	}
+	return time.Now()
+}
+
+// event reports an event about a collection's base.
+func (c *Compactor) event(ctx context.Context, kind snapshot.EventKind, collection string, attrs ...any) {
+	c.Writer.observe(ctx, snapshot.Event{Kind: kind, Dataset: c.Dataset, Collection: collection, Attrs: attrs})
+}
+
+// hasSuffix reports whether chain ends with tail.
+func hasSuffix(chain, tail []snapshot.Version) bool {
+	return len(tail) > 0 && len(chain) >= len(tail) && slices.Equal(chain[len(chain)-len(tail):], tail)
+}
+
+// paceBatch is how many documents a paced read takes from its limiter at once.
+const paceBatch = 100
+
+// chainSnapshot is a source snapshot that reads what a version's chains hold from
+// storage: the source of a base compacted from a chain. It reports the version's
+// position and declared indexes, and reads every document (ScanSince renders all).
+type chainSnapshot struct {
+	docs ChainScanner
+	m    snapshot.Manifest
+	pace *rate.Limiter // nil for no pace
+	rows *atomic.Int64 // counts the documents read
+}
+
+func (s *chainSnapshot) Position() snapshot.Position { return s.m.Source }
+
+func (s *chainSnapshot) Close(context.Context) error { return nil }
+
+func (s *chainSnapshot) Indexes(_ context.Context, collection string) ([]snapshot.IndexDef, error) {
+	return s.m.Collections[collection].Indexes, nil
+}
+
+func (s *chainSnapshot) ScanSince(ctx context.Context, collection string, _ *snapshot.Position, fn func(snapshot.Document) error) (snapshot.LayerMode, error) {
+	return snapshot.ContentMode("compacted from storage"), s.Scan(ctx, collection, fn)
+}
+
+// Scan sends the chain's documents in id byte order, paced.
+func (s *chainSnapshot) Scan(ctx context.Context, collection string, fn func(snapshot.Document) error) error {
+	var ferr error
+	n := 0
+	err := s.docs.ScanDocuments(ctx, snapshot.ChainRef{Dataset: s.m.Dataset, Chain: s.m.Chain(collection), Collection: collection},
+		func(d snapshot.Document) bool {
+			if n++; s.pace != nil && n%paceBatch == 0 {
+				if ferr = s.pace.WaitN(ctx, paceBatch); ferr != nil {
+					return false
+				}
+			}
+			s.rows.Add(1)
+			ferr = fn(d)
+			return ferr == nil
+		})
+	if ferr != nil {
+		return ferr
+	}
+	return err
+}

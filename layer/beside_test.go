@@ -1,0 +1,225 @@
+package layer_test
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/snapflip/snapflip/internal/testenv/rig"
+	"github.com/snapflip/snapflip/layer"
+	"github.com/snapflip/snapflip/snapshot"
+)
+
+// gatedScanner is a chain scanner whose scans wait for the gate to open (a base
+// held in flight), and can be made to fail.
+type gatedScanner struct {
+	layer.ChainScanner
+	gate chan struct{}
+	fail error
+}
+
+func (g *gatedScanner) ScanDocuments(ctx context.Context, in snapshot.ChainRef, fn func(snapshot.Document) bool) error {
+	select {
+	case <-g.gate:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	if g.fail != nil {
+		return g.fail
+	}
+	return g.ChainScanner.ScanDocuments(ctx, in, fn)
+}
+
+// besideRig is a rig whose writer builds bases beside the stream, with a full-copy
+// twin to compare each version with.
+type besideRig struct {
+	*rig.Rig
+	c    *layer.Compactor
+	docs *gatedScanner
+	full *snapshot.Publisher
+}
+
+func newBesideRig(t *testing.T) *besideRig {
+	r := rig.New(t, rig.TwoCollections, rig.TwoTables...)
+	r.Pub.Incremental, r.Writer.MaxLayers, r.Writer.RebaseRatio = true, 3, 0.5
+	full := r.Twin()
+	docs := &gatedScanner{ChainScanner: r.Store, gate: make(chan struct{})}
+	c := &layer.Compactor{Dataset: rig.Dataset, Writer: r.Writer, Docs: docs, Versions: r.Pub.Versions, RowsPerSecond: -1}
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(func() { cancel(); c.Wait() })
+	c.Start(ctx)
+	r.Writer.Compactor, r.Pub.Bases = c, c
+	return &besideRig{Rig: r, c: c, docs: docs, full: full}
+}
+
+// publish publishes the rig's version and its twin's, and checks that they hold the
+// same documents.
+func (b *besideRig) publish(t *testing.T) snapshot.Manifest {
+	t.Helper()
+	m := b.Publish(t, b.Pub)
+	f := b.Publish(t, b.full)
+	for _, name := range []string{"users", "orders"} {
+		got, want := m.Collections[name], f.Collections[name]
+		if got.Rows != want.Rows || got.Digest != want.Digest {
+			t.Fatalf("version %s %s: %d rows, digest %s; a full copy: %d, %s", m.Version, name, got.Rows, got.Digest, want.Rows, want.Digest)
+		}
+		if g, w := scanCollection(t, b.Store, rig.Dataset, m.Chain(name), name), scanCollection(t, b.Store, "full", f.Chain(name), name); !slices.Equal(g, w) {
+			t.Fatalf("version %s %s reads %d documents, a full copy %d:\n%q\n%q", m.Version, name, len(g), len(w), g, w)
+		}
+	}
+	return m
+}
+
+// A chain that grows large against its base gets a base compacted from storage
+// beside the stream: the versions meanwhile stay deltas, a merge never reaches into
+// the chain the base replaces, and a later version takes the base under the layers
+// published since, holding exactly what a full copy of its snapshot holds.
+func TestRebaseBesideTheStream(t *testing.T) {
+	b := newBesideRig(t)
+	v1 := b.publish(t)
+	b.Exec(t, `UPDATE users SET name = name || '!' WHERE id <= 'u4'`) // 34 of 50 rows: past rebase_ratio
+	v2 := b.publish(t)
+	b.Exec(t, `UPDATE users SET name = 'v3' WHERE id = 'u7'`)
+	v3 := b.publish(t)
+	if k := v3.Collections["users"].Own.Kind; k != snapshot.LayerDelta {
+		t.Fatalf("v3's users layer is a %s; want a delta while a base is built beside the stream", k)
+	}
+	if p := b.c.Progress(); len(p) != 1 || p[0].Collection != "users" || p[0].From != v2.Version || p[0].State != "building" {
+		t.Fatalf("progress = %+v; want users' base from %s building", p, v2.Version)
+	}
+	// The chain is at max_layers: the next delta merges, but only what lies above
+	// the chain the base replaces.
+	b.Exec(t, `UPDATE users SET name = 'v4' WHERE id = 'u8'`, `DELETE FROM users WHERE id = 'u9'`)
+	v4 := b.publish(t)
+	u4 := v4.Collections["users"]
+	if want := []snapshot.Version{v4.Version, v2.Version, v1.Version}; !slices.Equal(versionsOf(u4.Layers), want) || u4.Layers[0].Merged != 1 {
+		t.Fatalf("v4's users chain = %v (merged %d); want %v, merging v3 alone", versionsOf(u4.Layers), u4.Layers[0].Merged, want)
+	}
+	close(b.docs.gate)
+	b.c.Wait()
+	p := b.c.Progress()
+	if len(p) != 1 || p[0].State != "built" || p[0].Rows != v2.Collections["users"].Rows {
+		t.Fatalf("progress = %+v; want users' base built with %d rows", p, v2.Collections["users"].Rows)
+	}
+
+	b.Exec(t, `INSERT INTO users VALUES ('u99', 'v5')`, `UPDATE users SET name = 'v5' WHERE id = 'u2'`)
+	v5 := b.publish(t)
+	u5 := v5.Collections["users"]
+	if len(u5.Layers) != 3 || u5.Layers[0].Version != v5.Version || u5.Layers[1].Version != v4.Version ||
+		u5.Layers[2].Kind != snapshot.LayerBase || u5.Layers[2].Version == v1.Version || u5.Layers[0].Merged != 0 {
+		t.Fatalf("v5's users chain = %+v; want [v5, v4, a new base]", u5.Layers)
+	}
+	if u5.Own.Inserted != 1 || u5.Own.Changed != 1 {
+		t.Errorf("v5's users layer = %+v; want 1 inserted, 1 changed", u5.Own)
+	}
+	if o := v5.Collections["orders"]; !slices.Equal(versionsOf(o.Layers), []snapshot.Version{v1.Version}) {
+		t.Errorf("orders' chain = %v; want v1's, untouched", versionsOf(o.Layers))
+	}
+	if p := b.c.Progress(); len(p) != 1 || p[0].State != "built" {
+		t.Fatalf("progress after the swap = %+v", p)
+	}
+	b.Exec(t, `UPDATE users SET name = 'v6' WHERE id = 'u3'`)
+	v6 := b.publish(t)
+	if got := versionsOf(v6.Collections["users"].Layers); got[len(got)-1] != u5.Layers[2].Version {
+		t.Errorf("v6's users chain = %v; want it on the new base", got)
+	}
+	if p := b.c.Progress(); len(p) != 0 {
+		t.Errorf("progress once the base is taken = %+v; want none", p)
+	}
+	d, err := layer.Diff(context.Background(), b.Store, layer.DiffRequest{Dataset: rig.Dataset, From: v4.Version, To: v5.Version})
+	if err != nil || d["users"].Added != 1 || d["users"].Changed != 1 || d["users"].Removed != 0 {
+		t.Errorf("diff v4 → v5 = %+v, %v; want 1 added, 1 changed", d["users"], err)
+	}
+}
+
+// A built base whose chain the current version no longer ends with is dropped,
+// never swapped in; a failed one is tried again only after its backoff, and leaves
+// the versions as they were.
+func TestBaseBesideDroppedOrRetried(t *testing.T) {
+	b := newBesideRig(t)
+	b.publish(t)
+	b.Exec(t, `UPDATE users SET name = name || '!' WHERE id <= 'u4'`)
+	v2 := b.publish(t)
+	b.docs.fail = errors.New("storage unavailable")
+	now := time.Now()
+	b.c.Now = func() time.Time { return now }
+	b.c.RetryAfter = time.Minute
+	b.c.Want(v2, "users", "test")
+	close(b.docs.gate)
+	b.c.Wait()
+	if p := b.c.Progress(); len(p) != 1 || p[0].State != "failed" || !p[0].RetryAt.Equal(now.Add(time.Minute)) {
+		t.Fatalf("progress = %+v; want failed, retried in a minute", p)
+	}
+	if _, swapped := b.c.Swap(v2); swapped != nil {
+		t.Fatalf("a failed base swapped %v", swapped)
+	}
+	b.c.Want(v2, "users", "test") // within the backoff: nothing
+	if p := b.c.Progress(); p[0].State != "failed" {
+		t.Fatalf("wanted again within the backoff: %+v", p)
+	}
+	b.docs.fail = nil
+	now = now.Add(time.Minute)
+	b.c.Want(v2, "users", "test")
+	b.c.Wait()
+	if _, swapped := b.c.Swap(v2); !slices.Equal(swapped, []string{"users"}) {
+		t.Fatalf("after the retry, Swap(v2) swapped %v; want users", swapped)
+	}
+	// A version whose chain does not end with v2's (here: the chain replaced by a
+	// new base) drops the built base.
+	other := v2
+	other.Collections = map[string]snapshot.CollectionStats{"users": {Layers: []snapshot.LayerRef{{Version: "other-1", Kind: snapshot.LayerBase}}},
+		"orders": v2.Collections["orders"]}
+	if _, swapped := b.c.Swap(other); swapped != nil {
+		t.Fatalf("Swap of another chain swapped %v", swapped)
+	}
+	if _, swapped := b.c.Swap(v2); swapped != nil || len(b.c.Progress()) != 0 {
+		t.Fatalf("the dropped base still swaps %v; progress %+v", swapped, b.c.Progress())
+	}
+}
+
+// The keep-alive of a layered dataset past half its TTL builds each old chain's base
+// from storage beside the stream and republishes only once every one is built: the
+// republish takes them, renders no source row, and its data is fresh.
+func TestKeepAliveBesideReadsNoSource(t *testing.T) {
+	b := newBesideRig(t)
+	b.Pub.TTL = time.Hour
+	ctx := context.Background()
+	tk := b.Ticker(t, "a")
+	first, err := tk.Tick(ctx, 1, snapshot.PublishOptions{})
+	if err != nil || first.Publish.NoOp {
+		t.Fatalf("first tick: %+v, %v", first, err)
+	}
+	v1 := first.Publish.Manifest
+	now := time.Now().Add(31 * time.Minute)
+	clock := func() time.Time { return now }
+	b.Pub.Now, b.Writer.Now, b.c.Now = clock, clock, clock
+	waiting, err := tk.Tick(ctx, 2, snapshot.PublishOptions{})
+	if err != nil || !waiting.Publish.NoOp {
+		t.Fatalf("tick past half the TTL, bases in flight: %+v, %v; want a no-op", waiting.Publish, err)
+	}
+	if p := b.c.Progress(); len(p) != 2 || p[0].State != "building" || p[1].State != "building" {
+		t.Fatalf("progress = %+v; want a base of each collection building", p)
+	}
+	close(b.docs.gate)
+	b.c.Wait()
+	res, err := tk.Tick(ctx, 3, snapshot.PublishOptions{})
+	if err != nil || res.Publish.NoOp || res.Publish.Reason != snapshot.ReasonTTL {
+		t.Fatalf("tick once the bases are built: %+v, %v; want a republish", res.Publish, err)
+	}
+	m := res.Publish.Manifest
+	for name, c := range m.Collections {
+		old := v1.Collections[name]
+		if len(c.Layers) != 1 || c.Layers[0].Kind != snapshot.LayerBase || c.Layers[0].Version == old.Layers[0].Version ||
+			!c.Layers[0].DataTime.Equal(now) || c.Rows != old.Rows || c.Digest != old.Digest {
+			t.Errorf("%s: chain %+v, %d rows %s; want one new base of v1's %d rows %s, data time %s", name, c.Layers, c.Rows, c.Digest, old.Rows, old.Digest, now)
+		}
+		if c.Own == nil || c.Own.Rendered != 0 || c.Own.Mode != snapshot.ModeSameFingerprint {
+			t.Errorf("%s: own layer %+v; want nothing read from the source", name, c.Own)
+		}
+	}
+	if age := now.Sub(m.DataTime()); age != 0 {
+		t.Errorf("the republished version's data is %s old; want fresh", age)
+	}
+}
