@@ -37,6 +37,7 @@ func TestEventKindText(t *testing.T) {
 		{snapshot.EventLeaseWaiting, "waiting for the lease: another holder has it; it is taken over at takeover_at unless that holder renews it", snapshot.LevelInfo},
 		{snapshot.EventStreamLetGo, "the replication stream held too much for the next version: it keeps only which collections changed, " +
 			"lets the slot advance, and the next version compares those in full", snapshot.LevelWarn},
+		{snapshot.EventBaseFailed, "building a base beside the stream failed; nothing is published from it, and it is tried again", snapshot.LevelWarn},
 		{snapshot.EventKind(0), "", snapshot.LevelInfo},
 	} {
 		if got, want := tc.kind.String(), tc.text; got != want {
@@ -46,7 +47,7 @@ func TestEventKindText(t *testing.T) {
 			t.Errorf("kind %q: level %d; want %d", tc.kind, got, want)
 		}
 	}
-	if got, want := len(seen), int(snapshot.EventStreamLetGo); got != want {
+	if got, want := len(seen), int(snapshot.EventBaseSwapped); got != want {
 		t.Errorf("%d kinds with a message; want %d", got, want)
 	}
 }

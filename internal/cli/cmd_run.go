@@ -35,6 +35,13 @@ answer, or while this replica's last sync failed).`,
 			if s.layers.Runs == nil {
 				s.layers.Runs = layer.NewRunCache(s.Store, layer.DefaultRunCacheBytes)
 			}
+			// A process that keeps publishing builds the bases a chain's size or age
+			// calls for beside the stream, from storage (syncer once writes them in
+			// the version that needs one).
+			s.layers.Compactor, s.Ticker.Publisher.Bases = s.bases, s.bases
+			s.Metrics.ObserveBases(s.bases.Progress)
+			s.bases.Start(ctx)
+			defer s.bases.Wait()
 			return s.Run(ctx)
 		},
 	}

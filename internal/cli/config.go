@@ -281,6 +281,10 @@ type SyncerConfig struct {
 	// RebaseRatio writes a new base once a chain's deltas hold more rows than this
 	// share of its base; default 0.5.
 	RebaseRatio float64 `yaml:"rebase_ratio"`
+	// BaseRowsPerSecond bounds how fast `syncer run` builds a base beside the
+	// stream of versions (compacted from storage, for rebase_ratio or the TTL's
+	// keep-alive), so that it leaves the commit path its share; default 50000.
+	BaseRowsPerSecond float64 `yaml:"base_rows_per_second"`
 	// Watch tunes change-driven syncs.
 	Watch WatchConfig `yaml:"watch"`
 	// Collections are what is copied; at least one is required.
@@ -309,10 +313,11 @@ func DefaultSyncerConfig() SyncerConfig {
 		Versions:         VersionsIncremental,
 		Watch: WatchConfig{Enabled: true, Interval: syncer.DefaultWatchInterval, MinInterval: minIntervalUnset, Mode: pgsource.WatchModeStats, Publication: DefaultPublication,
 			HoldBytes: hold.HoldBytes, HoldWAL: hold.HoldWAL, HoldFor: hold.HoldFor},
-		MaxLayers:   layer.DefaultMaxLayers,
-		RebaseRatio: layer.DefaultRebaseRatio,
-		Postgres:    PostgresConfig{Readers: 1, PartitionMinRows: 200_000},
-		Lease:       LeaseConfig{Duration: 15 * time.Second, AcquireTimeout: time.Minute},
+		MaxLayers:         layer.DefaultMaxLayers,
+		RebaseRatio:       layer.DefaultRebaseRatio,
+		BaseRowsPerSecond: layer.DefaultBaseRowsPerSecond,
+		Postgres:          PostgresConfig{Readers: 1, PartitionMinRows: 200_000},
+		Lease:             LeaseConfig{Duration: 15 * time.Second, AcquireTimeout: time.Minute},
 		Bigtable: BigtableConfig{
 			Project: sc.Project, Instance: sc.Instance, Table: sc.Table,
 			BatchRows: sc.BatchRows, BatchBytes: sc.BatchBytes, Writers: sc.Writers, BatchTimeout: sc.BatchTimeout, OpTimeout: sc.OpTimeout,
@@ -405,6 +410,9 @@ func (c SyncerConfig) validate() error {
 	}
 	if !(c.RebaseRatio > 0 && c.RebaseRatio <= 100) {
 		return fmt.Errorf("rebase_ratio %g: must be above 0 and at most 100", c.RebaseRatio)
+	}
+	if !(c.BaseRowsPerSecond >= 1) {
+		return fmt.Errorf("base_rows_per_second %g: must be at least 1", c.BaseRowsPerSecond)
 	}
 	if err := c.Validation.validate("validation"); err != nil {
 		return err

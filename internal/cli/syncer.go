@@ -53,6 +53,8 @@ func leaseName(dataset string) string { return "publish/" + dataset }
 type wired struct {
 	*syncer.Runner
 	layers *layer.Writer
+	// bases builds bases beside the stream; `syncer run` attaches it.
+	bases *layer.Compactor
 }
 
 // Run runs the command args name (args without the program name), with help and output
@@ -242,11 +244,12 @@ func wireSyncer(ctx context.Context, cfg SyncerConfig, log *slog.Logger) (*wired
 		RebaseRatio:      cfg.RebaseRatio,
 		Observer:         logObserver{log},
 	}
+	versions := snapshot.NewVersionGen(client, nil)
 	pub := &snapshot.Publisher{
 		Dataset:     cfg.Dataset,
 		Store:       st,
 		Source:      src,
-		Versions:    snapshot.NewVersionGen(client, nil),
+		Versions:    versions,
 		Writer:      holder,
 		TTL:         cfg.TTL,
 		Audit:       st,
@@ -274,6 +277,8 @@ func wireSyncer(ctx context.Context, cfg SyncerConfig, log *slog.Logger) (*wired
 			Log:     log.With("holder", holder),
 		},
 		layers: layers,
+		bases: &layer.Compactor{Dataset: cfg.Dataset, Writer: layers, Docs: st, Versions: versions,
+			RowsPerSecond: cfg.BaseRowsPerSecond},
 	}, nil
 }
 

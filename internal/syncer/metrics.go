@@ -20,6 +20,7 @@ import (
 
 // Metrics are the syncer's Prometheus metrics.
 type Metrics struct {
+	dataset          string
 	reg              *prometheus.Registry
 	leaseEventsTotal *prometheus.CounterVec
 	leaseHeld        prometheus.Gauge
@@ -49,7 +50,8 @@ type Metrics struct {
 func NewMetrics(dataset string) *Metrics {
 	labels := prometheus.Labels{"dataset": dataset}
 	m := &Metrics{
-		reg: prometheus.NewRegistry(),
+		dataset: dataset,
+		reg:     prometheus.NewRegistry(),
 		leaseEventsTotal: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "snapflip_lease_events_total",
 			Help: "Lease events of this replica: acquired, takeover, released, lost.", ConstLabels: labels}, []string{"kind"}),
 		leaseHeld: prometheus.NewGauge(prometheus.GaugeOpts{Name: "snapflip_lease_held",
