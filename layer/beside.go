@@ -26,17 +26,21 @@ import (
 
 // DefaultBaseRowsPerSecond bounds how fast a base beside the stream is read and
 // written, so that it leaves the commit path Bigtable's and the CPU's share.
-const DefaultBaseRowsPerSecond = 50_000
+const DefaultBaseRowsPerSecond = 100_000
 
 // DefaultBaseRetryAfter is the first wait after a base that failed; each failure
 // doubles it, up to 64 times.
 const DefaultBaseRetryAfter = 10 * time.Second
 
 // ChainScanner reads what a chain holds of a collection, in id byte order (package
-// store's ScanDocuments).
+// store's ScanDocuments: one stream, which Bigtable's client resumes after a
+// transient failure).
 type ChainScanner interface {
 	ScanDocuments(ctx context.Context, in snapshot.ChainRef, fn func(snapshot.Document) bool) error
 }
+
+// paceBatch is how many documents a paced read takes from its limiter at once.
+const paceBatch = 1_000
 
 // Compactor builds one dataset's bases from storage beside the stream of versions
 // (snapshot.Bases): at most one per collection at a time, each in a goroutine of its
@@ -111,23 +115,28 @@ func (c *Compactor) Wait() { c.wg.Wait() }
 // Want starts a base of collection built from m's chain, unless one is being built,
 // is built for a chain m's still ends with, or failed less than its backoff ago
 // (snapshot.Bases).
-func (c *Compactor) Want(m snapshot.Manifest, collection, why string) {
+func (c *Compactor) Want(m snapshot.Manifest, collection, why string) { c.want(m, collection, why) }
+
+// want is Want, reporting whether a base is in hand: being built, built, or to be
+// tried again. It is false when the Compactor is not started, or stopped, or m's
+// chain is no chain of layers.
+func (c *Compactor) want(m snapshot.Manifest, collection, why string) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	pc, ok := m.Collections[collection]
 	if c.ctx == nil || c.ctx.Err() != nil || !ok || m.Format != snapshot.FormatLayered || len(pc.Layers) == 0 || m.Dataset != c.Dataset {
-		return
+		return false
 	}
 	chain := snapshot.LayerVersions(pc.Layers)
 	failures := 0
 	if b := c.builds[collection]; b != nil {
 		switch {
 		case !b.done:
-			return
+			return true
 		case b.err == nil && hasSuffix(chain, b.chain):
-			return
+			return true
 		case b.err != nil && c.now().Before(b.retryAt):
-			return
+			return true
 		case b.err != nil:
 			failures = b.failures
 		}
@@ -142,6 +151,7 @@ func (c *Compactor) Want(m snapshot.Manifest, collection, why string) {
 		defer c.wg.Done()
 		c.run(c.ctx, m, collection, b)
 	}()
+	return true
 }
 
 // run builds b and records how it ended.
@@ -298,9 +308,6 @@ func (c *Compactor) event(ctx context.Context, kind snapshot.EventKind, collecti
 func hasSuffix(chain, tail []snapshot.Version) bool {
 	return len(tail) > 0 && len(chain) >= len(tail) && slices.Equal(chain[len(chain)-len(tail):], tail)
 }
-
-// paceBatch is how many documents a paced read takes from its limiter at once.
-const paceBatch = 100
 
 // chainSnapshot is a source snapshot that reads what a version's chains hold from
 // storage: the source of a base compacted from a chain. It reports the version's

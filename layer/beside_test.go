@@ -44,6 +44,7 @@ type besideRig struct {
 func newBesideRig(t *testing.T) *besideRig {
 	r := rig.New(t, rig.TwoCollections, rig.TwoTables...)
 	r.Pub.Incremental, r.Writer.MaxLayers, r.Writer.RebaseRatio = true, 3, 0.5
+	layer.SetBesideMinRows(r.Writer, 1)
 	full := r.Twin()
 	docs := &gatedScanner{ChainScanner: r.Store, gate: make(chan struct{})}
 	c := &layer.Compactor{Dataset: rig.Dataset, Writer: r.Writer, Docs: docs, Versions: r.Pub.Versions, RowsPerSecond: -1}
@@ -221,5 +222,20 @@ func TestKeepAliveBesideReadsNoSource(t *testing.T) {
 	}
 	if age := now.Sub(m.DataTime()); age != 0 {
 		t.Errorf("the republished version's data is %s old; want fresh", age)
+	}
+}
+
+// A chain whose base is small gets its base in the version that needs it: building
+// it beside the stream would save that version nothing.
+func TestSmallBaseInTheVersion(t *testing.T) {
+	b := newBesideRig(t)
+	layer.SetBesideMinRows(b.Writer, 51)
+	b.publish(t)
+	b.Exec(t, `UPDATE users SET name = name || '!' WHERE id <= 'u4'`)
+	b.publish(t)
+	b.Exec(t, `UPDATE users SET name = 'v3' WHERE id = 'u7'`)
+	v3 := b.publish(t)
+	if k := v3.Collections["users"].Own.Kind; k != snapshot.LayerBase || len(b.c.Progress()) != 0 {
+		t.Fatalf("users' layer of 50 documents is a %s, bases beside %+v; want a base in the version", k, b.c.Progress())
 	}
 }

@@ -1,6 +1,7 @@
 package layer
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"slices"
@@ -63,7 +64,7 @@ func (p *versionWrite) nextKind(cur *snapshot.Manifest, pos snapshot.Position, n
 	}
 	if ratio := float64(deltaRows) / float64(max(baseRows, 1)); ratio > p.rebaseRatio() {
 		why := fmt.Sprintf("the deltas hold %d rows against the base's %d (rebase_ratio %g)", deltaRows, baseRows, p.rebaseRatio())
-		if ratio <= 2*p.rebaseRatio() && p.beside(cur, name, why) {
+		if ratio <= 2*p.rebaseRatio() && p.beside(cur, name, baseRows, why) {
 			return snapshot.LayerDelta, ""
 		}
 		return snapshot.LayerBase, why
@@ -71,7 +72,7 @@ func (p *versionWrite) nextKind(cur *snapshot.Manifest, pos snapshot.Position, n
 	if ttl := p.req.Manifest.TTL; ttl > 0 {
 		if age := p.now().Sub(cur.CollectionDataTime(name)); age >= ttl/2 {
 			why := fmt.Sprintf("the chain's oldest layer is %s old, past half the TTL", age.Round(time.Second))
-			if age < snapshot.BaseBesideLimit(ttl) && p.beside(cur, name, why) {
+			if age < snapshot.BaseBesideLimit(ttl) && p.beside(cur, name, baseRows, why) {
 				return snapshot.LayerDelta, ""
 			}
 			return snapshot.LayerBase, why
@@ -80,16 +81,23 @@ func (p *versionWrite) nextKind(cur *snapshot.Manifest, pos snapshot.Position, n
 	return snapshot.LayerDelta, ""
 }
 
+// besideMinRows is the least base a Compactor builds beside the stream: a smaller
+// one costs the version that needs it less than a tenth of a second.
+const besideMinRows = 10_000
+
 // beside asks the Writer's Compactor for a base of the collection built from cur's
-// chain, and reports whether it has one to ask.
-func (p *versionWrite) beside(cur *snapshot.Manifest, name, why string) bool {
-	if p.Compactor == nil || slices.Contains(p.req.Swapped, name) {
+// chain, and reports whether one is in hand (Compactor.want). A chain whose base
+// holds fewer than besideMinRows documents gets its base in the version.
+func (p *versionWrite) beside(cur *snapshot.Manifest, name string, baseRows int64, why string) bool {
+	if p.Compactor == nil || baseRows < cmp.Or(p.besideMin, besideMinRows) {
+		return false
+	}
+	if slices.Contains(p.req.Swapped, name) {
 		// A chain that just took a base is short and young: a call for another
 		// comes from the chain it replaced.
-		return p.Compactor != nil
+		return true
 	}
-	p.Compactor.Want(*cur, name, why)
-	return true
+	return p.Compactor.want(*cur, name, why)
 }
 
 // mergeLimit bounds how many of cur's newest layers of the collection its next

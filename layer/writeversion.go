@@ -152,7 +152,8 @@ type Writer struct {
 	// the stream of versions (Compactor), rather than in the version that needs one.
 	Compactor *Compactor
 
-	keyedBytesMax int // the documents a keyed read holds; 0: maxKeyedBytes (tests set less)
+	keyedBytesMax int   // the documents a keyed read holds; 0: maxKeyedBytes (tests set less)
+	besideMin     int64 // the least base built beside the stream; 0: besideMinRows (tests set less)
 }
 
 var _ snapshot.VersionWriter = (*Writer)(nil)

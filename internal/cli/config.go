@@ -283,7 +283,7 @@ type SyncerConfig struct {
 	RebaseRatio float64 `yaml:"rebase_ratio"`
 	// BaseRowsPerSecond bounds how fast `syncer run` builds a base beside the
 	// stream of versions (compacted from storage, for rebase_ratio or the TTL's
-	// keep-alive), so that it leaves the commit path its share; default 50000.
+	// keep-alive), so that it leaves the commit path its share; default 100000.
 	BaseRowsPerSecond float64 `yaml:"base_rows_per_second"`
 	// Watch tunes change-driven syncs.
 	Watch WatchConfig `yaml:"watch"`

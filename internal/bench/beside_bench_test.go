@@ -1,0 +1,207 @@
+package bench
+
+import (
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/snapflip/snapflip/internal/testenv"
+)
+
+// BenchmarkBaseBeside measures, in both watch modes (defaults otherwise, but a TTL of
+// 4 minutes and an hourly schedule), the keep-alive of a dataset of a 3,000,000-row
+// collection (big) and a 10-row one (items): past half the TTL each chain's base is
+// built from storage beside the stream of versions while a commit to items every 1–2 s
+// is timed until served. It reports the worst commit while big's base was built, the
+// source rows rendered meanwhile (the commits' own rows only: the keep-alive reads
+// none), and how long big's base took against the first version's full read of the
+// source. BENCH_BESIDE_ROWS changes the size of big. Run it with -benchtime 1x.
+func BenchmarkBaseBeside(b *testing.B) {
+	rows := 3_000_000
+	if s := os.Getenv("BENCH_BESIDE_ROWS"); s != "" {
+		n, err := strconv.Atoi(s)
+		if err != nil {
+			b.Fatalf("BENCH_BESIDE_ROWS=%q: %v", s, err)
+		}
+		rows = n
+	}
+	defaultEnv(b)
+	dir := b.TempDir()
+	for _, mode := range []string{"stats", "logical"} {
+		b.Run(mode, func(b *testing.B) {
+			dsn := testenv.Postgres(b)
+			loadItems(b, dsn, "big", rows)
+			loadItems(b, dsn, "items", 10)
+			settle(b, dsn, "big")
+			settings, slot := []string{`schedule: "@every 1h"`}, ""
+			if mode == "logical" {
+				settings = logicalSettings(b, dsn)
+				slot = slotOf(settings)
+			}
+			settings = append(settings, "ttl: 4m")
+			if pace := os.Getenv("BENCH_BESIDE_PACE"); pace != "" {
+				settings = append(settings, "base_rows_per_second: "+pace)
+			}
+			cfg := writeCollectionConfig(b, dir, "beside"+mode, "{name: items, table: items, key: id}\n  - {name: big, table: big, key: id}", settings...)
+			for range b.N {
+				rig := startServing(b, cfg, dsn, slot)
+				b.Cleanup(func() {
+					if data, err := os.ReadFile(rig.sp.logPath); err == nil {
+						_ = os.WriteFile("/tmp/beside-"+mode+".log", data, 0o600)
+					}
+				})
+				first := scrape(rig.sp.metrics).sum("snapflip_sync_duration_seconds_sum")
+				c := newCommitter(b, dsn, rig.api, 10, rig.sp)
+				time.Sleep(1500 * time.Millisecond) // past the connection's first statistics report
+				c.commit(-1, true)                  // the stats watch's first report of a connection comes late
+				w := watchBase(rig.sp.metrics, "big")
+				m0 := scrape(rig.sp.metrics)
+				var during, all []time.Duration
+				deadline := time.Now().Add(8 * time.Minute)
+				for i := 0; !w.taken(); i++ {
+					if time.Now().After(deadline) {
+						b.Fatalf("big's base was not built and taken within 8 minutes\n%s", rig.sp.logTail())
+					}
+					time.Sleep(time.Second + time.Duration(c.rng.Int64N(int64(time.Second))))
+					building := w.building()
+					lat := c.commit(i, true)
+					all = append(all, lat)
+					if building || w.building() {
+						during = append(during, lat)
+					}
+				}
+				m1 := scrape(rig.sp.metrics)
+				w.stop()
+				rig.sp.stop()
+				if len(during) == 0 {
+					b.Fatalf("no commit was timed while big's base was built (%d in all)", len(all))
+				}
+				d, a := summarize(during), summarize(all)
+				rendered := m1.sum("snapflip_sync_rows_rendered_total") - m0.sum("snapflip_sync_rows_rendered_total")
+				build := baseDuration(b, rig.sp, "big")
+				ratio := build.Seconds() / first
+				bound, target := 2*time.Second, "worst ≤ 2 s"
+				if mode == "logical" {
+					bound, target = time.Second, "worst ≤ 1 s"
+				}
+				b.ReportMetric(d.max.Seconds(), "worst_during_s")
+				b.ReportMetric(ratio, "base/first_read")
+				b.Logf("watch.mode %s, %d rows in big: commits while its base was built %s, max %s; all %s, max %s",
+					mode, rows, d, d.max.Round(time.Millisecond), a, a.max.Round(time.Millisecond))
+				b.Logf("  rows rendered meanwhile %.0f for %d commits; big's base %.1f s against the first version's full read %.1f s (%.2f×)",
+					rendered, len(all), build.Seconds(), first, ratio)
+				b.Logf("  every commit (ms): %s", a.every())
+				for _, line := range logLines(rig.sp, "beside the stream", "TTL", "writing a base") {
+					b.Logf("  syncer: %s", line)
+				}
+				logSyncs(b, m0, m1)
+				record(b, Figure{Measurement: fmt.Sprintf("commit to served for a 10-row collection while the keep-alive builds a %s-row collection's base beside the stream, watch.mode %s (commits 1–2 s apart)", thousands(rows), mode),
+					Figure: fmt.Sprintf("%s, worst %.2f s", d, d.max.Seconds()), Target: target, Missed: d.max > bound})
+				record(b, Figure{Measurement: fmt.Sprintf("source rows the keep-alive of a %s-row collection renders, watch.mode %s", thousands(rows), mode),
+					Figure: fmt.Sprintf("%.0f rows for %d commits of one row each", rendered, len(all)), Target: "the commits' own rows only", Missed: rendered > float64(len(all))})
+				record(b, Figure{Measurement: fmt.Sprintf("a %s-row base built from storage beside the stream (base_rows_per_second default), against the first version's full read of the source, watch.mode %s", thousands(rows), mode),
+					Figure: fmt.Sprintf("%.1f s vs %.1f s: %.2f×", build.Seconds(), first, ratio), Target: "≤ 1.3×", Missed: ratio > 1.3})
+			}
+		})
+	}
+}
+
+// baseWatch follows one collection's base beside the stream through the syncer's
+// metrics, scraped every 200 ms: when it was first seen building, built, and gone
+// again (taken by a version).
+type baseWatch struct {
+	mu                         sync.Mutex
+	startedAt, builtAt, goneAt time.Time
+	seen                       bool
+	done                       chan struct{}
+	wg                         sync.WaitGroup
+}
+
+func watchBase(metrics, collection string) *baseWatch {
+	w := &baseWatch{done: make(chan struct{})}
+	label := fmt.Sprintf(`collection="%s"`, collection)
+	w.wg.Go(func() {
+		for {
+			m := scrape(metrics)
+			now := time.Now()
+			w.mu.Lock()
+			building := m.sum("snapflip_base_state", label, `state="building"`) > 0
+			built := m.sum("snapflip_base_state", label) > 0 // built, or failed and tried again
+			started := m.sum("snapflip_base_started_timestamp_seconds", label)
+			if building && w.startedAt.IsZero() {
+				w.startedAt, w.seen = now, true
+			}
+			if w.seen && !building && w.builtAt.IsZero() {
+				// Built (or built and taken between two scrapes).
+				w.builtAt = now
+			}
+			if w.seen && started > 0 {
+				w.startedAt = time.Unix(0, int64(started*1e9))
+			}
+			if w.seen && !building && !built && w.goneAt.IsZero() {
+				w.goneAt = now
+			}
+			w.mu.Unlock()
+			select {
+			case <-w.done:
+				return
+			case <-time.After(200 * time.Millisecond):
+			}
+		}
+	})
+	return w
+}
+
+func (w *baseWatch) building() bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.seen && w.goneAt.IsZero()
+}
+
+func (w *baseWatch) taken() bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return !w.goneAt.IsZero()
+}
+
+func (w *baseWatch) stop() { close(w.done); w.wg.Wait() }
+
+// logLines returns the syncer's log lines that contain any of subs.
+func logLines(p *syncerProc, subs ...string) []string {
+	data, _ := os.ReadFile(p.logPath)
+	var out []string
+	for _, line := range strings.Split(string(data), "\n") {
+		for _, s := range subs {
+			if strings.Contains(line, s) {
+				out = append(out, line)
+				break
+			}
+		}
+	}
+	return out
+}
+
+// baseDuration returns how long the collection's base beside the stream took to
+// build, as the syncer logged it.
+func baseDuration(tb testing.TB, p *syncerProc, collection string) time.Duration {
+	tb.Helper()
+	for _, line := range logLines(p, "base built beside the stream") {
+		if !strings.Contains(line, "collection="+collection+" ") {
+			continue
+		}
+		_, after, ok := strings.Cut(line, " duration=")
+		if !ok {
+			continue
+		}
+		d, err := time.ParseDuration(strings.Fields(after)[0])
+		if err == nil {
+			return d
+		}
+	}
+	tb.Fatalf("the syncer did not log the build of %s's base\n%s", collection, p.logTail())
+	return 0
+}
