@@ -2,6 +2,7 @@ package layer
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"maps"
 	"slices"
@@ -11,6 +12,7 @@ import (
 
 	"golang.org/x/time/rate"
 
+	"github.com/snapflip/snapflip/internal/retry"
 	"github.com/snapflip/snapflip/snapshot"
 )
 
@@ -32,15 +34,22 @@ const DefaultBaseRowsPerSecond = 100_000
 // doubles it, up to 64 times.
 const DefaultBaseRetryAfter = 10 * time.Second
 
-// ChainScanner reads what a chain holds of a collection, in id byte order (package
-// store's ScanDocuments: one stream, which Bigtable's client resumes after a
-// transient failure).
+// ChainScanner reads what a chain holds of a collection in a span of ids, in id byte
+// order (package store's ScanSpan).
 type ChainScanner interface {
-	ScanDocuments(ctx context.Context, in snapshot.ChainRef, fn func(snapshot.Document) bool) error
+	ScanSpan(ctx context.Context, in snapshot.ChainRef, span snapshot.Span, limit int) ([]snapshot.Document, bool, error)
 }
 
-// paceBatch is how many documents a paced read takes from its limiter at once.
-const paceBatch = 1_000
+// A base is read in spans of basePage ids, cut where the chain's fingerprint run
+// says: each span is a bounded read of its own, read again up to spanTries times
+// when storage is unreachable, and never a scan of the whole collection at once
+// (which Bigtable's emulator answers only after gathering every row).
+const (
+	basePage  = 5_000
+	spanTries = 5
+)
+
+var spanBackoff = retry.Backoff{Initial: 500 * time.Millisecond, Max: 8 * time.Second, Jitter: retry.EqualJitter}
 
 // Compactor builds one dataset's bases from storage beside the stream of versions
 // (snapshot.Bases): at most one per collection at a time, each in a goroutine of its
@@ -179,7 +188,7 @@ func (c *Compactor) build(ctx context.Context, m snapshot.Manifest, collection s
 	pc := m.Collections[collection]
 	bm := snapshot.Manifest{Dataset: c.Dataset, Version: c.Versions.Next(), State: snapshot.StateWriting, Format: snapshot.FormatLayered,
 		Source: m.Source, TTL: m.TTL, StartedAt: c.now(), Collections: map[string]snapshot.CollectionStats{}}
-	snap := &chainSnapshot{docs: c.Docs, m: m, pace: c.limiter(), rows: &b.rows}
+	snap := &chainSnapshot{docs: c.Docs, runs: chainSource{st: c.Writer.Store, dataset: c.Dataset}, m: m, pace: c.limiter(), rows: &b.rows}
 	res, err := c.Writer.WriteVersion(ctx, snapshot.WriteRequest{Snap: snap, Collections: []string{collection}, Manifest: bm,
 		Base: true, Why: "built beside the stream from version " + string(m.Version) + ": " + b.why})
 	if err != nil {
@@ -282,7 +291,7 @@ func (c *Compactor) limiter() *rate.Limiter {
 	if rps < 0 {
 		return nil
 	}
-	return rate.NewLimiter(rate.Limit(rps), max(int(rps/10), paceBatch))
+	return rate.NewLimiter(rate.Limit(rps), max(int(rps/10), basePage))
 }
 
 func (c *Compactor) retryAfter() time.Duration {
@@ -314,6 +323,7 @@ func hasSuffix(chain, tail []snapshot.Version) bool {
 // position and declared indexes, and reads every document (ScanSince renders all).
 type chainSnapshot struct {
 	docs ChainScanner
+	runs chainSource // the chains' fingerprint runs
 	m    snapshot.Manifest
 	pace *rate.Limiter // nil for no pace
 	rows *atomic.Int64 // counts the documents read
@@ -331,23 +341,99 @@ func (s *chainSnapshot) ScanSince(ctx context.Context, collection string, _ *sna
 	return snapshot.ContentMode("compacted from storage"), s.Scan(ctx, collection, fn)
 }
 
-// Scan sends the chain's documents in id byte order, paced.
+// Scan sends the chain's documents in id byte order, paced: the chain's merged
+// fingerprint run names the ids, and each basePage of them is read as a span, the
+// next span read while this one's documents are sent. A span that holds other ids
+// than the run names fails the base.
 func (s *chainSnapshot) Scan(ctx context.Context, collection string, fn func(snapshot.Document) error) error {
-	var ferr error
-	n := 0
-	err := s.docs.ScanDocuments(ctx, snapshot.ChainRef{Dataset: s.m.Dataset, Chain: s.m.Chain(collection), Collection: collection},
-		func(d snapshot.Document) bool {
-			if n++; s.pace != nil && n%paceBatch == 0 {
-				if ferr = s.pace.WaitN(ctx, paceBatch); ferr != nil {
-					return false
-				}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	spans := make(chan []snapshot.Document, 2)
+	var rerr error
+	go func() {
+		defer close(spans)
+		rerr = s.readSpans(ctx, collection, spans)
+	}()
+	for docs := range spans {
+		if s.pace != nil {
+			if err := s.pace.WaitN(ctx, len(docs)); err != nil {
+				return err
 			}
+		}
+		for _, d := range docs {
 			s.rows.Add(1)
-			ferr = fn(d)
-			return ferr == nil
-		})
-	if ferr != nil {
-		return ferr
+			if err := fn(d); err != nil {
+				return err
+			}
+		}
 	}
-	return err
+	return rerr
+}
+
+// readSpans reads the chain's documents a span at a time into out, until the end or
+// an error, which it returns.
+func (s *chainSnapshot) readSpans(ctx context.Context, collection string, out chan<- []snapshot.Document) error {
+	in := snapshot.ChainRef{Dataset: s.m.Dataset, Chain: s.m.Chain(collection), Collection: collection}
+	run := openChainRun(ctx, s.runs, s.m.Collections[collection].Layers, collection)
+	ids := make([]string, 0, basePage)
+	for {
+		e, ok, err := run.next()
+		if err != nil {
+			return fmt.Errorf("read the fingerprint run of %s at %s: %w", collection, s.m.Version, err)
+		}
+		if ok && len(ids) < basePage {
+			ids = append(ids, e.ID)
+			continue
+		}
+		to := ""
+		if ok {
+			to = e.ID
+		}
+		if len(ids) > 0 {
+			docs, err := s.span(ctx, in, ids, to)
+			if err != nil {
+				return err
+			}
+			select {
+			case out <- docs:
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		}
+		if !ok {
+			return nil
+		}
+		ids = append(ids[:0], e.ID)
+	}
+}
+
+// span reads the documents of ids, the run's ids from ids[0] up to to (exclusive;
+// "" for the end), and checks that they are those ids.
+func (s *chainSnapshot) span(ctx context.Context, in snapshot.ChainRef, ids []string, to string) ([]snapshot.Document, error) {
+	docs, err := s.read(ctx, in, snapshot.Span{From: ids[0], Inclusive: true, To: to}, len(ids)+1)
+	if err != nil {
+		return nil, err
+	}
+	if len(docs) != len(ids) {
+		return nil, fmt.Errorf("%s at %s: the fingerprint run names %d ids from %q, the documents %d", in.Collection, s.m.Version, len(ids), ids[0], len(docs))
+	}
+	for i, d := range docs {
+		if d.ID != ids[i] {
+			return nil, fmt.Errorf("%s at %s: the fingerprint run names %q where the documents hold %q", in.Collection, s.m.Version, ids[i], d.ID)
+		}
+	}
+	return docs, nil
+}
+
+// read reads a span, again after a read that found storage unreachable.
+func (s *chainSnapshot) read(ctx context.Context, in snapshot.ChainRef, sp snapshot.Span, limit int) ([]snapshot.Document, error) {
+	for try := 0; ; try++ {
+		docs, _, err := s.docs.ScanSpan(ctx, in, sp, limit)
+		if err == nil || !errors.Is(err, snapshot.ErrUnavailable) || try+1 == spanTries || ctx.Err() != nil {
+			return docs, err
+		}
+		if err := retry.Sleep(ctx, spanBackoff.Delay(try)); err != nil {
+			return nil, err
+		}
+	}
 }

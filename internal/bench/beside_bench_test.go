@@ -19,7 +19,8 @@ import (
 // is timed until served. It reports the worst commit while big's base was built, the
 // source rows rendered meanwhile (the commits' own rows only: the keep-alive reads
 // none), and how long big's base took against the first version's full read of the
-// source. BENCH_BESIDE_ROWS changes the size of big. Run it with -benchtime 1x.
+// source. BENCH_BESIDE_ROWS changes the size of big, BENCH_BESIDE_PACE sets
+// base_rows_per_second. Run it with -benchtime 1x.
 func BenchmarkBaseBeside(b *testing.B) {
 	rows := 3_000_000
 	if s := os.Getenv("BENCH_BESIDE_ROWS"); s != "" {
@@ -81,7 +82,7 @@ func BenchmarkBaseBeside(b *testing.B) {
 					b.Fatalf("no commit was timed while big's base was built (%d in all)", len(all))
 				}
 				d, a := summarize(during), summarize(all)
-				rendered := m1.sum("snapflip_sync_rows_rendered_total") - m0.sum("snapflip_sync_rows_rendered_total")
+				rendered := renderedOf(rig.sp, "big")
 				build := baseDuration(b, rig.sp, "big")
 				ratio := build.Seconds() / first
 				bound, target := 2*time.Second, "worst ≤ 2 s"
@@ -92,8 +93,8 @@ func BenchmarkBaseBeside(b *testing.B) {
 				b.ReportMetric(ratio, "base/first_read")
 				b.Logf("watch.mode %s, %d rows in big: commits while its base was built %s, max %s; all %s, max %s",
 					mode, rows, d, d.max.Round(time.Millisecond), a, a.max.Round(time.Millisecond))
-				b.Logf("  rows rendered meanwhile %.0f for %d commits; big's base %.1f s against the first version's full read %.1f s (%.2f×)",
-					rendered, len(all), build.Seconds(), first, ratio)
+				b.Logf("  big's rows rendered after the first version %d; big's base %.1f s against the first version's full read %.1f s (%.2f×)",
+					rendered, build.Seconds(), first, ratio)
 				b.Logf("  every commit (ms): %s", a.every())
 				for _, line := range logLines(rig.sp, "beside the stream", "TTL", "writing a base") {
 					b.Logf("  syncer: %s", line)
@@ -101,8 +102,8 @@ func BenchmarkBaseBeside(b *testing.B) {
 				logSyncs(b, m0, m1)
 				record(b, Figure{Measurement: fmt.Sprintf("commit to served for a 10-row collection while the keep-alive builds a %s-row collection's base beside the stream, watch.mode %s (commits 1–2 s apart)", thousands(rows), mode),
 					Figure: fmt.Sprintf("%s, worst %.2f s", d, d.max.Seconds()), Target: target, Missed: d.max > bound})
-				record(b, Figure{Measurement: fmt.Sprintf("source rows the keep-alive of a %s-row collection renders, watch.mode %s", thousands(rows), mode),
-					Figure: fmt.Sprintf("%.0f rows for %d commits of one row each", rendered, len(all)), Target: "the commits' own rows only", Missed: rendered > float64(len(all))})
+				record(b, Figure{Measurement: fmt.Sprintf("source rows of a %s-row collection read for its keep-alive, watch.mode %s", thousands(rows), mode),
+					Figure: fmt.Sprintf("%d rows", rendered), Target: "0", Missed: rendered != 0})
 				record(b, Figure{Measurement: fmt.Sprintf("a %s-row base built from storage beside the stream (base_rows_per_second default), against the first version's full read of the source, watch.mode %s", thousands(rows), mode),
 					Figure: fmt.Sprintf("%.1f s vs %.1f s: %.2f×", build.Seconds(), first, ratio), Target: "≤ 1.3×", Missed: ratio > 1.3})
 			}
@@ -183,6 +184,22 @@ func logLines(p *syncerProc, subs ...string) []string {
 		}
 	}
 	return out
+}
+
+// renderedOf sums the rows the syncer logged rendering for the collection's layers,
+// the first version's aside.
+func renderedOf(p *syncerProc, collection string) int {
+	n := 0
+	for i, line := range logLines(p, `msg="layer written"`) {
+		if !strings.Contains(line, "collection="+collection+" ") || i < 2 || strings.Contains(line, "compacted from storage") {
+			continue
+		}
+		if _, after, ok := strings.Cut(line, " rendered="); ok {
+			r, _ := strconv.Atoi(strings.Fields(after)[0])
+			n += r
+		}
+	}
+	return n
 }
 
 // baseDuration returns how long the collection's base beside the stream took to

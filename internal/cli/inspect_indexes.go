@@ -32,8 +32,9 @@ type layerIndexes struct {
 	// Indexes are what the layer wrote per index, in its manifest's order; empty when
 	// it wrote no entries (or its manifest is gone).
 	Indexes []snapshot.IndexWrite `json:"indexes"`
-	// ManifestGone is true when the manifest of the layer's version is no longer
-	// stored, so what it wrote is unknown.
+	// ManifestGone is true when no manifest of the layer's version is stored (it
+	// expired, or the layer is a base built beside the stream of versions, which has
+	// none), so what it wrote is unknown.
 	ManifestGone bool `json:"manifest_gone,omitempty"`
 }
 
