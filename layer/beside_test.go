@@ -55,7 +55,7 @@ type besideRig struct {
 func newBesideRig(t *testing.T) *besideRig {
 	r := rig.New(t, rig.TwoCollections, rig.TwoTables...)
 	r.Pub.Incremental, r.Writer.MaxLayers, r.Writer.RebaseRatio = true, 3, 0.5
-	layer.SetBesideMinRows(r.Writer, 1)
+	r.Writer.BesideMinRows = 1
 	full := r.Twin()
 	docs := &gatedScanner{ChainScanner: r.Store, gate: make(chan struct{})}
 	c := &layer.Compactor{Dataset: rig.Dataset, Writer: r.Writer, Docs: docs, Versions: r.Pub.Versions, RowsPerSecond: -1}
@@ -240,7 +240,7 @@ func TestKeepAliveBesideReadsNoSource(t *testing.T) {
 // it beside the stream would save that version nothing.
 func TestSmallBaseInTheVersion(t *testing.T) {
 	b := newBesideRig(t)
-	layer.SetBesideMinRows(b.Writer, 51)
+	b.Writer.BesideMinRows = 51
 	b.publish(t)
 	b.Exec(t, `UPDATE users SET name = name || '!' WHERE id <= 'u4'`)
 	b.publish(t)

@@ -81,15 +81,15 @@ func (p *versionWrite) nextKind(cur *snapshot.Manifest, pos snapshot.Position, n
 	return snapshot.LayerDelta, ""
 }
 
-// besideMinRows is the least base a Compactor builds beside the stream: a smaller
-// one costs the version that needs it less than a tenth of a second.
-const besideMinRows = 10_000
+// DefaultBesideMinRows is the least base a Compactor builds beside the stream by
+// default: a smaller one costs the version that needs it under a tenth of a second.
+const DefaultBesideMinRows = 10_000
 
 // beside asks the Writer's Compactor for a base of the collection built from cur's
 // chain, and reports whether one is in hand (Compactor.want). A chain whose base
-// holds fewer than besideMinRows documents gets its base in the version.
+// holds fewer than BesideMinRows documents gets its base in the version.
 func (p *versionWrite) beside(cur *snapshot.Manifest, name string, baseRows int64, why string) bool {
-	if p.Compactor == nil || baseRows < cmp.Or(p.besideMin, besideMinRows) {
+	if p.Compactor == nil || baseRows < cmp.Or(p.BesideMinRows, DefaultBesideMinRows) {
 		return false
 	}
 	if slices.Contains(p.req.Swapped, name) {

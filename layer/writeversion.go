@@ -151,9 +151,11 @@ type Writer struct {
 	// Compactor, when set, builds the bases a chain's size or age calls for beside
 	// the stream of versions (Compactor), rather than in the version that needs one.
 	Compactor *Compactor
+	// BesideMinRows is the least base the Compactor builds (zero: DefaultBesideMinRows):
+	// a chain whose base holds fewer documents gets its base in the version.
+	BesideMinRows int64
 
-	keyedBytesMax int   // the documents a keyed read holds; 0: maxKeyedBytes (tests set less)
-	besideMin     int64 // the least base built beside the stream; 0: besideMinRows (tests set less)
+	keyedBytesMax int // the documents a keyed read holds; 0: maxKeyedBytes (tests set less)
 }
 
 var _ snapshot.VersionWriter = (*Writer)(nil)
