@@ -110,7 +110,8 @@ func TestMetricsAreDocumented(t *testing.T) {
 	}
 	addr := ln.Addr().String()
 	ln.Close()
-	cfg := strings.Replace(logicalConfig(t, e), `schedule: "@every 1h"`, `schedule: "@every 1s"`, 1)
+	// A TTL of seconds: the keep-alive builds bases beside the stream (snapflip_base_*).
+	cfg := strings.NewReplacer(`schedule: "@every 1h"`, `schedule: "@every 1s"`, "ttl: 1h", "ttl: 8s").Replace(logicalConfig(t, e))
 	defer e.runSyncerWith(t, cfg, "--metrics-addr", addr)()
 	e.awaitServed(t, docPath("things", "plain"), `"id":"plain"`, time.Now(), 30*time.Second)
 	testenv.Exec(t, e.DSN, `UPDATE things SET note = 'metrics' WHERE id = 'plain'`)

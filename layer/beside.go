@@ -87,7 +87,9 @@ type baseBuild struct {
 	started  time.Time
 	rows     atomic.Int64 // documents written so far
 
-	// Set under the Compactor's lock once the build ends.
+	// Set under the Compactor's lock once the build ends, and once a version takes
+	// it (it is kept, for Progress, until the next base of the collection starts).
+	taken    bool
 	done     bool
 	base     snapshot.LayerRef
 	err      error
@@ -101,8 +103,9 @@ type BaseProgress struct {
 	// From is the version whose chain the base is built from; Why why it is built.
 	From snapshot.Version
 	Why  string
-	// State is "building", "built" (waiting for a version to take it) or "failed"
-	// (tried again after RetryAt).
+	// State is "building", "built" (waiting for a version to take it), "taken" (a
+	// version's chain holds it; kept until the collection's next base starts) or
+	// "failed" (tried again after RetryAt).
 	State    string
 	Rows     int64 // documents written
 	Expected int64 // documents the chain holds
@@ -219,14 +222,14 @@ func (c *Compactor) Swap(m snapshot.Manifest) (snapshot.Manifest, []string) {
 	var swapped []string
 	for _, name := range slices.Sorted(maps.Keys(c.builds)) {
 		b := c.builds[name]
-		if !b.done || b.err != nil || m.Dataset != c.Dataset {
+		if !b.done || b.err != nil || b.taken || m.Dataset != c.Dataset {
 			continue
 		}
 		pc, ok := m.Collections[name]
 		chain := snapshot.LayerVersions(pc.Layers)
 		switch {
 		case ok && len(chain) > 0 && chain[len(chain)-1] == b.base.Version:
-			delete(c.builds, name) // taken
+			b.taken = true
 			continue
 		case !ok || m.Format != snapshot.FormatLayered || !hasSuffix(chain, b.chain):
 			delete(c.builds, name)
@@ -274,6 +277,8 @@ func (c *Compactor) Progress() []BaseProgress {
 		switch {
 		case b.done && b.err != nil:
 			p.State, p.Err, p.RetryAt = "failed", b.err, b.retryAt
+		case b.taken:
+			p.State = "taken"
 		case b.done:
 			p.State = "built"
 		}

@@ -137,8 +137,8 @@ func TestRebaseBesideTheStream(t *testing.T) {
 	if got := versionsOf(v6.Collections["users"].Layers); got[len(got)-1] != u5.Layers[2].Version {
 		t.Errorf("v6's users chain = %v; want it on the new base", got)
 	}
-	if p := b.c.Progress(); len(p) != 0 {
-		t.Errorf("progress once the base is taken = %+v; want none", p)
+	if p := b.c.Progress(); len(p) != 1 || p[0].State != "taken" {
+		t.Errorf("progress once the base is taken = %+v; want it taken", p)
 	}
 	d, err := layer.Diff(context.Background(), b.Store, layer.DiffRequest{Dataset: rig.Dataset, From: v4.Version, To: v5.Version})
 	if err != nil || d["users"].Added != 1 || d["users"].Changed != 1 || d["users"].Removed != 0 {

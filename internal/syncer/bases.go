@@ -25,7 +25,7 @@ func (m *Metrics) ObserveBases(progress func() []layer.BaseProgress) {
 			[]string{"collection", "state"}, labels),
 		expected: prometheus.NewDesc("snapflip_base_expected_rows", "Documents the chain a base beside the stream is built from holds.",
 			[]string{"collection"}, labels),
-		building: prometheus.NewDesc("snapflip_base_state", "1 for each collection's base beside the stream, by state: building, built (waiting for a version to take it), failed (tried again later).",
+		building: prometheus.NewDesc("snapflip_base_state", "1 for each collection's base beside the stream, by state: building, built (waiting for a version to take it), taken (the last one, until the next starts), failed (tried again later).",
 			[]string{"collection", "state"}, labels),
 		started: prometheus.NewDesc("snapflip_base_started_timestamp_seconds", "When each collection's base beside the stream started.",
 			[]string{"collection"}, labels),
