@@ -112,14 +112,14 @@ func BenchmarkBaseBeside(b *testing.B) {
 }
 
 // baseWatch follows one collection's base beside the stream through the syncer's
-// metrics, scraped every 200 ms: when it was first seen building, built, and gone
-// again (taken by a version).
+// metrics, scraped every 200 ms: whether it was seen building, and when a version
+// took it.
 type baseWatch struct {
-	mu                         sync.Mutex
-	startedAt, builtAt, goneAt time.Time
-	seen                       bool
-	done                       chan struct{}
-	wg                         sync.WaitGroup
+	mu     sync.Mutex
+	seen   bool
+	goneAt time.Time
+	done   chan struct{}
+	wg     sync.WaitGroup
 }
 
 func watchBase(metrics, collection string) *baseWatch {
@@ -128,23 +128,12 @@ func watchBase(metrics, collection string) *baseWatch {
 	w.wg.Go(func() {
 		for {
 			m := scrape(metrics)
-			now := time.Now()
 			w.mu.Lock()
-			building := m.sum("snapflip_base_state", label, `state="building"`) > 0
-			built := m.sum("snapflip_base_state", label) > 0 // built, or failed and tried again
-			started := m.sum("snapflip_base_started_timestamp_seconds", label)
-			if building && w.startedAt.IsZero() {
-				w.startedAt, w.seen = now, true
+			if m.sum("snapflip_base_state", label, `state="building"`) > 0 {
+				w.seen = true
 			}
-			if w.seen && !building && w.builtAt.IsZero() {
-				// Built (or built and taken between two scrapes).
-				w.builtAt = now
-			}
-			if w.seen && started > 0 {
-				w.startedAt = time.Unix(0, int64(started*1e9))
-			}
-			if w.seen && !building && !built && w.goneAt.IsZero() {
-				w.goneAt = now
+			if w.seen && w.goneAt.IsZero() && m.sum("snapflip_base_state", label, `state="taken"`) > 0 {
+				w.goneAt = time.Now()
 			}
 			w.mu.Unlock()
 			select {
