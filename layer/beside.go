@@ -193,7 +193,7 @@ func (c *Compactor) build(ctx context.Context, m snapshot.Manifest, collection s
 		Source: m.Source, TTL: m.TTL, StartedAt: c.now(), Collections: map[string]snapshot.CollectionStats{}}
 	snap := &chainSnapshot{docs: c.Docs, runs: chainSource{st: c.Writer.Store, dataset: c.Dataset}, m: m, pace: c.limiter(), rows: &b.rows}
 	res, err := c.Writer.WriteVersion(ctx, snapshot.WriteRequest{Snap: snap, Collections: []string{collection}, Manifest: bm,
-		Base: true, Why: "built beside the stream from version " + string(m.Version) + ": " + b.why})
+		Parent: &m, Base: true, Why: "built beside the stream from version " + string(m.Version) + ": " + b.why})
 	if err != nil {
 		return snapshot.LayerRef{}, err
 	}

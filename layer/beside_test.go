@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"slices"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -318,5 +319,31 @@ func TestBaseBesideReadsASpanAgain(t *testing.T) {
 	}
 	if n := b.docs.reads.Load(); n != 3 {
 		t.Errorf("%d span reads; want 3 (two unreachable, then the one span)", n)
+	}
+}
+
+// A long base beside the stream logs its progress against the rows of the chain it
+// is built from: rows, bytes, percent and an ETA.
+func TestBaseBesideReportsProgress(t *testing.T) {
+	b := newBesideRig(t)
+	b.Exec(t, `INSERT INTO users SELECT 'p' || g, 'n' FROM generate_series(1, 3000) g`)
+	v1 := b.publish(t)
+	var mu sync.Mutex
+	var seen []snapshot.Event
+	b.Writer.ProgressEvery = time.Nanosecond
+	b.Writer.Observer = snapshot.ObserverFunc(func(_ context.Context, e snapshot.Event) {
+		if e.Kind == snapshot.EventCopying {
+			mu.Lock()
+			seen = append(seen, e)
+			mu.Unlock()
+		}
+	})
+	close(b.docs.gate)
+	b.c.Want(v1, "users", "test")
+	b.c.Wait()
+	mu.Lock()
+	defer mu.Unlock()
+	if len(seen) == 0 || seen[0].Attr("expected") != v1.Collections["users"].Rows || seen[0].Attr("eta") == nil {
+		t.Fatalf("progress events = %+v; want them against %d expected rows, with an ETA", seen, v1.Collections["users"].Rows)
 	}
 }

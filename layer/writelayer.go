@@ -167,7 +167,12 @@ func (lw *layerWriter) start(ctx context.Context, from joinInput) error {
 	lw.own = snapshot.OwnLayer{Kind: p.layerKind()}
 	lw.layer = snapshot.LayerRef{Version: m.Version, Kind: p.layerKind(), DataTime: m.StartedAt, Merged: p.merge}
 	lw.enc = newRunEncoder(0, lw.writeChunk)
-	lw.prog = lw.vw.newProgress(lw.name, p.parent.Rows)
+	expected := p.parent.Rows
+	if p.kind == planBase && lw.cur != nil {
+		// A base reads every row: about as many as the parent holds.
+		expected = lw.cur.Collections[lw.name].Rows
+	}
+	lw.prog = lw.vw.newProgress(lw.name, expected)
 	if lw.join, err = startJoin(from.parent, lw); err != nil {
 		return err
 	}
