@@ -159,9 +159,10 @@ func (c *Compactor) want(m snapshot.Manifest, collection, why string) bool {
 	}
 	c.builds[collection] = b
 	c.wg.Add(1)
+	ctx := c.ctx
 	go func() {
 		defer c.wg.Done()
-		c.run(c.ctx, m, collection, b)
+		c.run(ctx, m, collection, b)
 	}()
 	return true
 }
@@ -177,7 +178,9 @@ func (c *Compactor) run(ctx context.Context, m snapshot.Manifest, collection str
 		b.failures++
 		wait := c.retryAfter() << min(b.failures-1, 6)
 		b.retryAt = c.now().Add(wait)
-		c.event(ctx, snapshot.EventBaseFailed, collection, "from", m.Version, "err", err, "retry_in", wait.String())
+		if ctx.Err() == nil { // a syncer that stops ends its base quietly
+			c.event(ctx, snapshot.EventBaseFailed, collection, "from", m.Version, "err", err, "retry_in", wait.String())
+		}
 		return
 	}
 	b.failures = 0
