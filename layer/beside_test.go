@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -20,10 +21,11 @@ import (
 // held in flight), and can be made to fail.
 type gatedScanner struct {
 	layer.ChainScanner
-	gate  chan struct{}
-	fail  error
-	flaky atomic.Int32 // reads still to fail as unreachable
-	reads atomic.Int32
+	gate   chan struct{}
+	fail   error
+	flaky  atomic.Int32 // reads still to fail as unreachable
+	reads  atomic.Int32
+	tamper atomic.Bool // change the first document each read returns
 }
 
 func (g *gatedScanner) ScanSpan(ctx context.Context, in snapshot.ChainRef, span snapshot.Span, limit int) ([]snapshot.Document, bool, error) {
@@ -41,7 +43,11 @@ func (g *gatedScanner) ScanSpan(ctx context.Context, in snapshot.ChainRef, span 
 	if g.flaky.Add(-1) >= 0 {
 		return nil, false, fmt.Errorf("read span: %w", snapshot.ErrUnavailable)
 	}
-	return g.ChainScanner.ScanSpan(ctx, in, span, limit)
+	docs, more, err := g.ChainScanner.ScanSpan(ctx, in, span, limit)
+	if err == nil && len(docs) > 0 && g.tamper.Load() {
+		docs[0].Body = []byte(`{"id":"` + docs[0].ID + `","name":"tampered"}`)
+	}
+	return docs, more, err
 }
 
 // besideRig is a rig whose writer builds bases beside the stream, with a full-copy
@@ -346,4 +352,72 @@ func TestBaseBesideReportsProgress(t *testing.T) {
 	if len(seen) == 0 || seen[0].Attr("expected") != v1.Collections["users"].Rows || seen[0].Attr("eta") == nil {
 		t.Fatalf("progress events = %+v; want them against %d expected rows, with an ETA", seen, v1.Collections["users"].Rows)
 	}
+}
+
+// A base whose documents differ from what the chain it replaces holds (here: one
+// document changed on its way from storage) fails on its digest and is never taken.
+func TestBaseBesideThatDisagreesIsNeverTaken(t *testing.T) {
+	b := newBesideRig(t)
+	b.publish(t)
+	b.Exec(t, `UPDATE users SET name = name || '!' WHERE id <= 'u4'`)
+	v2 := b.publish(t)
+	b.docs.tamper.Store(true)
+	close(b.docs.gate)
+	b.c.Want(v2, "users", "test")
+	b.c.Wait()
+	p := b.c.Progress()
+	if len(p) != 1 || p[0].State != "failed" || p[0].Err == nil || !strings.Contains(p[0].Err.Error(), "digest") {
+		t.Fatalf("progress = %+v; want the base failed on its digest", p)
+	}
+	if _, swapped := b.c.Swap(v2); swapped != nil {
+		t.Fatalf("a base that disagrees with its chain swapped %v", swapped)
+	}
+	b.Exec(t, `UPDATE users SET name = 'v3' WHERE id = 'u7'`)
+	v3 := b.publish(t) // holds what a full copy holds: the tampered base is in no chain
+	if last := v3.Collections["users"].Layers; last[len(last)-1].Version != v2.Collections["users"].Layers[len(v2.Collections["users"].Layers)-1].Version {
+		t.Errorf("v3's users chain %v does not end with v2's base", versionsOf(last))
+	}
+}
+
+// A chain that waits for a base beside the stream waits only so long: at three
+// quarters of the TTL, or with deltas of twice rebase_ratio, the version writes the
+// base itself, as without a Compactor.
+func TestBaseBesideGivesWay(t *testing.T) {
+	t.Run("age", func(t *testing.T) {
+		b := newBesideRig(t)
+		b.Pub.TTL = time.Hour
+		tk := b.Ticker(t, "a")
+		ctx := context.Background()
+		if _, err := tk.Tick(ctx, 1, snapshot.PublishOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		now := time.Now().Add(46 * time.Minute) // the gate stays shut: no base is built beside
+		clock := func() time.Time { return now }
+		b.Pub.Now, b.Writer.Now, b.c.Now = clock, clock, clock
+		res, err := tk.Tick(ctx, 2, snapshot.PublishOptions{})
+		if err != nil || res.Publish.NoOp || res.Publish.Reason != snapshot.ReasonTTL {
+			t.Fatalf("tick at 46 minutes of a 1 h TTL: %+v, %v; want a republish", res.Publish, err)
+		}
+		for name, c := range res.Publish.Manifest.Collections {
+			if c.Own == nil || c.Own.Kind != snapshot.LayerBase || c.Own.Rendered == 0 {
+				t.Errorf("%s: own layer %+v; want a base read from the source", name, c.Own)
+			}
+		}
+	})
+	t.Run("deltas", func(t *testing.T) {
+		b := newBesideRig(t)
+		b.publish(t)
+		b.Exec(t, `UPDATE users SET name = name || '!' WHERE id <= 'u4'`) // 34 of 50: past 0.5
+		b.publish(t)
+		b.Exec(t, `UPDATE users SET name = name || '?'`) // 50 more: past twice 0.5
+		v3 := b.publish(t)
+		if k := v3.Collections["users"].Own.Kind; k != snapshot.LayerDelta {
+			t.Fatalf("users' layer over deltas of 34 rows is a %s; want a delta while the base is built beside", k)
+		}
+		b.Exec(t, `UPDATE users SET name = 'v4' WHERE id = 'u1'`)
+		v4 := b.publish(t)
+		if k := v4.Collections["users"].Own.Kind; k != snapshot.LayerBase {
+			t.Fatalf("users' layer over deltas of 84 rows on a base of 50 is a %s; want a base", k)
+		}
+	})
 }
