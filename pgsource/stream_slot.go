@@ -84,6 +84,10 @@ func (w *slotWatch) check(ctx context.Context, now time.Time) error {
 	} else if d != w.st.publication {
 		// A table dropped from it, or added, what it publishes, a row filter: a new
 		// reading prepares it again, and compares in full with versions read before.
+		// A table dropped since tablesKept looked is named rather than the publication.
+		if err := w.tablesKept(ctx); err != nil {
+			return err
+		}
 		return fmt.Errorf("%w: publication %s changed while it was read", ErrTablesChanged, w.st.cfg.Publication)
 	}
 	retained := max(f.retained, 0)
