@@ -18,6 +18,12 @@ type History interface {
 	ListHistory(ctx context.Context, limit int) ([]snapshot.AuditEntry, error)
 }
 
+// BaseRecords lists the records of bases built beside the stream of versions; the
+// status page shows them when the reader has them.
+type BaseRecords interface {
+	ListBases(ctx context.Context) ([]snapshot.BaseStatus, error)
+}
+
 // statusData is what the status page shows.
 type statusData struct {
 	Dataset    string
@@ -33,7 +39,10 @@ type statusData struct {
 	AgePercent  float64
 	Versions    []versionInfo
 	History     []snapshot.AuditEntry
-	Chart       template.HTML
+	// Bases describes each base built beside the stream that is in hand or ended
+	// within BasesShownFor (BaseLine).
+	Bases []string
+	Chart template.HTML
 	// Freshness: versions published in the last minute, and the current version's
 	// commit-to-publish delay when a watched change published it.
 	PerMinute int
@@ -111,6 +120,12 @@ func (s *Server) statusPage(w http.ResponseWriter, r *http.Request) {
 	}
 	if h, ok := s.reader.(History); ok {
 		d.History, _ = h.ListHistory(ctx, 20)
+	}
+	if b, ok := s.reader.(BaseRecords); ok {
+		recs, _ := b.ListBases(ctx)
+		for _, rec := range BasesShown(recs, d.Now) {
+			d.Bases = append(d.Bases, BaseLine(rec, d.Now))
+		}
 	}
 	d.Chart = chart(timeline, d.History, ptr.Version)
 	w.Header().Set("Content-Type", "text/html; charset=utf-8")
@@ -328,6 +343,8 @@ code{font:12px ui-monospace,monospace} .bar{background:#eaeef2;border-radius:4px
 <table><tr><th>collection</th><th>documents</th><th>size</th><th>chain</th><th>this version wrote</th></tr>
 {{range .Collections}}<tr><td><code>{{.Name}}</code></td><td>{{.Rows}}</td><td>{{bytes .Bytes}}</td><td{{if .Layers}} title="{{.Layers}}"{{end}}>{{.Chain}}</td><td>{{.Own}}</td></tr>
 {{end}}</table>{{end}}{{end}}
+{{if .Bases}}<h2>Bases beside the stream</h2>
+<div class="card">{{range .Bases}}<div>{{.}}</div>{{end}}</div>{{end}}
 <h2>Timeline</h2>
 <div class="card">{{.Chart}}
 <div class="muted">dots: versions (height: documents; green published, grey retired, amber rolled back, red failed); ring: current; dashed: rollbacks and unpins</div></div>

@@ -353,3 +353,39 @@ func TestVersionsPagesReadTheirOwnVersions(t *testing.T) {
 		t.Errorf("pages listed %v; want %v", got, want)
 	}
 }
+
+// basesReader is a reader that keeps records of bases beside the stream.
+type basesReader struct {
+	*fakeReader
+	recs []snapshot.BaseStatus
+}
+
+func (b basesReader) ListBases(context.Context) ([]snapshot.BaseStatus, error) { return b.recs, nil }
+
+// The status page shows each base built beside the stream that is in hand or ended
+// within the hour: how far it is, who builds it and why; one that failed says why.
+func TestStatusPageShowsBasesBesideTheStream(t *testing.T) {
+	now := time.Now()
+	r := basesReader{fakeReader: &fakeReader{manifests: layeredManifests(now)}, recs: []snapshot.BaseStatus{
+		{Collection: "orders", From: ver, Why: "the deltas hold 600 rows against the base's 1000 (rebase_ratio 0.5)", State: "building",
+			Rows: 500, Expected: 1000, Bytes: 2048, Started: now.Add(-20 * time.Second), Updated: now, Writer: "syncer-a"},
+		{Collection: "tags", From: ver, Why: "keep-alive", State: "failed", Err: "storage unreachable", RetryAt: now.Add(time.Minute),
+			Started: now.Add(-time.Minute), Updated: now},
+		{Collection: "users", From: ver, Why: "old", State: "taken", Started: now.Add(-3 * time.Hour), Updated: now.Add(-2 * time.Hour)},
+	}}
+	s := newServer(t, r, func(c *api.Config) { c.Dataset = "demo" })
+	_, body := do(t, s, http.MethodGet, "/", "")
+	page := string(body)
+	for _, want := range []string{
+		"Bases beside the stream",
+		"base of orders: building, 500 of 1000 rows (50%), 2.0 KiB, started 20s ago, about 20s left, by syncer-a; why: the deltas hold 600 rows",
+		"base of tags: failed, 0 of 0 rows, 0 B, started 1m0s ago (storage unreachable; tried again at",
+	} {
+		if !strings.Contains(page, want) {
+			t.Errorf("status page lacks %q:\n%s", want, page)
+		}
+	}
+	if strings.Contains(page, "base of users") {
+		t.Errorf("status page shows a base taken two hours ago")
+	}
+}

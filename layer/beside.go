@@ -1,6 +1,7 @@
 package layer
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -68,12 +69,22 @@ type Compactor struct {
 	RowsPerSecond float64
 	// RetryAfter is the first wait after a failed base (zero: DefaultBaseRetryAfter).
 	RetryAfter time.Duration
-	Now        func() time.Time
+	// Records, when set, keeps each base's record for operators (the status page,
+	// `syncer versions`): written when it starts, every RecordEvery while it is
+	// built (zero: DefaultBaseRecordEvery), and when it is built, failed, taken or
+	// dropped. Syncer names this process in them. A record that cannot be written
+	// is reported and does not stop the base.
+	Records     snapshot.BaseStore
+	RecordEvery time.Duration
+	Syncer      string
+	Now         func() time.Time
 
-	mu     sync.Mutex
-	ctx    context.Context
-	builds map[string]*baseBuild // by collection
-	wg     sync.WaitGroup
+	mu        sync.Mutex
+	ctx       context.Context
+	builds    map[string]*baseBuild // by collection
+	pending   map[string]snapshot.BaseStatus
+	recording bool // a writer writes the pending records
+	wg        sync.WaitGroup
 }
 
 var _ snapshot.Bases = (*Compactor)(nil)
@@ -86,6 +97,8 @@ type baseBuild struct {
 	expected int64 // the chain's documents
 	started  time.Time
 	rows     atomic.Int64 // documents written so far
+	bytes    atomic.Int64 // their bytes
+	layer    snapshot.Version
 
 	// Set under the Compactor's lock once the build ends, and once a version takes
 	// it (it is kept, for Progress, until the next base of the collection starts).
@@ -109,6 +122,7 @@ type BaseProgress struct {
 	State    string
 	Rows     int64 // documents written
 	Expected int64 // documents the chain holds
+	Bytes    int64 // bytes of the documents written
 	Started  time.Time
 	Err      error
 	RetryAt  time.Time
@@ -153,7 +167,8 @@ func (c *Compactor) want(m snapshot.Manifest, collection, why string) bool {
 			failures = b.failures
 		}
 	}
-	b := &baseBuild{from: m.Version, chain: chain, why: why, expected: pc.Rows, started: c.now(), failures: failures}
+	b := &baseBuild{from: m.Version, chain: chain, why: why, expected: pc.Rows, started: c.now(), failures: failures,
+		layer: c.Versions.Next()}
 	if c.builds == nil {
 		c.builds = map[string]*baseBuild{}
 	}
@@ -170,10 +185,13 @@ func (c *Compactor) want(m snapshot.Manifest, collection, why string) bool {
 // run builds b and records how it ended.
 func (c *Compactor) run(ctx context.Context, m snapshot.Manifest, collection string, b *baseBuild) {
 	c.event(ctx, snapshot.EventBaseWanted, collection, "from", m.Version, "why", b.why, "rows", b.expected)
+	stopRecords := c.recordWhileBuilt(ctx, collection, b)
 	ref, err := c.build(ctx, m, collection, b)
+	stopRecords()
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	b.done, b.base, b.err = true, ref, err
+	defer c.recordLocked(ctx, collection, b, "")
 	if err != nil {
 		b.failures++
 		wait := c.retryAfter() << min(b.failures-1, 6)
@@ -192,9 +210,10 @@ func (c *Compactor) run(ctx context.Context, m snapshot.Manifest, collection str
 // that it holds what the chain holds: the same count and digest.
 func (c *Compactor) build(ctx context.Context, m snapshot.Manifest, collection string, b *baseBuild) (snapshot.LayerRef, error) {
 	pc := m.Collections[collection]
-	bm := snapshot.Manifest{Dataset: c.Dataset, Version: c.Versions.Next(), State: snapshot.StateWriting, Format: snapshot.FormatLayered,
+	bm := snapshot.Manifest{Dataset: c.Dataset, Version: b.layer, State: snapshot.StateWriting, Format: snapshot.FormatLayered,
 		Source: m.Source, TTL: m.TTL, StartedAt: c.now(), Collections: map[string]snapshot.CollectionStats{}}
-	snap := &chainSnapshot{docs: c.Docs, runs: chainSource{st: c.Writer.Store, dataset: c.Dataset}, m: m, pace: c.limiter(), rows: &b.rows}
+	snap := &chainSnapshot{docs: c.Docs, runs: chainSource{st: c.Writer.Store, dataset: c.Dataset}, m: m, pace: c.limiter(),
+		rows: &b.rows, bytes: &b.bytes}
 	res, err := c.Writer.WriteVersion(ctx, snapshot.WriteRequest{Snap: snap, Collections: []string{collection}, Manifest: bm,
 		Parent: &m, Base: true, Why: "built beside the stream from version " + string(m.Version) + ": " + b.why})
 	if err != nil {
@@ -233,10 +252,12 @@ func (c *Compactor) Swap(m snapshot.Manifest) (snapshot.Manifest, []string) {
 		switch {
 		case ok && len(chain) > 0 && chain[len(chain)-1] == b.base.Version:
 			b.taken = true
+			c.recordLocked(c.ctx, name, b, "")
 			continue
 		case !ok || m.Format != snapshot.FormatLayered || !hasSuffix(chain, b.chain):
 			delete(c.builds, name)
 			c.event(context.Background(), snapshot.EventBaseDropped, name, "from", b.from, "base", b.base.Version)
+			c.recordLocked(c.ctx, name, b, "dropped")
 			continue
 		}
 		if swapped == nil {
@@ -248,6 +269,22 @@ func (c *Compactor) Swap(m snapshot.Manifest) (snapshot.Manifest, []string) {
 		swapped = append(swapped, name)
 	}
 	return m, swapped
+}
+
+// flipped marks taken each built base the chains of m, now current, hold.
+func (c *Compactor) flipped(m snapshot.Manifest) {
+	if c == nil {
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for name, b := range c.builds {
+		chain := m.Chain(name)
+		if b.done && b.err == nil && !b.taken && m.Dataset == c.Dataset && len(chain) > 0 && chain[len(chain)-1] == b.base.Version {
+			b.taken = true
+			c.recordLocked(c.ctx, name, b, "")
+		}
+	}
 }
 
 // mergeLimit returns how many of the newest layers of m's chain of collection a
@@ -274,20 +311,106 @@ func (c *Compactor) Progress() []BaseProgress {
 	defer c.mu.Unlock()
 	out := make([]BaseProgress, 0, len(c.builds))
 	for _, name := range slices.Sorted(maps.Keys(c.builds)) {
-		b := c.builds[name]
-		p := BaseProgress{Collection: name, From: b.from, Why: b.why, State: "building", Rows: b.rows.Load(),
-			Expected: b.expected, Started: b.started}
-		switch {
-		case b.done && b.err != nil:
-			p.State, p.Err, p.RetryAt = "failed", b.err, b.retryAt
-		case b.taken:
-			p.State = "taken"
-		case b.done:
-			p.State = "built"
-		}
-		out = append(out, p)
+		out = append(out, c.builds[name].progress(name))
 	}
 	return out
+}
+
+// progress is what b has done.
+func (b *baseBuild) progress(collection string) BaseProgress {
+	p := BaseProgress{Collection: collection, From: b.from, Why: b.why, State: "building", Rows: b.rows.Load(),
+		Bytes: b.bytes.Load(), Expected: b.expected, Started: b.started}
+	switch {
+	case b.done && b.err != nil:
+		p.State, p.Err, p.RetryAt = "failed", b.err, b.retryAt
+	case b.taken:
+		p.State = "taken"
+	case b.done:
+		p.State = "built"
+	}
+	return p
+}
+
+// DefaultBaseRecordEvery is how often a base's record is written while it is built.
+const DefaultBaseRecordEvery = 10 * time.Second
+
+// recordWhileBuilt writes b's record now and every RecordEvery until the returned
+// stop is called.
+func (c *Compactor) recordWhileBuilt(ctx context.Context, collection string, b *baseBuild) (stop func()) {
+	if c.Records == nil {
+		return func() {}
+	}
+	c.mu.Lock()
+	c.recordLocked(ctx, collection, b, "")
+	c.mu.Unlock()
+	done, ended := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(ended)
+		t := time.NewTicker(cmp.Or(c.RecordEvery, DefaultBaseRecordEvery))
+		defer t.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-ctx.Done():
+				return
+			case <-t.C:
+				c.mu.Lock()
+				c.recordLocked(ctx, collection, b, "")
+				c.mu.Unlock()
+			}
+		}
+	}()
+	return func() { close(done); <-ended }
+}
+
+// recordLocked queues b's record, in state state ("" for the build's own), unless
+// the Compactor keeps none; one writer at a time writes the queue, the newest record
+// of each collection, so they land in order. The Compactor's lock is held.
+func (c *Compactor) recordLocked(ctx context.Context, collection string, b *baseBuild, state string) {
+	if c.Records == nil || ctx == nil || ctx.Err() != nil {
+		return
+	}
+	p := b.progress(collection)
+	rec := snapshot.BaseStatus{Collection: collection, Layer: b.layer, From: p.From, Why: p.Why, State: cmp.Or(state, p.State),
+		Rows: p.Rows, Expected: p.Expected, Bytes: p.Bytes, Started: p.Started, Updated: c.now(), Writer: c.Syncer, RetryAt: p.RetryAt}
+	if p.Err != nil {
+		rec.Err = snapshot.Truncate(p.Err.Error(), 1000)
+	}
+	if c.pending == nil {
+		c.pending = map[string]snapshot.BaseStatus{}
+	}
+	c.pending[collection] = rec
+	if c.recording {
+		return
+	}
+	c.recording = true
+	c.wg.Add(1)
+	go func() {
+		defer c.wg.Done()
+		c.writeRecords(ctx)
+	}()
+}
+
+// writeRecords writes the queued records until none is left.
+func (c *Compactor) writeRecords(ctx context.Context) {
+	for {
+		c.mu.Lock()
+		recs := c.pending
+		c.pending = nil
+		if len(recs) == 0 {
+			c.recording = false
+			c.mu.Unlock()
+			return
+		}
+		c.mu.Unlock()
+		for _, name := range slices.Sorted(maps.Keys(recs)) {
+			rec := recs[name]
+			if err := c.Records.RecordBase(ctx, c.Dataset, rec); err != nil && ctx.Err() == nil {
+				c.event(ctx, snapshot.EventBaseRecordFailed, name, "state", rec.State, "err", err)
+			}
+		}
+	}
 }
 
 // limiter returns the pace of one base's reads, nil for none.
@@ -330,11 +453,12 @@ func hasSuffix(chain, tail []snapshot.Version) bool {
 // storage: the source of a base compacted from a chain. It reports the version's
 // position and declared indexes, and reads every document (ScanSince renders all).
 type chainSnapshot struct {
-	docs ChainScanner
-	runs chainSource // the chains' fingerprint runs
-	m    snapshot.Manifest
-	pace *rate.Limiter // nil for no pace
-	rows *atomic.Int64 // counts the documents read
+	docs  ChainScanner
+	runs  chainSource // the chains' fingerprint runs
+	m     snapshot.Manifest
+	pace  *rate.Limiter // nil for no pace
+	rows  *atomic.Int64 // counts the documents read
+	bytes *atomic.Int64 // and their bytes
 }
 
 func (s *chainSnapshot) Position() snapshot.Position { return s.m.Source }
@@ -370,6 +494,7 @@ func (s *chainSnapshot) Scan(ctx context.Context, collection string, fn func(sna
 		}
 		for _, d := range docs {
 			s.rows.Add(1)
+			s.bytes.Add(int64(len(d.Body)))
 			if err := fn(d); err != nil {
 				return err
 			}

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/snapflip/snapflip/internal/testenv"
 	"github.com/snapflip/snapflip/internal/testenv/rig"
 	"github.com/snapflip/snapflip/layer"
 	"github.com/snapflip/snapflip/snapshot"
@@ -136,8 +137,8 @@ func TestRebaseBesideTheStream(t *testing.T) {
 	if o := v5.Collections["orders"]; !slices.Equal(versionsOf(o.Layers), []snapshot.Version{v1.Version}) {
 		t.Errorf("orders' chain = %v; want v1's, untouched", versionsOf(o.Layers))
 	}
-	if p := b.c.Progress(); len(p) != 1 || p[0].State != "built" {
-		t.Fatalf("progress after the swap = %+v", p)
+	if p := b.c.Progress(); len(p) != 1 || p[0].State != "taken" {
+		t.Fatalf("progress once v5 that took the base is current = %+v; want it taken", p)
 	}
 	b.Exec(t, `UPDATE users SET name = 'v6' WHERE id = 'u3'`)
 	v6 := b.publish(t)
@@ -145,7 +146,7 @@ func TestRebaseBesideTheStream(t *testing.T) {
 		t.Errorf("v6's users chain = %v; want it on the new base", got)
 	}
 	if p := b.c.Progress(); len(p) != 1 || p[0].State != "taken" {
-		t.Errorf("progress once the base is taken = %+v; want it taken", p)
+		t.Errorf("progress once v6 is published over the base = %+v; want it taken", p)
 	}
 	d, err := layer.Diff(context.Background(), b.Store, layer.DiffRequest{Dataset: rig.Dataset, From: v4.Version, To: v5.Version})
 	if err != nil || d["users"].Added != 1 || d["users"].Changed != 1 || d["users"].Removed != 0 {
@@ -420,4 +421,59 @@ func TestBaseBesideGivesWay(t *testing.T) {
 			t.Fatalf("users' layer over deltas of 84 rows on a base of 50 is a %s; want a base", k)
 		}
 	})
+}
+
+// A base's record in storage tells an operator, from any process, where it stands:
+// building while its reads wait, with the rows written and expected; built once
+// written; taken once a version holds it; dropped when the chain moves away first.
+func TestBaseBesideIsRecorded(t *testing.T) {
+	b := newBesideRig(t)
+	b.c.Records, b.c.Syncer, b.c.RecordEvery = b.Store, "syncer-1", time.Millisecond
+	ctx := context.Background()
+	record := func(want string) snapshot.BaseStatus {
+		t.Helper()
+		var rec snapshot.BaseStatus
+		testenv.Eventually(t, 30*time.Second, func() error {
+			recs, err := b.Store.ListBases(ctx, rig.Dataset)
+			if err != nil {
+				return err
+			}
+			if len(recs) != 1 || recs[0].State != want {
+				return fmt.Errorf("records = %+v; want one, %s", recs, want)
+			}
+			rec = recs[0]
+			return nil
+		})
+		return rec
+	}
+	v1 := b.publish(t)
+	b.c.Want(v1, "users", "keep-alive test")
+	rec := record("building")
+	if rec.Collection != "users" || rec.From != v1.Version || rec.Why != "keep-alive test" || rec.Expected != v1.Collections["users"].Rows ||
+		rec.Writer != "syncer-1" || rec.Layer == "" || rec.Started.IsZero() {
+		t.Errorf("record while building = %+v; want users from %s, why, %d expected, by syncer-1, its layer", rec, v1.Version, v1.Collections["users"].Rows)
+	}
+	close(b.docs.gate)
+	b.c.Wait()
+	built := record("built")
+	if built.Rows != built.Expected || built.Bytes == 0 || built.Layer != rec.Layer {
+		t.Errorf("record once built = %+v; want every row written, their bytes, the same layer", built)
+	}
+	b.Exec(t, `UPDATE users SET name = 'taken' WHERE id = 'u1'`)
+	v2 := b.publish(t)
+	b.c.Wait()
+	if taken := record("taken"); taken.Layer != v2.Chain("users")[len(v2.Chain("users"))-1] {
+		t.Errorf("taken record names layer %s; v2's chain ends with %s", taken.Layer, v2.Chain("users")[len(v2.Chain("users"))-1])
+	}
+
+	// A base whose chain the current version no longer ends with (a rollback to v1)
+	// is dropped.
+	b.c.Want(v2, "users", "again")
+	b.c.Wait()
+	record("built")
+	if _, swapped := b.c.Swap(v1); swapped != nil {
+		t.Fatalf("v1 took a base built from v2's chain: %v", swapped)
+	}
+	b.c.Wait()
+	record("dropped")
 }

@@ -201,6 +201,7 @@ func (w *Writer) Flipped(m snapshot.Manifest) {
 			w.Runs.rememberLive(m.Dataset, name, c.Layers, c.Rows)
 		}
 	}
+	w.Compactor.flipped(m)
 }
 
 func (w *Writer) now() time.Time {

@@ -387,6 +387,15 @@ func (r *Resolver) ListHistory(ctx context.Context, limit int) ([]snapshot.Audit
 	return nil, nil
 }
 
+// ListBases returns the records of the dataset's bases built beside the stream of
+// versions, when the store keeps them.
+func (r *Resolver) ListBases(ctx context.Context) ([]snapshot.BaseStatus, error) {
+	if b, ok := r.store.(snapshot.BaseStore); ok {
+		return b.ListBases(ctx, r.dataset)
+	}
+	return nil, nil
+}
+
 // Manifest returns one version's manifest whatever its state, or ErrNotFound.
 func (r *Resolver) Manifest(ctx context.Context, v snapshot.Version) (snapshot.Manifest, error) {
 	return r.store.ReadManifest(ctx, r.dataset, v)

@@ -79,11 +79,12 @@ const (
 
 	EventStreamLetGo // the stream let its held transactions' keys go (slot, why, transactions, collections)
 
-	EventBaseWanted  // a collection's base is built beside the stream of versions (from, why)
-	EventBaseBuilt   // a base built beside the stream is ready to join a version (from, rows, duration)
-	EventBaseFailed  // a base built beside the stream failed; tried again later (from, err, retry_in)
-	EventBaseDropped // a built base can no longer join a version: the chain it replaces is gone (from)
-	EventBaseSwapped // a version's chain takes a base built beside the stream (base, replaced)
+	EventBaseWanted       // a collection's base is built beside the stream of versions (from, why)
+	EventBaseBuilt        // a base built beside the stream is ready to join a version (from, rows, duration)
+	EventBaseFailed       // a base built beside the stream failed; tried again later (from, err, retry_in)
+	EventBaseRecordFailed // a base's record for operators could not be written (state, err)
+	EventBaseDropped      // a built base can no longer join a version: the chain it replaces is gone (from)
+	EventBaseSwapped      // a version's chain takes a base built beside the stream (base, replaced)
 	numEventKinds
 )
 
@@ -147,11 +148,12 @@ var eventKinds = [numEventKinds]struct {
 	EventStreamLetGo: {"the replication stream held too much for the next version: it keeps only which collections changed, " +
 		"lets the slot advance, and the next version compares those in full", LevelWarn},
 
-	EventBaseWanted:  {"building a base from storage beside the stream of versions", LevelInfo},
-	EventBaseBuilt:   {"base built beside the stream: the next version takes it", LevelInfo},
-	EventBaseFailed:  {"building a base beside the stream failed; nothing is published from it, and it is tried again", LevelWarn},
-	EventBaseDropped: {"a base built beside the stream was dropped: the chain it replaces is no longer the current one's", LevelInfo},
-	EventBaseSwapped: {"the version's chain takes a base built beside the stream", LevelInfo},
+	EventBaseWanted:       {"building a base from storage beside the stream of versions", LevelInfo},
+	EventBaseBuilt:        {"base built beside the stream: the next version takes it", LevelInfo},
+	EventBaseFailed:       {"building a base beside the stream failed; nothing is published from it, and it is tried again", LevelWarn},
+	EventBaseRecordFailed: {"the record of a base beside the stream could not be written; the base goes on", LevelWarn},
+	EventBaseDropped:      {"a base built beside the stream was dropped: the chain it replaces is no longer the current one's", LevelInfo},
+	EventBaseSwapped:      {"the version's chain takes a base built beside the stream", LevelInfo},
 }
 
 // String returns the kind's log message; "" for a kind this version does not know.

@@ -32,7 +32,10 @@ SHAPE is full for a full copy, or for a layered version base, delta or mixed by 
 layers its collections wrote (unchanged when none wrote one); CHAIN is the longest
 chain of layers a read consults; WRITTEN the bytes sent to storage; PARENT the version
 a layered version's deltas were computed against. It lists the newest --limit versions
-(100; 0 for all, which a table that changes all the time makes hundreds of thousands).`,
+(100; 0 for all, which a table that changes all the time makes hundreds of thousands).
+Below the table, a line per base built beside the stream of versions (in hand, or
+ended within the hour): its state, rows and bytes written of those expected, time
+left, the syncer building it and why; with --json these lines go to the log.`,
 		Example: `  syncer versions --config snapflip.yaml
   syncer versions --config snapflip.yaml --limit 10 --json`,
 		Args: positional(),
@@ -98,10 +101,19 @@ func listVersions(ctx context.Context, e *readEnv, limit int, asJSON bool) error
 			return e.store.ReadManifest(ctx, e.cfg.Dataset, v)
 		})
 	}
-	rows := versionRows(ms, ptr, e.cfg.TTL, time.Now())
+	now := time.Now()
+	rows := versionRows(ms, ptr, e.cfg.TTL, now)
+	recs, err := e.store.ListBases(ctx, e.cfg.Dataset)
+	if err != nil {
+		return err
+	}
+	bases := api.BasesShown(recs, now)
 	if asJSON {
 		if more {
 			e.log.Info("older versions not listed", "limit", limit, "all", "--limit 0")
+		}
+		for _, b := range bases {
+			e.log.Info(api.BaseLine(b, now))
 		}
 		return printJSON(e.out, rows)
 	}
@@ -111,8 +123,16 @@ func listVersions(ctx context.Context, e *readEnv, limit int, asJSON bool) error
 			e.cfg.Dataset, e.cfg.Bigtable.Table)
 		return err
 	}
-	if err := writeVersions(e.out, rows); err != nil || !more {
+	if err := writeVersions(e.out, rows); err != nil {
 		return err
+	}
+	for _, b := range bases {
+		if _, err := fmt.Fprintln(e.out, api.BaseLine(b, now)); err != nil {
+			return err
+		}
+	}
+	if !more {
+		return nil
 	}
 	_, err = fmt.Fprintf(e.out, "older versions not shown: --limit %d lists more, --limit 0 all\n", 10*limit)
 	return err

@@ -1,13 +1,16 @@
 package cli
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/snapflip/snapflip/internal/testenv"
+	"github.com/snapflip/snapflip/snapshot"
 )
 
 // A sync that finds the source as the current version holds it is recorded as an
@@ -69,5 +72,40 @@ func TestUnchangedSyncIsNotAFailure(t *testing.T) {
 	}
 	if _, _, err := run(t, false, getenv, "versions", "--limit", "-1", "--config", cfg); !errors.Is(err, ErrUsage) || !strings.Contains(err.Error(), "--limit") {
 		t.Errorf("versions --limit -1 = %v; want a usage error naming --limit", err)
+	}
+}
+
+// `syncer versions` lists, below its table, each base built beside the stream that
+// is in hand or ended within the hour, as its builder recorded it: state, rows of
+// those expected, who builds it and why; with --json on the log, the JSON unchanged.
+func TestVersionsShowBasesBesideTheStream(t *testing.T) {
+	dsn := thingsSource(t)
+	addr := testenv.Bigtable(t)
+	getenv := env(map[string]string{EnvPostgresDSN: dsn, EnvEmulatorHost: addr})
+	cfg := writeFile(t, "b.yaml", "dataset: bv\nttl: 1h\n"+thingsCollection)
+	v1 := publish(t, getenv, cfg)
+	st := testenv.Store(t, testenv.StoreConfig(addr))
+	now := time.Now()
+	for _, b := range []snapshot.BaseStatus{
+		{Collection: "things", From: snapshot.Version(v1), Why: "keep-alive: the chain's oldest layer is 30m0s old", State: "building",
+			Rows: 250, Expected: 1000, Bytes: 4096, Started: now.Add(-10 * time.Second), Updated: now, Writer: "syncer-7"},
+		{Collection: "gone", From: snapshot.Version(v1), Why: "long ago", State: "taken", Started: now.Add(-3 * time.Hour), Updated: now.Add(-2 * time.Hour)},
+	} {
+		if err := st.RecordBase(context.Background(), "bv", b); err != nil {
+			t.Fatal(err)
+		}
+	}
+	out, _, err := run(t, false, getenv, "versions", "--config", cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := "base of things: building, 250 of 1000 rows (25%), 4.0 KiB, started 10s ago, about 30s left, by syncer-7; why: keep-alive"
+	if !strings.Contains(out, want) || strings.Contains(out, "base of gone") {
+		t.Errorf("versions =\n%s\nwant a line %q and none for a base taken two hours ago", out, want)
+	}
+	out, logged, err := run(t, false, getenv, "versions", "--json", "--config", cfg)
+	var rows []map[string]any
+	if err != nil || json.Unmarshal([]byte(out), &rows) != nil || len(rows) != 1 || !strings.Contains(logged, "base of things: building") {
+		t.Errorf("versions --json = %v\n%s\nlog:\n%s\nwant one version as JSON, the base on the log", err, out, logged)
 	}
 }

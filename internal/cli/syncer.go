@@ -278,7 +278,7 @@ func wireSyncer(ctx context.Context, cfg SyncerConfig, log *slog.Logger) (*wired
 		},
 		layers: layers,
 		bases: &layer.Compactor{Dataset: cfg.Dataset, Writer: layers, Docs: st, Versions: versions,
-			RowsPerSecond: cfg.BaseRowsPerSecond},
+			RowsPerSecond: cfg.BaseRowsPerSecond, Records: st, RecordEvery: cfg.ProgressInterval, Syncer: holder},
 	}, nil
 }
 

@@ -69,6 +69,7 @@ type Store struct {
 	audit     map[string][][]byte                    // dataset → entries' JSON, oldest first
 	slots     map[slotKey]string
 	leases    map[string][]byte
+	bases     map[string]map[string]snapshot.BaseStatus // dataset → collection → record
 	layers    map[layerKey]*layerRows
 	faults    map[Op][]Fault
 	unreads   int // lease reads still to fail (a lease write's ReplyLostAndRereadFails)
@@ -86,6 +87,7 @@ func New() *Store {
 		audit:     map[string][][]byte{},
 		slots:     map[slotKey]string{},
 		leases:    map[string][]byte{},
+		bases:     map[string]map[string]snapshot.BaseStatus{},
 		layers:    map[layerKey]*layerRows{},
 		faults:    map[Op][]Fault{},
 	}

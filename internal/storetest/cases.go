@@ -505,6 +505,30 @@ func audit(t TB, st Store, ds string) {
 	want(t, "audit before the trail begins", err, snapshot.ErrNotFound)
 }
 
+// baseRecords: a collection's record of its base beside the stream replaces the one
+// before; records list by collection name, each dataset its own, and a record names
+// its collection.
+func baseRecords(t TB, st Store, ds string) {
+	recs, err := st.ListBases(bg, ds)
+	if err != nil || len(recs) != 0 {
+		t.Fatalf("bases of a dataset without any = %+v, %v; want none", recs, err)
+	}
+	b := snapshot.BaseStatus{Collection: "users#1", From: versions(1)[0], Why: "keep-alive", State: "building",
+		Rows: 10, Expected: 100, Bytes: 1000, Started: at, Updated: at.Add(time.Second), Writer: "contract"}
+	want(t, "record", st.RecordBase(bg, ds, b), nil)
+	want(t, "record another", st.RecordBase(bg, ds, snapshot.BaseStatus{Collection: "a", State: "taken"}), nil)
+	want(t, "record in another dataset", st.RecordBase(bg, ds+"-other", snapshot.BaseStatus{Collection: "b", State: "built"}), nil)
+	b.State, b.Rows = "built", 100
+	want(t, "record again", st.RecordBase(bg, ds, b), nil)
+	recs, err = st.ListBases(bg, ds)
+	if err != nil || len(recs) != 2 || recs[0].Collection != "a" || recs[1].Collection != "users#1" ||
+		recs[1].State != "built" || recs[1].Rows != 100 || !recs[1].Started.Equal(at) || recs[1].From != b.From {
+		t.Errorf("bases = %+v, %v; want a, then users#1 built with 100 rows", recs, err)
+	}
+	err = st.RecordBase(bg, ds, snapshot.BaseStatus{State: "building"})
+	want(t, "record without a collection", err, snapshot.ErrInvalid)
+}
+
 // write writes docs (id → body; "" for a tombstone) of collection c through w, a
 // layer's writer, and closes it.
 func write(t TB, w layer.DocumentWriter, c string, docs map[string]string) {

@@ -26,6 +26,7 @@ type Store interface {
 	snapshot.AuditStore
 	snapshot.SlotStore
 	snapshot.DemandStore
+	snapshot.BaseStore
 	layer.Store
 	layer.DiffStore
 	resolver.ReadStore
@@ -76,6 +77,7 @@ var Cases = []Case{
 	{"LeaseTakeover", leaseTakeover},
 	{"LeaseFencesFlips", leaseFencesFlips},
 	{"Audit", audit},
+	{"BaseRecords", baseRecords},
 	{"ChainReads", chainReads},
 	{"ChainPages", chainPages},
 	{"IndexEntries", indexEntries},
