@@ -7,7 +7,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/snapflip/snapflip/internal/testenv/rig"
 	"github.com/snapflip/snapflip/snapshot"
 )
 
@@ -16,18 +15,21 @@ import (
 // check counts with it and refuses a target the rule is about to collect, which the
 // TTL alone would have let through.
 func TestRollbackTargetExpiresByRetention(t *testing.T) {
-	r := rig.New(t, rig.TwoCollections, rig.TwoTables...)
-	r.Pub.TTL = 10 * time.Hour
+	r := newMemRig(t, 4)
+	r.pub.TTL = 10 * time.Hour
 	ctx := context.Background()
-	tk := r.Ticker(t, "admin")
-	for i, stmts := range [][]string{nil, {`UPDATE users SET name = 'x' WHERE id = 'u1'`}} {
-		r.Exec(t, stmts...)
-		if res, err := tk.Tick(ctx, int64(i+1), snapshot.PublishOptions{}); err != nil || res.Publish.NoOp {
-			t.Fatalf("tick %d: %+v, %v", i, res, err)
+	tk := r.ticker(t, "admin")
+	tick := func(slot int64) {
+		t.Helper()
+		if res, err := tk.Tick(ctx, slot, snapshot.PublishOptions{}); err != nil || res.Publish.NoOp {
+			t.Fatalf("tick %d: %+v, %v", slot, res, err)
 		}
 	}
+	tick(1)
+	r.src.Put("users", "u01", `{"name":"x"}`)
+	tick(2)
 	later := time.Now().Add(2 * time.Hour)
-	admin := &snapshot.Admin{Dataset: "ds", Store: r.Store, Lease: tk.Lease, TTL: 10 * time.Hour,
+	admin := &snapshot.Admin{Dataset: "ds", Store: r.st, Lease: tk.Lease, TTL: 10 * time.Hour,
 		Retention: 2*time.Hour + 30*time.Minute, Now: func() time.Time { return later }}
 	_, err := admin.Rollback(ctx, snapshot.RollbackRequest{Previous: true, Reason: "test", By: "test"})
 	if !errors.Is(err, snapshot.ErrTargetRefused) || !strings.Contains(err.Error(), "expires in") {

@@ -20,8 +20,8 @@ import (
 
 // The protocol's tests on the in-memory store (internal/memstore, which the contract
 // suite holds equal to the Bigtable store) and an in-memory source: every history and
-// crash point in milliseconds. publish_test.go keeps a smaller set on Postgres and
-// the emulator.
+// crash point in milliseconds. What only Postgres can do wrong (its keys, its types,
+// its partitioned reads) is published from Postgres in package pgsource's tests.
 
 // memRig is a publisher of dataset "ds" on a memory store and source.
 type memRig struct {
@@ -30,35 +30,92 @@ type memRig struct {
 	pub *snapshot.Publisher
 }
 
+// newMemRig returns a rig whose source holds 20 users, u00 to u19, and 2 orders.
 func newMemRig(tb testing.TB, maxLayers int) *memRig {
 	tb.Helper()
-	st, src := memstore.New(), memstore.NewSource("users", "orders")
+	src := memstore.NewSource("users", "orders")
 	for i := range 20 {
 		src.Put("users", fmt.Sprintf("u%02d", i), fmt.Sprintf(`{"n":%d}`, i))
 	}
 	src.Put("orders", "1", `{"user":"u01"}`)
 	src.Put("orders", "2", `{"user":"u02"}`)
+	return newMemRigOn(src, maxLayers)
+}
+
+// newMemRigOn returns a rig publishing src into an empty store.
+func newMemRigOn(src *memstore.Source, maxLayers int) *memRig {
+	st := memstore.New()
 	return &memRig{st: st, src: src, pub: newMemPublisher(st, src, "writer-1", maxLayers)}
 }
 
-func newMemPublisher(st *memstore.Store, src *memstore.Source, writer string, maxLayers int) *snapshot.Publisher {
+func newMemPublisher(st *memstore.Store, src snapshot.Source, writer string, maxLayers int) *snapshot.Publisher {
 	return &snapshot.Publisher{Dataset: "ds", Store: st, Source: src, Writer: writer, Incremental: true,
 		Versions: snapshot.NewVersionGen(uuid.New(), nil),
 		Data:     &layer.Writer{Store: st, MaxDocumentBytes: 1 << 20, MaxLayers: maxLayers}}
 }
 
-// served returns what the pointer's version holds of every collection.
-func (r *memRig) served(tb testing.TB) (snapshot.Manifest, map[string]map[string]string) {
+// lease returns a lease of the dataset's publishing as cfg says, which raises the
+// pointer's fence to its token when it is taken.
+func (r *memRig) lease(tb testing.TB, cfg store.LeaseConfig) *store.Lease {
 	tb.Helper()
-	ctx := context.Background()
-	p, err := r.st.ReadPointer(ctx, "ds")
+	cfg.BeforeAcquire = func(ctx context.Context, token uint64) error { return r.st.AdvanceFence(ctx, "ds", token) }
+	l, err := r.st.NewLease("publish/ds", cfg)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return l
+}
+
+// ticker returns a Ticker of the rig's publisher for holder, under its own lease.
+func (r *memRig) ticker(tb testing.TB, holder string) *snapshot.Ticker {
+	tb.Helper()
+	return &snapshot.Ticker{Publisher: r.pub, Lease: r.lease(tb, store.LeaseConfig{Holder: holder}), Slots: r.st, Holder: holder}
+}
+
+// pointer reads the dataset's pointer.
+func (r *memRig) pointer(tb testing.TB) snapshot.Pointer {
+	tb.Helper()
+	p, err := r.st.ReadPointer(context.Background(), "ds")
 	if err != nil {
 		tb.Fatalf("read pointer: %v", err)
 	}
-	m, err := r.st.ReadManifest(ctx, "ds", p.Version)
+	return p
+}
+
+// manifest reads version v's manifest.
+func (r *memRig) manifest(tb testing.TB, v snapshot.Version) snapshot.Manifest {
+	tb.Helper()
+	m, err := r.st.ReadManifest(context.Background(), "ds", v)
 	if err != nil {
-		tb.Fatalf("read manifest %s: %v", p.Version, err)
+		tb.Fatalf("read manifest %s: %v", v, err)
 	}
+	return m
+}
+
+// manifests returns the dataset's manifests, oldest first.
+func (r *memRig) manifests(tb testing.TB) []snapshot.Manifest {
+	tb.Helper()
+	ms, err := r.st.ListManifests(context.Background(), "ds")
+	if err != nil {
+		tb.Fatalf("list manifests: %v", err)
+	}
+	return ms
+}
+
+// last returns the dataset's newest manifest.
+func (r *memRig) last(tb testing.TB) snapshot.Manifest {
+	tb.Helper()
+	ms := r.manifests(tb)
+	if len(ms) == 0 {
+		tb.Fatal("no manifest")
+	}
+	return ms[len(ms)-1]
+}
+
+// served returns what the pointer's version holds of every collection.
+func (r *memRig) served(tb testing.TB) (snapshot.Manifest, map[string]map[string]string) {
+	tb.Helper()
+	m := r.manifest(tb, r.pointer(tb).Version)
 	return m, r.holds(tb, m)
 }
 
@@ -220,11 +277,7 @@ func TestTickersShareSlotsOnMemory(t *testing.T) {
 	var tickers []*snapshot.Ticker
 	for i := range 3 {
 		holder := fmt.Sprint("replica-", i)
-		lease, err := r.st.NewLease("publish/ds", store.LeaseConfig{Holder: holder, Duration: 2 * time.Second, RetryMax: 10 * time.Millisecond,
-			BeforeAcquire: func(ctx context.Context, token uint64) error { return r.st.AdvanceFence(ctx, "ds", token) }})
-		if err != nil {
-			t.Fatal(err)
-		}
+		lease := r.lease(t, store.LeaseConfig{Holder: holder, Duration: 2 * time.Second, RetryMax: 10 * time.Millisecond})
 		tickers = append(tickers, &snapshot.Ticker{Publisher: newMemPublisher(r.st, r.src, holder, 4), Lease: lease, Slots: r.st, Holder: holder})
 	}
 	var last uint64
@@ -271,16 +324,8 @@ func TestTickersShareSlotsOnMemory(t *testing.T) {
 func TestRollbackPinsAndUnpinResumesOnMemory(t *testing.T) {
 	r := newMemRig(t, 4)
 	ctx := context.Background()
-	lease := func(holder string) snapshot.Lease {
-		l, err := r.st.NewLease("publish/ds", store.LeaseConfig{Holder: holder,
-			BeforeAcquire: func(ctx context.Context, token uint64) error { return r.st.AdvanceFence(ctx, "ds", token) }})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return l
-	}
 	r.pub.Audit = r.st
-	syncer := &snapshot.Ticker{Publisher: r.pub, Lease: lease("syncer"), Slots: r.st, Holder: "syncer"}
+	syncer := r.ticker(t, "syncer")
 	publish := func() (snapshot.PublishResult, error) {
 		res, _, err := syncer.PublishLeased(ctx, snapshot.PublishOptions{})
 		return res, err
@@ -294,7 +339,7 @@ func TestRollbackPinsAndUnpinResumesOnMemory(t *testing.T) {
 	if _, err := publish(); err != nil {
 		t.Fatal(err)
 	}
-	admin := &snapshot.Admin{Dataset: "ds", Store: r.st, Lease: lease("admin")}
+	admin := &snapshot.Admin{Dataset: "ds", Store: r.st, Lease: r.lease(t, store.LeaseConfig{Holder: "admin"})}
 	rb, err := admin.Rollback(ctx, snapshot.RollbackRequest{Previous: true, Reason: "bad data", By: "op"})
 	if err != nil || rb.To != first.Manifest.Version || !rb.Pinned {
 		t.Fatalf("rollback = %+v, %v; want back to %s, pinned", rb, err, first.Manifest.Version)
@@ -323,92 +368,5 @@ func TestRollbackPinsAndUnpinResumesOnMemory(t *testing.T) {
 	}
 	if err != nil || len(actions) < 3 || actions[0] != snapshot.ActionFlip || actions[1] != snapshot.ActionUnpin || actions[2] != snapshot.ActionRollback {
 		t.Errorf("audit trail, newest first = %v, %v; want flip, unpin, rollback", actions, err)
-	}
-}
-
-// TestUnknownFlipOutcomeOnMemory loses the flip's reply, applied or not, and with
-// its re-read failing: the version stays sealed (servable), the pointer is where the
-// store has it, and the next publish carries on from there.
-func TestUnknownFlipOutcomeOnMemory(t *testing.T) {
-	for _, fault := range []memstore.Fault{memstore.Refused, memstore.ReplyLostAndRereadFails} {
-		applied := fault == memstore.ReplyLostAndRereadFails
-		t.Run(fmt.Sprint("applied=", applied), func(t *testing.T) {
-			r := newMemRig(t, 4)
-			ctx := context.Background()
-			first, err := r.pub.Publish(ctx, snapshot.PublishOptions{})
-			if err != nil {
-				t.Fatal(err)
-			}
-			r.src.Put("users", "u01", `{"second":true}`)
-			r.st.FailNext(memstore.OpFlip, fault)
-			_, err = r.pub.Publish(ctx, snapshot.PublishOptions{})
-			if !errors.Is(err, snapshot.ErrOutcomeUnknown) {
-				t.Fatalf("publish = %v; want ErrOutcomeUnknown", err)
-			}
-			ms, _ := r.st.ListManifests(ctx, "ds")
-			second := ms[len(ms)-1]
-			if second.State != snapshot.StateSealed {
-				t.Fatalf("the unknown flip's version is %s; want sealed", second.State)
-			}
-			want := first.Manifest.Version
-			if applied {
-				want = second.Version
-			}
-			if m, _ := r.served(t); m.Version != want {
-				t.Fatalf("pointer = %s; want %s", m.Version, want)
-			}
-			r.src.Put("users", "u01", `{"third":true}`)
-			third, err := r.pub.Publish(ctx, snapshot.PublishOptions{})
-			if err != nil || third.NoOp || third.Previous != want {
-				t.Fatalf("next publish = %+v, %v; want one replacing %s", third, err, want)
-			}
-			if _, got := r.served(t); !sameContents(got, r.model()) {
-				t.Errorf("pointer's version holds %v; want %v", got, r.model())
-			}
-		})
-	}
-}
-
-// TestFencedAndFailedPublishesOnMemory: a publish under a fenced-out token, one whose
-// source fails mid-scan, and a cancelled one each leave the pointer where it was and
-// their version failed.
-func TestFencedAndFailedPublishesOnMemory(t *testing.T) {
-	cases := map[string]func(r *memRig) (context.Context, snapshot.PublishOptions){
-		"fenced": func(r *memRig) (context.Context, snapshot.PublishOptions) {
-			if err := r.st.AdvanceFence(context.Background(), "ds", 5); err != nil {
-				t.Fatal(err)
-			}
-			return context.Background(), snapshot.PublishOptions{Token: 4}
-		},
-		"source fails": func(r *memRig) (context.Context, snapshot.PublishOptions) {
-			r.src.FailScans("orders", snapshot.ErrSource)
-			return context.Background(), snapshot.PublishOptions{}
-		},
-		"write fails": func(r *memRig) (context.Context, snapshot.PublishOptions) {
-			r.st.FailNext(memstore.OpWrite, memstore.Refused)
-			return context.Background(), snapshot.PublishOptions{}
-		},
-	}
-	for name, breakIt := range cases {
-		t.Run(name, func(t *testing.T) {
-			r := newMemRig(t, 4)
-			good, err := r.pub.Publish(context.Background(), snapshot.PublishOptions{})
-			if err != nil {
-				t.Fatal(err)
-			}
-			held := r.model()
-			r.src.Put("users", "u05", `{"changed":true}`)
-			ctx, opts := breakIt(r)
-			if _, err := r.pub.Publish(ctx, opts); err == nil {
-				t.Fatalf("publish succeeded; want it to fail")
-			}
-			if m, got := r.served(t); m.Version != good.Manifest.Version || !sameContents(got, held) {
-				t.Errorf("after a failed publish the pointer names %s holding %v; want %s as it was", m.Version, got, good.Manifest.Version)
-			}
-			ms, _ := r.st.ListManifests(context.Background(), "ds")
-			if last := ms[len(ms)-1]; last.Version != good.Manifest.Version && last.State != snapshot.StateFailed {
-				t.Errorf("the failed publish's version is %s; want failed", last.State)
-			}
-		})
 	}
 }
