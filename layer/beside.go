@@ -77,7 +77,16 @@ type Compactor struct {
 	Records     snapshot.BaseStore
 	RecordEvery time.Duration
 	Syncer      string
-	Now         func() time.Time
+	// Source, when set, reads the bases of collections whose definition changed and
+	// of new ones beside the stream too, each in a source snapshot of its own, while
+	// versions hold such a collection at its last state (or leave a new one out)
+	// until one takes its base (definition_changes: hold). Nil writes those bases
+	// in the version that needs them, every collection waiting (wait).
+	Source snapshot.Source
+	// Built, when set, is called once a base read from the source is built, so
+	// that a version takes it soon; it must not block.
+	Built func()
+	Now   func() time.Time
 
 	mu        sync.Mutex
 	ctx       context.Context
@@ -92,7 +101,12 @@ var _ snapshot.Bases = (*Compactor)(nil)
 // baseBuild is one collection's base beside the stream: in flight, built, or failed.
 type baseBuild struct {
 	from     snapshot.Version   // the version whose chain it is built from
-	chain    []snapshot.Version // that chain, which the base replaces
+	chain    []snapshot.Version // that chain, which the base replaces; nil for a base read from the source
+	source   bool               // read from the source: a held or new collection's
+	// pos is where a base read from the source was read, and stats what it holds;
+	// set once it is built.
+	pos   snapshot.Position
+	stats snapshot.CollectionStats
 	why      string
 	expected int64 // the chain's documents
 	started  time.Time
@@ -186,7 +200,11 @@ func (c *Compactor) want(m snapshot.Manifest, collection, why string) bool {
 func (c *Compactor) run(ctx context.Context, m snapshot.Manifest, collection string, b *baseBuild) {
 	c.event(ctx, snapshot.EventBaseWanted, collection, "from", m.Version, "why", b.why, "rows", b.expected)
 	stopRecords := c.recordWhileBuilt(ctx, collection, b)
-	ref, err := c.build(ctx, m, collection, b)
+	build := c.build
+	if b.source {
+		build = c.buildSource
+	}
+	ref, err := build(ctx, m, collection, b)
 	stopRecords()
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -202,6 +220,9 @@ func (c *Compactor) run(ctx context.Context, m snapshot.Manifest, collection str
 		return
 	}
 	b.failures = 0
+	if b.source && c.Built != nil {
+		c.Built()
+	}
 	c.event(ctx, snapshot.EventBaseBuilt, collection, "from", m.Version, "base", ref.Version, "rows", ref.Docs,
 		"duration", c.now().Sub(b.started).Round(time.Millisecond).String())
 }
@@ -249,6 +270,22 @@ func (c *Compactor) Swap(m snapshot.Manifest) (snapshot.Manifest, []string) {
 		}
 		pc, ok := m.Collections[name]
 		chain := snapshot.LayerVersions(pc.Layers)
+		if b.source {
+			if c.joinsLocked(m, name, b) {
+				if swapped == nil {
+					m.Collections = maps.Clone(m.Collections)
+				}
+				st := b.stats
+				st.Held = &snapshot.Held{Source: b.pos, Why: "its base read beside the stream catches up from here", Since: b.started}
+				m.Collections[name] = st
+				swapped = append(swapped, name)
+			} else {
+				delete(c.builds, name)
+				c.event(context.Background(), snapshot.EventBaseDropped, name, "from", b.from, "base", b.base.Version)
+				c.recordLocked(c.ctx, name, b, "dropped")
+			}
+			continue
+		}
 		switch {
 		case ok && len(chain) > 0 && chain[len(chain)-1] == b.base.Version:
 			b.taken = true

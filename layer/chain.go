@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"fmt"
+	"maps"
 	"slices"
 	"time"
 
@@ -39,18 +40,13 @@ func (p *versionWrite) nextKind(cur *snapshot.Manifest, pos snapshot.Position, n
 	if cur == nil {
 		return snapshot.LayerBase, "first version"
 	}
-	pc, ok := cur.Collections[name]
+	if why, ok := sourceBaseWhy(cur, pos, name); ok {
+		return snapshot.LayerBase, why
+	}
+	pc := cur.Collections[name]
 	switch {
-	case !ok:
-		return snapshot.LayerBase, "new collection"
 	case len(pc.Layers) == 0:
 		return snapshot.LayerBase, "the parent is a full copy, without fingerprints"
-	case !cur.Source.SameDefinition(pos, name):
-		return snapshot.LayerBase, "the collection's definition changed"
-	case definitionsChanged(cur.Source, pos, name):
-		// Every document may change (a column added, renamed, retyped): one base,
-		// not a delta of every row that the next version would rebase.
-		return snapshot.LayerBase, "the table's column or type definitions changed"
 	case p.maxLayers() < 2:
 		return snapshot.LayerBase, fmt.Sprintf("max_layers is %d", p.maxLayers())
 	}
@@ -111,6 +107,25 @@ func (p *versionWrite) mergeLimit(cur *snapshot.Manifest, name string) (n int, l
 	return p.Compactor.mergeLimit(cur, name)
 }
 
+// sourceBaseWhy says why collection name needs a base read from the source, when it
+// does: it is new, or its definition (config, columns, types) is not the one its
+// layers in cur were read with.
+func sourceBaseWhy(cur *snapshot.Manifest, pos snapshot.Position, name string) (string, bool) {
+	if _, ok := cur.Collections[name]; !ok {
+		return "new collection", true
+	}
+	from := cur.CollectionSource(name)
+	switch {
+	case !from.SameDefinition(pos, name):
+		return "the collection's definition changed", true
+	case definitionsChanged(from, pos, name):
+		// Every document may change (a column added, renamed, retyped): one base,
+		// not a delta of every row that the next version would rebase.
+		return "the table's column or type definitions changed", true
+	}
+	return "", false
+}
+
 // definitionsChanged reports whether the table collection name's columns or types
 // differ between the parent read at parent and the version read at pos, both known.
 func definitionsChanged(parent, pos snapshot.Position, name string) bool {
@@ -137,6 +152,13 @@ func (p *Writer) rebaseRatio() float64 {
 // returning each collection's stats: the version's totals (exactly what a full copy
 // would record) and its chains.
 func (vw *versionWrite) writeLayers(ctx context.Context, snap snapshot.DeltaSnapshot) (snapshot.WriteResult, error) {
+	held, write := vw.splitHolds(ctx)
+	if len(write) < len(vw.req.Collections) {
+		vw.skip = map[string]bool{}
+		for _, name := range vw.req.Collections {
+			vw.skip[name] = !slices.Contains(write, name)
+		}
+	}
 	out, err := vw.writeEach(ctx, func(ctx context.Context, w DocumentWriter, name string) (snapshot.CollectionStats, error) {
 		return vw.newLayerWriter(w, name).write(ctx, snap)
 	})
@@ -155,6 +177,7 @@ func (vw *versionWrite) writeLayers(ctx context.Context, snap snapshot.DeltaSnap
 		}
 		out.res.Collections[name] = st
 	}
+	maps.Copy(out.res.Collections, held)
 	return out.res, nil
 }
 

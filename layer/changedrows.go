@@ -81,7 +81,7 @@ func (lw *layerWriter) askSource(ctx context.Context, snap snapshot.DeltaSnapsho
 // are the whole change.
 func (lw *layerWriter) changedOnly(ctx context.Context, cs snapshot.ChangedScanner, parent snapshot.CollectionStats) (sourceAnswer, error) {
 	var c sourceAnswer
-	total, ok, err := cs.ScanChanged(ctx, lw.name, &lw.cur.Source, maxChangedOnly, func(d snapshot.Document) error {
+	total, ok, err := cs.ScanChanged(ctx, lw.name, lw.since(), maxChangedOnly, func(d snapshot.Document) error {
 		c.docs = append(c.docs, d)
 		return nil
 	})
@@ -101,7 +101,7 @@ func (lw *layerWriter) keyedOnly(ctx context.Context, ks snapshot.KeyedScanner, 
 	var c sourceAnswer
 	var size int
 	limit := lw.vw.keyedBytes()
-	ok, err := ks.ScanKeyed(ctx, lw.name, &lw.cur.Source, keyedLimit(parent.Rows), func(d snapshot.Document) error {
+	ok, err := ks.ScanKeyed(ctx, lw.name, lw.since(), keyedLimit(parent.Rows), func(d snapshot.Document) error {
 		if size += len(d.ID) + len(d.Body); size > limit {
 			return errKeyedTooLarge
 		}

@@ -55,7 +55,7 @@ type written struct {
 func (vw *versionWrite) writeEach(ctx context.Context, write func(context.Context, DocumentWriter, string) (snapshot.CollectionStats, error)) (written, error) {
 	out := written{res: snapshot.WriteResult{Collections: map[string]snapshot.CollectionStats{}}}
 	w := vw.Store.NewWriter(ctx, vw.dataset, vw.req.Manifest.Version)
-	for _, name := range vw.req.Collections {
+	for _, name := range vw.writing() {
 		st, err := write(ctx, w, name)
 		if err != nil {
 			_, _ = w.Close(ctx)

@@ -17,6 +17,7 @@ type layerWriter struct {
 	w    DocumentWriter
 	name string
 	cur  *snapshot.Manifest // the parent version; nil for none
+	from snapshot.Position  // the source position cur's layers of the collection reflect
 	plan deltaPlan
 
 	join   *mergeJoin        // the parent's entries, joined with the source's rows
@@ -40,7 +41,11 @@ type collectionTotals struct {
 
 // newLayerWriter prepares the collection's layer of the version over its parent.
 func (vw *versionWrite) newLayerWriter(w DocumentWriter, name string) *layerWriter {
-	return &layerWriter{vw: vw, w: w, name: name, cur: vw.req.Parent}
+	lw := &layerWriter{vw: vw, w: w, name: name, cur: vw.req.Parent}
+	if lw.cur != nil {
+		lw.from = lw.cur.CollectionSource(name)
+	}
+	return lw
 }
 
 // write plans the layer, writes it, and returns the collection's stats and chain
@@ -109,7 +114,7 @@ func (lw *layerWriter) planInput(ctx context.Context, snap snapshot.DeltaSnapsho
 // sameFingerprint reports whether the table's row versions and definitions are the
 // parent's.
 func (lw *layerWriter) sameFingerprint() bool {
-	src, parent := lw.vw.req.Manifest.Source, lw.cur.Source
+	src, parent := lw.vw.req.Manifest.Source, *lw.since()
 	fp := src.Fingerprints[lw.name]
 	return fp != "" && fp == parent.Fingerprints[lw.name] && src.Definitions[lw.name] == parent.Definitions[lw.name]
 }
@@ -120,6 +125,7 @@ func (lw *layerWriter) carried() snapshot.CollectionStats {
 	st.Layers = carryLayers(lw.cur, st.Layers)
 	st.Own = &snapshot.OwnLayer{Mode: snapshot.ModeSameFingerprint}
 	st.Written = st.Rows
+	st.Held = nil // the source is as the layers reflect it
 	st.Indexes = lw.vw.declared[lw.name] // the parent's: planDelta writes a base else
 	return st
 }
@@ -214,8 +220,13 @@ func (lw *layerWriter) scan(ctx context.Context, snap snapshot.DeltaSnapshot, ro
 	case planBase:
 		return snap.ScanSince(ctx, lw.name, nil, add)
 	}
-	return snap.ScanSince(ctx, lw.name, &lw.cur.Source, add)
+	return snap.ScanSince(ctx, lw.name, lw.since(), add)
 }
+
+// since returns the source position the parent's layers of the collection reflect:
+// the parent's, or where a held collection, or a base read beside the stream, stands.
+// It is the same pointer at every call, which a source may key what it decided by.
+func (lw *layerWriter) since() *snapshot.Position { return &lw.from }
 
 // add counts one source row and joins it with the parent's entries.
 func (lw *layerWriter) add(ctx context.Context, doc snapshot.Document) error {

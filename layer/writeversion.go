@@ -171,6 +171,9 @@ type versionWrite struct {
 	declared map[string][]snapshot.IndexDef
 	// fullIndexes are what a full copy wrote per collection and index.
 	fullIndexes map[string][]snapshot.IndexWrite
+	// skip names the collections the version does not write: held, or new and
+	// waiting for their base beside the stream (splitHolds).
+	skip map[string]bool
 }
 
 // WriteVersion writes the version's documents (snapshot.VersionWriter).

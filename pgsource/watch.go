@@ -183,6 +183,9 @@ const (
 	// ReasonDemand: a reader waits for a read-your-writes token that the current
 	// version does not cover: look at the source now, whatever its statistics say.
 	ReasonDemand
+	// ReasonBaseBuilt: the base of a held or new collection, read beside the stream
+	// of versions, waits to join a version.
+	ReasonBaseBuilt
 )
 
 var reasonText = map[ChangeReason]string{
@@ -194,6 +197,7 @@ var reasonText = map[ChangeReason]string{
 	ReasonStream:         "stream",
 	ReasonStreamUnseen:   "committed, not yet visible",
 	ReasonDemand:         "demand",
+	ReasonBaseBuilt:      "base built",
 }
 
 // String returns the reason's words, as logs and metric labels print them.

@@ -79,6 +79,41 @@ type CollectionStats struct {
 	// holds their entries for the documents it holds. Absent from versions written
 	// before they were declared.
 	Indexes []IndexDef `json:"indexes,omitempty"`
+	// Held, when set, says the collection's layers reflect an earlier source
+	// position than the version's: its definition changed, and its new base is
+	// built beside the stream of versions while the collection stays whole, in its
+	// old shape, at its last state before the change. Nil: the version's position.
+	Held *Held `json:"held,omitempty"`
+}
+
+// Held is where a held collection stands (CollectionStats.Held).
+type Held struct {
+	// Source is the position the collection's layers reflect: the version's that
+	// last wrote it.
+	Source Position `json:"source"`
+	// Why says why the collection is held; Since when the hold began.
+	Why   string    `json:"why"`
+	Since time.Time `json:"since"`
+}
+
+// CollectionSource returns the source position collection name's layers reflect:
+// its Held position, or else the version's.
+func (m *Manifest) CollectionSource(name string) Position {
+	if h := m.Collections[name].Held; h != nil {
+		return h.Source
+	}
+	return m.Source
+}
+
+// HeldCollections returns the names of the version's held collections, in order.
+func (m *Manifest) HeldCollections() []string {
+	var out []string
+	for _, name := range m.CollectionNames() {
+		if m.Collections[name].Held != nil {
+			out = append(out, name)
+		}
+	}
+	return out
 }
 
 // IndexDef is one index of a collection: its fields, each typed by the base type of

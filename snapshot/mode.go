@@ -34,6 +34,9 @@ const (
 	KindSameFingerprint
 	// KindUnknown: a mode written by another version of snapflip, kept as written.
 	KindUnknown
+	// KindHeld: nothing read, the collection held at its last state before its
+	// definition changed while its new base is built beside the stream.
+	KindHeld
 )
 
 // The modes without a reason.
@@ -42,6 +45,7 @@ var (
 	ModeChangedOnly     = LayerMode{Kind: KindChangedOnly}
 	ModeStream          = LayerMode{Kind: KindStream}
 	ModeSameFingerprint = LayerMode{Kind: KindSameFingerprint}
+	ModeHeld            = LayerMode{Kind: KindHeld}
 )
 
 // ContentMode is the mode of a source that rendered every row, for the reason why.
@@ -56,6 +60,7 @@ var modeTexts = map[ModeKind]string{
 	KindChangedOnly:     "row-version, changed rows only",
 	KindStream:          "stream, changed ids only",
 	KindSameFingerprint: "unchanged: same fingerprint",
+	KindHeld:            "held: its new base is built beside the stream",
 }
 
 // String returns the mode's text, as manifests and logs hold it: "row-version",

@@ -79,8 +79,13 @@ type Bases interface {
 	Want(m Manifest, collection, why string)
 	// Swap returns m with every chain a built base can replace replaced (the chain's
 	// layers the base was built from give way to the base), and the collections it
-	// swapped, in name order. m itself is not changed.
+	// swapped, in name order. m itself is not changed. A base read from the source
+	// (a held or new collection's) stands in m for the collection whole, its Held
+	// naming the position it was read at: the version catches it up from there.
 	Swap(m Manifest) (Manifest, []string)
+	// Ready reports whether a base built for m's collections waits to join a
+	// version: a publish then runs even when the source has not changed.
+	Ready(m Manifest) bool
 }
 
 // VersionWriter writes a version's documents under its prefix: per collection a layer
@@ -261,7 +266,7 @@ func (a *attempt) publish(ctx context.Context) (PublishResult, error) {
 	pos := snap.Position()
 	crash(p.Crash, CrashAfterOpen, 0)
 
-	if a.current != nil && !opts.Force && !opts.Republish && a.current.Source.SameContents(pos, p.Source.Collections()) {
+	if a.current != nil && !opts.Force && !opts.Republish && a.current.Source.SameContents(pos, p.Source.Collections()) && !a.basesReady() {
 		observe(ctx, p.Observer, Event{Kind: EventSourceUnchanged, Dataset: p.Dataset, Version: a.cur.Version,
 			Attrs: []any{"source_lsn", pos.String()}})
 		a.holds(ctx, pos, a.current.Source)
@@ -401,6 +406,12 @@ func (a *attempt) write(ctx context.Context, snap SourceSnapshot) error {
 		return err
 	}
 	return nil
+}
+
+// basesReady reports whether a base built beside the stream waits to join the
+// current version's collections.
+func (a *attempt) basesReady() bool {
+	return a.p.Bases != nil && a.current != nil && a.current.Format == FormatLayered && a.p.Bases.Ready(*a.current)
 }
 
 // swap returns the parent the version's layers are written over: the current
@@ -553,7 +564,7 @@ func sameCollections(cur, m Manifest) bool {
 	}
 	for name, c := range m.Collections {
 		o, ok := cur.Collections[name]
-		if !ok || o.Rows != c.Rows || o.Digest != c.Digest {
+		if !ok || o.Rows != c.Rows || o.Digest != c.Digest || (o.Held == nil) != (c.Held == nil) {
 			return false
 		}
 	}

@@ -39,6 +39,17 @@ answer, or while this replica's last sync failed).`,
 			// calls for beside the stream, from storage (syncer once writes them in
 			// the version that needs one).
 			s.layers.Compactor, s.Ticker.Publisher.Bases = s.bases, s.bases
+			if s.holdDefinitions {
+				// A held or new collection's base is read beside the stream too.
+				built := make(chan struct{}, 1)
+				s.bases.Source, s.BaseBuilt = s.Source, built
+				s.bases.Built = func() {
+					select {
+					case built <- struct{}{}:
+					default:
+					}
+				}
+			}
 			s.Metrics.ObserveBases(s.bases.Progress)
 			s.bases.Start(ctx)
 			defer s.bases.Wait()

@@ -103,11 +103,14 @@ func listVersions(ctx context.Context, e *readEnv, limit int, asJSON bool) error
 	}
 	now := time.Now()
 	rows := versionRows(ms, ptr, e.cfg.TTL, now)
-	recs, err := e.store.ListBases(ctx, e.cfg.Dataset)
-	if err != nil {
-		return err
+	var bases []snapshot.BaseStatus
+	if len(rows) > 0 { // no version: no table, maybe, and no base
+		recs, err := e.store.ListBases(ctx, e.cfg.Dataset)
+		if err != nil {
+			return err
+		}
+		bases = api.BasesShown(recs, now)
 	}
-	bases := api.BasesShown(recs, now)
 	if asJSON {
 		if more {
 			e.log.Info("older versions not listed", "limit", limit, "all", "--limit 0")

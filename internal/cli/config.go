@@ -285,6 +285,14 @@ type SyncerConfig struct {
 	// stream of versions (compacted from storage, for rebase_ratio or the TTL's
 	// keep-alive), so that it leaves the commit path its share; default 100000.
 	BaseRowsPerSecond float64 `yaml:"base_rows_per_second"`
+	// DefinitionChanges is what `syncer run` does with a collection whose
+	// definition changed (its config, its table's columns or types, its indexes)
+	// or that is new: "hold" (the default) reads its base beside the stream of
+	// versions, the collection held at its last state (a new one left out) while
+	// the others keep flowing; "wait" writes the base in the next version, which
+	// every collection waits for, so that each version stays one source snapshot
+	// for all of them.
+	DefinitionChanges string `yaml:"definition_changes"`
 	// Watch tunes change-driven syncs.
 	Watch WatchConfig `yaml:"watch"`
 	// Collections are what is copied; at least one is required.
@@ -293,6 +301,12 @@ type SyncerConfig struct {
 	emulatorHost string
 	path         string // the file it was loaded from
 }
+
+// The values of definition_changes.
+const (
+	DefinitionChangesHold = "hold"
+	DefinitionChangesWait = "wait"
+)
 
 // The values of versions.
 const (
@@ -316,6 +330,7 @@ func DefaultSyncerConfig() SyncerConfig {
 		MaxLayers:         layer.DefaultMaxLayers,
 		RebaseRatio:       layer.DefaultRebaseRatio,
 		BaseRowsPerSecond: layer.DefaultBaseRowsPerSecond,
+		DefinitionChanges: DefinitionChangesHold,
 		Postgres:          PostgresConfig{Readers: 1, PartitionMinRows: 200_000},
 		Lease:             LeaseConfig{Duration: 15 * time.Second, AcquireTimeout: time.Minute},
 		Bigtable: BigtableConfig{
@@ -413,6 +428,9 @@ func (c SyncerConfig) validate() error {
 	}
 	if !(c.BaseRowsPerSecond >= 1) {
 		return fmt.Errorf("base_rows_per_second %g: must be at least 1", c.BaseRowsPerSecond)
+	}
+	if c.DefinitionChanges != DefinitionChangesHold && c.DefinitionChanges != DefinitionChangesWait {
+		return fmt.Errorf("definition_changes %q: must be %q or %q", c.DefinitionChanges, DefinitionChangesHold, DefinitionChangesWait)
 	}
 	if err := c.Validation.validate("validation"); err != nil {
 		return err

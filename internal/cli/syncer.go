@@ -55,6 +55,8 @@ type wired struct {
 	layers *layer.Writer
 	// bases builds bases beside the stream; `syncer run` attaches it.
 	bases *layer.Compactor
+	// holdDefinitions says definition_changes is hold.
+	holdDefinitions bool
 }
 
 // Run runs the command args name (args without the program name), with help and output
@@ -276,7 +278,8 @@ func wireSyncer(ctx context.Context, cfg SyncerConfig, log *slog.Logger) (*wired
 			Events:  events,
 			Log:     log.With("holder", holder),
 		},
-		layers: layers,
+		layers:          layers,
+		holdDefinitions: cfg.DefinitionChanges == DefinitionChangesHold,
 		bases: &layer.Compactor{Dataset: cfg.Dataset, Writer: layers, Docs: st, Versions: versions,
 			RowsPerSecond: cfg.BaseRowsPerSecond, Records: st, RecordEvery: cfg.ProgressInterval, Syncer: holder},
 	}, nil

@@ -35,3 +35,17 @@ func (r *Runner) watchDemand(ctx context.Context, interval time.Duration, pend *
 		seen = n
 	}
 }
+
+// watchBases adds a change to pend each time a base read beside the stream is
+// built (BaseBuilt), until ctx ends.
+func (r *Runner) watchBases(ctx context.Context, pend *pending) error {
+	for {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-r.BaseBuilt: // nil: never
+			r.Metrics.watch.changes.WithLabelValues(pgsource.ReasonBaseBuilt.String()).Inc()
+			pend.add(pgsource.Change{Reason: pgsource.ReasonBaseBuilt, At: time.Now()})
+		}
+	}
+}

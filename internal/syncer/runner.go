@@ -41,6 +41,11 @@ type Runner struct {
 	Events  snapshot.Observer
 	Log     *slog.Logger
 
+	// BaseBuilt, when set, receives a value when the base of a held or new
+	// collection read beside the stream is built: the watch then publishes, so
+	// that a version takes it without waiting for a change or the schedule.
+	BaseBuilt <-chan struct{}
+
 	// Ticks, when set, replaces the schedule's clock (tests): each value is one
 	// scheduled tick time.
 	Ticks <-chan time.Time

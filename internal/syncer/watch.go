@@ -85,7 +85,7 @@ func newWatchMetrics(reg *prometheus.Registry, labels prometheus.Labels) *watchM
 		tables: prometheus.NewGauge(prometheus.GaugeOpts{Name: "snapflip_watch_tables",
 			Help: "Tables the change watch polls (the tables the collections read).", ConstLabels: labels}),
 		changes: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "snapflip_watch_changes_total",
-			Help: "Possible changes the watch saw, by reason: statistics, commit while hot, definitions, tables changed, stream, committed, not yet visible, watch started, demand (a reader waits for a token).", ConstLabels: labels}, []string{"reason"}),
+			Help: "Possible changes the watch saw, by reason: statistics, commit while hot, definitions, tables changed, stream, committed, not yet visible, watch started, demand (a reader waits for a token), base built (a held or new collection's base read beside the stream waits to join a version).", ConstLabels: labels}, []string{"reason"}),
 		delay: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "snapflip_commit_to_publish_seconds",
 			Help:        "From when the watch first saw a change to the flip that published it (add up to one watch interval for the commit itself).",
 			ConstLabels: labels, Buckets: prometheus.ExponentialBuckets(0.05, 2, 12)}),
@@ -257,7 +257,8 @@ func (r *Runner) startWatchers(ctx context.Context, log *slog.Logger, pend *pend
 				}
 			})
 	}
-	watchers := []func() error{poll, func() error { return r.watchDemand(ctx, cfg.interval(), pend) }}
+	watchers := []func() error{poll, func() error { return r.watchDemand(ctx, cfg.interval(), pend) },
+		func() error { return r.watchBases(ctx, pend) }}
 	if cfg.Mode == pgsource.WatchModeLogical {
 		watchers = append(watchers, func() error { return r.followStream(ctx, log, pend, retable) })
 	}

@@ -1,0 +1,165 @@
+package layer
+
+import (
+	"context"
+	"fmt"
+	"slices"
+
+	"golang.org/x/time/rate"
+
+	"github.com/snapflip/snapflip/snapshot"
+)
+
+// Bases read from the source beside the stream (docs/design.md, "Held collections"):
+// the Compactor's builds of a held or new collection's base.
+
+// readsSource reports whether the Compactor reads the bases of held and new
+// collections from the source.
+func (c *Compactor) readsSource() bool { return c != nil && c.Source != nil }
+
+// wantSource reports whether collection's base read from the source is in hand for
+// the version read at pos, whose parent is cur: being read, read with pos's
+// definition and waiting for a version, or failed and to be read again after its
+// backoff; otherwise it starts one, and reports true. It is false when the Compactor
+// reads no source, is not started or stopped, or cur is no layered version of its
+// dataset: the version then writes the base itself.
+func (c *Compactor) wantSource(cur snapshot.Manifest, collection, why string, pos snapshot.Position) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !c.readsSource() || c.ctx == nil || c.ctx.Err() != nil || cur.Format != snapshot.FormatLayered || cur.Dataset != c.Dataset {
+		return false
+	}
+	failures := 0
+	if b := c.builds[collection]; b != nil {
+		switch {
+		case !b.done:
+			// Being read, or a base from storage of the chain the hold keeps: a
+			// version after it ends starts the read.
+			return true
+		case b.source && b.err == nil && !b.taken && readWith(b.pos, pos, collection):
+			return true
+		case b.source && b.err != nil && c.now().Before(b.retryAt):
+			return true
+		case b.source && b.err != nil:
+			failures = b.failures
+		}
+	}
+	b := &baseBuild{from: cur.Version, why: why, source: true, expected: cur.Collections[collection].Rows, started: c.now(),
+		failures: failures, layer: c.Versions.Next()}
+	if c.builds == nil {
+		c.builds = map[string]*baseBuild{}
+	}
+	c.builds[collection] = b
+	c.wg.Add(1)
+	ctx := c.ctx
+	go func() {
+		defer c.wg.Done()
+		c.run(ctx, cur, collection, b)
+	}()
+	return true
+}
+
+// readWith reports whether a base read at a holds collection as a version read at b
+// would: the same definition, columns and types.
+func readWith(a, b snapshot.Position, collection string) bool {
+	return a.SameDefinition(b, collection) && !definitionsChanged(a, b, collection)
+}
+
+// buildSource reads collection in a source snapshot of its own and writes it as one
+// base layer, recording where it was read and what it holds.
+func (c *Compactor) buildSource(ctx context.Context, m snapshot.Manifest, collection string, b *baseBuild) (snapshot.LayerRef, error) {
+	snap, err := c.Source.Open(ctx)
+	if err != nil {
+		return snapshot.LayerRef{}, fmt.Errorf("open the source: %w", err)
+	}
+	defer func() {
+		cctx, cancel := snapshot.Detach(ctx, 0)
+		defer cancel()
+		_ = snap.Close(cctx)
+	}()
+	ds, ok := snap.(snapshot.DeltaSnapshot)
+	if !ok {
+		return snapshot.LayerRef{}, fmt.Errorf("the source cannot stream a collection in id order")
+	}
+	pos := snap.Position()
+	bm := snapshot.Manifest{Dataset: c.Dataset, Version: b.layer, State: snapshot.StateWriting, Format: snapshot.FormatLayered,
+		Source: pos, TTL: m.TTL, StartedAt: c.now(), Collections: map[string]snapshot.CollectionStats{}}
+	paced := &pacedSnapshot{DeltaSnapshot: ds, pace: c.limiter(), rows: &b.rows, bytes: &b.bytes}
+	res, err := c.Writer.WriteVersion(ctx, snapshot.WriteRequest{Snap: paced, Collections: []string{collection}, Manifest: bm,
+		Base: true, Why: "read beside the stream: " + b.why})
+	if err != nil {
+		return snapshot.LayerRef{}, err
+	}
+	st := res.Collections[collection]
+	bm.Collections[collection] = st
+	if err := bm.CheckComplete(); err != nil {
+		return snapshot.LayerRef{}, err
+	}
+	if len(st.Layers) != 1 || st.Layers[0].Kind != snapshot.LayerBase {
+		return snapshot.LayerRef{}, fmt.Errorf("base of %s from the source: wrote the chain %v, not one base", collection, st.Layers)
+	}
+	c.mu.Lock()
+	b.pos, b.stats = pos, st
+	c.mu.Unlock()
+	return st.Layers[0], nil
+}
+
+// Ready reports whether a base read from the source waits to join m: a held or new
+// collection's, built (snapshot.Bases).
+func (c *Compactor) Ready(m snapshot.Manifest) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for name, b := range c.builds {
+		if b.source && b.done && b.err == nil && !b.taken && c.joinsLocked(m, name, b) {
+			return true
+		}
+	}
+	return false
+}
+
+// joinsLocked reports whether b, a built base read from the source, joins a version
+// over m: the collection is still read (in the source's collections), held or new
+// in m, and the base is younger than half m's TTL. The Compactor's lock is held.
+func (c *Compactor) joinsLocked(m snapshot.Manifest, collection string, b *baseBuild) bool {
+	if m.Format != snapshot.FormatLayered || !slices.Contains(c.Source.Collections(), collection) {
+		return false
+	}
+	if m.TTL > 0 && c.now().Sub(b.started) >= m.TTL/2 {
+		return false
+	}
+	pc, ok := m.Collections[collection]
+	return !ok || pc.Held != nil
+}
+
+// pacedSnapshot is a source snapshot whose reads are paced and counted: a base read
+// beside the stream leaves the source and the commit path their share.
+type pacedSnapshot struct {
+	snapshot.DeltaSnapshot
+	pace        *rate.Limiter // nil for no pace
+	rows, bytes interface{ Add(int64) int64 }
+}
+
+// pacedBatch is how many rows a paced read waits for at once.
+const pacedBatch = 1000
+
+func (s *pacedSnapshot) ScanSince(ctx context.Context, collection string, since *snapshot.Position, fn func(snapshot.Document) error) (snapshot.LayerMode, error) {
+	n := 0
+	return s.DeltaSnapshot.ScanSince(ctx, collection, since, func(d snapshot.Document) error {
+		if n++; n%pacedBatch == 0 && s.pace != nil {
+			if err := s.pace.WaitN(ctx, min(pacedBatch, s.pace.Burst())); err != nil {
+				return err
+			}
+		}
+		s.rows.Add(1)
+		s.bytes.Add(int64(len(d.Body)))
+		return fn(d)
+	})
+}
+
+// Indexes passes on the source's indexes of the collection, when it declares them.
+func (s *pacedSnapshot) Indexes(ctx context.Context, collection string) ([]snapshot.IndexDef, error) {
+	if ix, ok := s.DeltaSnapshot.(snapshot.IndexedSnapshot); ok {
+		return ix.Indexes(ctx, collection)
+	}
+	return nil, nil
+}
