@@ -100,13 +100,13 @@ var _ snapshot.Bases = (*Compactor)(nil)
 
 // baseBuild is one collection's base beside the stream: in flight, built, or failed.
 type baseBuild struct {
-	from     snapshot.Version   // the version whose chain it is built from
-	chain    []snapshot.Version // that chain, which the base replaces; nil for a base read from the source
-	source   bool               // read from the source: a held or new collection's
+	from   snapshot.Version   // the version whose chain it is built from
+	chain  []snapshot.Version // that chain, which the base replaces; nil for a base read from the source
+	source bool               // read from the source: a held or new collection's
 	// pos is where a base read from the source was read, and stats what it holds;
 	// set once it is built.
-	pos   snapshot.Position
-	stats snapshot.CollectionStats
+	pos      snapshot.Position
+	stats    snapshot.CollectionStats
 	why      string
 	expected int64 // the chain's documents
 	started  time.Time

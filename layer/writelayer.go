@@ -125,7 +125,7 @@ func (lw *layerWriter) carried() snapshot.CollectionStats {
 	st.Layers = carryLayers(lw.cur, st.Layers)
 	st.Own = &snapshot.OwnLayer{Mode: snapshot.ModeSameFingerprint}
 	st.Written = st.Rows
-	st.Held = nil // the source is as the layers reflect it
+	st.Held = nil                        // the source is as the layers reflect it
 	st.Indexes = lw.vw.declared[lw.name] // the parent's: planDelta writes a base else
 	return st
 }
