@@ -66,12 +66,12 @@ func (s *Server) changes(w http.ResponseWriter, r *http.Request) error {
 	}
 	view, err := s.changesView(r, v)
 	if err == nil {
-		err = s.withToken(r, view, cur.Judged)
+		err = s.withToken(r, view, collection, cur.Judged)
 	}
 	if err != nil {
 		return err
 	}
-	s.stamp(w, view)
+	s.stampFor(w, view, collection)
 	m, err := s.scopeIn(r, view, true, collection, scope) // the path names the version
 	if err != nil {
 		return err

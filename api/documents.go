@@ -72,11 +72,11 @@ func (s *Server) getDocument(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	view, pinned, err := s.view(r)
+	view, pinned, err := s.viewFor(r, collection)
 	if err != nil {
 		return err
 	}
-	s.stamp(w, view)
+	s.stampFor(w, view, collection)
 	// The scope is settled before the read, so that no answer depends on whether an
 	// id outside it exists.
 	m, err := s.scopeIn(r, view, pinned, collection, scope)
@@ -150,11 +150,11 @@ func (s *Server) batchGet(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	view, pinned, err := s.view(r)
+	view, pinned, err := s.viewFor(r, collection)
 	if err != nil {
 		return err
 	}
-	s.stamp(w, view)
+	s.stampFor(w, view, collection)
 	m, err := s.scopeIn(r, view, pinned, collection, scope)
 	if err != nil {
 		return err
@@ -314,16 +314,16 @@ func (s *Server) listDocuments(w http.ResponseWriter, r *http.Request) error {
 			view, err = s.reader.View(r.Context(), v)
 		}
 		if err == nil {
-			err = s.withToken(r, view, t.Judged)
+			err = s.withToken(r, view, collection, t.Judged)
 		}
 		if err != nil {
 			return err
 		}
 		after = t.After
-	} else if view, pinned, err = s.view(r); err != nil {
+	} else if view, pinned, err = s.viewFor(r, collection); err != nil {
 		return err
 	}
-	s.stamp(w, view)
+	s.stampFor(w, view, collection)
 	docs, more, err := s.reader.Page(r.Context(), view, collection, after, limit)
 	if err != nil {
 		return err

@@ -74,7 +74,7 @@ func filterText(conds []index.Cond) string {
 func (s *Server) filterView(r *http.Request, collection, filter string) (snapshot.View, string, bool, error) {
 	tok := r.URL.Query().Get("page_token")
 	if tok == "" {
-		view, pinned, err := s.view(r)
+		view, pinned, err := s.viewFor(r, collection)
 		return view, "", pinned, err
 	}
 	var t filterToken
@@ -90,7 +90,7 @@ func (s *Server) filterView(r *http.Request, collection, filter string) (snapsho
 	}
 	view, err := s.reader.View(r.Context(), v)
 	if err == nil {
-		err = s.withToken(r, view, t.Judged)
+		err = s.withToken(r, view, collection, t.Judged)
 	}
 	return view, string(t.After), true, err
 }
@@ -136,7 +136,7 @@ func (s *Server) filterDocuments(w http.ResponseWriter, r *http.Request, fr filt
 	if err != nil {
 		return err
 	}
-	s.stamp(w, view)
+	s.stampFor(w, view, fr.collection)
 	m, err := s.scopeIn(r, view, pinned, fr.collection, fr.scope)
 	if err != nil {
 		return err

@@ -69,6 +69,9 @@ func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) {
 		p = Problem{Type: typeTooLarge, Title: "Request body too large", Status: http.StatusRequestEntityTooLarge, Detail: err.Error()}
 	case errors.Is(err, snapshot.ErrTokenRejected):
 		p = Problem{Type: typeTokenRejected, Title: "Token rejected", Status: http.StatusBadRequest, Detail: err.Error()}
+	case errors.Is(err, snapshot.ErrNotCovered) && errors.Is(err, errHeld):
+		p = Problem{Type: typeTokenNotCovered, Title: "Token not covered", Status: http.StatusPreconditionFailed,
+			Detail: err.Error() + "; the version named holds the collection read before the write: read the current version, which takes the collection's new base once it is built"}
 	case errors.Is(err, snapshot.ErrNotCovered):
 		p = Problem{Type: typeTokenNotCovered, Title: "Token not covered", Status: http.StatusPreconditionFailed,
 			Detail: err.Error() + "; a rollback chose an older position of the source: read without the token, or wait for an unpin"}

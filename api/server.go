@@ -455,10 +455,10 @@ func (s *Server) await(r *http.Request, tok snapshot.Token) (snapshot.View, erro
 }
 
 // withToken checks a view a request named some other way (a page token) against the
-// request's token, if it carries one, unless it is the token the first page was
-// judged with (judged, from the page token): every page of one read comes from the
-// version the first page used.
-func (s *Server) withToken(r *http.Request, view snapshot.View, judged string) error {
+// request's token, if it carries one, for a read of collection, unless it is the
+// token the first page was judged with (judged, from the page token): every page of
+// one read comes from the version the first page used.
+func (s *Server) withToken(r *http.Request, view snapshot.View, collection, judged string) error {
 	tok, has, err := afterToken(r)
 	if err != nil || !has {
 		return err
@@ -466,7 +466,14 @@ func (s *Server) withToken(r *http.Request, view snapshot.View, judged string) e
 	if judged != "" && judged == tokenKey(tok) {
 		return nil
 	}
-	return s.reader.CoversNamed(r.Context(), view, tok)
+	if err := s.reader.CoversNamed(r.Context(), view, tok); err != nil {
+		return err
+	}
+	if !view.Manifest.CollectionCovers(collection, tok) {
+		return fmt.Errorf("version %s holds collection %s at an earlier position, which does not cover token %s: %w (%w)",
+			view.Version, collection, snapshot.Truncate(tok.String(), 80), snapshot.ErrNotCovered, errHeld)
+	}
+	return nil
 }
 
 // judgedKey is the key of the token a request carries, judged covered by the version

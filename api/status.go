@@ -155,6 +155,9 @@ func collectionStatuses(m snapshot.Manifest, now time.Time) []collectionStatus {
 	for _, name := range m.CollectionNames() {
 		c := m.Collections[name]
 		cs := collectionStatus{Name: name, Rows: c.Rows, Bytes: c.Bytes, Chain: chainSummary(m, name, now), Own: ownSummary(c.Own)}
+		if h := c.Held; h != nil {
+			cs.Own = fmt.Sprintf("held for %s at its state before: %s; its new base is built beside the stream", compactAge(now.Sub(h.Since)), h.Why)
+		}
 		var lines []string
 		for _, l := range c.Layers {
 			line := fmt.Sprintf("%s %s: %s", l.Version, l.Kind, plural(l.Docs, "doc"))

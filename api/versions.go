@@ -3,6 +3,7 @@ package api
 import (
 	"errors"
 	"net/http"
+	"slices"
 	"time"
 
 	"github.com/snapflip/snapflip/snapshot"
@@ -15,6 +16,9 @@ type collectionInfo struct {
 	Count  *int64 `json:"count,omitempty"`
 	Bytes  *int64 `json:"bytes,omitempty"`
 	Scoped bool   `json:"scoped,omitempty"`
+	// Held, for a held collection, says where it stands: it is served at an earlier
+	// position than the version's while its new base is built.
+	Held *HeldInfo `json:"held,omitempty"`
 }
 
 // collections answers GET /v1/collections.
@@ -31,10 +35,10 @@ func (s *Server) collections(w http.ResponseWriter, r *http.Request) error {
 	for _, name := range names {
 		c := view.Manifest.Collections[name]
 		if !whole[name] {
-			out.Collections = append(out.Collections, collectionInfo{Name: name, Scoped: true})
+			out.Collections = append(out.Collections, collectionInfo{Name: name, Scoped: true, Held: heldInfo(c)})
 			continue
 		}
-		out.Collections = append(out.Collections, collectionInfo{Name: name, Count: &c.Rows, Bytes: &c.Bytes})
+		out.Collections = append(out.Collections, collectionInfo{Name: name, Count: &c.Rows, Bytes: &c.Bytes, Held: heldInfo(c)})
 	}
 	s.cacheHeaders(w, view, pinned)
 	writeJSON(w, http.StatusOK, out)
@@ -70,6 +74,9 @@ type versionInfo struct {
 	// SnapshotToken is the read-your-writes token of the snapshot the version was
 	// read at (docs/freshness.md); absent when the source recorded none.
 	SnapshotToken string `json:"snapshot_token,omitempty"`
+	// Held names, per held collection, the token of the earlier position it
+	// reflects (HeaderHeld); absent when none is held.
+	Held map[string]string `json:"held,omitempty"`
 }
 
 // coversToken is the token of the newest snapshot the pointer's version is known to
@@ -146,21 +153,39 @@ func describeVersion(m snapshot.Manifest, current snapshot.Version) versionInfo 
 		SealedAt: timePtr(m.SealedAt), PublishedAt: timePtr(m.PublishedAt), ExpiresAt: timePtr(m.ExpiresAt(0)),
 		Reason: m.Reason,
 		Format: m.Format, Shape: VersionShape(m), ChainLength: m.ChainLength(), BytesWritten: m.BytesWritten, Parent: m.Parent,
-		SnapshotToken: m.Source.Token(m.Version),
+		SnapshotToken: m.Source.Token(m.Version), Held: heldTokens(m),
 	}
+}
+
+// heldTokens returns, per held collection of m, the token of the position it
+// reflects; nil when none is held.
+func heldTokens(m snapshot.Manifest) map[string]string {
+	var out map[string]string
+	for _, name := range m.HeldCollections() {
+		if out == nil {
+			out = map[string]string{}
+		}
+		out[name] = m.Collections[name].Held.Source.Token("")
+	}
+	return out
 }
 
 // describeFor is describeVersion as the caller may see it: the counts of only the
 // collections it reads whole, and no byte total when it reads any less than whole.
 func (s *Server) describeFor(r *http.Request, m snapshot.Manifest, current snapshot.Version) versionInfo {
 	info := describeVersion(m, current)
-	_, whole, all := s.readable(r, m.CollectionNames())
+	names, whole, all := s.readable(r, m.CollectionNames())
 	if all {
 		return info
 	}
 	for name := range info.Counts {
 		if !whole[name] {
 			delete(info.Counts, name)
+		}
+	}
+	for name := range info.Held {
+		if !slices.Contains(names, name) {
+			delete(info.Held, name)
 		}
 	}
 	info.BytesWritten = 0

@@ -373,10 +373,18 @@ func TestStatusPageShowsBasesBesideTheStream(t *testing.T) {
 			Started: now.Add(-time.Minute), Updated: now},
 		{Collection: "users", From: ver, Why: "old", State: "taken", Started: now.Add(-3 * time.Hour), Updated: now.Add(-2 * time.Hour)},
 	}}
+	for i, m := range r.manifests {
+		if m.Version == ver {
+			c := m.Collections["orders"]
+			c.Held = &snapshot.Held{Why: "the table's column or type definitions changed", Since: now.Add(-2 * time.Minute)}
+			r.manifests[i].Collections["orders"] = c
+		}
+	}
 	s := newServer(t, r, func(c *api.Config) { c.Dataset = "demo" })
 	_, body := do(t, s, http.MethodGet, "/", "")
 	page := string(body)
 	for _, want := range []string{
+		"held for 2m at its state before: the table&#39;s column or type definitions changed",
 		"Bases beside the stream",
 		"base of orders: building, 500 of 1000 rows (50%), 2.0 KiB, started 20s ago, about 20s left, by syncer-a; why: the deltas hold 600 rows",
 		"base of tags: failed, 0 of 0 rows, 0 B, started 1m0s ago (storage unreachable; tried again at",

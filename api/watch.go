@@ -81,6 +81,8 @@ type flipCollection struct {
 	// Own is what the version's own layer changed against its parent; absent for a
 	// full copy, which does not record it.
 	Own *flipOwn `json:"own,omitempty"`
+	// Held, for a held collection, says where it stands (HeldInfo).
+	Held *HeldInfo `json:"held,omitempty"`
 }
 
 // flipOwn counts the ids a version's own layer of a collection changed.
@@ -103,10 +105,13 @@ func newFlipEvent(p snapshot.Pointer, m snapshot.Manifest) flipEvent {
 		ev.PinReason = p.Reason
 	}
 	for name, c := range m.Collections {
-		fc := flipCollection{Rows: &c.Rows}
+		fc := flipCollection{Rows: &c.Rows, Held: heldInfo(c)}
 		if o := c.Own; o != nil {
 			layer := string(o.Kind)
-			if o.Kind == snapshot.LayerNone {
+			switch {
+			case o.Rebased:
+				layer = "base" // the collection took a base read beside the stream: reload it
+			case o.Kind == snapshot.LayerNone || o.Kind == "":
 				layer = "none"
 			}
 			fc.Own = &flipOwn{Layer: layer, IDs: o.Inserted + o.Changed + o.Deleted,
@@ -425,7 +430,7 @@ func (s *Server) flipFor(r *http.Request, ev flipEvent, kind FlipKind) []byte {
 		if whole[name] {
 			out[name] = ev.Collections[name]
 		} else {
-			out[name] = flipCollection{Scoped: true}
+			out[name] = flipCollection{Scoped: true, Held: ev.Collections[name].Held}
 		}
 	}
 	ev.Collections = out

@@ -221,6 +221,17 @@ func (v View) Version() string {
 	return v.st.version
 }
 
+// Held reports whether the view's version holds a collection at an earlier
+// position than its own (its definition changed, and its new base is built beside
+// the stream of versions), and the token of that position.
+func (v View) Held(collection string) (token string, held bool) {
+	if v.st == nil {
+		return "", false
+	}
+	token, held = v.st.held[collection]
+	return token, held
+}
+
 // Get returns a document of the view's version, as Replica.Get does.
 func (v View) Get(collection, id string) (Document, bool) { return v.st.get(collection, id) }
 

@@ -151,6 +151,14 @@ func (r *Replica) swapIn(p pointer, reads []fetched) {
 	next := &replicaState{version: p.Version.String(), flippedAt: p.FlippedAt, covers: p.coverage(),
 		colls: make(replicaColls, 0, len(reads))}
 	for _, f := range reads {
+		if tok, ok := p.Held[f.collection]; ok {
+			if next.held == nil {
+				next.held = map[string]string{}
+			}
+			next.held[f.collection] = tok
+		}
+	}
+	for _, f := range reads {
 		if f.kind == stepReload {
 			next.colls = append(next.colls, namedColl{f.collection, newReplicaColl(f.docs, r.fields[f.collection])})
 			continue

@@ -195,10 +195,23 @@ func readFlips(body io.Reader, alive func(), event func(streamEvent, pointer)) e
 			if kind != eventOther {
 				var ev struct {
 					pointer
-					Token string `json:"token"`
+					Token       string `json:"token"`
+					Collections map[string]struct {
+						Held *struct {
+							Token string `json:"token"`
+						} `json:"held"`
+					} `json:"collections"`
 				}
 				if json.Unmarshal([]byte(data), &ev) == nil && versionPattern.MatchString(ev.Version.String()) {
-					ev.pointer.Token = ev.Token
+					ev.pointer.Token, ev.pointer.Held = ev.Token, nil
+					for name, c := range ev.Collections {
+						if c.Held != nil {
+							if ev.pointer.Held == nil {
+								ev.pointer.Held = map[string]string{}
+							}
+							ev.pointer.Held[name] = c.Held.Token
+						}
+					}
 					event(kind, ev.pointer)
 				}
 			}

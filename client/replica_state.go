@@ -21,6 +21,9 @@ type replicaState struct {
 	flippedAt time.Time
 	covers    string // the newest snapshot token the version was known to cover when swapped in
 	colls     replicaColls
+	// held names, per held collection the replica holds, the token of the earlier
+	// position it reflects.
+	held map[string]string
 }
 
 // get returns a document of the version; st may be nil (nothing loaded yet).

@@ -76,10 +76,29 @@ func (r *Replica) await(want token) waiting {
 		}
 	}
 	w := waiting{outcome: awaitToken(want, held, r.newest), newest: r.newest.Version.String(), changed: r.changed}
+	if w.outcome == waitCovered && !heldCover(st, want) {
+		w.outcome = waitMore // a held collection does not hold the write yet
+	}
 	if w.outcome == waitCovered {
 		w.view = View{st}
 	}
 	return w
+}
+
+// heldCover reports whether every collection st holds at an earlier position
+// covers want, when want is a write's token (one that names no version): a
+// session's token asks for monotonic reads alone, which a held collection keeps.
+func heldCover(st *replicaState, want token) bool {
+	if st == nil || want.version != "" {
+		return true
+	}
+	for _, tok := range st.held {
+		c, err := parseToken(tok)
+		if err != nil || !c.covers(want) {
+			return false
+		}
+	}
+	return true
 }
 
 // waitOutcome is what a replica's WaitFor makes of a token.

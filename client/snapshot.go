@@ -60,6 +60,9 @@ type pointer struct {
 	// "token" in a flip event's: each decodes it apart.
 	Token  string `json:"-"`
 	Covers string `json:"covers"`
+	// Held names, per held collection of the version, the token of the earlier
+	// position it reflects while its new base is built (nil: none held).
+	Held map[string]string `json:"held,omitempty"`
 }
 
 // coverage returns the newest snapshot token the version is known to cover; "" for

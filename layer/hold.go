@@ -43,7 +43,7 @@ func (vw *versionWrite) splitHolds(ctx context.Context) (held map[string]snapsho
 			pc.Held = &snapshot.Held{Source: cur.Source, Why: why, Since: vw.now()}
 		}
 		pc.Layers = carryLayers(cur, pc.Layers)
-		pc.Own = &snapshot.OwnLayer{Mode: snapshot.ModeHeld}
+		pc.Own = &snapshot.OwnLayer{Kind: snapshot.LayerNone, Mode: snapshot.ModeHeld}
 		pc.Written = pc.Rows
 		held[name] = pc
 		vw.event(ctx, snapshot.EventCollectionHeld, name, "why", pc.Held.Why, "held_at", pc.Held.Source.String())

@@ -3,6 +3,7 @@ package layer
 import (
 	"context"
 	"fmt"
+	"slices"
 
 	"github.com/snapflip/snapflip/snapshot"
 )
@@ -18,7 +19,10 @@ type layerWriter struct {
 	name string
 	cur  *snapshot.Manifest // the parent version; nil for none
 	from snapshot.Position  // the source position cur's layers of the collection reflect
-	plan deltaPlan
+	// rebased says cur's chain of the collection is a base read from the source
+	// beside the stream, which this version takes (OwnLayer.Rebased).
+	rebased bool
+	plan    deltaPlan
 
 	join   *mergeJoin        // the parent's entries, joined with the source's rows
 	copies *copier           // for a merge: the merged deltas' unchanged documents
@@ -44,6 +48,8 @@ func (vw *versionWrite) newLayerWriter(w DocumentWriter, name string) *layerWrit
 	lw := &layerWriter{vw: vw, w: w, name: name, cur: vw.req.Parent}
 	if lw.cur != nil {
 		lw.from = lw.cur.CollectionSource(name)
+		// A swapped chain that names where it stands is a base read from the source.
+		lw.rebased = slices.Contains(vw.req.Swapped, name) && lw.cur.Collections[name].Held != nil
 	}
 	return lw
 }
@@ -123,7 +129,7 @@ func (lw *layerWriter) sameFingerprint() bool {
 func (lw *layerWriter) carried() snapshot.CollectionStats {
 	st := lw.plan.parent
 	st.Layers = carryLayers(lw.cur, st.Layers)
-	st.Own = &snapshot.OwnLayer{Mode: snapshot.ModeSameFingerprint}
+	st.Own = &snapshot.OwnLayer{Mode: snapshot.ModeSameFingerprint, Rebased: lw.rebased}
 	st.Written = st.Rows
 	st.Held = nil                        // the source is as the layers reflect it
 	st.Indexes = lw.vw.declared[lw.name] // the parent's: planDelta writes a base else
@@ -346,7 +352,7 @@ func (lw *layerWriter) finish(ctx context.Context) (snapshot.CollectionStats, er
 		return snapshot.CollectionStats{}, err
 	}
 	own := lw.own
-	own.Chunks, own.Indexes = lw.chunks, indexes
+	own.Chunks, own.Indexes, own.Rebased = lw.chunks, indexes, lw.rebased
 	st := snapshot.CollectionStats{Rows: t.rows, Bytes: t.bytes, Digest: t.digest.String(), Own: &own, Indexes: lw.vw.declared[lw.name]}
 	switch {
 	case p.kind == planBase:

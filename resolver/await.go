@@ -31,7 +31,22 @@ const DefaultMaxWaiters = 10_000
 // the syncer looked after the wait began; ErrNotYetCovered when ctx ends first or
 // MaxWaiters requests wait already.
 func (r *Resolver) Await(ctx context.Context, tok snapshot.Token) (snapshot.View, error) {
+	return r.await(ctx, tok, nil)
+}
+
+// AwaitCollection is Await for a read of collection: it returns a view of the
+// first current version that covers tok for that collection too
+// (Manifest.CollectionCovers), waiting on while the collection is held at a position
+// that does not cover a write's token.
+func (r *Resolver) AwaitCollection(ctx context.Context, tok snapshot.Token, collection string) (snapshot.View, error) {
+	return r.await(ctx, tok, func(v snapshot.View) bool { return v.Manifest.CollectionCovers(collection, tok) })
+}
+
+// await is Await, and with accept, AwaitCollection: a covering version's view that
+// accept refuses is waited past.
+func (r *Resolver) await(ctx context.Context, tok snapshot.Token, accept func(snapshot.View) bool) (snapshot.View, error) {
 	arrival := r.now()
+	var refused snapshot.Version // the last version accept refused: not read again
 	// Before the first version a token is waited for too: the first publish may
 	// cover it.
 	p, err := r.Pointer(ctx)
@@ -41,7 +56,11 @@ func (r *Resolver) Await(ctx context.Context, tok snapshot.Token) (snapshot.View
 		return snapshot.View{}, err
 	default:
 		if p, ok, err := r.decide(ctx, p, tok, 0, arrival); ok || err != nil {
-			return r.covering(ctx, p, err)
+			v, err := r.covering(ctx, p, err)
+			if err != nil || accept == nil || accept(v) {
+				return v, err
+			}
+			refused = v.Version
 		}
 	}
 	if n := r.waiting.Add(1); n > int64(r.cfg.MaxWaiters) {
@@ -67,11 +86,17 @@ func (r *Resolver) Await(ctx context.Context, tok snapshot.Token) (snapshot.View
 		}
 		if err == nil {
 			p, ok, jerr := r.decide(ctx, p, tok, need, arrival)
-			if ok || jerr != nil {
+			if ok && p.Version == refused && jerr == nil {
+				ok = false // covered, but not for the collection: a later version may be
+			} else if ok || jerr != nil {
 				if ok {
 					r.unhelped.forget(key)
 				}
-				return r.covering(ctx, p, jerr)
+				v, err := r.covering(ctx, p, jerr)
+				if err != nil || accept == nil || accept(v) {
+					return v, err
+				}
+				refused, ok = v.Version, false
 			}
 			if !noted && need > 0 && p.Covering().Demand >= need {
 				// The source was looked at after this request came, and that did
@@ -86,6 +111,10 @@ func (r *Resolver) Await(ctx context.Context, tok snapshot.Token) (snapshot.View
 		case <-landed:
 		case <-tick.C:
 		case <-ctx.Done():
+			if refused != "" {
+				return snapshot.View{}, fmt.Errorf("token %s: version %s covers it, but holds the collection read at an earlier position while its new base is built: %w (%w)",
+					snapshot.Truncate(tok.String(), 80), refused, snapshot.ErrNotYetCovered, ctx.Err())
+			}
 			return snapshot.View{}, fmt.Errorf("token %s: no version covering it was served in time: %w (%w)",
 				snapshot.Truncate(tok.String(), 80), snapshot.ErrNotYetCovered, ctx.Err())
 		}

@@ -14,6 +14,8 @@ func changesKind(v snapshot.Version, m snapshot.Manifest, c snapshot.CollectionS
 	switch {
 	case m.Format != snapshot.FormatLayered || len(c.Layers) == 0:
 		return snapshot.ChangesFull
+	case c.Own != nil && c.Own.Rebased:
+		return snapshot.ChangesBase // its changes are against a base read beside the stream
 	case c.Layers[0].Version != v:
 		return snapshot.ChangesUnchanged
 	case c.Layers[0].Kind == snapshot.LayerDelta:

@@ -205,15 +205,15 @@ func TestResolverRefusesIncompleteVersions(t *testing.T) {
 // it were one it knows; formats 0 (full copy) and 2 (layered) are served.
 func TestResolverRefusesUnknownFormats(t *testing.T) {
 	st := &countingStore{states: map[snapshot.Version]snapshot.State{"full": snapshot.StatePublished, "layered": snapshot.StatePublished, "future": snapshot.StatePublished},
-		formats: map[snapshot.Version]int{"layered": snapshot.FormatLayered, "future": 3}}
+		formats: map[snapshot.Version]int{"layered": snapshot.FormatLayered, "future": 4}}
 	r := mustNew(t, "ds", st, Config{}, nil)
 	for _, v := range []snapshot.Version{"full", "layered"} {
 		if _, err := r.View(context.Background(), v); err != nil {
 			t.Errorf("View(%s) = %v; want it served", v, err)
 		}
 	}
-	if _, err := r.View(context.Background(), "future"); !errors.Is(err, snapshot.ErrGone) || !strings.Contains(err.Error(), "format 3") {
-		t.Errorf("View(a format-3 manifest) = %v; want ErrGone naming the format", err)
+	if _, err := r.View(context.Background(), "future"); !errors.Is(err, snapshot.ErrGone) || !strings.Contains(err.Error(), "format 4") {
+		t.Errorf("View(a format-4 manifest) = %v; want ErrGone naming the format", err)
 	}
 }
 

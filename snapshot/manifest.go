@@ -2,6 +2,7 @@ package snapshot
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"slices"
 	"time"
@@ -103,6 +104,21 @@ func (m *Manifest) CollectionSource(name string) Position {
 		return h.Source
 	}
 	return m.Source
+}
+
+// CollectionCovers reports whether a read of collection name from the version,
+// which covers tok, covers it for that collection too. A token that names a version
+// (a Snapshot-Token an answer named: a session's) asks for monotonic reads, which a
+// held collection keeps, as it never goes back: covered. A write's token (one that
+// names no version) is covered by a held collection only when the position it is
+// held at covers it.
+func (m *Manifest) CollectionCovers(name string, tok Token) bool {
+	h := m.Collections[name].Held
+	if h == nil || tok.Version != "" {
+		return true
+	}
+	sn, err := h.Source.PGSnapshot()
+	return err == nil && sn.Covers(tok)
 }
 
 // HeldCollections returns the names of the version's held collections, in order.
@@ -214,6 +230,11 @@ type OwnLayer struct {
 	// not in Emitted and Written, and the version seals only when each index's
 	// acknowledged cells are its Entries plus Removed.
 	Indexes []IndexWrite `json:"indexes,omitempty"`
+	// Rebased says the collection's chain took, in this version, a base read from
+	// the source beside the stream (it was held, or new): the layer's changes are
+	// against that base, not the parent's chain, so a reader of changes reads the
+	// collection whole.
+	Rebased bool `json:"rebased,omitempty"`
 }
 
 // Manifest is a version's record.
@@ -259,7 +280,46 @@ type Manifest struct {
 const (
 	FormatFull    = 0
 	FormatLayered = 2
+	// FormatHeld is how a layered version that holds a collection, or took a base
+	// read from the source beside the stream, is stored: a release that does not
+	// know held collections refuses it (as gone) rather than judge a write's token
+	// by the version alone, or tell a rebased collection's changes against the
+	// wrong parent. Read back, it is FormatLayered with those collections marked.
+	FormatHeld = 3
 )
+
+// heldReaderNeeded reports whether reading m takes a release that knows held
+// collections: one is held, or took a base read from the source.
+func (m *Manifest) heldReaderNeeded() bool {
+	for _, c := range m.Collections {
+		if c.Held != nil || (c.Own != nil && c.Own.Rebased) {
+			return true
+		}
+	}
+	return false
+}
+
+// EncodeManifest returns m as storage keeps it: JSON, a layered version that holds
+// a collection or took a base read from the source as FormatHeld.
+func EncodeManifest(m Manifest) ([]byte, error) {
+	if m.Format == FormatLayered && m.heldReaderNeeded() {
+		m.Format = FormatHeld
+	}
+	return json.Marshal(m)
+}
+
+// DecodeManifest reads a manifest as storage keeps it (EncodeManifest), FormatHeld
+// as FormatLayered.
+func DecodeManifest(b []byte) (Manifest, error) {
+	var m Manifest
+	if err := json.Unmarshal(b, &m); err != nil {
+		return Manifest{}, err
+	}
+	if m.Format == FormatHeld {
+		m.Format = FormatLayered
+	}
+	return m, nil
+}
 
 // Chain returns the versions whose rows a read of the collection consults, newest
 // first: the layers of a layered version, or the version itself.

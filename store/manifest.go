@@ -2,7 +2,6 @@ package store
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"time"
 
@@ -21,7 +20,7 @@ const (
 )
 
 func manifestMutation(m snapshot.Manifest) (*bigtable.Mutation, error) {
-	body, err := json.Marshal(m)
+	body, err := snapshot.EncodeManifest(m)
 	if err != nil {
 		return nil, fmt.Errorf("encode manifest %s: %w", m.Version, err)
 	}
@@ -124,8 +123,8 @@ func (s *Store) ReadManifest(ctx context.Context, dataset string, v snapshot.Ver
 }
 
 func decodeManifest(b []byte) (snapshot.Manifest, error) {
-	var m snapshot.Manifest
-	if err := json.Unmarshal(b, &m); err != nil {
+	m, err := snapshot.DecodeManifest(b)
+	if err != nil {
 		return snapshot.Manifest{}, fmt.Errorf("decode manifest: %w", err)
 	}
 	return m, nil

@@ -2,7 +2,6 @@ package memstore
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"slices"
 	"time"
@@ -18,7 +17,7 @@ func (s *Store) CreateManifest(ctx context.Context, m snapshot.Manifest) error {
 	if err := checkVersion("create", m.Dataset, m.Version); err != nil {
 		return err
 	}
-	body, err := json.Marshal(m)
+	body, err := snapshot.EncodeManifest(m)
 	if err != nil {
 		return fmt.Errorf("encode manifest %s: %w", m.Version, err)
 	}
@@ -61,7 +60,7 @@ func (s *Store) UpdateManifest(ctx context.Context, m snapshot.Manifest, from sn
 	if !snapshot.CanTransition(from, m.State) && from != m.State {
 		return fmt.Errorf("%w manifest transition %s → %s", snapshot.ErrInvalid, from, m.State)
 	}
-	body, err := json.Marshal(m)
+	body, err := snapshot.EncodeManifest(m)
 	if err != nil {
 		return fmt.Errorf("encode manifest %s: %w", m.Version, err)
 	}
@@ -101,8 +100,7 @@ func checkVersion(what, dataset string, v snapshot.Version) error {
 }
 
 func decodeManifest(b []byte) snapshot.Manifest {
-	var m snapshot.Manifest
-	_ = json.Unmarshal(b, &m) // written by this store
+	m, _ := snapshot.DecodeManifest(b) // written by this store
 	return m
 }
 

@@ -1,0 +1,234 @@
+package snapshot_test
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"math/rand/v2"
+	"sync"
+	"testing"
+
+	"github.com/snapflip/snapflip/internal/memstore"
+	"github.com/snapflip/snapflip/snapshot"
+)
+
+// gatedOpens is a memory source whose snapshots, opened by a base read beside the
+// stream, are taken at once (and what the source held then recorded) but read only
+// once released, or fail once their context ends (a killed syncer): versions are
+// published between a base's snapshot and its end.
+type gatedOpens struct {
+	*memstore.Source
+	release chan struct{}
+	opened  chan uint64 // when set, receives each snapshot's LSN
+	mu      sync.Mutex
+	at      map[uint64]map[string]map[string]string // by LSN: what the source held
+}
+
+func (g *gatedOpens) Open(ctx context.Context) (snapshot.SourceSnapshot, error) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	snap, err := g.Source.Open(ctx)
+	if err != nil {
+		return nil, err
+	}
+	g.recordLocked(snap.Position().LSN, g.Source)
+	if g.opened != nil {
+		g.opened <- snap.Position().LSN
+	}
+	return &gatedSnapshot{DeltaSnapshot: snap.(snapshot.DeltaSnapshot), release: g.release}, nil
+}
+
+// gatedSnapshot is a snapshot whose reads wait for a release.
+type gatedSnapshot struct {
+	snapshot.DeltaSnapshot
+	release chan struct{}
+}
+
+func (g *gatedSnapshot) ScanSince(ctx context.Context, collection string, since *snapshot.Position, fn func(snapshot.Document) error) (snapshot.LayerMode, error) {
+	select {
+	case <-g.release:
+	case <-ctx.Done():
+		return snapshot.LayerMode{}, ctx.Err()
+	}
+	return g.DeltaSnapshot.ScanSince(ctx, collection, since, fn)
+}
+
+// change makes a change to the source, never while a snapshot is opened and what
+// it saw recorded.
+func (g *gatedOpens) change(fn func()) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	fn()
+}
+
+// record notes what src holds now, at lsn.
+func (g *gatedOpens) record(lsn uint64, src *memstore.Source) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.recordLocked(lsn, src)
+}
+
+func (g *gatedOpens) recordLocked(lsn uint64, src *memstore.Source) {
+	out := map[string]map[string]string{}
+	for _, c := range src.Collections() {
+		out[c] = src.Documents(c)
+	}
+	g.at[lsn] = out
+}
+
+func (g *gatedOpens) held(lsn uint64, collection string) (map[string]string, bool) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	m, ok := g.at[lsn]
+	return m[collection], ok
+}
+
+// Random histories on memory with definition changes, new collections and bases
+// read from the source beside the stream, let through, held back or killed with
+// their syncer: every version holds each collection as the source held it at the
+// version's position, but a held one, which it holds whole as the source held it at
+// the position its hold names, and a new one not yet joined, which it leaves out.
+// Every hold ends: once the bases are let through, a version holds none.
+func TestHeldCollectionsOnMemory(t *testing.T) {
+	for seed := range uint64(8) {
+		t.Run(fmt.Sprint("seed=", seed), func(t *testing.T) {
+			rng := rand.New(rand.NewPCG(seed, 55))
+			r := newMemRig(t, 2+rng.IntN(3))
+			opens := &gatedOpens{Source: r.src, release: make(chan struct{}, 100), at: map[uint64]map[string]map[string]string{}}
+			c, stop := r.withCompactor(t, r.st)
+			c.Source = opens
+			ctx := context.Background()
+			held, joined, killed, rebased := 0, 0, 0, 0
+			check := func(step int) {
+				t.Helper()
+				m, got := r.served(t)
+				for _, name := range r.src.Collections() {
+					st, in := m.Collections[name]
+					switch {
+					case !in:
+						if len(got[name]) != 0 {
+							t.Fatalf("step %d: version %s leaves %s out, yet reads %d documents of it", step, m.Version, name, len(got[name]))
+						}
+					case st.Held != nil:
+						held++
+						want, ok := opens.held(st.Held.Source.LSN, name)
+						if !ok {
+							t.Fatalf("step %d: version %s holds %s at LSN %d, where nothing was read", step, m.Version, name, st.Held.Source.LSN)
+						}
+						if !maps.Equal(got[name], want) {
+							t.Fatalf("step %d: version %s holds %s at LSN %d as %v; the source held %v", step, m.Version, name, st.Held.Source.LSN, got[name], want)
+						}
+					default:
+						if want := r.src.Documents(name); !maps.Equal(got[name], want) {
+							t.Fatalf("step %d: version %s holds %s as %v; the source holds %v", step, m.Version, name, got[name], want)
+						}
+					}
+				}
+			}
+			for step := range 40 {
+				names := r.src.Collections()
+				for range 1 + rng.IntN(6) {
+					name, id := names[rng.IntN(len(names))], fmt.Sprintf("u%02d", rng.IntN(30))
+					del := rng.IntN(5) == 0
+					opens.change(func() {
+						if del {
+							r.src.Delete(name, id)
+						} else {
+							r.src.Put(name, id, fmt.Sprintf(`{"n":%d}`, step))
+						}
+					})
+				}
+				switch rng.IntN(10) {
+				case 0:
+					name := names[rng.IntN(len(names))]
+					opens.change(func() { r.src.Redefine(name) })
+				case 1:
+					if len(names) < 4 {
+						opens.change(func() { r.src.AddCollection(fmt.Sprintf("new%d", step)) })
+						joined++
+					}
+				case 2, 3:
+					opens.release <- struct{}{}
+					c.Wait()
+				case 4:
+					stop() // the syncer is killed; its successor starts with no base in hand
+					killed++
+					c, stop = r.withCompactor(t, r.st)
+					c.Source = opens
+				}
+				res, err := r.pub.Publish(ctx, snapshot.PublishOptions{})
+				if err != nil {
+					t.Fatalf("step %d: %v", step, err)
+				}
+				if !res.NoOp {
+					opens.record(res.Manifest.Source.LSN, r.src)
+					for name, st := range res.Manifest.Collections {
+						if st.Own != nil && st.Own.Rebased {
+							rebased++
+							_ = name
+						}
+					}
+				}
+				check(step)
+			}
+			// Let every base through: the holds end, and every collection joins.
+			for range 4 {
+				for range 4 {
+					opens.release <- struct{}{}
+				}
+				c.Wait()
+				if _, err := r.pub.Publish(ctx, snapshot.PublishOptions{}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			c.Wait()
+			m, got := r.served(t)
+			if h := m.HeldCollections(); len(h) > 0 || !sameContents(got, r.model()) {
+				t.Fatalf("after every base was let through, version %s holds %v: %v; the source %v", m.Version, h, got, r.model())
+			}
+			t.Logf("%d held collections seen, %d collections added, %d syncers killed, %d bases read beside the stream taken", held, joined, killed, rebased)
+		})
+	}
+}
+
+// A base read beside the stream catches up from the position it was read at, not
+// its parent's: a change made after the base's snapshot, published while the
+// collection was still held, is in the version that takes the base.
+func TestHeldBaseCatchesUpFromItsOwnPosition(t *testing.T) {
+	r := newMemRig(t, 4)
+	opens := &gatedOpens{Source: r.src, release: make(chan struct{}, 1), opened: make(chan uint64, 1),
+		at: map[uint64]map[string]map[string]string{}}
+	c, _ := r.withCompactor(t, r.st)
+	c.Source = opens
+	ctx := context.Background()
+	publish := func() snapshot.Manifest {
+		t.Helper()
+		res, err := r.pub.Publish(ctx, snapshot.PublishOptions{})
+		if err != nil || res.NoOp {
+			t.Fatalf("publish = %+v, %v", res, err)
+		}
+		return res.Manifest
+	}
+	publish()
+	r.src.Redefine("users")
+	v2 := publish()
+	if v2.Collections["users"].Held == nil {
+		t.Fatalf("v2's users = %+v; want held", v2.Collections["users"])
+	}
+	<-opens.opened // the base's snapshot is taken; its read waits
+	r.src.Put("users", "u01", `{"n":"after the base's snapshot"}`)
+	r.src.Put("orders", "9", `{"user":"u09"}`)
+	v3 := publish()
+	if v3.Collections["users"].Held == nil {
+		t.Fatalf("v3's users = %+v; want still held", v3.Collections["users"])
+	}
+	opens.release <- struct{}{}
+	c.Wait()
+	v4 := publish()
+	if u := v4.Collections["users"]; u.Held != nil || u.Own == nil || !u.Own.Rebased {
+		t.Fatalf("v4's users = %+v; want the base read beside the stream, caught up", u)
+	}
+	if got := r.holds(t, v4); !sameContents(got, r.model()) {
+		t.Fatalf("v4 holds %v; the source %v", got, r.model())
+	}
+}
