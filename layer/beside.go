@@ -198,7 +198,11 @@ func (c *Compactor) want(m snapshot.Manifest, collection, why string) bool {
 
 // run builds b and records how it ended.
 func (c *Compactor) run(ctx context.Context, m snapshot.Manifest, collection string, b *baseBuild) {
-	c.event(ctx, snapshot.EventBaseWanted, collection, "from", m.Version, "why", b.why, "rows", b.expected)
+	wanted := snapshot.EventBaseWanted
+	if b.source {
+		wanted = snapshot.EventSourceBaseWanted
+	}
+	c.event(ctx, wanted, collection, "from", m.Version, "why", b.why, "rows", b.expected)
 	stopRecords := c.recordWhileBuilt(ctx, collection, b)
 	build := c.build
 	if b.source {

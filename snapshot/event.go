@@ -82,6 +82,7 @@ const (
 	EventBaseWanted       // a collection's base is built beside the stream of versions (from, why)
 	EventBaseBuilt        // a base built beside the stream is ready to join a version (from, rows, duration)
 	EventBaseFailed       // a base built beside the stream failed; tried again later (from, err, retry_in)
+	EventSourceBaseWanted // a held or new collection's base is read from the source beside the stream of versions (from, why)
 	EventCollectionHeld   // a collection is held at its last state while its new base is built beside the stream (why, held_at)
 	EventCollectionWaits  // a new collection joins a later version, once its base is built beside the stream (why)
 	EventBaseRecordFailed // a base's record for operators could not be written (state, err)
@@ -153,6 +154,7 @@ var eventKinds = [numEventKinds]struct {
 	EventBaseWanted:       {"building a base from storage beside the stream of versions", LevelInfo},
 	EventBaseBuilt:        {"base built beside the stream: the next version takes it", LevelInfo},
 	EventBaseFailed:       {"building a base beside the stream failed; nothing is published from it, and it is tried again", LevelWarn},
+	EventSourceBaseWanted: {"reading a base from the source beside the stream of versions", LevelInfo},
 	EventCollectionHeld:   {"the collection is held at its last state before its definition changed while its new base is read beside the stream", LevelInfo},
 	EventCollectionWaits:  {"the new collection joins a later version, once its base is read beside the stream", LevelInfo},
 	EventBaseRecordFailed: {"the record of a base beside the stream could not be written; the base goes on", LevelWarn},
