@@ -68,7 +68,13 @@ func readWith(a, b snapshot.Position, collection string) bool {
 // buildSource reads collection in a source snapshot of its own and writes it as one
 // base layer, recording where it was read and what it holds.
 func (c *Compactor) buildSource(ctx context.Context, m snapshot.Manifest, collection string, b *baseBuild) (snapshot.LayerRef, error) {
-	snap, err := c.Source.Open(ctx)
+	var snap snapshot.SourceSnapshot
+	var err error
+	if bo, ok := c.Source.(snapshot.BaseOpener); ok {
+		snap, err = bo.OpenBase(ctx, collection)
+	} else {
+		snap, err = c.Source.Open(ctx)
+	}
 	if err != nil {
 		return snapshot.LayerRef{}, fmt.Errorf("open the source: %w", err)
 	}

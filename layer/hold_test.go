@@ -2,8 +2,10 @@ package layer_test
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"testing"
+	"time"
 
 	"github.com/snapflip/snapflip/internal/testenv/rig"
 	"github.com/snapflip/snapflip/pgsource"
@@ -24,6 +26,16 @@ func (g *gatedSource) Open(ctx context.Context) (snapshot.SourceSnapshot, error)
 		return nil, ctx.Err()
 	}
 	return g.Source.Open(ctx)
+}
+
+// OpenBase opens a base's snapshot as the source does, once the gate lets it.
+func (g *gatedSource) OpenBase(ctx context.Context, collection string) (snapshot.SourceSnapshot, error) {
+	select {
+	case <-g.gate:
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	return g.Source.(snapshot.BaseOpener).OpenBase(ctx, collection)
 }
 
 // holdRig is a besideRig whose Compactor reads held and new collections' bases from
@@ -129,5 +141,34 @@ func TestNewCollectionJoinsLater(t *testing.T) {
 	v3 := h.Publish(t, h.Pub)
 	if got, want := h.served(t, v3, "tags"), h.full(t, "tags"); len(got) != 30 || !slices.Equal(got, want) {
 		t.Errorf("v3 serves tags %q; a full copy %q", got, want)
+	}
+}
+
+// With the replication stream read by this process, the version that takes a base
+// read beside the stream catches it up by the keys the stream logged since the
+// base's snapshot: changes made after it, while the collection was held, are read
+// by id, not by comparing the table, and the version equals a full copy.
+func TestHeldBaseCatchesUpByStreamKeys(t *testing.T) {
+	h := newHoldRig(t)
+	h.besideRig.full.Source = plainSource{h.Pub.Source}
+	h.Exec(t, `ALTER TABLE orders REPLICA IDENTITY FULL`)
+	h.Stream(t, fmt.Sprintf("snapflip_hold_%d", time.Now().UnixNano()%1e12))
+	h.publish(t)
+	h.Exec(t, `ALTER TABLE users ADD COLUMN extra int DEFAULT 7`)
+	h.Exec(t, `UPDATE orders SET user_id = 'u3' WHERE id = 4`)
+	v2 := h.Publish(t, h.Pub)
+	if v2.Collections["users"].Held == nil {
+		t.Fatalf("v2's users = %+v; want held", v2.Collections["users"])
+	}
+	close(h.src.gate)
+	h.c.Wait()
+	h.Exec(t, `UPDATE users SET name = 'after' WHERE id = 'u7'`, `DELETE FROM users WHERE id = 'u8'`, `INSERT INTO users VALUES ('u99', 'new', 1)`)
+	v3 := h.Publish(t, h.Pub)
+	u := v3.Collections["users"]
+	if u.Held != nil || u.Own == nil || !u.Own.Rebased || u.Own.Mode != snapshot.ModeStream || u.Own.Inserted != 1 || u.Own.Changed != 1 || u.Own.Deleted != 1 {
+		t.Fatalf("v3's users = %+v, own %+v; want the base caught up by the stream's keys: 1 inserted, changed, deleted", u, u.Own)
+	}
+	if got, want := h.served(t, v3, "users"), h.full(t, "users"); !slices.Equal(got, want) {
+		t.Errorf("v3 serves users %q; a full copy %q", got, want)
 	}
 }

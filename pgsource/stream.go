@@ -313,6 +313,9 @@ type stream struct {
 	last  snapshot.Position
 	rels  map[uint32]*streamRelation
 	cur   *heldTxn // the transaction being received
+	// logs are the key logs of bases read beside the stream, by collection
+	// (stream_baselog.go).
+	logs map[string]*keyLog
 
 	// changed is Stream's callback (nil for none).
 	changed func(Change)
@@ -586,6 +589,7 @@ func (st *stream) decode(ctx context.Context, data []byte, changed func(Change))
 			t.measure()
 			st.held = append(st.held, t)
 			st.heldBytes += t.size
+			st.logLocked(t)
 			why = st.overLocked(t.end)
 		}
 		st.mu.Unlock()

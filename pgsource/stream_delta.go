@@ -357,10 +357,21 @@ func streamFingerprint(parent string, keys []string, pos snapshot.Position) stri
 // snapshot by index in one statement; see snapshot.KeyedScanner.
 func (r *snap) ScanKeyed(ctx context.Context, collection string, since *snapshot.Position, max int64, fn func(snapshot.Document) error) (bool, error) {
 	cr, ok := r.reads[collection]
-	if !ok || cr.keyed == nil || since == nil || r.delta.since == nil || !since.Same(*r.delta.since) || int64(len(cr.keyed.keys)) > max {
+	if !ok || since == nil {
 		return false, nil
 	}
-	keys, cols, c := cr.keyed.keys, cr.keyed.cols, cr.c
+	known := cr.keyed
+	if r.delta.since == nil || !since.Same(*r.delta.since) {
+		// Since a base read beside the stream, not the parent.
+		known, ok = r.baseKeys(cr, since)
+		if !ok {
+			return false, nil
+		}
+	}
+	if known == nil || int64(len(known.keys)) > max {
+		return false, nil
+	}
+	keys, cols, c := known.keys, known.cols, cr.c
 	if len(keys) == 0 {
 		return true, nil
 	}

@@ -142,6 +142,14 @@ type Source interface {
 	Open(ctx context.Context) (SourceSnapshot, error)
 }
 
+// BaseOpener is a Source that opens the snapshot of a base read beside the stream
+// of versions (a held or new collection's) knowingly: one that follows a change
+// stream keeps, from then on, the changes to the collection that snapshot does not
+// see, so that a later snapshot's ScanKeyed since the base's position names them.
+type BaseOpener interface {
+	OpenBase(ctx context.Context, collection string) (SourceSnapshot, error)
+}
+
 // SourceSnapshot is one consistent read of the source.
 type SourceSnapshot interface {
 	// Position returns where the snapshot was taken.
