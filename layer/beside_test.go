@@ -15,6 +15,7 @@ import (
 	"github.com/snapflip/snapflip/internal/testenv"
 	"github.com/snapflip/snapflip/internal/testenv/rig"
 	"github.com/snapflip/snapflip/layer"
+	"github.com/snapflip/snapflip/pgsource"
 	"github.com/snapflip/snapflip/snapshot"
 )
 
@@ -60,8 +61,17 @@ type besideRig struct {
 	full *snapshot.Publisher
 }
 
-func newBesideRig(t *testing.T) *besideRig {
-	r := rig.New(t, rig.TwoCollections, rig.TwoTables...)
+func newBesideRig(t *testing.T) *besideRig { return newBesideRigOf(t, nil) }
+
+// newBesideRigOf is newBesideRig over the collections cols, whose tables the test
+// makes (nil: the rig's two, made).
+func newBesideRigOf(t *testing.T, cols []pgsource.Collection) *besideRig {
+	var r *rig.Rig
+	if cols == nil {
+		r = rig.New(t, rig.TwoCollections, rig.TwoTables...)
+	} else {
+		r = rig.New(t, cols)
+	}
 	r.Pub.Incremental, r.Writer.MaxLayers, r.Writer.RebaseRatio = true, 3, 0.5
 	r.Writer.BesideMinRows = 1
 	full := r.Twin()

@@ -16,7 +16,8 @@ import (
 // beside the stream held in flight); the publisher's own opens pass.
 type gatedSource struct {
 	snapshot.Source
-	gate chan struct{}
+	gate  chan struct{}
+	reads chan struct{} // when set, a base's reads wait for a value on it
 }
 
 func (g *gatedSource) Open(ctx context.Context) (snapshot.SourceSnapshot, error) {
@@ -28,14 +29,42 @@ func (g *gatedSource) Open(ctx context.Context) (snapshot.SourceSnapshot, error)
 	return g.Source.Open(ctx)
 }
 
-// OpenBase opens a base's snapshot as the source does, once the gate lets it.
+// OpenBase opens a base's snapshot as the source does, once the gate lets it; with
+// reads set, its reads wait for a value on it.
 func (g *gatedSource) OpenBase(ctx context.Context, collection string) (snapshot.SourceSnapshot, error) {
 	select {
 	case <-g.gate:
 	case <-ctx.Done():
 		return nil, ctx.Err()
 	}
-	return g.Source.(snapshot.BaseOpener).OpenBase(ctx, collection)
+	snap, err := g.Source.(snapshot.BaseOpener).OpenBase(ctx, collection)
+	if err != nil || g.reads == nil {
+		return snap, err
+	}
+	return &slowReads{DeltaSnapshot: snap.(snapshot.DeltaSnapshot), reads: g.reads}, nil
+}
+
+// slowReads is a snapshot whose reads wait for a value on reads: versions are
+// published between a base's snapshot and its read.
+type slowReads struct {
+	snapshot.DeltaSnapshot
+	reads chan struct{}
+}
+
+func (s *slowReads) ScanSince(ctx context.Context, collection string, since *snapshot.Position, fn func(snapshot.Document) error) (snapshot.LayerMode, error) {
+	select {
+	case <-s.reads:
+	case <-ctx.Done():
+		return snapshot.LayerMode{}, ctx.Err()
+	}
+	return s.DeltaSnapshot.ScanSince(ctx, collection, since, fn)
+}
+
+func (s *slowReads) Indexes(ctx context.Context, collection string) ([]snapshot.IndexDef, error) {
+	if ix, ok := s.DeltaSnapshot.(snapshot.IndexedSnapshot); ok {
+		return ix.Indexes(ctx, collection)
+	}
+	return nil, nil
 }
 
 // holdRig is a besideRig whose Compactor reads held and new collections' bases from
@@ -45,8 +74,11 @@ type holdRig struct {
 	src *gatedSource
 }
 
-func newHoldRig(t *testing.T) *holdRig {
-	b := newBesideRig(t)
+func newHoldRig(t *testing.T) *holdRig { return newHoldRigOf(t, nil) }
+
+// newHoldRigOf is newHoldRig over the collections cols (nil: the rig's two).
+func newHoldRigOf(t *testing.T, cols []pgsource.Collection) *holdRig {
+	b := newBesideRigOf(t, cols)
 	src := &gatedSource{Source: b.Pub.Source, gate: make(chan struct{})}
 	b.c.Source = src
 	return &holdRig{besideRig: b, src: src}

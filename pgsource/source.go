@@ -219,8 +219,14 @@ func (s *Source) Open(ctx context.Context) (snapshot.SourceSnapshot, error) {
 
 // open begins the snapshot (start), then fingerprints every collection in it. A
 // failure after start ends the snapshot's transaction as Close does.
-func (s *Source) open(ctx context.Context, since *snapshot.Position) (_ snapshot.SourceSnapshot, err error) {
-	sn, err := s.start(ctx, since)
+func (s *Source) open(ctx context.Context, since *snapshot.Position) (snapshot.SourceSnapshot, error) {
+	return s.openOf(ctx, since, s.collections)
+}
+
+// openOf is open for the collections cols alone: the snapshot's transaction touches
+// no other table, so it takes no lock on them.
+func (s *Source) openOf(ctx context.Context, since *snapshot.Position, cols []Collection) (_ snapshot.SourceSnapshot, err error) {
+	sn, err := s.start(ctx, since, cols)
 	if err != nil {
 		return nil, err
 	}
@@ -231,10 +237,10 @@ func (s *Source) open(ctx context.Context, since *snapshot.Position) (_ snapshot
 	}()
 	// Where the rows are, for a later version's stream delta to compare (its parent
 	// may have been read before the stream was).
-	if sn.pos.Files, err = tableFiles(ctx, sn.tx, s.collections); err != nil {
+	if sn.pos.Files, err = tableFiles(ctx, sn.tx, cols); err != nil {
 		return nil, fmt.Errorf("the files of the tables: %w", err)
 	}
-	for _, c := range s.collections {
+	for _, c := range cols {
 		if err := sn.measure(ctx, sn.reads[c.Name], since); err != nil {
 			return nil, fmt.Errorf("collection %s: %w", c.Name, err)
 		}
@@ -250,7 +256,7 @@ func (s *Source) open(ctx context.Context, since *snapshot.Position) (_ snapshot
 // start begins the snapshot's transaction and reads, inside it, the WAL position,
 // the collections' keys, the cluster's identity, and what the replication stream
 // says of the snapshot. A failure closes the connection.
-func (s *Source) start(ctx context.Context, since *snapshot.Position) (_ *snap, err error) {
+func (s *Source) start(ctx context.Context, since *snapshot.Position, cols []Collection) (_ *snap, err error) {
 	conn, born, tx, err := s.begin(ctx)
 	if err != nil {
 		return nil, err
@@ -270,12 +276,12 @@ func (s *Source) start(ctx context.Context, since *snapshot.Position) (_ *snap, 
 	if err != nil {
 		return nil, err
 	}
-	keys, err := resolveKeys(ctx, tx, s.collections)
+	keys, err := resolveKeys(ctx, tx, cols)
 	if err != nil {
 		return nil, err
 	}
-	reads := make(map[string]*collectionRead, len(s.collections))
-	for _, c := range s.collections {
+	reads := make(map[string]*collectionRead, len(cols))
+	for _, c := range cols {
 		cr := &collectionRead{c: c, key: keys[c.Name], parts: 1}
 		if cr.byteOrder, err = needsByteOrder(ctx, conn, c, cr.key); err != nil {
 			return nil, fmt.Errorf("collection %s: %w", c.Name, err)
@@ -287,8 +293,8 @@ func (s *Source) start(ctx context.Context, since *snapshot.Position) (_ *snap, 
 		return nil, fmt.Errorf("read the cluster's identity: %w", err)
 	}
 	sn := &snap{src: s, conn: conn, born: born, tx: tx, reads: reads, extra: map[int]*pgx.Conn{},
-		pos: snapshot.Position{LSN: lsn, Snapshot: snapText, Recovery: recovery, NextXid: uint64(max(next, 0)), Config: fingerprint(s.collections, keys),
-			Configs: collectionFingerprints(s.collections, keys), Fingerprints: map[string]string{}, Definitions: map[string]string{}, System: system}}
+		pos: snapshot.Position{LSN: lsn, Snapshot: snapText, Recovery: recovery, NextXid: uint64(max(next, 0)), Config: fingerprint(cols, keys),
+			Configs: collectionFingerprints(cols, keys), Fingerprints: map[string]string{}, Definitions: map[string]string{}, System: system}}
 	if st := s.stream.Load(); st != nil {
 		if sn.delta, err = st.delta(ctx, snapText, lsn, since); err != nil {
 			return nil, err

@@ -41,15 +41,22 @@ type loggedTxn struct {
 }
 
 // OpenBase opens a snapshot to read one collection's base beside the stream of
-// versions (snapshot.BaseOpener): Open, and, while this process reads the stream, a
-// key log of the collection from before the snapshot on, replacing the one before.
+// versions (snapshot.BaseOpener): Open, of that collection alone, and, while this
+// process reads the stream, a key log of the collection from before the snapshot
+// on, replacing the one before.
 func (s *Source) OpenBase(ctx context.Context, collection string) (snapshot.SourceSnapshot, error) {
 	st := s.stream.Load()
 	var log *keyLog
 	if st != nil {
 		log = st.beginLog(collection)
 	}
-	snap, err := s.open(ctx, nil)
+	i := slices.IndexFunc(s.collections, func(c Collection) bool { return c.Name == collection })
+	if i < 0 {
+		return nil, fmt.Errorf("%w: no collection %q", snapshot.ErrInvalid, collection)
+	}
+	// The snapshot touches the collection's table alone: it is held open for the
+	// whole read, and a lock on another table would hold DDL on it up that long.
+	snap, err := s.openOf(ctx, nil, s.collections[i:i+1])
 	if err != nil || log == nil {
 		return snap, err
 	}
