@@ -1,6 +1,7 @@
 package layer
 
 import (
+	"cmp"
 	"context"
 	"slices"
 
@@ -30,11 +31,13 @@ func (vw *versionWrite) splitHolds(ctx context.Context) (held map[string]snapsho
 		if pc, in := cur.Collections[name]; !ok && in && !sameIndexes(pc.Indexes, vw.declared[name]) {
 			why, ok = "an index was added or changed", true
 		}
-		if !ok || !vw.Compactor.wantSource(*cur, name, why, pos) {
+		pc, in := cur.Collections[name]
+		small := in && pc.Rows < cmp.Or(vw.BesideMinRows, DefaultBesideMinRows)
+		if !ok || small || !vw.Compactor.wantSource(*cur, name, why, pos) {
+			// A small collection's base costs the version less than a hold would.
 			write = append(write, name)
 			continue
 		}
-		pc, in := cur.Collections[name]
 		if !in {
 			vw.event(ctx, snapshot.EventCollectionWaits, name, "why", why)
 			continue

@@ -204,3 +204,16 @@ func TestHeldBaseCatchesUpByStreamKeys(t *testing.T) {
 		t.Errorf("v3 serves users %q; a full copy %q", got, want)
 	}
 }
+
+// A collection smaller than BesideMinRows whose definition changed gets its new
+// base in the version, which costs it less than a hold: no version holds it.
+func TestSmallCollectionIsNotHeld(t *testing.T) {
+	h := newHoldRig(t)
+	h.Writer.BesideMinRows = 51 // users has 50 rows
+	h.publish(t)
+	h.Exec(t, `ALTER TABLE users ADD COLUMN extra int DEFAULT 7`)
+	v2 := h.publish(t) // equal to a full copy
+	if u := v2.Collections["users"]; u.Held != nil || u.Own == nil || u.Own.Kind != snapshot.LayerBase {
+		t.Fatalf("v2's users = %+v; want its new base written in the version", u)
+	}
+}
