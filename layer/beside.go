@@ -181,8 +181,14 @@ func (c *Compactor) want(m snapshot.Manifest, collection, why string) bool {
 			failures = b.failures
 		}
 	}
-	b := &baseBuild{from: m.Version, chain: chain, why: why, expected: pc.Rows, started: c.now(), failures: failures,
-		layer: c.Versions.Next()}
+	c.startLocked(m, collection, &baseBuild{chain: chain, why: why, failures: failures})
+	return true
+}
+
+// startLocked starts b, the build of collection's base from (or for) m's chain, in
+// a goroutine of its own. The Compactor's lock is held.
+func (c *Compactor) startLocked(m snapshot.Manifest, collection string, b *baseBuild) {
+	b.from, b.expected, b.started, b.layer = m.Version, m.Collections[collection].Rows, c.now(), c.Versions.Next()
 	if c.builds == nil {
 		c.builds = map[string]*baseBuild{}
 	}
@@ -193,7 +199,6 @@ func (c *Compactor) want(m snapshot.Manifest, collection, why string) bool {
 		defer c.wg.Done()
 		c.run(ctx, m, collection, b)
 	}()
-	return true
 }
 
 // run builds b and records how it ended.

@@ -44,18 +44,7 @@ func (c *Compactor) wantSource(cur snapshot.Manifest, collection, why string, po
 			failures = b.failures
 		}
 	}
-	b := &baseBuild{from: cur.Version, why: why, source: true, expected: cur.Collections[collection].Rows, started: c.now(),
-		failures: failures, layer: c.Versions.Next()}
-	if c.builds == nil {
-		c.builds = map[string]*baseBuild{}
-	}
-	c.builds[collection] = b
-	c.wg.Add(1)
-	ctx := c.ctx
-	go func() {
-		defer c.wg.Done()
-		c.run(ctx, cur, collection, b)
-	}()
+	c.startLocked(cur, collection, &baseBuild{why: why, source: true, failures: failures})
 	return true
 }
 

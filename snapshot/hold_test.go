@@ -232,3 +232,79 @@ func TestHeldBaseCatchesUpFromItsOwnPosition(t *testing.T) {
 		t.Fatalf("v4 holds %v; the source %v", got, r.model())
 	}
 }
+
+// A syncer killed at any point of the version that takes a held collection's base
+// leaves readers the held collection whole, or the version that took it whole, never
+// a part; its successor, with no base in hand, holds the collection, reads its base
+// again, and catches it up.
+func TestHeldSwapAtEveryCrashPoint(t *testing.T) {
+	points := []snapshot.CrashPoint{snapshot.CrashAfterOpen, snapshot.CrashMidWrite, snapshot.CrashAfterSeal, snapshot.CrashAfterFlip}
+	for _, at := range points {
+		t.Run(string(at), func(t *testing.T) {
+			r := newMemRig(t, 4)
+			c, stop := r.withCompactor(t, r.st)
+			c.Source = r.src
+			ctx := context.Background()
+			if _, err := r.pub.Publish(ctx, snapshot.PublishOptions{}); err != nil {
+				t.Fatal(err)
+			}
+			before := r.model()
+			r.src.Redefine("users")
+			v2, err := r.pub.Publish(ctx, snapshot.PublishOptions{})
+			if err != nil || v2.Manifest.Collections["users"].Held == nil {
+				t.Fatalf("v2 = %+v, %v; want users held", v2.Manifest.Collections["users"], err)
+			}
+			c.Wait() // the base is built
+			r.src.Put("users", "u03", `{"changed":true}`)
+			after := r.model()
+
+			frozen, thaw := make(chan struct{}), make(chan struct{})
+			var once sync.Once
+			r.pub.Crash = func(p snapshot.CrashPoint, _ int64) {
+				if p == at {
+					once.Do(func() { close(frozen); <-thaw })
+				}
+			}
+			finished := make(chan struct{})
+			cctx, cancel := context.WithCancelCause(ctx)
+			go func() {
+				defer close(finished)
+				_, _ = r.pub.Publish(cctx, snapshot.PublishOptions{})
+			}()
+			t.Cleanup(func() { cancel(errFrozen); close(thaw); <-finished })
+			select {
+			case <-frozen:
+			case <-finished:
+				t.Fatalf("the publish ended before reaching %s", at)
+			}
+			m, got := r.served(t)
+			if at == snapshot.CrashAfterFlip {
+				if m.Collections["users"].Held != nil || !sameContents(got, after) {
+					t.Fatalf("frozen %s: %s holds %v (held %v); want the source whole", at, m.Version, got, m.HeldCollections())
+				}
+			} else if m.Version != v2.Manifest.Version || !maps.Equal(got["users"], before["users"]) {
+				t.Fatalf("frozen %s: %s holds users as %v; want v2's held users %v", at, m.Version, got["users"], before["users"])
+			}
+			stop() // the syncer is killed
+
+			// Its successor: its own publisher and Compactor, no base in hand.
+			next := newMemPublisher(r.st, r.src, "writer-2", 4)
+			r.pub = next
+			c2, _ := r.withCompactor(t, r.st)
+			c2.Source = r.src
+			for i := 0; ; i++ {
+				if _, err := next.Publish(ctx, snapshot.PublishOptions{}); err != nil {
+					t.Fatalf("successor's publish: %v", err)
+				}
+				c2.Wait()
+				m, got := r.served(t)
+				if len(m.HeldCollections()) == 0 && sameContents(got, after) {
+					break
+				}
+				if i == 3 {
+					t.Fatalf("the successor serves %v (held %v); want the source %v", got, m.HeldCollections(), after)
+				}
+			}
+		})
+	}
+}

@@ -22,11 +22,69 @@ import (
 // source. BENCH_BESIDE_ROWS changes the size of big, BENCH_BESIDE_PACE sets
 // base_rows_per_second. Run it with -benchtime 1x.
 func BenchmarkBaseBeside(b *testing.B) {
+	bigBesideSmall(b, "beside", "BENCH_BESIDE_ROWS", "BENCH_BESIDE_PACE", []string{"ttl: 4m"}, func(b *testing.B, mode string, rows int, rig servingRig, c *committer, first float64) {
+		w := watchBase(rig.sp.metrics, "big")
+		m0 := scrape(rig.sp.metrics)
+		var during, all []time.Duration
+		deadline := time.Now().Add(8 * time.Minute)
+		for i := 0; !w.taken(); i++ {
+			if time.Now().After(deadline) {
+				b.Fatalf("big's base was not built and taken within 8 minutes\n%s", rig.sp.logTail())
+			}
+			time.Sleep(time.Second + time.Duration(c.rng.Int64N(int64(time.Second))))
+			building := w.building()
+			lat := c.commit(i, true)
+			all = append(all, lat)
+			if building || w.building() {
+				during = append(during, lat)
+			}
+		}
+		m1 := scrape(rig.sp.metrics)
+		w.stop()
+		rig.sp.stop()
+		if len(during) == 0 {
+			b.Fatalf("no commit was timed while big's base was built (%d in all)", len(all))
+		}
+		d, a := summarize(during), summarize(all)
+		rendered := renderedOf(rig.sp, "big")
+		build := baseDuration(b, rig.sp, "big")
+		ratio := build.Seconds() / first
+		bound, target := 2*time.Second, "worst ≤ 2 s"
+		if mode == "logical" {
+			bound, target = time.Second, "worst ≤ 1 s"
+		}
+		b.ReportMetric(d.max.Seconds(), "worst_during_s")
+		b.ReportMetric(ratio, "base/first_read")
+		b.Logf("watch.mode %s, %d rows in big: commits while its base was built %s, max %s; all %s, max %s",
+			mode, rows, d, d.max.Round(time.Millisecond), a, a.max.Round(time.Millisecond))
+		b.Logf("  big's rows rendered after the first version %d; big's base %.1f s against the first version's full read %.1f s (%.2f×)",
+			rendered, build.Seconds(), first, ratio)
+		b.Logf("  every commit (ms): %s", a.every())
+		for _, line := range logLines(rig.sp, "beside the stream", "TTL", "writing a base") {
+			b.Logf("  syncer: %s", line)
+		}
+		logSyncs(b, m0, m1)
+		record(b, Figure{Measurement: fmt.Sprintf("commit to served for a 10-row collection while the keep-alive builds a %s-row collection's base beside the stream, watch.mode %s (commits 1–2 s apart)", thousands(rows), mode),
+			Figure: fmt.Sprintf("%s, worst %.2f s", d, d.max.Seconds()), Target: target, Missed: d.max > bound})
+		record(b, Figure{Measurement: fmt.Sprintf("source rows of a %s-row collection read for its keep-alive, watch.mode %s", thousands(rows), mode),
+			Figure: fmt.Sprintf("%d rows", rendered), Target: "0", Missed: rendered != 0})
+		record(b, Figure{Measurement: fmt.Sprintf("a %s-row base built from storage beside the stream (base_rows_per_second default), against the first version's full read of the source, watch.mode %s", thousands(rows), mode),
+			Figure: fmt.Sprintf("%.1f s vs %.1f s: %.2f×", build.Seconds(), first, ratio), Target: "≤ 1.3×", Missed: ratio > 1.3})
+	})
+}
+
+// bigBesideSmall runs body in both watch modes against `syncer run` and the API
+// serving a collection big of 3,000,000 rows (or the number in the variable
+// envRows) and a 10-row one, items, with every default but an hourly schedule and
+// settings (and base_rows_per_second from envPace, when set); body gets the rig, a
+// committer on items whose first commit is served, and the first version's sync
+// duration, and the syncer's log is kept in /tmp/<name>-<mode>.log.
+func bigBesideSmall(b *testing.B, name, envRows, envPace string, settings []string, body func(b *testing.B, mode string, rows int, rig servingRig, c *committer, first float64)) {
 	rows := 3_000_000
-	if s := os.Getenv("BENCH_BESIDE_ROWS"); s != "" {
+	if s := os.Getenv(envRows); s != "" {
 		n, err := strconv.Atoi(s)
 		if err != nil {
-			b.Fatalf("BENCH_BESIDE_ROWS=%q: %v", s, err)
+			b.Fatalf("%s=%q: %v", envRows, s, err)
 		}
 		rows = n
 	}
@@ -38,74 +96,28 @@ func BenchmarkBaseBeside(b *testing.B) {
 			loadItems(b, dsn, "big", rows)
 			loadItems(b, dsn, "items", 10)
 			settle(b, dsn, "big")
-			settings, slot := []string{`schedule: "@every 1h"`}, ""
+			all, slot := []string{`schedule: "@every 1h"`}, ""
 			if mode == "logical" {
-				settings = logicalSettings(b, dsn)
-				slot = slotOf(settings)
+				all = logicalSettings(b, dsn)
+				slot = slotOf(all)
 			}
-			settings = append(settings, "ttl: 4m")
-			if pace := os.Getenv("BENCH_BESIDE_PACE"); pace != "" {
-				settings = append(settings, "base_rows_per_second: "+pace)
+			all = append(all, settings...)
+			if pace := os.Getenv(envPace); pace != "" {
+				all = append(all, "base_rows_per_second: "+pace)
 			}
-			cfg := writeCollectionConfig(b, dir, "beside"+mode, "{name: items, table: items, key: id}\n  - {name: big, table: big, key: id}", settings...)
+			cfg := writeCollectionConfig(b, dir, name+mode, "{name: items, table: items, key: id}\n  - {name: big, table: big, key: id}", all...)
 			for range b.N {
 				rig := startServing(b, cfg, dsn, slot)
 				b.Cleanup(func() {
 					if data, err := os.ReadFile(rig.sp.logPath); err == nil {
-						_ = os.WriteFile("/tmp/beside-"+mode+".log", data, 0o600)
+						_ = os.WriteFile("/tmp/"+name+"-"+mode+".log", data, 0o600)
 					}
 				})
 				first := scrape(rig.sp.metrics).sum("snapflip_sync_duration_seconds_sum")
 				c := newCommitter(b, dsn, rig.api, 10, rig.sp)
 				time.Sleep(1500 * time.Millisecond) // past the connection's first statistics report
 				c.commit(-1, true)                  // the stats watch's first report of a connection comes late
-				w := watchBase(rig.sp.metrics, "big")
-				m0 := scrape(rig.sp.metrics)
-				var during, all []time.Duration
-				deadline := time.Now().Add(8 * time.Minute)
-				for i := 0; !w.taken(); i++ {
-					if time.Now().After(deadline) {
-						b.Fatalf("big's base was not built and taken within 8 minutes\n%s", rig.sp.logTail())
-					}
-					time.Sleep(time.Second + time.Duration(c.rng.Int64N(int64(time.Second))))
-					building := w.building()
-					lat := c.commit(i, true)
-					all = append(all, lat)
-					if building || w.building() {
-						during = append(during, lat)
-					}
-				}
-				m1 := scrape(rig.sp.metrics)
-				w.stop()
-				rig.sp.stop()
-				if len(during) == 0 {
-					b.Fatalf("no commit was timed while big's base was built (%d in all)", len(all))
-				}
-				d, a := summarize(during), summarize(all)
-				rendered := renderedOf(rig.sp, "big")
-				build := baseDuration(b, rig.sp, "big")
-				ratio := build.Seconds() / first
-				bound, target := 2*time.Second, "worst ≤ 2 s"
-				if mode == "logical" {
-					bound, target = time.Second, "worst ≤ 1 s"
-				}
-				b.ReportMetric(d.max.Seconds(), "worst_during_s")
-				b.ReportMetric(ratio, "base/first_read")
-				b.Logf("watch.mode %s, %d rows in big: commits while its base was built %s, max %s; all %s, max %s",
-					mode, rows, d, d.max.Round(time.Millisecond), a, a.max.Round(time.Millisecond))
-				b.Logf("  big's rows rendered after the first version %d; big's base %.1f s against the first version's full read %.1f s (%.2f×)",
-					rendered, build.Seconds(), first, ratio)
-				b.Logf("  every commit (ms): %s", a.every())
-				for _, line := range logLines(rig.sp, "beside the stream", "TTL", "writing a base") {
-					b.Logf("  syncer: %s", line)
-				}
-				logSyncs(b, m0, m1)
-				record(b, Figure{Measurement: fmt.Sprintf("commit to served for a 10-row collection while the keep-alive builds a %s-row collection's base beside the stream, watch.mode %s (commits 1–2 s apart)", thousands(rows), mode),
-					Figure: fmt.Sprintf("%s, worst %.2f s", d, d.max.Seconds()), Target: target, Missed: d.max > bound})
-				record(b, Figure{Measurement: fmt.Sprintf("source rows of a %s-row collection read for its keep-alive, watch.mode %s", thousands(rows), mode),
-					Figure: fmt.Sprintf("%d rows", rendered), Target: "0", Missed: rendered != 0})
-				record(b, Figure{Measurement: fmt.Sprintf("a %s-row base built from storage beside the stream (base_rows_per_second default), against the first version's full read of the source, watch.mode %s", thousands(rows), mode),
-					Figure: fmt.Sprintf("%.1f s vs %.1f s: %.2f×", build.Seconds(), first, ratio), Target: "≤ 1.3×", Missed: ratio > 1.3})
+				body(b, mode, rows, rig, c, first)
 			}
 		})
 	}

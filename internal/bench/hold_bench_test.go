@@ -4,8 +4,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"os"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -23,88 +21,51 @@ import (
 // to read it). BENCH_HOLD_ROWS changes the size of big, BENCH_HOLD_PACE sets
 // base_rows_per_second. Run it with -benchtime 1x.
 func BenchmarkDefinitionChangeHeld(b *testing.B) {
-	rows := 3_000_000
-	if s := os.Getenv("BENCH_HOLD_ROWS"); s != "" {
-		n, err := strconv.Atoi(s)
-		if err != nil {
-			b.Fatalf("BENCH_HOLD_ROWS=%q: %v", s, err)
+	bigBesideSmall(b, "hold", "BENCH_HOLD_ROWS", "BENCH_HOLD_PACE", nil, func(b *testing.B, mode string, rows int, rig servingRig, c *committer, first float64) {
+		m0 := scrape(rig.sp.metrics)
+		testenv.Exec(b, c.dsn, `ALTER TABLE big ADD COLUMN extra int NOT NULL DEFAULT 7`)
+		ddl := time.Now()
+		var during []time.Duration
+		var served time.Duration
+		for i := 0; served == 0; i++ {
+			if time.Since(ddl) > 8*time.Minute {
+				b.Fatalf("big was not served in its new shape within 8 minutes\n%s", rig.sp.logTail())
+			}
+			time.Sleep(time.Second + time.Duration(c.rng.Int64N(int64(time.Second))))
+			if newShape(c, "big", rows) {
+				served = time.Since(ddl)
+				break
+			}
+			during = append(during, c.commit(i, true))
+			if newShape(c, "big", rows) {
+				served = time.Since(ddl)
+			}
 		}
-		rows = n
-	}
-	defaultEnv(b)
-	dir := b.TempDir()
-	for _, mode := range []string{"stats", "logical"} {
-		b.Run(mode, func(b *testing.B) {
-			dsn := testenv.Postgres(b)
-			loadItems(b, dsn, "big", rows)
-			loadItems(b, dsn, "items", 10)
-			settle(b, dsn, "big")
-			settings, slot := []string{`schedule: "@every 1h"`}, ""
-			if mode == "logical" {
-				settings = logicalSettings(b, dsn)
-				slot = slotOf(settings)
-			}
-			if pace := os.Getenv("BENCH_HOLD_PACE"); pace != "" {
-				settings = append(settings, "base_rows_per_second: "+pace)
-			}
-			cfg := writeCollectionConfig(b, dir, "hold"+mode, "{name: items, table: items, key: id}\n  - {name: big, table: big, key: id}", settings...)
-			for range b.N {
-				rig := startServing(b, cfg, dsn, slot)
-				b.Cleanup(func() {
-					if data, err := os.ReadFile(rig.sp.logPath); err == nil {
-						_ = os.WriteFile("/tmp/hold-"+mode+".log", data, 0o600)
-					}
-				})
-				first := scrape(rig.sp.metrics).sum("snapflip_sync_duration_seconds_sum")
-				c := newCommitter(b, dsn, rig.api, 10, rig.sp)
-				time.Sleep(1500 * time.Millisecond) // past the connection's first statistics report
-				c.commit(-1, true)
-				m0 := scrape(rig.sp.metrics)
-				testenv.Exec(b, dsn, `ALTER TABLE big ADD COLUMN extra int NOT NULL DEFAULT 7`)
-				ddl := time.Now()
-				var during []time.Duration
-				var served time.Duration
-				for i := 0; served == 0; i++ {
-					if time.Since(ddl) > 8*time.Minute {
-						b.Fatalf("big was not served in its new shape within 8 minutes\n%s", rig.sp.logTail())
-					}
-					time.Sleep(time.Second + time.Duration(c.rng.Int64N(int64(time.Second))))
-					if newShape(c, "big", rows) {
-						served = time.Since(ddl)
-						break
-					}
-					during = append(during, c.commit(i, true))
-					if newShape(c, "big", rows) {
-						served = time.Since(ddl)
-					}
-				}
-				m1 := scrape(rig.sp.metrics)
-				rig.sp.stop()
-				if len(during) == 0 {
-					b.Fatalf("no commit was timed while big was held")
-				}
-				d := summarize(during)
-				ratio := served.Seconds() / first
-				bound, target := 2*time.Second, "worst ≤ 2 s"
-				if mode == "logical" {
-					bound, target = time.Second, "worst ≤ 1 s"
-				}
-				b.ReportMetric(d.max.Seconds(), "worst_during_s")
-				b.ReportMetric(ratio, "served/first_read")
-				b.Logf("watch.mode %s, %d rows in big: commits while it was held %s, max %s; every commit (ms): %s",
-					mode, rows, d, d.max.Round(time.Millisecond), d.every())
-				b.Logf("  big served in its new shape %.1f s after the DDL; the first version's full read %.1f s (%.2f×)", served.Seconds(), first, ratio)
-				for _, line := range logLines(rig.sp, "held", "beside the stream", "writing a base", "joins") {
-					b.Logf("  syncer: %s", line)
-				}
-				logSyncs(b, m0, m1)
-				record(b, Figure{Measurement: fmt.Sprintf("commit to served for a 10-row collection while a %s-row collection is held after ADD COLUMN … DEFAULT, its base read beside the stream, watch.mode %s (commits 1–2 s apart)", thousands(rows), mode),
-					Figure: fmt.Sprintf("%s, worst %.2f s", d, d.max.Seconds()), Target: target, Missed: d.max > bound})
-				record(b, Figure{Measurement: fmt.Sprintf("ADD COLUMN … DEFAULT on a %s-row table to served in the new shape (base read beside the stream, base_rows_per_second default), against the first version's full read, watch.mode %s", thousands(rows), mode),
-					Figure: fmt.Sprintf("%.1f s vs %.1f s: %.2f×", served.Seconds(), first, ratio), Target: "≤ 1.3×", Missed: ratio > 1.3})
-			}
-		})
-	}
+		m1 := scrape(rig.sp.metrics)
+		rig.sp.stop()
+		if len(during) == 0 {
+			b.Fatalf("no commit was timed while big was held")
+		}
+		d := summarize(during)
+		ratio := served.Seconds() / first
+		bound, target := 2*time.Second, "worst ≤ 2 s"
+		if mode == "logical" {
+			bound, target = time.Second, "worst ≤ 1 s"
+		}
+		b.ReportMetric(d.max.Seconds(), "worst_during_s")
+		b.ReportMetric(ratio, "served/first_read")
+		b.Logf("watch.mode %s, %d rows in big: commits while it was held %s, max %s; every commit (ms): %s",
+			mode, rows, d, d.max.Round(time.Millisecond), d.every())
+		b.Logf("  big served in its new shape %.1f s after the DDL; the first version's full read %.1f s (%.2f×)", served.Seconds(), first, ratio)
+		for _, line := range logLines(rig.sp, "held", "beside the stream", "writing a base", "joins") {
+			b.Logf("  syncer: %s", line)
+		}
+		logSyncs(b, m0, m1)
+		record(b, Figure{Measurement: fmt.Sprintf("commit to served for a 10-row collection while a %s-row collection is held after ADD COLUMN … DEFAULT, its base read beside the stream, watch.mode %s (commits 1–2 s apart)", thousands(rows), mode),
+			Figure: fmt.Sprintf("%s, worst %.2f s", d, d.max.Seconds()), Target: target, Missed: d.max > bound})
+		record(b, Figure{Measurement: fmt.Sprintf("ADD COLUMN … DEFAULT on a %s-row table to served in the new shape (base read beside the stream, base_rows_per_second default), against the first version's full read, watch.mode %s", thousands(rows), mode),
+			Figure: fmt.Sprintf("%.1f s vs %.1f s: %.2f×", served.Seconds(), first, ratio), Target: "≤ 1.3×", Missed: ratio > 1.3})
+	})
 }
 
 // newShape reports whether the API serves the last row of table collection (rows
