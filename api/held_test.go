@@ -11,6 +11,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/snapflip/snapflip/api"
+	"github.com/snapflip/snapflip/client"
 	"github.com/snapflip/snapflip/internal/memstore"
 	"github.com/snapflip/snapflip/internal/testenv"
 	"github.com/snapflip/snapflip/layer"
@@ -138,6 +139,37 @@ func TestHeldCollectionAndTokens(t *testing.T) {
 		t.Fatalf("collections = %s, %v; want users held with its token, orders not", body, err)
 	}
 
+	// The flip stream names the hold, and a client.Replica shows it.
+	url := serveWatch(t, h.srv)
+	var ev struct {
+		Collections map[string]struct {
+			Held *api.HeldInfo `json:"held"`
+		} `json:"collections"`
+	}
+	if b := watchBlocks(t, url, "", 2)[1]; json.Unmarshal([]byte(strings.TrimPrefix(b[2], "data: ")), &ev) != nil ||
+		ev.Collections["users"].Held == nil || ev.Collections["orders"].Held != nil {
+		t.Fatalf("flip event %q; want users held, orders not", b)
+	}
+	cl, err := client.New(url, client.DefaultConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	flips := make(chan string, 10)
+	cfg := client.DefaultReplicaConfig()
+	cfg.Collections, cfg.OnFlip = []string{"users", "orders"}, func(v string) { flips <- v }
+	rep, err := client.NewReplica(context.Background(), cl, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rep.Close()
+	<-flips
+	if tok, held := rep.View().Held("users"); !held || tok == "" {
+		t.Fatalf("the replica's users: held %t, token %q; want held, with its position's token", held, tok)
+	}
+	if _, held := rep.View().Held("orders"); held {
+		t.Fatal("the replica's orders: held; want not")
+	}
+
 	// A read with the write's token waits for the version that takes the new base.
 	got := make(chan string, 1)
 	go func() {
@@ -155,6 +187,17 @@ func TestHeldCollectionAndTokens(t *testing.T) {
 	v3 := h.publish(t)
 	if v3.Collections["users"].Held != nil {
 		t.Fatalf("v3's users = %+v; want its new base, caught up", v3.Collections["users"])
+	}
+	for v := range flips { // the replica reads users anew, in its new shape
+		if v == string(v3.Version) {
+			break
+		}
+	}
+	if doc, ok := rep.Get("users", "u1"); !ok || !strings.Contains(string(doc.JSON), `"shape":1`) {
+		t.Fatalf("the replica's users/u1 after v3 = %s, %t; want the new shape", doc.JSON, ok)
+	}
+	if _, held := rep.View().Held("users"); held {
+		t.Fatal("the replica's users: still held after v3")
 	}
 	if answer := <-got; !strings.HasPrefix(answer, "200") || !strings.Contains(answer, `"ada lovelace"`) ||
 		!strings.Contains(answer, `"shape":1`) || !strings.HasSuffix(answer, "held=") {
