@@ -38,6 +38,7 @@ func (g *gatedSource) Open(ctx context.Context) (snapshot.SourceSnapshot, error)
 // heldWorld is the API over a memory dataset whose syncer holds collections whose
 // definition changed while their bases are read beside the stream.
 type heldWorld struct {
+	st    *memstore.Store
 	src   *memstore.Source
 	pub   *snapshot.Publisher
 	bases *layer.Compactor
@@ -63,7 +64,7 @@ func newHeldWorld(t *testing.T) *heldWorld {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &heldWorld{src: src, pub: pub, bases: c, res: res, srv: newServer(t, res, nil), gate: gate}
+	return &heldWorld{st: st, src: src, pub: pub, bases: c, res: res, srv: newServer(t, res, nil), gate: gate}
 }
 
 func (h *heldWorld) publish(t *testing.T) snapshot.Manifest {
@@ -202,5 +203,36 @@ func TestHeldCollectionAndTokens(t *testing.T) {
 	if answer := <-got; !strings.HasPrefix(answer, "200") || !strings.Contains(answer, `"ada lovelace"`) ||
 		!strings.Contains(answer, `"shape":1`) || !strings.HasSuffix(answer, "held=") {
 		t.Fatalf("the waiting read = %s; want 200 with the new document in its new shape, not held", answer)
+	}
+}
+
+// A pinned version that holds a collection answers a write's token it does not cover
+// for that collection with 412 at once: no version comes while the pin lasts.
+func TestHeldCollectionPinned(t *testing.T) {
+	h := newHeldWorld(t)
+	h.publish(t)
+	h.src.Redefine("users")
+	h.src.Put("users", "u1", `{"name":"ada lovelace"}`)
+	write := h.src.Token()
+	v2 := h.publish(t)
+	ctx := context.Background()
+	p, err := h.st.ReadPointer(ctx, "ds")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := h.st.FlipPointer(ctx, "ds", snapshot.Flip{Version: v2.Version, Expected: v2.Version, Token: p.Fence + 1,
+		Source: p.Source, Rollback: true, Pin: true, Reason: "test pin", At: time.Now()}); err != nil {
+		t.Fatal(err)
+	}
+	testenv.Eventually(t, 10*time.Second, func() error {
+		if p, err := h.res.Pointer(ctx); err != nil || !p.Pinned {
+			return errSoon
+		}
+		return nil
+	})
+	start := time.Now()
+	res, body := do(t, h.srv, http.MethodGet, "/v1/data/users/u1", "", api.HeaderAfter, write, "Prefer", "wait=5")
+	if res.StatusCode != http.StatusPreconditionFailed || !strings.Contains(string(body), "holds the collection") || time.Since(start) > 3*time.Second {
+		t.Fatalf("a pinned held collection with a write's token = %d %s after %s; want 412 at once", res.StatusCode, body, time.Since(start))
 	}
 }

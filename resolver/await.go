@@ -60,6 +60,9 @@ func (r *Resolver) await(ctx context.Context, tok snapshot.Token, accept func(sn
 			if err != nil || accept == nil || accept(v) {
 				return v, err
 			}
+			if p.Pinned {
+				return snapshot.View{}, heldPinned(p, tok)
+			}
 			refused = v.Version
 		}
 	}
@@ -96,6 +99,9 @@ func (r *Resolver) await(ctx context.Context, tok snapshot.Token, accept func(sn
 				if err != nil || accept == nil || accept(v) {
 					return v, err
 				}
+				if p.Pinned {
+					return snapshot.View{}, heldPinned(p, tok)
+				}
 				refused, ok = v.Version, false
 			}
 			if !noted && need > 0 && p.Covering().Demand >= need {
@@ -119,6 +125,13 @@ func (r *Resolver) await(ctx context.Context, tok snapshot.Token, accept func(sn
 				snapshot.Truncate(tok.String(), 80), snapshot.ErrNotYetCovered, ctx.Err())
 		}
 	}
+}
+
+// heldPinned is the error for a token a pinned version covers but for the collection
+// it holds at an earlier position: no version will come while the pin lasts.
+func heldPinned(p snapshot.Pointer, tok snapshot.Token) error {
+	return fmt.Errorf("the dataset is pinned at version %s, which holds the collection read at an earlier position that does not cover token %s: %w",
+		p.Version, snapshot.Truncate(tok.String(), 80), snapshot.ErrNotCovered)
 }
 
 // decide judges tok against p. A refusal for a pin is confirmed against a pointer
