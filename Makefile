@@ -17,10 +17,10 @@ GOTEST_FLAGS ?= -race -count=1 -timeout 20m -parallel 8 -p 3
 
 # LONG_TESTS are the suites too long for `make test`, which `make e2e` runs: every
 # crash point, faults and restarts mid-sync, load with flips, the generative
-# histories and filters, the real schema (Pagila), retention's keep-alive, several
-# syncer replicas, the long outages, and a pin under writes. `make test` runs every
-# other test.
-LONG_TESTS := ^(TestCrashAtRandomTimes|TestCrashAtEveryPoint|TestSIGTERMMidSync|TestFaultSlowBigtable|TestFaultEmulatorStopsMidSync|TestFaultPostgresRestartsMidSync|TestShutdownAfterBigtableStops|TestShutdownAfterPostgresStops|TestServedAfterPostgresRestart|TestReplicaThroughOutages|TestLoadWithFlips|TestLogicalProbesAreAllServed|TestCommitsAreServedWithinTheBudget|TestKeyRotationUnderLoad|TestGenerative|TestGenerativeFilters|TestGenerativeWatch|TestRowScopesAgainstPostgres|TestReplicaFollowsHistories|TestPagila|TestTTLKeepAlive|TestTTLKeepAlivePinned|TestDefinitionChangesAreServed|TestReplicasPublishEachChangeOnce|TestReplicasPublishEachSlotOnce|TestSyncerHealth|TestTokenOfACommitHeldInSyncReplication|TestReadYourWrites|TestReconnectsPromptlyAfterALongOutage|TestEntriesThroughPackedBlocks|TestStreamBoundsChangedKeys|TestConnectTimeoutByDefault|TestFilterCacheCarriesAcrossFlips|TestPinnedUnderWrites|TestBankInvariantThroughHolds)$$
+# histories, filters and policies, the real schema (Pagila), retention's keep-alive,
+# several syncer replicas, the long outages, a pin under writes, and pgbench's bank
+# invariant through held collections. `make test` runs every other test.
+LONG_TESTS := ^(TestCrashAtRandomTimes|TestCrashAtEveryPoint|TestSIGTERMMidSync|TestFaultSlowBigtable|TestFaultEmulatorStopsMidSync|TestFaultPostgresRestartsMidSync|TestShutdownAfterBigtableStops|TestShutdownAfterPostgresStops|TestServedAfterPostgresRestart|TestReplicaThroughOutages|TestLoadWithFlips|TestLogicalProbesAreAllServed|TestCommitsAreServedWithinTheBudget|TestKeyRotationUnderLoad|TestGenerative|TestGenerativeFilters|TestGenerativeWatch|TestRowScopesAgainstPostgres|TestReplicaFollowsHistories|TestPagila|TestTTLKeepAlive|TestTTLKeepAlivePinned|TestDefinitionChangesAreServed|TestReplicasPublishEachChangeOnce|TestReplicasPublishEachSlotOnce|TestSyncerHealth|TestTokenOfACommitHeldInSyncReplication|TestReadYourWrites|TestReconnectsPromptlyAfterALongOutage|TestEntriesThroughPackedBlocks|TestStreamBoundsChangedKeys|TestConnectTimeoutByDefault|TestFilterCacheCarriesAcrossFlips|TestPinnedUnderWrites|TestBankInvariantThroughHolds|TestGenerativePolicy)$$
 
 .PHONY: all build build-static chaos test e2e demo bench lint fmt vet emulator pg-start pg-stop clean screenshot
 
