@@ -240,28 +240,39 @@ func (c *Compactor) run(ctx context.Context, m snapshot.Manifest, collection str
 // that it holds what the chain holds: the same count and digest.
 func (c *Compactor) build(ctx context.Context, m snapshot.Manifest, collection string, b *baseBuild) (snapshot.LayerRef, error) {
 	pc := m.Collections[collection]
-	bm := snapshot.Manifest{Dataset: c.Dataset, Version: b.layer, State: snapshot.StateWriting, Format: snapshot.FormatLayered,
-		Source: m.Source, TTL: m.TTL, StartedAt: c.now(), Collections: map[string]snapshot.CollectionStats{}}
 	snap := &chainSnapshot{docs: c.Docs, runs: chainSource{st: c.Writer.Store, dataset: c.Dataset}, m: m, pace: c.limiter(),
 		rows: &b.rows, bytes: &b.bytes}
-	res, err := c.Writer.WriteVersion(ctx, snapshot.WriteRequest{Snap: snap, Collections: []string{collection}, Manifest: bm,
-		Parent: &m, Base: true, Why: "built beside the stream from version " + string(m.Version) + ": " + b.why})
+	st, err := c.writeBase(ctx, snap, m, collection, b, &m, "built beside the stream from version "+string(m.Version)+": "+b.why)
 	if err != nil {
 		return snapshot.LayerRef{}, err
-	}
-	st := res.Collections[collection]
-	bm.Collections[collection] = st
-	if err := bm.CheckComplete(); err != nil {
-		return snapshot.LayerRef{}, err
-	}
-	if len(st.Layers) != 1 || st.Layers[0].Kind != snapshot.LayerBase {
-		return snapshot.LayerRef{}, fmt.Errorf("base of %s from %s: wrote the chain %v, not one base", collection, m.Version, st.Layers)
 	}
 	if st.Rows != pc.Rows || st.Digest != pc.Digest {
 		return snapshot.LayerRef{}, fmt.Errorf("base of %s from %s: %d documents with digest %s, where the chain holds %d with %s",
 			collection, m.Version, st.Rows, st.Digest, pc.Rows, pc.Digest)
 	}
 	return st.Layers[0], nil
+}
+
+// writeBase writes collection, as snap holds it, as one base layer under b's layer
+// version (parent is what the writer compares it with; nil for nothing), and checks
+// that it is complete and one base.
+func (c *Compactor) writeBase(ctx context.Context, snap snapshot.SourceSnapshot, m snapshot.Manifest, collection string, b *baseBuild, parent *snapshot.Manifest, why string) (snapshot.CollectionStats, error) {
+	bm := snapshot.Manifest{Dataset: c.Dataset, Version: b.layer, State: snapshot.StateWriting, Format: snapshot.FormatLayered,
+		Source: snap.Position(), TTL: m.TTL, StartedAt: c.now(), Collections: map[string]snapshot.CollectionStats{}}
+	res, err := c.Writer.WriteVersion(ctx, snapshot.WriteRequest{Snap: snap, Collections: []string{collection}, Manifest: bm,
+		Parent: parent, Base: true, Why: why})
+	if err != nil {
+		return snapshot.CollectionStats{}, err
+	}
+	st := res.Collections[collection]
+	bm.Collections[collection] = st
+	if err := bm.CheckComplete(); err != nil {
+		return snapshot.CollectionStats{}, err
+	}
+	if len(st.Layers) != 1 || st.Layers[0].Kind != snapshot.LayerBase {
+		return snapshot.CollectionStats{}, fmt.Errorf("base of %s: wrote the chain %v, not one base", collection, st.Layers)
+	}
+	return st, nil
 }
 
 // Swap replaces, in a copy of m, each chain that ends with the chain a built base

@@ -76,25 +76,13 @@ func (c *Compactor) buildSource(ctx context.Context, m snapshot.Manifest, collec
 	if !ok {
 		return snapshot.LayerRef{}, fmt.Errorf("the source cannot stream a collection in id order")
 	}
-	pos := snap.Position()
-	bm := snapshot.Manifest{Dataset: c.Dataset, Version: b.layer, State: snapshot.StateWriting, Format: snapshot.FormatLayered,
-		Source: pos, TTL: m.TTL, StartedAt: c.now(), Collections: map[string]snapshot.CollectionStats{}}
 	paced := &pacedSnapshot{DeltaSnapshot: ds, pace: c.limiter(), rows: &b.rows, bytes: &b.bytes}
-	res, err := c.Writer.WriteVersion(ctx, snapshot.WriteRequest{Snap: paced, Collections: []string{collection}, Manifest: bm,
-		Base: true, Why: "read beside the stream: " + b.why})
+	st, err := c.writeBase(ctx, paced, m, collection, b, nil, "read beside the stream: "+b.why)
 	if err != nil {
 		return snapshot.LayerRef{}, err
 	}
-	st := res.Collections[collection]
-	bm.Collections[collection] = st
-	if err := bm.CheckComplete(); err != nil {
-		return snapshot.LayerRef{}, err
-	}
-	if len(st.Layers) != 1 || st.Layers[0].Kind != snapshot.LayerBase {
-		return snapshot.LayerRef{}, fmt.Errorf("base of %s from the source: wrote the chain %v, not one base", collection, st.Layers)
-	}
 	c.mu.Lock()
-	b.pos, b.stats = pos, st
+	b.pos, b.stats = snap.Position(), st
 	c.mu.Unlock()
 	return st.Layers[0], nil
 }

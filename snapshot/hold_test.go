@@ -258,25 +258,7 @@ func TestHeldSwapAtEveryCrashPoint(t *testing.T) {
 			r.src.Put("users", "u03", `{"changed":true}`)
 			after := r.model()
 
-			frozen, thaw := make(chan struct{}), make(chan struct{})
-			var once sync.Once
-			r.pub.Crash = func(p snapshot.CrashPoint, _ int64) {
-				if p == at {
-					once.Do(func() { close(frozen); <-thaw })
-				}
-			}
-			finished := make(chan struct{})
-			cctx, cancel := context.WithCancelCause(ctx)
-			go func() {
-				defer close(finished)
-				_, _ = r.pub.Publish(cctx, snapshot.PublishOptions{})
-			}()
-			t.Cleanup(func() { cancel(errFrozen); close(thaw); <-finished })
-			select {
-			case <-frozen:
-			case <-finished:
-				t.Fatalf("the publish ended before reaching %s", at)
-			}
+			r.freezeAt(t, at)
 			m, got := r.served(t)
 			if at == snapshot.CrashAfterFlip {
 				if m.Collections["users"].Held != nil || !sameContents(got, after) {

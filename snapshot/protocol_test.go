@@ -207,6 +207,33 @@ func TestLayeredHistoriesOnMemory(t *testing.T) {
 // errFrozen marks a publisher frozen at a crash point.
 var errFrozen = errors.New("frozen at a crash point")
 
+// freezeAt starts a publish of the rig's publisher and returns once it is frozen at
+// crash point at, as a killed process stops there; it stays frozen until the test
+// ends.
+func (r *memRig) freezeAt(t *testing.T, at snapshot.CrashPoint) {
+	t.Helper()
+	frozen, thaw := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	r.pub.Crash = func(p snapshot.CrashPoint, _ int64) {
+		if p == at {
+			once.Do(func() { close(frozen); <-thaw })
+		}
+	}
+	var crashErr error
+	finished := make(chan struct{})
+	ctx, cancel := context.WithCancelCause(context.Background())
+	go func() {
+		defer close(finished)
+		_, crashErr = r.pub.Publish(ctx, snapshot.PublishOptions{})
+	}()
+	t.Cleanup(func() { cancel(errFrozen); close(thaw); <-finished })
+	select {
+	case <-frozen:
+	case <-finished:
+		t.Fatalf("the publish ended (%v) before reaching %s", crashErr, at)
+	}
+}
+
 // TestCrashPointsOnMemory freezes a publisher at each crash point, as a killed
 // process stops, and checks what readers see then and after a second writer
 // publishes: the old version or the new one whole, never a part.
@@ -225,26 +252,7 @@ func TestCrashPointsOnMemory(t *testing.T) {
 			r.src.Delete("orders", "1")
 			after := r.model()
 
-			frozen, thaw := make(chan struct{}), make(chan struct{})
-			var once sync.Once
-			r.pub.Crash = func(p snapshot.CrashPoint, _ int64) {
-				if p == at {
-					once.Do(func() { close(frozen); <-thaw })
-				}
-			}
-			var crashErr error
-			finished := make(chan struct{})
-			cctx, cancel := context.WithCancelCause(ctx)
-			go func() {
-				defer close(finished)
-				_, crashErr = r.pub.Publish(cctx, snapshot.PublishOptions{})
-			}()
-			t.Cleanup(func() { cancel(errFrozen); close(thaw); <-finished })
-			select {
-			case <-frozen:
-			case <-finished:
-				t.Fatalf("the publish ended (%v) before reaching %s", crashErr, at)
-			}
+			r.freezeAt(t, at)
 
 			m, got := r.served(t)
 			want, wantVersion := before, first.Manifest.Version
