@@ -90,8 +90,8 @@ type soonError struct{}
 
 func (*soonError) Error() string { return "not served yet" }
 
-// A held collection answers a session's token (every Snapshot-Token an answer
-// names), as it never goes back, and says it is held; a write's token that its held
+// A held collection answers the token of an earlier answer (every Snapshot-Token),
+// as it never goes back, and says it is held; a write's token that its held
 // position does not cover is never answered from it: the read waits, gets 503 at its
 // limit, or, naming the version, 412, until a version takes its new base.
 func TestHeldCollectionAndTokens(t *testing.T) {
@@ -107,15 +107,15 @@ func TestHeldCollectionAndTokens(t *testing.T) {
 
 	// Another collection answers the write's token at once: the version covers it.
 	res, _ := do(t, h.srv, http.MethodGet, "/v1/data/orders/1", "", api.HeaderAfter, write)
-	session := res.Header.Get(api.HeaderToken)
-	if res.StatusCode != 200 || !strings.Contains(session, "~"+string(v2.Version)) {
-		t.Fatalf("orders with the write's token = %d, token %q; want 200 from %s", res.StatusCode, session, v2.Version)
+	answered := res.Header.Get(api.HeaderToken)
+	if res.StatusCode != 200 || !strings.Contains(answered, "~"+string(v2.Version)) {
+		t.Fatalf("orders with the write's token = %d, token %q; want 200 from %s", res.StatusCode, answered, v2.Version)
 	}
-	// The held collection answers the session's token, old and whole, and says so.
-	res, body := do(t, h.srv, http.MethodGet, "/v1/data/users/u1", "", api.HeaderAfter, session)
+	// The held collection answers the earlier answer's token, old and whole, and says so.
+	res, body := do(t, h.srv, http.MethodGet, "/v1/data/users/u1", "", api.HeaderAfter, answered)
 	if res.StatusCode != 200 || !strings.Contains(string(body), `"ada"`) || strings.Contains(string(body), "shape") ||
 		res.Header.Get(api.HeaderHeld) == "" {
-		t.Fatalf("held users with a session token = %d %s, %s %q; want 200, the old document, and the header",
+		t.Fatalf("held users with an answer's token = %d %s, %s %q; want 200, the old document, and the header",
 			res.StatusCode, body, api.HeaderHeld, res.Header.Get(api.HeaderHeld))
 	}
 	// The write's token is not answered from the held collection.

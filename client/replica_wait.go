@@ -86,8 +86,9 @@ func (r *Replica) await(want token) waiting {
 }
 
 // heldCover reports whether every collection st holds at an earlier position
-// covers want, when want is a write's token (one that names no version): a
-// session's token asks for monotonic reads alone, which a held collection keeps.
+// covers want, when want is a write's token (one that names no version): the
+// token of an earlier answer asks for monotonic reads alone, which a held
+// collection keeps.
 func heldCover(st *replicaState, want token) bool {
 	if st == nil || want.version != "" {
 		return true

@@ -108,7 +108,7 @@ func (m *Manifest) CollectionSource(name string) Position {
 
 // CollectionCovers reports whether a read of collection name from the version,
 // which covers tok, covers it for that collection too. A token that names a version
-// (a Snapshot-Token an answer named: a session's) asks for monotonic reads, which a
+// (the Snapshot-Token of an earlier answer) asks for monotonic reads, which a
 // held collection keeps, as it never goes back: covered. A write's token (one that
 // names no version) is covered by a held collection only when the position it is
 // held at covers it.
