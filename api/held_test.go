@@ -230,9 +230,9 @@ func TestHeldCollectionPinned(t *testing.T) {
 		}
 		return nil
 	})
-	start := time.Now()
+	// 412, not the 503 that a wait to its bound ends with.
 	res, body := do(t, h.srv, http.MethodGet, "/v1/data/users/u1", "", api.HeaderAfter, write, "Prefer", "wait=5")
-	if res.StatusCode != http.StatusPreconditionFailed || !strings.Contains(string(body), "holds the collection") || time.Since(start) > 3*time.Second {
-		t.Fatalf("a pinned held collection with a write's token = %d %s after %s; want 412 at once", res.StatusCode, body, time.Since(start))
+	if res.StatusCode != http.StatusPreconditionFailed || !strings.Contains(string(body), "holds the collection") {
+		t.Fatalf("a pinned held collection with a write's token = %d %s; want 412", res.StatusCode, body)
 	}
 }

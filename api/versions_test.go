@@ -386,8 +386,10 @@ func TestStatusPageShowsBasesBesideTheStream(t *testing.T) {
 	for _, want := range []string{
 		"held for 2m at its state before: the table&#39;s column or type definitions changed",
 		"Bases beside the stream",
-		"base of orders: building, 500 of 1000 rows (50%), 2.0 KiB, started 20s ago, about 20s left, by syncer-a; why: the deltas hold 600 rows",
-		"base of tags: failed, 0 of 0 rows, 0 B, started 1m0s ago (storage unreachable; tried again at",
+		"base of orders: building, 500 of 1000 rows (50%), 2.0 KiB, started ", // the times: TestBaseLine
+		"left, by syncer-a; why: the deltas hold 600 rows",
+		"base of tags: failed, 0 of 0 rows, 0 B, started ",
+		"(storage unreachable; tried again at",
 	} {
 		if !strings.Contains(page, want) {
 			t.Errorf("status page lacks %q:\n%s", want, page)

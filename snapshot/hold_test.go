@@ -6,7 +6,9 @@ import (
 	"maps"
 	"math/rand/v2"
 	"sync"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/snapflip/snapflip/internal/memstore"
 	"github.com/snapflip/snapflip/snapshot"
@@ -288,5 +290,44 @@ func TestHeldSwapAtEveryCrashPoint(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// A base read beside the stream that waited half the TTL for a version is dropped,
+// never taken (its cells would expire before the chain that took it); the version
+// holds the collection on and reads its base again, which the next one takes.
+func TestHeldBaseTooOldIsReadAgain(t *testing.T) {
+	r := newMemRig(t, 4)
+	r.pub.TTL = time.Hour
+	c, _ := r.withCompactor(t, r.st)
+	c.Source = r.src
+	var skew atomic.Int64
+	c.Now = func() time.Time { return time.Now().Add(time.Duration(skew.Load())) }
+	ctx := context.Background()
+	publish := func() snapshot.Manifest {
+		t.Helper()
+		res, err := r.pub.Publish(ctx, snapshot.PublishOptions{})
+		if err != nil || res.NoOp {
+			t.Fatalf("publish = %+v, %v", res, err)
+		}
+		return res.Manifest
+	}
+	publish()
+	r.src.Redefine("users")
+	publish()
+	c.Wait()
+	first := c.Progress()[0]
+	skew.Store(int64(31 * time.Minute))
+	r.src.Put("orders", "3", `{"user":"u03"}`)
+	if v3 := publish(); v3.Collections["users"].Held == nil {
+		t.Fatalf("v3 took a base built over half the TTL ago: %+v", v3.Collections["users"])
+	}
+	c.Wait()
+	if p := c.Progress(); len(p) != 1 || !p[0].Started.After(first.Started) || p[0].State != "built" {
+		t.Fatalf("progress = %+v; want users' base read again after %v", p, first.Started)
+	}
+	v4 := publish()
+	if v4.Collections["users"].Held != nil || !sameContents(r.holds(t, v4), r.model()) {
+		t.Fatalf("v4 holds %v (held %v); want the source %v", r.holds(t, v4), v4.HeldCollections(), r.model())
 	}
 }

@@ -200,6 +200,8 @@ func TestConfigErrorsNameTheField(t *testing.T) {
 		{"base_rows_per_second: 0\n" + coll, "base_rows_per_second 0: must be at least 1"},
 		{"base_rows_per_second: .nan\n" + coll, "base_rows_per_second NaN"},
 		{"base_rows_per_second: many\n" + coll, "base_rows_per_second (line 1)"},
+		{"definition_changes: later\n" + coll, `definition_changes "later": must be "hold" or "wait"`},
+		{"definition_changes: \"\"\n" + coll, `definition_changes "": must be "hold" or "wait"`},
 		{"watch: {interval: 1ms}\n" + coll, "watch.interval"},
 		{"watch: {min_interval: -1s}\n" + coll, "watch.min_interval"},
 		{"watch: {hold_bytes: -1}\n" + coll, "watch.hold_bytes"},

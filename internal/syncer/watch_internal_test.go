@@ -1,8 +1,12 @@
 package syncer
 
 import (
+	"context"
+	"errors"
 	"testing"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/snapflip/snapflip/pgsource"
 )
@@ -38,5 +42,30 @@ func TestPendingXmax(t *testing.T) {
 				t.Error("a second take found changes pending")
 			}
 		})
+	}
+}
+
+// A base read beside the stream that is built wakes the change watch: a change,
+// reason "base built", is pending, so that a version takes the base without waiting
+// for a change of the source or the schedule; and counted.
+func TestBaseBuiltWakesTheWatch(t *testing.T) {
+	built := make(chan struct{}, 1)
+	r := &Runner{Dataset: "ds", Metrics: NewMetrics("ds"), BaseBuilt: built}
+	pend := newPending()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- r.watchBases(ctx, pend) }()
+	built <- struct{}{}
+	<-pend.wake
+	ok, _, xmax, reason := pend.take()
+	if !ok || xmax != 0 || reason != pgsource.ReasonBaseBuilt {
+		t.Errorf("pending after a base was built = %t, xmax %d, %s; want a change, no xmax, base built", ok, xmax, reason)
+	}
+	cancel()
+	if err := <-done; !errors.Is(err, context.Canceled) {
+		t.Errorf("watchBases = %v; want it ended by its context", err)
+	}
+	if n := testutil.ToFloat64(r.Metrics.watch.changes.WithLabelValues("base built")); n != 1 {
+		t.Errorf("changes counted with reason base built = %g; want 1", n)
 	}
 }
