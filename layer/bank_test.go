@@ -83,6 +83,10 @@ func TestBankInvariantThroughHolds(t *testing.T) {
 	}{{"stats", true}, {"logical", true}, {"stats", false}} {
 		t.Run(fmt.Sprintf("%s/hold=%t", tc.mode, tc.hold), func(t *testing.T) {
 			h := newHoldRigOf(t, bankCollections)
+			// The accounts' bases are read in chunks of 300 rows, each in a
+			// transaction of its own, while pgbench writes.
+			ps := h.Pub.Source.(*pgsource.Source)
+			ps.PartitionMinRows, ps.BaseChunkRows = 100, 300
 			if !tc.hold {
 				h.c.Source = nil
 			}

@@ -115,6 +115,9 @@ type idQuery struct {
 	cr        *collectionRead
 	sel, from string
 	args      []any
+	// batch, when above zero, reads each range through a cursor, that many rows a
+	// fetch, so that a read can stop in the middle without the rest being sent.
+	batch int
 }
 
 func (q idQuery) sql() string {
@@ -153,6 +156,12 @@ func (r *snap) inIDOrder(ctx context.Context, q idQuery) (rowReader, error) {
 	if err != nil {
 		return nil, err
 	}
+	return r.rangesInIDOrder(ctx, q, ranges)
+}
+
+// rangesInIDOrder is inIDOrder over the given ranges, sorted by Postgres when there
+// are none.
+func (r *snap) rangesInIDOrder(ctx context.Context, q idQuery, ranges []idRange) (rowReader, error) {
 	if len(ranges) > 1 {
 		m, err := r.mergedScans(ctx, q, ranges)
 		if m != nil || err != nil {
@@ -213,7 +222,11 @@ func (r *snap) mergedScans(ctx context.Context, q idQuery, ranges []idRange) (ro
 // scanRange starts the scan of one range of ids of q on on, in the range's byte
 // order.
 func scanRange(ctx context.Context, on querier, q idQuery, rg idRange) (pgx.Rows, error) {
-	rows, err := on.Query(ctx, q.rangeSQL(rg.desc), slices.Concat(q.args, []any{rg.lo, rg.hi})...)
+	args := slices.Concat(q.args, []any{rg.lo, rg.hi})
+	if q.batch > 0 {
+		return declareCursor(ctx, on, rangeCursor(rg), q.rangeSQL(rg.desc), args, q.batch)
+	}
+	rows, err := on.Query(ctx, q.rangeSQL(rg.desc), args...)
 	if err != nil {
 		return nil, fmt.Errorf("query %s (ids %d..%d): %w", describe(q.cr.c), rg.lo, rg.hi, err)
 	}

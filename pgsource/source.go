@@ -46,6 +46,14 @@ type Source struct {
 	// PartitionMinRows is the row count from which a table is read in parallel;
 	// default 200,000.
 	PartitionMinRows int64
+	// BaseTransaction is the longest a base read beside the stream (OpenBase) holds
+	// a source transaction open: it is read in chunks, each in a transaction of its
+	// own. Zero means DefaultBaseTransaction; a negative value reads each base in one
+	// transaction.
+	BaseTransaction time.Duration
+	// BaseChunkRows, when above zero, also ends a chunk of such a base after that
+	// many rows: at most that many are read again after a kill.
+	BaseChunkRows int
 	// RowKeyBytes returns the bytes of the row key that stores document id of
 	// collection (in any version), for Check's estimates of index sizes; nil counts
 	// the id alone.

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"time"
 
 	"github.com/snapflip/snapflip/snapshot"
 )
@@ -54,14 +55,22 @@ func (s *Source) OpenBase(ctx context.Context, collection string) (snapshot.Sour
 	if i < 0 {
 		return nil, fmt.Errorf("%w: no collection %q", snapshot.ErrInvalid, collection)
 	}
-	// The snapshot touches the collection's table alone: it is held open for the
-	// whole read, and a lock on another table would hold DDL on it up that long.
-	snap, err := s.openOf(ctx, nil, s.collections[i:i+1])
-	if err != nil || log == nil {
-		return snap, err
+	// The snapshot touches the collection's table alone: a lock on another table
+	// would hold DDL on it up as long as the first chunk is read.
+	began := time.Now()
+	first, err := s.openOf(ctx, nil, s.collections[i:i+1])
+	if err != nil {
+		return nil, err
 	}
-	st.logFrom(log, snap.Position().Snapshot)
-	return snap, nil
+	b, err := s.chunked(ctx, first.(*snap), collection, began)
+	if err != nil {
+		_ = first.Close(ctx)
+		return nil, err
+	}
+	if log != nil {
+		st.logFrom(log, first.Position().Snapshot)
+	}
+	return b, nil
 }
 
 // beginLog starts a key log of collection: every held transaction's keys of it, and

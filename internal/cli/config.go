@@ -285,6 +285,10 @@ type SyncerConfig struct {
 	// stream of versions (compacted from storage, for rebase_ratio or the TTL's
 	// keep-alive), so that it leaves the commit path its share; default 100000.
 	BaseRowsPerSecond float64 `yaml:"base_rows_per_second"`
+	// BaseTransaction is the longest `syncer run` holds a source transaction
+	// open to read a held or new collection's base beside the stream: the base is
+	// read in chunks, each in a transaction of its own; default 10s.
+	BaseTransaction time.Duration `yaml:"base_transaction"`
 	// DefinitionChanges is what `syncer run` does with a collection whose
 	// definition changed (its config, its table's columns or types, its indexes)
 	// or that is new: "hold" (the default) reads its base beside the stream of
@@ -330,6 +334,7 @@ func DefaultSyncerConfig() SyncerConfig {
 		MaxLayers:         layer.DefaultMaxLayers,
 		RebaseRatio:       layer.DefaultRebaseRatio,
 		BaseRowsPerSecond: layer.DefaultBaseRowsPerSecond,
+		BaseTransaction:   pgsource.DefaultBaseTransaction,
 		DefinitionChanges: DefinitionChangesHold,
 		Postgres:          PostgresConfig{Readers: 1, PartitionMinRows: 200_000},
 		Lease:             LeaseConfig{Duration: 15 * time.Second, AcquireTimeout: time.Minute},
@@ -428,6 +433,9 @@ func (c SyncerConfig) validate() error {
 	}
 	if !(c.BaseRowsPerSecond >= 1) {
 		return fmt.Errorf("base_rows_per_second %g: must be at least 1", c.BaseRowsPerSecond)
+	}
+	if c.BaseTransaction < 100*time.Millisecond {
+		return fmt.Errorf("base_transaction %s: must be at least 100ms", c.BaseTransaction)
 	}
 	if c.DefinitionChanges != DefinitionChangesHold && c.DefinitionChanges != DefinitionChangesWait {
 		return fmt.Errorf("definition_changes %q: must be %q or %q", c.DefinitionChanges, DefinitionChangesHold, DefinitionChangesWait)

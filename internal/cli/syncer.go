@@ -293,6 +293,7 @@ func connect(ctx context.Context, cfg SyncerConfig, log *slog.Logger) (*pgsource
 		return nil, nil, err
 	}
 	src.Readers, src.PartitionMinRows = cfg.Postgres.Readers, cfg.Postgres.PartitionMinRows
+	src.BaseTransaction = cfg.BaseTransaction
 	sctx, cancel := context.WithTimeout(ctx, startupTimeout)
 	defer cancel()
 	st, err := store.Open(sctx, cfg.StoreConfig())

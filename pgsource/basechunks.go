@@ -1,0 +1,331 @@
+package pgsource
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/snapflip/snapflip/snapshot"
+)
+
+// A base read beside the stream in chunks (docs/design.md, "Bases in chunks"). A
+// base of a large table read in one REPEATABLE READ transaction holds that
+// transaction open for as long as the read takes, and while it is open vacuum keeps
+// every row version newer than its snapshot, in every table of the database. So a
+// base whose ids an index streams in byte order (digitScans) is read in chunks of
+// that order, each in a transaction of its own that ends once it has been open half
+// of BaseTransaction, the next starting after the last id sent.
+//
+// The base's position is the first chunk's snapshot. A row a later chunk reads
+// either did not change after that snapshot, and reads as it did then, or it
+// changed, and the version that takes the base reads it again: the catch-up since
+// the base's position finds every row changed after it (row versions newer than its
+// snapshot, or the stream's key log), deletions included. So the base and its
+// catch-up equal one snapshot at the version's position, as a base read in one
+// transaction does. A row a later chunk finds behind the last id sent was inserted
+// after the base's position: it is left to the catch-up too.
+
+// DefaultBaseTransaction is the longest a base read beside the stream holds a source
+// transaction open.
+const DefaultBaseTransaction = 10 * time.Second
+
+// baseFetch is how many rows a chunk's cursor sends a fetch.
+const baseFetch = 1000
+
+// errChunkEnd ends a chunk's scan: its transaction has been open long enough.
+var errChunkEnd = errors.New("the chunk's transaction has been open long enough")
+
+// BaseChunks says how a base read beside the stream was read.
+type BaseChunks struct {
+	// Chunks is how many transactions read it; 1 for a base read in one.
+	Chunks int
+	// Longest is the longest any of them was open while the base was read.
+	Longest time.Duration
+	// Whole says why the base was read in one transaction; "" when it was chunked.
+	Whole string
+}
+
+// chunkedBase is a base's snapshot that reads its collection in chunks: the first
+// chunk's snapshot, whose position and indexes are the base's, and the chunks after
+// it.
+type chunkedBase struct {
+	*snap
+	limit   time.Duration
+	began   time.Time // when the first chunk's transaction began
+	indexes []snapshot.IndexDef
+
+	mu     sync.Mutex
+	chunks BaseChunks
+	cur    *snap // the chunk being read after the first; nil between them
+}
+
+// chunked wraps first, a base's snapshot of collection that began at began, to read
+// in chunks, its indexes read in it now.
+func (s *Source) chunked(ctx context.Context, first *snap, collection string, began time.Time) (*chunkedBase, error) {
+	ix, err := first.Indexes(ctx, collection)
+	if err != nil {
+		return nil, err
+	}
+	limit := s.BaseTransaction
+	if limit == 0 {
+		limit = DefaultBaseTransaction
+	}
+	return &chunkedBase{snap: first, limit: limit, began: began, indexes: ix}, nil
+}
+
+// Indexes returns the collection's indexes as the first chunk read them.
+func (b *chunkedBase) Indexes(ctx context.Context, collection string) ([]snapshot.IndexDef, error) {
+	if _, err := b.read(collection); err != nil {
+		return nil, err
+	}
+	return b.indexes, nil
+}
+
+// Chunks says how the base was read, so far.
+func (b *chunkedBase) Chunks() BaseChunks {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.chunks
+}
+
+// ScanSince streams the collection in id byte order in chunks, when since is nil and
+// its ids are read in index scans; otherwise in the first chunk's transaction alone.
+func (b *chunkedBase) ScanSince(ctx context.Context, collection string, since *snapshot.Position, fn func(snapshot.Document) error) (snapshot.LayerMode, error) {
+	cr, err := b.read(collection)
+	if err != nil {
+		return snapshot.LayerMode{}, err
+	}
+	var ranges []idRange
+	why := "the base is read against an earlier position"
+	switch {
+	case since != nil:
+	case b.limit < 0:
+		why = "chunks are off (base_transaction is negative)"
+	default:
+		if ranges, err = b.digitScans(ctx, cr); err != nil {
+			return snapshot.LayerMode{}, err
+		}
+		why = "its ids are not one integer column of an indexed table of enough rows, which chunks need to read in byte order"
+	}
+	if len(ranges) == 0 {
+		mode, err := b.snap.ScanSince(ctx, collection, since, fn)
+		b.count(b.began, why)
+		return mode, err
+	}
+	plan, err := b.changeMode(ctx, cr, nil)
+	if err != nil {
+		return snapshot.LayerMode{}, fmt.Errorf("collection %s: %w", collection, err)
+	}
+	return snapshotMode(plan.mode), b.scanChunks(ctx, cr, ranges, fn)
+}
+
+// scanChunks reads ranges in chunks, the first in the first chunk's transaction.
+func (b *chunkedBase) scanChunks(ctx context.Context, cr *collectionRead, ranges []idRange, fn func(snapshot.Document) error) error {
+	q := idQuery{cr: cr, sel: docSQL, from: rowsFromSQL(cr.c), batch: baseFetch}
+	var last string // the last id sent
+	sent := false
+	sn, began := b.snap, b.began
+	for {
+		rowsIn := 0
+		err := b.guard(ctx, sn)
+		var rows rowReader
+		if err == nil {
+			rows, err = sn.rangesInIDOrder(ctx, q, ranges)
+		}
+		if err == nil {
+			err = readRows(rows, cr.c, cr.key, true, func(d snapshot.Document) error {
+				if sent && d.ID <= last {
+					return nil // inserted after the base's position: the catch-up reads it
+				}
+				advance(ranges, d.ID)
+				last, sent = d.ID, true
+				if err := fn(d); err != nil {
+					return err
+				}
+				if rowsIn++; time.Since(began) >= b.limit/2 || rowsIn == b.src.BaseChunkRows {
+					return errChunkEnd
+				}
+				return nil
+			})
+		}
+		b.ended(sn, began)
+		if !errors.Is(err, errChunkEnd) {
+			return err
+		}
+		if ranges = remaining(ranges); len(ranges) == 0 {
+			return nil
+		}
+		if sn, began, err = b.next(ctx, cr); err != nil {
+			return err
+		}
+	}
+}
+
+// guard bounds the chunk's idle time in Postgres as well: a reader stalled past the
+// bound loses its session, and the base is read again, rather than holding the
+// transaction open.
+func (b *chunkedBase) guard(ctx context.Context, sn *snap) error {
+	ms := strconv.FormatInt(b.limit.Milliseconds(), 10)
+	_, err := sn.tx.Exec(ctx, setLocalSQL("idle_in_transaction_session_timeout", ms))
+	return err
+}
+
+// count counts a transaction that read the base, begun at began; whole says why it
+// read all of it, if it did.
+func (b *chunkedBase) count(began time.Time, whole string) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.chunks.Chunks++
+	b.chunks.Longest = max(b.chunks.Longest, time.Since(began))
+	b.chunks.Whole = whole
+}
+
+// ended counts the chunk read in sn, begun at began, and ends its transaction.
+func (b *chunkedBase) ended(sn *snap, began time.Time) {
+	b.count(began, "")
+	b.mu.Lock()
+	b.cur = nil
+	b.mu.Unlock()
+	ctx, cancel := snapshot.Detach(context.Background(), closeTimeout)
+	defer cancel()
+	_ = sn.Close(ctx)
+}
+
+// next begins the next chunk's transaction, the collection's definition still the
+// first chunk's.
+func (b *chunkedBase) next(ctx context.Context, cr *collectionRead) (*snap, time.Time, error) {
+	began := time.Now()
+	conn, born, tx, err := b.src.begin(ctx)
+	if err != nil {
+		return nil, began, err
+	}
+	sn := &snap{src: b.src, conn: conn, born: born, tx: tx, pos: b.pos, reads: map[string]*collectionRead{cr.c.Name: cr}, extra: map[int]*pgx.Conn{}}
+	b.mu.Lock()
+	b.cur = sn
+	b.mu.Unlock()
+	if want := b.pos.Definitions[cr.c.Name]; want != "" {
+		cols, err := tableDefinitions(ctx, tx, cr.c)
+		if err == nil && definitionsOf(cols) != want {
+			err = fmt.Errorf("%w: the definition of %s changed while its base was read", snapshot.ErrSource, describe(cr.c))
+		}
+		if err != nil {
+			b.ended(sn, began)
+			return nil, began, err
+		}
+	}
+	return sn, began, nil
+}
+
+// Close ends the chunk being read, if any, and the first chunk's snapshot.
+func (b *chunkedBase) Close(ctx context.Context) error {
+	b.mu.Lock()
+	cur := b.cur
+	b.cur = nil
+	b.mu.Unlock()
+	if cur != nil {
+		_ = cur.Close(ctx)
+	}
+	return b.snap.Close(ctx)
+}
+
+// advance moves the range holding id past it: id has been sent.
+func advance(ranges []idRange, id string) {
+	v, err := strconv.ParseInt(id, 10, 64)
+	if err != nil {
+		return
+	}
+	for i := range ranges {
+		rg := &ranges[i]
+		if v < rg.lo || v > rg.hi {
+			continue
+		}
+		switch {
+		case rg.desc && v == math.MinInt64, !rg.desc && v == math.MaxInt64:
+			rg.lo, rg.hi = 1, 0 // read to its end
+		case rg.desc:
+			rg.hi = v - 1
+		default:
+			rg.lo = v + 1
+		}
+		return
+	}
+}
+
+// remaining returns the ranges with ids left to read.
+func remaining(ranges []idRange) []idRange {
+	out := ranges[:0]
+	for _, rg := range ranges {
+		if rg.lo <= rg.hi {
+			out = append(out, rg)
+		}
+	}
+	return out
+}
+
+// rangeCursor names the cursor that reads rg.
+func rangeCursor(rg idRange) string {
+	return "snapflip_ids_" + strings.ReplaceAll(strconv.FormatInt(rg.lo, 10), "-", "n")
+}
+
+// declareCursor declares the cursor name for stmt on on and returns its rows,
+// fetched batch at a time.
+func declareCursor(ctx context.Context, on querier, name, stmt string, args []any, batch int) (pgx.Rows, error) {
+	rows, err := on.Query(ctx, "DECLARE "+name+" NO SCROLL CURSOR FOR "+stmt, args...)
+	if err == nil {
+		rows.Close()
+		err = rows.Err()
+	}
+	if err != nil {
+		return nil, fmt.Errorf("declare cursor %s: %w", name, err)
+	}
+	c := &cursorRows{ctx: ctx, on: on, fetch: "FETCH FORWARD " + strconv.Itoa(batch) + " FROM " + name, batch: batch}
+	if err := c.more(); err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+// cursorRows is a cursor's rows, fetched a batch at a time: closed in the middle, it
+// leaves at most a batch unread.
+type cursorRows struct {
+	pgx.Rows // the current batch
+	ctx      context.Context
+	on       querier
+	fetch    string
+	batch, n int // rows a fetch; rows of the current batch read
+	err      error
+}
+
+// more fetches the next batch.
+func (c *cursorRows) more() error {
+	rows, err := c.on.Query(c.ctx, c.fetch)
+	if err != nil {
+		return fmt.Errorf("%s: %w", c.fetch, err)
+	}
+	c.Rows, c.n = rows, 0
+	return nil
+}
+
+func (c *cursorRows) Next() bool {
+	for c.err == nil {
+		if c.Rows.Next() {
+			c.n++
+			return true
+		}
+		c.Rows.Close()
+		if c.err = c.Rows.Err(); c.err != nil || c.n < c.batch {
+			return false
+		}
+		c.err = c.more()
+	}
+	return false
+}
+
+func (c *cursorRows) Err() error { return c.err }
