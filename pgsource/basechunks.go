@@ -4,9 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math"
 	"strconv"
-	"strings"
 	"sync"
 	"time"
 
@@ -21,7 +19,8 @@ import (
 // every row version newer than its snapshot, in every table of the database. So a
 // base whose ids an index streams in byte order (digitScans) is read in chunks of
 // that order, each in a transaction of its own that ends once it has been open half
-// of BaseTransaction, the next starting after the last id sent.
+// of BaseTransaction, the next starting after the last id sent. A chunk's scans run
+// on connections that import its snapshot, closed to stop them where they stand.
 //
 // The base's position is the first chunk's snapshot. A row a later chunk reads
 // either did not change after that snapshot, and reads as it did then, or it
@@ -35,9 +34,6 @@ import (
 // DefaultBaseTransaction is the longest a base read beside the stream holds a source
 // transaction open.
 const DefaultBaseTransaction = 10 * time.Second
-
-// baseFetch is how many rows a chunk's cursor sends a fetch.
-const baseFetch = 1000
 
 // errChunkEnd ends a chunk's scan: its transaction has been open long enough.
 var errChunkEnd = errors.New("the chunk's transaction has been open long enough")
@@ -128,28 +124,31 @@ func (b *chunkedBase) ScanSince(ctx context.Context, collection string, since *s
 
 // scanChunks reads ranges in chunks, the first in the first chunk's transaction.
 func (b *chunkedBase) scanChunks(ctx context.Context, cr *collectionRead, ranges []idRange, fn func(snapshot.Document) error) error {
-	q := idQuery{cr: cr, sel: docSQL, from: rowsFromSQL(cr.c), batch: baseFetch}
+	q := idQuery{cr: cr, sel: docSQL, from: rowsFromSQL(cr.c)}
 	var last string // the last id sent
 	sent := false
 	sn, began := b.snap, b.began
 	for {
 		rowsIn := 0
 		err := b.guard(ctx, sn)
-		var rows rowReader
+		var rows *mergedRows
 		if err == nil {
-			rows, err = sn.rangesInIDOrder(ctx, q, ranges)
+			rows, err = sn.importedScans(ctx, q, ranges)
+			if rows == nil && err == nil {
+				err = fmt.Errorf("%w: the scans of %s could not import the chunk's snapshot", snapshot.ErrSource, describe(cr.c))
+			}
 		}
 		if err == nil {
 			err = readRows(rows, cr.c, cr.key, true, func(d snapshot.Document) error {
 				if sent && d.ID <= last {
 					return nil // inserted after the base's position: the catch-up reads it
 				}
-				advance(ranges, d.ID)
 				last, sent = d.ID, true
 				if err := fn(d); err != nil {
 					return err
 				}
-				if rowsIn++; time.Since(began) >= b.limit/2 || rowsIn == b.src.BaseChunkRows {
+				rowsIn++
+				if rowsIn == b.src.BaseChunkRows || (rowsIn%timeEvery == 0 && time.Since(began) >= b.limit/2) {
 					return errChunkEnd
 				}
 				return nil
@@ -159,7 +158,7 @@ func (b *chunkedBase) scanChunks(ctx context.Context, cr *collectionRead, ranges
 		if !errors.Is(err, errChunkEnd) {
 			return err
 		}
-		if ranges = remaining(ranges); len(ranges) == 0 {
+		if ranges = rangesAfter(ranges, last); len(ranges) == 0 {
 			return nil
 		}
 		if sn, began, err = b.next(ctx, cr); err != nil {
@@ -235,97 +234,54 @@ func (b *chunkedBase) Close(ctx context.Context) error {
 	return b.snap.Close(ctx)
 }
 
-// advance moves the range holding id past it: id has been sent.
-func advance(ranges []idRange, id string) {
-	v, err := strconv.ParseInt(id, 10, 64)
-	if err != nil {
-		return
-	}
-	for i := range ranges {
-		rg := &ranges[i]
-		if v < rg.lo || v > rg.hi {
-			continue
-		}
-		switch {
-		case rg.desc && v == math.MinInt64, !rg.desc && v == math.MaxInt64:
-			rg.lo, rg.hi = 1, 0 // read to its end
-		case rg.desc:
-			rg.hi = v - 1
-		default:
-			rg.lo = v + 1
-		}
-		return
-	}
-}
+// timeEvery is how many rows a chunk sends between looks at the clock.
+const timeEvery = 64
 
-// remaining returns the ranges with ids left to read.
-func remaining(ranges []idRange) []idRange {
-	out := ranges[:0]
+// rangesAfter returns what is left of ranges after the id last, in byte order: the
+// ids of each whose text sorts after last.
+func rangesAfter(ranges []idRange, last string) []idRange {
+	var out []idRange
 	for _, rg := range ranges {
-		if rg.lo <= rg.hi {
+		if rg = rg.after(last); rg.lo <= rg.hi {
 			out = append(out, rg)
 		}
 	}
 	return out
 }
 
-// rangeCursor names the cursor that reads rg.
-func rangeCursor(rg idRange) string {
-	return "snapflip_ids_" + strings.ReplaceAll(strconv.FormatInt(rg.lo, 10), "-", "n")
-}
-
-// declareCursor declares the cursor name for stmt on on and returns its rows,
-// fetched batch at a time.
-func declareCursor(ctx context.Context, on querier, name, stmt string, args []any, batch int) (pgx.Rows, error) {
-	rows, err := on.Query(ctx, "DECLARE "+name+" NO SCROLL CURSOR FOR "+stmt, args...)
-	if err == nil {
-		rows.Close()
-		err = rows.Err()
-	}
-	if err != nil {
-		return nil, fmt.Errorf("declare cursor %s: %w", name, err)
-	}
-	c := &cursorRows{ctx: ctx, on: on, fetch: "FETCH FORWARD " + strconv.Itoa(batch) + " FROM " + name, batch: batch}
-	if err := c.more(); err != nil {
-		return nil, err
-	}
-	return c, nil
-}
-
-// cursorRows is a cursor's rows, fetched a batch at a time: closed in the middle, it
-// leaves at most a batch unread.
-type cursorRows struct {
-	pgx.Rows // the current batch
-	ctx      context.Context
-	on       querier
-	fetch    string
-	batch, n int // rows a fetch; rows of the current batch read
-	err      error
-}
-
-// more fetches the next batch.
-func (c *cursorRows) more() error {
-	rows, err := c.on.Query(c.ctx, c.fetch)
-	if err != nil {
-		return fmt.Errorf("%s: %w", c.fetch, err)
-	}
-	c.Rows, c.n = rows, 0
-	return nil
-}
-
-func (c *cursorRows) Next() bool {
-	for c.err == nil {
-		if c.Rows.Next() {
-			c.n++
-			return true
+// after returns the ids of rg whose text sorts after last's bytes: in rg's order
+// their texts sort as bytes, so they are the ids past the first such one, found by
+// a binary search (lo > hi when there is none).
+func (rg idRange) after(last string) idRange {
+	past := func(v int64) bool { return strconv.FormatInt(v, 10) > last }
+	if !rg.desc {
+		// The least v in lo..hi that is past; past is false below it.
+		lo, hi := rg.lo, rg.hi
+		if !past(hi) {
+			return idRange{lo: 1, hi: 0, desc: rg.desc}
 		}
-		c.Rows.Close()
-		if c.err = c.Rows.Err(); c.err != nil || c.n < c.batch {
-			return false
+		for lo < hi {
+			mid := lo + (hi-lo)/2
+			if past(mid) {
+				hi = mid
+			} else {
+				lo = mid + 1
+			}
 		}
-		c.err = c.more()
+		return idRange{lo: lo, hi: rg.hi}
 	}
-	return false
+	// Descending: the greatest v in lo..hi that is past; past is false above it.
+	lo, hi := rg.lo, rg.hi
+	if !past(lo) {
+		return idRange{lo: 1, hi: 0, desc: rg.desc}
+	}
+	for lo < hi {
+		mid := hi - (hi-lo)/2
+		if past(mid) {
+			lo = mid
+		} else {
+			hi = mid - 1
+		}
+	}
+	return idRange{lo: rg.lo, hi: hi, desc: true}
 }
-
-func (c *cursorRows) Err() error { return c.err }

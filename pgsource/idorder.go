@@ -115,9 +115,6 @@ type idQuery struct {
 	cr        *collectionRead
 	sel, from string
 	args      []any
-	// batch, when above zero, reads each range through a cursor, that many rows a
-	// fetch, so that a read can stop in the middle without the rest being sent.
-	batch int
 }
 
 func (q idQuery) sql() string {
@@ -156,12 +153,6 @@ func (r *snap) inIDOrder(ctx context.Context, q idQuery) (rowReader, error) {
 	if err != nil {
 		return nil, err
 	}
-	return r.rangesInIDOrder(ctx, q, ranges)
-}
-
-// rangesInIDOrder is inIDOrder over the given ranges, sorted by Postgres when there
-// are none.
-func (r *snap) rangesInIDOrder(ctx context.Context, q idQuery, ranges []idRange) (rowReader, error) {
 	if len(ranges) > 1 {
 		m, err := r.mergedScans(ctx, q, ranges)
 		if m != nil || err != nil {
@@ -186,13 +177,30 @@ func (r *snap) rangesInIDOrder(ctx context.Context, q idQuery, ranges []idRange)
 // transaction to end, while the transaction waits for them. The table is sorted by
 // Postgres instead.
 func (r *snap) mergedScans(ctx context.Context, q idQuery, ranges []idRange) (rowReader, error) {
+	m, err := r.importedScans(ctx, q, ranges[1:])
+	if m == nil || err != nil {
+		return nil, err
+	}
+	rows, err := scanRange(ctx, r.tx, q, ranges[0])
+	if err != nil {
+		m.Close()
+		return nil, err
+	}
+	m.add(rows)
+	return m, nil
+}
+
+// importedScans starts one scan per range, each on a connection that imports the
+// snapshot, and merges them; nil and no error as mergedScans says. Closed in the
+// middle, they are not read to their ends: their connections are closed.
+func (r *snap) importedScans(ctx context.Context, q idQuery, ranges []idRange) (*mergedRows, error) {
 	if r.exported == "" {
 		if err := r.tx.QueryRow(ctx, exportSnapshotSQL).Scan(&r.exported); err != nil {
 			return nil, fmt.Errorf("export snapshot: %w", err)
 		}
 	}
 	m := &mergedRows{}
-	for _, rg := range ranges[1:] {
+	for _, rg := range ranges {
 		conn, err := r.importSnapshot(ctx)
 		if err == nil {
 			m.conns = append(m.conns, conn)
@@ -210,23 +218,13 @@ func (r *snap) mergedScans(ctx context.Context, q idQuery, ranges []idRange) (ro
 			return nil, nil
 		}
 	}
-	rows, err := scanRange(ctx, r.tx, q, ranges[0])
-	if err != nil {
-		m.Close()
-		return nil, err
-	}
-	m.add(rows)
 	return m, nil
 }
 
 // scanRange starts the scan of one range of ids of q on on, in the range's byte
 // order.
 func scanRange(ctx context.Context, on querier, q idQuery, rg idRange) (pgx.Rows, error) {
-	args := slices.Concat(q.args, []any{rg.lo, rg.hi})
-	if q.batch > 0 {
-		return declareCursor(ctx, on, rangeCursor(rg), q.rangeSQL(rg.desc), args, q.batch)
-	}
-	rows, err := on.Query(ctx, q.rangeSQL(rg.desc), args...)
+	rows, err := on.Query(ctx, q.rangeSQL(rg.desc), slices.Concat(q.args, []any{rg.lo, rg.hi})...)
 	if err != nil {
 		return nil, fmt.Errorf("query %s (ids %d..%d): %w", describe(q.cr.c), rg.lo, rg.hi, err)
 	}

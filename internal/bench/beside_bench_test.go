@@ -80,14 +80,7 @@ func BenchmarkBaseBeside(b *testing.B) {
 // committer on items whose first commit is served, and the first version's sync
 // duration, and the syncer's log is kept in /tmp/<name>-<mode>.log.
 func bigBesideSmall(b *testing.B, name, envRows, envPace string, settings []string, body func(b *testing.B, mode string, rows int, rig servingRig, c *committer, first float64)) {
-	rows := 3_000_000
-	if s := os.Getenv(envRows); s != "" {
-		n, err := strconv.Atoi(s)
-		if err != nil {
-			b.Fatalf("%s=%q: %v", envRows, s, err)
-		}
-		rows = n
-	}
+	rows := envInt(b, envRows, 3_000_000)
 	defaultEnv(b)
 	dir := b.TempDir()
 	for _, mode := range []string{"stats", "logical"} {
@@ -222,4 +215,18 @@ func baseDuration(tb testing.TB, p *syncerProc, collection string) time.Duration
 	}
 	tb.Fatalf("the syncer did not log the build of %s's base\n%s", collection, p.logTail())
 	return 0
+}
+
+// envInt returns the number in the environment variable name, or def when it is
+// unset.
+func envInt(tb testing.TB, name string, def int) int {
+	s := os.Getenv(name)
+	if s == "" {
+		return def
+	}
+	n, err := strconv.Atoi(s)
+	if err != nil {
+		tb.Fatalf("%s=%q: %v", name, s, err)
+	}
+	return n
 }
