@@ -21,6 +21,9 @@ type DocumentWriter interface {
 	// WriteLive records, beside the collection's run, how many live ids the chain
 	// its layer tops holds (Store.RecordedLive).
 	WriteLive(ctx context.Context, collection string, n int64) error
+	// Flush sends what is queued and waits until storage has acknowledged every row
+	// written so far, or returns the first error; the writer goes on.
+	Flush(ctx context.Context) error
 	// Close flushes what is queued, waits for it, and returns the number of documents
 	// (and tombstones) written per collection, or the first error.
 	Close(ctx context.Context) (map[string]int64, error)

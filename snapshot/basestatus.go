@@ -30,6 +30,13 @@ type BaseStatus struct {
 	Writer  string    `json:"writer,omitempty"` // the syncer building it
 	Err     string    `json:"error,omitempty"`
 	RetryAt time.Time `json:"retry_at,omitzero"`
+	// Position, Through and ThroughRows are how far a base read from the source
+	// in chunks stood: read as of Position, its documents up to the id Through,
+	// ThroughRows of them, are in storage under Layer. A read that stops goes on
+	// from there (BaseResumer).
+	Position    *Position `json:"position,omitempty"`
+	Through     string    `json:"through,omitempty"`
+	ThroughRows int64     `json:"through_rows,omitempty"`
 }
 
 // Building reports whether the base is still in hand: being built, built and

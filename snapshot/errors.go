@@ -54,4 +54,7 @@ var (
 	// or a parent run that disagrees with the parent's counts: the delta cannot be
 	// trusted, so the publish is redone as bases.
 	ErrDeltaInconsistent = errors.New("delta inconsistent with its parent")
+	// ErrCannotResume: a base read beside the stream cannot go on from where an
+	// earlier read of it stood; it is read again from the start.
+	ErrCannotResume = errors.New("the base cannot resume where it stood")
 )

@@ -88,6 +88,8 @@ const (
 	EventBaseRecordFailed // a base's record for operators could not be written (state, err)
 	EventBaseDropped      // a built base can no longer join a version: the chain it replaces is gone (from)
 	EventBaseSwapped      // a version's chain takes a base built beside the stream (base, replaced)
+	EventBaseResumed      // a base read from the source goes on where an earlier read stood (layer, through, rows)
+	EventBaseReadAgain    // a base read from the source that stood unfinished is read from the start (layer, why)
 	numEventKinds
 )
 
@@ -160,6 +162,8 @@ var eventKinds = [numEventKinds]struct {
 	EventBaseRecordFailed: {"the record of a base beside the stream could not be written; the base goes on", LevelWarn},
 	EventBaseDropped:      {"a base built beside the stream was dropped: the chain it replaces is no longer the current one's", LevelInfo},
 	EventBaseSwapped:      {"the version's chain takes a base built beside the stream", LevelInfo},
+	EventBaseResumed:      {"a base read from the source beside the stream goes on where it stood: what was written is read back from storage", LevelInfo},
+	EventBaseReadAgain:    {"a base read from the source beside the stream that stood unfinished cannot go on: it is read from the start", LevelWarn},
 }
 
 // String returns the kind's log message; "" for a kind this version does not know.

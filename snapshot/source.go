@@ -150,6 +150,28 @@ type BaseOpener interface {
 	OpenBase(ctx context.Context, collection string) (SourceSnapshot, error)
 }
 
+// BaseResumer is a BaseOpener that goes on with a base an earlier read left
+// unfinished (a syncer stopped or killed, a chunk failed).
+type BaseResumer interface {
+	// ResumeBase opens a snapshot whose ScanSince, with no since, sends the
+	// collection's ids after the id after as a base read at at, which Position
+	// returns: what a read begun at at would have sent after after, up to the
+	// changes since at, which a version that takes the base catches up from at. It
+	// fails with an error wrapping ErrCannotResume, saying why, when that catch-up
+	// can no longer be told from at (the table was rewritten, its definition or
+	// key changed, another cluster).
+	ResumeBase(ctx context.Context, collection string, at Position, after string) (SourceSnapshot, error)
+}
+
+// ChunkedSnapshot is a DeltaSnapshot that reads a collection in chunks, each in a
+// source transaction of its own, and says when each ends.
+type ChunkedSnapshot interface {
+	// OnChunk sets fn, called as each chunk but the last ends, with no source
+	// transaction open, with the last id sent: every id up to it has been sent. An
+	// error from fn ends the scan with it.
+	OnChunk(fn func(ctx context.Context, last string) error)
+}
+
 // SourceSnapshot is one consistent read of the source.
 type SourceSnapshot interface {
 	// Position returns where the snapshot was taken.

@@ -91,6 +91,11 @@ type Writer struct {
 
 	tally layer.Tally // what was acknowledged
 
+	// inflight counts the batches sent and not yet applied (or dropped); idle is
+	// signalled when it falls to zero. Under mu.
+	inflight int
+	idle     *sync.Cond
+
 	mu     sync.Mutex
 	err    error
 	closed bool
@@ -113,6 +118,7 @@ func (s *Store) NewWriter(ctx context.Context, dataset string, v snapshot.Versio
 
 		prefixes: map[string]string{},
 	}
+	w.idle = sync.NewCond(&w.mu)
 	for range s.cfg.Writers {
 		w.wg.Add(1)
 		go w.work()
@@ -210,14 +216,45 @@ func (w *Writer) send(ctx context.Context) error {
 		return nil
 	}
 	w.keyBytes = b.keyBuf.Len()
+	w.mu.Lock()
+	w.inflight++
+	w.mu.Unlock()
 	select {
 	case w.batches <- b:
 		return nil
 	case <-ctx.Done():
+		w.applied()
 		return ctx.Err()
 	case <-w.ctx.Done():
+		w.applied()
 		return w.failed()
 	}
+}
+
+// applied counts a batch sent as applied or dropped.
+func (w *Writer) applied() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.inflight--; w.inflight == 0 {
+		w.idle.Broadcast()
+	}
+}
+
+// Flush sends the current batch and waits until every batch sent is applied, or
+// returns the first error a worker met.
+func (w *Writer) Flush(ctx context.Context) error {
+	w.bmu.Lock()
+	err := w.send(ctx)
+	w.bmu.Unlock()
+	if err != nil {
+		return err
+	}
+	w.mu.Lock()
+	for w.inflight > 0 && w.err == nil {
+		w.idle.Wait()
+	}
+	w.mu.Unlock()
+	return w.failed()
 }
 
 // Close flushes, waits for the workers, and returns the counts written per collection.
@@ -263,6 +300,7 @@ func (w *Writer) fail(err error) {
 	if w.err == nil {
 		w.err = err
 	}
+	w.idle.Broadcast()
 	w.mu.Unlock()
 	w.cancel(err)
 }
@@ -271,10 +309,12 @@ func (w *Writer) work() {
 	defer w.wg.Done()
 	for b := range w.batches {
 		if w.ctx.Err() != nil {
+			w.applied()
 			continue // drain so that senders never block
 		}
 		if err := w.apply(b); err != nil {
 			w.fail(err)
+			w.applied()
 			continue
 		}
 		for _, r := range b.runs {
@@ -285,6 +325,7 @@ func (w *Writer) work() {
 			}
 		}
 		w.tally.CountBytes(int64(b.bytes))
+		w.applied()
 		b.reset()
 		select {
 		case w.free <- b:

@@ -88,6 +88,13 @@ func (w *writer) WriteLive(ctx context.Context, collection string, n int64) erro
 	return w.put(ctx, collection, counted{bytes: 8}, func(l *layerRows) { l.live = &n })
 }
 
+// Flush returns the writer's first error: every row is acknowledged as written.
+func (w *writer) Flush(context.Context) error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.err
+}
+
 // Close returns the documents and tombstones written per collection, or the first
 // error.
 func (w *writer) Close(context.Context) (map[string]int64, error) {

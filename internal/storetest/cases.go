@@ -527,6 +527,37 @@ func baseRecords(t TB, st Store, ds string) {
 	}
 	err = st.RecordBase(bg, ds, snapshot.BaseStatus{State: "building"})
 	want(t, "record without a collection", err, snapshot.ErrInvalid)
+	pos := snapshot.Position{LSN: 42, Snapshot: "10:12:11", Definitions: map[string]string{"users#1": "id int8"}}
+	b.State, b.Position, b.Through, b.ThroughRows = "building", &pos, "id 7", 7
+	want(t, "record where a base stands", st.RecordBase(bg, ds, b), nil)
+	recs, err = st.ListBases(bg, ds)
+	if err != nil || len(recs) != 2 || recs[1].Position == nil || recs[1].Position.Snapshot != pos.Snapshot ||
+		recs[1].Position.Definitions["users#1"] != "id int8" || recs[1].Through != "id 7" || recs[1].ThroughRows != 7 {
+		t.Errorf("bases = %+v, %v; want users#1 standing at id 7, 7 rows, read at %+v", recs, err, pos)
+	}
+}
+
+// flushAcknowledges: a writer's Flush returns once every row written so far can be
+// read, however few they are, and the writer goes on.
+func flushAcknowledges(t TB, st Store, ds string) {
+	v := versions(1)[0]
+	w := st.NewWriter(bg, ds, v)
+	for _, id := range []string{"a", "b", "c"} {
+		if err := w.Write(bg, "c", snapshot.Document{ID: id, Body: []byte(`{"id":"` + id + `"}`)}); err != nil {
+			t.Fatalf("write %s: %v", id, err)
+		}
+	}
+	want(t, "flush", w.Flush(bg), nil)
+	docs, more, err := st.ScanSpan(bg, snapshot.ChainRef{Dataset: ds, Chain: []snapshot.Version{v}, Collection: "c"}, snapshot.Span{}, 10)
+	if err != nil || more || len(docs) != 3 {
+		t.Fatalf("after a flush, before close: %d documents (more %t), %v; want 3", len(docs), more, err)
+	}
+	if err := w.Write(bg, "c", snapshot.Document{ID: "d", Body: []byte(`{}`)}); err != nil {
+		t.Fatalf("write after a flush: %v", err)
+	}
+	if counts, err := w.Close(bg); err != nil || counts["c"] != 4 {
+		t.Errorf("close = %v, %v; want 4 written", counts, err)
+	}
 }
 
 // write writes docs (id → body; "" for a tombstone) of collection c through w, a

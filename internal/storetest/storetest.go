@@ -78,6 +78,7 @@ var Cases = []Case{
 	{"LeaseFencesFlips", leaseFencesFlips},
 	{"Audit", audit},
 	{"BaseRecords", baseRecords},
+	{"FlushAcknowledges", flushAcknowledges},
 	{"ChainReads", chainReads},
 	{"ChainPages", chainPages},
 	{"IndexEntries", indexEntries},
