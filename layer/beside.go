@@ -111,6 +111,7 @@ type baseBuild struct {
 	expected int64 // the chain's documents
 	started  time.Time
 	rows     atomic.Int64 // documents written so far
+	replayed atomic.Int64 // of them, read back from storage where an earlier read stood
 	bytes    atomic.Int64 // their bytes
 	layer    snapshot.Version
 
@@ -122,6 +123,13 @@ type baseBuild struct {
 	err      error
 	failures int // consecutive failures, this one included
 	retryAt  time.Time
+
+	// For a base read from the source: want is the position of the version that
+	// asked for it; resume where an earlier read stood, if it goes on from one;
+	// and, under the Compactor's lock, where this read stands (standing).
+	want   snapshot.Position
+	resume *standing
+	stands standing
 }
 
 // BaseProgress is what one collection's base beside the stream has done.
@@ -208,6 +216,9 @@ func (c *Compactor) run(ctx context.Context, m snapshot.Manifest, collection str
 		wanted = snapshot.EventSourceBaseWanted
 	}
 	c.event(ctx, wanted, collection, "from", m.Version, "why", b.why, "rows", b.expected)
+	if b.source {
+		c.standFrom(ctx, collection, b)
+	}
 	stopRecords := c.recordWhileBuilt(ctx, collection, b)
 	build := c.build
 	if b.source {
@@ -259,8 +270,11 @@ func (c *Compactor) build(ctx context.Context, m snapshot.Manifest, collection s
 func (c *Compactor) writeBase(ctx context.Context, snap snapshot.SourceSnapshot, m snapshot.Manifest, collection string, b *baseBuild, parent *snapshot.Manifest, why string) (snapshot.CollectionStats, error) {
 	bm := snapshot.Manifest{Dataset: c.Dataset, Version: b.layer, State: snapshot.StateWriting, Format: snapshot.FormatLayered,
 		Source: snap.Position(), TTL: m.TTL, StartedAt: c.now(), Collections: map[string]snapshot.CollectionStats{}}
-	res, err := c.Writer.WriteVersion(ctx, snapshot.WriteRequest{Snap: snap, Collections: []string{collection}, Manifest: bm,
-		Parent: parent, Base: true, Why: why})
+	req := snapshot.WriteRequest{Snap: snap, Collections: []string{collection}, Manifest: bm, Parent: parent, Base: true, Why: why}
+	if b.source {
+		req.ChunkDone = c.chunkDone(collection, b)
+	}
+	res, err := c.Writer.WriteVersion(ctx, req)
 	if err != nil {
 		return snapshot.CollectionStats{}, err
 	}
@@ -431,6 +445,9 @@ func (c *Compactor) recordLocked(ctx context.Context, collection string, b *base
 	p := b.progress(collection)
 	rec := snapshot.BaseStatus{Collection: collection, Layer: b.layer, From: p.From, Why: p.Why, State: cmp.Or(state, p.State),
 		Rows: p.Rows, Expected: p.Expected, Bytes: p.Bytes, Started: p.Started, Updated: c.now(), Writer: c.Syncer, RetryAt: p.RetryAt}
+	if st := b.stands; st.through != "" && !b.taken {
+		rec.Layer, rec.Position, rec.Through, rec.ThroughRows = st.layer, &st.at, st.through, st.rows
+	}
 	if p.Err != nil {
 		rec.Err = snapshot.Truncate(p.Err.Error(), 1000)
 	}

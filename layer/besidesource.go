@@ -30,6 +30,7 @@ func (c *Compactor) wantSource(cur snapshot.Manifest, collection, why string, po
 		return false
 	}
 	failures := 0
+	var resume *standing
 	if b := c.builds[collection]; b != nil {
 		switch {
 		case !b.done:
@@ -42,9 +43,10 @@ func (c *Compactor) wantSource(cur snapshot.Manifest, collection, why string, po
 			return true
 		case b.source && b.err != nil:
 			failures = b.failures
+			resume = b.standingLocked()
 		}
 	}
-	c.startLocked(cur, collection, &baseBuild{why: why, source: true, failures: failures})
+	c.startLocked(cur, collection, &baseBuild{why: why, source: true, failures: failures, want: pos, resume: resume})
 	return true
 }
 
@@ -57,13 +59,7 @@ func readWith(a, b snapshot.Position, collection string) bool {
 // buildSource reads collection in a source snapshot of its own and writes it as one
 // base layer, recording where it was read and what it holds.
 func (c *Compactor) buildSource(ctx context.Context, m snapshot.Manifest, collection string, b *baseBuild) (snapshot.LayerRef, error) {
-	var snap snapshot.SourceSnapshot
-	var err error
-	if bo, ok := c.Source.(snapshot.BaseOpener); ok {
-		snap, err = bo.OpenBase(ctx, collection)
-	} else {
-		snap, err = c.Source.Open(ctx)
-	}
+	snap, err := c.openBase(ctx, m, collection, b)
 	if err != nil {
 		return snapshot.LayerRef{}, fmt.Errorf("open the source: %w", err)
 	}
@@ -120,6 +116,13 @@ type pacedSnapshot struct {
 	snapshot.DeltaSnapshot
 	pace        *rate.Limiter // nil for no pace
 	rows, bytes interface{ Add(int64) int64 }
+}
+
+// OnChunk passes fn on to a source that reads in chunks (snapshot.ChunkedSnapshot).
+func (s *pacedSnapshot) OnChunk(fn func(ctx context.Context, last string) error) {
+	if cs, ok := s.DeltaSnapshot.(snapshot.ChunkedSnapshot); ok {
+		cs.OnChunk(fn)
+	}
 }
 
 // pacedBatch is how many rows a paced read waits for at once.

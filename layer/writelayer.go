@@ -224,6 +224,14 @@ func (lw *layerWriter) scan(ctx context.Context, snap snapshot.DeltaSnapshot, ro
 		}
 		return mode, nil
 	case planBase:
+		if cs, ok := snap.(snapshot.ChunkedSnapshot); ok && lw.vw.req.ChunkDone != nil {
+			cs.OnChunk(func(ctx context.Context, last string) error {
+				if err := lw.w.Flush(ctx); err != nil {
+					return err
+				}
+				return lw.vw.req.ChunkDone(ctx, last, lw.totals.sourceRows)
+			})
+		}
 		return snap.ScanSince(ctx, lw.name, nil, add)
 	}
 	return snap.ScanSince(ctx, lw.name, lw.since(), add)

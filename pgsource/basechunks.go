@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"sync"
 	"time"
@@ -57,10 +58,21 @@ type chunkedBase struct {
 	began   time.Time // when the first chunk's transaction began
 	indexes []snapshot.IndexDef
 
+	// after and ranges, for a base resumed (ResumeBase), are the last id an earlier
+	// read sent and the ranges of the collection's ids; "" and nil otherwise.
+	after   string
+	ranges  []idRange
+	onChunk func(ctx context.Context, last string) error
+
 	mu     sync.Mutex
 	chunks BaseChunks
 	cur    *snap // the chunk being read after the first; nil between them
 }
+
+var _ snapshot.ChunkedSnapshot = (*chunkedBase)(nil)
+
+// OnChunk sets fn, called as each chunk but the last ends (snapshot.ChunkedSnapshot).
+func (b *chunkedBase) OnChunk(fn func(ctx context.Context, last string) error) { b.onChunk = fn }
 
 // chunked wraps first, a base's snapshot of collection that began at began, to read
 // in chunks, its indexes read in it now.
@@ -102,6 +114,12 @@ func (b *chunkedBase) ScanSince(ctx context.Context, collection string, since *s
 	why := "the base is read against an earlier position"
 	switch {
 	case since != nil:
+	case b.ranges != nil:
+		plan, err := b.changeMode(ctx, cr, nil)
+		if err != nil {
+			return snapshot.LayerMode{}, fmt.Errorf("collection %s: %w", collection, err)
+		}
+		return snapshotMode(plan.mode), b.scanChunks(ctx, cr, rangesAfter(b.ranges, b.after), b.after, fn)
 	case b.limit < 0:
 		why = "chunks are off (base_transaction is negative)"
 	default:
@@ -119,16 +137,16 @@ func (b *chunkedBase) ScanSince(ctx context.Context, collection string, since *s
 	if err != nil {
 		return snapshot.LayerMode{}, fmt.Errorf("collection %s: %w", collection, err)
 	}
-	return snapshotMode(plan.mode), b.scanChunks(ctx, cr, ranges, fn)
+	return snapshotMode(plan.mode), b.scanChunks(ctx, cr, ranges, "", fn)
 }
 
-// scanChunks reads ranges in chunks, the first in the first chunk's transaction.
-func (b *chunkedBase) scanChunks(ctx context.Context, cr *collectionRead, ranges []idRange, fn func(snapshot.Document) error) error {
+// scanChunks reads ranges in chunks, the first in the first chunk's transaction,
+// sending the ids after after (all, for "").
+func (b *chunkedBase) scanChunks(ctx context.Context, cr *collectionRead, ranges []idRange, after string, fn func(snapshot.Document) error) error {
 	q := idQuery{cr: cr, sel: docSQL, from: rowsFromSQL(cr.c)}
-	var last string // the last id sent
-	sent := false
+	last, sent := after, after != "" // the last id sent
 	sn, began := b.snap, b.began
-	for {
+	for len(ranges) > 0 {
 		rowsIn := 0
 		err := b.guard(ctx, sn)
 		var rows *mergedRows
@@ -161,10 +179,17 @@ func (b *chunkedBase) scanChunks(ctx context.Context, cr *collectionRead, ranges
 		if ranges = rangesAfter(ranges, last); len(ranges) == 0 {
 			return nil
 		}
+		if b.onChunk != nil {
+			if err := b.onChunk(ctx, last); err != nil {
+				return err
+			}
+		}
 		if sn, began, err = b.next(ctx, cr); err != nil {
 			return err
 		}
 	}
+	b.ended(sn, began)
+	return nil
 }
 
 // guard bounds the chunk's idle time in Postgres as well: a reader stalled past the
@@ -284,4 +309,74 @@ func (rg idRange) after(last string) idRange {
 		}
 	}
 	return idRange{lo: rg.lo, hi: hi, desc: true}
+}
+
+var _ snapshot.BaseResumer = (*Source)(nil)
+
+// ResumeBase opens a snapshot that reads collection's ids after after, in chunks, as
+// the base read at at that an earlier read left there (snapshot.BaseResumer). It
+// fails with snapshot.ErrCannotResume when the table's rows can no longer be told
+// changed since at by row version (its files, definition or key changed, or it is
+// another cluster), or its ids are not read in chunks. With the logical watch, the
+// stream's key log since at went with the process that read it: the version that
+// takes the base catches it up by row version.
+func (s *Source) ResumeBase(ctx context.Context, collection string, at snapshot.Position, after string) (snapshot.SourceSnapshot, error) {
+	i := slices.IndexFunc(s.collections, func(c Collection) bool { return c.Name == collection })
+	if i < 0 {
+		return nil, fmt.Errorf("%w: no collection %q", snapshot.ErrInvalid, collection)
+	}
+	cols := s.collections[i : i+1]
+	began := time.Now()
+	sn, err := s.start(ctx, nil, cols)
+	if err != nil {
+		return nil, err
+	}
+	b, err := s.resumed(ctx, sn, cols[0], at, began)
+	if err != nil {
+		_ = sn.Close(ctx)
+		return nil, err
+	}
+	b.after = after
+	return b, nil
+}
+
+// resumed checks that a base read at at can go on in sn, and returns sn as its
+// chunked read.
+func (s *Source) resumed(ctx context.Context, sn *snap, c Collection, at snapshot.Position, began time.Time) (*chunkedBase, error) {
+	cannot := func(why string) error { return fmt.Errorf("%w: %s", snapshot.ErrCannotResume, why) }
+	cr := sn.reads[c.Name]
+	files, err := tableFiles(ctx, sn.tx, []Collection{c})
+	if err != nil {
+		return nil, fmt.Errorf("the files of the table: %w", err)
+	}
+	cols, err := tableDefinitions(ctx, sn.tx, c)
+	if err != nil {
+		return nil, fmt.Errorf("definitions: %w", err)
+	}
+	switch {
+	case at.System != sn.pos.System:
+		return nil, cannot("the source is another cluster than the one the base was read from")
+	case at.Configs[c.Name] != sn.pos.Configs[c.Name]:
+		return nil, cannot("the collection's config or key changed")
+	case at.Definitions[c.Name] == "" || definitionsOf(cols) != at.Definitions[c.Name]:
+		return nil, cannot("the table's definition changed")
+	case at.Files[c.Name] == "" || files[c.Name] != at.Files[c.Name]:
+		return nil, cannot("the table was rewritten (VACUUM FULL, CLUSTER, TRUNCATE or a type change): its row versions tell nothing since the base's position")
+	}
+	ranges, err := sn.keyRanges(ctx, cr)
+	if err != nil {
+		return nil, err
+	}
+	if len(ranges) == 0 {
+		return nil, cannot("its ids are not read in chunks")
+	}
+	b, err := s.chunked(ctx, sn, c.Name, began)
+	if err != nil {
+		return nil, err
+	}
+	// The base's position is where it was read from; this snapshot's own is not
+	// the base's.
+	sn.pos = at
+	b.ranges = ranges
+	return b, nil
 }

@@ -74,8 +74,17 @@ var integerTypes = map[uint32]bool{20: true, 21: true, 23: true} // int8, int2, 
 // ranges cover every row, and the scans follow its index), whose ids are in at most
 // maxDigitScans ranges.
 func (r *snap) digitScans(ctx context.Context, cr *collectionRead) ([]idRange, error) {
-	c, key, n := cr.c, cr.key, cr.rows
-	if c.Table == "" || len(key) != 1 || !cr.counted || n < r.src.PartitionMinRows || n == 0 {
+	if n := cr.rows; !cr.counted || n < r.src.PartitionMinRows || n == 0 {
+		return nil, nil
+	}
+	return r.keyRanges(ctx, cr)
+}
+
+// keyRanges returns the ranges to read a collection in by index scans whatever its
+// size, or nil: as digitScans says.
+func (r *snap) keyRanges(ctx context.Context, cr *collectionRead) ([]idRange, error) {
+	c, key := cr.c, cr.key
+	if c.Table == "" || len(key) != 1 {
 		return nil, nil
 	}
 	rel, ok, err := r.countable(ctx, cr)

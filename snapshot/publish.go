@@ -119,6 +119,10 @@ type WriteRequest struct {
 	Swapped []string
 	// Crash, when set, is called at CrashMidWrite.
 	Crash func(at CrashPoint, rows int64)
+	// ChunkDone, when set, is called as each chunk of a base read in chunks
+	// (ChunkedSnapshot) ends, once every document up to its last id is in storage,
+	// with that id and the documents written through it.
+	ChunkDone func(ctx context.Context, last string, rows int64) error
 }
 
 // WriteResult is what a written version holds.
