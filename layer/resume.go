@@ -1,6 +1,7 @@
 package layer
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -152,7 +153,7 @@ func (c *Compactor) resumeBase(ctx context.Context, collection string, b *baseBu
 	b.started, b.stands = r.started, *r
 	c.mu.Unlock()
 	c.event(ctx, snapshot.EventBaseResumed, collection, "layer", r.layer, "through", r.through, "rows", r.rows)
-	return &resumedSnapshot{DeltaSnapshot: ds, docs: c.Docs, collection: collection, replayed: &b.replayed,
+	return &resumedSnapshot{DeltaSnapshot: ds, docs: c.Docs, runs: c.Writer.Store, collection: collection, replayed: &b.replayed,
 		stored: snapshot.ChainRef{Dataset: c.Dataset, Chain: []snapshot.Version{r.layer}, Collection: collection},
 		through: r.through, want: r.rows, lost: func() {
 			c.mu.Lock()
@@ -167,6 +168,7 @@ func (c *Compactor) resumeBase(ctx context.Context, collection string, b *baseBu
 type resumedSnapshot struct {
 	snapshot.DeltaSnapshot
 	docs       ChainScanner
+	runs       RunReader
 	collection string
 	stored     snapshot.ChainRef // the earlier read's layer
 	through    string            // its last id written
@@ -191,29 +193,67 @@ func (s *resumedSnapshot) ScanSince(ctx context.Context, collection string, sinc
 	return s.DeltaSnapshot.ScanSince(ctx, collection, nil, fn)
 }
 
-// replay sends the earlier read's documents through s.through, a page at a time,
-// and returns how many there were.
+// replay sends the earlier read's documents through s.through and returns how many
+// there were, read in spans of about replayPage ids that its layer's fingerprint run
+// marks out, each read on its own (a read of the whole range at once would have
+// Bigtable's emulator gather every row of it first); the documents after the run's
+// last chunk in storage, up to s.through, are one last span.
 func (s *resumedSnapshot) replay(ctx context.Context, fn func(snapshot.Document) error) (int64, error) {
-	span := snapshot.Span{To: s.through + "\x00"}
 	var n int64
-	for {
-		docs, more, err := s.docs.ScanSpan(ctx, s.stored, span, basePage)
-		if err != nil {
-			return n, fmt.Errorf("read back %s's documents written under %s: %w", s.collection, s.stored.Chain[0], err)
-		}
-		for _, d := range docs {
-			n++
-			s.replayed.Add(1)
-			if err := fn(d); err != nil {
-				return n, err
+	send := func(span snapshot.Span) error {
+		for {
+			docs, more, err := s.docs.ScanSpan(ctx, s.stored, span, replayPage)
+			if err != nil {
+				return fmt.Errorf("read back %s's documents written under %s: %w", s.collection, s.stored.Chain[0], err)
 			}
+			for _, d := range docs {
+				n++
+				s.replayed.Add(1)
+				if err := fn(d); err != nil {
+					return err
+				}
+			}
+			if !more || len(docs) == 0 {
+				return nil
+			}
+			span = span.After(docs[len(docs)-1].ID)
 		}
-		if !more || len(docs) == 0 {
-			return n, nil
-		}
-		span = span.After(docs[len(docs)-1].ID)
 	}
+	// The spans tile the ids up to s.through, each ending at a run entry replayPage
+	// entries after the last: a document a missing run chunk does not name is
+	// still in one.
+	var from string // the last span's end; "" before the first
+	page := 0
+	var err error
+	rerr := s.runs.ScanRun(ctx, s.stored.Dataset, s.stored.Chain[0], s.collection, func(chunk []byte) bool {
+		err = DecodeRunChunk(chunk, func(e RunEntry) error {
+			if e.ID > s.through {
+				return errStop
+			}
+			if page++; page == replayPage && e.ID > from {
+				if err := send(snapshot.Span{From: from, To: e.ID + "\x00"}); err != nil {
+					return err
+				}
+				from, page = e.ID, 0
+			}
+			return nil
+		})
+		return err == nil
+	})
+	if errors.Is(err, errStop) {
+		err = nil
+	}
+	if err = cmp.Or(err, rerr); err != nil {
+		return n, err
+	}
+	return n, send(snapshot.Span{From: from, To: s.through + "\x00"})
 }
+
+// replayPage is how many documents a span of a replay holds, about.
+var replayPage = basePage
+
+// errStop ends a scan early, without an error.
+var errStop = errors.New("stop")
 
 // OnChunk passes fn on to the source's chunked read.
 func (s *resumedSnapshot) OnChunk(fn func(ctx context.Context, last string) error) {

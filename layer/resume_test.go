@@ -13,54 +13,6 @@ import (
 	"github.com/snapflip/snapflip/snapshot"
 )
 
-// killingSource counts the rows its bases' reads send, and at the row killAt
-// (counted from 1) calls kill, which stops the syncer reading it.
-type killingSource struct {
-	snapshot.Source
-	rows   atomic.Int64
-	killAt int64
-	kill   func()
-}
-
-func (k *killingSource) OpenBase(ctx context.Context, collection string) (snapshot.SourceSnapshot, error) {
-	snap, err := k.Source.(snapshot.BaseOpener).OpenBase(ctx, collection)
-	if err != nil {
-		return nil, err
-	}
-	return &countedReads{DeltaSnapshot: snap.(snapshot.DeltaSnapshot), src: k}, nil
-}
-
-func (k *killingSource) ResumeBase(ctx context.Context, collection string, at snapshot.Position, after string) (snapshot.SourceSnapshot, error) {
-	snap, err := k.Source.(snapshot.BaseResumer).ResumeBase(ctx, collection, at, after)
-	if err != nil {
-		return nil, err
-	}
-	return &countedReads{DeltaSnapshot: snap.(snapshot.DeltaSnapshot), src: k}, nil
-}
-
-// countedReads is a base's source snapshot whose rows killingSource counts.
-type countedReads struct {
-	snapshot.DeltaSnapshot
-	src *killingSource
-}
-
-func (s *countedReads) ScanSince(ctx context.Context, collection string, since *snapshot.Position, fn func(snapshot.Document) error) (snapshot.LayerMode, error) {
-	return s.DeltaSnapshot.ScanSince(ctx, collection, since, func(d snapshot.Document) error {
-		if s.src.rows.Add(1) == s.src.killAt {
-			s.src.kill()
-		}
-		return fn(d)
-	})
-}
-
-func (s *countedReads) OnChunk(fn func(ctx context.Context, last string) error) {
-	s.DeltaSnapshot.(snapshot.ChunkedSnapshot).OnChunk(fn)
-}
-
-func (s *countedReads) Indexes(ctx context.Context, collection string) ([]snapshot.IndexDef, error) {
-	return s.DeltaSnapshot.(snapshot.IndexedSnapshot).Indexes(ctx, collection)
-}
-
 // A syncer killed while it reads a base in chunks (before the first chunk is in
 // storage, at a chunk's last row, just after, and inside chunks) leaves a record of
 // where the base stands; the next syncer goes on from there, reading the source
@@ -79,6 +31,7 @@ func TestBaseResumesWhereItStood(t *testing.T) {
 }
 
 func resumeAfterKill(t *testing.T, mode string, rows, chunk int, killAt int64) {
+	t.Cleanup(layer.SetReplayPage(70)) // what was written is read back in many spans
 	cols := []pgsource.Collection{{Name: "acct", Table: "acct", Key: "id"}, {Name: "items", Table: "items", Key: "id"}}
 	h := newHoldRigOf(t, cols)
 	h.Exec(t, `CREATE TABLE acct (id bigint PRIMARY KEY, v int NOT NULL)`,
@@ -93,7 +46,7 @@ func resumeAfterKill(t *testing.T, mode string, rows, chunk int, killAt int64) {
 	v1 := h.Publish(t, h.Pub)
 
 	// A syncer whose Compactor the source kills at the row killAt of a base.
-	src := &killingSource{Source: h.Pub.Source, killAt: killAt}
+	src := &rig.KillingSource{Source: h.Pub.Source, KillAt: killAt}
 	start := func() (*layer.Compactor, context.CancelFunc) {
 		c := &layer.Compactor{Dataset: rig.Dataset, Writer: h.Writer, Docs: h.Store, Versions: h.Pub.Versions, RowsPerSecond: -1,
 			Source: src, Records: h.Store, Syncer: "syncer-1"}
@@ -103,17 +56,17 @@ func resumeAfterKill(t *testing.T, mode string, rows, chunk int, killAt int64) {
 		return c, cancel
 	}
 	c1, kill := start()
-	src.kill = kill
+	src.Kill = kill
 	h.Exec(t, `ALTER TABLE acct ADD COLUMN note text DEFAULT 'x'`)
 	v2 := h.Publish(t, h.Pub)
 	if v2.Collections["acct"].Held == nil {
 		t.Fatalf("v2's acct = %+v; want held while its base is read", v2.Collections["acct"])
 	}
 	c1.Wait()
-	if src.rows.Load() < killAt {
-		t.Fatalf("the base read %d rows; want the kill at %d", src.rows.Load(), killAt)
+	if src.Rows.Load() < killAt {
+		t.Fatalf("the base read %d rows; want the kill at %d", src.Rows.Load(), killAt)
 	}
-	readBefore := src.rows.Load()
+	readBefore := src.Rows.Load()
 	// Rows change while no syncer runs: the catch-up from the base's position finds them.
 	h.Exec(t, `UPDATE acct SET v = -v WHERE id IN (3, 160, 700, 1450)`, `DELETE FROM acct WHERE id IN (5, 1200)`,
 		`INSERT INTO acct VALUES (2000, 1), (99, 0) ON CONFLICT (id) DO UPDATE SET v = 7`)
@@ -143,7 +96,7 @@ func resumeAfterKill(t *testing.T, mode string, rows, chunk int, killAt int64) {
 		t.Fatalf("v4 serves %d acct documents; a full copy %d", len(got), len(want))
 	}
 	// The source was read again from the last chunk in storage at most.
-	read := src.rows.Load()
+	read := src.Rows.Load()
 	recorded := (readBefore - 1) / int64(chunk) * int64(chunk) // rows in chunks that ended before the kill
 	if killAt <= int64(chunk) {
 		recorded = 0

@@ -1,0 +1,64 @@
+package rig
+
+import (
+	"context"
+	"sync/atomic"
+
+	"github.com/snapflip/snapflip/snapshot"
+)
+
+// KillingSource is a source whose bases read beside the stream (OpenBase,
+// ResumeBase) count the rows they send, and at the row KillAt (counted from 1) call
+// Kill, which stops the syncer reading them.
+type KillingSource struct {
+	snapshot.Source
+	Rows   atomic.Int64
+	KillAt int64
+	Kill   func()
+}
+
+// OpenBase opens the base's snapshot as the source does, its rows counted.
+func (k *KillingSource) OpenBase(ctx context.Context, collection string) (snapshot.SourceSnapshot, error) {
+	snap, err := k.Source.(snapshot.BaseOpener).OpenBase(ctx, collection)
+	if err != nil {
+		return nil, err
+	}
+	return &countedReads{DeltaSnapshot: snap.(snapshot.DeltaSnapshot), src: k}, nil
+}
+
+// ResumeBase resumes the base as the source does, its rows counted.
+func (k *KillingSource) ResumeBase(ctx context.Context, collection string, at snapshot.Position, after string) (snapshot.SourceSnapshot, error) {
+	snap, err := k.Source.(snapshot.BaseResumer).ResumeBase(ctx, collection, at, after)
+	if err != nil {
+		return nil, err
+	}
+	return &countedReads{DeltaSnapshot: snap.(snapshot.DeltaSnapshot), src: k}, nil
+}
+
+// countedReads is a base's source snapshot whose rows KillingSource counts.
+type countedReads struct {
+	snapshot.DeltaSnapshot
+	src *KillingSource
+}
+
+func (s *countedReads) ScanSince(ctx context.Context, collection string, since *snapshot.Position, fn func(snapshot.Document) error) (snapshot.LayerMode, error) {
+	return s.DeltaSnapshot.ScanSince(ctx, collection, since, func(d snapshot.Document) error {
+		if s.src.Rows.Add(1) == s.src.KillAt && s.src.Kill != nil {
+			s.src.Kill()
+		}
+		return fn(d)
+	})
+}
+
+func (s *countedReads) OnChunk(fn func(ctx context.Context, last string) error) {
+	if cs, ok := s.DeltaSnapshot.(snapshot.ChunkedSnapshot); ok {
+		cs.OnChunk(fn)
+	}
+}
+
+func (s *countedReads) Indexes(ctx context.Context, collection string) ([]snapshot.IndexDef, error) {
+	if ix, ok := s.DeltaSnapshot.(snapshot.IndexedSnapshot); ok {
+		return ix.Indexes(ctx, collection)
+	}
+	return nil, nil
+}
