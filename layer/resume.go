@@ -154,7 +154,7 @@ func (c *Compactor) resumeBase(ctx context.Context, collection string, b *baseBu
 	c.mu.Unlock()
 	c.event(ctx, snapshot.EventBaseResumed, collection, "layer", r.layer, "through", r.through, "rows", r.rows)
 	return &resumedSnapshot{DeltaSnapshot: ds, docs: c.Docs, runs: c.Writer.Store, collection: collection, replayed: &b.replayed,
-		stored: snapshot.ChainRef{Dataset: c.Dataset, Chain: []snapshot.Version{r.layer}, Collection: collection},
+		stored:  snapshot.ChainRef{Dataset: c.Dataset, Chain: []snapshot.Version{r.layer}, Collection: collection},
 		through: r.through, want: r.rows, lost: func() {
 			c.mu.Lock()
 			b.stands = standing{}

@@ -20,7 +20,8 @@ import (
 // every row version newer than its snapshot, in every table of the database. So a
 // base whose ids an index streams in byte order (digitScans) is read in chunks of
 // that order, each in a transaction of its own that ends once it has been open half
-// of BaseTransaction, the next starting after the last id sent. A chunk's scans run
+// of BaseTransaction or has sent BaseChunkRows rows, the next starting after the
+// last id sent. A chunk's scans run
 // on connections that import its snapshot, closed to stop them where they stand.
 //
 // The base's position is the first chunk's snapshot. A row a later chunk reads
@@ -35,6 +36,10 @@ import (
 // DefaultBaseTransaction is the longest a base read beside the stream holds a source
 // transaction open.
 const DefaultBaseTransaction = 10 * time.Second
+
+// DefaultBaseChunkRows is how many rows a chunk of a base read beside the stream
+// holds at most.
+const DefaultBaseChunkRows = 250_000
 
 // errChunkEnd ends a chunk's scan: its transaction has been open long enough.
 var errChunkEnd = errors.New("the chunk's transaction has been open long enough")
@@ -145,6 +150,10 @@ func (b *chunkedBase) ScanSince(ctx context.Context, collection string, since *s
 func (b *chunkedBase) scanChunks(ctx context.Context, cr *collectionRead, ranges []idRange, after string, fn func(snapshot.Document) error) error {
 	q := idQuery{cr: cr, sel: docSQL, from: rowsFromSQL(cr.c)}
 	last, sent := after, after != "" // the last id sent
+	most := b.src.BaseChunkRows
+	if most == 0 {
+		most = DefaultBaseChunkRows
+	}
 	sn, began := b.snap, b.began
 	for len(ranges) > 0 {
 		rowsIn := 0
@@ -166,7 +175,7 @@ func (b *chunkedBase) scanChunks(ctx context.Context, cr *collectionRead, ranges
 					return err
 				}
 				rowsIn++
-				if rowsIn == b.src.BaseChunkRows || (rowsIn%timeEvery == 0 && time.Since(began) >= b.limit/2) {
+				if rowsIn == most || (rowsIn%timeEvery == 0 && time.Since(began) >= b.limit/2) {
 					return errChunkEnd
 				}
 				return nil

@@ -51,8 +51,9 @@ type Source struct {
 	// own. Zero means DefaultBaseTransaction; a negative value reads each base in one
 	// transaction.
 	BaseTransaction time.Duration
-	// BaseChunkRows, when above zero, also ends a chunk of such a base after that
-	// many rows: at most that many are read again after a kill.
+	// BaseChunkRows also ends a chunk of such a base after that many rows, so that
+	// at most that many are read again after a kill. Zero means
+	// DefaultBaseChunkRows; a negative value ends chunks by time alone.
 	BaseChunkRows int
 	// RowKeyBytes returns the bytes of the row key that stores document id of
 	// collection (in any version), for Check's estimates of index sizes; nil counts
@@ -483,17 +484,11 @@ func (r *snap) importSnapshot(ctx context.Context) (*pgx.Conn, error) {
 	if err != nil {
 		return nil, r.src.connectError(err)
 	}
-	if _, err := c.Exec(ctx, beginImportSQL); err != nil {
-		_ = closeConn(ctx, c)
-		return nil, err
-	}
-	if _, err := c.Exec(ctx, "SET TRANSACTION SNAPSHOT "+quoteLiteral(r.exported)); err != nil {
+	// One round trip: the statements go as one simple query.
+	if _, err := c.Exec(ctx, beginImportSQL+"; SET TRANSACTION SNAPSHOT "+quoteLiteral(r.exported)+"; "+
+		setLocalSQL("lock_timeout", importLockTimeout)); err != nil {
 		_ = closeConn(ctx, c)
 		return nil, fmt.Errorf("import snapshot: %w", err)
-	}
-	if _, err := c.Exec(ctx, setLocalSQL("lock_timeout", importLockTimeout)); err != nil {
-		_ = closeConn(ctx, c)
-		return nil, err
 	}
 	return c, nil
 }
