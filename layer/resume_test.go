@@ -47,15 +47,7 @@ func resumeAfterKill(t *testing.T, mode string, rows, chunk int, killAt int64) {
 
 	// A syncer whose Compactor the source kills at the row killAt of a base.
 	src := &rig.KillingSource{Source: h.Pub.Source, KillAt: killAt}
-	start := func() (*layer.Compactor, context.CancelFunc) {
-		c := &layer.Compactor{Dataset: rig.Dataset, Writer: h.Writer, Docs: h.Store, Versions: h.Pub.Versions, RowsPerSecond: -1,
-			Source: src, Records: h.Store, Syncer: "syncer-1"}
-		ctx, cancel := context.WithCancel(context.Background())
-		c.Start(ctx)
-		h.Writer.Compactor, h.Pub.Bases = c, c
-		return c, cancel
-	}
-	c1, kill := start()
+	c1, kill := h.StartCompactor(src)
 	src.Kill = kill
 	h.Exec(t, `ALTER TABLE acct ADD COLUMN note text DEFAULT 'x'`)
 	v2 := h.Publish(t, h.Pub)
@@ -77,7 +69,7 @@ func resumeAfterKill(t *testing.T, mode string, rows, chunk int, killAt int64) {
 			resumed.Add(1)
 		}
 	})
-	c2, stop := start()
+	c2, stop := h.StartCompactor(src)
 	defer func() { stop(); c2.Wait() }()
 	h.Exec(t, `UPDATE items SET n = n + 1`)
 	if v3 := h.Publish(t, h.Pub); v3.Collections["acct"].Held == nil {

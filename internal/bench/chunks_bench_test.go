@@ -92,8 +92,8 @@ func BenchmarkBaseChunks(b *testing.B) {
 		Figure: fmt.Sprintf("%.1f s vs %.1f s: %.2f× (%d chunks)", chunked.took.Seconds(), whole.took.Seconds(), ratio, chunked.chunks.Chunks), Target: "≤ 1.15×", Missed: ratio > 1.15})
 	record(b, Figure{Measurement: fmt.Sprintf("the same %s-row base read alone, rendered and dropped, in chunks against one transaction (median of 3 alternate pairs): what the chunks cost the source read", thousands(rows)),
 		Figure: fmt.Sprintf("%.1f s vs %.1f s: %.2f× (%d chunks)", read.took.Seconds(), readWhole.took.Seconds(), readRatio, read.chunks.Chunks)})
-	record(b, Figure{Measurement: fmt.Sprintf("longest source transaction while a %s-row base is read beside the stream, from pg_stat_activity (in one transaction: %.1f s)", thousands(rows), whole.longest.Seconds()),
-		Figure: fmt.Sprintf("%.1f s", chunked.longest.Seconds()), Target: "≤ 10 s", Missed: chunked.longest > 10*time.Second})
+	record(b, Figure{Measurement: fmt.Sprintf("longest source transaction while a %s-row base is read beside the stream and written, from pg_stat_activity", thousands(rows)),
+		Figure: fmt.Sprintf("%.1f s (in one transaction: %.1f s)", chunked.longest.Seconds(), whole.longest.Seconds()), Target: "≤ 10 s", Missed: chunked.longest > 10*time.Second})
 }
 
 // longestTransaction samples pg_stat_activity every 50 ms for the oldest open

@@ -8,7 +8,6 @@ import (
 
 	"github.com/snapflip/snapflip/internal/testenv"
 	"github.com/snapflip/snapflip/internal/testenv/rig"
-	"github.com/snapflip/snapflip/layer"
 	"github.com/snapflip/snapflip/pgsource"
 	"github.com/snapflip/snapflip/snapshot"
 )
@@ -42,22 +41,14 @@ func BenchmarkBaseResume(b *testing.B) {
 			resumedAt = fmt.Sprint(e.Attrs...)
 		}
 	})
-	start := func() (*layer.Compactor, context.CancelFunc) {
-		c := &layer.Compactor{Dataset: rig.Dataset, Writer: r.Writer, Docs: r.Store, Versions: r.Pub.Versions, RowsPerSecond: -1,
-			Source: src, Records: r.Store, Syncer: "bench"}
-		ctx, cancel := context.WithCancel(context.Background())
-		c.Start(ctx)
-		r.Writer.Compactor, r.Pub.Bases = c, c
-		return c, cancel
-	}
-	c1, kill := start()
+	c1, kill := r.StartCompactor(src)
 	src.Kill = kill
 	began := time.Now()
 	r.Publish(b, r.Pub) // big waits for its base
 	c1.Wait()
 	killed, before := time.Since(began), src.Rows.Load()
 
-	c2, stop := start()
+	c2, stop := r.StartCompactor(src)
 	defer func() { stop(); c2.Wait() }()
 	restarted := time.Now()
 	testenv.Exec(b, r.DSN, `UPDATE items SET n = n + 1`)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"sync/atomic"
 
+	"github.com/snapflip/snapflip/layer"
 	"github.com/snapflip/snapflip/snapshot"
 )
 
@@ -61,4 +62,17 @@ func (s *countedReads) Indexes(ctx context.Context, collection string) ([]snapsh
 		return ix.Indexes(ctx, collection)
 	}
 	return nil, nil
+}
+
+// StartCompactor starts a Compactor of the rig's dataset that reads the bases of
+// held and new collections from src, unpaced, keeping its records in the rig's
+// store, and makes it the writer's and the publisher's; cancel stops it, as a
+// killed syncer stops.
+func (r *Rig) StartCompactor(src snapshot.Source) (c *layer.Compactor, cancel context.CancelFunc) {
+	c = &layer.Compactor{Dataset: Dataset, Writer: r.Writer, Docs: r.Store, Versions: r.Pub.Versions, RowsPerSecond: -1,
+		Source: src, Records: r.Store, Syncer: "syncer-1"}
+	ctx, cancel := context.WithCancel(context.Background())
+	c.Start(ctx)
+	r.Writer.Compactor, r.Pub.Bases = c, c
+	return c, cancel
 }
