@@ -484,11 +484,17 @@ func (r *snap) importSnapshot(ctx context.Context) (*pgx.Conn, error) {
 	if err != nil {
 		return nil, r.src.connectError(err)
 	}
-	// One round trip: the statements go as one simple query.
-	if _, err := c.Exec(ctx, beginImportSQL+"; SET TRANSACTION SNAPSHOT "+quoteLiteral(r.exported)+"; "+
-		setLocalSQL("lock_timeout", importLockTimeout)); err != nil {
+	if _, err := c.Exec(ctx, beginImportSQL); err != nil {
+		_ = closeConn(ctx, c)
+		return nil, err
+	}
+	if _, err := c.Exec(ctx, "SET TRANSACTION SNAPSHOT "+quoteLiteral(r.exported)); err != nil {
 		_ = closeConn(ctx, c)
 		return nil, fmt.Errorf("import snapshot: %w", err)
+	}
+	if _, err := c.Exec(ctx, setLocalSQL("lock_timeout", importLockTimeout)); err != nil {
+		_ = closeConn(ctx, c)
+		return nil, err
 	}
 	return c, nil
 }
