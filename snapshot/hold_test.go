@@ -40,6 +40,38 @@ func (g *gatedOpens) Open(ctx context.Context) (snapshot.SourceSnapshot, error) 
 	return &gatedSnapshot{DeltaSnapshot: snap.(snapshot.DeltaSnapshot), release: g.release}, nil
 }
 
+// OpenBase opens a base read in chunks as the source does, recorded and gated as
+// Open's snapshots are.
+func (g *gatedOpens) OpenBase(ctx context.Context, collection string) (snapshot.SourceSnapshot, error) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	snap, err := g.Source.OpenBase(ctx, collection)
+	if err != nil {
+		return nil, err
+	}
+	g.recordLocked(snap.Position().LSN, g.Source)
+	if g.opened != nil {
+		g.opened <- snap.Position().LSN
+	}
+	return &gatedSnapshot{DeltaSnapshot: snap.(snapshot.DeltaSnapshot), release: g.release}, nil
+}
+
+// ResumeBase goes on with a base as the source does, gated as Open's snapshots are.
+func (g *gatedOpens) ResumeBase(ctx context.Context, collection string, at snapshot.Position, after string) (snapshot.SourceSnapshot, error) {
+	snap, err := g.Source.ResumeBase(ctx, collection, at, after)
+	if err != nil {
+		return nil, err
+	}
+	return &gatedSnapshot{DeltaSnapshot: snap.(snapshot.DeltaSnapshot), release: g.release}, nil
+}
+
+// OnChunk passes fn on to a snapshot read in chunks.
+func (g *gatedSnapshot) OnChunk(fn func(ctx context.Context, last string) error) {
+	if cs, ok := g.DeltaSnapshot.(snapshot.ChunkedSnapshot); ok {
+		cs.OnChunk(fn)
+	}
+}
+
 // gatedSnapshot is a snapshot whose reads wait for a release.
 type gatedSnapshot struct {
 	snapshot.DeltaSnapshot
@@ -86,12 +118,18 @@ func (g *gatedOpens) held(lsn uint64, collection string) (map[string]string, boo
 }
 
 // Random histories on memory with definition changes, new collections and bases
-// read from the source beside the stream, let through, held back or killed with
-// their syncer: every version holds each collection as the source held it at the
+// read from the source beside the stream in chunks (rows changing between them), let
+// through, held back or killed with their syncer: every version holds each collection as the source held it at the
 // version's position, but a held one, which it holds whole as the source held it at
 // the position its hold names, and a new one not yet joined, which it leaves out.
 // Every hold ends: once the bases are let through, a version holds none.
 func TestHeldCollectionsOnMemory(t *testing.T) {
+	changedBetween := 0 // rows changed between two chunks of a base, over every seed
+	defer func() {
+		if changedBetween == 0 && !t.Failed() {
+			t.Error("no row changed between two chunks of a base in any history")
+		}
+	}()
 	for seed := range uint64(8) {
 		t.Run(fmt.Sprint("seed=", seed), func(t *testing.T) {
 			rng := rand.New(rand.NewPCG(seed, 55))
@@ -101,6 +139,30 @@ func TestHeldCollectionsOnMemory(t *testing.T) {
 			c.Source = opens
 			ctx := context.Background()
 			held, joined, killed, rebased := 0, 0, 0, 0
+			// A base is read in chunks, each from the source as it is then: between
+			// two, rows change, as commits land between the transactions of a base
+			// read from Postgres.
+			// Only while the test waits for the bases it let through, so that what a
+			// version is checked against is the source as of its position.
+			between := 0
+			var reading atomic.Bool
+			hook := rand.New(rand.NewPCG(seed, 56))
+			r.src.BetweenChunks = func() {
+				if !reading.Load() {
+					return
+				}
+				between++
+				names := r.src.Collections()
+				name, id := names[hook.IntN(len(names))], fmt.Sprintf("u%02d", hook.IntN(30))
+				del := hook.IntN(4) == 0
+				opens.change(func() {
+					if del {
+						r.src.Delete(name, id)
+					} else {
+						r.src.Put(name, id, fmt.Sprintf(`{"between":%d}`, between))
+					}
+				})
+			}
 			check := func(step int) {
 				t.Helper()
 				m, got := r.served(t)
@@ -150,8 +212,10 @@ func TestHeldCollectionsOnMemory(t *testing.T) {
 						joined++
 					}
 				case 2, 3:
+					reading.Store(true)
 					opens.release <- struct{}{}
 					c.Wait()
+					reading.Store(false)
 				case 4:
 					stop() // the syncer is killed; its successor starts with no base in hand
 					killed++
@@ -188,7 +252,9 @@ func TestHeldCollectionsOnMemory(t *testing.T) {
 			if h := m.HeldCollections(); len(h) > 0 || !sameContents(got, r.model()) {
 				t.Fatalf("after every base was let through, version %s holds %v: %v; the source %v", m.Version, h, got, r.model())
 			}
-			t.Logf("%d held collections seen, %d collections added, %d syncers killed, %d bases read beside the stream taken", held, joined, killed, rebased)
+			changedBetween += between
+			t.Logf("%d held collections seen, %d collections added, %d syncers killed, %d bases read beside the stream taken, %d changes between their chunks",
+				held, joined, killed, rebased, between)
 		})
 	}
 }

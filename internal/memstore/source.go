@@ -24,6 +24,10 @@ type Source struct {
 	lsn         uint64
 	fail        map[string]error // a collection's scans fail with it
 	shapes      map[string]int   // each collection's definition, changed by Redefine
+
+	// BetweenChunks, when set, is called between two chunks of a base read beside
+	// the stream (OpenBase), with no lock held: a test changes the source there.
+	BetweenChunks func()
 }
 
 var _ snapshot.Source = (*Source)(nil)
@@ -196,3 +200,106 @@ func (s *sourceSnapshot) ScanSince(ctx context.Context, collection string, since
 }
 
 func (s *sourceSnapshot) Close(context.Context) error { return nil }
+
+// BaseChunk is how many documents a chunk of a base read beside the stream holds
+// (OpenBase).
+const BaseChunk = 3
+
+var (
+	_ snapshot.BaseOpener      = (*Source)(nil)
+	_ snapshot.BaseResumer     = (*Source)(nil)
+	_ snapshot.ChunkedSnapshot = (*chunkedSnapshot)(nil)
+)
+
+// OpenBase opens a base of collection read beside the stream in chunks, as
+// pgsource's are (snapshot.BaseOpener): its position is the source's now, and each
+// chunk of BaseChunk documents is read from the source as it is when the chunk
+// begins, BetweenChunks called before each but the first.
+func (s *Source) OpenBase(ctx context.Context, collection string) (snapshot.SourceSnapshot, error) {
+	snap, err := s.Open(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return &chunkedSnapshot{sourceSnapshot: snap.(*sourceSnapshot), src: s, collection: collection}, nil
+}
+
+// ResumeBase goes on with a base read at at after the id after (snapshot.BaseResumer);
+// it cannot when the collection's definition is no longer at's.
+func (s *Source) ResumeBase(ctx context.Context, collection string, at snapshot.Position, after string) (snapshot.SourceSnapshot, error) {
+	snap, err := s.Open(ctx)
+	if err != nil {
+		return nil, err
+	}
+	ss := snap.(*sourceSnapshot)
+	if ss.pos.Definitions[collection] != at.Definitions[collection] {
+		return nil, fmt.Errorf("%w: the collection's definition changed", snapshot.ErrCannotResume)
+	}
+	ss.pos = at
+	return &chunkedSnapshot{sourceSnapshot: ss, src: s, collection: collection, after: after}, nil
+}
+
+// chunkedSnapshot is a base's snapshot read in chunks from the live source.
+type chunkedSnapshot struct {
+	*sourceSnapshot
+	src        *Source
+	collection string
+	after      string // the last id an earlier read sent; "" for none
+	onChunk    func(ctx context.Context, last string) error
+}
+
+// OnChunk sets fn, called as each chunk but the last ends.
+func (c *chunkedSnapshot) OnChunk(fn func(ctx context.Context, last string) error) { c.onChunk = fn }
+
+// ScanSince sends the collection's documents after c.after in chunks, each as the
+// source holds it when the chunk begins; the collection's definition must stay the
+// base's.
+func (c *chunkedSnapshot) ScanSince(ctx context.Context, collection string, since *snapshot.Position, fn func(snapshot.Document) error) (snapshot.LayerMode, error) {
+	if since != nil || collection != c.collection {
+		return c.sourceSnapshot.ScanSince(ctx, collection, since, fn)
+	}
+	last := c.after
+	for first := true; ; first = false {
+		if !first && c.src.BetweenChunks != nil {
+			c.src.BetweenChunks()
+		}
+		chunk, err := c.src.chunk(collection, last, c.pos.Definitions[collection])
+		if err != nil {
+			return snapshot.LayerMode{}, err
+		}
+		for _, d := range chunk {
+			if err := fn(d); err != nil {
+				return snapshot.LayerMode{}, err
+			}
+			last = d.ID
+		}
+		if len(chunk) < BaseChunk {
+			return snapshot.ModeRowVersion, nil
+		}
+		if c.onChunk != nil {
+			if err := c.onChunk(ctx, last); err != nil {
+				return snapshot.LayerMode{}, err
+			}
+		}
+	}
+}
+
+// chunk returns up to BaseChunk documents of collection after the id after, rendered,
+// as the source holds them now; an error when the collection's definition is no
+// longer def, or its scans fail.
+func (s *Source) chunk(collection, after, def string) ([]snapshot.Document, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err := s.fail[collection]; err != nil {
+		return nil, fmt.Errorf("collection %s: %w", collection, err)
+	}
+	if fmt.Sprint(s.shapes[collection]) != def {
+		return nil, fmt.Errorf("%w: the definition of %s changed while its base was read", snapshot.ErrSource, collection)
+	}
+	var out []snapshot.Document
+	for _, id := range slices.Sorted(maps.Keys(s.docs[collection])) {
+		if id > after && len(out) < BaseChunk {
+			out = append(out, snapshot.Document{ID: id, Body: render(s.docs[collection][id], s.shapes[collection])})
+		}
+	}
+	return out, nil
+}
