@@ -27,25 +27,21 @@ type gatedOpens struct {
 }
 
 func (g *gatedOpens) Open(ctx context.Context) (snapshot.SourceSnapshot, error) {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	snap, err := g.Source.Open(ctx)
-	if err != nil {
-		return nil, err
-	}
-	g.recordLocked(snap.Position().LSN, g.Source)
-	if g.opened != nil {
-		g.opened <- snap.Position().LSN
-	}
-	return &gatedSnapshot{DeltaSnapshot: snap.(snapshot.DeltaSnapshot), release: g.release}, nil
+	return g.gate(func() (snapshot.SourceSnapshot, error) { return g.Source.Open(ctx) })
 }
 
 // OpenBase opens a base read in chunks as the source does, recorded and gated as
 // Open's snapshots are.
 func (g *gatedOpens) OpenBase(ctx context.Context, collection string) (snapshot.SourceSnapshot, error) {
+	return g.gate(func() (snapshot.SourceSnapshot, error) { return g.Source.OpenBase(ctx, collection) })
+}
+
+// gate opens a snapshot with open, never while the source changes, records what the
+// source held at its position, and returns it gated.
+func (g *gatedOpens) gate(open func() (snapshot.SourceSnapshot, error)) (snapshot.SourceSnapshot, error) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	snap, err := g.Source.OpenBase(ctx, collection)
+	snap, err := open()
 	if err != nil {
 		return nil, err
 	}
