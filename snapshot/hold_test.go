@@ -264,15 +264,7 @@ func TestHeldBaseCatchesUpFromItsOwnPosition(t *testing.T) {
 		at: map[uint64]map[string]map[string]string{}}
 	c, _ := r.withCompactor(t, r.st)
 	c.Source = opens
-	ctx := context.Background()
-	publish := func() snapshot.Manifest {
-		t.Helper()
-		res, err := r.pub.Publish(ctx, snapshot.PublishOptions{})
-		if err != nil || res.NoOp {
-			t.Fatalf("publish = %+v, %v", res, err)
-		}
-		return res.Manifest
-	}
+	publish := func() snapshot.Manifest { return r.publish(t) }
 	publish()
 	r.src.Redefine("users")
 	v2 := publish()
@@ -365,15 +357,7 @@ func TestHeldBaseTooOldIsReadAgain(t *testing.T) {
 	c.Source = r.src
 	var skew atomic.Int64
 	c.Now = func() time.Time { return time.Now().Add(time.Duration(skew.Load())) }
-	ctx := context.Background()
-	publish := func() snapshot.Manifest {
-		t.Helper()
-		res, err := r.pub.Publish(ctx, snapshot.PublishOptions{})
-		if err != nil || res.NoOp {
-			t.Fatalf("publish = %+v, %v", res, err)
-		}
-		return res.Manifest
-	}
+	publish := func() snapshot.Manifest { return r.publish(t) }
 	publish()
 	r.src.Redefine("users")
 	publish()
@@ -392,4 +376,14 @@ func TestHeldBaseTooOldIsReadAgain(t *testing.T) {
 	if v4.Collections["users"].Held != nil || !sameContents(r.holds(t, v4), r.model()) {
 		t.Fatalf("v4 holds %v (held %v); want the source %v", r.holds(t, v4), v4.HeldCollections(), r.model())
 	}
+}
+
+// publish publishes a version, which must not be a no-op, and returns it.
+func (r *memRig) publish(tb testing.TB) snapshot.Manifest {
+	tb.Helper()
+	res, err := r.pub.Publish(context.Background(), snapshot.PublishOptions{})
+	if err != nil || res.NoOp {
+		tb.Fatalf("publish = %+v, %v", res, err)
+	}
+	return res.Manifest
 }
