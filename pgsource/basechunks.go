@@ -157,13 +157,13 @@ func (b *chunkedBase) scanChunks(ctx context.Context, cr *collectionRead, ranges
 	sn, began := b.snap, b.began
 	for len(ranges) > 0 {
 		rowsIn := 0
-		err := b.guard(ctx, sn)
-		var rows *mergedRows
+		rows, err := sn.importedScans(ctx, q, ranges)
+		if rows == nil && err == nil {
+			err = fmt.Errorf("%w: the scans of %s could not import the chunk's snapshot", snapshot.ErrSource, describe(cr.c))
+		}
+		var watchdog *time.Timer
 		if err == nil {
-			rows, err = sn.importedScans(ctx, q, ranges)
-			if rows == nil && err == nil {
-				err = fmt.Errorf("%w: the scans of %s could not import the chunk's snapshot", snapshot.ErrSource, describe(cr.c))
-			}
+			watchdog = b.watch(sn, rows, began)
 		}
 		if err == nil {
 			err = readRows(rows, cr.c, cr.key, true, func(d snapshot.Document) error {
@@ -180,6 +180,9 @@ func (b *chunkedBase) scanChunks(ctx context.Context, cr *collectionRead, ranges
 				}
 				return nil
 			})
+		}
+		if watchdog != nil && !watchdog.Stop() {
+			err = fmt.Errorf("a chunk of the base of %s was held open longer than base_transaction (%s): its transactions were ended", describe(cr.c), b.limit)
 		}
 		b.ended(sn, began)
 		if !errors.Is(err, errChunkEnd) {
@@ -201,13 +204,18 @@ func (b *chunkedBase) scanChunks(ctx context.Context, cr *collectionRead, ranges
 	return nil
 }
 
-// guard bounds the chunk's idle time in Postgres as well: a reader stalled past the
-// bound loses its session, and the base is read again, rather than holding the
-// transaction open.
-func (b *chunkedBase) guard(ctx context.Context, sn *snap) error {
-	ms := strconv.FormatInt(b.limit.Milliseconds(), 10)
-	_, err := sn.tx.Exec(ctx, setLocalSQL("idle_in_transaction_session_timeout", ms))
-	return err
+// watch ends the chunk's transactions, sn's and its scans', once they have been
+// open BaseTransaction since began: a reader stalled that long (a store write that
+// does not return) has their connections closed, so that Postgres ends them rather
+// than hold back vacuum, and the base fails (a query cancel would not reach a
+// backend waiting to send rows, nor a timeout of Postgres's own).
+func (b *chunkedBase) watch(sn *snap, rows *mergedRows, began time.Time) *time.Timer {
+	conns := append([]*pgx.Conn{sn.conn}, rows.conns...)
+	return time.AfterFunc(b.limit-time.Since(began), func() {
+		for _, c := range conns {
+			_ = c.PgConn().Conn().Close()
+		}
+	})
 }
 
 // count counts a transaction that read the base, begun at began; whole says why it

@@ -171,3 +171,50 @@ func TestBaseOfTextIDsIsOneTransaction(t *testing.T) {
 		t.Errorf("read %d rows as %+v; want 500 in one transaction, with the reason", n, c)
 	}
 }
+
+// A reader that stalls in the middle of a chunk holds no source transaction past
+// base_transaction: Postgres ends the chunk's transactions (no backend of the
+// database holds back vacuum any more), and the base fails rather than go on.
+func TestStalledChunkHoldsNoTransaction(t *testing.T) {
+	dsn := testenv.Postgres(t)
+	testenv.Exec(t, dsn, `CREATE TABLE acct (id bigint PRIMARY KEY, v int NOT NULL)`,
+		`INSERT INTO acct SELECT g, g FROM generate_series(1, 20000) g`)
+	src, err := pgsource.New(dsn, []pgsource.Collection{{Name: "acct", Table: "acct", Key: "id"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	src.PartitionMinRows, src.BaseTransaction = 100, 500*time.Millisecond
+	ctx := context.Background()
+	watch, err := pgx.Connect(ctx, dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer watch.Close(ctx)
+	bs, err := src.OpenBase(ctx, "acct")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer bs.Close(ctx)
+	n := 0
+	_, err = bs.(snapshot.DeltaSnapshot).ScanSince(ctx, "acct", nil, func(snapshot.Document) error {
+		if n++; n == 10 {
+			// Stalled: wait until no backend of the database holds an xmin.
+			testenv.Eventually(t, 30*time.Second, func() error {
+				var holding int
+				if err := watch.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity
+					WHERE datname = current_database() AND pid <> pg_backend_pid() AND backend_xmin IS NOT NULL`).Scan(&holding); err != nil {
+					return err
+				}
+				if holding > 0 {
+					return fmt.Errorf("%d backends still hold back vacuum", holding)
+				}
+				return nil
+			})
+		}
+		return nil
+	})
+	if err == nil {
+		t.Fatalf("the base read %d rows after its transactions were ended; want it to fail", n)
+	}
+	t.Logf("the stalled base failed after %d rows: %v", n, err)
+}
