@@ -83,6 +83,10 @@ type Compactor struct {
 	// until one takes its base (definition_changes: hold). Nil writes those bases
 	// in the version that needs them, every collection waiting (wait).
 	Source snapshot.Source
+	// Parts, when set, shares the bases read from the source with the dataset's
+	// other syncer replicas (PartReader), when the source reads parts
+	// (snapshot.BaseSharer) and a base is large enough to cut.
+	Parts *Parts
 	// Built, when set, is called once a base read from the source is built, so
 	// that a version takes it soon; it must not block.
 	Built func()
@@ -112,6 +116,7 @@ type baseBuild struct {
 	started  time.Time
 	rows     atomic.Int64 // documents written so far
 	replayed atomic.Int64 // of them, read back from storage where an earlier read stood
+	shared   atomic.Int64 // of them, taken from parts other replicas read
 	bytes    atomic.Int64 // their bytes
 	layer    snapshot.Version
 
@@ -445,8 +450,9 @@ func (c *Compactor) recordLocked(ctx context.Context, collection string, b *base
 	p := b.progress(collection)
 	rec := snapshot.BaseStatus{Collection: collection, Layer: b.layer, From: p.From, Why: p.Why, State: cmp.Or(state, p.State),
 		Rows: p.Rows, Expected: p.Expected, Bytes: p.Bytes, Started: p.Started, Updated: c.now(), Writer: c.Syncer, RetryAt: p.RetryAt}
-	if st := b.stands; st.through != "" && !b.taken {
-		rec.Layer, rec.Position, rec.Through, rec.ThroughRows = st.layer, &st.at, st.through, st.rows
+	if st := b.stands; (st.through != "" || st.plan != "") && !b.taken {
+		rec.Layer, rec.Position, rec.Through, rec.ThroughRows = cmp.Or(st.layer, rec.Layer), &st.at, st.through, st.rows
+		rec.Plan, rec.Cuts = st.plan, st.cuts
 	}
 	if p.Err != nil {
 		rec.Err = snapshot.Truncate(p.Err.Error(), 1000)

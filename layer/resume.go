@@ -26,12 +26,15 @@ type standing struct {
 	through string
 	rows    int64
 	started time.Time
+	// plan and cuts, for a base shared by the replicas, name its parts.
+	plan snapshot.Version
+	cuts []string
 }
 
 // standingLocked returns where b stands, if it is a base read in chunks that wrote
 // a chunk; nil otherwise. The Compactor's lock is held.
 func (b *baseBuild) standingLocked() *standing {
-	if b.stands.through == "" {
+	if b.stands.through == "" && b.stands.plan == "" {
 		return nil
 	}
 	st := b.stands
@@ -71,8 +74,11 @@ func (c *Compactor) chunkDone(collection string, b *baseBuild) func(ctx context.
 func (c *Compactor) openBase(ctx context.Context, m snapshot.Manifest, collection string, b *baseBuild) (snapshot.SourceSnapshot, error) {
 	if r := c.resumable(ctx, m, collection, b); r != nil {
 		snap, err := c.resumeBase(ctx, collection, b, r)
+		if err == nil {
+			return c.shareOrClose(ctx, collection, b, snap)
+		}
 		if !errors.Is(err, snapshot.ErrCannotResume) {
-			return snap, err
+			return nil, err
 		}
 		c.event(ctx, snapshot.EventBaseReadAgain, collection, "layer", r.layer, "through", r.through, "why", err)
 	}
@@ -83,12 +89,26 @@ func (c *Compactor) openBase(ctx context.Context, m snapshot.Manifest, collectio
 	} else {
 		snap, err = c.Source.Open(ctx)
 	}
-	if err == nil {
-		c.mu.Lock()
-		b.stands = standing{at: snap.Position(), started: b.started}
-		c.mu.Unlock()
+	if err != nil {
+		return nil, err
 	}
-	return snap, err
+	c.mu.Lock()
+	b.stands = standing{at: snap.Position(), started: b.started}
+	c.mu.Unlock()
+	return c.shareOrClose(ctx, collection, b, snap)
+}
+
+// shareOrClose returns snap shared by the replicas (share), closing it when it
+// fails.
+func (c *Compactor) shareOrClose(ctx context.Context, collection string, b *baseBuild, snap snapshot.SourceSnapshot) (snapshot.SourceSnapshot, error) {
+	shared, err := c.share(ctx, collection, b, snap)
+	if err != nil {
+		cctx, cancel := snapshot.Detach(ctx, 0)
+		defer cancel()
+		_ = snap.Close(cctx)
+		return nil, err
+	}
+	return shared, nil
 }
 
 // recorded returns where the collection's record in storage says an unfinished
@@ -103,8 +123,9 @@ func (c *Compactor) recorded(ctx context.Context, collection string) *standing {
 		return nil
 	}
 	for _, rec := range recs {
-		if rec.Collection == collection && rec.Building() && rec.Position != nil && rec.Through != "" && rec.Layer != "" {
-			return &standing{layer: rec.Layer, at: *rec.Position, through: rec.Through, rows: rec.ThroughRows, started: rec.Started}
+		if rec.Collection == collection && rec.Building() && rec.Position != nil && (rec.Through != "" && rec.Layer != "" || rec.Plan != "") {
+			return &standing{layer: rec.Layer, at: *rec.Position, through: rec.Through, rows: rec.ThroughRows, started: rec.Started,
+				plan: rec.Plan, cuts: rec.Cuts}
 		}
 	}
 	return nil
@@ -171,7 +192,8 @@ type resumedSnapshot struct {
 	runs       RunReader
 	collection string
 	stored     snapshot.ChainRef // the earlier read's layer
-	through    string            // its last id written
+	through    string            // its last id written; "" for all it holds
+	after      string            // the last id not to send again; "" for none
 	want       int64             // its documents through it
 	replayed   interface{ Add(int64) int64 }
 	lost       func() // called when storage does not hold what the earlier read wrote
@@ -181,20 +203,32 @@ func (s *resumedSnapshot) ScanSince(ctx context.Context, collection string, sinc
 	if since != nil || collection != s.collection {
 		return s.DeltaSnapshot.ScanSince(ctx, collection, since, fn)
 	}
-	n, err := s.replay(ctx, fn)
-	if err != nil {
-		return snapshot.LayerMode{}, err
-	}
-	if n != s.want {
-		s.lost()
-		return snapshot.LayerMode{}, fmt.Errorf("%w: storage holds %d documents of %s through %q under %s, where the base recorded %d",
-			snapshot.ErrCannotResume, n, collection, s.through, s.stored.Chain[0], s.want)
+	if s.through != "" { // else the earlier read wrote nothing yet
+		if err := s.sendStored(ctx, fn); err != nil {
+			return snapshot.LayerMode{}, err
+		}
 	}
 	return s.DeltaSnapshot.ScanSince(ctx, collection, nil, fn)
 }
 
-// replay sends the earlier read's documents through s.through and returns how many
-// there were, read in spans of about replayPage ids that its layer's fingerprint run
+// sendStored sends the earlier read's documents, read back from storage, and checks
+// that they are as many as it recorded.
+func (s *resumedSnapshot) sendStored(ctx context.Context, fn func(snapshot.Document) error) error {
+	n, err := s.replay(ctx, fn)
+	if err != nil {
+		return err
+	}
+	if n != s.want {
+		s.lost()
+		return fmt.Errorf("%w: storage holds %d documents of %s through %q under %s, where the base recorded %d",
+			snapshot.ErrCannotResume, n, s.collection, s.through, s.stored.Chain[0], s.want)
+	}
+	return nil
+}
+
+// replay sends the earlier read's documents through s.through (all of them for "")
+// after s.after, and returns how many there were, those up to s.after too, read in
+// spans of about replayPage ids that its layer's fingerprint run
 // marks out, each read on its own (a read of the whole range at once would have
 // Bigtable's emulator gather every row of it first); the documents after the run's
 // last chunk in storage, up to s.through, are one last span.
@@ -207,7 +241,9 @@ func (s *resumedSnapshot) replay(ctx context.Context, fn func(snapshot.Document)
 				return fmt.Errorf("read back %s's documents written under %s: %w", s.collection, s.stored.Chain[0], err)
 			}
 			for _, d := range docs {
-				n++
+				if n++; d.ID <= s.after {
+					continue
+				}
 				s.replayed.Add(1)
 				if err := fn(d); err != nil {
 					return err
@@ -227,7 +263,7 @@ func (s *resumedSnapshot) replay(ctx context.Context, fn func(snapshot.Document)
 	var err error
 	rerr := s.runs.ScanRun(ctx, s.stored.Dataset, s.stored.Chain[0], s.collection, func(chunk []byte) bool {
 		err = DecodeRunChunk(chunk, func(e RunEntry) error {
-			if e.ID > s.through {
+			if s.through != "" && e.ID > s.through {
 				return errStop
 			}
 			if page++; page == replayPage && e.ID > from {
@@ -246,7 +282,11 @@ func (s *resumedSnapshot) replay(ctx context.Context, fn func(snapshot.Document)
 	if err = cmp.Or(err, rerr); err != nil {
 		return n, err
 	}
-	return n, send(snapshot.Span{From: from, To: s.through + "\x00"})
+	end := snapshot.Span{From: from}
+	if s.through != "" {
+		end.To = s.through + "\x00"
+	}
+	return n, send(end)
 }
 
 // replayPage is how many documents a span of a replay holds, about.

@@ -63,9 +63,11 @@ type chunkedBase struct {
 	began   time.Time // when the first chunk's transaction began
 	indexes []snapshot.IndexDef
 
-	// after and ranges, for a base resumed (ResumeBase), are the last id an earlier
-	// read sent and the ranges of the collection's ids; "" and nil otherwise.
+	// after and ranges, for a base resumed (ResumeBase) or a part of one
+	// (ReadBasePart), are the last id an earlier read sent and the ranges of the
+	// collection's ids; "" and nil otherwise. through, for a part, is its last id.
 	after   string
+	through string
 	ranges  []idRange
 	onChunk func(ctx context.Context, last string) error
 
@@ -124,7 +126,7 @@ func (b *chunkedBase) ScanSince(ctx context.Context, collection string, since *s
 		if err != nil {
 			return snapshot.LayerMode{}, fmt.Errorf("collection %s: %w", collection, err)
 		}
-		return snapshotMode(plan.mode), b.scanChunks(ctx, cr, rangesAfter(b.ranges, b.after), b.after, fn)
+		return snapshotMode(plan.mode), b.scanChunks(ctx, cr, rangesThrough(rangesAfter(b.ranges, b.after), b.through), b.after, fn)
 	case b.limit < 0:
 		why = "chunks are off (base_transaction is negative)"
 	default:
@@ -291,6 +293,35 @@ func rangesAfter(ranges []idRange, last string) []idRange {
 	return out
 }
 
+// rangesThrough returns what is left of ranges up to the id through, in byte order:
+// the ids of each whose text sorts no later; all of them for "".
+func rangesThrough(ranges []idRange, through string) []idRange {
+	if through == "" {
+		return ranges
+	}
+	var out []idRange
+	for _, rg := range ranges {
+		if rg = rg.through(through); rg.lo <= rg.hi {
+			out = append(out, rg)
+		}
+	}
+	return out
+}
+
+// through returns the ids of rg whose text sorts no later than last's bytes: those
+// rg.after(last) leaves out.
+func (rg idRange) through(last string) idRange {
+	past := rg.after(last)
+	switch {
+	case past.lo > past.hi:
+		return rg
+	case rg.desc:
+		return idRange{lo: past.hi + 1, hi: rg.hi, desc: true}
+	default:
+		return idRange{lo: rg.lo, hi: past.lo - 1}
+	}
+}
+
 // after returns the ids of rg whose text sorts after last's bytes: in rg's order
 // their texts sort as bytes, so they are the ids past the first such one, found by
 // a binary search (lo > hi when there is none).
@@ -328,7 +359,74 @@ func (rg idRange) after(last string) idRange {
 	return idRange{lo: rg.lo, hi: hi, desc: true}
 }
 
-var _ snapshot.BaseResumer = (*Source)(nil)
+var (
+	_ snapshot.BaseSharer     = (*Source)(nil)
+	_ snapshot.PartedSnapshot = (*chunkedBase)(nil)
+)
+
+// ReadBasePart opens a snapshot that reads collection's ids after after through
+// through, in chunks, as the base read at at (snapshot.BaseSharer): a part of a
+// base another snapshot cut (BaseParts). It fails as ResumeBase does.
+func (s *Source) ReadBasePart(ctx context.Context, collection string, at snapshot.Position, after, through string) (snapshot.SourceSnapshot, error) {
+	snap, err := s.ResumeBase(ctx, collection, at, after)
+	if err != nil {
+		return nil, err
+	}
+	snap.(*chunkedBase).through = through
+	return snap, nil
+}
+
+// partSample is about how many ids BaseParts samples per part it cuts.
+const partSample = 200
+
+// BaseParts returns the ids that cut the collection into parts of about rows ids
+// each, from a sample of the table's pages (snapshot.PartedSnapshot), and the
+// base's mode. It cuts a counted table of more than rows rows whose ids are read in
+// chunks, and only one read at its position (not a part, nor a resumed read).
+func (b *chunkedBase) BaseParts(ctx context.Context, collection string, rows int64) ([]string, snapshot.LayerMode, error) {
+	cr, err := b.read(collection)
+	if err != nil {
+		return nil, snapshot.LayerMode{}, err
+	}
+	plan, err := b.changeMode(ctx, cr, nil)
+	if err != nil {
+		return nil, snapshot.LayerMode{}, fmt.Errorf("collection %s: %w", collection, err)
+	}
+	mode := snapshotMode(plan.mode)
+	if b.ranges != nil || b.limit < 0 || rows <= 0 || !cr.counted || cr.rows <= rows {
+		return nil, mode, nil
+	}
+	ranges, err := b.digitScans(ctx, cr)
+	if err != nil || len(ranges) == 0 {
+		return nil, mode, err
+	}
+	parts := (cr.rows + rows - 1) / rows
+	pct := min(100, 100*float64(parts*partSample)/float64(cr.rows))
+	q := "SELECT " + keySQL(cr.key) + " FROM " + tableFromSQL(cr.c) + " TABLESAMPLE SYSTEM ($1)"
+	rs, err := b.snap.tx.Query(ctx, q, pct)
+	var ids []string
+	if err == nil {
+		ids, err = pgx.CollectRows(rs, pgx.RowTo[string])
+	}
+	if err != nil {
+		return nil, mode, fmt.Errorf("sample the ids of %s: %w", describe(cr.c), err)
+	}
+	return cutsOf(ids, int(parts)), mode, nil
+}
+
+// cutsOf returns the ids that cut sample, sorted by their bytes, into parts of as
+// many each: at most parts-1 of them, each once.
+func cutsOf(sample []string, parts int) []string {
+	slices.Sort(sample)
+	var cuts []string
+	for i := 1; i < parts; i++ {
+		at := i * len(sample) / parts
+		if at > 0 && at < len(sample) && (len(cuts) == 0 || sample[at-1] > cuts[len(cuts)-1]) {
+			cuts = append(cuts, sample[at-1])
+		}
+	}
+	return cuts
+}
 
 // ResumeBase opens a snapshot that reads collection's ids after after, in chunks, as
 // the base read at at that an earlier read left there (snapshot.BaseResumer). It

@@ -37,6 +37,11 @@ type BaseStatus struct {
 	Position    *Position `json:"position,omitempty"`
 	Through     string    `json:"through,omitempty"`
 	ThroughRows int64     `json:"through_rows,omitempty"`
+	// Plan and Cuts, for a base shared by the syncer replicas, name its parts:
+	// the ids that cut it (PartedSnapshot) and the layer version that names their
+	// claims. Position is then set from the start.
+	Plan Version  `json:"plan,omitempty"`
+	Cuts []string `json:"cuts,omitempty"`
 }
 
 // Building reports whether the base is still in hand: being built, built and

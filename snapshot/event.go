@@ -90,6 +90,8 @@ const (
 	EventBaseSwapped      // a version's chain takes a base built beside the stream (base, replaced)
 	EventBaseResumed      // a base read from the source goes on where an earlier read stood (layer, through, rows)
 	EventBaseReadAgain    // a base read from the source that stood unfinished is read from the start (layer, why)
+	EventBasePartRead     // a replica read a part of a base another builds (part, layer, rows)
+	EventBasePartTaken    // a base took a part another replica read, from storage (part, layer, rows, by)
 	numEventKinds
 )
 
@@ -164,6 +166,8 @@ var eventKinds = [numEventKinds]struct {
 	EventBaseSwapped:      {"the version's chain takes a base built beside the stream", LevelInfo},
 	EventBaseResumed:      {"a base read from the source beside the stream goes on where it stood: what was written is read back from storage", LevelInfo},
 	EventBaseReadAgain:    {"a base read from the source beside the stream that stood unfinished cannot go on: it is read from the start", LevelWarn},
+	EventBasePartRead:     {"read a part of a base another replica builds", LevelInfo},
+	EventBasePartTaken:    {"a base takes a part another replica read, from storage", LevelInfo},
 }
 
 // String returns the kind's log message; "" for a kind this version does not know.

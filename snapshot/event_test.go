@@ -47,7 +47,7 @@ func TestEventKindText(t *testing.T) {
 			t.Errorf("kind %q: level %d; want %d", tc.kind, got, want)
 		}
 	}
-	if got, want := len(seen), int(snapshot.EventBaseReadAgain); got != want {
+	if got, want := len(seen), int(snapshot.EventBasePartTaken); got != want {
 		t.Errorf("%d kinds with a message; want %d", got, want)
 	}
 }

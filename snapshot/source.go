@@ -163,6 +163,29 @@ type BaseResumer interface {
 	ResumeBase(ctx context.Context, collection string, at Position, after string) (SourceSnapshot, error)
 }
 
+// BaseSharer is a BaseResumer whose bases several syncers read a share of: a base is
+// cut into parts of its id order (PartedSnapshot), and each part is read on its own,
+// by whichever replica claims it, as the base read at the base's position.
+type BaseSharer interface {
+	BaseResumer
+	// ReadBasePart opens a snapshot whose ScanSince, with no since, sends the
+	// collection's ids after the id after ("": from the first) through the id
+	// through ("": to the last), as ResumeBase's does; it fails as ResumeBase does.
+	ReadBasePart(ctx context.Context, collection string, at Position, after, through string) (SourceSnapshot, error)
+}
+
+// PartedSnapshot is the snapshot of a base (BaseOpener, BaseResumer) that can cut
+// its collection into parts that BaseSharer reads.
+type PartedSnapshot interface {
+	// BaseParts returns the ids that cut the collection into parts of about rows
+	// ids each, in byte order (part i holds the ids after cuts[i-1] through
+	// cuts[i], the last one those after the last cut), and how the base's changes
+	// are told (its ScanSince's mode). No cuts means the collection is read whole
+	// by ScanSince. With cuts, the snapshot's own source transaction has ended:
+	// it answers Position and Indexes, and the parts are read by ReadBasePart.
+	BaseParts(ctx context.Context, collection string, rows int64) (cuts []string, mode LayerMode, err error)
+}
+
 // ChunkedSnapshot is a DeltaSnapshot that reads a collection in chunks, each in a
 // source transaction of its own, and says when each ends.
 type ChunkedSnapshot interface {

@@ -158,6 +158,10 @@ func NewLeaseOn(cell LeaseCell, name string, cfg LeaseConfig) (*Lease, error) {
 	}}, nil
 }
 
+// Cells returns the store's conditional cells, the rows l#<name>, where its leases
+// are kept: a shared base's parts keep their marks there (package layer's Parts).
+func (s *Store) Cells() LeaseCell { return bigtableCell{s} }
+
 // bigtableCell keeps leases in the rows l#<name>, cell c:state.
 type bigtableCell struct{ s *Store }
 

@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"context"
 	"github.com/snapflip/snapflip/internal/syncer"
 	"github.com/snapflip/snapflip/layer"
 	"github.com/spf13/cobra"
@@ -49,6 +50,11 @@ answer, or while this replica's last sync failed).`,
 					default:
 					}
 				}
+				// Every replica reads parts of the bases another builds.
+				pctx, stopParts := context.WithCancel(ctx)
+				partsDone := make(chan struct{})
+				go func() { defer close(partsDone); s.parts.Run(pctx) }()
+				defer func() { stopParts(); <-partsDone }()
 			}
 			s.Metrics.ObserveBases(s.bases.Progress)
 			s.bases.Start(ctx)

@@ -55,6 +55,8 @@ type wired struct {
 	layers *layer.Writer
 	// bases builds bases beside the stream; `syncer run` attaches it.
 	bases *layer.Compactor
+	// parts reads parts of the bases other replicas build; `syncer run` runs it.
+	parts *layer.PartReader
 	// holdDefinitions says definition_changes is hold.
 	holdDefinitions bool
 }
@@ -247,6 +249,11 @@ func wireSyncer(ctx context.Context, cfg SyncerConfig, log *slog.Logger) (*wired
 		Observer:         logObserver{log},
 	}
 	versions := snapshot.NewVersionGen(client, nil)
+	// A base read from the source is shared with the other replicas: each claims
+	// parts of it, with a lease per part.
+	parts := &layer.Parts{Marks: st.Cells(), Lease: func(name string, before func(context.Context, uint64) error) (snapshot.Lease, error) {
+		return st.NewLease(name, store.LeaseConfig{Holder: holder, Duration: cfg.Lease.Duration, BeforeAcquire: before})
+	}}
 	pub := &snapshot.Publisher{
 		Dataset:     cfg.Dataset,
 		Store:       st,
@@ -281,7 +288,9 @@ func wireSyncer(ctx context.Context, cfg SyncerConfig, log *slog.Logger) (*wired
 		layers:          layers,
 		holdDefinitions: cfg.DefinitionChanges == DefinitionChangesHold,
 		bases: &layer.Compactor{Dataset: cfg.Dataset, Writer: layers, Docs: st, Versions: versions,
-			RowsPerSecond: cfg.BaseRowsPerSecond, Records: st, RecordEvery: cfg.ProgressInterval, Syncer: holder},
+			RowsPerSecond: cfg.BaseRowsPerSecond, Records: st, RecordEvery: cfg.ProgressInterval, Syncer: holder, Parts: parts},
+		parts: &layer.PartReader{Dataset: cfg.Dataset, Source: src, Writer: layers, Versions: versions, Records: st, Parts: parts,
+			Syncer: holder, TTL: cfg.TTL},
 	}, nil
 }
 

@@ -136,6 +136,9 @@ func (s *Store) NewLease(name string, cfg store.LeaseConfig) (*store.Lease, erro
 	return store.NewLeaseOn(leaseCell{s}, name, cfg)
 }
 
+// Cells returns the store's conditional cells, as store.Store's.
+func (s *Store) Cells() store.LeaseCell { return leaseCell{s} }
+
 // leaseCell is the store's store.LeaseCell.
 type leaseCell struct{ s *Store }
 

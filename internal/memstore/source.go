@@ -207,8 +207,9 @@ const BaseChunk = 3
 
 var (
 	_ snapshot.BaseOpener      = (*Source)(nil)
-	_ snapshot.BaseResumer     = (*Source)(nil)
+	_ snapshot.BaseSharer      = (*Source)(nil)
 	_ snapshot.ChunkedSnapshot = (*chunkedSnapshot)(nil)
+	_ snapshot.PartedSnapshot  = (*chunkedSnapshot)(nil)
 )
 
 // OpenBase opens a base of collection read beside the stream in chunks, as
@@ -235,7 +236,35 @@ func (s *Source) ResumeBase(ctx context.Context, collection string, at snapshot.
 		return nil, fmt.Errorf("%w: the collection's definition changed", snapshot.ErrCannotResume)
 	}
 	ss.pos = at
-	return &chunkedSnapshot{sourceSnapshot: ss, src: s, collection: collection, after: after}, nil
+	return &chunkedSnapshot{sourceSnapshot: ss, src: s, collection: collection, resumed: true, after: after}, nil
+}
+
+// ReadBasePart reads a part of a base read at at, the ids after after through
+// through, as ResumeBase goes on with one (snapshot.BaseSharer).
+func (s *Source) ReadBasePart(ctx context.Context, collection string, at snapshot.Position, after, through string) (snapshot.SourceSnapshot, error) {
+	snap, err := s.ResumeBase(ctx, collection, at, after)
+	if err != nil {
+		return nil, err
+	}
+	snap.(*chunkedSnapshot).through = through
+	return snap, nil
+}
+
+// BaseParts cuts the collection, as the source holds it now, into parts of rows ids
+// each (snapshot.PartedSnapshot); a base read on from an earlier one (ResumeBase,
+// ReadBasePart) is not cut.
+func (c *chunkedSnapshot) BaseParts(_ context.Context, collection string, rows int64) ([]string, snapshot.LayerMode, error) {
+	if c.resumed || collection != c.collection || rows <= 0 {
+		return nil, snapshot.ModeRowVersion, nil
+	}
+	c.src.mu.Lock()
+	ids := slices.Sorted(maps.Keys(c.src.docs[collection]))
+	c.src.mu.Unlock()
+	var cuts []string
+	for i := int(rows); i < len(ids); i += int(rows) {
+		cuts = append(cuts, ids[i-1])
+	}
+	return cuts, snapshot.ModeRowVersion, nil
 }
 
 // chunkedSnapshot is a base's snapshot read in chunks from the live source.
@@ -243,7 +272,9 @@ type chunkedSnapshot struct {
 	*sourceSnapshot
 	src        *Source
 	collection string
+	resumed    bool   // read on from an earlier read
 	after      string // the last id an earlier read sent; "" for none
+	through    string // the last id to send, for a part; "" for all
 	onChunk    func(ctx context.Context, last string) error
 }
 
@@ -265,6 +296,11 @@ func (c *chunkedSnapshot) ScanSince(ctx context.Context, collection string, sinc
 		chunk, err := c.src.chunk(collection, last, c.pos.Definitions[collection])
 		if err != nil {
 			return snapshot.LayerMode{}, err
+		}
+		if c.through != "" {
+			if end := slices.IndexFunc(chunk, func(d snapshot.Document) bool { return d.ID > c.through }); end >= 0 {
+				chunk = chunk[:end]
+			}
 		}
 		for _, d := range chunk {
 			if err := fn(d); err != nil {
