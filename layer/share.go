@@ -371,7 +371,7 @@ func (s *sharedSnapshot) part(ctx context.Context, i int, after string, fn func(
 func (s *sharedSnapshot) take(ctx context.Context, i int, m *partMark, after string, fn func(snapshot.Document) error) error {
 	r := &resumedSnapshot{docs: s.docs, runs: s.runs, collection: s.plan.collection, replayed: s.shared,
 		stored: snapshot.ChainRef{Dataset: s.plan.dataset, Chain: []snapshot.Version{m.Layer}, Collection: s.plan.collection},
-		after: after, want: m.Rows, lost: func() {}}
+		after:  after, want: m.Rows, lost: func() {}}
 	if err := r.sendStored(ctx, fn); err != nil {
 		return err
 	}
