@@ -9,7 +9,7 @@ import (
 )
 
 // KillingSource is a source whose bases read beside the stream (OpenBase,
-// ResumeBase) count the rows they send, and at the row KillAt (counted from 1) call
+// ResumeBase, ReadBasePart) count the rows they send, and at the row KillAt (counted from 1) call
 // Kill, which stops the syncer reading them.
 type KillingSource struct {
 	snapshot.Source
@@ -36,6 +36,15 @@ func (k *KillingSource) ResumeBase(ctx context.Context, collection string, at sn
 	return &countedReads{DeltaSnapshot: snap.(snapshot.DeltaSnapshot), src: k}, nil
 }
 
+// ReadBasePart reads a part of a base as the source does, its rows counted.
+func (k *KillingSource) ReadBasePart(ctx context.Context, collection string, at snapshot.Position, after, through string) (snapshot.SourceSnapshot, error) {
+	snap, err := k.Source.(snapshot.BaseSharer).ReadBasePart(ctx, collection, at, after, through)
+	if err != nil {
+		return nil, err
+	}
+	return &countedReads{DeltaSnapshot: snap.(snapshot.DeltaSnapshot), src: k}, nil
+}
+
 // countedReads is a base's source snapshot whose rows KillingSource counts.
 type countedReads struct {
 	snapshot.DeltaSnapshot
@@ -55,6 +64,14 @@ func (s *countedReads) OnChunk(fn func(ctx context.Context, last string) error) 
 	if cs, ok := s.DeltaSnapshot.(snapshot.ChunkedSnapshot); ok {
 		cs.OnChunk(fn)
 	}
+}
+
+// BaseParts passes on the source's cuts of a base into parts.
+func (s *countedReads) BaseParts(ctx context.Context, collection string, rows int64) ([]string, snapshot.LayerMode, error) {
+	if ps, ok := s.DeltaSnapshot.(snapshot.PartedSnapshot); ok {
+		return ps.BaseParts(ctx, collection, rows)
+	}
+	return nil, snapshot.LayerMode{}, nil
 }
 
 func (s *countedReads) Indexes(ctx context.Context, collection string) ([]snapshot.IndexDef, error) {

@@ -1,0 +1,180 @@
+package layer_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/snapflip/snapflip/internal/testenv/rig"
+	"github.com/snapflip/snapflip/layer"
+	"github.com/snapflip/snapflip/pgsource"
+	"github.com/snapflip/snapflip/snapshot"
+	"github.com/snapflip/snapflip/store"
+)
+
+// sharedParts shares bases on st as the replica holder, in parts of rows ids, its
+// claims kept in cells and lapsing after claim.
+func sharedParts(st *store.Store, holder string, rows int64, cells store.LeaseCell, claim time.Duration) *layer.Parts {
+	return &layer.Parts{Rows: rows, Marks: st.Cells(), Lease: func(name string, before func(context.Context, uint64) error) (snapshot.Lease, error) {
+		return store.NewLeaseOn(cells, name, store.LeaseConfig{Holder: holder, Duration: claim, BeforeAcquire: before})
+	}}
+}
+
+// deadCells are lease cells that fail every call once the replica that keeps its
+// claims in them is killed: its claims stop renewing, and lapse.
+type deadCells struct {
+	store.LeaseCell
+	dead atomic.Bool
+}
+
+var errDead = errors.New("the replica was killed")
+
+func (d *deadCells) ReadLease(ctx context.Context, name string) ([]byte, error) {
+	if d.dead.Load() {
+		return nil, errDead
+	}
+	return d.LeaseCell.ReadLease(ctx, name)
+}
+
+func (d *deadCells) SwapLease(ctx context.Context, name string, prev, next []byte) (bool, error) {
+	if d.dead.Load() {
+		return false, errDead
+	}
+	return d.LeaseCell.SwapLease(ctx, name, prev, next)
+}
+
+// firstPartWaits is the builder's source: its first part's read waits until go is
+// closed, so that the other replica reads a share meanwhile.
+type firstPartWaits struct {
+	*rig.KillingSource
+	once sync.Once
+	goOn chan struct{}
+}
+
+func (f *firstPartWaits) ReadBasePart(ctx context.Context, collection string, at snapshot.Position, after, through string) (snapshot.SourceSnapshot, error) {
+	f.once.Do(func() {
+		select {
+		case <-f.goOn:
+		case <-ctx.Done():
+		}
+	})
+	return f.KillingSource.ReadBasePart(ctx, collection, at, after, through)
+}
+
+// Two replicas share a base read from the source: the builder (the lease holder)
+// and another that reads parts of it from the last down, while rows change. With
+// the other replica killed inside a part (its claim lapses and the builder reads
+// that part itself) and without, in both watch modes: the version that takes the
+// base equals a full copy, no part is read twice but the killed one's, and both
+// replicas read a share.
+func TestSharedBaseTwoReplicas(t *testing.T) {
+	for _, mode := range []string{"stats", "logical"} {
+		for _, kill := range []bool{false, true} {
+			t.Run(fmt.Sprintf("%s/killed=%v", mode, kill), func(t *testing.T) { sharedBase(t, mode, kill) })
+		}
+	}
+}
+
+func sharedBase(t *testing.T, mode string, kill bool) {
+	const rows, part = 3000, 400
+	cols := []pgsource.Collection{{Name: "acct", Table: "acct", Key: "id"}, {Name: "items", Table: "items", Key: "id"}}
+	h := newHoldRigOf(t, cols)
+	h.Exec(t, `CREATE TABLE acct (id bigint PRIMARY KEY, v int NOT NULL)`,
+		fmt.Sprintf(`INSERT INTO acct SELECT g, g FROM generate_series(1, %d) g`, rows),
+		`CREATE TABLE items (id int PRIMARY KEY, n int)`, `INSERT INTO items VALUES (1, 1)`)
+	ps := h.Pub.Source.(*pgsource.Source)
+	ps.PartitionMinRows, ps.BaseChunkRows = 100, 150
+	if mode == "logical" {
+		h.Stream(t, fmt.Sprintf("snapflip_shared_%v", kill))
+	}
+	close(h.src.gate)
+	h.Publish(t, h.Pub)
+
+	// The other replica: a source, writer and claims of its own.
+	other, err := pgsource.New(h.DSN, cols)
+	if err != nil {
+		t.Fatal(err)
+	}
+	other.PartitionMinRows, other.BaseChunkRows = 100, 150
+	t.Cleanup(func() { _ = other.Close(context.Background()) })
+	cells := &deadCells{LeaseCell: h.Store.Cells()}
+	otherSrc := &rig.KillingSource{Source: other}
+	ctx, stopOther := context.WithCancel(context.Background())
+	var read atomic.Int64 // parts the other replica read
+	holderSrc := &firstPartWaits{KillingSource: &rig.KillingSource{Source: h.Pub.Source}, goOn: make(chan struct{})}
+	var goOnce sync.Once
+	// Rows change while the base is read, in the parts either replica reads.
+	goOn := func() {
+		goOnce.Do(func() {
+			h.Exec(t, `UPDATE acct SET v = -v WHERE id IN (3, 160, 700, 2950)`, `DELETE FROM acct WHERE id IN (5, 1200)`,
+				`INSERT INTO acct VALUES (5000, 1), (99, 0) ON CONFLICT (id) DO UPDATE SET v = 7`)
+			close(holderSrc.goOn)
+		})
+	}
+	reader := &layer.PartReader{Dataset: rig.Dataset, Source: otherSrc, Records: h.Store, Syncer: "syncer-2", Every: 5 * time.Millisecond,
+		Versions: snapshot.NewVersionGen(uuid.New(), nil), Parts: sharedParts(h.Store, "syncer-2", part, cells, 300*time.Millisecond),
+		Writer: &layer.Writer{Store: h.Store, MaxDocumentBytes: 1 << 20, Observer: snapshot.ObserverFunc(func(_ context.Context, e snapshot.Event) {
+			if e.Kind == snapshot.EventBasePartRead && read.Add(1) == 2 {
+				goOn() // the builder goes on once the other replica read two parts
+			}
+		})}}
+	if kill {
+		otherSrc.KillAt = part + part/2 // inside its second part
+		otherSrc.Kill = func() { cells.dead.Store(true); stopOther(); goOn() }
+	}
+	done := make(chan struct{})
+	go func() { defer close(done); reader.Run(ctx) }()
+	t.Cleanup(func() { stopOther(); <-done })
+
+	var taken atomic.Int64 // documents the builder took from the other replica's parts
+	h.Writer.Observer = snapshot.ObserverFunc(func(_ context.Context, e snapshot.Event) {
+		if e.Kind == snapshot.EventBasePartTaken {
+			taken.Add(e.Attr("rows").(int64))
+		}
+	})
+	c, stop := h.StartCompactor(holderSrc)
+	c.Parts = sharedParts(h.Store, "syncer-1", part, h.Store.Cells(), 300*time.Millisecond)
+	defer func() { stop(); c.Wait() }()
+	h.Exec(t, `ALTER TABLE acct ADD COLUMN note text DEFAULT 'x'`)
+	if v := h.Publish(t, h.Pub); v.Collections["acct"].Held == nil {
+		t.Fatalf("acct = %+v; want held while its base is read", v.Collections["acct"])
+	}
+	c.Wait()
+	stopOther()
+	<-done
+	h.Exec(t, `UPDATE items SET n = n + 1`)
+	v := h.Publish(t, h.Pub)
+	// The catch-up may be empty: a part read after a change already holds it.
+	if a := v.Collections["acct"]; a.Held != nil || len(a.Layers) > 2 || a.Layers[len(a.Layers)-1].Kind != snapshot.LayerBase {
+		t.Fatalf("acct = %+v; want the shared base, caught up", a)
+	}
+	if got, want := h.served(t, v, "acct"), h.full(t, "acct"); !slices.Equal(got, want) {
+		t.Fatalf("%s serves %d acct documents; a full copy %d", v.Version, len(got), len(want))
+	}
+	parts, otherRows := reader.PartsRead()
+	builderRows, otherSent := holderSrc.Rows.Load(), otherSrc.Rows.Load()
+	t.Logf("%s, killed=%v: the other replica read %d parts, %d rows (%d sent by its source); the builder read %d rows from the source, took %d",
+		mode, kill, parts, otherRows, otherSent, builderRows, taken.Load())
+	if parts == 0 || taken.Load() != otherRows || builderRows == 0 {
+		t.Fatalf("the other replica read %d parts (%d rows), the builder took %d rows and read %d: want a share each, all taken",
+			parts, otherRows, taken.Load(), builderRows)
+	}
+	// Every row is read once, but the killed replica's part in flight.
+	lost := otherSent - otherRows
+	if kill && (lost == 0 || lost > part*3/2) {
+		t.Errorf("the killed replica lost %d rows; want its part in flight", lost)
+	}
+	if !kill && lost != 0 {
+		t.Errorf("%d rows the other replica read were not taken", lost)
+	}
+	if total := builderRows + otherRows; total > rows+2+part/2 {
+		t.Errorf("the builder and the other replica read %d rows that were taken, of %d", total, rows+2)
+	}
+}
