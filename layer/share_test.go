@@ -71,18 +71,23 @@ func (f *firstPartWaits) ReadBasePart(ctx context.Context, collection string, at
 // Two replicas share a base read from the source: the builder (the lease holder)
 // and another that reads parts of it from the last down, while rows change. With
 // the other replica killed inside a part (its claim lapses and the builder reads
-// that part itself) and without, in both watch modes: the version that takes the
-// base equals a full copy, no part is read twice but the killed one's, and both
-// replicas read a share.
+// that part itself), with the builder killed inside its first chunk, just after
+// it, and in a later part (the next builder goes on where it stood, with the same
+// parts, and takes what the other replica read), and with neither killed, in both
+// watch modes: the version that takes the base equals a full copy, no row is read
+// twice but a killed replica's chunk or part in flight, and both replicas read a
+// share.
 func TestSharedBaseTwoReplicas(t *testing.T) {
 	for _, mode := range []string{"stats", "logical"} {
-		for _, kill := range []bool{false, true} {
-			t.Run(fmt.Sprintf("%s/killed=%v", mode, kill), func(t *testing.T) { sharedBase(t, mode, kill) })
+		t.Run(mode+"/none killed", func(t *testing.T) { sharedBase(t, mode, false, 0) })
+		t.Run(mode+"/other killed", func(t *testing.T) { sharedBase(t, mode, true, 0) })
+		for _, at := range []int64{100, 151, 500} {
+			t.Run(fmt.Sprintf("%s/builder killed at row %d", mode, at), func(t *testing.T) { sharedBase(t, mode, false, at) })
 		}
 	}
 }
 
-func sharedBase(t *testing.T, mode string, kill bool) {
+func sharedBase(t *testing.T, mode string, kill bool, killBuilder int64) {
 	const rows, part = 3000, 400
 	cols := []pgsource.Collection{{Name: "acct", Table: "acct", Key: "id"}, {Name: "items", Table: "items", Key: "id"}}
 	h := newHoldRigOf(t, cols)
@@ -92,7 +97,7 @@ func sharedBase(t *testing.T, mode string, kill bool) {
 	ps := h.Pub.Source.(*pgsource.Source)
 	ps.PartitionMinRows, ps.BaseChunkRows = 100, 150
 	if mode == "logical" {
-		h.Stream(t, fmt.Sprintf("snapflip_shared_%v", kill))
+		h.Stream(t, fmt.Sprintf("snapflip_shared_%v_%d", kill, killBuilder))
 	}
 	close(h.src.gate)
 	h.Publish(t, h.Pub)
@@ -133,20 +138,46 @@ func sharedBase(t *testing.T, mode string, kill bool) {
 	go func() { defer close(done); reader.Run(ctx) }()
 	t.Cleanup(func() { stopOther(); <-done })
 
-	var taken atomic.Int64 // documents the builder took from the other replica's parts
+	var taken, resumed atomic.Int64 // documents the builder took from the other replica's parts; bases resumed
 	h.Writer.Observer = snapshot.ObserverFunc(func(_ context.Context, e snapshot.Event) {
-		if e.Kind == snapshot.EventBasePartTaken {
+		switch e.Kind {
+		case snapshot.EventBasePartTaken:
 			taken.Add(e.Attr("rows").(int64))
+		case snapshot.EventBaseResumed:
+			resumed.Add(1)
 		}
 	})
 	c, stop := h.StartCompactor(holderSrc)
 	c.Parts = sharedParts(h.Store, "syncer-1", part, h.Store.Cells(), 300*time.Millisecond)
 	defer func() { stop(); c.Wait() }()
+	if killBuilder > 0 {
+		holderSrc.KillAt, holderSrc.Kill = killBuilder, stop
+	}
 	h.Exec(t, `ALTER TABLE acct ADD COLUMN note text DEFAULT 'x'`)
 	if v := h.Publish(t, h.Pub); v.Collections["acct"].Held == nil {
 		t.Fatalf("acct = %+v; want held while its base is read", v.Collections["acct"])
 	}
 	c.Wait()
+	builderRows := holderSrc.Rows.Load()
+	if killBuilder > 0 && builderRows < killBuilder {
+		t.Fatalf("the builder read %d rows: not killed at %d", builderRows, killBuilder)
+	}
+	if killBuilder > 0 {
+		// The next builder, with no base in hand, goes on where the record says.
+		next := &rig.KillingSource{Source: h.Pub.Source}
+		c2, stop2 := h.StartCompactor(next)
+		c2.Parts = sharedParts(h.Store, "syncer-3", part, h.Store.Cells(), 300*time.Millisecond)
+		defer func() { stop2(); c2.Wait() }()
+		h.Exec(t, `UPDATE items SET n = n + 1`)
+		if v := h.Publish(t, h.Pub); v.Collections["acct"].Held == nil {
+			t.Fatalf("acct = %+v; want held until the base is read", v.Collections["acct"])
+		}
+		c2.Wait()
+		if resumed.Load() != 1 {
+			t.Errorf("%d bases resumed; want the killed builder's", resumed.Load())
+		}
+		builderRows += next.Rows.Load()
+	}
 	stopOther()
 	<-done
 	h.Exec(t, `UPDATE items SET n = n + 1`)
@@ -159,14 +190,16 @@ func sharedBase(t *testing.T, mode string, kill bool) {
 		t.Fatalf("%s serves %d acct documents; a full copy %d", v.Version, len(got), len(want))
 	}
 	parts, otherRows := reader.PartsRead()
-	builderRows, otherSent := holderSrc.Rows.Load(), otherSrc.Rows.Load()
-	t.Logf("%s, killed=%v: the other replica read %d parts, %d rows (%d sent by its source); the builder read %d rows from the source, took %d",
-		mode, kill, parts, otherRows, otherSent, builderRows, taken.Load())
-	if parts == 0 || taken.Load() != otherRows || builderRows == 0 {
+	otherSent := otherSrc.Rows.Load()
+	t.Logf("%s, other killed=%v, builder killed at %d: the other replica read %d parts, %d rows (%d sent by its source); the builder read %d rows from the source, took %d",
+		mode, kill, killBuilder, parts, otherRows, otherSent, builderRows, taken.Load())
+	// A builder killed after it took parts takes them again, from storage.
+	if (parts == 0 && !kill) || taken.Load() < otherRows || (killBuilder == 0 && taken.Load() != otherRows) || builderRows == 0 {
 		t.Fatalf("the other replica read %d parts (%d rows), the builder took %d rows and read %d: want a share each, all taken",
 			parts, otherRows, taken.Load(), builderRows)
 	}
-	// Every row is read once, but the killed replica's part in flight.
+	// Every row is read once from the source, but a killed replica's part or chunk
+	// in flight.
 	lost := otherSent - otherRows
 	if kill && (lost == 0 || lost > part*3/2) {
 		t.Errorf("the killed replica lost %d rows; want its part in flight", lost)
@@ -174,7 +207,11 @@ func sharedBase(t *testing.T, mode string, kill bool) {
 	if !kill && lost != 0 {
 		t.Errorf("%d rows the other replica read were not taken", lost)
 	}
-	if total := builderRows + otherRows; total > rows+2+part/2 {
+	inFlight := int64(0)
+	if killBuilder > 0 {
+		inFlight = 150 // the builder's chunk
+	}
+	if total := builderRows + otherRows; total > rows+2+inFlight {
 		t.Errorf("the builder and the other replica read %d rows that were taken, of %d", total, rows+2)
 	}
 }
