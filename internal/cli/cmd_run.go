@@ -50,11 +50,13 @@ answer, or while this replica's last sync failed).`,
 					default:
 					}
 				}
-				// Every replica reads parts of the bases another builds.
-				pctx, stopParts := context.WithCancel(ctx)
-				partsDone := make(chan struct{})
-				go func() { defer close(partsDone); s.parts.Run(pctx) }()
-				defer func() { stopParts(); <-partsDone }()
+				if s.parts.Parts != nil {
+					// Every replica reads parts of the bases another builds.
+					pctx, stopParts := context.WithCancel(ctx)
+					partsDone := make(chan struct{})
+					go func() { defer close(partsDone); s.parts.Run(pctx) }()
+					defer func() { stopParts(); <-partsDone }()
+				}
 			}
 			s.Metrics.ObserveBases(s.bases.Progress)
 			s.bases.Start(ctx)

@@ -289,6 +289,12 @@ type SyncerConfig struct {
 	// open to read a held or new collection's base beside the stream: the base is
 	// read in chunks, each in a transaction of its own; default 10s.
 	BaseTransaction time.Duration `yaml:"base_transaction"`
+	// BasePartRows, when set, shares each base read beside the stream in chunks
+	// among the syncer replicas, in parts of about this many ids: every replica of
+	// `syncer run` claims parts and reads them from the source, the builder takes
+	// them from storage. Default 0: each base is read by its builder alone (taking
+	// a part costs the builder more CPU than reading it from Postgres does).
+	BasePartRows int64 `yaml:"base_part_rows"`
 	// DefinitionChanges is what `syncer run` does with a collection whose
 	// definition changed (its config, its table's columns or types, its indexes)
 	// or that is new: "hold" (the default) reads its base beside the stream of
@@ -436,6 +442,9 @@ func (c SyncerConfig) validate() error {
 	}
 	if c.BaseTransaction < 100*time.Millisecond {
 		return fmt.Errorf("base_transaction %s: must be at least 100ms", c.BaseTransaction)
+	}
+	if c.BasePartRows < 0 || (c.BasePartRows > 0 && c.BasePartRows < 1000) {
+		return fmt.Errorf("base_part_rows %d: must be 0 (bases not shared) or at least 1000", c.BasePartRows)
 	}
 	if c.DefinitionChanges != DefinitionChangesHold && c.DefinitionChanges != DefinitionChangesWait {
 		return fmt.Errorf("definition_changes %q: must be %q or %q", c.DefinitionChanges, DefinitionChangesHold, DefinitionChangesWait)

@@ -202,6 +202,8 @@ func TestConfigErrorsNameTheField(t *testing.T) {
 		{"base_rows_per_second: many\n" + coll, "base_rows_per_second (line 1)"},
 		{"base_transaction: 10ms\n" + coll, "base_transaction 10ms: must be at least 100ms"},
 		{"base_transaction: -1s\n" + coll, "base_transaction -1s: must be at least 100ms"},
+		{"base_part_rows: -5\n" + coll, "base_part_rows -5: must be 0 (bases not shared) or at least 1000"},
+		{"base_part_rows: 10\n" + coll, "base_part_rows 10: must be 0 (bases not shared) or at least 1000"},
 		{"definition_changes: later\n" + coll, `definition_changes "later": must be "hold" or "wait"`},
 		{"definition_changes: \"\"\n" + coll, `definition_changes "": must be "hold" or "wait"`},
 		{"watch: {interval: 1ms}\n" + coll, "watch.interval"},

@@ -251,9 +251,12 @@ func wireSyncer(ctx context.Context, cfg SyncerConfig, log *slog.Logger) (*wired
 	versions := snapshot.NewVersionGen(client, nil)
 	// A base read from the source is shared with the other replicas: each claims
 	// parts of it, with a lease per part.
-	parts := &layer.Parts{Marks: st.Cells(), Lease: func(name string, before func(context.Context, uint64) error) (snapshot.Lease, error) {
-		return st.NewLease(name, store.LeaseConfig{Holder: holder, Duration: cfg.Lease.Duration, BeforeAcquire: before})
-	}}
+	var parts *layer.Parts
+	if cfg.BasePartRows > 0 {
+		parts = &layer.Parts{Rows: cfg.BasePartRows, Marks: st.Cells(), Lease: func(name string, before func(context.Context, uint64) error) (snapshot.Lease, error) {
+			return st.NewLease(name, store.LeaseConfig{Holder: holder, Duration: cfg.Lease.Duration, BeforeAcquire: before})
+		}}
+	}
 	pub := &snapshot.Publisher{
 		Dataset:     cfg.Dataset,
 		Store:       st,
