@@ -494,8 +494,11 @@ func (c *Compactor) writeRecords(ctx context.Context) {
 }
 
 // limiter returns the pace of one base's reads, nil for none.
-func (c *Compactor) limiter() *rate.Limiter {
-	rps := c.RowsPerSecond
+func (c *Compactor) limiter() *rate.Limiter { return baseLimiter(c.RowsPerSecond) }
+
+// baseLimiter paces a base at rps rows a second: zero means
+// DefaultBaseRowsPerSecond, a negative value no pace (nil).
+func baseLimiter(rps float64) *rate.Limiter {
 	if rps == 0 {
 		rps = DefaultBaseRowsPerSecond
 	}

@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/snapflip/snapflip/snapshot"
@@ -398,6 +399,9 @@ type PartReader struct {
 	// Every is how often Run looks for bases to read parts of; zero:
 	// DefaultPartEvery.
 	Every time.Duration
+	// RowsPerSecond paces the parts' reads and writes, as the Compactor's: zero
+	// means DefaultBaseRowsPerSecond, a negative value no pace.
+	RowsPerSecond float64
 
 	mu    sync.Mutex
 	read  int   // parts read
@@ -523,7 +527,9 @@ func (p *PartReader) readPart(ctx context.Context, plan partPlan, i int) (bool, 
 	layer := p.Versions.Next()
 	bm := snapshot.Manifest{Dataset: p.Dataset, Version: layer, State: snapshot.StateWriting, Format: snapshot.FormatLayered,
 		Source: plan.at, TTL: p.TTL, StartedAt: time.Now(), Collections: map[string]snapshot.CollectionStats{}}
-	res, err := p.Writer.WriteVersion(hctx, snapshot.WriteRequest{Snap: partSnapshot{ds}, Collections: []string{plan.collection},
+	var rows, bytes atomic.Int64
+	paced := &pacedSnapshot{DeltaSnapshot: ds, pace: baseLimiter(p.RowsPerSecond), rows: &rows, bytes: &bytes}
+	res, err := p.Writer.WriteVersion(hctx, snapshot.WriteRequest{Snap: partSnapshot{paced}, Collections: []string{plan.collection},
 		Manifest: bm, Base: true, Why: fmt.Sprintf("part %d of %d of a base shared by the replicas", i+1, plan.parts())})
 	if err == nil {
 		err = hctx.Err()
@@ -531,16 +537,16 @@ func (p *PartReader) readPart(ctx context.Context, plan partPlan, i int) (bool, 
 	if err != nil {
 		return false, fmt.Errorf("part %d of the base of %s: %w", i+1, plan.collection, err)
 	}
-	rows := res.Collections[plan.collection].Rows
-	if ok, err := p.Parts.writeMark(hctx, plan.mark(i), partMark{Token: hold.Token(), Layer: layer, Rows: rows, Syncer: p.Syncer}); !ok || err != nil {
+	docs := res.Collections[plan.collection].Rows
+	if ok, err := p.Parts.writeMark(hctx, plan.mark(i), partMark{Token: hold.Token(), Layer: layer, Rows: docs, Syncer: p.Syncer}); !ok || err != nil {
 		return false, err
 	}
 	p.mu.Lock()
 	p.read++
-	p.rows += rows
+	p.rows += docs
 	p.mu.Unlock()
 	p.Writer.observe(ctx, snapshot.Event{Kind: snapshot.EventBasePartRead, Dataset: p.Dataset, Collection: plan.collection,
-		Attrs: []any{"part", i, "of", plan.parts(), "layer", layer, "rows", rows}})
+		Attrs: []any{"part", i, "of", plan.parts(), "layer", layer, "rows", docs}})
 	return true, nil
 }
 

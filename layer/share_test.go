@@ -123,7 +123,7 @@ func sharedBase(t *testing.T, mode string, kill bool, killBuilder int64) {
 			close(holderSrc.goOn)
 		})
 	}
-	reader := &layer.PartReader{Dataset: rig.Dataset, Source: otherSrc, Records: h.Store, Syncer: "syncer-2", Every: 5 * time.Millisecond,
+	reader := &layer.PartReader{Dataset: rig.Dataset, Source: otherSrc, Records: h.Store, Syncer: "syncer-2", Every: 5 * time.Millisecond, RowsPerSecond: -1,
 		Versions: snapshot.NewVersionGen(uuid.New(), nil), Parts: sharedParts(h.Store, "syncer-2", part, cells, 300*time.Millisecond),
 		Writer: &layer.Writer{Store: h.Store, MaxDocumentBytes: 1 << 20, Observer: snapshot.ObserverFunc(func(_ context.Context, e snapshot.Event) {
 			if e.Kind == snapshot.EventBasePartRead && read.Add(1) == 2 {

@@ -59,7 +59,7 @@ func newSharedRig(t *testing.T) *sharedRig {
 // reader returns a replica's part reader on the rig's store and source.
 func (r *sharedRig) reader(name string, src snapshot.BaseSharer, parts *layer.Parts) *layer.PartReader {
 	return &layer.PartReader{Dataset: "ds", Source: src, Writer: &layer.Writer{Store: r.st, MaxDocumentBytes: 1 << 20},
-		Versions: snapshot.NewVersionGen(uuid.New(), nil), Records: r.st, Parts: parts, Syncer: name}
+		Versions: snapshot.NewVersionGen(uuid.New(), nil), Records: r.st, Parts: parts, Syncer: name, RowsPerSecond: -1}
 }
 
 // awaitPlan waits until the collection's base record names its parts.

@@ -293,7 +293,7 @@ func wireSyncer(ctx context.Context, cfg SyncerConfig, log *slog.Logger) (*wired
 		bases: &layer.Compactor{Dataset: cfg.Dataset, Writer: layers, Docs: st, Versions: versions,
 			RowsPerSecond: cfg.BaseRowsPerSecond, Records: st, RecordEvery: cfg.ProgressInterval, Syncer: holder, Parts: parts},
 		parts: &layer.PartReader{Dataset: cfg.Dataset, Source: src, Writer: layers, Versions: versions, Records: st, Parts: parts,
-			Syncer: holder, TTL: cfg.TTL},
+			Syncer: holder, TTL: cfg.TTL, RowsPerSecond: cfg.BaseRowsPerSecond},
 	}, nil
 }
 
