@@ -14,6 +14,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/snapflip/snapflip/internal/memstore"
+	"github.com/snapflip/snapflip/internal/testenv/rig"
 	"github.com/snapflip/snapflip/layer"
 	"github.com/snapflip/snapflip/snapshot"
 	"github.com/snapflip/snapflip/store"
@@ -221,5 +222,81 @@ func TestSharedBasePartOfAKilledReplica(t *testing.T) {
 	}
 	if parts, _ := killed.PartsRead(); parts != 0 || r.taken.Load() != 0 {
 		t.Fatalf("the killed replica read %d parts; the builder took %d rows from replicas", parts, r.taken.Load())
+	}
+}
+
+// A builder of a shared base killed at every row it reads (every chunk boundary
+// and inside each chunk, the parts' ends included), with another replica reading
+// parts and without, rows changing between chunks: the next builder goes on from
+// the record with the same parts, and the version that takes the base equals the
+// source.
+func TestSharedBaseBuilderKilledAtEveryRow(t *testing.T) {
+	for _, helped := range []bool{false, true} {
+		most := int64(20) // the users
+		if helped {
+			most = 7 // the first part: the other replica reads the rest
+		}
+		for killAt := int64(1); killAt <= most; killAt++ {
+			t.Run(fmt.Sprintf("helped=%v/kill at row %d", helped, killAt), func(t *testing.T) {
+				builderKilledAt(t, helped, killAt)
+			})
+		}
+	}
+}
+
+func builderKilledAt(t *testing.T, helped bool, killAt int64) {
+	r := newSharedRig(t)
+	w := r.c.Writer
+	killing := &rig.KillingSource{Source: r.src, KillAt: killAt}
+	start := func(src snapshot.Source, name string) (*layer.Compactor, context.CancelFunc) {
+		c := &layer.Compactor{Dataset: "ds", Writer: w, Docs: r.st, Versions: r.pub.Versions, RowsPerSecond: -1,
+			Source: src, Records: r.st, Syncer: name, Parts: memParts(r.st, name, time.Minute, nil)}
+		ctx, cancel := context.WithCancel(context.Background())
+		c.Start(ctx)
+		w.Compactor, r.pub.Bases = c, c
+		t.Cleanup(func() { cancel(); c.Wait() })
+		return c, cancel
+	}
+	helper := r.reader("helper", r.src, memParts(r.st, "helper", time.Minute, nil))
+	ctx := context.Background()
+	var inReader atomic.Bool
+	calls := 0
+	r.src.BetweenChunks = func() {
+		if inReader.Load() {
+			return
+		}
+		calls++
+		r.src.Put("users", fmt.Sprintf("u%02d", (calls*7)%21), fmt.Sprintf(`{"between":%d}`, calls))
+		if helped && calls == 1 {
+			r.awaitPlan(t, "users")
+			inReader.Store(true)
+			if _, err := helper.Once(ctx); err != nil {
+				t.Error(err)
+			}
+			inReader.Store(false)
+		}
+	}
+	r.publish(t)
+	c1, kill := start(killing, "holder")
+	killing.Kill = kill
+	r.src.Redefine("users")
+	r.publish(t)
+	c1.Wait()
+	if killing.Rows.Load() < killAt {
+		t.Fatalf("the builder read %d rows: not killed at row %d", killing.Rows.Load(), killAt)
+	}
+	c2, _ := start(r.src, "holder-2")
+	r.src.Put("orders", "3", `{"user":"u03"}`)
+	if v := r.publish(t); v.Collections["users"].Held == nil {
+		t.Fatalf("users = %+v; want held until the base is read", v.Collections["users"])
+	}
+	c2.Wait()
+	r.src.Put("orders", "4", `{"user":"u04"}`)
+	v := r.publish(t)
+	if u := v.Collections["users"]; u.Held != nil || u.Own == nil || !u.Own.Rebased {
+		t.Fatalf("users = %+v; want the base, caught up", u)
+	}
+	if got := r.holds(t, v); !sameContents(got, r.model()) {
+		t.Fatalf("version %s holds %v; the source %v", v.Version, got, r.model())
 	}
 }
