@@ -63,15 +63,11 @@ func (c *Compactor) buildSource(ctx context.Context, m snapshot.Manifest, collec
 	if err != nil {
 		return snapshot.LayerRef{}, fmt.Errorf("open the source: %w", err)
 	}
-	defer func() {
-		cctx, cancel := snapshot.Detach(ctx, 0)
-		defer cancel()
-		_ = snap.Close(cctx)
-	}()
-	ds, ok := snap.(snapshot.DeltaSnapshot)
-	if !ok {
-		return snapshot.LayerRef{}, fmt.Errorf("the source cannot stream a collection in id order")
+	ds, closeSnap, err := streamOf(ctx, snap)
+	if err != nil {
+		return snapshot.LayerRef{}, err
 	}
+	defer closeSnap()
 	paced := &pacedSnapshot{DeltaSnapshot: ds, pace: c.limiter(), rows: &b.rows, bytes: &b.bytes}
 	st, err := c.writeBase(ctx, paced, m, collection, b, nil, "read beside the stream: "+b.why)
 	if err != nil {
@@ -148,4 +144,21 @@ func (s *pacedSnapshot) Indexes(ctx context.Context, collection string) ([]snaps
 		return ix.Indexes(ctx, collection)
 	}
 	return nil, nil
+}
+
+// streamOf returns snap as the DeltaSnapshot it must be to stream a collection in
+// id order, with a func that closes it however ctx ended; snap is closed when it is
+// not one.
+func streamOf(ctx context.Context, snap snapshot.SourceSnapshot) (snapshot.DeltaSnapshot, func(), error) {
+	closeSnap := func() {
+		cctx, cancel := snapshot.Detach(ctx, 0)
+		defer cancel()
+		_ = snap.Close(cctx)
+	}
+	ds, ok := snap.(snapshot.DeltaSnapshot)
+	if !ok {
+		closeSnap()
+		return nil, nil, fmt.Errorf("the source cannot stream a collection in id order")
+	}
+	return ds, closeSnap, nil
 }

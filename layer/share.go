@@ -342,15 +342,11 @@ func (s *sharedSnapshot) part(ctx context.Context, i int, after string, fn func(
 	if err != nil {
 		return err
 	}
-	defer func() {
-		cctx, cancel := snapshot.Detach(ctx, 0)
-		defer cancel()
-		_ = snap.Close(cctx)
-	}()
-	ds, ok := snap.(snapshot.DeltaSnapshot)
-	if !ok {
-		return fmt.Errorf("the source cannot stream a collection in id order")
+	ds, closeSnap, err := streamOf(ctx, snap)
+	if err != nil {
+		return err
 	}
+	defer closeSnap()
 	if cs, ok := ds.(snapshot.ChunkedSnapshot); ok && s.onChunk != nil {
 		cs.OnChunk(s.onChunk)
 	}
@@ -515,15 +511,11 @@ func (p *PartReader) readPart(ctx context.Context, plan partPlan, i int) (bool, 
 	if err != nil {
 		return false, fmt.Errorf("part %d of the base of %s: %w", i+1, plan.collection, err)
 	}
-	defer func() {
-		cctx, cancel := snapshot.Detach(ctx, 0)
-		defer cancel()
-		_ = snap.Close(cctx)
-	}()
-	ds, ok := snap.(snapshot.DeltaSnapshot)
-	if !ok {
-		return false, fmt.Errorf("the source cannot stream a collection in id order")
+	ds, closeSnap, err := streamOf(ctx, snap)
+	if err != nil {
+		return false, err
 	}
+	defer closeSnap()
 	layer := p.Versions.Next()
 	bm := snapshot.Manifest{Dataset: p.Dataset, Version: layer, State: snapshot.StateWriting, Format: snapshot.FormatLayered,
 		Source: plan.at, TTL: p.TTL, StartedAt: time.Now(), Collections: map[string]snapshot.CollectionStats{}}

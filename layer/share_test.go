@@ -50,24 +50,6 @@ func (d *deadCells) SwapLease(ctx context.Context, name string, prev, next []byt
 	return d.LeaseCell.SwapLease(ctx, name, prev, next)
 }
 
-// firstPartWaits is the builder's source: its first part's read waits until go is
-// closed, so that the other replica reads a share meanwhile.
-type firstPartWaits struct {
-	*rig.KillingSource
-	once sync.Once
-	goOn chan struct{}
-}
-
-func (f *firstPartWaits) ReadBasePart(ctx context.Context, collection string, at snapshot.Position, after, through string) (snapshot.SourceSnapshot, error) {
-	f.once.Do(func() {
-		select {
-		case <-f.goOn:
-		case <-ctx.Done():
-		}
-	})
-	return f.KillingSource.ReadBasePart(ctx, collection, at, after, through)
-}
-
 // Two replicas share a base read from the source: the builder (the lease holder)
 // and another that reads parts of it from the last down, while rows change. With
 // the other replica killed inside a part (its claim lapses and the builder reads
@@ -113,14 +95,14 @@ func sharedBase(t *testing.T, mode string, kill bool, killBuilder int64) {
 	otherSrc := &rig.KillingSource{Source: other}
 	ctx, stopOther := context.WithCancel(context.Background())
 	var read atomic.Int64 // parts the other replica read
-	holderSrc := &firstPartWaits{KillingSource: &rig.KillingSource{Source: h.Pub.Source}, goOn: make(chan struct{})}
+	holderSrc := &rig.KillingSource{Source: h.Pub.Source, FirstPart: make(chan struct{})}
 	var goOnce sync.Once
 	// Rows change while the base is read, in the parts either replica reads.
 	goOn := func() {
 		goOnce.Do(func() {
 			h.Exec(t, `UPDATE acct SET v = -v WHERE id IN (3, 160, 700, 2950)`, `DELETE FROM acct WHERE id IN (5, 1200)`,
 				`INSERT INTO acct VALUES (5000, 1), (99, 0) ON CONFLICT (id) DO UPDATE SET v = 7`)
-			close(holderSrc.goOn)
+			close(holderSrc.FirstPart)
 		})
 	}
 	reader := &layer.PartReader{Dataset: rig.Dataset, Source: otherSrc, Records: h.Store, Syncer: "syncer-2", Every: 5 * time.Millisecond, RowsPerSecond: -1,
@@ -128,6 +110,9 @@ func sharedBase(t *testing.T, mode string, kill bool, killBuilder int64) {
 		Writer: &layer.Writer{Store: h.Store, MaxDocumentBytes: 1 << 20, Observer: snapshot.ObserverFunc(func(_ context.Context, e snapshot.Event) {
 			if e.Kind == snapshot.EventBasePartRead && read.Add(1) == 2 {
 				goOn() // the builder goes on once the other replica read two parts
+				if killBuilder > 0 {
+					stopOther() // and reads the rest itself, to be killed in a later part
+				}
 			}
 		})}}
 	if kill {

@@ -66,7 +66,7 @@ func BenchmarkBaseShared(b *testing.B) {
 			mu.Unlock()
 		}
 	})
-	gate := &gatedFirstPart{KillingSource: &rig.KillingSource{Source: r.Pub.Source}, goOn: make(chan struct{})}
+	gate := &rig.KillingSource{Source: r.Pub.Source, FirstPart: make(chan struct{})}
 	c, stop := r.StartCompactor(gate)
 	defer func() { stop(); c.Wait() }()
 	c.Parts = parts("syncer-1")
@@ -83,7 +83,7 @@ func BenchmarkBaseShared(b *testing.B) {
 	}
 	readTook, readCPU := time.Since(readStart), cpuTime(b)-readCPU
 	n, otherRows := reader.PartsRead()
-	close(gate.goOn)
+	close(gate.FirstPart)
 	builderStart, takeCPU := time.Now(), cpuTime(b)
 	c.Wait()
 	builderTook, takeCPU := time.Since(builderStart), cpuTime(b)-takeCPU
@@ -119,23 +119,6 @@ func cpuTime(b *testing.B) time.Duration {
 		b.Fatal(err)
 	}
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
-}
-
-// gatedFirstPart is a builder's source whose first part's read waits for goOn.
-type gatedFirstPart struct {
-	*rig.KillingSource
-	once sync.Once
-	goOn chan struct{}
-}
-
-func (g *gatedFirstPart) ReadBasePart(ctx context.Context, collection string, at snapshot.Position, after, through string) (snapshot.SourceSnapshot, error) {
-	g.once.Do(func() {
-		select {
-		case <-g.goOn:
-		case <-ctx.Done():
-		}
-	})
-	return g.KillingSource.ReadBasePart(ctx, collection, at, after, through)
 }
 
 // awaitPlan waits until the collection's base record names its parts.

@@ -2,6 +2,7 @@ package rig
 
 import (
 	"context"
+	"sync"
 	"sync/atomic"
 
 	"github.com/snapflip/snapflip/layer"
@@ -16,6 +17,11 @@ type KillingSource struct {
 	Rows   atomic.Int64
 	KillAt int64
 	Kill   func()
+	// FirstPart, when set, holds the first part a shared base reads
+	// (ReadBasePart) until it is closed, so that other replicas read theirs.
+	FirstPart chan struct{}
+
+	once sync.Once
 }
 
 // OpenBase opens the base's snapshot as the source does, its rows counted.
@@ -38,6 +44,14 @@ func (k *KillingSource) ResumeBase(ctx context.Context, collection string, at sn
 
 // ReadBasePart reads a part of a base as the source does, its rows counted.
 func (k *KillingSource) ReadBasePart(ctx context.Context, collection string, at snapshot.Position, after, through string) (snapshot.SourceSnapshot, error) {
+	if k.FirstPart != nil {
+		k.once.Do(func() {
+			select {
+			case <-k.FirstPart:
+			case <-ctx.Done():
+			}
+		})
+	}
 	snap, err := k.Source.(snapshot.BaseSharer).ReadBasePart(ctx, collection, at, after, through)
 	if err != nil {
 		return nil, err
