@@ -24,13 +24,15 @@ func TestBaseResumesWhereItStood(t *testing.T) {
 	for _, mode := range []string{"stats", "logical"} {
 		for _, killAt := range []int64{150, chunk, chunk + 1, 999, 1400} {
 			t.Run(fmt.Sprintf("%s/kill at row %d", mode, killAt), func(t *testing.T) {
-				resumeAfterKill(t, mode, rows, chunk, killAt)
+				resumeAfterKill(t, mode, rows, chunk, killAt, false)
 			})
 		}
+		// One chunk, its place said every chunk rows within it.
+		t.Run(mode+"/one chunk, kill at row 999", func(t *testing.T) { resumeAfterKill(t, mode, rows, chunk, 999, true) })
 	}
 }
 
-func resumeAfterKill(t *testing.T, mode string, rows, chunk int, killAt int64) {
+func resumeAfterKill(t *testing.T, mode string, rows, chunk int, killAt int64, marksWithin bool) {
 	t.Cleanup(layer.SetReplayPage(70)) // what was written is read back in many spans
 	cols := []pgsource.Collection{{Name: "acct", Table: "acct", Key: "id"}, {Name: "items", Table: "items", Key: "id"}}
 	h := newHoldRigOf(t, cols)
@@ -39,8 +41,11 @@ func resumeAfterKill(t *testing.T, mode string, rows, chunk int, killAt int64) {
 		`CREATE TABLE items (id int PRIMARY KEY, n int)`, `INSERT INTO items VALUES (1, 1)`)
 	ps := h.Pub.Source.(*pgsource.Source)
 	ps.PartitionMinRows, ps.BaseChunkRows = 100, chunk
+	if marksWithin {
+		ps.BaseChunkRows, ps.BaseMarkRows = -1, chunk
+	}
 	if mode == "logical" {
-		h.Stream(t, fmt.Sprintf("snapflip_resume_%d", killAt))
+		h.Stream(t, fmt.Sprintf("snapflip_resume_%d_%v", killAt, marksWithin))
 	}
 	close(h.src.gate)
 	v1 := h.Publish(t, h.Pub)

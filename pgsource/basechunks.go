@@ -1,6 +1,7 @@
 package pgsource
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -21,8 +22,11 @@ import (
 // base whose ids an index streams in byte order (digitScans) is read in chunks of
 // that order, each in a transaction of its own that ends once it has been open half
 // of BaseTransaction or has sent BaseChunkRows rows, the next starting after the
-// last id sent. A chunk's scans run
-// on connections that import its snapshot, closed to stop them where they stand.
+// last id sent. A chunk's scans run on connections that import its snapshot,
+// closed to stop them where they stand. Every BaseMarkRows rows, and at each chunk's
+// end, the read says where it stands (OnChunk), so that a read stopped goes on
+// from there: fewer, longer chunks cost less than a transaction begun and its scans
+// started every BaseMarkRows rows.
 //
 // The base's position is the first chunk's snapshot. A row a later chunk reads
 // either did not change after that snapshot, and reads as it did then, or it
@@ -38,8 +42,13 @@ import (
 const DefaultBaseTransaction = 10 * time.Second
 
 // DefaultBaseChunkRows is how many rows a chunk of a base read beside the stream
-// holds at most.
-const DefaultBaseChunkRows = 250_000
+// holds at most: a chunk ends by time first unless rows come faster than about
+// 800,000 a second.
+const DefaultBaseChunkRows = 4_000_000
+
+// DefaultBaseMarkRows is how often, in rows, a base read in chunks says where it
+// stands: what a kill makes it read again.
+const DefaultBaseMarkRows = 250_000
 
 // errChunkEnd ends a chunk's scan: its transaction has been open long enough.
 var errChunkEnd = errors.New("the chunk's transaction has been open long enough")
@@ -78,7 +87,8 @@ type chunkedBase struct {
 
 var _ snapshot.ChunkedSnapshot = (*chunkedBase)(nil)
 
-// OnChunk sets fn, called as each chunk but the last ends (snapshot.ChunkedSnapshot).
+// OnChunk sets fn, called as each chunk but the last ends and every BaseMarkRows
+// rows within one (snapshot.ChunkedSnapshot).
 func (b *chunkedBase) OnChunk(fn func(ctx context.Context, last string) error) { b.onChunk = fn }
 
 // chunked wraps first, a base's snapshot of collection that began at began, to read
@@ -152,10 +162,8 @@ func (b *chunkedBase) ScanSince(ctx context.Context, collection string, since *s
 func (b *chunkedBase) scanChunks(ctx context.Context, cr *collectionRead, ranges []idRange, after string, fn func(snapshot.Document) error) error {
 	q := idQuery{cr: cr, sel: docSQL, from: rowsFromSQL(cr.c)}
 	last, sent := after, after != "" // the last id sent
-	most := b.src.BaseChunkRows
-	if most == 0 {
-		most = DefaultBaseChunkRows
-	}
+	most, mark := cmp.Or(b.src.BaseChunkRows, DefaultBaseChunkRows), cmp.Or(b.src.BaseMarkRows, DefaultBaseMarkRows)
+	sinceMark := 0
 	sn, began := b.snap, b.began
 	for len(ranges) > 0 {
 		rowsIn := 0
@@ -180,6 +188,12 @@ func (b *chunkedBase) scanChunks(ctx context.Context, cr *collectionRead, ranges
 				if rowsIn == most || (rowsIn%timeEvery == 0 && time.Since(began) >= b.limit/2) {
 					return errChunkEnd
 				}
+				if sinceMark++; sinceMark == mark && b.onChunk != nil {
+					// Where the base stands, said within the chunk: its transaction
+					// stays open while what was sent is flushed.
+					sinceMark = 0
+					return b.onChunk(ctx, last)
+				}
 				return nil
 			})
 		}
@@ -194,6 +208,7 @@ func (b *chunkedBase) scanChunks(ctx context.Context, cr *collectionRead, ranges
 			return nil
 		}
 		if b.onChunk != nil {
+			sinceMark = 0
 			if err := b.onChunk(ctx, last); err != nil {
 				return err
 			}

@@ -51,10 +51,14 @@ type Source struct {
 	// own. Zero means DefaultBaseTransaction; a negative value reads each base in one
 	// transaction.
 	BaseTransaction time.Duration
-	// BaseChunkRows also ends a chunk of such a base after that many rows, so that
-	// at most that many are read again after a kill. Zero means
-	// DefaultBaseChunkRows; a negative value ends chunks by time alone.
+	// BaseChunkRows also ends a chunk of such a base after that many rows. Zero
+	// means DefaultBaseChunkRows; a negative value ends chunks by time alone.
 	BaseChunkRows int
+	// BaseMarkRows is how often a base read in chunks says where it stands
+	// (snapshot.ChunkedSnapshot's OnChunk), within a chunk as well as at its end,
+	// so that at most that many rows are read again after a kill. Zero means
+	// DefaultBaseMarkRows; a negative value says so at chunk ends alone.
+	BaseMarkRows int
 	// RowKeyBytes returns the bytes of the row key that stores document id of
 	// collection (in any version), for Check's estimates of index sizes; nil counts
 	// the id alone.

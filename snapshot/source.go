@@ -189,9 +189,10 @@ type PartedSnapshot interface {
 // ChunkedSnapshot is a DeltaSnapshot that reads a collection in chunks, each in a
 // source transaction of its own, and says when each ends.
 type ChunkedSnapshot interface {
-	// OnChunk sets fn, called as each chunk but the last ends, with no source
-	// transaction open, with the last id sent: every id up to it has been sent. An
-	// error from fn ends the scan with it.
+	// OnChunk sets fn, called with the last id sent (every id up to it has been
+	// sent) as each chunk but the last ends, with no source transaction open, and
+	// every so many rows within a chunk, its transaction open. An error from fn
+	// ends the scan with it.
 	OnChunk(fn func(ctx context.Context, last string) error)
 }
 
