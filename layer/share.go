@@ -5,8 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -24,8 +24,9 @@ import (
 // by its claim's fencing token. The builder goes through the parts in order: it
 // claims each in turn (waiting while a replica reads it, taking over a lapsed
 // claim), and takes a part from storage when the mark is the last claim's before
-// its own, else reads the part itself. A claim taken over has a later token, so a
-// late or fenced reader's layer is never taken: its cells expire.
+// its own, else reads the part itself. Each claim raises the part's fence before it
+// is given, and a mark behind the fence is refused, so a late or fenced reader's
+// layer is never taken: its cells expire.
 
 // DefaultPartRows is about how many ids a part of a shared base holds.
 const DefaultPartRows = 250_000
@@ -46,27 +47,41 @@ type Parts struct {
 	Rows int64
 
 	mu     sync.Mutex
-	leases map[string]snapshot.Lease // by name: a lease watches a held claim lapse
+	leases map[snapshot.Version]map[int]snapshot.Lease // by plan and part: a lease watches a held claim lapse
 }
 
-// lease returns the claim named name, the same each time, so that a claim whose
-// holder stopped is taken over once it has lapsed.
-func (ps *Parts) lease(name string) (snapshot.Lease, error) {
+// lease returns the claim of plan's part i, the same each time, so that a claim
+// whose holder stopped is taken over once it has lapsed.
+func (ps *Parts) lease(plan partPlan, i int) (snapshot.Lease, error) {
 	ps.mu.Lock()
 	defer ps.mu.Unlock()
-	if l := ps.leases[name]; l != nil {
+	if l := ps.leases[plan.plan][i]; l != nil {
 		return l, nil
 	}
-	mark := strings.Replace(name, "base-part/", "base-part-mark/", 1)
-	l, err := ps.Lease(name, func(ctx context.Context, token uint64) error { return ps.fence(ctx, mark, token) })
+	mark := plan.mark(i)
+	l, err := ps.Lease(plan.claim(i), func(ctx context.Context, token uint64) error { return ps.fence(ctx, mark, token) })
 	if err != nil {
 		return nil, err
 	}
 	if ps.leases == nil {
-		ps.leases = map[string]snapshot.Lease{}
+		ps.leases = map[snapshot.Version]map[int]snapshot.Lease{}
 	}
-	ps.leases[name] = l
+	if ps.leases[plan.plan] == nil {
+		ps.leases[plan.plan] = map[int]snapshot.Lease{}
+	}
+	ps.leases[plan.plan][i] = l
 	return l, nil
+}
+
+// retain forgets the claims of every plan but those keep names.
+func (ps *Parts) retain(keep func(snapshot.Version) bool) {
+	ps.mu.Lock()
+	defer ps.mu.Unlock()
+	for plan := range ps.leases {
+		if !keep(plan) {
+			delete(ps.leases, plan)
+		}
+	}
 }
 
 // Cells are conditional cells: a store.LeaseCell.
@@ -314,6 +329,7 @@ func (s *sharedSnapshot) ScanSince(ctx context.Context, collection string, since
 			}
 		}
 	}
+	s.parts.retain(func(plan snapshot.Version) bool { return plan != s.plan.plan })
 	return s.mode, nil
 }
 
@@ -321,7 +337,7 @@ func (s *sharedSnapshot) ScanSince(ctx context.Context, collection string, since
 // when the mark says that the claim before this one read it; else read from the
 // source.
 func (s *sharedSnapshot) part(ctx context.Context, i int, after string, fn func(snapshot.Document) error) error {
-	l, err := s.parts.lease(s.plan.claim(i))
+	l, err := s.parts.lease(s.plan, i)
 	if err != nil {
 		return err
 	}
@@ -464,6 +480,9 @@ func (p *PartReader) onePart(ctx context.Context) (bool, error) {
 	if err != nil {
 		return false, err
 	}
+	p.Parts.retain(func(plan snapshot.Version) bool {
+		return slices.ContainsFunc(recs, func(rec snapshot.BaseStatus) bool { return rec.Plan == plan && rec.State == "building" })
+	})
 	for _, rec := range recs {
 		if rec.State != "building" || rec.Plan == "" || rec.Position == nil || rec.Writer == p.Syncer {
 			continue
@@ -485,7 +504,7 @@ func (p *PartReader) onePart(ctx context.Context) (bool, error) {
 // readPart reads part i of plan into a layer of its own and marks it read, if it
 // can claim it and no claim read it yet.
 func (p *PartReader) readPart(ctx context.Context, plan partPlan, i int) (bool, error) {
-	l, err := p.Parts.lease(plan.claim(i))
+	l, err := p.Parts.lease(plan, i)
 	if err != nil {
 		return false, err
 	}
