@@ -96,7 +96,8 @@ type Compactor struct {
 	ctx       context.Context
 	builds    map[string]*baseBuild // by collection
 	pending   map[string]snapshot.BaseStatus
-	recording bool // a writer writes the pending records
+	recording   bool       // a writer writes the pending records
+	recordsIdle *sync.Cond // on mu: broadcast when the writer has written them all
 	wg        sync.WaitGroup
 }
 
@@ -440,6 +441,17 @@ func (c *Compactor) recordWhileBuilt(ctx context.Context, collection string, b *
 	return func() { close(done); <-ended }
 }
 
+// awaitRecordsLocked waits until every queued record is written (or failed). The
+// Compactor's lock is held.
+func (c *Compactor) awaitRecordsLocked() {
+	if c.recordsIdle == nil {
+		c.recordsIdle = sync.NewCond(&c.mu)
+	}
+	for c.recording {
+		c.recordsIdle.Wait()
+	}
+}
+
 // recordLocked queues b's record, in state state ("" for the build's own), unless
 // the Compactor keeps none; one writer at a time writes the queue, the newest record
 // of each collection, so they land in order. The Compactor's lock is held.
@@ -480,6 +492,9 @@ func (c *Compactor) writeRecords(ctx context.Context) {
 		c.pending = nil
 		if len(recs) == 0 {
 			c.recording = false
+			if c.recordsIdle != nil {
+				c.recordsIdle.Broadcast()
+			}
 			c.mu.Unlock()
 			return
 		}

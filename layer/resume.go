@@ -57,13 +57,15 @@ func (c *Compactor) standFrom(ctx context.Context, collection string, b *baseBui
 }
 
 // chunkDone records that b's documents through last, rows of them, are in storage:
-// b stands there.
+// b stands there. It returns once the record is written, so that a syncer killed
+// right after reads no more than from there again.
 func (c *Compactor) chunkDone(collection string, b *baseBuild) func(ctx context.Context, last string, rows int64) error {
 	return func(ctx context.Context, last string, rows int64) error {
 		c.mu.Lock()
 		defer c.mu.Unlock()
 		b.stands.layer, b.stands.through, b.stands.rows = b.layer, last, rows
 		c.recordLocked(ctx, collection, b, "")
+		c.awaitRecordsLocked()
 		return nil
 	}
 }
