@@ -98,7 +98,8 @@ type Compactor struct {
 	pending   map[string]snapshot.BaseStatus
 	recording   bool       // a writer writes the pending records
 	recordsIdle *sync.Cond // on mu: broadcast when the writer has written them all
-	wg        sync.WaitGroup
+	busy      int        // goroutines building bases or writing records
+	idle      *sync.Cond // on mu: broadcast when busy falls to zero
 }
 
 var _ snapshot.Bases = (*Compactor)(nil)
@@ -164,7 +165,36 @@ func (c *Compactor) Start(ctx context.Context) {
 }
 
 // Wait returns once no base is being built.
-func (c *Compactor) Wait() { c.wg.Wait() }
+func (c *Compactor) Wait() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for c.busy > 0 {
+		c.idleLocked().Wait()
+	}
+}
+
+func (c *Compactor) idleLocked() *sync.Cond {
+	if c.idle == nil {
+		c.idle = sync.NewCond(&c.mu)
+	}
+	return c.idle
+}
+
+// goLocked runs fn in a goroutine that Wait waits for. The Compactor's lock is
+// held; a base read again after its backoff starts one while Wait may be waiting.
+func (c *Compactor) goLocked(fn func()) {
+	c.busy++
+	go func() {
+		defer func() {
+			c.mu.Lock()
+			defer c.mu.Unlock()
+			if c.busy--; c.busy == 0 {
+				c.idleLocked().Broadcast()
+			}
+		}()
+		fn()
+	}()
+}
 
 // Want starts a base of collection built from m's chain, unless one is being built,
 // is built for a chain m's still ends with, or failed less than its backoff ago
@@ -207,12 +237,8 @@ func (c *Compactor) startLocked(m snapshot.Manifest, collection string, b *baseB
 		c.builds = map[string]*baseBuild{}
 	}
 	c.builds[collection] = b
-	c.wg.Add(1)
 	ctx := c.ctx
-	go func() {
-		defer c.wg.Done()
-		c.run(ctx, m, collection, b)
-	}()
+	c.goLocked(func() { c.run(ctx, m, collection, b) })
 }
 
 // run builds b and records how it ended.
@@ -242,6 +268,12 @@ func (c *Compactor) run(ctx context.Context, m snapshot.Manifest, collection str
 		b.retryAt = c.now().Add(wait)
 		if ctx.Err() == nil { // a syncer that stops ends its base quietly
 			c.event(ctx, snapshot.EventBaseFailed, collection, "from", m.Version, "err", err, "retry_in", wait.String())
+			if b.source {
+				// A held collection waits for its base: read it again after the
+				// backoff, whether or not a version asks for it by then (none
+				// does while the source does not change).
+				time.AfterFunc(wait, func() { c.readAgain(m, collection, b) })
+			}
 		}
 		return
 	}
@@ -251,6 +283,18 @@ func (c *Compactor) run(ctx context.Context, m snapshot.Manifest, collection str
 	}
 	c.event(ctx, snapshot.EventBaseBuilt, collection, "from", m.Version, "base", ref.Version, "rows", ref.Docs,
 		"duration", c.now().Sub(b.started).Round(time.Millisecond).String())
+}
+
+// readAgain starts the read of collection's base from the source again, going on
+// where b, which failed, stood, unless another build replaced b or the Compactor
+// stopped.
+func (c *Compactor) readAgain(m snapshot.Manifest, collection string, b *baseBuild) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.builds[collection] != b || c.ctx == nil || c.ctx.Err() != nil {
+		return
+	}
+	c.startLocked(m, collection, &baseBuild{why: b.why, source: true, failures: b.failures, want: b.want, resume: b.standingLocked()})
 }
 
 // build writes the merge of m's chain of collection as one base layer, and checks
@@ -477,11 +521,7 @@ func (c *Compactor) recordLocked(ctx context.Context, collection string, b *base
 		return
 	}
 	c.recording = true
-	c.wg.Add(1)
-	go func() {
-		defer c.wg.Done()
-		c.writeRecords(ctx)
-	}()
+	c.goLocked(func() { c.writeRecords(ctx) })
 }
 
 // writeRecords writes the queued records until none is left.

@@ -2,6 +2,7 @@ package snapshot_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"maps"
 	"math/rand/v2"
@@ -11,6 +12,7 @@ import (
 	"time"
 
 	"github.com/snapflip/snapflip/internal/memstore"
+	"github.com/snapflip/snapflip/internal/testenv"
 	"github.com/snapflip/snapflip/snapshot"
 )
 
@@ -65,6 +67,33 @@ func (g *gatedOpens) ResumeBase(ctx context.Context, collection string, at snaps
 func (g *gatedSnapshot) OnChunk(fn func(ctx context.Context, last string) error) {
 	if cs, ok := g.DeltaSnapshot.(snapshot.ChunkedSnapshot); ok {
 		cs.OnChunk(fn)
+	}
+}
+
+// releaseUntil lets every gated read through, one at a time, until wait returns:
+// as many as are in flight, a base read again after a failure among them; none is
+// left over to let a later read through.
+func (g *gatedOpens) releaseUntil(wait func()) {
+	done := make(chan struct{})
+	go func() { defer close(done); wait() }()
+	for {
+		if len(g.release) == 0 { // the last release was taken: offer another
+			select {
+			case g.release <- struct{}{}:
+				continue
+			case <-done:
+			}
+		} else {
+			select {
+			case <-time.After(time.Millisecond):
+				continue
+			case <-done:
+			}
+		}
+		for len(g.release) > 0 {
+			<-g.release
+		}
+		return
 	}
 }
 
@@ -131,8 +160,10 @@ func TestHeldCollectionsOnMemory(t *testing.T) {
 			rng := rand.New(rand.NewPCG(seed, 55))
 			r := newMemRig(t, 2+rng.IntN(3))
 			opens := &gatedOpens{Source: r.src, release: make(chan struct{}, 100), at: map[uint64]map[string]map[string]string{}}
+			// A base that failed (its definition changed while it was read) is read
+			// again at the next version, not ten seconds later.
 			c, stop := r.withCompactor(t, r.st)
-			c.Source = opens
+			c.Source, c.RetryAfter = opens, time.Millisecond
 			ctx := context.Background()
 			held, joined, killed, rebased := 0, 0, 0, 0
 			// A base is read in chunks, each from the source as it is then: between
@@ -143,10 +174,13 @@ func TestHeldCollectionsOnMemory(t *testing.T) {
 			between := 0
 			var reading atomic.Bool
 			hook := rand.New(rand.NewPCG(seed, 56))
+			var hookMu sync.Mutex // bases of several collections read at once
 			r.src.BetweenChunks = func() {
 				if !reading.Load() {
 					return
 				}
+				hookMu.Lock()
+				defer hookMu.Unlock()
 				between++
 				names := r.src.Collections()
 				name, id := names[hook.IntN(len(names))], fmt.Sprintf("u%02d", hook.IntN(30))
@@ -209,14 +243,13 @@ func TestHeldCollectionsOnMemory(t *testing.T) {
 					}
 				case 2, 3:
 					reading.Store(true)
-					opens.release <- struct{}{}
-					c.Wait()
+					opens.releaseUntil(c.Wait)
 					reading.Store(false)
 				case 4:
 					stop() // the syncer is killed; its successor starts with no base in hand
 					killed++
 					c, stop = r.withCompactor(t, r.st)
-					c.Source = opens
+					c.Source, c.RetryAfter = opens, time.Millisecond
 				}
 				res, err := r.pub.Publish(ctx, snapshot.PublishOptions{})
 				if err != nil {
@@ -234,23 +267,29 @@ func TestHeldCollectionsOnMemory(t *testing.T) {
 				check(step)
 			}
 			// Let every base through: the holds end, and every collection joins.
-			for range 4 {
-				for range 4 {
-					opens.release <- struct{}{}
-				}
-				c.Wait()
+			// A base that failed is read again once its backoff (a few
+			// milliseconds, doubled at each failure) has passed.
+			deadline := time.Now().Add(30 * time.Second)
+			for {
+				opens.releaseUntil(c.Wait)
 				if _, err := r.pub.Publish(ctx, snapshot.PublishOptions{}); err != nil {
 					t.Fatal(err)
 				}
+				m, got := r.served(t)
+				h := m.HeldCollections()
+				if len(h) == 0 && sameContents(got, r.model()) {
+					break
+				}
+				if time.Now().After(deadline) {
+					t.Fatalf("after every base was let through, version %s holds %v: %v; the source %v", m.Version, h, got, r.model())
+				}
 			}
-			c.Wait()
-			m, got := r.served(t)
-			if h := m.HeldCollections(); len(h) > 0 || !sameContents(got, r.model()) {
-				t.Fatalf("after every base was let through, version %s holds %v: %v; the source %v", m.Version, h, got, r.model())
-			}
-			changedBetween += between
+			hookMu.Lock()
+			n := between
+			hookMu.Unlock()
+			changedBetween += n
 			t.Logf("%d held collections seen, %d collections added, %d syncers killed, %d bases read beside the stream taken, %d changes between their chunks",
-				held, joined, killed, rebased, between)
+				held, joined, killed, rebased, n)
 		})
 	}
 }
@@ -386,4 +425,47 @@ func (r *memRig) publish(tb testing.TB) snapshot.Manifest {
 		tb.Fatalf("publish = %+v, %v", res, err)
 	}
 	return res.Manifest
+}
+
+// A held collection whose base read failed is read again after its backoff by the
+// Compactor itself: no version need ask (none does while the source stays as it
+// is), and the next one takes the base.
+func TestHeldBaseFailedIsReadAgain(t *testing.T) {
+	r := newMemRig(t, 4)
+	c, _ := r.withCompactor(t, r.st)
+	built := make(chan struct{}, 1)
+	c.Source, c.RetryAfter = r.src, 10*time.Millisecond
+	c.Built = func() {
+		select {
+		case built <- struct{}{}:
+		default:
+		}
+	}
+	r.publish(t)
+	r.src.Redefine("users")
+	r.src.FailScans("users", errors.New("the disk is on fire"))
+	if v := r.publish(t); v.Collections["users"].Held == nil {
+		t.Fatalf("users = %+v; want held", v.Collections["users"])
+	}
+	testenv.Eventually(t, 10*time.Second, func() error {
+		for _, p := range c.Progress() {
+			if p.Collection == "users" && p.State == "failed" {
+				return nil
+			}
+		}
+		return fmt.Errorf("users' base has not failed: %+v", c.Progress())
+	})
+	r.src.FailScans("users", nil)
+	select {
+	case <-built:
+	case <-time.After(30 * time.Second):
+		t.Fatalf("the failed base was not read again: %+v", c.Progress())
+	}
+	v := r.publish(t)
+	if u := v.Collections["users"]; u.Held != nil || u.Own == nil || !u.Own.Rebased {
+		t.Fatalf("users = %+v; want the base read again, taken", u)
+	}
+	if got := r.holds(t, v); !sameContents(got, r.model()) {
+		t.Fatalf("%s holds %v; the source %v", v.Version, got, r.model())
+	}
 }
