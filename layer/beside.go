@@ -92,14 +92,14 @@ type Compactor struct {
 	Built func()
 	Now   func() time.Time
 
-	mu        sync.Mutex
-	ctx       context.Context
-	builds    map[string]*baseBuild // by collection
-	pending   map[string]snapshot.BaseStatus
+	mu          sync.Mutex
+	ctx         context.Context
+	builds      map[string]*baseBuild // by collection
+	pending     map[string]snapshot.BaseStatus
 	recording   bool       // a writer writes the pending records
 	recordsIdle *sync.Cond // on mu: broadcast when the writer has written them all
-	busy      int        // goroutines building bases or writing records
-	idle      *sync.Cond // on mu: broadcast when busy falls to zero
+	busy        int        // goroutines building bases or writing records
+	idle        *sync.Cond // on mu: broadcast when busy falls to zero
 }
 
 var _ snapshot.Bases = (*Compactor)(nil)
