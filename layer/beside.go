@@ -96,10 +96,12 @@ type Compactor struct {
 	ctx         context.Context
 	builds      map[string]*baseBuild // by collection
 	pending     map[string]snapshot.BaseStatus
-	recording   bool       // a writer writes the pending records
-	recordsIdle *sync.Cond // on mu: broadcast when the writer has written them all
-	busy        int        // goroutines building bases or writing records
-	idle        *sync.Cond // on mu: broadcast when busy falls to zero
+	recording   bool          // a writer writes the pending records
+	recordsIdle *sync.Cond    // on mu: broadcast when the writer has written them all
+	busy        int           // goroutines building bases or writing records
+	committing  int           // versions being written: bases yield to them
+	commitDone  chan struct{} // closed when committing falls to zero
+	idle        *sync.Cond    // on mu: broadcast when busy falls to zero
 }
 
 var _ snapshot.Bases = (*Compactor)(nil)
@@ -548,8 +550,10 @@ func (c *Compactor) writeRecords(ctx context.Context) {
 	}
 }
 
-// limiter returns the pace of one base's reads, nil for none.
-func (c *Compactor) limiter() *rate.Limiter { return baseLimiter(c.RowsPerSecond) }
+// limiter returns the pace of one base's reads: its rate, and the commit path first.
+func (c *Compactor) limiter() *basePace {
+	return &basePace{rate: baseLimiter(c.RowsPerSecond), yield: c.yield}
+}
 
 // baseLimiter paces a base at rps rows a second: zero means
 // DefaultBaseRowsPerSecond, a negative value no pace (nil).
@@ -561,6 +565,72 @@ func baseLimiter(rps float64) *rate.Limiter {
 		return nil
 	}
 	return rate.NewLimiter(rate.Limit(rps), max(int(rps/10), basePage))
+}
+
+// basePace paces a base beside the stream: it waits while a version is written
+// (yield), then for its rate. A nil basePace does not wait.
+type basePace struct {
+	rate  *rate.Limiter                   // nil: no rate
+	yield func(ctx context.Context) error // nil: no yield
+}
+
+// WaitN waits until n more rows may be read.
+func (p *basePace) WaitN(ctx context.Context, n int) error {
+	if p == nil {
+		return nil
+	}
+	if p.yield != nil {
+		if err := p.yield(ctx); err != nil {
+			return err
+		}
+	}
+	if p.rate == nil {
+		return nil
+	}
+	return p.rate.WaitN(ctx, min(n, p.rate.Burst()))
+}
+
+// maxYield is the longest a base waits at once for a version being written: its
+// source transaction, if it has one open, stays open meanwhile.
+const maxYield = 2 * time.Second
+
+// commitStarted and commitEnded bracket the write of a version: a base beside the
+// stream yields to it (yield), so that a commit is served as soon as it would be
+// without the base.
+func (c *Compactor) commitStarted() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.committing++; c.commitDone == nil {
+		c.commitDone = make(chan struct{})
+	}
+}
+
+func (c *Compactor) commitEnded() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.committing--; c.committing == 0 && c.commitDone != nil {
+		close(c.commitDone)
+		c.commitDone = nil
+	}
+}
+
+// yield waits while a version is written, at most maxYield.
+func (c *Compactor) yield(ctx context.Context) error {
+	c.mu.Lock()
+	done := c.commitDone
+	c.mu.Unlock()
+	if done == nil {
+		return nil
+	}
+	t := time.NewTimer(maxYield)
+	defer t.Stop()
+	select {
+	case <-done:
+	case <-t.C:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	return nil
 }
 
 func (c *Compactor) retryAfter() time.Duration {
@@ -594,7 +664,7 @@ type chainSnapshot struct {
 	docs  ChainScanner
 	runs  chainSource // the chains' fingerprint runs
 	m     snapshot.Manifest
-	pace  *rate.Limiter // nil for no pace
+	pace  *basePace     // nil for no pace
 	rows  *atomic.Int64 // counts the documents read
 	bytes *atomic.Int64 // and their bytes
 }
@@ -625,10 +695,8 @@ func (s *chainSnapshot) Scan(ctx context.Context, collection string, fn func(sna
 		rerr = s.readSpans(ctx, collection, spans)
 	}()
 	for docs := range spans {
-		if s.pace != nil {
-			if err := s.pace.WaitN(ctx, len(docs)); err != nil {
-				return err
-			}
+		if err := s.pace.WaitN(ctx, len(docs)); err != nil {
+			return err
 		}
 		for _, d := range docs {
 			s.rows.Add(1)

@@ -5,8 +5,6 @@ import (
 	"fmt"
 	"slices"
 
-	"golang.org/x/time/rate"
-
 	"github.com/snapflip/snapflip/snapshot"
 )
 
@@ -110,7 +108,7 @@ func (c *Compactor) joinsLocked(m snapshot.Manifest, collection string, b *baseB
 // beside the stream leaves the source and the commit path their share.
 type pacedSnapshot struct {
 	snapshot.DeltaSnapshot
-	pace        *rate.Limiter // nil for no pace
+	pace        *basePace // nil for no pace
 	rows, bytes interface{ Add(int64) int64 }
 }
 
@@ -127,8 +125,8 @@ const pacedBatch = 1000
 func (s *pacedSnapshot) ScanSince(ctx context.Context, collection string, since *snapshot.Position, fn func(snapshot.Document) error) (snapshot.LayerMode, error) {
 	n := 0
 	return s.DeltaSnapshot.ScanSince(ctx, collection, since, func(d snapshot.Document) error {
-		if n++; n%pacedBatch == 0 && s.pace != nil {
-			if err := s.pace.WaitN(ctx, min(pacedBatch, s.pace.Burst())); err != nil {
+		if n++; n%pacedBatch == 0 {
+			if err := s.pace.WaitN(ctx, pacedBatch); err != nil {
 				return err
 			}
 		}

@@ -539,7 +539,11 @@ func (p *PartReader) readPart(ctx context.Context, plan partPlan, i int) (bool, 
 	bm := snapshot.Manifest{Dataset: p.Dataset, Version: layer, State: snapshot.StateWriting, Format: snapshot.FormatLayered,
 		Source: plan.at, TTL: p.TTL, StartedAt: time.Now(), Collections: map[string]snapshot.CollectionStats{}}
 	var rows, bytes atomic.Int64
-	paced := &pacedSnapshot{DeltaSnapshot: ds, pace: baseLimiter(p.RowsPerSecond), rows: &rows, bytes: &bytes}
+	pace := &basePace{rate: baseLimiter(p.RowsPerSecond)}
+	if c := p.Writer.Compactor; c != nil {
+		pace.yield = c.yield // the commit path of this process first
+	}
+	paced := &pacedSnapshot{DeltaSnapshot: ds, pace: pace, rows: &rows, bytes: &bytes}
 	res, err := p.Writer.WriteVersion(hctx, snapshot.WriteRequest{Snap: partSnapshot{paced}, Collections: []string{plan.collection},
 		Manifest: bm, Base: true, Why: fmt.Sprintf("part %d of %d of a base shared by the replicas", i+1, plan.parts())})
 	if err == nil {

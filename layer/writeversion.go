@@ -181,6 +181,11 @@ type versionWrite struct {
 
 // WriteVersion writes the version's documents (snapshot.VersionWriter).
 func (w *Writer) WriteVersion(ctx context.Context, req snapshot.WriteRequest) (snapshot.WriteResult, error) {
+	if c := w.Compactor; c != nil && !req.Base {
+		// A version: the bases beside the stream yield to it.
+		c.commitStarted()
+		defer c.commitEnded()
+	}
 	vw := &versionWrite{Writer: w, req: req, dataset: req.Manifest.Dataset}
 	var err error
 	if vw.indexes, vw.declared, err = readIndexes(ctx, req.Snap, req.Collections); err != nil {
