@@ -2,7 +2,6 @@ package layer_test
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"slices"
 	"sync"
@@ -25,29 +24,6 @@ func sharedParts(st *store.Store, holder string, rows int64, cells store.LeaseCe
 	return &layer.Parts{Rows: rows, Marks: st.Cells(), Lease: func(name string, before func(context.Context, uint64) error) (snapshot.Lease, error) {
 		return store.NewLeaseOn(cells, name, store.LeaseConfig{Holder: holder, Duration: claim, BeforeAcquire: before})
 	}}
-}
-
-// deadCells are lease cells that fail every call once the replica that keeps its
-// claims in them is killed: its claims stop renewing, and lapse.
-type deadCells struct {
-	store.LeaseCell
-	dead atomic.Bool
-}
-
-var errDead = errors.New("the replica was killed")
-
-func (d *deadCells) ReadLease(ctx context.Context, name string) ([]byte, error) {
-	if d.dead.Load() {
-		return nil, errDead
-	}
-	return d.LeaseCell.ReadLease(ctx, name)
-}
-
-func (d *deadCells) SwapLease(ctx context.Context, name string, prev, next []byte) (bool, error) {
-	if d.dead.Load() {
-		return false, errDead
-	}
-	return d.LeaseCell.SwapLease(ctx, name, prev, next)
 }
 
 // Two replicas share a base read from the source: the builder (the lease holder)
@@ -91,7 +67,7 @@ func sharedBase(t *testing.T, mode string, kill bool, killBuilder int64) {
 	}
 	other.PartitionMinRows, other.BaseChunkRows = 100, 150
 	t.Cleanup(func() { _ = other.Close(context.Background()) })
-	cells := &deadCells{LeaseCell: h.Store.Cells()}
+	cells := &rig.KillableCells{LeaseCell: h.Store.Cells()}
 	otherSrc := &rig.KillingSource{Source: other}
 	ctx, stopOther := context.WithCancel(context.Background())
 	var read atomic.Int64 // parts the other replica read
@@ -117,7 +93,7 @@ func sharedBase(t *testing.T, mode string, kill bool, killBuilder int64) {
 		})}}
 	if kill {
 		otherSrc.KillAt = part + part/2 // inside its second part
-		otherSrc.Kill = func() { cells.dead.Store(true); stopOther(); goOn() }
+		otherSrc.Kill = func() { cells.Killed.Store(true); stopOther(); goOn() }
 	}
 	done := make(chan struct{})
 	go func() { defer close(done); reader.Run(ctx) }()

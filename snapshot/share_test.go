@@ -2,7 +2,6 @@ package snapshot_test
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"maps"
 	"math/rand/v2"
@@ -140,29 +139,6 @@ func TestSharedBaseOnMemory(t *testing.T) {
 	}
 }
 
-// killableCells are lease cells that fail every call once killed: a replica that
-// stopped, whose claims no longer renew.
-type killableCells struct {
-	store.LeaseCell
-	killed atomic.Bool
-}
-
-var errKilled = errors.New("the replica was killed")
-
-func (k *killableCells) ReadLease(ctx context.Context, name string) ([]byte, error) {
-	if k.killed.Load() {
-		return nil, errKilled
-	}
-	return k.LeaseCell.ReadLease(ctx, name)
-}
-
-func (k *killableCells) SwapLease(ctx context.Context, name string, prev, next []byte) (bool, error) {
-	if k.killed.Load() {
-		return false, errKilled
-	}
-	return k.LeaseCell.SwapLease(ctx, name, prev, next)
-}
-
 // stalledParts is a source whose part reads wait, once claimed, until released.
 type stalledParts struct {
 	*memstore.Source
@@ -186,7 +162,7 @@ func (s *stalledParts) ReadBasePart(ctx context.Context, collection string, at s
 func TestSharedBasePartOfAKilledReplica(t *testing.T) {
 	r := newSharedRig(t)
 	r.c.Parts = memParts(r.st, "holder", 50*time.Millisecond, nil)
-	cells := &killableCells{LeaseCell: r.st.Cells()}
+	cells := &rig.KillableCells{LeaseCell: r.st.Cells()}
 	src := &stalledParts{Source: r.src, claimed: make(chan struct{}, 1), release: make(chan struct{})}
 	killed := r.reader("killed", src, memParts(r.st, "killed", 50*time.Millisecond, cells))
 	ctx := context.Background()
@@ -204,7 +180,7 @@ func TestSharedBasePartOfAKilledReplica(t *testing.T) {
 				}
 			}()
 			<-src.claimed
-			cells.killed.Store(true) // its claim stops renewing; it lapses
+			cells.Killed.Store(true) // its claim stops renewing; it lapses
 		})
 	}
 	r.publish(t)

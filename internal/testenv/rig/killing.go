@@ -2,11 +2,13 @@ package rig
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"sync/atomic"
 
 	"github.com/snapflip/snapflip/layer"
 	"github.com/snapflip/snapflip/snapshot"
+	"github.com/snapflip/snapflip/store"
 )
 
 // KillingSource is a source whose bases read beside the stream (OpenBase,
@@ -106,4 +108,28 @@ func (r *Rig) StartCompactor(src snapshot.Source) (c *layer.Compactor, cancel co
 	c.Start(ctx)
 	r.Writer.Compactor, r.Pub.Bases = c, c
 	return c, cancel
+}
+
+// KillableCells are lease cells that fail every call once Killed is set: the
+// cells of a replica that was killed, whose claims stop renewing and lapse.
+type KillableCells struct {
+	store.LeaseCell
+	Killed atomic.Bool
+}
+
+// ErrKilled is what KillableCells return once killed.
+var ErrKilled = errors.New("the replica was killed")
+
+func (k *KillableCells) ReadLease(ctx context.Context, name string) ([]byte, error) {
+	if k.Killed.Load() {
+		return nil, ErrKilled
+	}
+	return k.LeaseCell.ReadLease(ctx, name)
+}
+
+func (k *KillableCells) SwapLease(ctx context.Context, name string, prev, next []byte) (bool, error) {
+	if k.Killed.Load() {
+		return false, ErrKilled
+	}
+	return k.LeaseCell.SwapLease(ctx, name, prev, next)
 }
