@@ -48,6 +48,41 @@ type Parts struct {
 
 	mu     sync.Mutex
 	leases map[snapshot.Version]map[int]snapshot.Lease // by plan and part: a lease watches a held claim lapse
+	read   map[snapshot.Version]map[int]bool           // by plan: the parts seen marked read (a mark stays)
+}
+
+// markedRead reports whether plan's part i was seen marked read.
+func (ps *Parts) markedRead(plan partPlan, i int) bool {
+	ps.mu.Lock()
+	defer ps.mu.Unlock()
+	return ps.read[plan.plan][i]
+}
+
+// sawRead remembers that plan's part i is marked read.
+func (ps *Parts) sawRead(plan partPlan, i int) {
+	ps.mu.Lock()
+	defer ps.mu.Unlock()
+	if ps.read == nil {
+		ps.read = map[snapshot.Version]map[int]bool{}
+	}
+	if ps.read[plan.plan] == nil {
+		ps.read[plan.plan] = map[int]bool{}
+	}
+	ps.read[plan.plan][i] = true
+}
+
+// isRead reports whether plan's part i is marked read: remembered, or read from its
+// mark now (and remembered).
+func (ps *Parts) isRead(ctx context.Context, plan partPlan, i int) (bool, error) {
+	if ps.markedRead(plan, i) {
+		return true, nil
+	}
+	m, _, err := ps.readMark(ctx, plan.mark(i))
+	if err != nil || !taken(m) {
+		return false, err
+	}
+	ps.sawRead(plan, i)
+	return true, nil
 }
 
 // lease returns the claim of plan's part i, the same each time, so that a claim
@@ -80,6 +115,11 @@ func (ps *Parts) retain(keep func(snapshot.Version) bool) {
 	for plan := range ps.leases {
 		if !keep(plan) {
 			delete(ps.leases, plan)
+		}
+	}
+	for plan := range ps.read {
+		if !keep(plan) {
+			delete(ps.read, plan)
 		}
 	}
 }
@@ -504,6 +544,11 @@ func (p *PartReader) onePart(ctx context.Context) (bool, error) {
 // readPart reads part i of plan into a layer of its own and marks it read, if it
 // can claim it and no claim read it yet.
 func (p *PartReader) readPart(ctx context.Context, plan partPlan, i int) (bool, error) {
+	// A part read is seen so once, with no claim taken: a claim writes, and Run
+	// looks at every part of a base each second.
+	if read, err := p.Parts.isRead(ctx, plan, i); read || err != nil {
+		return false, err
+	}
 	l, err := p.Parts.lease(plan, i)
 	if err != nil {
 		return false, err
@@ -516,8 +561,8 @@ func (p *PartReader) readPart(ctx context.Context, plan partPlan, i int) (bool, 
 		return false, err
 	}
 	defer release(ctx, hold)
-	if m, _, err := p.Parts.readMark(ctx, plan.mark(i)); err != nil || taken(m) {
-		return false, err
+	if read, err := p.Parts.isRead(ctx, plan, i); read || err != nil {
+		return false, err // read by the claim before this one
 	}
 	// The claim's context ends when the claim is lost: the read stops, and its
 	// layer is never marked.
@@ -556,6 +601,7 @@ func (p *PartReader) readPart(ctx context.Context, plan partPlan, i int) (bool, 
 	if ok, err := p.Parts.writeMark(hctx, plan.mark(i), partMark{Token: hold.Token(), Layer: layer, Rows: docs, Syncer: p.Syncer}); !ok || err != nil {
 		return false, err
 	}
+	p.Parts.sawRead(plan, i)
 	p.mu.Lock()
 	p.read++
 	p.rows += docs

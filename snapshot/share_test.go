@@ -111,6 +111,12 @@ func TestSharedBaseOnMemory(t *testing.T) {
 					if _, err := helper.Once(ctx); err != nil {
 						t.Error(err)
 					}
+					// Another replica looking at the parts read takes no claim.
+					cells := &countingCells{LeaseCell: r.st.Cells()}
+					again := r.reader("helper-2", r.src, memParts(r.st, "helper-2", time.Minute, cells))
+					if n, err := again.Once(ctx); n != 0 || err != nil || cells.swaps.Load() != 0 {
+						t.Errorf("a replica read %d parts (%v) and wrote %d claims where every free part was read", n, err, cells.swaps.Load())
+					}
 					inReader.Store(false)
 				}
 			}
@@ -137,6 +143,17 @@ func TestSharedBaseOnMemory(t *testing.T) {
 			t.Logf("helper: %d parts, %d rows; builder: the rest of %d", parts, rows, len(r.model()["users"]))
 		})
 	}
+}
+
+// countingCells are lease cells that count their writes.
+type countingCells struct {
+	store.LeaseCell
+	swaps atomic.Int64
+}
+
+func (c *countingCells) SwapLease(ctx context.Context, name string, prev, next []byte) (bool, error) {
+	c.swaps.Add(1)
+	return c.LeaseCell.SwapLease(ctx, name, prev, next)
 }
 
 // stalledParts is a source whose part reads wait, once claimed, until released.
