@@ -68,6 +68,12 @@ func sharedBase(t *testing.T, mode string, kill bool, killBuilder int64) {
 	other.PartitionMinRows, other.BaseChunkRows = 100, 150
 	t.Cleanup(func() { _ = other.Close(context.Background()) })
 	cells := &rig.KillableCells{LeaseCell: h.Store.Cells()}
+	// Claims lapse only when their holder stops renewing them: a replica slowed
+	// by a loaded machine keeps its parts. The killed one's lapse soon.
+	claim := time.Minute
+	if kill {
+		claim = 300 * time.Millisecond
+	}
 	otherSrc := &rig.KillingSource{Source: other}
 	ctx, stopOther := context.WithCancel(context.Background())
 	var read atomic.Int64 // parts the other replica read
@@ -82,7 +88,7 @@ func sharedBase(t *testing.T, mode string, kill bool, killBuilder int64) {
 		})
 	}
 	reader := &layer.PartReader{Dataset: rig.Dataset, Source: otherSrc, Records: h.Store, Syncer: "syncer-2", Every: 5 * time.Millisecond, RowsPerSecond: -1,
-		Versions: snapshot.NewVersionGen(uuid.New(), nil), Parts: sharedParts(h.Store, "syncer-2", part, cells, 300*time.Millisecond),
+		Versions: snapshot.NewVersionGen(uuid.New(), nil), Parts: sharedParts(h.Store, "syncer-2", part, cells, claim),
 		Writer: &layer.Writer{Store: h.Store, MaxDocumentBytes: 1 << 20, Observer: snapshot.ObserverFunc(func(_ context.Context, e snapshot.Event) {
 			if e.Kind == snapshot.EventBasePartRead && read.Add(1) == 2 {
 				goOn() // the builder goes on once the other replica read two parts
@@ -109,7 +115,7 @@ func sharedBase(t *testing.T, mode string, kill bool, killBuilder int64) {
 		}
 	})
 	c, stop := h.StartCompactor(holderSrc)
-	c.Parts = sharedParts(h.Store, "syncer-1", part, h.Store.Cells(), 300*time.Millisecond)
+	c.Parts = sharedParts(h.Store, "syncer-1", part, h.Store.Cells(), time.Minute)
 	defer func() { stop(); c.Wait() }()
 	if killBuilder > 0 {
 		holderSrc.KillAt, holderSrc.Kill = killBuilder, stop
@@ -127,7 +133,7 @@ func sharedBase(t *testing.T, mode string, kill bool, killBuilder int64) {
 		// The next builder, with no base in hand, goes on where the record says.
 		next := &rig.KillingSource{Source: h.Pub.Source}
 		c2, stop2 := h.StartCompactor(next)
-		c2.Parts = sharedParts(h.Store, "syncer-3", part, h.Store.Cells(), 300*time.Millisecond)
+		c2.Parts = sharedParts(h.Store, "syncer-3", part, h.Store.Cells(), time.Minute)
 		defer func() { stop2(); c2.Wait() }()
 		h.Exec(t, `UPDATE items SET n = n + 1`)
 		if v := h.Publish(t, h.Pub); v.Collections["acct"].Held == nil {
