@@ -69,7 +69,9 @@ func sharedBase(t *testing.T, mode string, kill bool, killBuilder int64) {
 	t.Cleanup(func() { _ = other.Close(context.Background()) })
 	cells := &rig.KillableCells{LeaseCell: h.Store.Cells()}
 	// Claims lapse only when their holder stops renewing them: a replica slowed
-	// by a loaded machine keeps its parts. The killed one's lapse soon.
+	// by a loaded machine keeps its parts. Where the other replica is killed, its
+	// claim lapses soon (the builder, which takes it over, judges the lapse by
+	// its own duration), and no live replica contends with the builder.
 	claim := time.Minute
 	if kill {
 		claim = 300 * time.Millisecond
@@ -115,7 +117,7 @@ func sharedBase(t *testing.T, mode string, kill bool, killBuilder int64) {
 		}
 	})
 	c, stop := h.StartCompactor(holderSrc)
-	c.Parts = sharedParts(h.Store, "syncer-1", part, h.Store.Cells(), time.Minute)
+	c.Parts = sharedParts(h.Store, "syncer-1", part, h.Store.Cells(), claim)
 	defer func() { stop(); c.Wait() }()
 	if killBuilder > 0 {
 		holderSrc.KillAt, holderSrc.Kill = killBuilder, stop
