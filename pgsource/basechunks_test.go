@@ -219,7 +219,7 @@ func baseAgainstPostgres(t *testing.T, seed uint64, parted bool) {
 }
 
 // A base no index scan reads in byte order (its ids are text) is read in one
-// transaction, and says why.
+// transaction, and says why; it is not cut into parts for the replicas to share.
 func TestBaseOfTextIDsIsOneTransaction(t *testing.T) {
 	dsn := testenv.Postgres(t)
 	testenv.Exec(t, dsn, `CREATE TABLE tags (name text PRIMARY KEY)`,
@@ -235,6 +235,9 @@ func TestBaseOfTextIDsIsOneTransaction(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer bs.Close(ctx)
+	if cuts, _, err := bs.(snapshot.PartedSnapshot).BaseParts(ctx, "tags", 50); err != nil || len(cuts) != 0 {
+		t.Fatalf("a base of text ids cut at %q (%v); want no parts", cuts, err)
+	}
 	n := 0
 	if _, err := bs.(snapshot.DeltaSnapshot).ScanSince(ctx, "tags", nil, func(snapshot.Document) error { n++; return nil }); err != nil {
 		t.Fatal(err)
