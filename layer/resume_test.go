@@ -34,13 +34,7 @@ func TestBaseResumesWhereItStood(t *testing.T) {
 
 func resumeAfterKill(t *testing.T, mode string, rows, chunk int, killAt int64, marksWithin bool) {
 	t.Cleanup(layer.SetReplayPage(70)) // what was written is read back in many spans
-	cols := []pgsource.Collection{{Name: "acct", Table: "acct", Key: "id"}, {Name: "items", Table: "items", Key: "id"}}
-	h := newHoldRigOf(t, cols)
-	h.Exec(t, `CREATE TABLE acct (id bigint PRIMARY KEY, v int NOT NULL)`,
-		fmt.Sprintf(`INSERT INTO acct SELECT g, g FROM generate_series(1, %d) g`, rows),
-		`CREATE TABLE items (id int PRIMARY KEY, n int)`, `INSERT INTO items VALUES (1, 1)`)
-	ps := h.Pub.Source.(*pgsource.Source)
-	ps.PartitionMinRows, ps.BaseChunkRows = 100, chunk
+	h, ps := newAcctRig(t, rows, chunk)
 	if marksWithin {
 		ps.BaseChunkRows, ps.BaseMarkRows = -1, chunk
 	}
@@ -108,4 +102,19 @@ func resumeAfterKill(t *testing.T, mode string, rows, chunk int, killAt int64, m
 		t.Errorf("a base killed before its first chunk was in storage resumed")
 	}
 	t.Logf("%s, killed at row %d: %d rows read before, %d in all; v1 %s", mode, killAt, readBefore, read, v1.Version)
+}
+
+// acctCols are the collections of newAcctRig.
+var acctCols = []pgsource.Collection{{Name: "acct", Table: "acct", Key: "id"}, {Name: "items", Table: "items", Key: "id"}}
+
+// newAcctRig returns a hold rig over acct, rows accounts with integer ids whose
+// bases are read in chunks of chunk rows, and items, one row; and its source.
+func newAcctRig(t *testing.T, rows, chunk int) (*holdRig, *pgsource.Source) {
+	h := newHoldRigOf(t, acctCols)
+	h.Exec(t, `CREATE TABLE acct (id bigint PRIMARY KEY, v int NOT NULL)`,
+		fmt.Sprintf(`INSERT INTO acct SELECT g, g FROM generate_series(1, %d) g`, rows),
+		`CREATE TABLE items (id int PRIMARY KEY, n int)`, `INSERT INTO items VALUES (1, 1)`)
+	ps := h.Pub.Source.(*pgsource.Source)
+	ps.PartitionMinRows, ps.BaseChunkRows = 100, chunk
+	return h, ps
 }

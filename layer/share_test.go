@@ -47,13 +47,7 @@ func TestSharedBaseTwoReplicas(t *testing.T) {
 
 func sharedBase(t *testing.T, mode string, kill bool, killBuilder int64) {
 	const rows, part = 3000, 400
-	cols := []pgsource.Collection{{Name: "acct", Table: "acct", Key: "id"}, {Name: "items", Table: "items", Key: "id"}}
-	h := newHoldRigOf(t, cols)
-	h.Exec(t, `CREATE TABLE acct (id bigint PRIMARY KEY, v int NOT NULL)`,
-		fmt.Sprintf(`INSERT INTO acct SELECT g, g FROM generate_series(1, %d) g`, rows),
-		`CREATE TABLE items (id int PRIMARY KEY, n int)`, `INSERT INTO items VALUES (1, 1)`)
-	ps := h.Pub.Source.(*pgsource.Source)
-	ps.PartitionMinRows, ps.BaseChunkRows = 100, 150
+	h, _ := newAcctRig(t, rows, 150)
 	if mode == "logical" {
 		h.Stream(t, fmt.Sprintf("snapflip_shared_%v_%d", kill, killBuilder))
 	}
@@ -61,7 +55,7 @@ func sharedBase(t *testing.T, mode string, kill bool, killBuilder int64) {
 	h.Publish(t, h.Pub)
 
 	// The other replica: a source, writer and claims of its own.
-	other, err := pgsource.New(h.DSN, cols)
+	other, err := pgsource.New(h.DSN, acctCols)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -62,6 +62,27 @@ func (r *sharedRig) reader(name string, src snapshot.BaseSharer, parts *layer.Pa
 		Versions: snapshot.NewVersionGen(uuid.New(), nil), Records: r.st, Parts: parts, Syncer: name, RowsPerSecond: -1}
 }
 
+// betweenChunks makes the builder's base reads call change between two chunks
+// (call counts from 1), and at the first, once the base's record names its parts,
+// first; a part another replica reads there calls neither.
+func (r *sharedRig) betweenChunks(t *testing.T, change func(call int), first func()) {
+	var inReader atomic.Bool
+	calls := 0
+	r.src.BetweenChunks = func() {
+		if inReader.Load() {
+			return
+		}
+		calls++
+		change(calls)
+		if calls == 1 {
+			r.awaitPlan(t, "users")
+			inReader.Store(true)
+			defer inReader.Store(false)
+			first()
+		}
+	}
+}
+
 // awaitPlan waits until the collection's base record names its parts.
 func (r *sharedRig) awaitPlan(t *testing.T, collection string) {
 	deadline := time.Now().Add(10 * time.Second)
@@ -92,34 +113,24 @@ func TestSharedBaseOnMemory(t *testing.T) {
 			helper := r.reader("helper", r.src, memParts(r.st, "helper", time.Minute, nil))
 			ctx := context.Background()
 			rng := rand.New(rand.NewPCG(seed, 61))
-			var inReader atomic.Bool
-			calls := 0
-			r.src.BetweenChunks = func() {
-				if inReader.Load() {
-					return
-				}
-				calls++
+			r.betweenChunks(t, func(call int) {
 				id := fmt.Sprintf("u%02d", rng.IntN(30))
 				if rng.IntN(4) == 0 {
 					r.src.Delete("users", id)
 				} else {
-					r.src.Put("users", id, fmt.Sprintf(`{"between":%d}`, calls))
+					r.src.Put("users", id, fmt.Sprintf(`{"between":%d}`, call))
 				}
-				if calls == 1 {
-					r.awaitPlan(t, "users")
-					inReader.Store(true)
-					if _, err := helper.Once(ctx); err != nil {
-						t.Error(err)
-					}
-					// Another replica looking at the parts read takes no claim.
-					cells := &countingCells{LeaseCell: r.st.Cells()}
-					again := r.reader("helper-2", r.src, memParts(r.st, "helper-2", time.Minute, cells))
-					if n, err := again.Once(ctx); n != 0 || err != nil || cells.swaps.Load() != 0 {
-						t.Errorf("a replica read %d parts (%v) and wrote %d claims where every free part was read", n, err, cells.swaps.Load())
-					}
-					inReader.Store(false)
+			}, func() {
+				if _, err := helper.Once(ctx); err != nil {
+					t.Error(err)
 				}
-			}
+				// Another replica looking at the parts read takes no claim.
+				cells := &countingCells{LeaseCell: r.st.Cells()}
+				again := r.reader("helper-2", r.src, memParts(r.st, "helper-2", time.Minute, cells))
+				if n, err := again.Once(ctx); n != 0 || err != nil || cells.swaps.Load() != 0 {
+					t.Errorf("a replica read %d parts (%v) and wrote %d claims where every free part was read", n, err, cells.swaps.Load())
+				}
+			})
 			r.publish(t)
 			r.src.Redefine("users")
 			if v := r.publish(t); v.Collections["users"].Held == nil {
@@ -252,23 +263,16 @@ func builderKilledAt(t *testing.T, helped bool, killAt int64) {
 	}
 	helper := r.reader("helper", r.src, memParts(r.st, "helper", time.Minute, nil))
 	ctx := context.Background()
-	var inReader atomic.Bool
-	calls := 0
-	r.src.BetweenChunks = func() {
-		if inReader.Load() {
+	r.betweenChunks(t, func(call int) {
+		r.src.Put("users", fmt.Sprintf("u%02d", (call*7)%21), fmt.Sprintf(`{"between":%d}`, call))
+	}, func() {
+		if !helped {
 			return
 		}
-		calls++
-		r.src.Put("users", fmt.Sprintf("u%02d", (calls*7)%21), fmt.Sprintf(`{"between":%d}`, calls))
-		if helped && calls == 1 {
-			r.awaitPlan(t, "users")
-			inReader.Store(true)
-			if _, err := helper.Once(ctx); err != nil {
-				t.Error(err)
-			}
-			inReader.Store(false)
+		if _, err := helper.Once(ctx); err != nil {
+			t.Error(err)
 		}
-	}
+	})
 	r.publish(t)
 	c1, kill := start(killing, "holder")
 	killing.Kill = kill
