@@ -217,6 +217,20 @@ func TestKeepAliveBesideReadsNoSource(t *testing.T) {
 	b.Pub.TTL = time.Hour
 	ctx := context.Background()
 	tk := b.Ticker(t, "a")
+	// A version compares the rows whose xmin is in its parent's window (from the
+	// oldest transaction running when the parent's snapshot was taken) again: a
+	// transaction of another test, in another database of the server, still
+	// running when v1 is read would put the rows just written in it. Wait until
+	// every transaction older than them has ended.
+	testenv.Eventually(t, time.Minute, func() error {
+		var settled bool
+		testenv.QueryRow(t, b.DSN, `SELECT pg_snapshot_xmin(pg_current_snapshot())::text::bigint % 4294967296 >
+			(SELECT max(x) FROM (SELECT xmin::text::bigint AS x FROM users UNION ALL SELECT xmin::text::bigint FROM orders) AS w)`, &settled)
+		if !settled {
+			return fmt.Errorf("a transaction older than the rows written is still running")
+		}
+		return nil
+	})
 	first, err := tk.Tick(ctx, 1, snapshot.PublishOptions{})
 	if err != nil || first.Publish.NoOp {
 		t.Fatalf("first tick: %+v, %v", first, err)
