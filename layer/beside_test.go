@@ -182,7 +182,7 @@ func TestBaseBesideDroppedOrRetried(t *testing.T) {
 	if p := b.c.Progress(); len(p) != 1 || p[0].State != "failed" || !p[0].RetryAt.Equal(now.Add(time.Minute)) {
 		t.Fatalf("progress = %+v; want failed, retried in a minute", p)
 	}
-	if _, swapped := b.c.Swap(v2); swapped != nil {
+	if _, swapped := b.c.Swap(v2, nil); swapped != nil {
 		t.Fatalf("a failed base swapped %v", swapped)
 	}
 	b.c.Want(v2, "users", "test") // within the backoff: nothing
@@ -193,7 +193,7 @@ func TestBaseBesideDroppedOrRetried(t *testing.T) {
 	now = now.Add(time.Minute)
 	b.c.Want(v2, "users", "test")
 	b.c.Wait()
-	if _, swapped := b.c.Swap(v2); !slices.Equal(swapped, []string{"users"}) {
+	if _, swapped := b.c.Swap(v2, nil); !slices.Equal(swapped, []string{"users"}) {
 		t.Fatalf("after the retry, Swap(v2) swapped %v; want users", swapped)
 	}
 	// A version whose chain does not end with v2's (here: the chain replaced by a
@@ -201,10 +201,10 @@ func TestBaseBesideDroppedOrRetried(t *testing.T) {
 	other := v2
 	other.Collections = map[string]snapshot.CollectionStats{"users": {Layers: []snapshot.LayerRef{{Version: "other-1", Kind: snapshot.LayerBase}}},
 		"orders": v2.Collections["orders"]}
-	if _, swapped := b.c.Swap(other); swapped != nil {
+	if _, swapped := b.c.Swap(other, nil); swapped != nil {
 		t.Fatalf("Swap of another chain swapped %v", swapped)
 	}
-	if _, swapped := b.c.Swap(v2); swapped != nil || len(b.c.Progress()) != 0 {
+	if _, swapped := b.c.Swap(v2, nil); swapped != nil || len(b.c.Progress()) != 0 {
 		t.Fatalf("the dropped base still swaps %v; progress %+v", swapped, b.c.Progress())
 	}
 }
@@ -394,7 +394,7 @@ func TestBaseBesideThatDisagreesIsNeverTaken(t *testing.T) {
 	if len(p) != 1 || p[0].State != "failed" || p[0].Err == nil || !strings.Contains(p[0].Err.Error(), "digest") {
 		t.Fatalf("progress = %+v; want the base failed on its digest", p)
 	}
-	if _, swapped := b.c.Swap(v2); swapped != nil {
+	if _, swapped := b.c.Swap(v2, nil); swapped != nil {
 		t.Fatalf("a base that disagrees with its chain swapped %v", swapped)
 	}
 	b.Exec(t, `UPDATE users SET name = 'v3' WHERE id = 'u7'`)
@@ -495,7 +495,7 @@ func TestBaseBesideIsRecorded(t *testing.T) {
 	b.c.Want(v2, "users", "again")
 	b.c.Wait()
 	record("built")
-	if _, swapped := b.c.Swap(v1); swapped != nil {
+	if _, swapped := b.c.Swap(v1, nil); swapped != nil {
 		t.Fatalf("v1 took a base built from v2's chain: %v", swapped)
 	}
 	b.c.Wait()

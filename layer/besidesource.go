@@ -3,6 +3,7 @@ package layer
 import (
 	"context"
 	"fmt"
+	"maps"
 	"slices"
 
 	"github.com/snapflip/snapflip/snapshot"
@@ -88,6 +89,28 @@ func (c *Compactor) Ready(m snapshot.Manifest) bool {
 		}
 	}
 	return false
+}
+
+// Holding returns the collections held in m that a version over m holds still: no
+// base read from the source waits to join it (snapshot.Bases). A version's snapshot
+// need not count their changes.
+func (c *Compactor) Holding(m snapshot.Manifest) []string {
+	if !c.readsSource() {
+		return nil
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var held []string
+	for _, name := range slices.Sorted(maps.Keys(m.Collections)) {
+		if m.Collections[name].Held == nil {
+			continue
+		}
+		if b := c.builds[name]; b != nil && b.source && b.done && b.err == nil && !b.taken && c.joinsLocked(m, name, b) {
+			continue
+		}
+		held = append(held, name)
+	}
+	return held
 }
 
 // joinsLocked reports whether b, a built base read from the source, joins a version

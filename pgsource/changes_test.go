@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/snapflip/snapflip/internal/testenv"
 	"github.com/snapflip/snapflip/pgsource"
 	"github.com/snapflip/snapflip/snapshot"
@@ -214,5 +215,72 @@ func TestScanChangedMatchesScanSince(t *testing.T) {
 		}); ok || err != nil {
 			t.Errorf("ScanChanged(%s, parent %v) = ok %v, %v; want declined", tt.coll, tt.since != nil, ok, err)
 		}
+	}
+}
+
+// TestOpenHoldingCountsNothingOfAHeldTable opens a snapshot that holds big while
+// another session holds big's ACCESS EXCLUSIVE lock: any read of big's rows would
+// wait for it. The snapshot opens, gives big the parent's fingerprint and its
+// definitions, and declines big's changed rows; items, not held, is counted and
+// its changes are told.
+func TestOpenHoldingCountsNothingOfAHeldTable(t *testing.T) {
+	dsn := testenv.Postgres(t)
+	testenv.Exec(t, dsn,
+		`CREATE TABLE big (id int PRIMARY KEY, v text)`, `INSERT INTO big SELECT g, 'v' FROM generate_series(1, 100) g`,
+		`CREATE TABLE items (id int PRIMARY KEY, v text)`, `INSERT INTO items SELECT g, 'v' FROM generate_series(1, 10) g`)
+	src, err := pgsource.New(dsn, []pgsource.Collection{{Name: "big", Table: "big"}, {Name: "items", Table: "items"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, _, _, parent := scanSince(t, src, "items", nil)
+	testenv.Exec(t, dsn, `ALTER TABLE big ADD COLUMN extra int NOT NULL DEFAULT 7`, `UPDATE items SET v = 'w' WHERE id = 3`)
+
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	locker, err := pgx.Connect(ctx, dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer locker.Close(context.Background())
+	tx, err := locker.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(context.Background())
+	if _, err := tx.Exec(ctx, `LOCK TABLE big IN ACCESS EXCLUSIVE MODE`); err != nil {
+		t.Fatal(err)
+	}
+	sn, err := src.OpenHolding(ctx, &parent, []string{"big"})
+	if err != nil {
+		t.Fatalf("OpenHolding while big is locked: %v", err)
+	}
+	defer sn.Close(context.Background())
+	pos := sn.Position()
+	if got, want := pos.Fingerprints["big"], parent.Fingerprints["big"]; got != want || got == "" {
+		t.Errorf("big's fingerprint %q; want the parent's %q", got, want)
+	}
+	if pos.Definitions["big"] == "" || pos.Definitions["big"] == parent.Definitions["big"] {
+		t.Errorf("big's definitions %q, the parent's %q: want the new ones", pos.Definitions["big"], parent.Definitions["big"])
+	}
+	if pos.Fingerprints["items"] == parent.Fingerprints["items"] {
+		t.Errorf("items' fingerprint %q is the parent's: its change was not counted", pos.Fingerprints["items"])
+	}
+	cs := sn.(snapshot.ChangedScanner)
+	if _, ok, err := cs.ScanChanged(ctx, "big", &parent, 1_000, func(snapshot.Document) error { return nil }); ok || err != nil {
+		t.Errorf("ScanChanged(big), held = ok %v, %v; want declined", ok, err)
+	}
+	var changed []string
+	if _, ok, err := cs.ScanChanged(ctx, "items", &parent, 1_000, func(d snapshot.Document) error {
+		changed = append(changed, d.ID)
+		return nil
+	}); !ok || err != nil || len(changed) != 1 {
+		t.Errorf("ScanChanged(items) = %v, ok %v, %v; want the one row changed", changed, ok, err)
+	}
+	if err := tx.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	if _, err := sn.(snapshot.DeltaSnapshot).ScanSince(ctx, "big", &parent, func(snapshot.Document) error { n++; return nil }); err != nil || n != 100 {
+		t.Errorf("ScanSince(big), held = %d rows, %v; want all 100", n, err)
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -233,12 +234,13 @@ func (s *Source) Open(ctx context.Context) (snapshot.SourceSnapshot, error) {
 // open begins the snapshot (start), then fingerprints every collection in it. A
 // failure after start ends the snapshot's transaction as Close does.
 func (s *Source) open(ctx context.Context, since *snapshot.Position) (snapshot.SourceSnapshot, error) {
-	return s.openOf(ctx, since, s.collections)
+	return s.openOf(ctx, since, s.collections, nil)
 }
 
 // openOf is open for the collections cols alone: the snapshot's transaction touches
-// no other table, so it takes no lock on them.
-func (s *Source) openOf(ctx context.Context, since *snapshot.Position, cols []Collection) (_ snapshot.SourceSnapshot, err error) {
+// no other table, so it takes no lock on them. The collections held are not
+// measured (see measure).
+func (s *Source) openOf(ctx context.Context, since *snapshot.Position, cols []Collection, held []string) (_ snapshot.SourceSnapshot, err error) {
 	sn, err := s.start(ctx, since, cols)
 	if err != nil {
 		return nil, err
@@ -254,7 +256,7 @@ func (s *Source) openOf(ctx context.Context, since *snapshot.Position, cols []Co
 		return nil, fmt.Errorf("the files of the tables: %w", err)
 	}
 	for _, c := range cols {
-		if err := sn.measure(ctx, sn.reads[c.Name], since); err != nil {
+		if err := sn.measure(ctx, sn.reads[c.Name], since, slices.Contains(held, c.Name)); err != nil {
 			return nil, fmt.Errorf("collection %s: %w", c.Name, err)
 		}
 	}
@@ -335,9 +337,21 @@ const exportSnapshotSQL = "SELECT pg_export_snapshot()"
 // keys when they tell every change since the parent (streamed), else by reading it
 // (fingerprint). A table counted at PartitionMinRows rows or more is read in Readers
 // partitions.
-func (r *snap) measure(ctx context.Context, cr *collectionRead, since *snapshot.Position) error {
+func (r *snap) measure(ctx context.Context, cr *collectionRead, since *snapshot.Position, held bool) error {
 	if ok, err := r.streamed(ctx, cr, since); err != nil || ok {
 		return err
+	}
+	if fp, ok := heldFingerprint(since, cr.c.Name, held); ok {
+		// The version holds the collection at its last state (snapshot.HoldingOpener):
+		// its definitions tell whether it is held still, and counting its rows would
+		// scan the table its base is being read from. Uncounted, ScanChanged answers
+		// not ok, so that a read of it is a whole one.
+		cols, err := tableDefinitions(ctx, r.tx, cr.c)
+		if err != nil {
+			return fmt.Errorf("definitions: %w", err)
+		}
+		r.pos.Fingerprints[cr.c.Name], r.pos.Definitions[cr.c.Name] = fp, definitionsOf(cols)
+		return nil
 	}
 	fp, defs, rows, err := r.fingerprint(ctx, cr, since)
 	if err != nil {
@@ -379,6 +393,16 @@ func (r *snap) streamed(ctx context.Context, cr *collectionRead, since *snapshot
 	r.pos.Fingerprints[name] = streamFingerprint(parent, known.keys, r.pos)
 	cr.keyed = known
 	return true, nil
+}
+
+// heldFingerprint returns the fingerprint since gives the collection name, when the
+// version holds it (held) and since gives one.
+func heldFingerprint(since *snapshot.Position, name string, held bool) (string, bool) {
+	if !held || since == nil {
+		return "", false
+	}
+	fp, ok := since.Fingerprints[name]
+	return fp, ok
 }
 
 // ParseLSN parses a Postgres LSN, "16/B374D848".

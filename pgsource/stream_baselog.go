@@ -58,7 +58,7 @@ func (s *Source) OpenBase(ctx context.Context, collection string) (snapshot.Sour
 	// The snapshot touches the collection's table alone: a lock on another table
 	// would hold DDL on it up as long as the first chunk is read.
 	began := time.Now()
-	first, err := s.openOf(ctx, nil, s.collections[i:i+1])
+	first, err := s.openOf(ctx, nil, s.collections[i:i+1], nil)
 	if err != nil {
 		return nil, err
 	}

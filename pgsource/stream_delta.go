@@ -17,9 +17,10 @@ import (
 )
 
 var (
-	_ snapshot.SinceOpener  = (*Source)(nil)
-	_ snapshot.Follower     = (*Source)(nil)
-	_ snapshot.KeyedScanner = (*snap)(nil)
+	_ snapshot.SinceOpener   = (*Source)(nil)
+	_ snapshot.HoldingOpener = (*Source)(nil)
+	_ snapshot.Follower      = (*Source)(nil)
+	_ snapshot.KeyedScanner  = (*snap)(nil)
 )
 
 // streamDelta is what the stream says about one snapshot.
@@ -333,6 +334,12 @@ func (v visibility) sees(xid uint32) bool {
 // its changed keys alone.
 func (s *Source) OpenSince(ctx context.Context, since *snapshot.Position) (snapshot.SourceSnapshot, error) {
 	return s.open(ctx, since)
+}
+
+// OpenHolding is OpenSince for a version that holds the collections held at their
+// last state: their changes are not counted; see snapshot.HoldingOpener.
+func (s *Source) OpenHolding(ctx context.Context, since *snapshot.Position, held []string) (snapshot.SourceSnapshot, error) {
+	return s.openOf(ctx, since, s.collections, held)
 }
 
 // Holds tells the stream, if this process reads it, that the pointer's version

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"maps"
 	"math/rand/v2"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -325,6 +326,80 @@ func TestHeldBaseCatchesUpFromItsOwnPosition(t *testing.T) {
 	}
 	if got := r.holds(t, v4); !sameContents(got, r.model()) {
 		t.Fatalf("v4 holds %v; the source %v", got, r.model())
+	}
+}
+
+// holdingOpens is a memory source that is told which collections a version holds
+// (snapshot.HoldingOpener), and records it; opening, it calls opening when set.
+type holdingOpens struct {
+	*memstore.Source
+	mu      sync.Mutex
+	held    [][]string // each snapshot's held collections, nil for none
+	opening func(held []string)
+}
+
+func (h *holdingOpens) OpenSince(ctx context.Context, _ *snapshot.Position) (snapshot.SourceSnapshot, error) {
+	return h.OpenHolding(ctx, nil, nil)
+}
+
+func (h *holdingOpens) OpenHolding(ctx context.Context, _ *snapshot.Position, held []string) (snapshot.SourceSnapshot, error) {
+	h.mu.Lock()
+	h.held = append(h.held, held)
+	fn := h.opening
+	h.mu.Unlock()
+	if fn != nil {
+		fn(held)
+	}
+	return h.Open(ctx)
+}
+
+func (h *holdingOpens) last() []string {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.held[len(h.held)-1]
+}
+
+// A version whose snapshot was opened holding a collection (its changes not
+// counted) holds it still, even when its base is built by the time the version
+// would take it: the next version, opened with nothing held, takes it and catches
+// it up.
+func TestAVersionOpenedHoldingKeepsTheHold(t *testing.T) {
+	r := newMemRig(t, 4)
+	src := &holdingOpens{Source: r.src}
+	r.pub.Source = src
+	opens := &gatedOpens{Source: r.src, release: make(chan struct{}, 1), opened: make(chan uint64, 1),
+		at: map[uint64]map[string]map[string]string{}}
+	c, _ := r.withCompactor(t, r.st)
+	c.Source = opens
+	publish := func() snapshot.Manifest { return r.publish(t) }
+	publish()
+	r.src.Redefine("users")
+	if v2 := publish(); v2.Collections["users"].Held == nil || src.last() != nil {
+		t.Fatalf("v2's users = %+v, opened holding %v; want held, opened holding nothing", v2.Collections["users"], src.last())
+	}
+	<-opens.opened // the base's snapshot is taken; its read waits
+	r.src.Put("orders", "9", `{"user":"u09"}`)
+	if v3 := publish(); v3.Collections["users"].Held == nil || !slices.Equal(src.last(), []string{"users"}) {
+		t.Fatalf("v3's users = %+v, opened holding %v; want held, opened holding users", v3.Collections["users"], src.last())
+	}
+	// The base is built after v4's snapshot is opened holding users.
+	src.opening = func(held []string) {
+		opens.release <- struct{}{}
+		c.Wait()
+	}
+	r.src.Put("users", "u01", `{"n":"after the base's snapshot"}`)
+	r.src.Put("orders", "8", `{"user":"u08"}`)
+	v4 := publish()
+	if v4.Collections["users"].Held == nil || !slices.Equal(src.last(), []string{"users"}) {
+		t.Fatalf("v4's users = %+v, opened holding %v; want held, opened holding users", v4.Collections["users"], src.last())
+	}
+	src.opening = nil
+	v5 := publish()
+	if u := v5.Collections["users"]; u.Held != nil || u.Own == nil || !u.Own.Rebased || src.last() != nil {
+		t.Fatalf("v5's users = %+v, opened holding %v; want the base read beside the stream, caught up", u, src.last())
+	}
+	if got := r.holds(t, v5); !sameContents(got, r.model()) {
+		t.Fatalf("v5 holds %v; the source %v", got, r.model())
 	}
 }
 

@@ -82,7 +82,12 @@ type Bases interface {
 	// swapped, in name order. m itself is not changed. A base read from the source
 	// (a held or new collection's) stands in m for the collection whole, its Held
 	// naming the position it was read at: the version catches it up from there.
-	Swap(m Manifest) (Manifest, []string)
+	// The collections held (from Holding, when the version's snapshot was opened)
+	// stay as they are: the snapshot did not count their changes.
+	Swap(m Manifest, held []string) (Manifest, []string)
+	// Holding returns, in name order, the collections held in m (Held set) that a
+	// version over m holds still: no base read from the source waits to join it.
+	Holding(m Manifest) []string
 	// Ready reports whether a base built for m's collections waits to join a
 	// version: a publish then runs even when the source has not changed.
 	Ready(m Manifest) bool
@@ -245,6 +250,7 @@ type attempt struct {
 	cur     Pointer   // the pointer as read; zero when nothing is published
 	current *Manifest // the manifest of the version it names; nil when none
 	m       Manifest  // the new version
+	held    []string  // the collections the snapshot was opened holding (Bases.Holding)
 }
 
 // event reports an event about the attempt's version.
@@ -302,12 +308,19 @@ func (a *attempt) publish(ctx context.Context) (PublishResult, error) {
 }
 
 // open opens the source's snapshot, telling a SinceOpener the parent's position
-// (none for a publish with base layers, which compares with nothing).
+// (none for a publish with base layers, which compares with nothing), and a
+// HoldingOpener the collections the version holds still.
 func (a *attempt) open(ctx context.Context) (SourceSnapshot, error) {
 	if so, ok := a.p.Source.(SinceOpener); ok {
 		var since *Position
 		if a.current != nil && !a.run.base {
 			since = &a.current.Source
+			ho, ok := a.p.Source.(HoldingOpener)
+			if ok && a.p.Bases != nil && a.current.Format == FormatLayered {
+				if a.held = a.p.Bases.Holding(*a.current); len(a.held) > 0 {
+					return ho.OpenHolding(ctx, since, a.held)
+				}
+			}
 		}
 		return so.OpenSince(ctx, since)
 	}
@@ -425,7 +438,7 @@ func (a *attempt) swap(ctx context.Context) (*Manifest, []string) {
 	if a.p.Bases == nil || a.current == nil || a.run.base || a.m.Format != FormatLayered {
 		return a.current, nil
 	}
-	sw, names := a.p.Bases.Swap(*a.current)
+	sw, names := a.p.Bases.Swap(*a.current, a.held)
 	for _, name := range names {
 		observe(ctx, a.p.Observer, Event{Kind: EventBaseSwapped, Dataset: a.p.Dataset, Version: a.m.Version, Collection: name,
 			Attrs: swapAttrs(a.current.Collections[name].Layers, sw.Collections[name].Layers)})

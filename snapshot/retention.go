@@ -84,7 +84,7 @@ func (p *Publisher) basesReady(ctx context.Context, m Manifest, age time.Duratio
 			p.Bases.Want(m, name, fmt.Sprintf("keep-alive: the chain's oldest layer is %s old, past half the TTL", a.Round(time.Second)))
 		}
 	}
-	_, swapped := p.Bases.Swap(m)
+	_, swapped := p.Bases.Swap(m, nil)
 	for _, name := range old {
 		if !slices.Contains(swapped, name) {
 			return false

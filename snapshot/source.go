@@ -240,6 +240,17 @@ type SinceOpener interface {
 	OpenSince(ctx context.Context, since *Position) (SourceSnapshot, error)
 }
 
+// HoldingOpener is a SinceOpener whose snapshots can leave out the cost of telling
+// what changed in the collections a version holds at their last state (see
+// Bases.Holding): for each of those the snapshot reads the definitions, takes since's
+// fingerprint, and counts nothing, so that a version beside a base being read does
+// not scan the table that base reads. Such a collection can still be read whole;
+// its changed rows alone it cannot tell (ChangedScanner answers not ok).
+type HoldingOpener interface {
+	// OpenHolding is OpenSince for a version that holds the collections held.
+	OpenHolding(ctx context.Context, since *Position, held []string) (SourceSnapshot, error)
+}
+
 // Follower is a Source that learns which of its snapshots the published version holds,
 // to forget the changes it kept for them.
 type Follower interface {
