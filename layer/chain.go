@@ -159,7 +159,7 @@ func (vw *versionWrite) writeLayers(ctx context.Context, snap snapshot.DeltaSnap
 			vw.skip[name] = !slices.Contains(write, name)
 		}
 	}
-	out, err := vw.writeEach(ctx, func(ctx context.Context, w DocumentWriter, name string) (snapshot.CollectionStats, error) {
+	out, err := vw.writeEach(ctx, func(ctx context.Context, w snapshot.DocumentWriter, name string) (snapshot.CollectionStats, error) {
 		return vw.newLayerWriter(w, name).write(ctx, snap)
 	})
 	if err != nil {

@@ -52,7 +52,7 @@ type written struct {
 
 // writeEach writes every collection of the version with write, all into one writer,
 // and closes it.
-func (vw *versionWrite) writeEach(ctx context.Context, write func(context.Context, DocumentWriter, string) (snapshot.CollectionStats, error)) (written, error) {
+func (vw *versionWrite) writeEach(ctx context.Context, write func(context.Context, snapshot.DocumentWriter, string) (snapshot.CollectionStats, error)) (written, error) {
 	out := written{res: snapshot.WriteResult{Collections: map[string]snapshot.CollectionStats{}}}
 	w := vw.Store.NewWriter(ctx, vw.dataset, vw.req.Manifest.Version)
 	for _, name := range vw.writing() {
@@ -73,7 +73,7 @@ func (vw *versionWrite) writeEach(ctx context.Context, write func(context.Contex
 }
 
 // copyCollection copies one collection into w.
-func (vw *versionWrite) copyCollection(ctx context.Context, w DocumentWriter, name string) (snapshot.CollectionStats, error) {
+func (vw *versionWrite) copyCollection(ctx context.Context, w snapshot.DocumentWriter, name string) (snapshot.CollectionStats, error) {
 	snap := vw.req.Snap
 	var expected int64
 	if vw.req.Parent != nil {

@@ -283,10 +283,10 @@ func (it *runIter) Pop() {
 }
 
 // chainRun merges the runs of a chain's layers (newest first) into the live entries
-// of the version (a ChainMerge of their runs): per id the newest layer's entry,
+// of the version (a snapshot.ChainMerge of their runs): per id the newest layer's entry,
 // tombstones dropped.
 type chainRun struct {
-	merge *ChainMerge[RunEntry]
+	merge *snapshot.ChainMerge[RunEntry]
 	// keepDeleted returns tombstones too (the ids a set of layers names).
 	keepDeleted bool
 	// from is the index in the chain of the layer the last entry came from.
@@ -302,11 +302,11 @@ func openChainRun(ctx context.Context, src chainSource, layers []snapshot.LayerR
 // the id after: it may skip chunks before it (newRunIter), and still gets every
 // entry after it, in order.
 func openChainRunAfter(ctx context.Context, src chainSource, layers []snapshot.LayerRef, collection, after string) *chainRun {
-	its := make([]LayerReader[RunEntry], len(layers))
+	its := make([]snapshot.LayerReader[RunEntry], len(layers))
 	for i, l := range layers {
 		its[i] = newRunIter(ctx, src, l, collection, after)
 	}
-	return &chainRun{merge: NewChainMerge(its, runEntryID, runEntryDeleted)}
+	return &chainRun{merge: snapshot.NewChainMerge(its, runEntryID, runEntryDeleted)}
 }
 
 func runEntryID(e RunEntry) string    { return e.ID }

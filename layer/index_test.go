@@ -209,12 +209,12 @@ type lossyStore struct {
 	chunks bool
 }
 
-func (s lossyStore) NewWriter(ctx context.Context, dataset string, v snapshot.Version) layer.DocumentWriter {
+func (s lossyStore) NewWriter(ctx context.Context, dataset string, v snapshot.Version) snapshot.DocumentWriter {
 	return &lossyWriter{DocumentWriter: s.Store.NewWriter(ctx, dataset, v), chunks: s.chunks}
 }
 
 type lossyWriter struct {
-	layer.DocumentWriter
+	snapshot.DocumentWriter
 	chunks bool
 }
 

@@ -25,7 +25,7 @@ type indexer struct {
 	keys       index.KeySet       // the defs', read once a document
 	stored     []string           // where each def's entries are stored (index.Collection)
 	under      []snapshot.Version // the chain under the layer; nil for a base
-	w          DocumentWriter
+	w          snapshot.DocumentWriter
 	pending    []snapshot.Document // written ids and their new bodies (empty: deleted)
 	counts     []snapshot.IndexWrite
 	// packers hold a base's entries per index, shared by the indexers of its parts
@@ -42,7 +42,7 @@ const MaxIndexKeyBytes = 2048
 const indexBatch = 500
 
 // newIndexer returns an indexer for the collection's indexes, or nil for none.
-func newIndexer(vw *versionWrite, w DocumentWriter, collection string, under []snapshot.Version) *indexer {
+func newIndexer(vw *versionWrite, w snapshot.DocumentWriter, collection string, under []snapshot.Version) *indexer {
 	defs := vw.indexes[collection]
 	if len(defs) == 0 {
 		return nil

@@ -89,7 +89,7 @@ type packed struct {
 // write writes every entry held or spilled in blocks, in order, then the blocks'
 // directory (index.AppendDirectory) as the index's run, and returns what it wrote. It
 // closes the spilled files.
-func (p *packer) write(ctx context.Context, w DocumentWriter) (packed, error) {
+func (p *packer) write(ctx context.Context, w snapshot.DocumentWriter) (packed, error) {
 	defer p.close()
 	bw := &blockWriter{w: w, stored: p.stored}
 	next, err := p.sorted()
@@ -126,7 +126,7 @@ func (p *packer) write(ctx context.Context, w DocumentWriter) (packed, error) {
 
 // blockWriter writes an index's blocks, and their keys in directory chunks.
 type blockWriter struct {
-	w      DocumentWriter
+	w      snapshot.DocumentWriter
 	stored string // the index's collection (index.Collection)
 	dir    []byte // the directory chunk being filled
 	out    packed

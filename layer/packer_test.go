@@ -17,9 +17,9 @@ import (
 	"github.com/snapflip/snapflip/snapshot"
 )
 
-// blockSink is a DocumentWriter that keeps what is written.
+// blockSink is a snapshot.DocumentWriter that keeps what is written.
 type blockSink struct {
-	DocumentWriter
+	snapshot.DocumentWriter
 	docs   []snapshot.Document
 	chunks [][]byte
 }

@@ -15,7 +15,7 @@ import (
 // → nothing; absent from the source → tombstone.
 type layerWriter struct {
 	vw   *versionWrite
-	w    DocumentWriter
+	w    snapshot.DocumentWriter
 	name string
 	cur  *snapshot.Manifest // the parent version; nil for none
 	from snapshot.Position  // the source position cur's layers of the collection reflect
@@ -44,7 +44,7 @@ type collectionTotals struct {
 }
 
 // newLayerWriter prepares the collection's layer of the version over its parent.
-func (vw *versionWrite) newLayerWriter(w DocumentWriter, name string) *layerWriter {
+func (vw *versionWrite) newLayerWriter(w snapshot.DocumentWriter, name string) *layerWriter {
 	lw := &layerWriter{vw: vw, w: w, name: name, cur: vw.req.Parent}
 	if lw.cur != nil {
 		lw.from = lw.cur.CollectionSource(name)
@@ -391,7 +391,7 @@ type copier struct {
 	dataset    string
 	chain      []snapshot.Version
 	collection string
-	w          DocumentWriter
+	w          snapshot.DocumentWriter
 	ix         *indexer // the layer's index entries, which copies change too
 	batch      []RunEntry
 }

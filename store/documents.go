@@ -15,7 +15,6 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/snapflip/snapflip/index"
-	"github.com/snapflip/snapflip/layer"
 	"github.com/snapflip/snapflip/snapshot"
 )
 
@@ -67,12 +66,12 @@ func (s *Store) GetDocuments(ctx context.Context, in snapshot.ChainRef, ids []st
 	if err != nil {
 		return nil, err
 	}
-	return layer.Bodies(found), nil
+	return snapshot.Bodies(found), nil
 }
 
 // LocateDocuments is GetDocuments that also says which layer of the chain (its index,
 // newest first) each document was read from.
-func (s *Store) LocateDocuments(ctx context.Context, in snapshot.ChainRef, ids []string) (map[string]layer.Located, error) {
+func (s *Store) LocateDocuments(ctx context.Context, in snapshot.ChainRef, ids []string) (map[string]snapshot.Located, error) {
 	dataset, chain, collection := in.Dataset, in.Chain, in.Collection
 	ctx, cancel := s.op(ctx)
 	defer cancel()
@@ -87,7 +86,7 @@ func (s *Store) LocateDocuments(ctx context.Context, in snapshot.ChainRef, ids [
 			keys = append(keys, p+e)
 		}
 	}
-	found := make(map[string]layer.Located, len(ids))
+	found := make(map[string]snapshot.Located, len(ids))
 	var derr error
 	err := s.tbl.ReadRows(ctx, keys, func(r bigtable.Row) bool {
 		rank, id, err := layerOf(prefixes, r.Key())
@@ -100,7 +99,7 @@ func (s *Store) LocateDocuments(ctx context.Context, in snapshot.ChainRef, ids [
 			return true
 		}
 		if h, ok := found[id]; !ok || rank < h.Layer {
-			found[id] = layer.Located{Body: cells[0].Value, Layer: rank}
+			found[id] = snapshot.Located{Body: cells[0].Value, Layer: rank}
 		}
 		return true
 	})
@@ -110,7 +109,7 @@ func (s *Store) LocateDocuments(ctx context.Context, in snapshot.ChainRef, ids [
 	if derr != nil {
 		return nil, derr
 	}
-	maps.DeleteFunc(found, func(_ string, d layer.Located) bool { return len(d.Body) == 0 }) // tombstones
+	maps.DeleteFunc(found, func(_ string, d snapshot.Located) bool { return len(d.Body) == 0 }) // tombstones
 	return found, nil
 }
 
@@ -162,7 +161,7 @@ func (s *Store) scanChain(ctx context.Context, c snapshot.ChainRef, scan layerSc
 	defer cancel()
 	g, gctx := errgroup.WithContext(ctx)
 	var failed atomic.Bool
-	layers := make([]layer.LayerReader[snapshot.Document], len(chain))
+	layers := make([]snapshot.LayerReader[snapshot.Document], len(chain))
 	for i, v := range chain {
 		l := &layerStream{ch: make(chan snapshot.Document, 256)}
 		layers[i] = l
@@ -183,7 +182,7 @@ func (s *Store) scanChain(ctx context.Context, c snapshot.ChainRef, scan layerSc
 			return err
 		})
 	}
-	merge := layer.NewChainMerge(layers, docID, isTombstone)
+	merge := snapshot.NewChainMerge(layers, docID, isTombstone)
 	for {
 		d, ok, err := merge.Next()
 		if err != nil && !failed.Load() { // ids out of order, though every layer read
@@ -522,15 +521,15 @@ func (s *Store) scanSpan(ctx context.Context, c snapshot.ChainRef, span snapshot
 				}
 			}
 		}
-		layers := make([]layer.LayerReader[snapshot.Document], len(chain))
+		layers := make([]snapshot.LayerReader[snapshot.Document], len(chain))
 		for i, r := range reads {
-			l := layer.LayerSlice[snapshot.Document](r.docs)
+			l := snapshot.LayerSlice[snapshot.Document](r.docs)
 			if bounded {
 				l = l[:sort.Search(len(l), func(j int) bool { return l[j].ID > bound })]
 			}
 			layers[i] = &l
 		}
-		merge := layer.NewChainMerge(layers, docID, isTombstone)
+		merge := snapshot.NewChainMerge(layers, docID, isTombstone)
 		for len(docs) <= limit {
 			d, ok, err := merge.Next()
 			if err != nil {

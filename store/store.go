@@ -15,8 +15,6 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 
-	"github.com/snapflip/snapflip/layer"
-	"github.com/snapflip/snapflip/resolver"
 	"github.com/snapflip/snapflip/snapshot"
 )
 
@@ -174,12 +172,9 @@ type Store struct {
 	dirs   dirCache // packed index layers' directories (ScanEntries)
 }
 
-var (
-	_ snapshot.PublishStore = (*Store)(nil)
-	_ resolver.ReadStore    = (*Store)(nil)
-	_ layer.Store           = (*Store)(nil)
-	_ layer.RunSeeker       = (*Store)(nil)
-)
+// The storage interfaces of the packages above (layer, resolver) are checked by
+// internal/storetest, which holds this store and the in-memory one to one contract.
+var _ snapshot.PublishStore = (*Store)(nil)
 
 // Open connects to Bigtable. It does not touch the table; call EnsureSchema (writers)
 // or Ping (readers) to find out whether it is there.

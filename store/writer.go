@@ -12,7 +12,6 @@ import (
 	"cloud.google.com/go/bigtable"
 
 	"github.com/snapflip/snapflip/internal/retry"
-	"github.com/snapflip/snapflip/layer"
 	"github.com/snapflip/snapflip/snapshot"
 )
 
@@ -89,7 +88,7 @@ type Writer struct {
 	prefixes map[string]string // collection -> docPrefix, under bmu
 	keyBytes int               // bytes of keys the last batch sent held, under bmu
 
-	tally layer.Tally // what was acknowledged
+	tally snapshot.Tally // what was acknowledged
 
 	// inflight counts the batches sent and not yet applied (or dropped); idle is
 	// signalled when it falls to zero. Under mu.
@@ -101,11 +100,11 @@ type Writer struct {
 	closed bool
 }
 
-var _ layer.DocumentWriter = (*Writer)(nil)
+var _ snapshot.DocumentWriter = (*Writer)(nil)
 
 // NewWriter returns a writer for the documents of version v. Its workers stop when ctx
 // ends.
-func (s *Store) NewWriter(ctx context.Context, dataset string, v snapshot.Version) layer.DocumentWriter {
+func (s *Store) NewWriter(ctx context.Context, dataset string, v snapshot.Version) snapshot.DocumentWriter {
 	wctx, cancel := context.WithCancelCause(ctx)
 	w := &Writer{
 		s: s, dataset: dataset, version: v,

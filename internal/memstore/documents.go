@@ -9,7 +9,6 @@ import (
 	"strings"
 
 	"github.com/snapflip/snapflip/index"
-	"github.com/snapflip/snapflip/layer"
 	"github.com/snapflip/snapflip/snapshot"
 	"github.com/snapflip/snapflip/store"
 )
@@ -52,9 +51,9 @@ func (s *Store) merged(ctx context.Context, in snapshot.ChainRef, entries bool) 
 		return nil, fmt.Errorf("scan %s: %w", collection, err)
 	}
 	defer unlock()
-	layers := make([]layer.LayerReader[snapshot.Document], len(chain))
+	layers := make([]snapshot.LayerReader[snapshot.Document], len(chain))
 	for i, v := range chain {
-		var docs layer.LayerSlice[snapshot.Document]
+		var docs snapshot.LayerSlice[snapshot.Document]
 		if l := s.layers[layerKey{dataset, v, collection}]; l != nil {
 			for id, body := range l.docs {
 				rows, err := expand(id, body, entries)
@@ -67,7 +66,7 @@ func (s *Store) merged(ctx context.Context, in snapshot.ChainRef, entries bool) 
 		}
 		layers[i] = &docs
 	}
-	merge := layer.NewChainMerge(layers, func(d snapshot.Document) string { return d.ID },
+	merge := snapshot.NewChainMerge(layers, func(d snapshot.Document) string { return d.ID },
 		func(d snapshot.Document) bool { return len(d.Body) == 0 })
 	var out []snapshot.Document
 	for {
@@ -120,25 +119,25 @@ func (s *Store) GetDocuments(ctx context.Context, in snapshot.ChainRef, ids []st
 	if err != nil {
 		return nil, err
 	}
-	return layer.Bodies(found), nil
+	return snapshot.Bodies(found), nil
 }
 
 // LocateDocuments is GetDocuments that also says which layer of the chain (its index,
 // newest first) each document was read from.
-func (s *Store) LocateDocuments(ctx context.Context, in snapshot.ChainRef, ids []string) (map[string]layer.Located, error) {
+func (s *Store) LocateDocuments(ctx context.Context, in snapshot.ChainRef, ids []string) (map[string]snapshot.Located, error) {
 	dataset, chain, collection := in.Dataset, in.Chain, in.Collection
 	unlock, err := s.read(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("read %d documents of %s: %w", len(ids), collection, err)
 	}
 	defer unlock()
-	found := make(map[string]layer.Located, len(ids))
+	found := make(map[string]snapshot.Located, len(ids))
 	for _, id := range ids {
 		for rank, v := range chain {
 			l := s.layers[layerKey{dataset, v, collection}]
 			if body, ok := l.doc(id); ok {
 				if len(body) > 0 {
-					found[id] = layer.Located{Body: clone(body), Layer: rank}
+					found[id] = snapshot.Located{Body: clone(body), Layer: rank}
 				}
 				break
 			}

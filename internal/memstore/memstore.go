@@ -24,8 +24,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/snapflip/snapflip/layer"
-	"github.com/snapflip/snapflip/resolver"
 	"github.com/snapflip/snapflip/snapshot"
 	"github.com/snapflip/snapflip/store"
 )
@@ -293,9 +291,4 @@ var (
 	_ snapshot.AdminStore   = (*Store)(nil)
 	_ snapshot.SlotStore    = (*Store)(nil)
 	_ snapshot.DemandStore  = (*Store)(nil)
-	_ layer.Store           = (*Store)(nil)
-	_ layer.DiffStore       = (*Store)(nil)
-	_ layer.ReadStore       = (*Store)(nil)
-	_ layer.RunSeeker       = (*Store)(nil)
-	_ resolver.ReadStore    = (*Store)(nil)
 )

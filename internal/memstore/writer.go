@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"sync"
 
-	"github.com/snapflip/snapflip/layer"
 	"github.com/snapflip/snapflip/snapshot"
 )
 
@@ -17,17 +16,17 @@ type writer struct {
 	dataset string
 	v       snapshot.Version
 
-	layer.Tally // what was written
+	snapshot.Tally // what was written
 
 	mu     sync.Mutex
 	err    error
 	closed bool
 }
 
-var _ layer.DocumentWriter = (*writer)(nil)
+var _ snapshot.DocumentWriter = (*writer)(nil)
 
 // NewWriter returns a writer for the documents of version v; it fails once ctx ends.
-func (s *Store) NewWriter(ctx context.Context, dataset string, v snapshot.Version) layer.DocumentWriter {
+func (s *Store) NewWriter(ctx context.Context, dataset string, v snapshot.Version) snapshot.DocumentWriter {
 	return &writer{s: s, ctx: ctx, dataset: dataset, v: v}
 }
 

@@ -14,7 +14,6 @@ import (
 
 	"github.com/snapflip/snapflip/index"
 	"github.com/snapflip/snapflip/internal/memstore"
-	"github.com/snapflip/snapflip/layer"
 	"github.com/snapflip/snapflip/snapshot"
 	"github.com/snapflip/snapflip/store"
 )
@@ -562,7 +561,7 @@ func flushAcknowledges(t TB, st Store, ds string) {
 
 // write writes docs (id → body; "" for a tombstone) of collection c through w, a
 // layer's writer, and closes it.
-func write(t TB, w layer.DocumentWriter, c string, docs map[string]string) {
+func write(t TB, w snapshot.DocumentWriter, c string, docs map[string]string) {
 	t.Helper()
 	for _, id := range slices.Sorted(mapsKeys(docs)) {
 		if err := w.Write(bg, c, snapshot.Document{ID: id, Body: []byte(docs[id])}); err != nil {

@@ -20,8 +20,9 @@ import (
 	"github.com/snapflip/snapflip/store"
 )
 
-// Store is every storage interface the contract covers.
-type Store interface {
+// Contract is every storage interface the contract covers: the one set of methods a
+// store of snapflip's data has.
+type Contract interface {
 	snapshot.PublishStore
 	snapshot.AuditStore
 	snapshot.SlotStore
@@ -29,6 +30,8 @@ type Store interface {
 	snapshot.BaseStore
 	layer.Store
 	layer.DiffStore
+	layer.ReadStore
+	layer.RunSeeker
 	resolver.ReadStore
 	AdvanceFence(ctx context.Context, dataset string, token uint64) error
 	ListManifests(ctx context.Context, dataset string) ([]snapshot.Manifest, error)
@@ -36,9 +39,22 @@ type Store interface {
 	ScanIndex(ctx context.Context, in snapshot.ChainRef, fn func(entry string) bool) error
 	ScanSpan(ctx context.Context, in snapshot.ChainRef, span snapshot.Span, limit int) ([]snapshot.Document, bool, error)
 	NewLease(name string, cfg store.LeaseConfig) (*store.Lease, error)
+}
+
+// Store is a store the cases run against: the contract, and faults to inject.
+type Store interface {
+	Contract
 	// FailNext makes the next call of op fail as f says (memstore.Store.FailNext).
 	FailNext(op memstore.Op, f memstore.Fault)
 }
+
+// Both stores keep the whole contract: the storage interfaces of every package
+// that reads or writes through them are checked here, so that package store
+// depends on the domain (snapshot, index) alone.
+var (
+	_ Contract = (*store.Store)(nil)
+	_ Store    = (*memstore.Store)(nil)
+)
 
 // TB is what a case asks of its test: *testing.T, or the recorder Failures uses.
 type TB interface {

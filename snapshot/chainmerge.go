@@ -1,4 +1,4 @@
-package layer
+package snapshot
 
 import "fmt"
 
@@ -7,7 +7,7 @@ import "fmt"
 // holds is their merge: for each id the newest layer's entry wins, and a tombstone
 // hides the id from every older layer. ChainMerge is that merge, written once for
 // the fingerprint runs a delta is computed from (chainRun) and the documents a read
-// returns (package store).
+// returns (the stores).
 
 // LayerReader yields one layer's entries in strictly increasing id order.
 type LayerReader[T any] interface {

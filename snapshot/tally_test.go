@@ -1,16 +1,16 @@
-package layer_test
+package snapshot_test
 
 import (
 	"maps"
 	"sync"
 	"testing"
 
-	"github.com/snapflip/snapflip/layer"
+	"github.com/snapflip/snapflip/snapshot"
 )
 
 // A Tally adds what concurrent writers count, and what it returns is a copy.
 func TestTallyCountsConcurrentWrites(t *testing.T) {
-	var tl layer.Tally
+	var tl snapshot.Tally
 	if got := tl.Written(); got == nil || len(got) != 0 {
 		t.Fatalf("an empty tally's Written = %#v; want an empty map", got)
 	}

@@ -1,4 +1,4 @@
-package layer_test
+package snapshot_test
 
 import (
 	"errors"
@@ -9,7 +9,7 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
-	"github.com/snapflip/snapflip/layer"
+	"github.com/snapflip/snapflip/snapshot"
 )
 
 // entry is a layer's entry that knows its layer, so that the winner of an id shows.
@@ -24,7 +24,7 @@ func entryDead(e entry) bool { return e.Dead }
 
 // failing is a layer that reports err after its entries.
 type failing struct {
-	layer.LayerSlice[entry]
+	snapshot.LayerSlice[entry]
 	err error
 }
 
@@ -58,17 +58,17 @@ func randomChain(r *rand.Rand) ([][]entry, map[string]entry) {
 	return layers, model
 }
 
-func readers(layers [][]entry) []layer.LayerReader[entry] {
-	rs := make([]layer.LayerReader[entry], len(layers))
+func readers(layers [][]entry) []snapshot.LayerReader[entry] {
+	rs := make([]snapshot.LayerReader[entry], len(layers))
 	for i, l := range layers {
-		s := layer.LayerSlice[entry](l)
+		s := snapshot.LayerSlice[entry](l)
 		rs[i] = &s
 	}
 	return rs
 }
 
 // drain returns what m returns up to its end or its error.
-func drain(tb testing.TB, m *layer.ChainMerge[entry]) ([]entry, error) {
+func drain(tb testing.TB, m *snapshot.ChainMerge[entry]) ([]entry, error) {
 	tb.Helper()
 	var got []entry
 	for {
@@ -96,7 +96,7 @@ func TestChainMergeMatchesAModel(t *testing.T) {
 					want = append(want, model[id])
 				}
 			}
-			m := layer.NewChainMerge(readers(layers), entryID, entryDead)
+			m := snapshot.NewChainMerge(readers(layers), entryID, entryDead)
 			m.Tombstones = tombstones
 			got, err := drain(t, m)
 			if err != nil {
@@ -126,8 +126,8 @@ func TestChainMergeStopsAtALayersError(t *testing.T) {
 		bad := r.IntN(len(layers))
 		cut := r.IntN(len(layers[bad]) + 1)
 		rs := readers(layers)
-		rs[bad] = &failing{layer.LayerSlice[entry](layers[bad][:cut]), boom}
-		m := layer.NewChainMerge(rs, entryID, entryDead)
+		rs[bad] = &failing{snapshot.LayerSlice[entry](layers[bad][:cut]), boom}
+		m := snapshot.NewChainMerge(rs, entryID, entryDead)
 		m.Tombstones = true
 		got, err := drain(t, m)
 		if !errors.Is(err, boom) {
@@ -150,7 +150,7 @@ func TestChainMergeStopsAtALayersError(t *testing.T) {
 // Ids that do not increase are an error, not a wrong merge.
 func TestChainMergeRefusesDisorder(t *testing.T) {
 	layers := [][]entry{{{ID: "b"}}, {{ID: "a", Layer: 1}, {ID: "c", Layer: 1}, {ID: "b", Layer: 1}}}
-	got, err := drain(t, layer.NewChainMerge(readers(layers), entryID, entryDead))
+	got, err := drain(t, snapshot.NewChainMerge(readers(layers), entryID, entryDead))
 	if err == nil {
 		t.Fatalf("merged %+v from layers out of order without an error", got)
 	}
@@ -169,7 +169,7 @@ func TestChainMergeAllocatesNothingPerEntry(t *testing.T) {
 	}
 	allocs := func(layers [][]entry, tombstones bool) float64 {
 		return testing.AllocsPerRun(5, func() {
-			m := layer.NewChainMerge(readers(layers), entryID, entryDead)
+			m := snapshot.NewChainMerge(readers(layers), entryID, entryDead)
 			m.Tombstones = tombstones
 			for {
 				if _, ok, err := m.Next(); err != nil || !ok {
