@@ -24,7 +24,7 @@ func TestReplicasShareABase(t *testing.T) {
 	cfg := strings.Replace(config, "collections:\n", "collections:\n  - name: big\n    table: public.big\n    key: id\n", 1) +
 		// Paced so that the base takes seconds, and the other replica, which looks
 		// for bases every second, finds it under way however loaded the machine.
-		"base_part_rows: 4000\nbase_rows_per_second: 5000\npostgres: {partition_min_rows: 1000}\n"
+		"base_part_rows: 4000\nsource_base_rows_per_second: 5000\npostgres: {partition_min_rows: 1000}\n"
 	a := startSyncerRun(t, cfg, e.DSN, e.Bigtable)
 	b := startSyncerRun(t, cfg, e.DSN, e.Bigtable)
 	e.awaitServed(t, docPath("big", "7"), `"v":7`, time.Now(), time.Minute)

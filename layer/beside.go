@@ -64,9 +64,14 @@ type Compactor struct {
 	Docs ChainScanner
 	// Versions names each base's layer.
 	Versions *snapshot.VersionGen
-	// RowsPerSecond bounds how fast a base is read and written: zero means
-	// DefaultBaseRowsPerSecond, a negative value no bound.
+	// RowsPerSecond bounds how fast a base compacted from storage is read and
+	// written: zero means DefaultBaseRowsPerSecond, a negative value no bound.
 	RowsPerSecond float64
+	// SourceRowsPerSecond bounds how fast a base read from the source (a held or
+	// new collection's) is read and written: zero, the default, sets no bound, as
+	// a full read of the source in a version has none. Either kind of base waits
+	// while a version is written.
+	SourceRowsPerSecond float64
 	// RetryAfter is the first wait after a failed base (zero: DefaultBaseRetryAfter).
 	RetryAfter time.Duration
 	// Records, when set, keeps each base's record for operators (the status page,
@@ -551,9 +556,24 @@ func (c *Compactor) writeRecords(ctx context.Context) {
 	}
 }
 
-// limiter returns the pace of one base's reads: its rate, and the commit path first.
+// limiter returns the pace of one base's reads from storage: its rate, and the
+// commit path first.
 func (c *Compactor) limiter() *basePace {
 	return &basePace{rate: baseLimiter(c.RowsPerSecond), yield: c.yield}
+}
+
+// sourceLimiter returns the pace of one base's reads from the source.
+func (c *Compactor) sourceLimiter() *basePace {
+	return &basePace{rate: sourceRate(c.SourceRowsPerSecond), yield: c.yield}
+}
+
+// sourceRate paces a base read from the source at rps rows a second: zero or less
+// means no pace (nil).
+func sourceRate(rps float64) *rate.Limiter {
+	if rps <= 0 {
+		return nil
+	}
+	return baseLimiter(rps)
 }
 
 // baseLimiter paces a base at rps rows a second: zero means

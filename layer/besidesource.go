@@ -67,7 +67,7 @@ func (c *Compactor) buildSource(ctx context.Context, m snapshot.Manifest, collec
 		return snapshot.LayerRef{}, err
 	}
 	defer closeSnap()
-	paced := &pacedSnapshot{DeltaSnapshot: ds, pace: c.limiter(), rows: &b.rows, bytes: &b.bytes}
+	paced := &pacedSnapshot{DeltaSnapshot: ds, pace: c.sourceLimiter(), rows: &b.rows, bytes: &b.bytes}
 	st, err := c.writeBase(ctx, paced, m, collection, b, nil, "read beside the stream: "+b.why)
 	if err != nil {
 		return snapshot.LayerRef{}, err

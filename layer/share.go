@@ -451,8 +451,8 @@ type PartReader struct {
 	// Every is how often Run looks for bases to read parts of; zero:
 	// DefaultPartEvery.
 	Every time.Duration
-	// RowsPerSecond paces the parts' reads and writes, as the Compactor's: zero
-	// means DefaultBaseRowsPerSecond, a negative value no pace.
+	// RowsPerSecond paces the parts' reads and writes, as the Compactor's
+	// SourceRowsPerSecond: zero, the default, sets no pace.
 	RowsPerSecond float64
 
 	mu    sync.Mutex
@@ -584,7 +584,7 @@ func (p *PartReader) readPart(ctx context.Context, plan partPlan, i int) (bool, 
 	bm := snapshot.Manifest{Dataset: p.Dataset, Version: layer, State: snapshot.StateWriting, Format: snapshot.FormatLayered,
 		Source: plan.at, TTL: p.TTL, StartedAt: time.Now(), Collections: map[string]snapshot.CollectionStats{}}
 	var rows, bytes atomic.Int64
-	pace := &basePace{rate: baseLimiter(p.RowsPerSecond)}
+	pace := &basePace{rate: sourceRate(p.RowsPerSecond)}
 	if c := p.Writer.Compactor; c != nil {
 		pace.yield = c.yield // the commit path of this process first
 	}

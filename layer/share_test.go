@@ -83,7 +83,7 @@ func sharedBase(t *testing.T, mode string, kill bool, killBuilder int64) {
 			close(holderSrc.FirstPart)
 		})
 	}
-	reader := &layer.PartReader{Dataset: rig.Dataset, Source: otherSrc, Records: h.Store, Syncer: "syncer-2", Every: 5 * time.Millisecond, RowsPerSecond: -1,
+	reader := &layer.PartReader{Dataset: rig.Dataset, Source: otherSrc, Records: h.Store, Syncer: "syncer-2", Every: 5 * time.Millisecond,
 		Versions: snapshot.NewVersionGen(uuid.New(), nil), Parts: sharedParts(h.Store, "syncer-2", part, cells, claim),
 		Writer: &layer.Writer{Store: h.Store, MaxDocumentBytes: 1 << 20, Observer: snapshot.ObserverFunc(func(_ context.Context, e snapshot.Event) {
 			if e.Kind == snapshot.EventBasePartRead && read.Add(1) == 2 {

@@ -28,3 +28,19 @@ func TestABaseYieldsToAVersion(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// A base read from the source has no rate by default, a base from storage has
+// DefaultBaseRowsPerSecond's; both yield to a version being written.
+func TestBasePacesByKind(t *testing.T) {
+	c := &Compactor{}
+	if p := c.sourceLimiter(); p.rate != nil || p.yield == nil {
+		t.Errorf("a source base's pace by default: rate %v, yields %v; want no rate, yielding", p.rate, p.yield != nil)
+	}
+	if p := c.limiter(); p.rate == nil || float64(p.rate.Limit()) != DefaultBaseRowsPerSecond || p.yield == nil {
+		t.Errorf("a storage base's pace by default: rate %v, yields %v; want %d rows/s, yielding", p.rate, p.yield != nil, DefaultBaseRowsPerSecond)
+	}
+	c.SourceRowsPerSecond = 500
+	if p := c.sourceLimiter(); p.rate == nil || p.rate.Limit() != 500 {
+		t.Errorf("SourceRowsPerSecond 500 paces a source base at %v", p.rate)
+	}
+}

@@ -22,7 +22,7 @@ import (
 // source. BENCH_BESIDE_ROWS changes the size of big, BENCH_BESIDE_PACE sets
 // base_rows_per_second. Run it with -benchtime 1x.
 func BenchmarkBaseBeside(b *testing.B) {
-	bigBesideSmall(b, "beside", "BENCH_BESIDE_ROWS", "BENCH_BESIDE_PACE", []string{"ttl: 4m"}, func(b *testing.B, mode string, rows int, rig servingRig, c *committer, first float64) {
+	bigBesideSmall(b, "beside", "BENCH_BESIDE_ROWS", paceSetting{"BENCH_BESIDE_PACE", "base_rows_per_second"}, []string{"ttl: 4m"}, func(b *testing.B, mode string, rows int, rig servingRig, c *committer, first float64) {
 		w := watchBase(rig.sp.metrics, "big")
 		m0 := scrape(rig.sp.metrics)
 		var during, all []time.Duration
@@ -73,13 +73,16 @@ func BenchmarkBaseBeside(b *testing.B) {
 	})
 }
 
+// paceSetting is a setting that paces a base (key), and the variable that sets it.
+type paceSetting struct{ env, key string }
+
 // bigBesideSmall runs body in both watch modes against `syncer run` and the API
 // serving a collection big of 3,000,000 rows (or the number in the variable
 // envRows) and a 10-row one, items, with every default but an hourly schedule and
-// settings (and base_rows_per_second from envPace, when set); body gets the rig, a
+// settings (and the setting pace, as the variable in pace.env says, when set); body gets the rig, a
 // committer on items whose first commit is served, and the first version's sync
 // duration, and the syncer's log is kept in /tmp/<name>-<mode>.log.
-func bigBesideSmall(b *testing.B, name, envRows, envPace string, settings []string, body func(b *testing.B, mode string, rows int, rig servingRig, c *committer, first float64)) {
+func bigBesideSmall(b *testing.B, name, envRows string, pace paceSetting, settings []string, body func(b *testing.B, mode string, rows int, rig servingRig, c *committer, first float64)) {
 	rows := envInt(b, envRows, 3_000_000)
 	defaultEnv(b)
 	dir := b.TempDir()
@@ -95,8 +98,8 @@ func bigBesideSmall(b *testing.B, name, envRows, envPace string, settings []stri
 				slot = slotOf(all)
 			}
 			all = append(all, settings...)
-			if pace := os.Getenv(envPace); pace != "" {
-				all = append(all, "base_rows_per_second: "+pace)
+			if v := os.Getenv(pace.env); v != "" {
+				all = append(all, pace.key+": "+v)
 			}
 			cfg := writeCollectionConfig(b, dir, name+mode, "{name: items, table: items, key: id}\n  - {name: big, table: big, key: id}", all...)
 			for range b.N {

@@ -71,7 +71,7 @@ func BenchmarkBaseShared(b *testing.B) {
 	defer func() { stop(); c.Wait() }()
 	c.Parts = parts("syncer-1")
 	other := &rig.KillingSource{Source: open()}
-	reader := &layer.PartReader{Dataset: rig.Dataset, Source: other, Records: r.Store, Syncer: "syncer-2", Parts: parts("syncer-2"), RowsPerSecond: -1,
+	reader := &layer.PartReader{Dataset: rig.Dataset, Source: other, Records: r.Store, Syncer: "syncer-2", Parts: parts("syncer-2"),
 		Versions: snapshot.NewVersionGen(uuid.New(), nil), Writer: &layer.Writer{Store: r.Store, MaxDocumentBytes: 1 << 20}}
 
 	began := time.Now()

@@ -282,9 +282,13 @@ type SyncerConfig struct {
 	// share of its base; default 0.5.
 	RebaseRatio float64 `yaml:"rebase_ratio"`
 	// BaseRowsPerSecond bounds how fast `syncer run` builds a base beside the
-	// stream of versions (compacted from storage, for rebase_ratio or the TTL's
+	// stream of versions compacted from storage (for rebase_ratio or the TTL's
 	// keep-alive), so that it leaves the commit path its share; default 100000.
 	BaseRowsPerSecond float64 `yaml:"base_rows_per_second"`
+	// SourceBaseRowsPerSecond bounds how fast `syncer run` reads a held or new
+	// collection's base from the source beside the stream (and parts of a shared
+	// one); default 0, no bound: such a read waits while a version is written.
+	SourceBaseRowsPerSecond float64 `yaml:"source_base_rows_per_second"`
 	// BaseTransaction is the longest `syncer run` holds a source transaction
 	// open to read a held or new collection's base beside the stream: the base is
 	// read in chunks, each in a transaction of its own; default 10s.
@@ -439,6 +443,9 @@ func (c SyncerConfig) validate() error {
 	}
 	if !(c.BaseRowsPerSecond >= 1) {
 		return fmt.Errorf("base_rows_per_second %g: must be at least 1", c.BaseRowsPerSecond)
+	}
+	if !(c.SourceBaseRowsPerSecond == 0 || c.SourceBaseRowsPerSecond >= 1) {
+		return fmt.Errorf("source_base_rows_per_second %g: must be 0 (no bound) or at least 1", c.SourceBaseRowsPerSecond)
 	}
 	if c.BaseTransaction < 100*time.Millisecond {
 		return fmt.Errorf("base_transaction %s: must be at least 100ms", c.BaseTransaction)

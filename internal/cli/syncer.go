@@ -291,9 +291,9 @@ func wireSyncer(ctx context.Context, cfg SyncerConfig, log *slog.Logger) (*wired
 		layers:          layers,
 		holdDefinitions: cfg.DefinitionChanges == DefinitionChangesHold,
 		bases: &layer.Compactor{Dataset: cfg.Dataset, Writer: layers, Docs: st, Versions: versions,
-			RowsPerSecond: cfg.BaseRowsPerSecond, Records: st, RecordEvery: cfg.ProgressInterval, Syncer: holder, Parts: parts},
+			RowsPerSecond: cfg.BaseRowsPerSecond, SourceRowsPerSecond: cfg.SourceBaseRowsPerSecond, Records: st, RecordEvery: cfg.ProgressInterval, Syncer: holder, Parts: parts},
 		parts: &layer.PartReader{Dataset: cfg.Dataset, Source: src, Writer: layers, Versions: versions, Records: st, Parts: parts,
-			Syncer: holder, TTL: cfg.TTL, RowsPerSecond: cfg.BaseRowsPerSecond},
+			Syncer: holder, TTL: cfg.TTL, RowsPerSecond: cfg.SourceBaseRowsPerSecond},
 	}, nil
 }
 
