@@ -61,7 +61,7 @@ func (r *genRun) startLogical() {
 	st := testenv.Store(r.t, testenv.StoreConfig(r.e.Bigtable))
 	const holder = "gen-logical"
 	lease, err := st.NewLease("publish/e2e", store.LeaseConfig{Holder: holder, Duration: 5 * time.Second,
-		BeforeAcquire: func(ctx context.Context, token uint64) error { return st.AdvanceFence(ctx, "e2e", token) }})
+		BeforeAcquire: snapshot.RaiseFence(st, "e2e")})
 	if err != nil {
 		r.fatalf("lease: %v", err)
 	}

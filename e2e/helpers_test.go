@@ -113,7 +113,7 @@ func helperLeaseHold(ctx context.Context) error {
 		return err
 	}
 	l, err := st.NewLease("publish/ds", store.LeaseConfig{Holder: fmt.Sprintf("holder-%d", os.Getpid()), Duration: d,
-		BeforeAcquire: func(ctx context.Context, token uint64) error { return st.AdvanceFence(ctx, "ds", token) }})
+		BeforeAcquire: snapshot.RaiseFence(st, "ds")})
 	if err != nil {
 		return err
 	}

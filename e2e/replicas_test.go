@@ -117,7 +117,7 @@ func startHolder(tb testing.TB, addr string, lease time.Duration) *holder {
 func contender(tb testing.TB, st *store.Store, retry time.Duration, lease time.Duration) *store.Lease {
 	tb.Helper()
 	l, err := st.NewLease("publish/ds", store.LeaseConfig{Holder: "contender", Duration: lease, RetryMax: retry,
-		BeforeAcquire: func(ctx context.Context, token uint64) error { return st.AdvanceFence(ctx, "ds", token) }})
+		BeforeAcquire: snapshot.RaiseFence(st, "ds")})
 	if err != nil {
 		tb.Fatal(err)
 	}

@@ -27,3 +27,18 @@ type Hold interface {
 	// a lost hold returns ErrLeaseLost.
 	Release(ctx context.Context) error
 }
+
+// FenceStore raises a dataset's fence, the pointer's: a flip or coverage with a
+// smaller token is refused from then on.
+type FenceStore interface {
+	// AdvanceFence raises the dataset's fence to token, never lowering it.
+	AdvanceFence(ctx context.Context, dataset string, token uint64) error
+}
+
+// RaiseFence returns what a lease of the dataset's publishing runs before it gives
+// a hold (the store's LeaseConfig.BeforeAcquire): it raises the dataset's fence to
+// the hold's token, so that a deposed holder is refused before the new one holds
+// the lease.
+func RaiseFence(st FenceStore, dataset string) func(ctx context.Context, token uint64) error {
+	return func(ctx context.Context, token uint64) error { return st.AdvanceFence(ctx, dataset, token) }
+}

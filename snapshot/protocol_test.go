@@ -58,7 +58,7 @@ func newMemPublisher(st *memstore.Store, src snapshot.Source, writer string, max
 // pointer's fence to its token when it is taken.
 func (r *memRig) lease(tb testing.TB, cfg store.LeaseConfig) *store.Lease {
 	tb.Helper()
-	cfg.BeforeAcquire = func(ctx context.Context, token uint64) error { return r.st.AdvanceFence(ctx, "ds", token) }
+	cfg.BeforeAcquire = snapshot.RaiseFence(r.st, "ds")
 	l, err := r.st.NewLease("publish/ds", cfg)
 	if err != nil {
 		tb.Fatal(err)

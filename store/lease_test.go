@@ -137,7 +137,7 @@ func TestPausedHolderIsFenced(t *testing.T) {
 	const d = 300 * time.Millisecond
 	mk := func(st *store.Store, holder string) *store.Lease {
 		l, err := st.NewLease("publish/ds", store.LeaseConfig{Holder: holder, Duration: d, RetryMax: 20 * time.Millisecond,
-			BeforeAcquire: func(ctx context.Context, token uint64) error { return st.AdvanceFence(ctx, "ds", token) }})
+			BeforeAcquire: snapshot.RaiseFence(st, "ds")})
 		if err != nil {
 			t.Fatal(err)
 		}

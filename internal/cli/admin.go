@@ -52,7 +52,7 @@ func newAdmin(st *store.Store, dataset string, leaseDuration time.Duration, hold
 	lease, err := st.NewLease(leaseName(dataset), store.LeaseConfig{
 		Holder:        holder,
 		Duration:      leaseDuration,
-		BeforeAcquire: func(ctx context.Context, token uint64) error { return st.AdvanceFence(ctx, dataset, token) },
+		BeforeAcquire: snapshot.RaiseFence(st, dataset),
 	})
 	if err != nil {
 		return nil, err

@@ -233,7 +233,7 @@ func wireSyncer(ctx context.Context, cfg SyncerConfig, log *slog.Logger) (*wired
 		Duration: cfg.Lease.Duration,
 		// Raise the pointer's fence before taking the lease: from then on no older
 		// holder can flip, however long it was paused.
-		BeforeAcquire: func(ctx context.Context, token uint64) error { return st.AdvanceFence(ctx, cfg.Dataset, token) },
+		BeforeAcquire: snapshot.RaiseFence(st, cfg.Dataset),
 		Observer:      metrics.LeaseEvents(events),
 	})
 	if err != nil {

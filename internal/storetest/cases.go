@@ -465,7 +465,7 @@ func leaseFencesFlips(t TB, st Store, name string) {
 	want(t, "acquire", err, nil)
 	want(t, "release", ho.Release(bg), nil)
 	next := newLease(t, st, name, "new", func(c *store.LeaseConfig) {
-		c.BeforeAcquire = func(ctx context.Context, token uint64) error { return st.AdvanceFence(ctx, ds, token) }
+		c.BeforeAcquire = snapshot.RaiseFence(st, ds)
 	})
 	hn, err := next.TryAcquire(bg)
 	want(t, "acquire", err, nil)

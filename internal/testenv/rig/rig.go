@@ -143,7 +143,7 @@ func (r *Rig) Twin() *snapshot.Publisher {
 func (r *Rig) Ticker(tb testing.TB, holder string) *snapshot.Ticker {
 	tb.Helper()
 	lease, err := r.Store.NewLease("publish/"+Dataset, store.LeaseConfig{Holder: holder,
-		BeforeAcquire: func(ctx context.Context, token uint64) error { return r.Store.AdvanceFence(ctx, Dataset, token) }})
+		BeforeAcquire: snapshot.RaiseFence(r.Store, Dataset)})
 	if err != nil {
 		tb.Fatal(err)
 	}
