@@ -60,7 +60,7 @@ func (s *Server) changes(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	cur, err := changesCursor(r, v, collection)
+	cur, err := readChangesCursor(r, v, collection)
 	if err != nil {
 		return err
 	}
@@ -89,7 +89,7 @@ func (s *Server) changes(w http.ResponseWriter, r *http.Request) error {
 			return err
 		}
 		if page.More {
-			next = encodeToken(changesToken{pageToken: pageToken{Version: view.Version, Collection: collection, Judged: judgedKey(r)},
+			next = encodeCursor(changesCursor{pageCursor: pageCursor{Version: view.Version, Collection: collection, Judged: judgedKey(r)},
 				Sealed: s.cursors.seal([]byte(pos), cursorBound(view.Version, collection, m))})
 		}
 	} else {
@@ -100,7 +100,7 @@ func (s *Server) changes(w http.ResponseWriter, r *http.Request) error {
 			return err
 		}
 		if page.More && len(page.IDs) > 0 {
-			next = encodeToken(pageToken{Version: view.Version, Collection: collection, After: page.IDs[len(page.IDs)-1].ID, Judged: judgedKey(r)})
+			next = encodeCursor(pageCursor{Version: view.Version, Collection: collection, After: page.IDs[len(page.IDs)-1].ID, Judged: judgedKey(r)})
 		}
 	}
 	out := changesResponse{Version: view.Version, Parent: page.Parent, Collection: collection, Kind: page.Kind,
@@ -146,29 +146,29 @@ func changesLimit(r *http.Request) (int, error) {
 	return n, nil
 }
 
-// changesToken is a changes page's next: a page token, or for a scoped caller a
+// changesCursor is a changes page's next: a page token, or for a scoped caller a
 // sealed position instead of its After (one the caller may not read: sealer).
-type changesToken struct {
-	pageToken
+type changesCursor struct {
+	pageCursor
 	Sealed []byte `json:"s,omitempty"`
 }
 
-// changesCursor returns the cursor ?after= names: zero for the first page; else a
+// readChangesCursor returns the cursor ?after= names: zero for the first page; else a
 // previous page's next, of the same version and collection.
-func changesCursor(r *http.Request, v snapshot.Version, collection string) (changesToken, error) {
+func readChangesCursor(r *http.Request, v snapshot.Version, collection string) (changesCursor, error) {
 	c := r.URL.Query().Get("after")
 	if c == "" {
-		return changesToken{}, nil
+		return changesCursor{}, nil
 	}
-	var t changesToken
+	var t changesCursor
 	if err := decodeCursor("after", "next", c, &t); err != nil {
-		return changesToken{}, err
+		return changesCursor{}, err
 	}
 	if t.Version == "" {
-		return changesToken{}, badRequest("after: names no version; pass back the next of a previous page")
+		return changesCursor{}, badRequest("after: names no version; pass back the next of a previous page")
 	}
 	if t.Version != v || t.Collection != collection {
-		return changesToken{}, badRequest("after: it belongs to version %q collection %q, not %s %q",
+		return changesCursor{}, badRequest("after: it belongs to version %q collection %q, not %s %q",
 			truncate(string(t.Version), 80), truncate(t.Collection, 128), v, collection)
 	}
 	if len(t.Sealed) > 0 {
@@ -179,7 +179,7 @@ func changesCursor(r *http.Request, v snapshot.Version, collection string) (chan
 
 // openCursor returns the id a scoped caller's page starts after: the sealed position
 // of its own previous page, or an id it named in clear (which tells it nothing).
-func (s *Server) openCursor(t changesToken, v snapshot.Version, collection string, m *scopeMatch) (string, error) {
+func (s *Server) openCursor(t changesCursor, v snapshot.Version, collection string, m *scopeMatch) (string, error) {
 	if len(t.Sealed) == 0 {
 		return t.After, nil
 	}

@@ -216,9 +216,9 @@ func (m *scopeMatch) keep(ids []string, docs map[string]resolver.Doc, missing []
 	return out
 }
 
-// pageToken is where a listing stopped; it carries the version so that every page of
+// pageCursor is where a listing stopped; it carries the version so that every page of
 // a listing comes from the same one, whatever the pointer does meanwhile.
-type pageToken struct {
+type pageCursor struct {
 	Version    snapshot.Version `json:"v"`
 	Collection string           `json:"c"`
 	After      string           `json:"a"`
@@ -228,23 +228,25 @@ type pageToken struct {
 	Judged string `json:"k,omitempty"`
 }
 
-func encodeToken(t any) string {
+func encodeCursor(t any) string {
 	b, _ := json.Marshal(t)
 	return base64.RawURLEncoding.EncodeToString(b)
 }
 
-// maxTokenBytes bounds a page token. The longest the server makes — a version, a
+// maxCursorBytes bounds a page token. The longest the server makes — a version, a
 // 128-byte collection and a MaxIDBytes id, every byte escaped to six by JSON — is
 // about 9.3 KB of base64.
-const maxTokenBytes = 16 << 10
+const maxCursorBytes = 16 << 10
 
-// decodeToken parses a page token into t; any malformed token is a bad request.
-func decodeToken(s string, t any) error { return decodeCursor("page_token", "next_page_token", s, t) }
+// decodePageCursor parses a page token into t; any malformed token is a bad request.
+func decodePageCursor(s string, t any) error {
+	return decodeCursor("page_token", "next_page_token", s, t)
+}
 
 // decodeCursor parses the token s of query parameter param into t; any malformed token
 // is a bad request, which says to pass back the field from of a previous page.
 func decodeCursor(param, from, s string, t any) error {
-	if len(s) > maxTokenBytes {
+	if len(s) > maxCursorBytes {
 		return badRequest("%s: too long", param)
 	}
 	b, err := base64.RawURLEncoding.DecodeString(s)
@@ -299,8 +301,8 @@ func (s *Server) listDocuments(w http.ResponseWriter, r *http.Request) error {
 	var after string
 	pinned := true
 	if tok := r.URL.Query().Get("page_token"); tok != "" {
-		var t pageToken
-		if err := decodeToken(tok, &t); err != nil {
+		var t pageCursor
+		if err := decodePageCursor(tok, &t); err != nil {
 			return err
 		}
 		v, err := snapshot.ParseVersion(string(t.Version))
@@ -330,7 +332,7 @@ func (s *Server) listDocuments(w http.ResponseWriter, r *http.Request) error {
 	}
 	var next string
 	if more && len(docs) > 0 {
-		next = encodeToken(pageToken{Version: view.Version, Collection: collection, After: docs[len(docs)-1].ID, Judged: judgedKey(r)})
+		next = encodeCursor(pageCursor{Version: view.Version, Collection: collection, After: docs[len(docs)-1].ID, Judged: judgedKey(r)})
 	}
 	return s.writePage(w, page{view: view, pinned: pinned, collection: collection, docs: docs, sel: sel, next: next})
 }

@@ -50,14 +50,14 @@ func filterConds(r *http.Request) ([]index.Cond, error) {
 	return conds, nil
 }
 
-// filterToken is a filter page's next_page_token: the version, the collection, the
+// filterCursor is a filter page's next_page_token: the version, the collection, the
 // filter (so that a token is never read for another), and the entry to read after.
-type filterToken struct {
+type filterCursor struct {
 	Version    snapshot.Version `json:"v"`
 	Collection string           `json:"c"`
 	Filter     string           `json:"f"`
 	After      []byte           `json:"e"`
-	Judged     string           `json:"k,omitempty"` // as pageToken's
+	Judged     string           `json:"k,omitempty"` // as pageCursor's
 }
 
 // filterText is a filter's conditions as one string, for its page tokens.
@@ -77,8 +77,8 @@ func (s *Server) filterView(r *http.Request, collection, filter string) (snapsho
 		view, pinned, err := s.viewFor(r, collection)
 		return view, "", pinned, err
 	}
-	var t filterToken
-	if err := decodeToken(tok, &t); err != nil {
+	var t filterCursor
+	if err := decodePageCursor(tok, &t); err != nil {
 		return snapshot.View{}, "", true, err
 	}
 	v, err := snapshot.ParseVersion(string(t.Version))
@@ -170,7 +170,7 @@ func (s *Server) filterDocuments(w http.ResponseWriter, r *http.Request, fr filt
 	}
 	var next string
 	if got.Next != "" {
-		next = encodeToken(filterToken{Version: view.Version, Collection: fr.collection, Filter: filter, After: []byte(got.Next), Judged: judgedKey(r)})
+		next = encodeCursor(filterCursor{Version: view.Version, Collection: fr.collection, Filter: filter, After: []byte(got.Next), Judged: judgedKey(r)})
 	}
 	return s.writePage(w, page{view: view, pinned: pinned, collection: fr.collection, docs: got.Docs, sel: fr.sel, next: next})
 }

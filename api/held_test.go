@@ -220,7 +220,7 @@ func TestHeldCollectionPinned(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := h.st.FlipPointer(ctx, "ds", snapshot.Flip{Version: v2.Version, Expected: v2.Version, Token: p.Fence + 1,
+	if _, err := h.st.FlipPointer(ctx, "ds", snapshot.Flip{Version: v2.Version, Expected: v2.Version, Fence: p.Fence + 1,
 		Source: p.Source, Rollback: true, Pin: true, Reason: "test pin", At: time.Now()}); err != nil {
 		t.Fatal(err)
 	}

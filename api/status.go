@@ -352,13 +352,13 @@ code{font:12px ui-monospace,monospace} .bar{background:#eaeef2;border-radius:4px
 <div class="card">{{.Chart}}
 <div class="muted">dots: versions (height: documents; green published, grey retired, amber rolled back, red failed); ring: current; dashed: rollbacks and unpins</div></div>
 <h2>Versions</h2>
-<table><tr><th>version</th><th>state</th><th>started</th><th>documents</th><th>shape</th><th>written</th><th>source</th><th>token</th></tr>
+<table><tr><th>version</th><th>state</th><th>started</th><th>documents</th><th>shape</th><th>written</th><th>source</th><th>fence</th></tr>
 {{range .Versions}}<tr><td><code>{{.Version}}</code>{{if .Current}} ●{{end}}</td><td class="state-{{.State}}">{{.State}}{{if .Reason}}<br><span class="muted" style="font-size:11px">{{.Reason}}</span>{{end}}</td><td>{{ago $.Now .StartedAt}}</td>
-<td>{{range $k, $v := .Counts}}{{$k}} {{$v}}<br>{{end}}</td><td>{{or .Shape "?"}}{{if gt .ChainLength 1}} · chain {{.ChainLength}}{{end}}</td><td>{{bytes .BytesWritten}}</td><td><code>{{.Source.LSN}}</code></td><td>{{.Token}}</td></tr>
+<td>{{range $k, $v := .Counts}}{{$k}} {{$v}}<br>{{end}}</td><td>{{or .Shape "?"}}{{if gt .ChainLength 1}} · chain {{.ChainLength}}{{end}}</td><td>{{bytes .BytesWritten}}</td><td><code>{{.Source.LSN}}</code></td><td>{{.Fence}}</td></tr>
 {{end}}</table>
 {{if .History}}<h2>History</h2>
-<table><tr><th>when</th><th>action</th><th>from → to</th><th>token</th><th>by</th><th>reason</th></tr>
-{{range .History}}<tr><td>{{ago $.Now .At}}</td><td>{{.Action}}</td><td><code>{{short .From}}</code> → <code>{{short .To}}</code></td><td>{{.Token}}</td><td>{{.By}}</td><td>{{.Reason}}</td></tr>
+<table><tr><th>when</th><th>action</th><th>from → to</th><th>fence</th><th>by</th><th>reason</th></tr>
+{{range .History}}<tr><td>{{ago $.Now .At}}</td><td>{{.Action}}</td><td><code>{{short .From}}</code> → <code>{{short .To}}</code></td><td>{{.Fence}}</td><td>{{.By}}</td><td>{{.Reason}}</td></tr>
 {{end}}</table>{{end}}
 </body></html>
 `))

@@ -12,20 +12,20 @@ import (
 // FuzzPageToken: any string given as a page token either decodes or is refused as a
 // bad request (never a panic), and a token that decodes survives re-encoding.
 func FuzzPageToken(f *testing.F) {
-	for _, s := range []string{"", "e30", "!!", "eyJ2IjoxfQ", encodeToken(pageToken{Version: "v", Collection: "c", After: "a"}),
-		encodeToken(map[string]any{"v": []int{1}}), "bnVsbA", "W10"} {
+	for _, s := range []string{"", "e30", "!!", "eyJ2IjoxfQ", encodeCursor(pageCursor{Version: "v", Collection: "c", After: "a"}),
+		encodeCursor(map[string]any{"v": []int{1}}), "bnVsbA", "W10"} {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, s string) {
-		var tok pageToken
-		if err := decodeToken(s, &tok); err != nil {
+		var tok pageCursor
+		if err := decodePageCursor(s, &tok); err != nil {
 			if !errors.Is(err, snapshot.ErrInvalid) {
 				t.Fatalf("decodeToken(%q) = %v; want a bad-request error", s, err)
 			}
 			return
 		}
-		var again pageToken
-		if err := decodeToken(encodeToken(tok), &again); err != nil || again != tok {
+		var again pageCursor
+		if err := decodePageCursor(encodeCursor(tok), &again); err != nil || again != tok {
 			t.Fatalf("token %+v re-encoded decodes to %+v, %v", tok, again, err)
 		}
 	})
@@ -43,9 +43,9 @@ func FuzzPageTokenRoundTrip(f *testing.F) {
 			!utf8.ValidString(v) || !utf8.ValidString(c) || !utf8.ValidString(after) {
 			return // not a token the server makes: ids and names are UTF-8 and bounded
 		}
-		tok := pageToken{Version: snapshot.Version(v), Collection: c, After: after}
-		var got pageToken
-		if err := decodeToken(encodeToken(tok), &got); err != nil || got != tok {
+		tok := pageCursor{Version: snapshot.Version(v), Collection: c, After: after}
+		var got pageCursor
+		if err := decodePageCursor(encodeCursor(tok), &got); err != nil || got != tok {
 			t.Fatalf("token %+v decodes to %+v, %v", tok, got, err)
 		}
 	})

@@ -52,8 +52,8 @@ type versionInfo struct {
 	Current     bool             `json:"current"`
 	Counts      map[string]int64 `json:"counts"`
 	Source      sourceInfo       `json:"source"`
-	Token       uint64           `json:"token,omitempty"`
-	Slot        int64            `json:"slot,omitempty"`
+	Fence       uint64           `json:"token,omitempty"`
+	Tick        int64            `json:"slot,omitempty"`
 	Writer      string           `json:"writer"`
 	StartedAt   time.Time        `json:"started_at"`
 	SealedAt    *time.Time       `json:"sealed_at,omitempty"`
@@ -134,8 +134,8 @@ func VersionShape(m snapshot.Manifest) string {
 }
 
 type sourceInfo struct {
-	LSN      string `json:"lsn"`
-	Snapshot string `json:"snapshot,omitempty"`
+	LSN        string `json:"lsn"`
+	PgSnapshot string `json:"snapshot,omitempty"`
 }
 
 func timePtr(t time.Time) *time.Time {
@@ -148,8 +148,8 @@ func timePtr(t time.Time) *time.Time {
 func describeVersion(m snapshot.Manifest, current snapshot.Version) versionInfo {
 	return versionInfo{
 		Version: m.Version, State: m.State, Current: m.Version == current, Counts: m.Counts(),
-		Source: sourceInfo{LSN: m.Source.String(), Snapshot: m.Source.Snapshot},
-		Token:  m.Token, Slot: m.Slot, Writer: m.Writer, StartedAt: m.StartedAt,
+		Source: sourceInfo{LSN: m.Source.String(), PgSnapshot: m.Source.PgSnapshot},
+		Fence:  m.Fence, Tick: m.Tick, Writer: m.Writer, StartedAt: m.StartedAt,
 		SealedAt: timePtr(m.SealedAt), PublishedAt: timePtr(m.PublishedAt), ExpiresAt: timePtr(m.ExpiresAt(0)),
 		Reason: m.Reason,
 		Format: m.Format, Shape: VersionShape(m), ChainLength: m.ChainLength(), BytesWritten: m.BytesWritten, Parent: m.Parent,
@@ -201,7 +201,7 @@ func (s *Server) pointerOrNone(r *http.Request) (snapshot.Pointer, error) {
 	return p, err
 }
 
-type versionToken struct {
+type versionCursor struct {
 	After snapshot.Version `json:"after"`
 }
 
@@ -211,9 +211,9 @@ func (s *Server) versions(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	var tok versionToken
+	var tok versionCursor
 	if t := r.URL.Query().Get("page_token"); t != "" {
-		if err := decodeToken(t, &tok); err != nil {
+		if err := decodePageCursor(t, &tok); err != nil {
 			return err
 		}
 	}
@@ -239,7 +239,7 @@ func (s *Server) versions(w http.ResponseWriter, r *http.Request) error {
 		out.Versions = append(out.Versions, s.describeFor(r, m, ptr.Version))
 	}
 	if len(ms) > limit {
-		out.NextPageToken = encodeToken(versionToken{After: ms[limit-1].Version})
+		out.NextPageToken = encodeCursor(versionCursor{After: ms[limit-1].Version})
 	}
 	w.Header().Set("Cache-Control", "no-cache")
 	writeJSON(w, http.StatusOK, out)

@@ -405,7 +405,7 @@ func TestSyncerRunOnSchedule(t *testing.T) {
 	for second == "" {
 		select {
 		case r := <-ticks:
-			if !r.Claimed || r.Token == 0 {
+			if !r.Claimed || r.Fence == 0 {
 				t.Errorf("a lone replica's tick = %+v; want it claimed and published under a lease token", r)
 			}
 			if !r.Publish.NoOp {

@@ -149,7 +149,7 @@ func (l *genLogical) sync() (string, error) {
 		l.r.fatalf("acquire the publish lease: %v", err)
 	}
 	defer hold.Release(ctx)
-	res, err := l.pub.Publish(hold.Context(), snapshot.PublishOptions{Token: hold.Token()})
+	res, err := l.pub.Publish(hold.Context(), snapshot.PublishOptions{Fence: hold.Fence()})
 	switch {
 	case err != nil:
 		return "", err

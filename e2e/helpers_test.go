@@ -84,8 +84,8 @@ func helperLeaseRounds(ctx context.Context) error {
 					errs <- err
 					return
 				}
-				fmt.Fprintf(f, "enter %d %s\n", h.Token(), holder)
-				fmt.Fprintf(f, "exit %d %s\n", h.Token(), holder)
+				fmt.Fprintf(f, "enter %d %s\n", h.Fence(), holder)
+				fmt.Fprintf(f, "exit %d %s\n", h.Fence(), holder)
 				if err := h.Release(ctx); err != nil {
 					errs <- err
 					return
@@ -121,7 +121,7 @@ func helperLeaseHold(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	fmt.Printf("held %d\n", h.Token())
+	fmt.Printf("held %d\n", h.Fence())
 	in := bufio.NewScanner(os.Stdin)
 	for in.Scan() {
 		f := strings.Fields(in.Text())
@@ -129,7 +129,7 @@ func helperLeaseHold(ctx context.Context) error {
 			continue
 		}
 		_, err := st.FlipPointer(ctx, "ds", snapshot.Flip{Version: snapshot.Version(f[1]), Expected: snapshot.Version(f[2]),
-			Token: h.Token(), At: time.Now()})
+			Fence: h.Fence(), At: time.Now()})
 		if err != nil {
 			fmt.Printf("flip %v\n", err)
 		} else {

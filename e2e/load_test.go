@@ -80,7 +80,7 @@ func flipToNext(tb testing.TB, st *store.Store, vs []string) string {
 		tb.Fatal(err)
 	}
 	if _, err := st.FlipPointer(ctx, "e2e", snapshot.Flip{Version: snapshot.Version(next), Expected: p.Version,
-		Token: p.Fence, Source: m.Source, Rollback: true, At: time.Now()}); err != nil {
+		Fence: p.Fence, Source: m.Source, Rollback: true, At: time.Now()}); err != nil {
 		tb.Fatalf("flip from %s to %s: %v", p.Version, next, err)
 	}
 	return next

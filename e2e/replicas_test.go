@@ -156,8 +156,8 @@ func TestKilledHolderIsReplaced(t *testing.T) {
 	if limit := lease + retry + 10*time.Second; took > limit {
 		t.Errorf("takeover %s after SIGKILL; want within %s", took, limit)
 	}
-	if hold.Token() != h.token+1 {
-		t.Errorf("token %d; want %d", hold.Token(), h.token+1)
+	if hold.Fence() != h.token+1 {
+		t.Errorf("token %d; want %d", hold.Fence(), h.token+1)
 	}
 	t.Logf("takeover %s after SIGKILL (lease %s, retry %s)", took.Round(time.Millisecond), lease, retry)
 	_ = hold.Release(context.Background())
@@ -182,7 +182,7 @@ func TestStoppedHolderCannotFlip(t *testing.T) {
 	}
 	gen := snapshot.NewVersionGen([16]byte{9}, nil)
 	v1, v2 := gen.Next(), gen.Next()
-	if _, err := st.FlipPointer(ctx, "ds", snapshot.Flip{Version: v1, Token: hold.Token(), At: time.Now()}); err != nil {
+	if _, err := st.FlipPointer(ctx, "ds", snapshot.Flip{Version: v1, Fence: hold.Fence(), At: time.Now()}); err != nil {
 		t.Fatal(err)
 	}
 	if err := h.cmd.Process.Signal(syscall.SIGCONT); err != nil {
@@ -195,8 +195,8 @@ func TestStoppedHolderCannotFlip(t *testing.T) {
 	if got := h.out.Text(); !strings.Contains(got, "fenced") {
 		t.Errorf("resumed holder's flip: %q; want it fenced", got)
 	}
-	if p, _ := st.ReadPointer(ctx, "ds"); p.Version != v1 || p.Fence != hold.Token() {
-		t.Errorf("pointer = %s fence %d; want %s fence %d", p.Version, p.Fence, v1, hold.Token())
+	if p, _ := st.ReadPointer(ctx, "ds"); p.Version != v1 || p.Fence != hold.Fence() {
+		t.Errorf("pointer = %s fence %d; want %s fence %d", p.Version, p.Fence, v1, hold.Fence())
 	}
 	_ = hold.Release(ctx)
 }
@@ -257,7 +257,7 @@ func TestReplicasPublishEachSlotOnce(t *testing.T) {
 				t.Errorf("tick %d replica %d: %v", k, o.replica, o.err)
 			}
 			if o.res.Claimed {
-				claimedBy[o.res.Slot]++
+				claimedBy[o.res.Tick]++
 			}
 		}
 		p, err := st.ReadPointer(context.Background(), "e2e")
@@ -308,8 +308,8 @@ func checkPublished(tb testing.TB, st *store.Store, dataset string) (map[int64]i
 			continue
 		}
 		published++
-		if m.Slot != 0 {
-			publishedPerSlot[m.Slot]++
+		if m.Tick != 0 {
+			publishedPerSlot[m.Tick]++
 		}
 		if err := m.CheckComplete(); err != nil {
 			tb.Errorf("published version incomplete: %v", err)
@@ -372,8 +372,8 @@ func TestSyncerProcesses(t *testing.T) {
 		}
 		slots := map[int64]bool{}
 		for _, m := range ms {
-			if m.Slot != 0 && (m.State == snapshot.StatePublished || m.State == snapshot.StateRetired) {
-				slots[m.Slot] = true
+			if m.Tick != 0 && (m.State == snapshot.StatePublished || m.State == snapshot.StateRetired) {
+				slots[m.Tick] = true
 			}
 		}
 		if len(slots) < 3 {

@@ -106,7 +106,7 @@ func TestTTLKeepAlivePinned(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := st.FlipPointer(ctx, "e2e", snapshot.Flip{Version: p.Version, Expected: p.Version, Token: p.Fence + 1,
+	if _, err := st.FlipPointer(ctx, "e2e", snapshot.Flip{Version: p.Version, Expected: p.Version, Fence: p.Fence + 1,
 		Source: p.Source, Rollback: true, Pin: true, Reason: "test", At: time.Now()}); err != nil {
 		t.Fatal(err)
 	}

@@ -153,7 +153,7 @@ func TestRollbackPinsAndUnpinResumes(t *testing.T) {
 	var actions []string
 	for _, h := range hist {
 		actions = append(actions, string(h.Action))
-		if h.By == "" || h.Token == 0 {
+		if h.By == "" || h.Fence == 0 {
 			t.Errorf("audit entry without who or token: %+v", h)
 		}
 	}

@@ -136,7 +136,7 @@ type Cells interface {
 // an earlier claim is refused from then on.
 type partMark struct {
 	Fence  uint64           `json:"fence"`
-	Token  uint64           `json:"token"`
+	Claim  uint64           `json:"token"`
 	Layer  snapshot.Version `json:"layer,omitempty"`
 	Rows   int64            `json:"rows"`
 	Syncer string           `json:"syncer,omitempty"`
@@ -197,10 +197,10 @@ func (ps *Parts) readMark(ctx context.Context, name string) (*partMark, []byte, 
 // it; it reports whether it did.
 func (ps *Parts) writeMark(ctx context.Context, name string, m partMark) (bool, error) {
 	return ps.swapMark(ctx, name, func(cur partMark) (partMark, bool) {
-		if cur.Fence > m.Token || cur.Token >= m.Token {
+		if cur.Fence > m.Claim || cur.Claim >= m.Claim {
 			return cur, false
 		}
-		m.Fence = max(cur.Fence, m.Token)
+		m.Fence = max(cur.Fence, m.Claim)
 		return m, true
 	})
 }
@@ -248,7 +248,7 @@ func (ps *Parts) swapMark(ctx context.Context, name string, change func(partMark
 // claim is the latest given (each claim raises the fence before it is given, and a
 // mark behind the fence is refused), once the part is all in storage: so a part
 // marked read holds every id of the part, read by a claim no other took over.
-func taken(m *partMark) bool { return m != nil && m.Token != 0 }
+func taken(m *partMark) bool { return m != nil && m.Claim != 0 }
 
 // release gives hold up, however ctx ended.
 func release(ctx context.Context, hold snapshot.Hold) {
@@ -415,7 +415,7 @@ func (s *sharedSnapshot) part(ctx context.Context, i int, after string, fn func(
 	}
 	// Marked read, so that no replica reads it again; what the mark says of rows
 	// and layer is for a replica's part alone.
-	_, err = s.parts.writeMark(ctx, s.plan.mark(i), partMark{Token: hold.Token(), Rows: rows})
+	_, err = s.parts.writeMark(ctx, s.plan.mark(i), partMark{Claim: hold.Fence(), Rows: rows})
 	return err
 }
 
@@ -598,7 +598,7 @@ func (p *PartReader) readPart(ctx context.Context, plan partPlan, i int) (bool, 
 		return false, fmt.Errorf("part %d of the base of %s: %w", i+1, plan.collection, err)
 	}
 	docs := res.Collections[plan.collection].Rows
-	if ok, err := p.Parts.writeMark(hctx, plan.mark(i), partMark{Token: hold.Token(), Layer: layer, Rows: docs, Syncer: p.Syncer}); !ok || err != nil {
+	if ok, err := p.Parts.writeMark(hctx, plan.mark(i), partMark{Claim: hold.Fence(), Layer: layer, Rows: docs, Syncer: p.Syncer}); !ok || err != nil {
 		return false, err
 	}
 	p.Parts.sawRead(plan, i)

@@ -60,11 +60,11 @@ func TestAMarkBehindTheFenceIsRefused(t *testing.T) {
 	if err := ps.fence(ctx, name, 2); err != nil { // the claim of token 1 lapsed: 2 takes over
 		t.Fatal(err)
 	}
-	mustMark(partMark{Token: 1, Layer: "late", Rows: 5}, false)
+	mustMark(partMark{Claim: 1, Layer: "late", Rows: 5}, false)
 	if taken(read()) {
 		t.Fatalf("the late claim's mark reads as taken: %+v", read())
 	}
-	mustMark(partMark{Token: 2, Layer: "v2", Rows: 7}, true)
+	mustMark(partMark{Claim: 2, Layer: "v2", Rows: 7}, true)
 	if m := read(); !taken(m) || m.Layer != "v2" || m.Fence != 2 {
 		t.Fatalf("mark = %+v; want claim 2's", m)
 	}
@@ -74,5 +74,5 @@ func TestAMarkBehindTheFenceIsRefused(t *testing.T) {
 	if m := read(); !taken(m) || m.Layer != "v2" || m.Fence != 3 {
 		t.Fatalf("mark = %+v; want claim 2's behind fence 3", m)
 	}
-	mustMark(partMark{Token: 2, Layer: "again"}, false)
+	mustMark(partMark{Claim: 2, Layer: "again"}, false)
 }

@@ -337,11 +337,11 @@ func (r *snap) decideMode(ctx context.Context, c Collection, since *snapshot.Pos
 	} else if !heap {
 		return content(contentNotHeap)
 	}
-	pxmin, _, err := snapshotBounds(since.Snapshot)
+	pxmin, _, err := snapshotBounds(since.PgSnapshot)
 	if err != nil {
 		return content(contentParentSnapshotUnknown)
 	}
-	_, xmax, err := snapshotBounds(r.pos.Snapshot)
+	_, xmax, err := snapshotBounds(r.pos.PgSnapshot)
 	if err != nil {
 		return changePlan{}, err
 	}
@@ -467,7 +467,7 @@ func (r *snap) fingerprint(ctx context.Context, cr *collectionRead, since *snaps
 	if p.changed == 0 && p.rows == parentRows {
 		return parent, defs, p.rows, nil
 	}
-	sum := sha256.Sum256(fmt.Appendf(nil, "changed\n%s\n%d\n%s", parent, r.pos.LSN, r.pos.Snapshot))
+	sum := sha256.Sum256(fmt.Appendf(nil, "changed\n%s\n%d\n%s", parent, r.pos.LSN, r.pos.PgSnapshot))
 	return countedFingerprint(p.rows, sum[:]), defs, p.rows, nil
 }
 

@@ -131,7 +131,7 @@ func TestScanSinceRendersOnlyRowsWrittenSince(t *testing.T) {
 		t.Errorf("a parent from another cluster: mode %q", mode)
 	}
 	future := first
-	future.Snapshot = fmt.Sprintf("%d:%d:", uint64(1)<<40, uint64(1)<<40)
+	future.PgSnapshot = fmt.Sprintf("%d:%d:", uint64(1)<<40, uint64(1)<<40)
 	if _, _, mode, _ := scanSince(t, src, "parts", &future); !strings.Contains(mode, "backwards") {
 		t.Errorf("a parent with later xids: mode %q", mode)
 	}

@@ -308,7 +308,7 @@ func (s *Source) start(ctx context.Context, since *snapshot.Position, cols []Col
 		return nil, fmt.Errorf("read the cluster's identity: %w", err)
 	}
 	sn := &snap{src: s, conn: conn, born: born, tx: tx, reads: reads, extra: map[int]*pgx.Conn{},
-		pos: snapshot.Position{LSN: lsn, Snapshot: snapText, Recovery: recovery, NextXid: uint64(max(next, 0)), Config: fingerprint(cols, keys),
+		pos: snapshot.Position{LSN: lsn, PgSnapshot: snapText, Recovery: recovery, NextXid: uint64(max(next, 0)), Config: fingerprint(cols, keys),
 			Configs: collectionFingerprints(cols, keys), Fingerprints: map[string]string{}, Definitions: map[string]string{}, System: system}}
 	if st := s.stream.Load(); st != nil {
 		if sn.delta, err = st.delta(ctx, snapText, lsn, since); err != nil {

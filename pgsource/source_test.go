@@ -56,7 +56,7 @@ func TestScanMapsTypesLikeToJSON(t *testing.T) {
 	if diff := cmp.Diff(want, docs, cmp.Comparer(func(a, b []byte) bool { return string(a) == string(b) })); diff != "" {
 		t.Errorf("documents (-want +got):\n%s", diff)
 	}
-	if pos.LSN == 0 || pos.Snapshot == "" || pos.Config == "" {
+	if pos.LSN == 0 || pos.PgSnapshot == "" || pos.Config == "" {
 		t.Errorf("position = %+v; want an LSN, a snapshot and a config fingerprint", pos)
 	}
 }

@@ -68,7 +68,7 @@ func (s *Source) OpenBase(ctx context.Context, collection string) (snapshot.Sour
 		return nil, err
 	}
 	if log != nil {
-		st.logFrom(log, first.Position().Snapshot)
+		st.logFrom(log, first.Position().PgSnapshot)
 	}
 	return b, nil
 }
@@ -185,11 +185,11 @@ func (r *snap) baseKeys(cr *collectionRead, since *snapshot.Position) (*streamKe
 	if defs := r.pos.Definitions[name]; defs == "" || defs != since.Definitions[name] || files == "" || files != since.Files[name] {
 		return nil, false
 	}
-	vis, err := parseVisibility(r.pos.Snapshot)
+	vis, err := parseVisibility(r.pos.PgSnapshot)
 	if err != nil {
 		return nil, false
 	}
-	keys, ok := st.keysSince(name, since.Snapshot, vis)
+	keys, ok := st.keysSince(name, since.PgSnapshot, vis)
 	if !ok || !filesOf(files, keys.oid) {
 		return nil, false
 	}

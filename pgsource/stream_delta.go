@@ -235,7 +235,7 @@ func (st *stream) invalidFor(since *snapshot.Position) string {
 		// A table that joined the publication since (or left it and joined again):
 		// what it committed meanwhile is on no stream.
 		return "the publication's definition changed since the parent was read"
-	case since.Stream != nil && since.Stream.Barrier > 0 && snapshotXmin(since.Snapshot) < since.Stream.Barrier:
+	case since.Stream != nil && since.Stream.Barrier > 0 && snapshotXmin(since.PgSnapshot) < since.Stream.Barrier:
 		// A transaction that wrote a table before it joined the publication, and
 		// committed after, streams only its later changes; the parent did not see it.
 		return "the parent was read while a transaction begun before the publication changed could still run"
@@ -270,7 +270,7 @@ func (st *stream) holds(pos, ptr snapshot.Position) {
 	if pos.Stream == nil || pos.Stream.Reading != st.reading {
 		return
 	}
-	vis, err := parseVisibility(pos.Snapshot)
+	vis, err := parseVisibility(pos.PgSnapshot)
 	if err != nil {
 		return
 	}
@@ -356,7 +356,7 @@ func streamFingerprint(parent string, keys []string, pos snapshot.Position) stri
 	if len(keys) == 0 {
 		return parent
 	}
-	sum := sha256.Sum256(fmt.Appendf(nil, "stream\n%s\n%d\n%s", parent, pos.LSN, pos.Snapshot))
+	sum := sha256.Sum256(fmt.Appendf(nil, "stream\n%s\n%d\n%s", parent, pos.LSN, pos.PgSnapshot))
 	return "s" + hex.EncodeToString(sum[:12])
 }
 

@@ -365,7 +365,7 @@ func TestStreamFollowsAParentFoundEqual(t *testing.T) {
 	_, _, p0 := keyed(t, src, "items", nil)
 	// A parent read without the stream, with p0's contents (its fingerprints).
 	parent := p0
-	parent.LSN, parent.Snapshot, parent.Stream = 1, "1:1:", nil
+	parent.LSN, parent.PgSnapshot, parent.Stream = 1, "1:1:", nil
 	if _, ok, _ := keyed(t, src, "items", &parent); ok {
 		t.Fatal("since a parent read without the stream: known; want unknown")
 	}
@@ -375,7 +375,7 @@ func TestStreamFollowsAParentFoundEqual(t *testing.T) {
 		t.Fatalf("since the parent found equal: %v (known %v); want [3 4-]", got, ok)
 	}
 	other := parent
-	other.LSN, other.Snapshot = 2, "2:2:"
+	other.LSN, other.PgSnapshot = 2, "2:2:"
 	if _, ok, _ := keyed(t, src, "items", &other); ok {
 		t.Fatal("since another parent read without the stream: known; want unknown")
 	}

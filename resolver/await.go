@@ -199,7 +199,7 @@ func judge(p snapshot.Pointer, tok snapshot.Token, need uint64) (bool, error) {
 	// The version's own snapshot too: a token cut to MaxTokenBytes from it claims
 	// that the transactions it dropped ended, which a later coverage may refute while
 	// one of them still runs.
-	if own, oerr := p.Source.PGSnapshot(); oerr == nil && cov.Snapshot != p.Source.Snapshot && own.Covers(tok) {
+	if own, oerr := p.Source.PGSnapshot(); oerr == nil && cov.PgSnapshot != p.Source.PgSnapshot && own.Covers(tok) {
 		return true, nil
 	}
 	switch {
@@ -208,7 +208,7 @@ func judge(p snapshot.Pointer, tok snapshot.Token, need uint64) (bool, error) {
 			p.Version, snapshot.Truncate(tok.String(), 80), snapshot.ErrNotCovered)
 	case err == nil && need > 0 && cov.Demand >= need && sn.Future(tok):
 		return false, fmt.Errorf("%w: %w: token %s names a transaction the source had not started when the syncer looked (its snapshot was %s)",
-			snapshot.ErrInvalid, snapshot.ErrTokenRejected, snapshot.Truncate(tok.String(), 80), snapshot.Truncate(cov.Snapshot, 80))
+			snapshot.ErrInvalid, snapshot.ErrTokenRejected, snapshot.Truncate(tok.String(), 80), snapshot.Truncate(cov.PgSnapshot, 80))
 	}
 	return false, nil
 }

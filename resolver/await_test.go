@@ -45,7 +45,7 @@ func (s *countingStore) setPointer(p snapshot.Pointer) {
 }
 
 func awaitStore() *countingStore {
-	return &countingStore{ptr: snapshot.Pointer{Version: "v1", Source: snapshot.Position{LSN: 1, Snapshot: "100:105:101"}},
+	return &countingStore{ptr: snapshot.Pointer{Version: "v1", Source: snapshot.Position{LSN: 1, PgSnapshot: "100:105:101"}},
 		states: map[snapshot.Version]snapshot.State{"v1": snapshot.StatePublished, "v2": snapshot.StatePublished}}
 }
 
@@ -77,14 +77,14 @@ func TestAwait(t *testing.T) {
 		}
 		done <- err
 	}()
-	st.setPointer(snapshot.Pointer{Version: "v2", Source: snapshot.Position{LSN: 2, Snapshot: "106:106:"}})
+	st.setPointer(snapshot.Pointer{Version: "v2", Source: snapshot.Position{LSN: 2, PgSnapshot: "106:106:"}})
 	if err := <-done; err != nil {
 		t.Errorf("after a covering flip: %v", err)
 	}
 
 	// Coverage recorded for the version covers what its own snapshot does not.
-	st.setPointer(snapshot.Pointer{Version: "v2", Source: snapshot.Position{LSN: 2, Snapshot: "106:106:"},
-		Covered: snapshot.Coverage{Version: "v2", Snapshot: "120:120:", LSN: 3}})
+	st.setPointer(snapshot.Pointer{Version: "v2", Source: snapshot.Position{LSN: 2, PgSnapshot: "106:106:"},
+		Covered: snapshot.Coverage{Version: "v2", PgSnapshot: "120:120:", LSN: 3}})
 	if _, err := r.Await(ctx, tokenOf(t, "x:110")); err != nil {
 		t.Errorf("a token the recorded coverage holds: %v", err)
 	}
@@ -99,14 +99,14 @@ func TestAwait(t *testing.T) {
 	for ds.raises.Load() < 3 {
 		runtime.Gosched()
 	}
-	st.setPointer(snapshot.Pointer{Version: "v2", Source: snapshot.Position{LSN: 2, Snapshot: "106:106:"},
-		Covered: snapshot.Coverage{Version: "v2", Snapshot: "130:130:", LSN: 4, NextXid: 132, Demand: ds.raises.Load() + 100}})
+	st.setPointer(snapshot.Pointer{Version: "v2", Source: snapshot.Position{LSN: 2, PgSnapshot: "106:106:"},
+		Covered: snapshot.Coverage{Version: "v2", PgSnapshot: "130:130:", LSN: 4, NextXid: 132, Demand: ds.raises.Load() + 100}})
 	if err := <-fut; !errors.Is(err, snapshot.ErrTokenRejected) || !errors.Is(err, snapshot.ErrInvalid) {
 		t.Errorf("an xid from the future: %v; want ErrTokenRejected", err)
 	}
 
 	// Pinned at a version that does not cover it: at once.
-	st.setPointer(snapshot.Pointer{Version: "v1", Pinned: true, Source: snapshot.Position{LSN: 1, Snapshot: "100:105:101"}})
+	st.setPointer(snapshot.Pointer{Version: "v1", Pinned: true, Source: snapshot.Position{LSN: 1, PgSnapshot: "100:105:101"}})
 	testPoll(t, func() bool { p, _ := r.Pointer(ctx); return p.Pinned })
 	if _, err := r.Await(ctx, tokenOf(t, "x:103")); err != nil {
 		t.Errorf("a token the pinned version covers: %v", err)
@@ -230,7 +230,7 @@ func BenchmarkAwaitWaiters(b *testing.B) {
 // the pin does not cover, and answers from the version the fresh pointer names.
 func TestAwaitConfirmsAPinBeforeRefusing(t *testing.T) {
 	st := awaitStore()
-	st.setPointer(snapshot.Pointer{Version: "v1", Pinned: true, Source: snapshot.Position{LSN: 1, Snapshot: "100:105:101"}})
+	st.setPointer(snapshot.Pointer{Version: "v1", Pinned: true, Source: snapshot.Position{LSN: 1, PgSnapshot: "100:105:101"}})
 	r := mustNew(t, "ds", st, Config{Refresh: time.Hour}, nil)
 	ctx := context.Background()
 	if p, err := r.Pointer(ctx); err != nil || !p.Pinned {
@@ -238,13 +238,13 @@ func TestAwaitConfirmsAPinBeforeRefusing(t *testing.T) {
 	}
 	// Unpinned and flipped to a version that covers the token; the cache, an hour
 	// fresh, still holds the pin.
-	st.setPointer(snapshot.Pointer{Version: "v2", Source: snapshot.Position{LSN: 2, Snapshot: "106:106:"}})
+	st.setPointer(snapshot.Pointer{Version: "v2", Source: snapshot.Position{LSN: 2, PgSnapshot: "106:106:"}})
 	v, err := r.Await(ctx, tokenOf(t, "x:101"))
 	if err != nil || v.Version != "v2" {
 		t.Errorf("a token the stale pin does not cover, the fresh pointer does: %v, %v; want v2", v.Version, err)
 	}
 	// Still pinned when read again: refused, after one read of the pointer.
-	st.setPointer(snapshot.Pointer{Version: "v1", Pinned: true, Source: snapshot.Position{LSN: 1, Snapshot: "100:105:101"}})
+	st.setPointer(snapshot.Pointer{Version: "v1", Pinned: true, Source: snapshot.Position{LSN: 1, PgSnapshot: "100:105:101"}})
 	r = mustNew(t, "ds", st, Config{Refresh: time.Hour}, nil)
 	if _, err := r.Await(ctx, tokenOf(t, "x:103")); err != nil {
 		t.Errorf("a token the pinned version covers: %v", err)
@@ -270,8 +270,8 @@ func TestAwaitShortenedTokenByOwnSnapshot(t *testing.T) {
 	}
 	later := fmt.Sprintf("%d:%d:%d,%s", base, base+300, base, strings.Join(xip, ",")) // they all still run
 	st := awaitStore()
-	st.setPointer(snapshot.Pointer{Version: "v1", Source: snapshot.Position{LSN: 1, Snapshot: own},
-		Covered: snapshot.Coverage{Version: "v1", Snapshot: later, LSN: 2}})
+	st.setPointer(snapshot.Pointer{Version: "v1", Source: snapshot.Position{LSN: 1, PgSnapshot: own},
+		Covered: snapshot.Coverage{Version: "v1", PgSnapshot: later, LSN: 2}})
 	r := mustNew(t, "ds", st, Config{Refresh: 5 * time.Millisecond}, nil)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
@@ -288,7 +288,7 @@ func TestAwaitTieReadsThePointer(t *testing.T) {
 	const v1, v2 = snapshot.Version("00000000-0000-4000-8000-000000000000-1"), snapshot.Version("00000000-0000-4000-8000-000000000000-2")
 	st := awaitStore()
 	st.states[v1], st.states[v2] = snapshot.StatePublished, snapshot.StatePublished
-	pos := snapshot.Position{LSN: 1, Snapshot: "100:105:101"}
+	pos := snapshot.Position{LSN: 1, PgSnapshot: "100:105:101"}
 	st.setPointer(snapshot.Pointer{Version: v1, Source: pos})
 	r := mustNew(t, "ds", st, Config{Refresh: time.Hour}, nil)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -317,7 +317,7 @@ type lookingDemand struct {
 func (d *lookingDemand) RaiseDemand(ctx context.Context, ds string) (uint64, error) {
 	n, _ := d.demandStore.RaiseDemand(ctx, ds)
 	d.st.mu.Lock()
-	d.st.ptr.Covered = snapshot.Coverage{Version: d.st.ptr.Version, Snapshot: d.snapshot, LSN: d.st.ptr.Source.LSN + n, Demand: n}
+	d.st.ptr.Covered = snapshot.Coverage{Version: d.st.ptr.Version, PgSnapshot: d.snapshot, LSN: d.st.ptr.Source.LSN + n, Demand: n}
 	d.st.mu.Unlock()
 	return n, nil
 }

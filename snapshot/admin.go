@@ -59,7 +59,7 @@ type RollbackRequest struct {
 type RollbackResult struct {
 	From    Version   `json:"from"`
 	To      Version   `json:"to"`
-	Token   uint64    `json:"token"`
+	Fence   uint64    `json:"token"`
 	Pinned  bool      `json:"pinned"`
 	At      time.Time `json:"at"`
 	Reason  string    `json:"reason"`
@@ -136,7 +136,7 @@ func (a *Admin) operatorFlip(ctx context.Context, op operatorOp) (RollbackResult
 	if err != nil {
 		return RollbackResult{}, err
 	}
-	f.Expected, f.Token, f.Rollback, f.By, f.Reason, f.At = cur.Version, hold.Token(), true, by, reason, a.now()
+	f.Expected, f.Fence, f.Rollback, f.By, f.Reason, f.At = cur.Version, hold.Fence(), true, by, reason, a.now()
 	if _, err := a.Store.FlipPointer(ctx, a.Dataset, f); err != nil {
 		return RollbackResult{}, fmt.Errorf("flip pointer to %s: %w", f.Version, err)
 	}
@@ -146,10 +146,10 @@ func (a *Admin) operatorFlip(ctx context.Context, op operatorOp) (RollbackResult
 		op.after(bg, cur, f)
 	}
 	a.audit(bg, AuditEntry{Dataset: a.Dataset, At: f.At, Action: action, From: cur.Version, To: f.Version,
-		Token: f.Token, Pinned: f.Pin, By: by, Reason: reason})
+		Fence: f.Fence, Pinned: f.Pin, By: by, Reason: reason})
 	observe(ctx, a.Observer, Event{Kind: actionEvent(action), Dataset: a.Dataset, Attrs: []any{"from", cur.Version, "to", f.Version,
-		"token", f.Token, "pinned", f.Pin, "by", by, "reason", reason}})
-	return RollbackResult{From: cur.Version, To: f.Version, Token: f.Token, Pinned: f.Pin, At: f.At, Reason: reason,
+		"fence", f.Fence, "pinned", f.Pin, "by", by, "reason", reason}})
+	return RollbackResult{From: cur.Version, To: f.Version, Fence: f.Fence, Pinned: f.Pin, At: f.At, Reason: reason,
 		Took: a.now().Sub(start).Round(time.Millisecond).String()}, nil
 }
 

@@ -22,7 +22,7 @@ type AuditEntry struct {
 	Action  Action    `json:"action"`
 	From    Version   `json:"from,omitempty"`
 	To      Version   `json:"to"`
-	Token   uint64    `json:"token"`
+	Fence   uint64    `json:"token"`
 	Pinned  bool      `json:"pinned"`
 	// By names who did it: user@host for the CLI, the API's caller otherwise.
 	By     string `json:"by"`

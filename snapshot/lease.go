@@ -15,9 +15,9 @@ type Lease interface {
 
 // Hold is a held lease. It renews itself until released or lost.
 type Hold interface {
-	// Token is the fencing token of this hold: strictly greater than every token
+	// Fence is the fencing token of this hold: strictly greater than every token
 	// issued before for the lease.
-	Token() uint64
+	Fence() uint64
 	// Lost is closed when the hold ends without Release: a renewal found the lease
 	// taken, or the holder's own deadline passed without a successful renewal.
 	Lost() <-chan struct{}

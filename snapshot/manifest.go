@@ -252,11 +252,11 @@ type Manifest struct {
 	// RefreshedAt is when the version's cells were last rewritten with fresh
 	// timestamps to keep them from expiring (a pinned version).
 	RefreshedAt time.Time `json:"refreshed_at,omitzero"`
-	// Token is the fencing token (lease token) the version was written and flipped
+	// Fence is the fencing token (lease token) the version was written and flipped
 	// under; 0 for a publish without a lease.
-	Token uint64 `json:"token,omitempty"`
-	// Slot is the scheduled tick the version was written for; 0 when run by hand.
-	Slot int64 `json:"slot,omitempty"`
+	Fence uint64 `json:"token,omitempty"`
+	// Tick is the scheduled tick the version was written for; 0 when run by hand.
+	Tick int64 `json:"slot,omitempty"`
 	// TTL is the documents' time to live when the version was written; a version
 	// whose DataTime is older than it is gone.
 	TTL time.Duration `json:"ttl,omitempty"`

@@ -37,12 +37,12 @@ type Pointer struct {
 // Coverage records that a version holds every commit a source snapshot saw: the
 // version's own snapshot, or a later one a sync read and found nothing new in.
 type Coverage struct {
-	// Version is the version that holds what Snapshot saw.
+	// Version is the version that holds what PgSnapshot saw.
 	Version Version `json:"version"`
-	// Snapshot is the source snapshot (pg_current_snapshot()) and LSN its position.
-	Snapshot string `json:"snapshot"`
-	LSN      uint64 `json:"lsn"`
-	// Recovery and NextXid say how Snapshot was taken (Position's fields).
+	// PgSnapshot is the source snapshot (pg_current_snapshot()) and LSN its position.
+	PgSnapshot string `json:"snapshot"`
+	LSN        uint64 `json:"lsn"`
+	// Recovery and NextXid say how PgSnapshot was taken (Position's fields).
 	Recovery bool   `json:"recovery,omitempty"`
 	NextXid  uint64 `json:"next_xid,omitempty"`
 	// Demand is the pointer's Demand as read before the snapshot was taken: every
@@ -56,16 +56,16 @@ type Coverage struct {
 // Covering returns what the pointer's version is known to hold: the coverage recorded
 // for it, or else the version's own snapshot.
 func (p Pointer) Covering() Coverage {
-	if p.Covered.Version == p.Version && p.Covered.Snapshot != "" && p.Covered.LSN >= p.Source.LSN {
+	if p.Covered.Version == p.Version && p.Covered.PgSnapshot != "" && p.Covered.LSN >= p.Source.LSN {
 		return p.Covered
 	}
-	return Coverage{Version: p.Version, Snapshot: p.Source.Snapshot, LSN: p.Source.LSN,
+	return Coverage{Version: p.Version, PgSnapshot: p.Source.PgSnapshot, LSN: p.Source.LSN,
 		Recovery: p.Source.Recovery, NextXid: p.Source.NextXid, At: p.FlippedAt}
 }
 
 // PGSnapshot returns the coverage's snapshot with how it was taken.
 func (c Coverage) PGSnapshot() (PGSnapshot, error) {
-	return takenSnapshot(c.Snapshot, c.Recovery, c.NextXid)
+	return takenSnapshot(c.PgSnapshot, c.Recovery, c.NextXid)
 }
 
 // Flip asks to move the pointer.
@@ -75,9 +75,9 @@ type Flip struct {
 	// Expected is the version the caller read as current ("" when none): the flip
 	// fails with ErrConflict when the pointer has moved since.
 	Expected Version
-	// Token is the caller's fencing token; the flip fails with ErrFenced when the
+	// Fence is the caller's fencing token; the flip fails with ErrFenced when the
 	// stored fence is greater.
-	Token uint64
+	Fence uint64
 	// Source is where Version was read; the flip fails with ErrSourceBehind when it
 	// is older than the current version's, unless Rollback is set.
 	Source Position
@@ -97,9 +97,9 @@ type Flip struct {
 
 // Pointer returns the pointer the flip leaves when it succeeds, with its coverage.
 func (f Flip) Pointer() Pointer {
-	return Pointer{Version: f.Version, Previous: f.Expected, Fence: f.Token, Source: f.Source, Pinned: f.Pin,
+	return Pointer{Version: f.Version, Previous: f.Expected, Fence: f.Fence, Source: f.Source, Pinned: f.Pin,
 		FlippedAt: f.At, By: f.By, Reason: f.Reason,
-		Covered: Coverage{Version: f.Version, Snapshot: f.Source.Snapshot, LSN: f.Source.LSN,
+		Covered: Coverage{Version: f.Version, PgSnapshot: f.Source.PgSnapshot, LSN: f.Source.LSN,
 			Recovery: f.Source.Recovery, NextXid: f.Source.NextXid, Demand: f.Demand, At: f.At}}
 }
 
@@ -154,9 +154,9 @@ func WhyCoverageRefused(dataset string, token uint64, c Coverage, cur Pointer) e
 // every store's FlipPointer reports it.
 func WhyRefused(dataset string, f Flip, cur Pointer) error {
 	switch {
-	case cur.Fence > f.Token:
+	case cur.Fence > f.Fence:
 		return fmt.Errorf("flip of dataset %s to %s with token %d: stored fence is %d: %w",
-			dataset, f.Version, f.Token, cur.Fence, ErrFenced)
+			dataset, f.Version, f.Fence, cur.Fence, ErrFenced)
 	case cur.Pinned && !f.Rollback:
 		return fmt.Errorf("flip of dataset %s to %s: pinned at %s (%s): %w",
 			dataset, f.Version, cur.Version, cur.Reason, ErrPinned)

@@ -69,7 +69,7 @@ func (r *memRig) lease(tb testing.TB, cfg store.LeaseConfig) *store.Lease {
 // ticker returns a Ticker of the rig's publisher for holder, under its own lease.
 func (r *memRig) ticker(tb testing.TB, holder string) *snapshot.Ticker {
 	tb.Helper()
-	return &snapshot.Ticker{Publisher: r.pub, Lease: r.lease(tb, store.LeaseConfig{Holder: holder}), Slots: r.st, Holder: holder}
+	return &snapshot.Ticker{Publisher: r.pub, Lease: r.lease(tb, store.LeaseConfig{Holder: holder}), Ticks: r.st, Holder: holder}
 }
 
 // pointer reads the dataset's pointer.
@@ -286,7 +286,7 @@ func TestTickersShareSlotsOnMemory(t *testing.T) {
 	for i := range 3 {
 		holder := fmt.Sprint("replica-", i)
 		lease := r.lease(t, store.LeaseConfig{Holder: holder, Duration: 2 * time.Second, RetryMax: 10 * time.Millisecond})
-		tickers = append(tickers, &snapshot.Ticker{Publisher: newMemPublisher(r.st, r.src, holder, 4), Lease: lease, Slots: r.st, Holder: holder})
+		tickers = append(tickers, &snapshot.Ticker{Publisher: newMemPublisher(r.st, r.src, holder, 4), Lease: lease, Ticks: r.st, Holder: holder})
 	}
 	var last uint64
 	for slot := int64(1); slot <= 12; slot++ {
@@ -305,13 +305,13 @@ func TestTickersShareSlotsOnMemory(t *testing.T) {
 			}
 			if res.Claimed {
 				claimed++
-				if res.Publish.NoOp || res.Publish.Manifest.Token != res.Token || res.Publish.Manifest.Slot != slot {
-					t.Errorf("slot %d: the claimer's publish = %+v under token %d", slot, res.Publish, res.Token)
+				if res.Publish.NoOp || res.Publish.Manifest.Fence != res.Fence || res.Publish.Manifest.Tick != slot {
+					t.Errorf("slot %d: the claimer's publish = %+v under token %d", slot, res.Publish, res.Fence)
 				}
-				if res.Token <= last {
-					t.Errorf("slot %d published under token %d after %d; tokens must grow", slot, res.Token, last)
+				if res.Fence <= last {
+					t.Errorf("slot %d published under token %d after %d; tokens must grow", slot, res.Fence, last)
 				}
-				last = res.Token
+				last = res.Fence
 			}
 			if res.Owner != results[0].Owner {
 				t.Errorf("slot %d: replicas name owners %s and %s", slot, res.Owner, results[0].Owner)

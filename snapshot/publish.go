@@ -138,17 +138,17 @@ type WriteResult struct {
 
 // PublishOptions tune one publish.
 type PublishOptions struct {
-	// Token is the fencing token to flip with, from a lease. Zero means optimistic:
+	// Fence is the fencing token to flip with, from a lease. Zero means optimistic:
 	// the stored fence plus one, so that of two concurrent flips only one applies.
-	Token uint64
+	Fence uint64
 	// Force publishes even when the source has not changed, and skips the
 	// validation gates (syncer once --force).
 	Force bool
 	// Republish publishes even when the source has not changed, gates still applied
 	// (the TTL keep-alive: the result's and the audit entry's reason is ReasonTTL).
 	Republish bool
-	// Slot is the scheduled tick this publish is for, recorded in the manifest.
-	Slot int64
+	// Tick is the scheduled tick this publish is for, recorded in the manifest.
+	Tick int64
 	// ChangeXmax, for a publish started by a watched change: the source snapshot's
 	// xmax when the change was seen (the change's transaction is below it). When the
 	// current version's snapshot has every transaction below it finished (its xmin is
@@ -340,11 +340,11 @@ func (a *attempt) holds(ctx context.Context, pos, ptr Position) {
 // that changed nothing served is covered without a flip. Failing to record delays
 // such tokens and nothing else: it is reported, not returned.
 func (a *attempt) cover(ctx context.Context, pos Position) {
-	token := a.run.opts.Token
+	token := a.run.opts.Fence
 	if token == 0 {
 		token = a.cur.Fence
 	}
-	c := Coverage{Version: a.cur.Version, Snapshot: pos.Snapshot, LSN: pos.LSN, Recovery: pos.Recovery,
+	c := Coverage{Version: a.cur.Version, PgSnapshot: pos.PgSnapshot, LSN: pos.LSN, Recovery: pos.Recovery,
 		NextXid: pos.NextXid, Demand: a.cur.Demand, At: a.p.now()}
 	if err := a.p.Store.RecordCoverage(ctx, a.p.Dataset, token, c); err != nil {
 		observe(ctx, a.p.Observer, Event{Kind: EventCoverageFailed, Dataset: a.p.Dataset, Version: a.cur.Version,
@@ -391,8 +391,8 @@ func (a *attempt) write(ctx context.Context, snap SourceSnapshot) error {
 		Source:      pos,
 		Writer:      p.Writer,
 		StartedAt:   a.started,
-		Token:       opts.Token,
-		Slot:        opts.Slot,
+		Fence:       opts.Fence,
+		Tick:        opts.Tick,
 		TTL:         p.TTL,
 		ChangeSeen:  opts.ChangeSeen,
 	}
@@ -495,14 +495,14 @@ func (a *attempt) seal(ctx context.Context) error {
 // optimistically, the stored fence plus one.
 func (a *attempt) flip(ctx context.Context) (Flip, error) {
 	p, m := a.p, a.m
-	flip := Flip{Version: m.Version, Token: a.run.opts.Token, Source: m.Source, By: p.Writer, At: p.now(), Demand: a.cur.Demand}
+	flip := Flip{Version: m.Version, Fence: a.run.opts.Fence, Source: m.Source, By: p.Writer, At: p.now(), Demand: a.cur.Demand}
 	if a.current != nil {
 		flip.Expected = a.cur.Version
-		if flip.Token == 0 {
-			flip.Token = a.cur.Fence + 1
+		if flip.Fence == 0 {
+			flip.Fence = a.cur.Fence + 1
 		}
-	} else if flip.Token == 0 {
-		flip.Token = 1
+	} else if flip.Fence == 0 {
+		flip.Fence = 1
 	}
 	if _, err := p.Store.FlipPointer(ctx, p.Dataset, flip); err != nil {
 		err = fmt.Errorf("flip pointer to %s: %w", m.Version, err)
@@ -525,7 +525,7 @@ func (a *attempt) published(ctx context.Context, flip Flip) PublishResult {
 	published := a.m
 	published.State = StatePublished
 	published.PublishedAt = flip.At
-	published.Token = flip.Token
+	published.Fence = flip.Fence
 	bg, cancel := Detach(ctx, cleanupTimeout)
 	defer cancel()
 	if err := p.Store.UpdateManifest(bg, published, StateSealed); err != nil {
@@ -537,12 +537,12 @@ func (a *attempt) published(ctx context.Context, flip Flip) PublishResult {
 	p.Data.Flipped(published)
 	if p.Audit != nil {
 		e := AuditEntry{Dataset: p.Dataset, At: flip.At, Action: ActionFlip, From: a.cur.Version, To: published.Version,
-			Token: flip.Token, By: p.Writer, Reason: string(a.run.reason())}
+			Fence: flip.Fence, By: p.Writer, Reason: string(a.run.reason())}
 		if err := p.Audit.AppendAudit(bg, e); err != nil {
 			a.event(ctx, EventAuditFlipFailed, "err", err)
 		}
 	}
-	a.event(ctx, EventPublished, "previous", a.cur.Version, "token", flip.Token,
+	a.event(ctx, EventPublished, "previous", a.cur.Version, "fence", flip.Fence,
 		"rows", published.Rows(), "duration", p.now().Sub(a.started).String())
 	return PublishResult{Manifest: published, Previous: a.cur.Version, Reason: a.run.reason()}
 }
@@ -558,12 +558,12 @@ func (p *Publisher) FailAbandoned(ctx context.Context, token uint64, since time.
 	}
 	n := 0
 	for _, m := range ms {
-		if m.State != StateWriting || m.Token >= token {
+		if m.State != StateWriting || m.Fence >= token {
 			continue
 		}
 		failed := m
 		failed.State = StateFailed
-		failed.Reason = fmt.Sprintf("abandoned: its writer (token %d) lost the lease to token %d", m.Token, token)
+		failed.Reason = fmt.Sprintf("abandoned: its writer (token %d) lost the lease to token %d", m.Fence, token)
 		if err := p.Store.UpdateManifest(ctx, failed, StateWriting); err != nil && !errors.Is(err, ErrConflict) {
 			return n, err
 		}

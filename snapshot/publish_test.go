@@ -30,7 +30,7 @@ func TestPublishFlipsToACompleteVersion(t *testing.T) {
 	if _, got := r.served(t); !sameContents(got, r.model()) {
 		t.Errorf("the pointer's version holds %v; want %v", got, r.model())
 	}
-	if stored := r.manifest(t, m.Version); stored.State != snapshot.StatePublished || stored.Token != 1 {
+	if stored := r.manifest(t, m.Version); stored.State != snapshot.StatePublished || stored.Fence != 1 {
 		t.Errorf("stored manifest = %+v; want published with token 1", stored)
 	}
 	if p := r.pointer(t); p.Version != m.Version || p.Fence != 1 || !cmp.Equal(p.Source, m.Source) {
@@ -106,7 +106,7 @@ func TestFailedSyncChangesNothingVisible(t *testing.T) {
 				if err := r.st.AdvanceFence(context.Background(), "ds", 3); err != nil {
 					tb.Fatal(err)
 				}
-				return context.Background(), snapshot.PublishOptions{Token: 2}
+				return context.Background(), snapshot.PublishOptions{Fence: 2}
 			}},
 		{name: "cancelled", is: context.Canceled, want: "canceled",
 			breakIt: func(_ testing.TB, _ *memRig) (context.Context, snapshot.PublishOptions) {
@@ -153,12 +153,12 @@ func TestPublishRefusesToGoBackInSource(t *testing.T) {
 	r.src.Put("users", "u01", `{"name":"a"}`)
 	errc := make(chan error, 1)
 	go func() {
-		_, err := slowPub.Publish(ctx, snapshot.PublishOptions{Token: 100})
+		_, err := slowPub.Publish(ctx, snapshot.PublishOptions{Fence: 100})
 		errc <- err
 	}()
 	<-slow.opened
 	r.src.Put("users", "u01", `{"name":"b"}`)
-	newer, err := r.pub.Publish(ctx, snapshot.PublishOptions{Token: 50})
+	newer, err := r.pub.Publish(ctx, snapshot.PublishOptions{Fence: 50})
 	close(slow.release)
 	if err != nil {
 		t.Fatal(err)
@@ -222,7 +222,7 @@ func TestPublishManyCollectionsAndRows(t *testing.T) {
 func TestTickerFailsAbandonedVersions(t *testing.T) {
 	r := newMemRig(t, 4)
 	ctx := context.Background()
-	abandoned := snapshot.Manifest{Dataset: "ds", Version: r.pub.Versions.Next(), State: snapshot.StateWriting, Token: 0, Writer: "dead"}
+	abandoned := snapshot.Manifest{Dataset: "ds", Version: r.pub.Versions.Next(), State: snapshot.StateWriting, Fence: 0, Writer: "dead"}
 	if err := r.st.CreateManifest(ctx, abandoned); err != nil {
 		t.Fatal(err)
 	}
@@ -230,7 +230,7 @@ func TestTickerFailsAbandonedVersions(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !res.Claimed || res.Token != 1 || res.Publish.Manifest.Slot != 12345 || res.Publish.Manifest.Token != 1 {
+	if !res.Claimed || res.Fence != 1 || res.Publish.Manifest.Tick != 12345 || res.Publish.Manifest.Fence != 1 {
 		t.Errorf("tick = %+v; want slot 12345 claimed and published under token 1", res)
 	}
 	if got := r.manifest(t, abandoned.Version); got.State != snapshot.StateFailed || !strings.Contains(got.Reason, "abandoned") {
@@ -254,7 +254,7 @@ func TestAbandonedVersionsAreLookedForOnceAMinute(t *testing.T) {
 	tk := r.ticker(t, "me")
 	abandon := func() snapshot.Version {
 		t.Helper()
-		m := snapshot.Manifest{Dataset: "ds", Version: r.pub.Versions.Next(), State: snapshot.StateWriting, Token: 0, Writer: "dead"}
+		m := snapshot.Manifest{Dataset: "ds", Version: r.pub.Versions.Next(), State: snapshot.StateWriting, Fence: 0, Writer: "dead"}
 		if err := r.st.CreateManifest(ctx, m); err != nil {
 			t.Fatal(err)
 		}
@@ -284,7 +284,7 @@ func TestAbandonedVersionsAreLookedForOnceAMinute(t *testing.T) {
 	// A version made, by its writer's clock, long before the last look.
 	made := now.Add(-snapshot.AbandonLookback - time.Minute)
 	old := snapshot.Manifest{Dataset: "ds", Version: snapshot.NewVersionGen(uuid.New(), func() time.Time { return made }).Next(),
-		State: snapshot.StateWriting, Token: 0, Writer: "dead"}
+		State: snapshot.StateWriting, Fence: 0, Writer: "dead"}
 	if err := r.st.CreateManifest(ctx, old); err != nil {
 		t.Fatal(err)
 	}
@@ -297,7 +297,7 @@ func TestAbandonedVersionsAreLookedForOnceAMinute(t *testing.T) {
 		t.Errorf("a later look marked a version made %s before the last one %s; want it left to the next first look", snapshot.AbandonLookback, got)
 	}
 	// Another replica's (or a restarted one's) first look reads them all.
-	tk = &snapshot.Ticker{Publisher: r.pub, Lease: tk.Lease, Slots: r.st, Holder: "me"}
+	tk = &snapshot.Ticker{Publisher: r.pub, Lease: tk.Lease, Ticks: r.st, Holder: "me"}
 	cycle()
 	if got := state(old.Version); got != snapshot.StateFailed {
 		t.Errorf("a replica's first look left the old abandoned version %s; want failed", got)
@@ -365,7 +365,7 @@ func TestPublishWhilePinnedIsRefusedEarly(t *testing.T) {
 		t.Fatal(err)
 	}
 	p := r.pointer(t)
-	if _, err := r.st.FlipPointer(ctx, "ds", snapshot.Flip{Version: p.Version, Expected: p.Version, Token: p.Fence + 1,
+	if _, err := r.st.FlipPointer(ctx, "ds", snapshot.Flip{Version: p.Version, Expected: p.Version, Fence: p.Fence + 1,
 		Source: p.Source, Rollback: true, Pin: true, Reason: "test pin", At: time.Now()}); err != nil {
 		t.Fatal(err)
 	}

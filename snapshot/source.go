@@ -13,8 +13,8 @@ import (
 type Position struct {
 	// LSN is the source's write-ahead-log position when the snapshot was taken.
 	LSN uint64 `json:"lsn"`
-	// Snapshot is the source's own description of the snapshot (pg_current_snapshot()).
-	Snapshot string `json:"snapshot,omitempty"`
+	// PgSnapshot is the source's own description of the snapshot (pg_current_snapshot()).
+	PgSnapshot string `json:"snapshot,omitempty"`
 	// Recovery says the snapshot was taken on a server in recovery (a hot standby):
 	// its in-progress list is empty whatever ran, so it proves only what ended
 	// before its xmin.
@@ -71,12 +71,12 @@ type StreamPosition struct {
 
 // PGSnapshot returns the position's snapshot with how it was taken.
 func (p Position) PGSnapshot() (PGSnapshot, error) {
-	return takenSnapshot(p.Snapshot, p.Recovery, p.NextXid)
+	return takenSnapshot(p.PgSnapshot, p.Recovery, p.NextXid)
 }
 
 // Same reports whether p and o name the same snapshot: the same position and the
 // same description.
-func (p Position) Same(o Position) bool { return p.LSN == o.LSN && p.Snapshot == o.Snapshot }
+func (p Position) Same(o Position) bool { return p.LSN == o.LSN && p.PgSnapshot == o.PgSnapshot }
 
 // SameDefinition reports whether p and o read collection c with the same definition:
 // by its own fingerprint when both have one, else by every collection's.
@@ -114,7 +114,7 @@ func (p Position) SameContents(o Position, collections []string) bool {
 // SnapshotXmin returns the xmin of the snapshot ("xmin:xmax:xip,…"): every
 // transaction below it had finished when the snapshot was taken. 0 when unknown.
 func (p Position) SnapshotXmin() uint64 {
-	x, _, ok := strings.Cut(p.Snapshot, ":")
+	x, _, ok := strings.Cut(p.PgSnapshot, ":")
 	if !ok {
 		return 0
 	}

@@ -8,22 +8,22 @@ import (
 	"time"
 )
 
-// SlotStore records which replica claimed each scheduled tick.
-type SlotStore interface {
-	// ClaimSlot claims the slot for holder if nobody has; it reports whether holder
-	// won and who owns the slot.
-	ClaimSlot(ctx context.Context, dataset string, slot int64, holder string) (won bool, owner string, err error)
+// TickStore records which replica claimed each scheduled tick.
+type TickStore interface {
+	// ClaimTick claims the tick numbered n for holder if nobody has; it reports
+	// whether holder won and who owns the tick.
+	ClaimTick(ctx context.Context, dataset string, n int64, holder string) (won bool, owner string, err error)
 }
 
 // Ticker runs scheduled cycles on one replica. Every replica runs the schedule; for
-// each tick, the replica that claims the tick's slot takes the lease and publishes.
-// The slot is computed from the tick's scheduled time, never from the clock, so every
-// replica names the same slot for the same tick.
+// each tick, the replica that claims the tick takes the lease and publishes.
+// The tick's number is computed from its scheduled time, never from the clock, so
+// every replica names the same tick alike.
 type Ticker struct {
 	Publisher *Publisher
 	Lease     Lease
-	Slots     SlotStore
-	// Holder identifies this replica in slot claims.
+	Ticks     TickStore
+	// Holder identifies this replica in tick claims.
 	Holder string
 	// AcquireTimeout bounds the wait for the lease; default 1 minute.
 	AcquireTimeout time.Duration
@@ -49,32 +49,32 @@ const (
 
 // TickResult says what one tick did.
 type TickResult struct {
-	Slot int64
-	// Claimed is set when this replica won the slot; Owner names who did.
+	Tick int64
+	// Claimed is set when this replica won the tick; Owner names who did.
 	Claimed bool
 	Owner   string
-	// Token is the lease token the publish ran under.
-	Token   uint64
+	// Fence is the lease token the publish ran under.
+	Fence   uint64
 	Publish PublishResult
 }
 
-// Tick runs the cycle for one scheduled tick: claim the slot, take the lease, mark
+// Tick runs the cycle for one scheduled tick: claim the tick, take the lease, mark
 // versions abandoned by earlier holders failed, publish under the lease's token, and
 // release the lease. The publish is cancelled if the lease is lost.
-func (t *Ticker) Tick(ctx context.Context, slot int64, opts PublishOptions) (TickResult, error) {
-	res := TickResult{Slot: slot}
-	won, owner, err := t.Slots.ClaimSlot(ctx, t.Publisher.Dataset, slot, t.Holder)
+func (t *Ticker) Tick(ctx context.Context, n int64, opts PublishOptions) (TickResult, error) {
+	res := TickResult{Tick: n}
+	won, owner, err := t.Ticks.ClaimTick(ctx, t.Publisher.Dataset, n, t.Holder)
 	if err != nil {
-		return res, fmt.Errorf("claim slot %d: %w", slot, err)
+		return res, fmt.Errorf("claim tick %d: %w", n, err)
 	}
 	res.Owner = owner
 	if !won {
 		return res, nil
 	}
 	res.Claimed = true
-	opts.Slot = slot
+	opts.Tick = n
 	pub, token, err := t.publishLeased(ctx, t.AcquireTimeout, opts)
-	res.Publish, res.Token = pub, token
+	res.Publish, res.Fence = pub, token
 	return res, err
 }
 
@@ -103,7 +103,7 @@ func (t *Ticker) publishLeased(ctx context.Context, timeout time.Duration, opts 
 		rctx, cancel := Detach(ctx, cleanupTimeout)
 		defer cancel()
 		if err := hold.Release(rctx); err != nil && !errors.Is(err, ErrLeaseLost) {
-			observe(ctx, t.Observer, Event{Kind: EventReleaseLeaseFailed, Attrs: []any{"token", hold.Token(), "err", err}})
+			observe(ctx, t.Observer, Event{Kind: EventReleaseLeaseFailed, Attrs: []any{"fence", hold.Fence(), "err", err}})
 		}
 	}()
 	pctx, cancelPub := context.WithCancelCause(ctx)
@@ -117,17 +117,17 @@ func (t *Ticker) publishLeased(ctx context.Context, timeout time.Duration, opts 
 	})
 	defer stop()
 
-	t.failAbandoned(pctx, hold.Token())
+	t.failAbandoned(pctx, hold.Fence())
 	run, kept, done, err := t.Publisher.keepAlive(pctx, opts)
 	if err != nil || done {
-		return kept, hold.Token(), err
+		return kept, hold.Fence(), err
 	}
-	run.opts.Token = hold.Token()
+	run.opts.Fence = hold.Fence()
 	res, err := t.Publisher.publish(pctx, run)
 	if err != nil && context.Cause(pctx) == ErrLeaseLost {
-		err = fmt.Errorf("%w (token %d): %v", ErrLeaseLost, hold.Token(), err)
+		err = fmt.Errorf("%w (token %d): %v", ErrLeaseLost, hold.Fence(), err)
 	}
-	return res, hold.Token(), err
+	return res, hold.Fence(), err
 }
 
 // failAbandoned marks abandoned versions failed, at most every AbandonCheckEvery.

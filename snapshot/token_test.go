@@ -235,10 +235,10 @@ func TestRecoverySnapshotJudgedConservatively(t *testing.T) {
 			t.Errorf("recovery snapshot: %s judged future", c.tok)
 		}
 	}
-	if got := (Position{Snapshot: "100:110:", Recovery: true, System: "7:5:1"}).Token(""); got != "s:100:100:@7" {
+	if got := (Position{PgSnapshot: "100:110:", Recovery: true, System: "7:5:1"}).Token(""); got != "s:100:100:@7" {
 		t.Errorf("a standby position's token = %q; want s:100:100:@7", got)
 	}
-	if got := (Position{Snapshot: "100:110:105", System: "7:5:1"}).Token(""); got != "s:100:110:105@7" {
+	if got := (Position{PgSnapshot: "100:110:105", System: "7:5:1"}).Token(""); got != "s:100:110:105@7" {
 		t.Errorf("a primary position's token = %q; want s:100:110:105@7", got)
 	}
 }
@@ -270,7 +270,7 @@ func TestFutureByNextXid(t *testing.T) {
 // at the same position tie, and only then does the version tell them apart.
 func TestTokenVersionAndTies(t *testing.T) {
 	const v1, v2 = Version("00000000-0000-4000-8000-000000000000-1"), Version("00000000-0000-4000-8000-000000000000-2")
-	tok := (Position{Snapshot: "100:110:105", System: "7:5:1"}).Token(v2)
+	tok := (Position{PgSnapshot: "100:110:105", System: "7:5:1"}).Token(v2)
 	if tok != "s:100:110:105@7~"+string(v2) {
 		t.Fatalf("token = %q", tok)
 	}

@@ -153,8 +153,8 @@ func TestTransitions(t *testing.T) {
 // An equal WAL position alone does not prove the same contents: a commit record is
 // written before its transaction becomes visible.
 func TestSameContentsNeedsTheSameSnapshot(t *testing.T) {
-	a := Position{LSN: 100, Snapshot: "10:12:10", Config: "c"}
-	b := Position{LSN: 100, Snapshot: "12:12:", Config: "c"}
+	a := Position{LSN: 100, PgSnapshot: "10:12:10", Config: "c"}
+	b := Position{LSN: 100, PgSnapshot: "12:12:", Config: "c"}
 	if a.SameContents(b, []string{"x"}) {
 		t.Error("positions with one LSN but different snapshots were called the same")
 	}

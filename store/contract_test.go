@@ -69,7 +69,7 @@ func opOf(req *bigtablepb.CheckAndMutateRowRequest) memstore.Op {
 	case strings.HasPrefix(key, "m#"):
 		return memstore.OpUpdateManifest
 	case strings.HasPrefix(key, "s#"):
-		return memstore.OpClaimSlot
+		return memstore.OpClaimTick
 	case strings.HasPrefix(key, "l#"):
 		return memstore.OpSwapLease
 	}

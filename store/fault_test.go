@@ -149,9 +149,9 @@ func TestStoppedBigtableEndsEveryCall(t *testing.T) {
 		name string
 		call func(ctx context.Context, mode string) error
 	}{
-		{"ClaimSlot", func(ctx context.Context, _ string) error { _, _, err := st.ClaimSlot(ctx, "ds", 1, "me"); return err }},
+		{"ClaimTick", func(ctx context.Context, _ string) error { _, _, err := st.ClaimTick(ctx, "ds", 1, "me"); return err }},
 		{"FlipPointer", func(ctx context.Context, _ string) error {
-			_, err := st.FlipPointer(ctx, "ds", snapshot.Flip{Version: v, Token: 1, At: time.Now()})
+			_, err := st.FlipPointer(ctx, "ds", snapshot.Flip{Version: v, Fence: 1, At: time.Now()})
 			return err
 		}},
 		{"CreateManifest", func(ctx context.Context, _ string) error {

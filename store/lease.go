@@ -353,7 +353,7 @@ func giveUp(ctx context.Context, last error) error {
 func (l *Lease) event(ctx context.Context, kind snapshot.EventKind, token uint64, attrs ...any) {
 	if l.cfg.Observer != nil {
 		l.cfg.Observer.Observe(ctx, snapshot.Event{Kind: kind,
-			Attrs: append([]any{"lease", l.name, "holder", l.cfg.Holder, "token", token}, attrs...)})
+			Attrs: append([]any{"lease", l.name, "holder", l.cfg.Holder, "fence", token}, attrs...)})
 	}
 }
 
@@ -381,7 +381,7 @@ func newHold(l *Lease, st leaseState, sent time.Time) *hold {
 	return h
 }
 
-func (h *hold) Token() uint64            { return h.token }
+func (h *hold) Fence() uint64            { return h.token }
 func (h *hold) Lost() <-chan struct{}    { return h.lost }
 func (h *hold) Context() context.Context { return h.ctx }
 func (h *hold) String() string           { return fmt.Sprintf("lease %s token %d", h.l.name, h.token) }

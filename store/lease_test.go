@@ -34,7 +34,7 @@ func TestLeaseAcquireReleaseKeepsTokens(t *testing.T) {
 	ctx := context.Background()
 	a, b := newLease(t, st, "a", 5*time.Second), newLease(t, st, "b", 5*time.Second)
 	ha, err := a.TryAcquire(ctx)
-	if err != nil || ha.Token() != 1 {
+	if err != nil || ha.Fence() != 1 {
 		t.Fatalf("first TryAcquire = %v, %v; want token 1", ha, err)
 	}
 	if _, err := b.TryAcquire(ctx); !errors.Is(err, snapshot.ErrHeld) {
@@ -49,14 +49,14 @@ func TestLeaseAcquireReleaseKeepsTokens(t *testing.T) {
 	default:
 	}
 	hb, err := b.TryAcquire(ctx)
-	if err != nil || hb.Token() != 2 {
+	if err != nil || hb.Fence() != 2 {
 		t.Fatalf("TryAcquire after release = %v, %v; want token 2", hb, err)
 	}
 	if err := hb.Release(ctx); err != nil {
 		t.Fatal(err)
 	}
 	ha2, err := a.TryAcquire(ctx)
-	if err != nil || ha2.Token() != 3 {
+	if err != nil || ha2.Fence() != 3 {
 		t.Fatalf("third acquire = %v, %v; want token 3 (tokens never restart)", ha2, err)
 	}
 	_ = ha2.Release(ctx)
@@ -89,7 +89,7 @@ func TestLeaseContention(t *testing.T) {
 					t.Errorf("%d holders at once", n)
 				}
 				mu.Lock()
-				tokens = append(tokens, h.Token())
+				tokens = append(tokens, h.Fence())
 				mu.Unlock()
 				inside.Add(-1)
 				if err := h.Release(ctx); err != nil {
@@ -156,12 +156,12 @@ func TestPausedHolderIsFenced(t *testing.T) {
 	if took := time.Since(start); took < d {
 		t.Errorf("takeover after %s; want no sooner than the lease duration %s", took, d)
 	}
-	if winner.Token() != old.Token()+1 {
-		t.Errorf("winner token %d; want %d", winner.Token(), old.Token()+1)
+	if winner.Fence() != old.Fence()+1 {
+		t.Errorf("winner token %d; want %d", winner.Fence(), old.Fence()+1)
 	}
 	gen := snapshot.NewVersionGen([16]byte{1}, nil)
 	v1, v2 := gen.Next(), gen.Next()
-	if _, err := st.FlipPointer(ctx, "ds", snapshot.Flip{Version: v1, Token: winner.Token(), At: time.Now()}); err != nil {
+	if _, err := st.FlipPointer(ctx, "ds", snapshot.Flip{Version: v1, Fence: winner.Fence(), At: time.Now()}); err != nil {
 		t.Fatalf("winner's flip: %v", err)
 	}
 	// The paused holder learns, on its own clock, that its lease is gone.
@@ -173,7 +173,7 @@ func TestPausedHolderIsFenced(t *testing.T) {
 	// It resumes and flips anyway, with its old token: Bigtable refuses.
 	paused.Store(false)
 	close(resumed)
-	_, err = pst.FlipPointer(ctx, "ds", snapshot.Flip{Version: v2, Expected: v1, Token: old.Token(), At: time.Now()})
+	_, err = pst.FlipPointer(ctx, "ds", snapshot.Flip{Version: v2, Expected: v1, Fence: old.Fence(), At: time.Now()})
 	if !errors.Is(err, snapshot.ErrFenced) {
 		t.Errorf("paused holder's flip = %v; want ErrFenced", err)
 	}
@@ -191,7 +191,7 @@ func TestFenceRaisedBeforeTakeoverRefusesOldHolder(t *testing.T) {
 	ctx := context.Background()
 	gen := snapshot.NewVersionGen([16]byte{2}, nil)
 	v1, v2 := gen.Next(), gen.Next()
-	if _, err := st.FlipPointer(ctx, "ds", snapshot.Flip{Version: v1, Token: 3, At: time.Now()}); err != nil {
+	if _, err := st.FlipPointer(ctx, "ds", snapshot.Flip{Version: v1, Fence: 3, At: time.Now()}); err != nil {
 		t.Fatal(err)
 	}
 	if err := st.AdvanceFence(ctx, "ds", 4); err != nil {
@@ -203,10 +203,10 @@ func TestFenceRaisedBeforeTakeoverRefusesOldHolder(t *testing.T) {
 	if p, _ := st.ReadPointer(ctx, "ds"); p.Fence != 4 || p.Version != v1 {
 		t.Errorf("pointer = %+v; want v1 with fence 4", p)
 	}
-	if _, err := st.FlipPointer(ctx, "ds", snapshot.Flip{Version: v2, Expected: v1, Token: 3, At: time.Now()}); !errors.Is(err, snapshot.ErrFenced) {
+	if _, err := st.FlipPointer(ctx, "ds", snapshot.Flip{Version: v2, Expected: v1, Fence: 3, At: time.Now()}); !errors.Is(err, snapshot.ErrFenced) {
 		t.Errorf("flip with token 3 after the fence reached 4 = %v; want ErrFenced", err)
 	}
-	if _, err := st.FlipPointer(ctx, "ds", snapshot.Flip{Version: v2, Expected: v1, Token: 4, At: time.Now()}); err != nil {
+	if _, err := st.FlipPointer(ctx, "ds", snapshot.Flip{Version: v2, Expected: v1, Fence: 4, At: time.Now()}); err != nil {
 		t.Errorf("flip by the fence's own token: %v", err)
 	}
 }
@@ -254,7 +254,7 @@ func TestLostRepliesAreResolvedByRereading(t *testing.T) {
 	// Acquire whose reply is lost: it did apply, and re-reading says so.
 	d.mode.Store(1)
 	h, err := l.TryAcquire(ctx)
-	if err != nil || h.Token() != 1 {
+	if err != nil || h.Fence() != 1 {
 		t.Fatalf("TryAcquire with a lost reply = %v, %v; want the lease with token 1", h, err)
 	}
 	// Release whose request is lost: it did not apply, and the hold reports the error.
@@ -271,14 +271,14 @@ func TestLostRepliesAreResolvedByRereading(t *testing.T) {
 	gen := snapshot.NewVersionGen([16]byte{3}, nil)
 	v1, v2 := gen.Next(), gen.Next()
 	d.mode.Store(1)
-	if _, err := st.FlipPointer(ctx, "ds", snapshot.Flip{Version: v1, Token: 1, At: time.Now()}); err != nil {
+	if _, err := st.FlipPointer(ctx, "ds", snapshot.Flip{Version: v1, Fence: 1, At: time.Now()}); err != nil {
 		t.Errorf("flip with a lost reply = %v; want success", err)
 	}
 	// Flip whose request is lost: not applied, reported as an error.
 	d.mode.Store(2)
 	// Flip whose request is lost: not applied, and a re-read cannot prove that (the
 	// flip might have applied and been flipped over since): the outcome is unknown.
-	if _, err := st.FlipPointer(ctx, "ds", snapshot.Flip{Version: v2, Expected: v1, Token: 1, At: time.Now()}); !errors.Is(err, snapshot.ErrOutcomeUnknown) {
+	if _, err := st.FlipPointer(ctx, "ds", snapshot.Flip{Version: v2, Expected: v1, Fence: 1, At: time.Now()}); !errors.Is(err, snapshot.ErrOutcomeUnknown) {
 		t.Errorf("flip with a lost request = %v; want ErrOutcomeUnknown", err)
 	}
 	if p, _ := st.ReadPointer(ctx, "ds"); p.Version != v1 {
@@ -287,9 +287,9 @@ func TestLostRepliesAreResolvedByRereading(t *testing.T) {
 
 	// Slot claim whose reply is lost: won, and re-reading says so.
 	d.mode.Store(1)
-	won, owner, err := st.ClaimSlot(ctx, "ds", 42, "me")
+	won, owner, err := st.ClaimTick(ctx, "ds", 42, "me")
 	if err != nil || !won || owner != "me" {
-		t.Errorf("ClaimSlot with a lost reply = %v, %q, %v; want won by me", won, owner, err)
+		t.Errorf("ClaimTick with a lost reply = %v, %q, %v; want won by me", won, owner, err)
 	}
 	// Manifest transition whose reply is lost: applied, reported as applied.
 	m := snapshot.Manifest{Dataset: "ds", Version: v2, State: snapshot.StateWriting, StartedAt: time.Now()}
@@ -362,7 +362,7 @@ func TestSlotClaimedOnce(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			won, owner, err := st.ClaimSlot(context.Background(), "ds", 7, fmt.Sprintf("r%d", i))
+			won, owner, err := st.ClaimTick(context.Background(), "ds", 7, fmt.Sprintf("r%d", i))
 			if err != nil {
 				t.Error(err)
 				return
@@ -387,7 +387,7 @@ func TestSlotClaimedOnce(t *testing.T) {
 			t.Errorf("replicas disagree on the owner: %q vs %q", o, first)
 		}
 	}
-	if won, _, _ := st.ClaimSlot(context.Background(), "ds", 8, "late"); !won {
+	if won, _, _ := st.ClaimTick(context.Background(), "ds", 8, "late"); !won {
 		t.Error("a fresh slot could not be claimed")
 	}
 }

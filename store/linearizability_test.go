@@ -194,7 +194,7 @@ func checkPointerHistory(t *testing.T, faults float64) {
 					known = append(known, seen.Version)
 				case "flip":
 					_, err := st.FlipPointer(ctx, "lin", snapshot.Flip{Version: snapshot.Version(in.Version), Expected: snapshot.Version(in.Expected),
-						Token: in.Token, Source: snapshot.Position{LSN: in.Source}, Rollback: in.Rollback, Pin: in.Pin, At: time.Now()})
+						Fence: in.Token, Source: snapshot.Position{LSN: in.Source}, Rollback: in.Rollback, Pin: in.Pin, At: time.Now()})
 					switch {
 					case err == nil:
 						out.OK = true

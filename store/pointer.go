@@ -173,7 +173,7 @@ func (s *Store) ListPointers(ctx context.Context) (map[string]snapshot.Pointer, 
 func (s *Store) FlipPointer(ctx context.Context, dataset string, f snapshot.Flip) (snapshot.Pointer, error) {
 	ctx, cancel := s.op(ctx)
 	defer cancel()
-	if f.Token == 0 {
+	if f.Fence == 0 {
 		return snapshot.Pointer{}, fmt.Errorf("%w flip: fencing token 0", snapshot.ErrInvalid)
 	}
 	p := f.Pointer()
@@ -181,7 +181,7 @@ func (s *Store) FlipPointer(ctx context.Context, dataset string, f snapshot.Flip
 	if err != nil {
 		return snapshot.Pointer{}, err
 	}
-	reject := []bigtable.Filter{valueAtLeast(famControl, colFence, be64(f.Token+1))}
+	reject := []bigtable.Filter{valueAtLeast(famControl, colFence, be64(f.Fence+1))}
 	if !f.Rollback {
 		reject = append(reject, valueEquals(famControl, colPinned, []byte("1")))
 		if f.Source.LSN < ^uint64(0) {
@@ -202,7 +202,7 @@ func (s *Store) FlipPointer(ctx context.Context, dataset string, f snapshot.Flip
 	for col, val := range map[string][]byte{
 		colPointer:    body,
 		colVersion:    []byte(f.Version),
-		colFence:      be64(f.Token),
+		colFence:      be64(f.Fence),
 		colSource:     be64(f.Source.LSN),
 		colPinned:     pinned,
 		colCovered:    covered,
@@ -221,7 +221,7 @@ func (s *Store) FlipPointer(ctx context.Context, dataset string, f snapshot.Flip
 		rctx, cancelRead := s.reread(ctx)
 		got, rerr := s.ReadPointer(rctx, dataset)
 		cancelRead()
-		if rerr == nil && got.Version == f.Version && got.Fence == f.Token {
+		if rerr == nil && got.Version == f.Version && got.Fence == f.Fence {
 			return got, nil
 		}
 		if rerr != nil {

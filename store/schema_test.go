@@ -109,7 +109,7 @@ func TestApplyRetention(t *testing.T) {
 	st := testenv.Store(t, cfg)
 	ctx := context.Background()
 	for i, ds := range []string{"a", "b#with$awkward"} {
-		if _, err := st.FlipPointer(ctx, ds, snapshot.Flip{Version: version(t), Token: uint64(i + 1), At: time.Now()}); err != nil {
+		if _, err := st.FlipPointer(ctx, ds, snapshot.Flip{Version: version(t), Fence: uint64(i + 1), At: time.Now()}); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -431,7 +431,7 @@ func TestFlipPointerConditions(t *testing.T) {
 	if _, err := st.ReadPointer(ctx, "ds"); !errors.Is(err, snapshot.ErrNoVersion) {
 		t.Fatalf("ReadPointer before any flip = %v; want ErrNoVersion", err)
 	}
-	p, err := st.FlipPointer(ctx, "ds", snapshot.Flip{Version: v1, Token: 5, Source: snapshot.Position{LSN: 100}, At: at})
+	p, err := st.FlipPointer(ctx, "ds", snapshot.Flip{Version: v1, Fence: 5, Source: snapshot.Position{LSN: 100}, At: at})
 	if err != nil {
 		t.Fatalf("first flip: %v", err)
 	}
@@ -444,10 +444,10 @@ func TestFlipPointerConditions(t *testing.T) {
 		flip snapshot.Flip
 		want error
 	}{
-		{"expected none but one exists", snapshot.Flip{Version: v2, Token: 9, Source: snapshot.Position{LSN: 200}}, snapshot.ErrConflict},
-		{"older token", snapshot.Flip{Version: v2, Expected: v1, Token: 4, Source: snapshot.Position{LSN: 200}}, snapshot.ErrFenced},
-		{"source goes backwards", snapshot.Flip{Version: v2, Expected: v1, Token: 6, Source: snapshot.Position{LSN: 99}}, snapshot.ErrSourceBehind},
-		{"wrong expected version", snapshot.Flip{Version: v2, Expected: v3, Token: 6, Source: snapshot.Position{LSN: 200}}, snapshot.ErrConflict},
+		{"expected none but one exists", snapshot.Flip{Version: v2, Fence: 9, Source: snapshot.Position{LSN: 200}}, snapshot.ErrConflict},
+		{"older token", snapshot.Flip{Version: v2, Expected: v1, Fence: 4, Source: snapshot.Position{LSN: 200}}, snapshot.ErrFenced},
+		{"source goes backwards", snapshot.Flip{Version: v2, Expected: v1, Fence: 6, Source: snapshot.Position{LSN: 99}}, snapshot.ErrSourceBehind},
+		{"wrong expected version", snapshot.Flip{Version: v2, Expected: v3, Fence: 6, Source: snapshot.Position{LSN: 200}}, snapshot.ErrConflict},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -464,14 +464,14 @@ func TestFlipPointerConditions(t *testing.T) {
 	}
 
 	// A flip with the same source position is allowed (a republish).
-	if _, err := st.FlipPointer(ctx, "ds", snapshot.Flip{Version: v2, Expected: v1, Token: 6, Source: snapshot.Position{LSN: 100}, At: at}); err != nil {
+	if _, err := st.FlipPointer(ctx, "ds", snapshot.Flip{Version: v2, Expected: v1, Fence: 6, Source: snapshot.Position{LSN: 100}, At: at}); err != nil {
 		t.Fatalf("flip at equal source: %v", err)
 	}
 	// A rollback pins; a scheduled flip is then refused; a rollback may go back in source.
-	if _, err := st.FlipPointer(ctx, "ds", snapshot.Flip{Version: v1, Expected: v2, Token: 7, Source: snapshot.Position{LSN: 100}, Rollback: true, Pin: true, At: at}); err != nil {
+	if _, err := st.FlipPointer(ctx, "ds", snapshot.Flip{Version: v1, Expected: v2, Fence: 7, Source: snapshot.Position{LSN: 100}, Rollback: true, Pin: true, At: at}); err != nil {
 		t.Fatalf("rollback: %v", err)
 	}
-	if _, err := st.FlipPointer(ctx, "ds", snapshot.Flip{Version: v3, Expected: v1, Token: 8, Source: snapshot.Position{LSN: 300}, At: at}); !errors.Is(err, snapshot.ErrPinned) {
+	if _, err := st.FlipPointer(ctx, "ds", snapshot.Flip{Version: v3, Expected: v1, Fence: 8, Source: snapshot.Position{LSN: 300}, At: at}); !errors.Is(err, snapshot.ErrPinned) {
 		t.Errorf("flip while pinned = %v; want ErrPinned", err)
 	}
 	got, err := st.ReadPointer(ctx, "ds")
@@ -491,7 +491,7 @@ func TestFlipPointerRace(t *testing.T) {
 	ctx := context.Background()
 	gen := snapshot.NewVersionGen(uuid.New(), nil)
 	base := gen.Next()
-	if _, err := st.FlipPointer(ctx, "ds", snapshot.Flip{Version: base, Token: 1, At: time.Now()}); err != nil {
+	if _, err := st.FlipPointer(ctx, "ds", snapshot.Flip{Version: base, Fence: 1, At: time.Now()}); err != nil {
 		t.Fatal(err)
 	}
 	const n = 32
@@ -499,7 +499,7 @@ func TestFlipPointerRace(t *testing.T) {
 	for i := range n {
 		v := gen.Next()
 		go func() {
-			_, err := st.FlipPointer(ctx, "ds", snapshot.Flip{Version: v, Expected: base, Token: uint64(2 + i), At: time.Now()})
+			_, err := st.FlipPointer(ctx, "ds", snapshot.Flip{Version: v, Expected: base, Fence: uint64(2 + i), At: time.Now()})
 			errs <- err
 		}()
 	}

@@ -55,7 +55,7 @@ that made it current, and whether it can still be rolled back to: what
 			tw := tabwriter.NewWriter(e.out, 2, 4, 2, ' ', 0)
 			fmt.Fprintln(tw, "WHEN\tACTION\tFROM\tTO\tTOKEN\tBY\tREASON")
 			for _, en := range entries {
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%s\t%s\n", en.At.UTC().Format(time.RFC3339), en.Action, en.From, en.To, en.Token, en.By, en.Reason)
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%s\t%s\n", en.At.UTC().Format(time.RFC3339), en.Action, en.From, en.To, en.Fence, en.By, en.Reason)
 			}
 			return tw.Flush()
 		}),

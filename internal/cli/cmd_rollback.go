@@ -74,7 +74,7 @@ expired or is the current one.`,
 				return fmt.Errorf("%w (nothing changed)", err)
 			}
 			fmt.Fprintf(e.out, "%s\n  from   %s\n  to     %s\n  token  %d\n  took   %s\nrun `syncer unpin --reason ...` to resume scheduled publishing\n",
-				res.Message, res.From, res.To, res.Token, res.Took)
+				res.Message, res.From, res.To, res.Fence, res.Took)
 			return nil
 		}),
 	}

@@ -57,7 +57,7 @@ type versionRow struct {
 	Age      string           `json:"age"`
 	Counts   map[string]int64 `json:"counts"`
 	Source   string           `json:"source_lsn"`
-	Token    uint64           `json:"token,omitempty"`
+	Fence    uint64           `json:"token,omitempty"`
 	TTLLeft  string           `json:"ttl_left,omitempty"`
 	Reason   string           `json:"reason,omitempty"`
 	Complete bool             `json:"complete"`
@@ -147,7 +147,7 @@ func versionRows(ms []snapshot.Manifest, ptr snapshot.Pointer, ttl time.Duration
 	rows := make([]versionRow, 0, len(ms))
 	for _, m := range ms {
 		r := versionRow{Version: m.Version, State: m.State, Started: m.StartedAt, Age: now.Sub(m.StartedAt).Round(time.Second).String(),
-			Counts: m.Counts(), Source: m.Source.String(), Token: m.Token, Reason: m.Reason, Complete: m.CheckComplete() == nil,
+			Counts: m.Counts(), Source: m.Source.String(), Fence: m.Fence, Reason: m.Reason, Complete: m.CheckComplete() == nil,
 			Format: m.Format, Shape: api.VersionShape(m), ChainLength: m.ChainLength(), BytesWritten: m.BytesWritten, Parent: m.Parent}
 		if exp := m.ExpiresAt(ttl); !exp.IsZero() {
 			r.TTLLeft = max(exp.Sub(now), 0).Round(time.Second).String()
@@ -176,7 +176,7 @@ func writeVersions(w io.Writer, rows []versionRow) error {
 			counts = append(counts, fmt.Sprintf("%s=%d", n, r.Counts[n]))
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%d\t%s\t%d\t%s\t%s\n", r.Version, r.State, strings.Join(r.Marks, ","), r.Age,
-			r.TTLLeft, strings.Join(counts, " "), r.Source, r.Token, dash(r.Shape), r.ChainLength, humanBytes(r.BytesWritten),
+			r.TTLLeft, strings.Join(counts, " "), r.Source, r.Fence, dash(r.Shape), r.ChainLength, humanBytes(r.BytesWritten),
 			dash(string(r.Parent)))
 	}
 	return tw.Flush()

@@ -35,8 +35,8 @@ func TestLogObserverLine(t *testing.T) {
 			func(l *slog.Logger) {
 				l.With("dataset", "ds", "version", snapshot.Version("v1"), "collection", "items").Info("layer written", "kind", "delta")
 			}},
-		{snapshot.Event{Kind: snapshot.EventReleaseLeaseFailed, Attrs: []any{"token", 3, "err", err}},
-			func(l *slog.Logger) { l.Warn("release lease", "token", 3, "err", err) }},
+		{snapshot.Event{Kind: snapshot.EventReleaseLeaseFailed, Attrs: []any{"fence", 3, "err", err}},
+			func(l *slog.Logger) { l.Warn("release lease", "fence", 3, "err", err) }},
 		{snapshot.Event{Kind: snapshot.EventKeyedTooLarge, Dataset: "ds", Collection: "items", Attrs: []any{"bytes_over", 10}},
 			func(l *slog.Logger) {
 				l.Info("the changed documents are too large to hold: every id is compared", "dataset", "ds", "collection", "items", "bytes_over", 10)

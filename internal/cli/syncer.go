@@ -282,7 +282,7 @@ func wireSyncer(ctx context.Context, cfg SyncerConfig, log *slog.Logger) (*wired
 			TTL:           cfg.TTL,
 			Source:        src,
 			Store:         st,
-			Ticker: &snapshot.Ticker{Publisher: pub, Lease: lease, Slots: st, Holder: holder,
+			Ticker: &snapshot.Ticker{Publisher: pub, Lease: lease, Ticks: st, Holder: holder,
 				AcquireTimeout: cfg.Lease.AcquireTimeout, Observer: logObserver{log}},
 			Metrics: metrics,
 			Events:  events,

@@ -1,6 +1,6 @@
 // Package memstore is an in-memory store with the semantics of package store's
 // Bigtable store: manifests, the pointer and its fenced flip, coverage and demand,
-// leases, slot claims, the audit trail, and documents, index entries and fingerprint
+// leases, tick claims, the audit trail, and documents, index entries and fingerprint
 // runs by layer, with the same outcomes (ErrConflict, ErrFenced, ErrPinned,
 // ErrSourceBehind, ErrOutcomeUnknown, ErrNotFound). The contract suite
 // (internal/storetest) holds the two equal, so the protocol's tests run against
@@ -12,7 +12,7 @@
 // too.
 //
 // It keeps no time: nothing ages out. Bigtable's garbage collection (documents past
-// the TTL, manifests past the TTL and its grace, slot claims past SlotRetention, the
+// the TTL, manifests past the TTL and its grace, tick claims past SlotRetention, the
 // audit trail past AuditRetention) is not modelled, so tests of ageing run on the
 // emulator.
 package memstore
@@ -36,7 +36,7 @@ const (
 	OpFlip Op = iota + 1
 	OpCreateManifest
 	OpUpdateManifest
-	OpClaimSlot
+	OpClaimTick
 	OpSwapLease
 	OpWrite
 )
@@ -65,7 +65,7 @@ type Store struct {
 	pointers  map[string]*pointerRow
 	manifests map[string]map[snapshot.Version][]byte // dataset → version → manifest JSON
 	audit     map[string][][]byte                    // dataset → entries' JSON, oldest first
-	slots     map[slotKey]string
+	ticks     map[tickKey]string
 	leases    map[string][]byte
 	bases     map[string]map[string]snapshot.BaseStatus // dataset → collection → record
 	layers    map[layerKey]*layerRows
@@ -83,7 +83,7 @@ func New() *Store {
 		pointers:  map[string]*pointerRow{},
 		manifests: map[string]map[snapshot.Version][]byte{},
 		audit:     map[string][][]byte{},
-		slots:     map[slotKey]string{},
+		ticks:     map[tickKey]string{},
 		leases:    map[string][]byte{},
 		bases:     map[string]map[string]snapshot.BaseStatus{},
 		layers:    map[layerKey]*layerRows{},
@@ -178,36 +178,36 @@ func (c leaseCell) SwapLease(ctx context.Context, name string, prev, next []byte
 	return matched, nil
 }
 
-type slotKey struct {
+type tickKey struct {
 	dataset string
-	slot    int64
+	n       int64
 }
 
-// ClaimSlot claims one scheduled tick of a dataset for holder: exactly one claimer
-// wins. It reports whether holder won and who owns the slot.
-func (s *Store) ClaimSlot(ctx context.Context, dataset string, slot int64, holder string) (bool, string, error) {
+// ClaimTick claims one scheduled tick of a dataset for holder: exactly one claimer
+// wins. It reports whether holder won and who owns the tick.
+func (s *Store) ClaimTick(ctx context.Context, dataset string, n int64, holder string) (bool, string, error) {
 	if err := ctx.Err(); err != nil {
 		return false, "", err
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	f := s.fault(OpClaimSlot)
-	k := slotKey{dataset, slot}
-	owner, taken := s.slots[k]
+	f := s.fault(OpClaimTick)
+	k := tickKey{dataset, n}
+	owner, taken := s.ticks[k]
 	if !taken && f != Refused {
-		s.slots[k] = holder
+		s.ticks[k] = holder
 		owner, taken = holder, true
 		if f == 0 {
 			return true, holder, nil
 		}
 	}
-	// Bigtable's store re-reads after a failed call, or when the slot was taken: a
+	// Bigtable's store re-reads after a failed call, or when the tick was taken: a
 	// claim it finds decides, whoever made it.
 	if err := f.reread(); err != nil {
-		return false, "", fmt.Errorf("claim slot %d of %s (re-read failed): %w", slot, dataset, err)
+		return false, "", fmt.Errorf("claim tick %d of %s (re-read failed): %w", n, dataset, err)
 	}
 	if !taken {
-		return false, "", fmt.Errorf("claim slot %d of %s: %w", slot, dataset, errInjected)
+		return false, "", fmt.Errorf("claim tick %d of %s: %w", n, dataset, errInjected)
 	}
 	return owner == holder, owner, nil
 }
@@ -289,6 +289,6 @@ func clone(b []byte) []byte {
 var (
 	_ snapshot.PublishStore = (*Store)(nil)
 	_ snapshot.AdminStore   = (*Store)(nil)
-	_ snapshot.SlotStore    = (*Store)(nil)
+	_ snapshot.TickStore    = (*Store)(nil)
 	_ snapshot.DemandStore  = (*Store)(nil)
 )

@@ -90,7 +90,7 @@ func (s *Store) ListPointers(ctx context.Context) (map[string]snapshot.Pointer, 
 // when the stored source is newer (unless rolling back), or when the stored version
 // is not the expected one.
 func (s *Store) FlipPointer(ctx context.Context, dataset string, f snapshot.Flip) (snapshot.Pointer, error) {
-	if f.Token == 0 {
+	if f.Fence == 0 {
 		return snapshot.Pointer{}, fmt.Errorf("%w flip: fencing token 0", snapshot.ErrInvalid)
 	}
 	p := f.Pointer()
@@ -120,7 +120,7 @@ func (s *Store) FlipPointer(ctx context.Context, dataset string, f snapshot.Flip
 		return snapshot.Pointer{}, s.whyRefused(dataset, f)
 	}
 	r.body, r.covered = body, covered
-	r.version, r.fence, r.source, r.coveredLSN = ptr(f.Version), ptr(f.Token), ptr(f.Source.LSN), ptr(f.Source.LSN)
+	r.version, r.fence, r.source, r.coveredLSN = ptr(f.Version), ptr(f.Fence), ptr(f.Source.LSN), ptr(f.Source.LSN)
 	r.pinned = f.Pin
 	if fault != 0 {
 		return s.unknownFlip(dataset, f, fault, errInjected)
@@ -130,7 +130,7 @@ func (s *Store) FlipPointer(ctx context.Context, dataset string, f snapshot.Flip
 
 // flipRefused is FlipPointer's condition; the caller holds mu.
 func (s *Store) flipRefused(r *pointerRow, f snapshot.Flip) bool {
-	if !s.IgnoreFence && r.fence != nil && *r.fence > f.Token {
+	if !s.IgnoreFence && r.fence != nil && *r.fence > f.Fence {
 		return true
 	}
 	if !f.Rollback && (r.pinned || (r.source != nil && *r.source > f.Source.LSN)) {
@@ -148,7 +148,7 @@ func (s *Store) flipRefused(r *pointerRow, f snapshot.Flip) bool {
 func (s *Store) unknownFlip(dataset string, f snapshot.Flip, fault Fault, cause error) (snapshot.Pointer, error) {
 	if err := fault.reread(); err != nil {
 		cause = fmt.Errorf("%w (and the re-read failed: %v)", cause, err)
-	} else if got, err := s.readPointer(dataset); err == nil && got.Version == f.Version && got.Fence == f.Token {
+	} else if got, err := s.readPointer(dataset); err == nil && got.Version == f.Version && got.Fence == f.Fence {
 		return got, nil
 	}
 	return snapshot.Pointer{}, fmt.Errorf("%w: flip pointer of dataset %s to %s: %w", snapshot.ErrOutcomeUnknown, dataset, f.Version, cause)

@@ -145,7 +145,7 @@ func (s *Source) Open(ctx context.Context) (snapshot.SourceSnapshot, error) {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	snap := &sourceSnapshot{pos: snapshot.Position{LSN: s.lsn, Snapshot: fmt.Sprintf("%d:%d:", s.lsn, s.lsn), Definitions: map[string]string{}},
+	snap := &sourceSnapshot{pos: snapshot.Position{LSN: s.lsn, PgSnapshot: fmt.Sprintf("%d:%d:", s.lsn, s.lsn), Definitions: map[string]string{}},
 		docs: map[string]map[string][]byte{}, stamps: map[string]map[string]uint64{}, fail: maps.Clone(s.fail), shapes: maps.Clone(s.shapes)}
 	for c, docs := range s.docs {
 		snap.docs[c], snap.stamps[c] = maps.Clone(docs), maps.Clone(s.stamps[c])

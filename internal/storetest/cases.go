@@ -35,7 +35,7 @@ func versions(n int) []snapshot.Version {
 
 // flip is a flip of dataset to v by token at LSN lsn, expecting exp.
 func flip(v, exp snapshot.Version, token, lsn uint64) snapshot.Flip {
-	return snapshot.Flip{Version: v, Expected: exp, Token: token, Source: snapshot.Position{LSN: lsn, Snapshot: fmt.Sprint(lsn)},
+	return snapshot.Flip{Version: v, Expected: exp, Fence: token, Source: snapshot.Position{LSN: lsn, PgSnapshot: fmt.Sprint(lsn)},
 		By: "contract", At: at}
 }
 
@@ -78,10 +78,10 @@ func firstFlip(t TB, st Store, ds string) {
 	want(t, "first flip", err, nil)
 	p := current(t, st, ds, v, 3)
 	for _, q := range []snapshot.Pointer{got, p} {
-		if q.Previous != "" || q.Source.LSN != 10 || q.Source.Snapshot != "10" || q.Pinned || !q.FlippedAt.Equal(at) || q.By != "contract" || q.Reason != "first" {
+		if q.Previous != "" || q.Source.LSN != 10 || q.Source.PgSnapshot != "10" || q.Pinned || !q.FlippedAt.Equal(at) || q.By != "contract" || q.Reason != "first" {
 			t.Errorf("pointer = %+v; want the flip's fields", q)
 		}
-		if q.Covered.Version != v || q.Covered.LSN != 10 || q.Covered.Snapshot != "10" || q.Covered.Demand != 7 {
+		if q.Covered.Version != v || q.Covered.LSN != 10 || q.Covered.PgSnapshot != "10" || q.Covered.Demand != 7 {
 			t.Errorf("coverage = %+v; want the flip's", q.Covered)
 		}
 	}
@@ -115,7 +115,7 @@ func flipRefusalsInOrder(t TB, st Store, ds string) {
 	f := flip(vs[1], "not-current", 4, 50) // fenced, pinned, behind and expecting another
 	_, err = st.FlipPointer(bg, ds, f)
 	want(t, "a flip refused for every reason", err, snapshot.ErrFenced)
-	f.Token = 5
+	f.Fence = 5
 	_, err = st.FlipPointer(bg, ds, f)
 	want(t, "a flip pinned, behind and expecting another", err, snapshot.ErrPinned)
 	f.Rollback = true // a rollback may move a pinned pointer back in source position
@@ -222,7 +222,7 @@ func coverage(t TB, st Store, ds string) {
 	vs := versions(2)
 	_, err := st.FlipPointer(bg, ds, flip(vs[0], "", 2, 10))
 	want(t, "first flip", err, nil)
-	c := snapshot.Coverage{Version: vs[0], Snapshot: "20", LSN: 20, Demand: 3, At: at.Add(time.Second)}
+	c := snapshot.Coverage{Version: vs[0], PgSnapshot: "20", LSN: 20, Demand: 3, At: at.Add(time.Second)}
 	want(t, "coverage with an older token", st.RecordCoverage(bg, ds, 1, c), snapshot.ErrFenced)
 	fenced := ds + "-fenced" // a fence advanced before any flip
 	want(t, "advance a fence before any flip", st.AdvanceFence(bg, fenced, 5), nil)
@@ -237,7 +237,7 @@ func coverage(t TB, st Store, ds string) {
 	older.LSN = 15
 	want(t, "an older coverage", st.RecordCoverage(bg, ds, 2, older), snapshot.ErrSourceBehind)
 	p := current(t, st, ds, vs[0], 2)
-	if p.Covered.LSN != 20 || p.Covered.Snapshot != "20" || p.Covered.Demand != 3 || p.Source.LSN != 10 {
+	if p.Covered.LSN != 20 || p.Covered.PgSnapshot != "20" || p.Covered.Demand != 3 || p.Source.LSN != 10 {
 		t.Errorf("pointer = %+v; want coverage at 20 over a source at 10", p)
 	}
 	pin := flip(vs[1], vs[0], 2, 30)
@@ -332,15 +332,15 @@ func manifestOrder(t TB, st Store, ds string) {
 }
 
 func slots(t TB, st Store, ds string) {
-	won, owner, err := st.ClaimSlot(bg, ds, 7, "a")
+	won, owner, err := st.ClaimTick(bg, ds, 7, "a")
 	if err != nil || !won || owner != "a" {
 		t.Fatalf("first claim = %v %q %v; want won by a", won, owner, err)
 	}
-	won, owner, err = st.ClaimSlot(bg, ds, 7, "b")
+	won, owner, err = st.ClaimTick(bg, ds, 7, "b")
 	if err != nil || won || owner != "a" {
 		t.Errorf("second claim = %v %q %v; want lost to a", won, owner, err)
 	}
-	won, owner, err = st.ClaimSlot(bg, ds, 7, "a")
+	won, owner, err = st.ClaimTick(bg, ds, 7, "a")
 	if err != nil || !won || owner != "a" {
 		t.Errorf("the owner's claim again = %v %q %v; want won", won, owner, err)
 	}
@@ -351,7 +351,7 @@ func slots(t TB, st Store, ds string) {
 	for i := range 8 {
 		wg.Go(func() {
 			holder := fmt.Sprint("h", i)
-			won, owner, err := st.ClaimSlot(bg, ds, 8, holder)
+			won, owner, err := st.ClaimTick(bg, ds, 8, holder)
 			mu.Lock()
 			defer mu.Unlock()
 			if err != nil {
@@ -399,19 +399,19 @@ func leaseTokens(t TB, st Store, name string) {
 	})
 	b := newLease(t, st, name, "b", nil)
 	h, err := a.TryAcquire(bg)
-	if err != nil || h.Token() != 1 {
+	if err != nil || h.Fence() != 1 {
 		t.Fatalf("first acquire = %v; want token 1", err)
 	}
 	_, err = b.TryAcquire(bg)
 	want(t, "acquire a held lease", err, snapshot.ErrHeld)
 	want(t, "release", h.Release(bg), nil)
 	hb, err := b.TryAcquire(bg)
-	if err != nil || hb.Token() != 2 {
+	if err != nil || hb.Fence() != 2 {
 		t.Fatalf("acquire after a release = %v; want token 2", err)
 	}
 	want(t, "release", hb.Release(bg), nil)
 	ha, err := a.Acquire(bg)
-	if err != nil || ha.Token() != 3 {
+	if err != nil || ha.Fence() != 3 {
 		t.Fatalf("acquire again = %v; want token 3", err)
 	}
 	want(t, "release", ha.Release(bg), nil)
@@ -447,8 +447,8 @@ func leaseTakeover(t TB, st Store, name string) {
 	ctx, cancel = context.WithTimeout(bg, time.Minute)
 	defer cancel()
 	hf, err := fast.Acquire(ctx)
-	if err != nil || hf.Token() != hs.Token()+1 {
-		t.Fatalf("takeover = %v; want token %d", err, hs.Token()+1)
+	if err != nil || hf.Fence() != hs.Fence()+1 {
+		t.Fatalf("takeover = %v; want token %d", err, hs.Fence()+1)
 	}
 	if waited := time.Since(start); waited < leaseConfig("").Duration/2 {
 		t.Errorf("taken over after %s; want no sooner than the lease's duration after the first sighting", waited)
@@ -470,9 +470,9 @@ func leaseFencesFlips(t TB, st Store, name string) {
 	hn, err := next.TryAcquire(bg)
 	want(t, "acquire", err, nil)
 	defer hn.Release(bg)
-	_, err = st.FlipPointer(bg, ds, flip(vs[0], "", ho.Token(), 1))
+	_, err = st.FlipPointer(bg, ds, flip(vs[0], "", ho.Fence(), 1))
 	want(t, "flip by the deposed holder", err, snapshot.ErrFenced)
-	_, err = st.FlipPointer(bg, ds, flip(vs[1], "", hn.Token(), 1))
+	_, err = st.FlipPointer(bg, ds, flip(vs[1], "", hn.Fence(), 1))
 	want(t, "flip by the holder", err, nil)
 }
 
@@ -481,7 +481,7 @@ func audit(t TB, st Store, ds string) {
 	want(t, "audit of an empty trail", err, snapshot.ErrNotFound)
 	vs := versions(3)
 	for i, v := range vs {
-		e := snapshot.AuditEntry{Dataset: ds, At: at.Add(time.Duration(i) * time.Minute), Action: snapshot.ActionFlip, To: v, Token: uint64(i + 1), By: "contract"}
+		e := snapshot.AuditEntry{Dataset: ds, At: at.Add(time.Duration(i) * time.Minute), Action: snapshot.ActionFlip, To: v, Fence: uint64(i + 1), By: "contract"}
 		want(t, "append", st.AppendAudit(bg, e), nil)
 	}
 	all, err := st.ListAudit(bg, ds, 0)
@@ -526,11 +526,11 @@ func baseRecords(t TB, st Store, ds string) {
 	}
 	err = st.RecordBase(bg, ds, snapshot.BaseStatus{State: "building"})
 	want(t, "record without a collection", err, snapshot.ErrInvalid)
-	pos := snapshot.Position{LSN: 42, Snapshot: "10:12:11", Definitions: map[string]string{"users#1": "id int8"}}
+	pos := snapshot.Position{LSN: 42, PgSnapshot: "10:12:11", Definitions: map[string]string{"users#1": "id int8"}}
 	b.State, b.Position, b.Through, b.ThroughRows = "building", &pos, "id 7", 7
 	want(t, "record where a base stands", st.RecordBase(bg, ds, b), nil)
 	recs, err = st.ListBases(bg, ds)
-	if err != nil || len(recs) != 2 || recs[1].Position == nil || recs[1].Position.Snapshot != pos.Snapshot ||
+	if err != nil || len(recs) != 2 || recs[1].Position == nil || recs[1].Position.PgSnapshot != pos.PgSnapshot ||
 		recs[1].Position.Definitions["users#1"] != "id int8" || recs[1].Through != "id 7" || recs[1].ThroughRows != 7 {
 		t.Errorf("bases = %+v, %v; want users#1 standing at id 7, 7 rows, read at %+v", recs, err, pos)
 	}
@@ -903,17 +903,17 @@ func manifestReplyLost(t TB, st Store, ds string) {
 }
 
 func slotReplyLost(t TB, st Store, ds string) {
-	st.FailNext(memstore.OpClaimSlot, memstore.ReplyLost)
-	won, owner, err := st.ClaimSlot(bg, ds, 1, "a")
+	st.FailNext(memstore.OpClaimTick, memstore.ReplyLost)
+	won, owner, err := st.ClaimTick(bg, ds, 1, "a")
 	if err != nil || !won || owner != "a" {
 		t.Errorf("claim whose reply was lost = %v %q %v; want won", won, owner, err)
 	}
-	st.FailNext(memstore.OpClaimSlot, memstore.Refused)
-	won, owner, err = st.ClaimSlot(bg, ds, 2, "a")
+	st.FailNext(memstore.OpClaimTick, memstore.Refused)
+	won, owner, err = st.ClaimTick(bg, ds, 2, "a")
 	if err == nil || won {
 		t.Errorf("claim that failed = %v %q %v; want an error", won, owner, err)
 	}
-	won, owner, err = st.ClaimSlot(bg, ds, 2, "b")
+	won, owner, err = st.ClaimTick(bg, ds, 2, "b")
 	if err != nil || !won || owner != "b" {
 		t.Errorf("claim after a failed one = %v %q %v; want won by b", won, owner, err)
 	}
@@ -923,7 +923,7 @@ func leaseReplyLost(t TB, st Store, name string) {
 	a := newLease(t, st, name, "a", nil)
 	st.FailNext(memstore.OpSwapLease, memstore.ReplyLost)
 	h, err := a.TryAcquire(bg)
-	if err != nil || h.Token() != 1 {
+	if err != nil || h.Fence() != 1 {
 		t.Fatalf("acquire whose reply was lost = %v; want token 1", err)
 	}
 	want(t, "release", h.Release(bg), nil)
@@ -932,7 +932,7 @@ func leaseReplyLost(t TB, st Store, name string) {
 		t.Fatalf("acquire that failed = %v; want an error that is not ErrHeld", err)
 	}
 	h, err = a.TryAcquire(bg)
-	if err != nil || h.Token() != 2 {
+	if err != nil || h.Fence() != 2 {
 		t.Fatalf("acquire after a failed one = %v; want token 2", err)
 	}
 	want(t, "release", h.Release(bg), nil)
@@ -975,15 +975,15 @@ func manifestFailedCallDecided(t TB, st Store, ds string) {
 // slotFailedCallDecided: a claim whose call fails is decided by the claim a re-read
 // finds, whoever made it.
 func slotFailedCallDecided(t TB, st Store, ds string) {
-	if won, _, err := st.ClaimSlot(bg, ds, 1, "a"); err != nil || !won {
+	if won, _, err := st.ClaimTick(bg, ds, 1, "a"); err != nil || !won {
 		t.Fatalf("claim = %v %v; want won", won, err)
 	}
-	st.FailNext(memstore.OpClaimSlot, memstore.Refused)
-	if won, owner, err := st.ClaimSlot(bg, ds, 1, "b"); err != nil || won || owner != "a" {
+	st.FailNext(memstore.OpClaimTick, memstore.Refused)
+	if won, owner, err := st.ClaimTick(bg, ds, 1, "b"); err != nil || won || owner != "a" {
 		t.Errorf("b's claim of a's slot, refused = %v %q %v; want lost to a", won, owner, err)
 	}
-	st.FailNext(memstore.OpClaimSlot, memstore.ReplyLost)
-	if won, owner, err := st.ClaimSlot(bg, ds, 1, "a"); err != nil || !won || owner != "a" {
+	st.FailNext(memstore.OpClaimTick, memstore.ReplyLost)
+	if won, owner, err := st.ClaimTick(bg, ds, 1, "a"); err != nil || !won || owner != "a" {
 		t.Errorf("a's claim of its own slot, its reply lost = %v %q %v; want won", won, owner, err)
 	}
 }
@@ -998,14 +998,14 @@ func rereadFaultEndsWithItsCall(t TB, st Store, ds string) {
 	if _, err := st.ReadManifest(bg, ds, vs[0]); err != nil {
 		t.Errorf("a read after the failed update: %v", err)
 	}
-	if won, _, err := st.ClaimSlot(bg, ds, 1, "a"); err != nil || !won {
+	if won, _, err := st.ClaimTick(bg, ds, 1, "a"); err != nil || !won {
 		t.Fatalf("claim = %v %v; want won", won, err)
 	}
-	st.FailNext(memstore.OpClaimSlot, memstore.ReplyLostAndRereadFails)
-	if _, _, err := st.ClaimSlot(bg, ds, 1, "b"); !errors.Is(err, snapshot.ErrUnavailable) {
+	st.FailNext(memstore.OpClaimTick, memstore.ReplyLostAndRereadFails)
+	if _, _, err := st.ClaimTick(bg, ds, 1, "b"); !errors.Is(err, snapshot.ErrUnavailable) {
 		t.Errorf("a claim of a taken slot whose reply and re-read were lost = %v; want ErrUnavailable", err)
 	}
-	if won, owner, err := st.ClaimSlot(bg, ds, 1, "b"); err != nil || won || owner != "a" {
+	if won, owner, err := st.ClaimTick(bg, ds, 1, "b"); err != nil || won || owner != "a" {
 		t.Errorf("the claim again = %v %q %v; want lost to a", won, owner, err)
 	}
 }

@@ -25,7 +25,7 @@ import (
 type Contract interface {
 	snapshot.PublishStore
 	snapshot.AuditStore
-	snapshot.SlotStore
+	snapshot.TickStore
 	snapshot.DemandStore
 	snapshot.BaseStore
 	layer.Store

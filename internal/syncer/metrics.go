@@ -121,7 +121,7 @@ func (m *Metrics) LeaseEvents(next snapshot.Observer) snapshot.Observer {
 		switch e.Kind {
 		case snapshot.EventLeaseAcquired, snapshot.EventLeaseTakeover:
 			m.leaseHeld.Set(1)
-			if token, ok := e.Attr("token").(uint64); ok {
+			if token, ok := e.Attr("fence").(uint64); ok {
 				m.leaseToken.Set(float64(token))
 			}
 		case snapshot.EventLeaseReleased, snapshot.EventLeaseLost:

@@ -53,8 +53,8 @@ func TestLeaseEventsShowWhoHoldsWhat(t *testing.T) {
 	if got := testutil.ToFloat64(m.leaseHeld); got != 1 {
 		t.Errorf("lease_held = %v; want 1", got)
 	}
-	if got := testutil.ToFloat64(m.leaseToken); got != float64(h.Token()) || got == 0 {
-		t.Errorf("lease_token = %v; want the hold's %d", got, h.Token())
+	if got := testutil.ToFloat64(m.leaseToken); got != float64(h.Fence()) || got == 0 {
+		t.Errorf("lease_token = %v; want the hold's %d", got, h.Fence())
 	}
 	if _, err := lease("host-b/42/xyz").Acquire(wctx); err == nil {
 		t.Fatal("a second holder acquired a held lease")
@@ -125,14 +125,14 @@ func TestLeaseEventsOfATakeover(t *testing.T) {
 			t.Fatal("no takeover event")
 		}
 	}
-	if e.Attr("lease") != "publish/ds" || e.Attr("holder") != "new" || e.Attr("token") != taker.Token() || taker.Token() != old.Token()+1 {
-		t.Errorf("takeover event %v; want lease publish/ds, holder new, token %d", e.Attrs, old.Token()+1)
+	if e.Attr("lease") != "publish/ds" || e.Attr("holder") != "new" || e.Attr("fence") != taker.Fence() || taker.Fence() != old.Fence()+1 {
+		t.Errorf("takeover event %v; want lease publish/ds, holder new, token %d", e.Attrs, old.Fence()+1)
 	}
 	if got := testutil.ToFloat64(m.leaseEventsTotal.WithLabelValues("takeover")); got != 1 {
 		t.Errorf("lease events{takeover} = %v; want 1", got)
 	}
-	if got := testutil.ToFloat64(m.leaseToken); got != float64(taker.Token()) {
-		t.Errorf("lease_token = %v; want the new hold's %d", got, taker.Token())
+	if got := testutil.ToFloat64(m.leaseToken); got != float64(taker.Fence()) {
+		t.Errorf("lease_token = %v; want the new hold's %d", got, taker.Fence())
 	}
 	m.LeaseEvents(nil).Observe(ctx, snapshot.Event{Kind: snapshot.EventLeaseReleased})
 	if got := testutil.ToFloat64(m.leaseEventsTotal.WithLabelValues("released")); got != 1 {

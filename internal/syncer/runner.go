@@ -131,7 +131,7 @@ func (r *Runner) PublishNow(ctx context.Context, opts snapshot.PublishOptions) (
 }
 
 // Run runs one cycle per scheduled tick until ctx ends. Every replica runs the
-// schedule; the replica that claims a tick's slot publishes it. A tick that comes
+// schedule; the replica that claims a tick publishes it. A tick that comes
 // while a cycle runs is skipped (the next one is computed when the cycle ends). If
 // nothing is published yet, it syncs at once, outside the schedule. On shutdown it
 // stops at the next tick boundary; a running cycle is cancelled, which leaves the
@@ -176,13 +176,13 @@ func (r *Runner) Run(ctx context.Context) error {
 			log.Info("stopped")
 			return nil
 		}
-		slot := r.Schedule.Slot(tick)
-		tlog := log.With("slot", slot, "tick", tick.UTC().Format(time.RFC3339))
+		n := r.Schedule.Number(tick)
+		tlog := log.With("tick", n, "at", tick.UTC().Format(time.RFC3339))
 		tlog.Debug("tick started")
 		start := time.Now()
 		var res snapshot.TickResult
 		err := r.inCycle(func() (err error) {
-			res, err = r.Ticker.Tick(ctx, slot, snapshot.PublishOptions{})
+			res, err = r.Ticker.Tick(ctx, n, snapshot.PublishOptions{})
 			return err
 		})
 		switch {
@@ -193,7 +193,7 @@ func (r *Runner) Run(ctx context.Context) error {
 		case err != nil:
 			tlog.Error("sync failed", "err", err)
 		case !res.Claimed:
-			tlog.Debug("slot claimed by another replica", "owner", res.Owner)
+			tlog.Debug("tick claimed by another replica", "owner", res.Owner)
 		}
 		if res.Claimed {
 			r.Metrics.slots.WithLabelValues("claimed").Inc()

@@ -10,12 +10,12 @@ import (
 // cronParser accepts 5-field specs and descriptors such as "@every 5m".
 var cronParser = cron.NewParser(cron.Minute | cron.Hour | cron.Dom | cron.Month | cron.Dow | cron.Descriptor)
 
-// Schedule is the syncer's cron schedule, with slots every replica agrees on.
+// Schedule is the syncer's cron schedule, with tick numbers every replica agrees on.
 //
 // robfig/cron's "@every d" counts from when the process started, so two replicas would
 // tick at different times; here "@every d" ticks at the multiples of d since the Unix
-// epoch instead, and a tick's slot is tick/d. Cron specs already tick at wall-clock
-// times every replica shares; their slot is the tick's Unix second.
+// epoch instead, and a tick's number is tick/d. Cron specs already tick at wall-clock
+// times every replica shares; a tick's number is its Unix second.
 type Schedule struct {
 	spec  string // as the config gives it
 	every time.Duration
@@ -44,8 +44,8 @@ func (s Schedule) Next(t time.Time) time.Time {
 	return s.cron.Next(t)
 }
 
-// Slot returns the slot of a tick: floor(tick / interval).
-func (s Schedule) Slot(tick time.Time) int64 {
+// Number returns the number of a tick: floor(tick / interval).
+func (s Schedule) Number(tick time.Time) int64 {
 	if s.every > 0 {
 		return tick.UnixMilli() / s.every.Milliseconds()
 	}

@@ -17,8 +17,8 @@ func TestScheduleAlignsEveryAcrossReplicas(t *testing.T) {
 	if !a.Equal(want) || !b.Equal(want) {
 		t.Errorf("Next = %s, %s; want %s for both", a, b, want)
 	}
-	if s.Slot(a) != s.Slot(b) || s.Slot(s.Next(a)) != s.Slot(a)+1 {
-		t.Errorf("slots %d, %d, next %d; want equal, then +1", s.Slot(a), s.Slot(b), s.Slot(s.Next(a)))
+	if s.Number(a) != s.Number(b) || s.Number(s.Next(a)) != s.Number(a)+1 {
+		t.Errorf("slots %d, %d, next %d; want equal, then +1", s.Number(a), s.Number(b), s.Number(s.Next(a)))
 	}
 }
 

@@ -147,7 +147,7 @@ func (r *Rig) Ticker(tb testing.TB, holder string) *snapshot.Ticker {
 	if err != nil {
 		tb.Fatal(err)
 	}
-	return &snapshot.Ticker{Publisher: r.Pub, Lease: lease, Slots: r.Store, Holder: holder}
+	return &snapshot.Ticker{Publisher: r.Pub, Lease: lease, Ticks: r.Store, Holder: holder}
 }
 
 // Stream reads the replication stream of the rig's source, on a new slot, until the
