@@ -128,6 +128,10 @@ const (
 	DefaultLeeway     = 30 * time.Second
 )
 
+// DefaultConfig returns the values a zero field takes: KeyRefresh and Leeway (the
+// issuers and grants have none).
+func DefaultConfig() Config { return Config{KeyRefresh: DefaultKeyRefresh, Leeway: DefaultLeeway} }
+
 // withDefaults fills c's zero KeyRefresh and Leeway.
 func (c Config) withDefaults() Config {
 	c.KeyRefresh = cmp.Or(c.KeyRefresh, DefaultKeyRefresh)

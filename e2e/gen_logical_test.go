@@ -70,7 +70,7 @@ func (r *genRun) startLogical() {
 	l.pub = &snapshot.Publisher{
 		Dataset: "e2e", Store: st, Source: src, Versions: snapshot.NewVersionGen(uuid.New(), nil), Writer: holder,
 		TTL: time.Hour, Audit: st, Data: w,
-		DefaultGate: &snapshot.Gate{AllowEmpty: true},
+		DefaultGate: &snapshot.Gate{MaxShrink: 1, AllowEmpty: true},
 		Incremental: true,
 		Crash: func(at snapshot.CrashPoint, _ int64) {
 			if at == snapshot.CrashAfterOpen && l.during != nil {

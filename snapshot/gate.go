@@ -6,7 +6,8 @@ import "fmt"
 // so that a source that lost most of its rows by accident is never published.
 type Gate struct {
 	// MaxShrink refuses a collection that has lost more than this fraction of the
-	// current version's rows: 0.5 refuses losing over half. 0 or 1 turns it off.
+	// current version's rows: 0.5, the default (0), refuses losing over half; 1 (or
+	// more) turns it off.
 	MaxShrink float64
 	// MinRows refuses a collection with fewer rows; 0 turns it off.
 	MinRows int64
@@ -14,18 +15,28 @@ type Gate struct {
 	AllowEmpty bool
 }
 
-// DefaultGate refuses losing more than half of a collection, or all of it.
+// DefaultGate refuses losing more than half of a collection, or all of it: the
+// zero Gate's checks.
 func DefaultGate() Gate { return Gate{MaxShrink: 0.5} }
+
+// withDefaults fills the zero fields with DefaultGate's values.
+func (g Gate) withDefaults() Gate {
+	if g.MaxShrink == 0 {
+		g.MaxShrink = DefaultGate().MaxShrink
+	}
+	return g
+}
 
 // Check returns an error wrapping ErrRefused when now fails the gate; before is the
 // collection's row count in the current version, or -1 when it has none.
 func (g Gate) Check(collection string, before, now int64) error {
+	g = g.withDefaults()
 	switch {
 	case g.MinRows > 0 && now < g.MinRows:
 		return fmt.Errorf("%w: collection %s has %d rows, under its minimum of %d", ErrRefused, collection, now, g.MinRows)
 	case before > 0 && now == 0 && !g.AllowEmpty:
 		return fmt.Errorf("%w: collection %s is empty; the current version has %d rows", ErrRefused, collection, before)
-	case before > 0 && g.MaxShrink > 0 && g.MaxShrink < 1 && float64(before-now) > g.MaxShrink*float64(before):
+	case before > 0 && g.MaxShrink < 1 && float64(before-now) > g.MaxShrink*float64(before):
 		return fmt.Errorf("%w: collection %s shrank from %d to %d rows, more than the allowed %.0f%%",
 			ErrRefused, collection, before, now, 100*g.MaxShrink)
 	}

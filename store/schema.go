@@ -17,9 +17,10 @@ import (
 
 // policies returns the GC rule of each column family for the configured TTL.
 func (c Config) policies() map[string]bigtable.GCPolicy {
+	c = c.withDefaults()
 	return map[string]bigtable.GCPolicy{
 		famDocs:     bigtable.UnionPolicy(bigtable.MaxAgePolicy(c.TTL), bigtable.MaxVersionsPolicy(1)),
-		famManifest: bigtable.MaxAgePolicy(c.TTL + c.ManifestGrace),
+		famManifest: bigtable.MaxAgePolicy(c.TTL + c.manifestGrace()),
 		famControl:  bigtable.MaxVersionsPolicy(1),
 		famSlots:    bigtable.MaxAgePolicy(c.SlotRetention),
 		famAudit:    bigtable.MaxAgePolicy(max(c.AuditRetention, time.Hour)),
@@ -30,7 +31,8 @@ func (c Config) policies() map[string]bigtable.GCPolicy {
 // keep a cell: documents the TTL, manifests the TTL and the grace, so that a
 // version's history outlives its data.
 func (c Config) needs() map[string]time.Duration {
-	return map[string]time.Duration{famDocs: c.TTL, famManifest: c.TTL + c.ManifestGrace}
+	c = c.withDefaults()
+	return map[string]time.Duration{famDocs: c.TTL, famManifest: c.TTL + c.manifestGrace()}
 }
 
 // Wanted returns the rules the config asks for documents and manifests, as the

@@ -42,9 +42,10 @@ type Config struct {
 	EmulatorHost string
 	// TTL is how long document cells live (family d MaxAge); default 168h.
 	TTL time.Duration
-	// ManifestGrace is how much longer manifests live than documents; default 24h.
+	// ManifestGrace is how much longer manifests live than documents; default 24h,
+	// a negative value none (manifests live as long as documents).
 	ManifestGrace time.Duration
-	// SlotRetention is how long slot claims live; default 72h.
+	// SlotRetention is how long tick claims live; default 72h.
 	SlotRetention time.Duration
 	// AuditRetention is how long audit entries live; default 90 days.
 	AuditRetention time.Duration
@@ -55,7 +56,7 @@ type Config struct {
 	// Writers is how many ApplyBulk calls run at once; default 8 (measured).
 	Writers int
 	// RowRetries is how often a row that failed inside an ApplyBulk is retried;
-	// default 5.
+	// default 5, a negative value never.
 	RowRetries int
 	// BatchTimeout bounds one ApplyBulk attempt, so an unreachable Bigtable fails the
 	// sync instead of hanging it; default 60s.
@@ -67,7 +68,8 @@ type Config struct {
 	DialOptions []grpc.DialOption
 }
 
-// DefaultConfig returns the defaults.
+// DefaultConfig returns the defaults: the values a zero field takes (Project and
+// Instance "local", as the emulator takes any).
 func DefaultConfig() Config {
 	return Config{
 		Project:        "local",
@@ -86,12 +88,17 @@ func DefaultConfig() Config {
 	}
 }
 
-// withDefaults fills the zero fields that take DefaultConfig's value: the TTL and the
-// write and call bounds. Project, Instance and Table have no default, and a zero
-// retention, grace or RowRetries says what it says.
+// withDefaults fills the zero fields with DefaultConfig's values.
 func (c Config) withDefaults() Config {
 	def := DefaultConfig()
+	c.Project = cmp.Or(c.Project, def.Project)
+	c.Instance = cmp.Or(c.Instance, def.Instance)
+	c.Table = cmp.Or(c.Table, def.Table)
 	c.TTL = cmp.Or(c.TTL, def.TTL)
+	c.ManifestGrace = cmp.Or(c.ManifestGrace, def.ManifestGrace)
+	c.SlotRetention = cmp.Or(c.SlotRetention, def.SlotRetention)
+	c.AuditRetention = cmp.Or(c.AuditRetention, def.AuditRetention)
+	c.RowRetries = cmp.Or(c.RowRetries, def.RowRetries)
 	c.BatchRows = cmp.Or(c.BatchRows, def.BatchRows)
 	c.BatchBytes = cmp.Or(c.BatchBytes, def.BatchBytes)
 	c.Writers = cmp.Or(c.Writers, def.Writers)
@@ -99,6 +106,10 @@ func (c Config) withDefaults() Config {
 	c.OpTimeout = cmp.Or(c.OpTimeout, def.OpTimeout)
 	return c
 }
+
+// manifestGrace is how much longer manifests live than documents: ManifestGrace,
+// none when negative.
+func (c Config) manifestGrace() time.Duration { return max(c.ManifestGrace, 0) }
 
 // Validate reports the first field that is not usable, by name, in an error wrapping
 // snapshot.ErrInvalid. A zero field that takes a default (withDefaults) is usable.
@@ -111,28 +122,22 @@ func (c Config) Validate() error {
 
 func (c Config) validate() error {
 	switch {
-	case c.Project == "":
-		return errors.New("bigtable.project is required")
-	case c.Instance == "":
-		return errors.New("bigtable.instance is required")
-	case c.Table == "":
-		return errors.New("bigtable.table is required")
 	case c.TTL < time.Second:
 		return fmt.Errorf("ttl %s: must be at least 1s", c.TTL)
 	case c.TTL%time.Second != 0:
 		// Bigtable keeps a rule's age in whole seconds: 1.5s would read back as 1s,
 		// and every start would set it again.
 		return fmt.Errorf("ttl %s: must be whole seconds", c.TTL)
-	case c.ManifestGrace < 0:
-		return fmt.Errorf("manifest grace %s: must not be negative", c.ManifestGrace)
+	case c.SlotRetention < 0:
+		return fmt.Errorf("tick claims' retention %s: must not be negative", c.SlotRetention)
+	case c.AuditRetention < 0:
+		return fmt.Errorf("audit retention %s: must not be negative", c.AuditRetention)
 	case c.BatchRows < 1 || c.BatchRows > 100_000:
 		return fmt.Errorf("bigtable.batch_rows %d: must be 1..100000", c.BatchRows)
 	case c.BatchBytes < 1<<10:
 		return fmt.Errorf("bigtable.batch_bytes %d: must be at least 1024", c.BatchBytes)
 	case c.Writers < 1 || c.Writers > 256:
 		return fmt.Errorf("bigtable.writers %d: must be 1..256", c.Writers)
-	case c.RowRetries < 0:
-		return fmt.Errorf("bigtable.row_retries %d: must not be negative", c.RowRetries)
 	case c.BatchTimeout <= 0:
 		return fmt.Errorf("bigtable.batch_timeout %s: must be positive", c.BatchTimeout)
 	case c.OpTimeout <= 0:

@@ -202,7 +202,7 @@ func TestEnsureSchemaRandomConfigs(t *testing.T) {
 	for range 8 {
 		cfg := testenv.StoreConfig(addr)
 		cfg.Table = "schema_" + strings.ReplaceAll(uuid.NewString(), "-", "")
-		cfg.TTL, cfg.ManifestGrace, cfg.SlotRetention, cfg.AuditRetention = dur(1), dur(0), dur(1), dur(1)
+		cfg.TTL, cfg.ManifestGrace, cfg.SlotRetention, cfg.AuditRetention = dur(1), dur(1), dur(1), dur(1)
 		what := fmt.Sprintf("TTL %s, grace %s, slots %s, audit %s", cfg.TTL, cfg.ManifestGrace, cfg.SlotRetention, cfg.AuditRetention)
 		ret, _ := ensureCounting(t, cfg)
 		checkRules(t, cfg)

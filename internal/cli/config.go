@@ -82,6 +82,9 @@ func (g GateConfig) gate(def snapshot.Gate) snapshot.Gate {
 	out := def
 	if g.MaxShrink != nil {
 		out.MaxShrink = *g.MaxShrink
+		if out.MaxShrink == 0 { // off, as 1 is: the Go gate's zero is its default
+			out.MaxShrink = 1
+		}
 	}
 	if g.MinRows != nil {
 		out.MinRows = *g.MinRows

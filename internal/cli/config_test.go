@@ -38,7 +38,7 @@ collections:
 	want := map[string]snapshot.Gate{
 		"a": {MaxShrink: 0.2},
 		"b": {MaxShrink: 0.2, MinRows: 5, AllowEmpty: true},
-		"c": {MaxShrink: 0},
+		"c": {MaxShrink: 1},
 	}
 	if diff := cmp.Diff(want, gates); diff != "" {
 		t.Errorf("gates (-want +got):\n%s", diff)
@@ -61,8 +61,8 @@ func TestGateOverrides(t *testing.T) {
 		{"nothing set", ``, ``, def, def},
 		{"max_shrink global", `max_shrink: 0.2`, ``, snapshot.Gate{MaxShrink: 0.2}, snapshot.Gate{MaxShrink: 0.2}},
 		{"max_shrink collection", ``, `max_shrink: 0.2`, def, snapshot.Gate{MaxShrink: 0.2}},
-		{"max_shrink off per collection", `max_shrink: 0.2`, `max_shrink: 0`, snapshot.Gate{MaxShrink: 0.2}, snapshot.Gate{MaxShrink: 0}},
-		{"max_shrink on per collection", `max_shrink: 0`, `max_shrink: 0.3`, snapshot.Gate{}, snapshot.Gate{MaxShrink: 0.3}},
+		{"max_shrink off per collection", `max_shrink: 0.2`, `max_shrink: 0`, snapshot.Gate{MaxShrink: 0.2}, snapshot.Gate{MaxShrink: 1}},
+		{"max_shrink on per collection", `max_shrink: 0`, `max_shrink: 0.3`, snapshot.Gate{MaxShrink: 1}, snapshot.Gate{MaxShrink: 0.3}},
 		{"min_rows global", `min_rows: 1000`, ``, snapshot.Gate{MaxShrink: 0.5, MinRows: 1000}, snapshot.Gate{MaxShrink: 0.5, MinRows: 1000}},
 		{"min_rows collection", ``, `min_rows: 7`, def, snapshot.Gate{MaxShrink: 0.5, MinRows: 7}},
 		{"min_rows off per collection", `min_rows: 1000`, `min_rows: 0`, snapshot.Gate{MaxShrink: 0.5, MinRows: 1000}, def},
@@ -72,7 +72,7 @@ func TestGateOverrides(t *testing.T) {
 		{"allow_empty off per collection", `allow_empty: true`, `allow_empty: false`, snapshot.Gate{MaxShrink: 0.5, AllowEmpty: true}, def},
 		{"allow_empty false globally", `allow_empty: false`, ``, def, def},
 		{"all off per collection", `{max_shrink: 0.1, min_rows: 5, allow_empty: true}`, `{max_shrink: 0, min_rows: 0, allow_empty: false}`,
-			snapshot.Gate{MaxShrink: 0.1, MinRows: 5, AllowEmpty: true}, snapshot.Gate{}},
+			snapshot.Gate{MaxShrink: 0.1, MinRows: 5, AllowEmpty: true}, snapshot.Gate{MaxShrink: 1}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

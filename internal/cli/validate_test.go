@@ -18,10 +18,10 @@ import (
 // wrong (the configs' one convention).
 func TestValidateErrorsWrapErrInvalid(t *testing.T) {
 	bad := map[string]error{
-		"store.Config without a project": store.Config{Instance: "i", Table: "t"}.Validate(),
-		"store.Config with a negative grace": func() error {
+		"store.Config with a batch of no rows": store.Config{BatchRows: -1}.Validate(),
+		"store.Config with a negative audit retention": func() error {
 			c := store.DefaultConfig()
-			c.ManifestGrace = -1
+			c.Project, c.Instance, c.Table, c.AuditRetention = "p", "i", "t", -1
 			return c.Validate()
 		}(),
 		"store.LeaseConfig without a holder":       store.LeaseConfig{}.Validate(),

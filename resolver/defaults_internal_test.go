@@ -1,0 +1,11 @@
+package resolver
+
+import (
+	"testing"
+
+	"github.com/snapflip/snapflip/internal/configtest"
+)
+
+func TestZeroConfigsTakeTheDefaults(t *testing.T) {
+	configtest.Check(t, configtest.Case{Name: "Config", Zero: Config{}.withDefaults(), Default: DefaultConfig()})
+}
