@@ -8,7 +8,6 @@ import (
 	"net/http"
 	"strings"
 
-	"github.com/snapflip/snapflip/auth"
 	"github.com/snapflip/snapflip/snapshot"
 )
 
@@ -33,7 +32,7 @@ func (s *Server) requireAdmin(next http.HandlerFunc) http.HandlerFunc {
 		case ok:
 			next(w, r)
 		case err != nil:
-			unauthorized(w, "invalid_token", strings.TrimPrefix(err.Error(), auth.ErrUnauthenticated.Error()+": "))
+			unauthorized(w, "invalid_token", unauthenticatedWhy(err))
 		case s.cfg.Auth != nil && r.Header.Get("Authorization") != "":
 			writeProblem(w, Problem{Type: typeForbidden, Title: "Forbidden", Status: http.StatusForbidden,
 				Detail: "the admin endpoints need an identity granted admin: true, or the admin token"})

@@ -54,7 +54,7 @@ func (s *Server) authenticate(next http.Handler) http.Handler {
 		}
 		id, err := s.cfg.Auth.Verifier.Verify(r.Context(), raw)
 		if err != nil {
-			unauthorized(w, "invalid_token", strings.TrimPrefix(err.Error(), auth.ErrUnauthenticated.Error()+": "))
+			unauthorized(w, "invalid_token", unauthenticatedWhy(err))
 			return
 		}
 		if !s.cfg.Auth.Policy.Anything(id) {
@@ -317,4 +317,13 @@ func ScopeIndexes(c auth.Config, m snapshot.Manifest) error {
 			auth.ErrConfig, u[0].Collection, u[0].Field, u[0].Field, m.Version)
 	}
 	return nil
+}
+
+// unauthenticatedWhy returns why a bearer token proved no identity, for the
+// WWW-Authenticate header: the reason Verify gave.
+func unauthenticatedWhy(err error) string {
+	if ue := (*auth.UnauthenticatedError)(nil); errors.As(err, &ue) {
+		return ue.Reason.Error()
+	}
+	return err.Error()
 }

@@ -19,6 +19,27 @@ import (
 // malformed, signed by no key of its issuer, or fails a claim check.
 var ErrUnauthenticated = errors.New("unauthenticated")
 
+// UnauthenticatedError is Verify's error: why the token proves no identity. It
+// matches ErrUnauthenticated.
+type UnauthenticatedError struct {
+	Reason error
+}
+
+func (e *UnauthenticatedError) Error() string {
+	return ErrUnauthenticated.Error() + ": " + e.Reason.Error()
+}
+
+// Is reports whether target is ErrUnauthenticated.
+func (e *UnauthenticatedError) Is(target error) bool { return target == ErrUnauthenticated }
+
+// Unwrap returns the reason.
+func (e *UnauthenticatedError) Unwrap() error { return e.Reason }
+
+// unauthenticated returns an UnauthenticatedError whose reason is formatted.
+func unauthenticated(format string, args ...any) error {
+	return &UnauthenticatedError{Reason: fmt.Errorf(format, args...)}
+}
+
 // MaxTokenBytes bounds a bearer token; a projected service-account token is about
 // 1 KiB.
 const MaxTokenBytes = 8 << 10
@@ -110,10 +131,10 @@ func NewVerifier(ctx context.Context, c Config, o VerifierOptions) (*Verifier, e
 // wrap ErrUnauthenticated and never hold the token.
 func (v *Verifier) Verify(ctx context.Context, raw string) (*Identity, error) {
 	if raw == "" {
-		return nil, fmt.Errorf("%w: no token", ErrUnauthenticated)
+		return nil, unauthenticated("no token")
 	}
 	if len(raw) > MaxTokenBytes {
-		return nil, fmt.Errorf("%w: token of %d bytes, over the limit of %d", ErrUnauthenticated, len(raw), MaxTokenBytes)
+		return nil, unauthenticated("token of %d bytes, over the limit of %d", len(raw), MaxTokenBytes)
 	}
 	now := v.now()
 	v.mu.RLock()
@@ -122,7 +143,7 @@ func (v *Verifier) Verify(ctx context.Context, raw string) (*Identity, error) {
 	if ok && now.Before(e.id.Until()) {
 		waited, err := e.issuer.keys.fresh(ctx, now)
 		if err != nil {
-			return nil, fmt.Errorf("%w: %w", ErrUnauthenticated, err)
+			return nil, unauthenticated("%w", err)
 		}
 		// A read it waited for may have found the token's key gone.
 		if !waited || e.issuer.keys.holds(e.key) {
@@ -174,30 +195,30 @@ func (v *Verifier) forget(is *issuer, thumbprints []string) {
 func (v *Verifier) verify(ctx context.Context, raw string) (verified, error) {
 	jws, err := jose.ParseSigned(raw, algorithms)
 	if err != nil {
-		return verified{}, fmt.Errorf("%w: not a JWT signed with %v: %w", ErrUnauthenticated, algorithms, err)
+		return verified{}, unauthenticated("not a JWT signed with %v: %w", algorithms, err)
 	}
 	var unverified struct {
 		Issuer string `json:"iss"`
 	}
 	if err := json.Unmarshal(jws.UnsafePayloadWithoutVerification(), &unverified); err != nil {
-		return verified{}, fmt.Errorf("%w: claims are not a JSON object", ErrUnauthenticated)
+		return verified{}, unauthenticated("claims are not a JSON object")
 	}
 	is, ok := v.issuers[unverified.Issuer]
 	if !ok {
-		return verified{}, fmt.Errorf("%w: issuer %q is not trusted", ErrUnauthenticated, clip(unverified.Issuer))
+		return verified{}, unauthenticated("issuer %q is not trusted", clip(unverified.Issuer))
 	}
 	sig := &signature{keys: is.keys}
 	tok, err := oidc.NewVerifier(is.url, sig, is.config).Verify(ctx, raw)
 	if err != nil {
-		return verified{}, fmt.Errorf("%w: %w", ErrUnauthenticated, err)
+		return verified{}, unauthenticated("%w", err)
 	}
 	var payload json.RawMessage
 	if err := tok.Claims(&payload); err != nil {
-		return verified{}, fmt.Errorf("%w: claims: %w", ErrUnauthenticated, err)
+		return verified{}, unauthenticated("claims: %w", err)
 	}
 	claims, err := decodeClaims(payload)
 	if err != nil {
-		return verified{}, fmt.Errorf("%w: claims: %w", ErrUnauthenticated, err)
+		return verified{}, unauthenticated("claims: %w", err)
 	}
 	id := &Identity{Issuer: tok.Issuer, Subject: tok.Subject, Expiry: tok.Expiry, claims: claims, leeway: v.leeway}
 	return verified{id: id, issuer: is, key: sig.by}, nil

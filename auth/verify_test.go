@@ -95,6 +95,10 @@ func TestVerifyRefuses(t *testing.T) {
 			if !errors.Is(err, auth.ErrUnauthenticated) {
 				t.Fatalf("err = %v; want ErrUnauthenticated", err)
 			}
+			var ue *auth.UnauthenticatedError
+			if !errors.As(err, &ue) || err.Error() != "unauthenticated: "+ue.Reason.Error() {
+				t.Errorf("err = %v; want an UnauthenticatedError saying why", err)
+			}
 			if c.want != "" && !strings.Contains(err.Error(), c.want) {
 				t.Errorf("err = %v; want it to say %q", err, c.want)
 			}

@@ -160,5 +160,9 @@ func TestTypeFor(t *testing.T) {
 		if !errors.Is(err, ErrNotIndexable) || !bytes.Contains([]byte(err.Error()), []byte(name)) {
 			t.Errorf("TypeFor(%s) = %v; want ErrNotIndexable naming it", name, err)
 		}
+		var ne *NotIndexableError
+		if !errors.As(err, &ne) || ne.Type != name || ne.Why == "" {
+			t.Errorf("TypeFor(%s) = %v; want a NotIndexableError naming the type and why", name, err)
+		}
 	}
 }

@@ -93,8 +93,21 @@ func TypeFor(typname string) (Type, error) {
 			why = "arrays cannot be indexed"
 		}
 	}
-	return 0, fmt.Errorf("type %s: %s: %w", truncate(typname), why, ErrNotIndexable)
+	return 0, &NotIndexableError{Type: truncate(typname), Why: why}
 }
+
+// NotIndexableError is TypeFor's error: the type, and why no index orders it as
+// Postgres does. It matches ErrNotIndexable.
+type NotIndexableError struct {
+	Type, Why string
+}
+
+func (e *NotIndexableError) Error() string {
+	return fmt.Sprintf("type %s: %s: %s", e.Type, e.Why, ErrNotIndexable)
+}
+
+// Unwrap returns ErrNotIndexable.
+func (e *NotIndexableError) Unwrap() error { return ErrNotIndexable }
 
 var notIndexable = map[string]string{
 	"bpchar":        "char(n) compares ignoring trailing spaces, which its JSON rendering keeps",

@@ -136,7 +136,7 @@ func checkTable(ctx context.Context, conn *pgx.Conn, c Collection, r *Collection
 	if r.Key == nil {
 		key, err := rel.inferKey(c)
 		if err != nil {
-			r.problem("%s", strings.TrimPrefix(err.Error(), "collection "+c.Name+": "))
+			r.problem("%s", withoutCollection(err))
 			r.KeyGuarantee = "unknown: no key is configured and none can be inferred"
 		} else {
 			r.Key, r.KeyInferred = key, true

@@ -78,7 +78,7 @@ func (s *Source) checkIndexes(ctx context.Context, conn *pgx.Conn, c Collection,
 		if ctx.Err() != nil {
 			return err
 		}
-		r.problem("indexes: %s", strings.TrimPrefix(err.Error(), "collection "+c.Name+": "))
+		r.problem("indexes: %s", withoutCollection(err))
 		return nil
 	}
 	widths, err := textWidths(ctx, conn, c)
@@ -178,7 +178,10 @@ func (cf columnFacts) index(fields []string, r *CollectionReport) IndexReport {
 		default:
 			fr.Exists, fr.Type = true, cf.types[at]
 			if _, err := index.TypeFor(fr.Type); err != nil {
-				fr.Why = strings.TrimSuffix(err.Error(), ": "+index.ErrNotIndexable.Error())
+				fr.Why = err.Error()
+				if ne := (*index.NotIndexableError)(nil); errors.As(err, &ne) {
+					fr.Why = "type " + ne.Type + ": " + ne.Why
+				}
 				r.problem("index %s: field %q cannot be indexed: %s", ir.Name, f, fr.Why)
 			} else {
 				fr.Indexable = true

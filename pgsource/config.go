@@ -248,3 +248,24 @@ func (c Collection) rowsSQL() string {
 	}
 	return c.subquery()
 }
+
+// collectionError is an error about one collection: "collection <name>: <err>".
+type collectionError struct {
+	collection string
+	err        error
+}
+
+func (e *collectionError) Error() string { return "collection " + e.collection + ": " + e.err.Error() }
+func (e *collectionError) Unwrap() error { return e.err }
+
+// inCollection returns err as an error about the collection name.
+func inCollection(name string, err error) error { return &collectionError{collection: name, err: err} }
+
+// withoutCollection returns what err says without naming its collection, for a
+// report that names it already.
+func withoutCollection(err error) string {
+	if ce := (*collectionError)(nil); errors.As(err, &ce) {
+		return ce.err.Error()
+	}
+	return err.Error()
+}

@@ -83,7 +83,7 @@ const baseTypesSQL = `WITH RECURSIVE d(start, oid) AS (
 func fieldTypes(ctx context.Context, conn *pgx.Conn, c Collection) (names, types []string, err error) {
 	sd, err := conn.PgConn().Prepare(ctx, "", c.rowsSQL(), nil)
 	if err != nil {
-		return nil, nil, fmt.Errorf("collection %s: describe its rows: %w", c.Name, err)
+		return nil, nil, inCollection(c.Name, fmt.Errorf("describe its rows: %w", err))
 	}
 	oids := make([]uint32, len(sd.Fields))
 	for i, f := range sd.Fields {
@@ -93,12 +93,12 @@ func fieldTypes(ctx context.Context, conn *pgx.Conn, c Collection) (names, types
 	base := map[uint32]string{}
 	rows, err := conn.Query(ctx, baseTypesSQL, oids)
 	if err != nil {
-		return nil, nil, fmt.Errorf("collection %s: read its field types: %w", c.Name, err)
+		return nil, nil, inCollection(c.Name, fmt.Errorf("read its field types: %w", err))
 	}
 	var oid uint32
 	var name string
 	if _, err := pgx.ForEachRow(rows, []any{&oid, &name}, func() error { base[oid] = name; return nil }); err != nil {
-		return nil, nil, fmt.Errorf("collection %s: read its field types: %w", c.Name, err)
+		return nil, nil, inCollection(c.Name, fmt.Errorf("read its field types: %w", err))
 	}
 	for _, o := range oids {
 		types = append(types, base[o])

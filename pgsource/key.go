@@ -271,8 +271,8 @@ func lookupRelation(ctx context.Context, q querier, c Collection) (relation, err
 // naming the collection, says what was found and to set key:.
 func (r relation) inferKey(c Collection) ([]string, error) {
 	if !r.kind.isTable() && r.kind != relMatView {
-		return nil, fmt.Errorf("collection %s: %s is a %s, whose key cannot be inferred: name its key in the config (key: column, or key: [column, column])",
-			c.Name, c.Table, r.kindName())
+		return nil, inCollection(c.Name, fmt.Errorf("%s is a %s, whose key cannot be inferred: name its key in the config (key: column, or key: [column, column])",
+			c.Table, r.kindName()))
 	}
 	var candidates []uniqueIndex
 	seen := map[string]bool{}
@@ -295,18 +295,18 @@ func (r relation) inferKey(c Collection) ([]string, error) {
 	case 1:
 		return candidates[0].columns, nil
 	case 0:
-		msg := fmt.Sprintf("collection %s: %s %s has no primary key and no unique index over NOT NULL columns (without WHERE or expressions) to take its key from", c.Name, r.kindName(), c.Table)
+		msg := fmt.Sprintf("%s %s has no primary key and no unique index over NOT NULL columns (without WHERE or expressions) to take its key from", r.kindName(), c.Table)
 		if len(nullable) > 0 {
 			msg += fmt.Sprintf(" (unique indexes with nullable columns: %s)", strings.Join(nullable, "; "))
 		}
-		return nil, errors.New(msg + ": name its key in the config (key: column, or key: [column, column])")
+		return nil, inCollection(c.Name, errors.New(msg+": name its key in the config (key: column, or key: [column, column])"))
 	}
 	var list []string
 	for _, u := range candidates {
 		list = append(list, fmt.Sprintf("[%s] (index %s)", strings.Join(u.columns, ", "), u.name))
 	}
-	return nil, fmt.Errorf("collection %s: %s %s has no primary key and %d unique indexes that could be its key: %s: name one of them as its key in the config",
-		c.Name, r.kindName(), c.Table, len(candidates), strings.Join(list, ", "))
+	return nil, inCollection(c.Name, fmt.Errorf("%s %s has no primary key and %d unique indexes that could be its key: %s: name one of them as its key in the config",
+		r.kindName(), c.Table, len(candidates), strings.Join(list, ", ")))
 }
 
 // resolveKeys returns every collection's key: the configured one, or the inferred one
