@@ -14,6 +14,7 @@ import (
 
 	"github.com/snapflip/snapflip/internal/memstore"
 	"github.com/snapflip/snapflip/internal/testenv"
+	"github.com/snapflip/snapflip/layer"
 	"github.com/snapflip/snapflip/snapshot"
 )
 
@@ -295,15 +296,22 @@ func TestHeldCollectionsOnMemory(t *testing.T) {
 	}
 }
 
-// A base read beside the stream catches up from the position it was read at, not
-// its parent's: a change made after the base's snapshot, published while the
-// collection was still held, is in the version that takes the base.
-func TestHeldBaseCatchesUpFromItsOwnPosition(t *testing.T) {
+// gatedRig returns a rig with a Compactor whose bases read from the source are
+// gated (gatedOpens): each snapshot is taken at once, its read let through later.
+func gatedRig(t *testing.T) (*memRig, *gatedOpens, *layer.Compactor) {
 	r := newMemRig(t, 4)
 	opens := &gatedOpens{Source: r.src, release: make(chan struct{}, 1), opened: make(chan uint64, 1),
 		at: map[uint64]map[string]map[string]string{}}
 	c, _ := r.withCompactor(t, r.st)
 	c.Source = opens
+	return r, opens, c
+}
+
+// A base read beside the stream catches up from the position it was read at, not
+// its parent's: a change made after the base's snapshot, published while the
+// collection was still held, is in the version that takes the base.
+func TestHeldBaseCatchesUpFromItsOwnPosition(t *testing.T) {
+	r, opens, c := gatedRig(t)
 	publish := func() snapshot.Manifest { return r.publish(t) }
 	publish()
 	r.src.Redefine("users")
@@ -364,13 +372,9 @@ func (h *holdingOpens) last() []string {
 // would take it: the next version, opened with nothing held, takes it and catches
 // it up.
 func TestAVersionOpenedHoldingKeepsTheHold(t *testing.T) {
-	r := newMemRig(t, 4)
+	r, opens, c := gatedRig(t)
 	src := &holdingOpens{Source: r.src}
 	r.pub.Source = src
-	opens := &gatedOpens{Source: r.src, release: make(chan struct{}, 1), opened: make(chan uint64, 1),
-		at: map[uint64]map[string]map[string]string{}}
-	c, _ := r.withCompactor(t, r.st)
-	c.Source = opens
 	publish := func() snapshot.Manifest { return r.publish(t) }
 	publish()
 	r.src.Redefine("users")
