@@ -228,7 +228,7 @@ func TestConfigValidateNamesTheField(t *testing.T) {
 		{"no emulator for local", func(c *store.Config) { c.EmulatorHost = "" }, "BIGTABLE_EMULATOR_HOST"},
 		{"ttl", func(c *store.Config) { c.TTL = -time.Second }, "ttl"},
 		{"writers", func(c *store.Config) { c.Writers = -1 }, "bigtable.writers"},
-		{"table", func(c *store.Config) { c.Table = "" }, "bigtable.table"},
+		{"audit retention", func(c *store.Config) { c.AuditRetention = -time.Hour }, "audit retention"},
 		{"op timeout", func(c *store.Config) { c.OpTimeout = -time.Second }, "bigtable.op_timeout"},
 	}
 	for _, tt := range tests {
