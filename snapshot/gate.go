@@ -1,6 +1,9 @@
 package snapshot
 
-import "fmt"
+import (
+	"fmt"
+	"math"
+)
 
 // Gate is a check a collection must pass before a version holding it is flipped to,
 // so that a source that lost most of its rows by accident is never published.
@@ -18,6 +21,17 @@ type Gate struct {
 // DefaultGate refuses losing more than half of a collection, or all of it: the
 // zero Gate's checks.
 func DefaultGate() Gate { return Gate{MaxShrink: 0.5} }
+
+// validate reports a field no gate can mean: a negative MaxShrink or MinRows.
+func (g Gate) validate() error {
+	switch {
+	case g.MaxShrink < 0 || math.IsNaN(g.MaxShrink):
+		return fmt.Errorf("MaxShrink %v: must be 0 (the default), up to 1 (off)", g.MaxShrink)
+	case g.MinRows < 0:
+		return fmt.Errorf("MinRows %d: must not be negative", g.MinRows)
+	}
+	return nil
+}
 
 // withDefaults fills the zero fields with DefaultGate's values.
 func (g Gate) withDefaults() Gate {

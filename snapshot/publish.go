@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"time"
 )
 
@@ -225,7 +227,46 @@ const cleanupTimeout = 10 * time.Second
 // and flip the pointer with a fenced conditional write. Whatever fails, the pointer is
 // left as it was and the half-written version is marked failed and left to expire.
 func (p *Publisher) Publish(ctx context.Context, opts PublishOptions) (PublishResult, error) {
+	if err := p.Validate(); err != nil {
+		return PublishResult{}, err
+	}
 	return p.publish(ctx, publishRun{opts: opts})
+}
+
+// Validate reports the first field the Publisher cannot publish with, naming it, in
+// an error wrapping ErrInvalid: a missing dataset, store, source, version generator
+// or writer, a negative TTL, or a gate that checks nothing it could.
+func (p *Publisher) Validate() error {
+	bad := func(format string, args ...any) error {
+		return fmt.Errorf("%w publisher: %s", ErrInvalid, fmt.Sprintf(format, args...))
+	}
+	switch {
+	case p == nil:
+		return bad("nil")
+	case p.Dataset == "":
+		return bad("Dataset is required")
+	case p.Store == nil:
+		return bad("Store is required")
+	case p.Source == nil:
+		return bad("Source is required")
+	case p.Versions == nil:
+		return bad("Versions is required")
+	case p.Data == nil:
+		return bad("Data is required")
+	case p.TTL < 0:
+		return bad("TTL %s must not be negative (0 turns the keep-alive off)", p.TTL)
+	}
+	if p.DefaultGate != nil {
+		if err := p.DefaultGate.validate(); err != nil {
+			return bad("DefaultGate: %v", err)
+		}
+	}
+	for _, name := range slices.Sorted(maps.Keys(p.Gates)) {
+		if err := p.Gates[name].validate(); err != nil {
+			return bad("gate of %s: %v", name, err)
+		}
+	}
+	return nil
 }
 
 // publish runs Publish's attempt, and once more with every layer a base when a delta

@@ -15,6 +15,28 @@ type TickStore interface {
 	ClaimTick(ctx context.Context, dataset string, n int64, holder string) (won bool, owner string, err error)
 }
 
+// Validate reports the first field the Ticker cannot tick with, naming it, in an
+// error wrapping ErrInvalid: its Publisher's, a missing lease, tick store or holder,
+// or a negative AcquireTimeout.
+func (t *Ticker) Validate() error {
+	bad := func(format string, args ...any) error {
+		return fmt.Errorf("%w ticker: %s", ErrInvalid, fmt.Sprintf(format, args...))
+	}
+	switch {
+	case t == nil:
+		return bad("nil")
+	case t.Lease == nil:
+		return bad("Lease is required")
+	case t.Ticks == nil:
+		return bad("Ticks is required")
+	case t.Holder == "":
+		return bad("Holder is required")
+	case t.AcquireTimeout < 0:
+		return bad("AcquireTimeout %s must not be negative (0 takes 1 minute)", t.AcquireTimeout)
+	}
+	return t.Publisher.Validate()
+}
+
 // Ticker runs scheduled cycles on one replica. Every replica runs the schedule; for
 // each tick, the replica that claims the tick takes the lease and publishes.
 // The tick's number is computed from its scheduled time, never from the clock, so
@@ -63,6 +85,9 @@ type TickResult struct {
 // release the lease. The publish is cancelled if the lease is lost.
 func (t *Ticker) Tick(ctx context.Context, n int64, opts PublishOptions) (TickResult, error) {
 	res := TickResult{Tick: n}
+	if err := t.Validate(); err != nil {
+		return res, err
+	}
 	won, owner, err := t.Ticks.ClaimTick(ctx, t.Publisher.Dataset, n, t.Holder)
 	if err != nil {
 		return res, fmt.Errorf("claim tick %d: %w", n, err)
