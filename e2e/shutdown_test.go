@@ -17,7 +17,7 @@ import (
 
 // These tests run the real `syncer run` binary, let it publish, take Bigtable or
 // Postgres away, and require that every tick from then on ends in a logged failure
-// and that SIGTERM ends the process promptly with exit code 0. Once, a slot claim's
+// and that SIGTERM ends the process promptly with exit code 0. Once, a tick claim's
 // re-read ran without any deadline: four syncers whose emulator and Postgres had
 // stopped logged nothing for half an hour and ignored SIGTERM.
 
@@ -165,32 +165,32 @@ func checkOutage(t *testing.T, r *syncerRun, takeAway func(), want string, hung 
 	t.Logf("exited %s after SIGTERM, sent while a tick was in flight", took.Round(time.Millisecond))
 
 	var started []string
-	ended := map[string]string{} // slot → how its tick ended
+	ended := map[string]string{} // tick number → how the tick ended
 	for _, l := range r.log()[from:] {
-		switch slot := field(l, "slot"); {
+		switch tick := field(l, "tick"); {
 		case strings.Contains(l, `msg="tick started"`):
-			started = append(started, slot)
+			started = append(started, tick)
 		case strings.Contains(l, `msg="sync failed"`), strings.Contains(l, `msg="sync abandoned for shutdown"`):
-			if ended[slot] != "" {
-				t.Errorf("the tick of slot %s ended twice: %s", slot, l)
+			if tick == "" || ended[tick] != "" {
+				t.Errorf("tick %q ended twice, or its end names none: %s", tick, l)
 			}
-			ended[slot] = l
+			ended[tick] = l
 		}
 	}
-	for i, slot := range started {
-		l, ok := ended[slot]
+	for i, tick := range started {
+		l, ok := ended[tick]
 		switch {
 		case i == 0:
 			// In flight when the outage began: it may have succeeded, or failed
 			// otherwise (a terminated session, say).
 		case !ok:
-			t.Errorf("the tick of slot %s ended without saying how", slot)
+			t.Errorf("tick %s ended without saying how", tick)
 		case strings.Contains(l, `msg="sync failed"`) && !strings.Contains(l, want):
 			t.Errorf("a failed tick does not say %q: %s", want, l)
 		}
 	}
 	if last := started[len(started)-1]; hung && !strings.Contains(ended[last], `msg="sync abandoned for shutdown"`) {
-		t.Errorf("the tick of slot %s, hung connecting at SIGTERM, was not abandoned for the shutdown: %q", last, ended[last])
+		t.Errorf("tick %s, hung connecting at SIGTERM, was not abandoned for the shutdown: %q", last, ended[last])
 	}
 	if r.count("msg=stopped") != 1 {
 		t.Errorf("the syncer did not log that it stopped")
