@@ -51,7 +51,7 @@ func (r SchemaReport) OK() bool { return len(r.Problems) == 0 }
 // familyHolds says what each family holds, for reports.
 var familyHolds = map[string]string{
 	famDocs: "documents", famManifest: "manifests", famControl: "pointer and leases",
-	famSlots: "slot claims", famAudit: "audit trail",
+	famSlots: "tick claims", famAudit: "audit trail",
 }
 
 // CheckSchema reports whether the table exists with the column families and GC rules
@@ -141,7 +141,7 @@ const RoutingNotChecked = "not checked (emulator)"
 // judgeAppProfile says how the app profile named name routes and, when that breaks
 // snapflip's guarantees, why, as a sentence ("" when it keeps them). Only single-cluster
 // routing with transactional writes keeps them: conditional writes (the pointer flip,
-// leases, slot claims) need both, and replication between clusters keeps no order
+// leases, tick claims) need both, and replication between clusters keeps no order
 // across rows, so a profile that may read another cluster could see a pointer before
 // the documents it names.
 func judgeAppProfile(name string, p *btapb.AppProfile) (routing, problem string) {
@@ -157,7 +157,7 @@ func judgeAppProfile(name string, p *btapb.AppProfile) (routing, problem string)
 		return "unknown", fmt.Sprintf("app profile %q has no routing policy this check knows%s", name, fix)
 	case !p.GetSingleClusterRouting().GetAllowTransactionalWrites():
 		return "single-cluster " + p.GetSingleClusterRouting().GetClusterId() + ", transactional writes off",
-			fmt.Sprintf("app profile %q does not allow transactional writes, which the pointer flip, leases and slot claims are%s", name, fix)
+			fmt.Sprintf("app profile %q does not allow transactional writes, which the pointer flip, leases and tick claims are%s", name, fix)
 	}
 	return "single-cluster " + p.GetSingleClusterRouting().GetClusterId(), ""
 }

@@ -23,7 +23,7 @@ const (
 	famDocs     = "d" // documents: MaxAge(ttl) or MaxVersions(1)
 	famManifest = "m" // manifests: MaxAge(ttl + grace)
 	famControl  = "c" // pointer, leases: MaxVersions(1), never age
-	famSlots    = "s" // slot claims: MaxAge(SlotRetention)
+	famSlots    = "s" // tick claims: MaxAge(SlotRetention)
 	famAudit    = "h" // audit trail: MaxAge(AuditRetention)
 )
 

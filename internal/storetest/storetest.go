@@ -2,7 +2,7 @@
 // of cases that runs against the Bigtable store (on the emulator) and the in-memory
 // store (internal/memstore), so that a protocol tested on memory holds on Bigtable.
 // The cases cover the pointer's conditional flip and each way it is refused, coverage
-// and demand, manifests and their transitions, slot claims, leases and their fencing
+// and demand, manifests and their transitions, tick claims, leases and their fencing
 // tokens, the audit trail, documents, index entries and fingerprint runs through a
 // chain of layers, and the outcome of a write whose reply is lost.
 package storetest
