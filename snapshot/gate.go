@@ -56,3 +56,8 @@ func (g Gate) Check(collection string, before, now int64) error {
 	}
 	return nil
 }
+
+// invalid returns an error wrapping ErrInvalid about what: the formatted reason.
+func invalid(what, format string, args ...any) error {
+	return fmt.Errorf("%w %s: %s", ErrInvalid, what, fmt.Sprintf(format, args...))
+}

@@ -237,9 +237,7 @@ func (p *Publisher) Publish(ctx context.Context, opts PublishOptions) (PublishRe
 // an error wrapping ErrInvalid: a missing dataset, store, source, version generator
 // or writer, a negative TTL, or a gate that checks nothing it could.
 func (p *Publisher) Validate() error {
-	bad := func(format string, args ...any) error {
-		return fmt.Errorf("%w publisher: %s", ErrInvalid, fmt.Sprintf(format, args...))
-	}
+	bad := func(format string, args ...any) error { return invalid("publisher", format, args...) }
 	switch {
 	case p == nil:
 		return bad("nil")

@@ -19,9 +19,7 @@ type TickStore interface {
 // error wrapping ErrInvalid: its Publisher's, a missing lease, tick store or holder,
 // or a negative AcquireTimeout.
 func (t *Ticker) Validate() error {
-	bad := func(format string, args ...any) error {
-		return fmt.Errorf("%w ticker: %s", ErrInvalid, fmt.Sprintf(format, args...))
-	}
+	bad := func(format string, args ...any) error { return invalid("ticker", format, args...) }
 	switch {
 	case t == nil:
 		return bad("nil")
