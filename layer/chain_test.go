@@ -7,11 +7,10 @@ import (
 	"reflect"
 	"slices"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/snapflip/snapflip/internal/storetest"
 	"github.com/snapflip/snapflip/internal/testenv"
 	"github.com/snapflip/snapflip/internal/testenv/rig"
 	"github.com/snapflip/snapflip/layer"
@@ -365,21 +364,6 @@ func TestDataTimeIsTheChainsOldest(t *testing.T) {
 // A flip keeps the document cache: after it, only the ids the new version's layer
 // changed are read from storage; the others are the parent's cached answers, also two
 // flips back, and a deleted id is not carried.
-// readCounter counts the manifest and run reads that reach the store.
-type readCounter struct {
-	*store.Store
-	manifests, runs atomic.Int64
-}
-
-func (c *readCounter) ReadManifest(ctx context.Context, dataset string, v snapshot.Version) (snapshot.Manifest, error) {
-	c.manifests.Add(1)
-	return c.Store.ReadManifest(ctx, dataset, v)
-}
-
-func (c *readCounter) ScanRun(ctx context.Context, dataset string, layer snapshot.Version, collection string, fn func([]byte) bool) error {
-	c.runs.Add(1)
-	return c.Store.ScanRun(ctx, dataset, layer, collection, fn)
-}
 
 // A flip is loaded (the new version's manifest, and what its layer changed) by the
 // pointer refresh before requests see it: the first requests after it read neither
@@ -390,7 +374,7 @@ func TestFlipsAreLoadedBeforeTheyAreServed(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	v1 := r.Publish(t, r.Pub)
-	st := &readCounter{Store: r.Store}
+	st := storetest.NewCounting(r.Store)
 	res, err := resolver.New("ds", st, resolver.Config{Refresh: 20 * time.Millisecond, Layers: layer.NewReader(st, "ds")}, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -428,8 +412,8 @@ func TestFlipsAreLoadedBeforeTheyAreServed(t *testing.T) {
 	carriedBefore := res.CarriedHits()
 	// Counted from when the pointer names v2, until every user was read at it.
 	var m0, r0 int64
-	readAll(serving(v2.Version, func() { m0, r0 = st.manifests.Load(), st.runs.Load() }))
-	if m, n := st.manifests.Load()-m0, st.runs.Load()-r0; m != 0 || n != 0 {
+	readAll(serving(v2.Version, func() { m0, r0 = st.Manifests(), st.RunsRead() }))
+	if m, n := st.Manifests()-m0, st.RunsRead()-r0; m != 0 || n != 0 {
 		t.Errorf("requests after the flip read %d manifests and %d runs from the store; want none (the refresh loaded them)", m, n)
 	}
 	if _, misses := res.CacheStats(); misses-missesBefore != 1 || res.CarriedHits()-carriedBefore != 49 {
@@ -570,20 +554,6 @@ func scanCollection(tb testing.TB, st *store.Store, dataset string, chain []snap
 	return out
 }
 
-// countingRuns counts the run reads that reach the store, per layer.
-type countingRuns struct {
-	layer.RunReader
-	mu    sync.Mutex
-	reads map[snapshot.Version]int
-}
-
-func (c *countingRuns) ScanRun(ctx context.Context, dataset string, layer snapshot.Version, collection string, fn func([]byte) bool) error {
-	c.mu.Lock()
-	c.reads[layer]++
-	c.mu.Unlock()
-	return c.RunReader.ScanRun(ctx, dataset, layer, collection, fn)
-}
-
 // A syncer's run cache reads each layer's run from the store once, however many
 // deltas are computed against it (merges included), and the versions are what they
 // are without it; a run over the cache's budget is streamed every time.
@@ -591,7 +561,7 @@ func TestRunCacheReadsEachRunOnce(t *testing.T) {
 	r := rig.New(t, rig.TwoCollections, rig.TwoTables...)
 	r.Pub.Incremental, r.Writer.MaxLayers, r.Writer.RebaseRatio = true, 3, 100
 	full := r.Twin()
-	counted := &countingRuns{RunReader: r.Store, reads: map[snapshot.Version]int{}}
+	counted := storetest.NewCounting(r.Store)
 	cache := layer.NewRunCache(counted, 1<<20)
 	r.Writer.Runs = cache
 	base := r.Publish(t, r.Pub)
@@ -606,13 +576,13 @@ func TestRunCacheReadsEachRunOnce(t *testing.T) {
 			t.Fatalf("delta %d with the run cache reads %d documents; the full copy %d", i, len(got), len(want))
 		}
 	}
-	for layer, n := range counted.reads {
+	for layer, n := range counted.Runs() {
 		if n != 1 {
 			t.Errorf("layer %s's run was read from the store %d times; want once", layer, n)
 		}
 	}
-	if counted.reads[base.Version] != 1 {
-		t.Errorf("the base's run was read %d times; want once", counted.reads[base.Version])
+	if counted.Runs()[base.Version] != 1 {
+		t.Errorf("the base's run was read %d times; want once", counted.Runs()[base.Version])
 	}
 	if runs, bytes := cache.Cached(); runs == 0 || bytes <= 0 || bytes > 1<<20 {
 		t.Errorf("the cache holds %d runs, %d bytes; want some, within its budget", runs, bytes)
@@ -632,7 +602,7 @@ func TestRunCacheReadsEachRunOnce(t *testing.T) {
 				w.Store = unrecorded{w.Store}
 			}
 		})
-		before := counted.reads[base.Version]
+		before := counted.Runs()[base.Version]
 		for i := range 3 {
 			r.Exec(t, fmt.Sprintf(`UPDATE users SET name = 'tiny %d %v' WHERE id = 'u40'`, i, recorded), fmt.Sprintf(`INSERT INTO users (id, name) VALUES ('tiny%d%v', 't')`, i, recorded))
 			m := r.Publish(t, &pub)
@@ -646,9 +616,9 @@ func TestRunCacheReadsEachRunOnce(t *testing.T) {
 		if recorded {
 			want = 0
 		}
-		if runs, _ := tiny.Cached(); runs != 0 || counted.reads[base.Version]-before != want {
+		if runs, _ := tiny.Cached(); runs != 0 || counted.Runs()[base.Version]-before != want {
 			t.Errorf("recorded counts %v: a 16-byte cache holds %d runs, and the base's run was read %d more times; want none, %d",
-				recorded, runs, counted.reads[base.Version]-before, want)
+				recorded, runs, counted.Runs()[base.Version]-before, want)
 		}
 	}
 }

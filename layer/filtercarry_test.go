@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/snapflip/snapflip/index"
+	"github.com/snapflip/snapflip/internal/storetest"
 	"github.com/snapflip/snapflip/internal/testenv/rig"
 	"github.com/snapflip/snapflip/layer"
 	"github.com/snapflip/snapflip/pgsource"
@@ -28,7 +29,7 @@ func TestFilterCacheCarriesAcrossFlips(t *testing.T) {
 	}
 	r := rig.New(t, []pgsource.Collection{{Name: "t", Table: "t", Indexes: []pgsource.Columns{{"n"}}}}, schema...)
 	r.Pub.Incremental, r.Writer.MaxLayers, r.Writer.RebaseRatio = true, 4, 0.3
-	st := &readCounter{Store: r.Store}
+	st := storetest.NewCounting(r.Store)
 	cached, err := resolver.New("ds", st, resolver.Config{Layers: layer.NewReader(st, "ds")}, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -71,13 +72,13 @@ func TestFilterCacheCarriesAcrossFlips(t *testing.T) {
 	}
 	// Each version's manifest is read once, by its first view: carrying pages walks
 	// from the newer version, through manifests already read.
-	if n := st.manifests.Load(); n > int64(len(versions)) {
+	if n := st.Manifests(); n > int64(len(versions)) {
 		t.Errorf("the cached resolver read %d manifests for %d versions; want at most one each", n, len(versions))
 	}
 	if cached.CarriedFilterHits() == 0 {
 		t.Errorf("no filter page was carried across a flip (%d filter hits)", cached.FilterHits())
 	}
-	t.Logf("%d filter hits, %d of them carried across flips; %d manifests read", cached.FilterHits(), cached.CarriedFilterHits(), st.manifests.Load())
+	t.Logf("%d filter hits, %d of them carried across flips; %d manifests read", cached.FilterHits(), cached.CarriedFilterHits(), st.Manifests())
 }
 
 // filterAll reads every page (of 4) of the filter n = eq.<n> at version v and returns

@@ -13,6 +13,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/snapflip/snapflip/internal/memstore"
+	"github.com/snapflip/snapflip/internal/storetest"
 	"github.com/snapflip/snapflip/snapshot"
 )
 
@@ -505,22 +506,6 @@ func TestFlipWithUnknownOutcome(t *testing.T) {
 	}
 }
 
-// countingStore counts pointer and manifest reads.
-type countingStore struct {
-	snapshot.PublishStore
-	pointers, manifests atomic.Int64
-}
-
-func (c *countingStore) ReadPointer(ctx context.Context, dataset string) (snapshot.Pointer, error) {
-	c.pointers.Add(1)
-	return c.PublishStore.ReadPointer(ctx, dataset)
-}
-
-func (c *countingStore) ReadManifest(ctx context.Context, dataset string, v snapshot.Version) (snapshot.Manifest, error) {
-	c.manifests.Add(1)
-	return c.PublishStore.ReadManifest(ctx, dataset, v)
-}
-
 // TestTickReadsTheCurrentStateOnce: a scheduled tick's keep-alive check and publish
 // share one read of the pointer and the current manifest.
 func TestTickReadsTheCurrentStateOnce(t *testing.T) {
@@ -531,13 +516,13 @@ func TestTickReadsTheCurrentStateOnce(t *testing.T) {
 		t.Fatal(err)
 	}
 	tk := r.ticker(t, "me")
-	c := &countingStore{PublishStore: r.pub.Store}
+	c := storetest.NewCounting(r.st)
 	r.pub.Store = c
 	res, _, err := tk.PublishLeased(ctx, snapshot.PublishOptions{})
 	if err != nil || !res.NoOp {
 		t.Fatalf("publish of an unchanged source = %+v, %v; want a no-op", res, err)
 	}
-	if p, m := c.pointers.Load(), c.manifests.Load(); p != 1 || m != 1 {
+	if p, m := c.Pointers(), c.Manifests(); p != 1 || m != 1 {
 		t.Errorf("a tick read the pointer %d times and manifests %d times; want once each", p, m)
 	}
 }
