@@ -12,6 +12,7 @@ import (
 	"testing"
 
 	"github.com/snapflip/snapflip/api"
+	"github.com/snapflip/snapflip/internal/testenv"
 	"github.com/snapflip/snapflip/snapshot"
 )
 
@@ -48,24 +49,17 @@ func filterIDs(t *testing.T, h http.Handler, query string) []string {
 		if resp.StatusCode != 200 {
 			t.Fatalf("GET %s = %d %s", target, resp.StatusCode, body)
 		}
-		var page struct {
-			Version   string `json:"version"`
-			Documents []struct {
-				ID       string          `json:"id"`
-				Document json.RawMessage `json:"document"`
-			} `json:"documents"`
-			Next string `json:"next_page_token"`
-		}
+		var page testenv.ListPage
 		if err := json.Unmarshal(body, &page); err != nil || page.Version != string(ver) {
 			t.Fatalf("GET %s: %s, %v", target, body, err)
 		}
 		for _, d := range page.Documents {
 			ids = append(ids, d.ID)
 		}
-		if page.Next == "" {
+		if page.NextPageToken == "" {
 			return ids
 		}
-		target = "/v1/data/c?" + query + "&page_token=" + url.QueryEscape(page.Next)
+		target = "/v1/data/c?" + query + "&page_token=" + url.QueryEscape(page.NextPageToken)
 	}
 	t.Fatalf("GET %s: more than 20 pages", query)
 	return nil
@@ -133,13 +127,11 @@ func TestFilterRefusesWhatNoIndexServes(t *testing.T) {
 	}
 	// A token of one filter is refused by another.
 	resp, body := do(t, h, "GET", "/v1/data/c?n=gt.0&limit=1", "")
-	var page struct {
-		Next string `json:"next_page_token"`
-	}
-	if err := json.Unmarshal(body, &page); err != nil || resp.StatusCode != 200 || page.Next == "" {
+	var page testenv.ListPage
+	if err := json.Unmarshal(body, &page); err != nil || resp.StatusCode != 200 || page.NextPageToken == "" {
 		t.Fatalf("first page: %d %s", resp.StatusCode, body)
 	}
-	resp, body = do(t, h, "GET", "/v1/data/c?n=gt.1&limit=1&page_token="+url.QueryEscape(page.Next), "")
+	resp, body = do(t, h, "GET", "/v1/data/c?n=gt.1&limit=1&page_token="+url.QueryEscape(page.NextPageToken), "")
 	if resp.StatusCode != 400 || !strings.Contains(string(body), "another collection or filter") {
 		t.Errorf("a token of another filter = %d %s; want 400", resp.StatusCode, body)
 	}

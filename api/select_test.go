@@ -10,6 +10,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/snapflip/snapflip/api"
+	"github.com/snapflip/snapflip/internal/testenv"
 )
 
 func selectReader() *fakeReader {
@@ -49,14 +50,7 @@ func TestSelectOnEveryRead(t *testing.T) {
 // not carry it, so each page names it again, and the version stays the token's.
 func TestSelectAcrossListPages(t *testing.T) {
 	h := newServer(t, selectReader(), nil)
-	var page struct {
-		Version   string `json:"version"`
-		Documents []struct {
-			ID       string          `json:"id"`
-			Document json.RawMessage `json:"document"`
-		} `json:"documents"`
-		NextPageToken string `json:"next_page_token"`
-	}
+	var page testenv.ListPage
 	var got []string
 	target := "/v1/data/c?limit=1&select=name"
 	for range 3 {

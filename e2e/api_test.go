@@ -19,14 +19,7 @@ import (
 	"github.com/snapflip/snapflip/internal/testenv/stack"
 )
 
-type listPage struct {
-	Version   string `json:"version"`
-	Documents []struct {
-		ID       string          `json:"id"`
-		Document json.RawMessage `json:"document"`
-	} `json:"documents"`
-	NextPageToken string `json:"next_page_token"`
-}
+type listPage = testenv.ListPage
 
 func gen(tb testing.TB, doc []byte) int {
 	tb.Helper()

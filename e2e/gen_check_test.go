@@ -222,14 +222,7 @@ func genCheckCollection(tb testing.TB, e *env, coll, version string, st genState
 			path += "&page_token=" + url.QueryEscape(token)
 		}
 		resp := e.get(tb, path)
-		var body struct {
-			Version   string `json:"version"`
-			Documents []struct {
-				ID       string          `json:"id"`
-				Document json.RawMessage `json:"document"`
-			} `json:"documents"`
-			NextPageToken string `json:"next_page_token"`
-		}
+		var body listPage
 		if resp.status != http.StatusOK || resp.version != version || json.Unmarshal(resp.body, &body) != nil || body.Version != version {
 			bad(fmt.Sprintf("list page %d = %d from %q; want 200 from %s", page, resp.status, resp.version, version), nil, genShort(string(resp.body), 500))
 			break

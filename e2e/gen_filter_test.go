@@ -759,14 +759,7 @@ func (q *genFilterCheck) pages(conds []genCond, sel []string, limit, want int) (
 	token := ""
 	for page := 0; ; page++ {
 		resp := q.get(conds, sel, limit, token)
-		var body struct {
-			Version   string `json:"version"`
-			Documents []struct {
-				ID       string          `json:"id"`
-				Document json.RawMessage `json:"document"`
-			} `json:"documents"`
-			NextPageToken string `json:"next_page_token"`
-		}
+		var body listPage
 		if resp.status != http.StatusOK || resp.version != q.version || json.Unmarshal(resp.body, &body) != nil || body.Version != q.version {
 			q.bad(conds, fmt.Sprintf("page %d (limit %d) = %d from %q; want 200 from %s", page, limit, resp.status, resp.version, q.version), genShort(string(resp.body), 500))
 			return nil, nil, false

@@ -64,14 +64,7 @@ func TestSelect(t *testing.T) {
 	listed := 0
 	for tok := ""; ; {
 		r := e.get(t, "/v1/data/things?limit=3&select="+url.QueryEscape(sel)+"&version="+v+"&page_token="+url.QueryEscape(tok))
-		var page struct {
-			Version   string `json:"version"`
-			Documents []struct {
-				ID       string          `json:"id"`
-				Document json.RawMessage `json:"document"`
-			} `json:"documents"`
-			Next string `json:"next_page_token"`
-		}
+		var page listPage
 		mustJSON(t, r, &page)
 		if page.Version != v {
 			t.Errorf("a list page of version %s; want %s", page.Version, v)
@@ -84,7 +77,7 @@ func TestSelect(t *testing.T) {
 				}
 			}
 		}
-		if tok = page.Next; tok == "" {
+		if tok = page.NextPageToken; tok == "" {
 			break
 		}
 	}

@@ -6,6 +6,7 @@ package testenv
 import (
 	"bufio"
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net"
@@ -607,4 +608,14 @@ func SetDocumentsGCRule(tb testing.TB, addr string, rule bigtable.GCPolicy) {
 		}
 	}
 	tb.Fatalf("table %s has no family d", cfg.Table)
+}
+
+// ListPage is the body of a list page of the API (GET /v1/data/{collection}).
+type ListPage struct {
+	Version   string `json:"version"`
+	Documents []struct {
+		ID       string          `json:"id"`
+		Document json.RawMessage `json:"document"`
+	} `json:"documents"`
+	NextPageToken string `json:"next_page_token"`
 }
