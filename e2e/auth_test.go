@@ -19,7 +19,6 @@ import (
 	"time"
 
 	jose "github.com/go-jose/go-jose/v4"
-	"github.com/jackc/pgx/v5"
 
 	"github.com/snapflip/snapflip/auth/authtest"
 	"github.com/snapflip/snapflip/internal/cli"
@@ -124,10 +123,7 @@ type row struct {
 func docsNow(tb testing.TB, dsn string) map[string]row {
 	tb.Helper()
 	ctx := context.Background()
-	conn, err := pgx.Connect(ctx, dsn)
-	if err != nil {
-		tb.Fatal(err)
-	}
+	conn := testenv.Connect(tb, ctx, dsn)
 	defer conn.Close(ctx)
 	rows, err := conn.Query(ctx, `SELECT id, tenant, n FROM docs`)
 	if err != nil {

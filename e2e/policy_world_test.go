@@ -12,7 +12,6 @@ import (
 	"time"
 
 	jose "github.com/go-jose/go-jose/v4"
-	"github.com/jackc/pgx/v5"
 
 	"github.com/snapflip/snapflip/api"
 	"github.com/snapflip/snapflip/auth/authtest"
@@ -176,10 +175,7 @@ func newPolicyWorld(t *testing.T) *policyWorld {
 func policyRowsNow(t *testing.T, dsn string) map[string]map[string]policyRow {
 	t.Helper()
 	ctx := context.Background()
-	conn, err := pgx.Connect(ctx, dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
+	conn := testenv.Connect(t, ctx, dsn)
 	defer conn.Close(ctx)
 	out := map[string]map[string]policyRow{}
 	for _, c := range policyCollections {

@@ -621,10 +621,7 @@ type heldCommit struct {
 func holdCommit(t *testing.T, dsn string) heldCommit {
 	t.Helper()
 	ctx := context.Background()
-	writer, err := pgx.Connect(ctx, dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
+	writer := testenv.Connect(t, ctx, dsn)
 	t.Cleanup(func() { writer.Close(context.Background()) })
 	if _, err := writer.Exec(ctx, `SET synchronous_commit = on`); err != nil {
 		t.Fatal(err)

@@ -8,8 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-
 	"github.com/snapflip/snapflip/internal/testenv"
 	"github.com/snapflip/snapflip/pgsource"
 	"github.com/snapflip/snapflip/snapshot"
@@ -107,10 +105,7 @@ func baseAgainstPostgres(t *testing.T, seed uint64, parted bool) {
 	}
 	src.PartitionMinRows, src.BaseChunkRows = 100, 1500
 	ctx := context.Background()
-	w, err := pgx.Connect(ctx, dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
+	w := testenv.Connect(t, ctx, dsn)
 	defer w.Close(ctx)
 	rng := rand.New(rand.NewPCG(seed, seed))
 	exec := func(sql string, args ...any) {
@@ -260,10 +255,7 @@ func TestStalledChunkHoldsNoTransaction(t *testing.T) {
 	}
 	src.PartitionMinRows, src.BaseTransaction = 100, 500*time.Millisecond
 	ctx := context.Background()
-	watch, err := pgx.Connect(ctx, dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
+	watch := testenv.Connect(t, ctx, dsn)
 	defer watch.Close(ctx)
 	bs, err := src.OpenBase(ctx, "acct")
 	if err != nil {

@@ -9,7 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/snapflip/snapflip/internal/testenv"
 	"github.com/snapflip/snapflip/pgsource"
 	"github.com/snapflip/snapflip/snapshot"
@@ -237,10 +236,7 @@ func TestOpenHoldingCountsNothingOfAHeldTable(t *testing.T) {
 
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	locker, err := pgx.Connect(ctx, dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
+	locker := testenv.Connect(t, ctx, dsn)
 	defer locker.Close(context.Background())
 	tx, err := locker.Begin(ctx)
 	if err != nil {

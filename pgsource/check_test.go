@@ -363,10 +363,7 @@ func meanEntryBytes(tb testing.TB, dsn string, ir pgsource.IndexReport) float64 
 		def.Fields, def.Types = append(def.Fields, f.Name), append(def.Types, ty)
 	}
 	ctx := context.Background()
-	conn, err := pgx.Connect(ctx, dsn)
-	if err != nil {
-		tb.Fatal(err)
-	}
+	conn := testenv.Connect(tb, ctx, dsn)
 	defer conn.Close(ctx)
 	rows, err := conn.Query(ctx, `SELECT id::text, to_json(f)::text FROM film f`)
 	if err != nil {

@@ -9,8 +9,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/jackc/pgx/v5"
-
 	"github.com/snapflip/snapflip/internal/testenv"
 	"github.com/snapflip/snapflip/pgsource"
 	"github.com/snapflip/snapflip/snapshot"
@@ -120,10 +118,7 @@ func TestCompositeIDsRoundTrip(t *testing.T) {
 	// What Postgres says each row's key components are, as text in UTC.
 	want := map[string][]string{} // body → components
 	ctx := context.Background()
-	conn, err := pgx.Connect(ctx, dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
+	conn := testenv.Connect(t, ctx, dsn)
 	defer conn.Close(ctx)
 	if _, err := conn.Exec(ctx, `SET timezone = 'UTC'`); err != nil {
 		t.Fatal(err)

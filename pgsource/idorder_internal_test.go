@@ -133,10 +133,7 @@ func TestScanSinceInDigitOrder(t *testing.T) {
 	}
 	src.PartitionMinRows = 1
 	ctx := context.Background()
-	conn, err := pgx.Connect(ctx, dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
+	conn := testenv.Connect(t, ctx, dsn)
 	defer conn.Close(ctx)
 	oracle := func(table string, changed bool) []string {
 		t.Helper()
@@ -240,10 +237,7 @@ func TestDigitScansFallBack(t *testing.T) {
 	testenv.Exec(t, dsn, `CREATE TABLE nums (id bigint PRIMARY KEY, v text)`,
 		`INSERT INTO nums SELECT g, 'v' || g FROM generate_series(-500, 5000) g`)
 	ctx := context.Background()
-	conn, err := pgx.Connect(ctx, dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
+	conn := testenv.Connect(t, ctx, dsn)
 	defer conn.Close(ctx)
 	rows, err := conn.Query(ctx, `SELECT id::text FROM nums ORDER BY id::text COLLATE "C"`)
 	if err != nil {
@@ -302,19 +296,13 @@ func TestDigitScansFallBack(t *testing.T) {
 func queueBehind(t *testing.T, dsn, stmt string) <-chan error {
 	t.Helper()
 	ctx := context.Background()
-	ddl, err := pgx.Connect(ctx, dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
+	ddl := testenv.Connect(t, ctx, dsn)
 	t.Cleanup(func() { ddl.Close(ctx) })
 	var pid int
 	if err := ddl.QueryRow(ctx, `SELECT pg_backend_pid()`).Scan(&pid); err != nil {
 		t.Fatal(err)
 	}
-	watch, err := pgx.Connect(ctx, dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
+	watch := testenv.Connect(t, ctx, dsn)
 	t.Cleanup(func() { watch.Close(ctx) })
 	done := make(chan error, 1)
 	go func() {

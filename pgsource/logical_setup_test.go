@@ -51,10 +51,7 @@ var logicalConfig = pgsource.LogicalConfig{Publication: "snapflip", Slot: "snapf
 func logicalObjects(t *testing.T, dsn string, cfg pgsource.LogicalConfig) (pub, ours, slot bool) {
 	t.Helper()
 	ctx := context.Background()
-	conn, err := pgx.Connect(ctx, dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
+	conn := testenv.Connect(t, ctx, dsn)
 	defer conn.Close(ctx)
 	if err := conn.QueryRow(ctx, `SELECT EXISTS (SELECT FROM pg_publication WHERE pubname = $1),
 		EXISTS (SELECT FROM pg_publication WHERE pubname = $1 AND obj_description(oid, 'pg_publication') = 'created by snapflip'),

@@ -4,8 +4,6 @@ import (
 	"context"
 	"testing"
 
-	"github.com/jackc/pgx/v5"
-
 	"github.com/snapflip/snapflip/internal/testenv"
 )
 
@@ -47,10 +45,7 @@ func TestNeedsByteOrder(t *testing.T) {
 		`CREATE TABLE plain (k text PRIMARY KEY, n bigint UNIQUE NOT NULL)`,
 		`CREATE TABLE folded (k text COLLATE ci PRIMARY KEY)`)
 	ctx := context.Background()
-	conn, err := pgx.Connect(ctx, dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
+	conn := testenv.Connect(t, ctx, dsn)
 	defer conn.Close(ctx)
 	for _, tt := range []struct {
 		c    Collection

@@ -30,10 +30,7 @@ func TestXminWithoutText(t *testing.T) {
 	}
 	testenv.Exec(t, dsn, `UPDATE x SET v = 'w' WHERE id % 7 = 0`)
 	ctx := context.Background()
-	conn, err := pgx.Connect(ctx, dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
+	conn := testenv.Connect(t, ctx, dsn)
 	defer conn.Close(ctx)
 	tx, err := conn.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly})
 	if err != nil {
@@ -285,10 +282,7 @@ func TestFingerprintPassHeldBack(t *testing.T) {
 	dsn := testenv.Postgres(t)
 	testenv.Exec(t, dsn, `CREATE TABLE keyed (id int PRIMARY KEY, v text)`, `CREATE TABLE loose (id int, v text)`)
 	ctx := context.Background()
-	holder, err := pgx.Connect(ctx, dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
+	holder := testenv.Connect(t, ctx, dsn)
 	defer holder.Close(ctx)
 	tx, err := holder.Begin(ctx)
 	if err != nil {

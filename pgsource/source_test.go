@@ -12,7 +12,6 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
-	"github.com/jackc/pgx/v5"
 
 	"github.com/snapflip/snapflip/internal/testenv"
 	"github.com/snapflip/snapflip/pgsource"
@@ -501,10 +500,7 @@ func TestOpenKeepsItsConnection(t *testing.T) {
 		t.Fatal(err)
 	}
 	ctx := context.Background()
-	admin, err := pgx.Connect(ctx, dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
+	admin := testenv.Connect(t, ctx, dsn)
 	defer admin.Close(ctx)
 	// sessions returns the pid and state of each session of the source.
 	sessions := func() map[int]string {

@@ -40,10 +40,7 @@ func nudgeConn(t *testing.T, dsn string, log *testenv.Log) (*nudger, *pgx.Conn) 
 	}
 	n := newNudger(context.Background(), cfg, reportTo(slog.New(slog.NewTextHandler(log, nil))), uuid.NewString())
 	t.Cleanup(n.close)
-	conn, err := pgx.Connect(context.Background(), dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
+	conn := testenv.Connect(t, context.Background(), dsn)
 	t.Cleanup(func() { conn.Close(context.Background()) })
 	return n, conn
 }

@@ -11,8 +11,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-
 	"github.com/snapflip/snapflip/internal/testenv"
 	"github.com/snapflip/snapflip/pgsource"
 	"github.com/snapflip/snapflip/snapshot"
@@ -527,10 +525,7 @@ func TestStreamMovesRestartPosition(t *testing.T) {
 	// About 30 MB of WAL, none of it to a watched table.
 	testenv.Exec(t, dsn, slices.Repeat([]string{`INSERT INTO other (pad) SELECT repeat('x', 1000) FROM generate_series(1, 1000)`}, 30)...)
 	ctx := context.Background()
-	conn, err := pgx.Connect(ctx, dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
+	conn := testenv.Connect(t, ctx, dsn)
 	defer conn.Close(ctx)
 	var end string
 	if err := conn.QueryRow(ctx, `SELECT pg_current_wal_lsn()::text`).Scan(&end); err != nil {

@@ -53,10 +53,7 @@ var partsSchema = []string{
 func notifyLeft(t *testing.T, dsn string) (triggers int, function, schema bool) {
 	t.Helper()
 	ctx := context.Background()
-	conn, err := pgx.Connect(ctx, dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
+	conn := testenv.Connect(t, ctx, dsn)
 	defer conn.Close(ctx)
 	if err := conn.QueryRow(ctx, `SELECT (SELECT count(*) FROM pg_trigger WHERE tgname = $1),
 			to_regprocedure($2) IS NOT NULL, EXISTS (SELECT FROM pg_namespace WHERE nspname = $3)`,

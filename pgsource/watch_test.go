@@ -9,8 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-
 	"github.com/snapflip/snapflip/internal/testenv"
 	"github.com/snapflip/snapflip/pgsource"
 	"github.com/snapflip/snapflip/snapshot"
@@ -80,10 +78,7 @@ func TestWatchSeesCommitsToWatchedTablesOnly(t *testing.T) {
 		`CREATE VIEW odd AS SELECT * FROM nums WHERE id % 2 = 1`)
 	// The setup's statistics reach the counters first, so that the watch does not take
 	// them, arriving late on a busy server, for a change.
-	conn, err := pgx.Connect(context.Background(), dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
+	conn := testenv.Connect(t, context.Background(), dsn)
 	defer conn.Close(context.Background())
 	testenv.Eventually(t, 30*time.Second, func() error {
 		var n int64
@@ -158,10 +153,7 @@ func TestWatchSeesCommitsToWatchedTablesOnly(t *testing.T) {
 	// With a 300-row sample of 20,000 rows of varied width the estimate moves.
 	live := func() (n int64) {
 		t.Helper()
-		conn, err := pgx.Connect(ctx, dsn)
-		if err != nil {
-			t.Fatal(err)
-		}
+		conn := testenv.Connect(t, ctx, dsn)
 		defer conn.Close(ctx)
 		if err := conn.QueryRow(ctx, `SELECT pg_stat_get_live_tuples('nums'::regclass)`).Scan(&n); err != nil {
 			t.Fatal(err)

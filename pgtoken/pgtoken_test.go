@@ -25,15 +25,9 @@ var (
 func TestTokens(t *testing.T) {
 	ctx := context.Background()
 	dsn := testenv.Postgres(t)
-	writer, err := pgx.Connect(ctx, dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
+	writer := testenv.Connect(t, ctx, dsn)
 	defer writer.Close(ctx)
-	conn, err := pgx.Connect(ctx, dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
+	conn := testenv.Connect(t, ctx, dsn)
 	defer conn.Close(ctx)
 	if _, err := writer.Exec(ctx, `CREATE TABLE t (id int PRIMARY KEY)`); err != nil {
 		t.Fatal(err)

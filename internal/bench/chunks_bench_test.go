@@ -8,8 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-
 	"github.com/snapflip/snapflip/internal/testenv"
 	"github.com/snapflip/snapflip/internal/testenv/rig"
 	"github.com/snapflip/snapflip/layer"
@@ -101,10 +99,7 @@ func BenchmarkBaseChunks(b *testing.B) {
 // the longest seen.
 func longestTransaction(tb testing.TB, dsn string) (stop func() time.Duration) {
 	ctx, cancel := context.WithCancel(context.Background())
-	conn, err := pgx.Connect(ctx, dsn)
-	if err != nil {
-		tb.Fatal(err)
-	}
+	conn := testenv.Connect(tb, ctx, dsn)
 	var mu sync.Mutex
 	var longest time.Duration
 	done := make(chan struct{})

@@ -21,8 +21,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-
 	"github.com/snapflip/snapflip/internal/testenv"
 	"github.com/snapflip/snapflip/snapshot"
 	"github.com/snapflip/snapflip/store"
@@ -304,10 +302,7 @@ func BenchmarkCommitToVisible(b *testing.B) {
 				waitUntil(b, 30*time.Second, "the first version served", func() bool { return served(1, `"id":1`) }, sp.logTail)
 
 				ctx := context.Background()
-				conn, err := pgx.Connect(ctx, dsn)
-				if err != nil {
-					b.Fatal(err)
-				}
+				conn := testenv.Connect(b, ctx, dsn)
 				defer conn.Close(ctx)
 				// Prepare the statements first (pgx's Exec would prepare on first use, one
 				// more round trip, after which the session reports its statistics and holds
@@ -521,10 +516,7 @@ func cpuOf(pid int, hz float64) (time.Duration, error) {
 // this machine): the parent of a backend.
 func postmasterPID(tb testing.TB, dsn string) int {
 	tb.Helper()
-	conn, err := pgx.Connect(context.Background(), dsn)
-	if err != nil {
-		tb.Fatal(err)
-	}
+	conn := testenv.Connect(tb, context.Background(), dsn)
 	defer conn.Close(context.Background())
 	var pid int
 	if err := conn.QueryRow(context.Background(), `SELECT pg_backend_pid()`).Scan(&pid); err != nil {
@@ -624,10 +616,7 @@ func BenchmarkWatchCost(b *testing.B) {
 	hz := clockTicks()
 
 	ctx := context.Background()
-	conn, err := pgx.Connect(ctx, dsn)
-	if err != nil {
-		b.Fatal(err)
-	}
+	conn := testenv.Connect(b, ctx, dsn)
 	defer conn.Close(ctx)
 
 	for range b.N {
@@ -683,10 +672,7 @@ func BenchmarkWatchCost(b *testing.B) {
 				testenv.Exec(b, dsn, "UPDATE items SET qty = qty + 1, updated_at = now() WHERE id = 1")
 			}
 			if write {
-				wconn, err := pgx.Connect(ctx, dsn)
-				if err != nil {
-					b.Fatal(err)
-				}
+				wconn := testenv.Connect(b, ctx, dsn)
 				interval := time.Second / writesPerSec
 				for next := t0; time.Since(t0) < window; next = next.Add(interval) {
 					time.Sleep(time.Until(next))
@@ -814,10 +800,7 @@ func BenchmarkCacheUnderFlips(b *testing.B) {
 	target.Store("")
 	ctx, cancel := context.WithCancel(context.Background())
 	writerDone := make(chan struct{})
-	conn, err := pgx.Connect(ctx, dsn)
-	if err != nil {
-		b.Fatal(err)
-	}
+	conn := testenv.Connect(b, ctx, dsn)
 	go func() {
 		defer conn.Close(context.Background())
 		defer close(writerDone)

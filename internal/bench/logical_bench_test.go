@@ -70,13 +70,10 @@ func slotState(tb testing.TB, dsn, slot string) (active bool, retained int64, wa
 	tb.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	conn, err := pgx.Connect(ctx, dsn)
-	if err != nil {
-		tb.Fatal(err)
-	}
+	conn := testenv.Connect(tb, ctx, dsn)
 	defer conn.Close(context.Background())
 	var pid *int
-	err = conn.QueryRow(ctx, `SELECT active, coalesce(pg_wal_lsn_diff(pg_current_wal_lsn(), restart_lsn), 0)::bigint, active_pid
+	err := conn.QueryRow(ctx, `SELECT active, coalesce(pg_wal_lsn_diff(pg_current_wal_lsn(), restart_lsn), 0)::bigint, active_pid
 		FROM pg_replication_slots WHERE slot_name = $1`, slot).Scan(&active, &retained, &pid)
 	if err == pgx.ErrNoRows {
 		return false, 0, 0
@@ -123,10 +120,7 @@ const (
 func newCommitter(tb testing.TB, dsn, api string, rows int, sp *syncerProc) *committer {
 	tb.Helper()
 	ctx := context.Background()
-	conn, err := pgx.Connect(ctx, dsn)
-	if err != nil {
-		tb.Fatal(err)
-	}
+	conn := testenv.Connect(tb, ctx, dsn)
 	tb.Cleanup(func() { conn.Close(context.Background()) })
 	for _, q := range []string{commitReadSQL, commitUpdateSQL} {
 		if _, err := conn.Prepare(ctx, q, q); err != nil {
@@ -447,10 +441,7 @@ func BenchmarkLogicalDelete(b *testing.B) {
 			testenv.Exec(b, dsn, `SELECT pg_stat_statements_reset()`)
 			w0 := procCPU(b, ws, hz)
 			ctx := context.Background()
-			conn, err := pgx.Connect(ctx, dsn)
-			if err != nil {
-				b.Fatal(err)
-			}
+			conn := testenv.Connect(b, ctx, dsn)
 			tag, err := conn.Exec(ctx, `DELETE FROM items WHERE id = ANY($1)`, list)
 			conn.Close(ctx)
 			if err != nil {
@@ -689,10 +680,7 @@ func BenchmarkLogicalWALRetained(b *testing.B) {
 		waitStreaming(b, sp, dsn, slot, 5*time.Minute)
 		for _, perTxn := range []int{1, 20} {
 			ctx := context.Background()
-			conn, err := pgx.Connect(ctx, dsn)
-			if err != nil {
-				b.Fatal(err)
-			}
+			conn := testenv.Connect(b, ctx, dsn)
 			var lsn0 string
 			queryRow(b, dsn, `SELECT pg_current_wal_lsn()::text`, &lsn0)
 			var worst, last, lag, worstLag int64
@@ -736,10 +724,7 @@ func queryRow(tb testing.TB, dsn, sql string, dest ...any) {
 	tb.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	conn, err := pgx.Connect(ctx, dsn)
-	if err != nil {
-		tb.Fatal(err)
-	}
+	conn := testenv.Connect(tb, ctx, dsn)
 	defer conn.Close(context.Background())
 	if err := conn.QueryRow(ctx, sql).Scan(dest...); err != nil {
 		tb.Fatalf("%.80q: %v", sql, err)

@@ -7,8 +7,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/jackc/pgx/v5"
-
 	"github.com/snapflip/snapflip/internal/testenv"
 	"github.com/snapflip/snapflip/pgsource"
 )
@@ -59,10 +57,7 @@ func TestUnwatch(t *testing.T) {
 	if want := "removed snapflip.notify_change() and its trigger on 3 table(s): public.parts, public.parts_a, public.things"; !strings.Contains(out, want) {
 		t.Errorf("syncer unwatch printed %q; want %q", out, want)
 	}
-	conn, err := pgx.Connect(ctx, dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
+	conn := testenv.Connect(t, ctx, dsn)
 	defer conn.Close(ctx)
 	var triggers int
 	var function, schema bool

@@ -619,3 +619,14 @@ type ListPage struct {
 	} `json:"documents"`
 	NextPageToken string `json:"next_page_token"`
 }
+
+// Connect connects to the database at dsn, failing the test when it cannot. The
+// caller closes the connection.
+func Connect(tb testing.TB, ctx context.Context, dsn string) *pgx.Conn {
+	tb.Helper()
+	conn, err := pgx.Connect(ctx, dsn)
+	if err != nil {
+		tb.Fatalf("connect: %v", err)
+	}
+	return conn
+}
