@@ -8,6 +8,7 @@ import (
 	"io"
 	"net/http"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -206,6 +207,7 @@ func TestRollbackRacesSyncs(t *testing.T) {
 	ctx := context.Background()
 	stop := make(chan struct{})
 	done := make(chan struct{})
+	var syncs atomic.Int64 // the racing syncs that ended
 	go func() {
 		defer close(done)
 		for g := 10; ; g++ {
@@ -216,6 +218,7 @@ func TestRollbackRacesSyncs(t *testing.T) {
 			}
 			testenv.Exec(t, e.DSN, fmt.Sprintf(`UPDATE things SET gen = %d`, g))
 			_, _ = e.sync(t) // pinned or fenced syncs fail or say pinned: both fine
+			syncs.Add(1)
 		}
 	}()
 	for i := range 5 {
@@ -233,12 +236,16 @@ func TestRollbackRacesSyncs(t *testing.T) {
 				to = f[j+1]
 			}
 		}
-		for range 3 {
-			p, err := st.ReadPointer(ctx, "e2e")
-			if err != nil || string(p.Version) != to || !p.Pinned {
-				t.Fatalf("after rollback %d to %s the pointer is %s (pinned %v)", i, to, p.Version, p.Pinned)
+		// Two racing syncs end after the rollback, and the pointer has not moved.
+		after := syncs.Load()
+		testenv.Eventually(t, time.Minute, func() error {
+			if n := syncs.Load(); n < after+2 {
+				return fmt.Errorf("%d syncs ended after rollback %d; waiting for 2", n-after, i)
 			}
-			time.Sleep(20 * time.Millisecond) // let racing syncs try to flip
+			return nil
+		})
+		if p, err := st.ReadPointer(ctx, "e2e"); err != nil || string(p.Version) != to || !p.Pinned {
+			t.Fatalf("after rollback %d to %s the pointer is %s (pinned %v)", i, to, p.Version, p.Pinned)
 		}
 		if _, err := e.syncerCmd(t, "unpin", "--reason", "next round"); err != nil {
 			t.Fatal(err)

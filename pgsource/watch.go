@@ -50,6 +50,8 @@ type WatchConfig struct {
 	// Observer hears the watch's events (snapshot.EventWatching,
 	// EventWatchFailed); nil for none.
 	Observer snapshot.Observer
+	// Now is the watch's clock, which Hot is measured by; nil for time.Now.
+	Now func() time.Time
 }
 
 // DefaultWatchConfig returns the values Watch takes for WatchConfig's zero fields.
@@ -259,6 +261,14 @@ type watch struct {
 	found func()
 }
 
+// now reads the watch's clock.
+func (w *watch) now() time.Time {
+	if w.cfg.Now != nil {
+		return w.cfg.Now()
+	}
+	return time.Now()
+}
+
 // run polls on one connection until it fails or ctx ends.
 func (w *watch) run(ctx context.Context) error {
 	cfg := w.src.cfg.Copy()
@@ -347,7 +357,7 @@ func (l *watchLoop) step(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	l.report(p, lsn, xmax, time.Now())
+	l.report(p, lsn, xmax, w.now())
 	l.first, l.moved, l.last = false, false, p
 	return nil
 }

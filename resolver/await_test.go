@@ -172,8 +172,9 @@ func TestAwaitCapAndDemandCoalesced(t *testing.T) {
 	if n := r.Waiting(); n != 0 {
 		t.Errorf("%d waiters left behind", n)
 	}
-	raised := ds.raises.Load()
-	time.Sleep(100 * time.Millisecond) // nothing may happen: no waiter is left to ask
+	// Five refreshes later, nobody has asked for demand: no waiter is left to ask.
+	raised, reads := ds.raises.Load(), st.reads.Load()
+	testPoll(t, func() bool { return st.reads.Load() >= reads+5 })
 	if ds.raises.Load() > raised+1 {
 		t.Errorf("demand raised %d more times with nobody waiting", ds.raises.Load()-raised)
 	}
