@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -55,12 +56,15 @@ func (s *failingStream) RecvMsg(m any) error {
 	return err
 }
 
-func writeAll(t *testing.T, f *rowFailer, n int, batchTimeout time.Duration) (map[string]int64, error) {
+func writeAll(t *testing.T, f *rowFailer, n int, batchTimeout time.Duration, retries ...int) (map[string]int64, error) {
 	t.Helper()
 	cfg := testenv.StoreConfig(testenv.Bigtable(t))
 	cfg.BatchRows = 100
 	if batchTimeout > 0 {
 		cfg.BatchTimeout = batchTimeout
+	}
+	for _, r := range retries {
+		cfg.RowRetries = r
 	}
 	cfg.DialOptions = []grpc.DialOption{grpc.WithStreamInterceptor(f.intercept)}
 	st := testenv.Store(t, cfg)
@@ -110,6 +114,19 @@ func TestFaultAllRowsFail(t *testing.T) {
 	}
 	if counts["c"] == 300 {
 		t.Errorf("counts %v claim every row was written", counts)
+	}
+	if !strings.Contains(err.Error(), "after 6 attempts") {
+		t.Errorf("err = %v; want the default 5 retries, 6 attempts", err)
+	}
+}
+
+// A negative RowRetries turns the row retries off: the first failed attempt is the
+// batch's last.
+func TestFaultNoRowRetries(t *testing.T) {
+	f := &rowFailer{fraction: 1, code: codes.Aborted}
+	_, err := writeAll(t, f, 100, 200*time.Millisecond, -1)
+	if err == nil || !strings.Contains(err.Error(), "after 1 attempts") {
+		t.Fatalf("write with RowRetries -1 and every row failing = %v; want an error after 1 attempt", err)
 	}
 }
 

@@ -202,11 +202,15 @@ func TestEnsureSchemaRandomConfigs(t *testing.T) {
 	for range 8 {
 		cfg := testenv.StoreConfig(addr)
 		cfg.Table = "schema_" + strings.ReplaceAll(uuid.NewString(), "-", "")
-		cfg.TTL, cfg.ManifestGrace, cfg.SlotRetention, cfg.AuditRetention = dur(1), dur(1), dur(1), dur(1)
+		cfg.TTL, cfg.ManifestGrace, cfg.SlotRetention, cfg.AuditRetention = dur(1), dur(0), dur(1), dur(1)
+		if cfg.ManifestGrace == 0 || rng.IntN(4) == 0 {
+			cfg.ManifestGrace = -1 // no grace (zero takes the default)
+		}
+		grace := max(cfg.ManifestGrace, 0)
 		what := fmt.Sprintf("TTL %s, grace %s, slots %s, audit %s", cfg.TTL, cfg.ManifestGrace, cfg.SlotRetention, cfg.AuditRetention)
 		ret, _ := ensureCounting(t, cfg)
 		checkRules(t, cfg)
-		if ret.Docs.Keep != cfg.TTL || ret.Manifests.Keep != cfg.TTL+cfg.ManifestGrace || ret.Check(cfg) != nil {
+		if ret.Docs.Keep != cfg.TTL || ret.Manifests.Keep != cfg.TTL+grace || ret.Check(cfg) != nil {
 			t.Errorf("%s: documents kept %s, manifests %s, Check %v; want exactly the TTL and the TTL plus the grace",
 				what, ret.Docs.Keep, ret.Manifests.Keep, ret.Check(cfg))
 		}
