@@ -350,14 +350,16 @@ func (c *Compactor) writeBase(ctx context.Context, snap snapshot.SourceSnapshot,
 // was built from by the layers above that chain and the base (snapshot.Bases). A
 // built base whose chain m's no longer ends with (a rollback, a new base, a merge
 // that reached into it) is dropped; one m's chain already ends with is done with.
-// The collections held stay held: their bases join a later version.
+// A base read from the source of a collection held (not counted by the version's
+// snapshot) joins a later version; a base from storage changes no document, and
+// joins this one.
 func (c *Compactor) Swap(m snapshot.Manifest, held []string) (snapshot.Manifest, []string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	var swapped []string
 	for _, name := range slices.Sorted(maps.Keys(c.builds)) {
 		b := c.builds[name]
-		if !b.done || b.err != nil || b.taken || m.Dataset != c.Dataset || slices.Contains(held, name) {
+		if !b.done || b.err != nil || b.taken || m.Dataset != c.Dataset || (b.source && slices.Contains(held, name)) {
 			continue
 		}
 		pc, ok := m.Collections[name]

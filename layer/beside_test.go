@@ -193,6 +193,11 @@ func TestBaseBesideDroppedOrRetried(t *testing.T) {
 	now = now.Add(time.Minute)
 	b.c.Want(v2, "users", "test")
 	b.c.Wait()
+	// A base from storage changes no document: a version that did not count the
+	// collection's rows (held) takes it as well.
+	if _, swapped := b.c.Swap(v2, []string{"users"}); !slices.Equal(swapped, []string{"users"}) {
+		t.Fatalf("after the retry, Swap(v2, held users) swapped %v; want users", swapped)
+	}
 	if _, swapped := b.c.Swap(v2, nil); !slices.Equal(swapped, []string{"users"}) {
 		t.Fatalf("after the retry, Swap(v2) swapped %v; want users", swapped)
 	}

@@ -3,7 +3,6 @@ package layer
 import (
 	"context"
 	"fmt"
-	"maps"
 	"slices"
 
 	"github.com/snapflip/snapflip/snapshot"
@@ -84,11 +83,17 @@ func (c *Compactor) Ready(m snapshot.Manifest) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	for name, b := range c.builds {
-		if b.source && b.done && b.err == nil && !b.taken && c.joinsLocked(m, name, b) {
+		if c.joinableLocked(m, name, b) {
 			return true
 		}
 	}
 	return false
+}
+
+// joinableLocked reports whether b, collection's build, is a base read from the
+// source, built, and joins a version over m (joinsLocked). The lock is held.
+func (c *Compactor) joinableLocked(m snapshot.Manifest, collection string, b *baseBuild) bool {
+	return b != nil && b.source && b.done && b.err == nil && !b.taken && c.joinsLocked(m, collection, b)
 }
 
 // Holding returns the collections held in m that a version over m holds still: no
@@ -100,17 +105,7 @@ func (c *Compactor) Holding(m snapshot.Manifest) []string {
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	var held []string
-	for _, name := range slices.Sorted(maps.Keys(m.Collections)) {
-		if m.Collections[name].Held == nil {
-			continue
-		}
-		if b := c.builds[name]; b != nil && b.source && b.done && b.err == nil && !b.taken && c.joinsLocked(m, name, b) {
-			continue
-		}
-		held = append(held, name)
-	}
-	return held
+	return slices.DeleteFunc(m.HeldCollections(), func(name string) bool { return c.joinableLocked(m, name, c.builds[name]) })
 }
 
 // joinsLocked reports whether b, a built base read from the source, joins a version

@@ -84,8 +84,9 @@ type Bases interface {
 	// swapped, in name order. m itself is not changed. A base read from the source
 	// (a held or new collection's) stands in m for the collection whole, its Held
 	// naming the position it was read at: the version catches it up from there.
-	// The collections held (from Holding, when the version's snapshot was opened)
-	// stay as they are: the snapshot did not count their changes.
+	// A base read from the source of a collection held (from Holding, when the
+	// version's snapshot was opened) is left for a later version: the snapshot did
+	// not count the collection's changes.
 	Swap(m Manifest, held []string) (Manifest, []string)
 	// Holding returns, in name order, the collections held in m (Held set) that a
 	// version over m holds still: no base read from the source waits to join it.
