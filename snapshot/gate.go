@@ -26,7 +26,7 @@ func DefaultGate() Gate { return Gate{MaxShrink: 0.5} }
 func (g Gate) validate() error {
 	switch {
 	case g.MaxShrink < 0 || math.IsNaN(g.MaxShrink):
-		return fmt.Errorf("MaxShrink %v: must be 0 (the default), up to 1 (off)", g.MaxShrink)
+		return fmt.Errorf("MaxShrink %v: must not be negative (0 takes the default, 1 or more is off)", g.MaxShrink)
 	case g.MinRows < 0:
 		return fmt.Errorf("MinRows %d: must not be negative", g.MinRows)
 	}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"maps"
 	"slices"
 	"time"
 )
@@ -236,7 +235,8 @@ func (p *Publisher) Publish(ctx context.Context, opts PublishOptions) (PublishRe
 
 // Validate reports the first field the Publisher cannot publish with, naming it, in
 // an error wrapping ErrInvalid: a missing dataset, store, source, version generator
-// or writer, a negative TTL, or a gate that checks nothing it could.
+// or writer, a negative TTL, or a gate with a negative or NaN bound. Publish,
+// KeepAlive and a Ticker's publishes call it first.
 func (p *Publisher) Validate() error {
 	bad := func(format string, args ...any) error { return invalid("publisher", format, args...) }
 	switch {
@@ -260,10 +260,15 @@ func (p *Publisher) Validate() error {
 			return bad("DefaultGate: %v", err)
 		}
 	}
-	for _, name := range slices.Sorted(maps.Keys(p.Gates)) {
-		if err := p.Gates[name].validate(); err != nil {
-			return bad("gate of %s: %v", name, err)
+	var wrong []string // the gates that fail, in name order once found (rarely)
+	for name, g := range p.Gates {
+		if g.validate() != nil {
+			wrong = append(wrong, name)
 		}
+	}
+	if len(wrong) > 0 {
+		slices.Sort(wrong)
+		return bad("gate of %s: %v", wrong[0], p.Gates[wrong[0]].validate())
 	}
 	return nil
 }

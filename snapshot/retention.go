@@ -19,6 +19,9 @@ import (
 // refreshes the pinned version in place when due and returns done = true with what it
 // did: nothing is to be published while pinned.
 func (p *Publisher) KeepAlive(ctx context.Context, opts PublishOptions) (PublishOptions, PublishResult, bool, error) {
+	if err := p.Validate(); err != nil {
+		return opts, PublishResult{}, false, err
+	}
 	run, res, done, err := p.keepAlive(ctx, opts)
 	return run.opts, res, done, err
 }

@@ -19,16 +19,27 @@ type TickStore interface {
 // error wrapping ErrInvalid: its Publisher's, a missing lease, tick store or holder,
 // or a negative AcquireTimeout.
 func (t *Ticker) Validate() error {
+	if err := t.validateLeased(); err != nil {
+		return err
+	}
+	switch {
+	case t.Ticks == nil:
+		return invalid("ticker", "Ticks is required")
+	case t.Holder == "":
+		return invalid("ticker", "Holder is required")
+	}
+	return nil
+}
+
+// validateLeased is Validate for a publish under the lease, which claims no tick:
+// the publisher, the lease and its timeout.
+func (t *Ticker) validateLeased() error {
 	bad := func(format string, args ...any) error { return invalid("ticker", format, args...) }
 	switch {
 	case t == nil:
 		return bad("nil")
 	case t.Lease == nil:
 		return bad("Lease is required")
-	case t.Ticks == nil:
-		return bad("Ticks is required")
-	case t.Holder == "":
-		return bad("Holder is required")
 	case t.AcquireTimeout < 0:
 		return bad("AcquireTimeout %s must not be negative (0 takes 1 minute)", t.AcquireTimeout)
 	}
@@ -113,6 +124,9 @@ func (t *Ticker) PublishLeasedWithin(ctx context.Context, wait time.Duration, op
 }
 
 func (t *Ticker) publishLeased(ctx context.Context, timeout time.Duration, opts PublishOptions) (PublishResult, uint64, error) {
+	if err := t.validateLeased(); err != nil {
+		return PublishResult{}, 0, err
+	}
 	if timeout <= 0 {
 		timeout = time.Minute
 	}

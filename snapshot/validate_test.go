@@ -6,6 +6,7 @@ import (
 	"math"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/snapflip/snapflip/snapshot"
 )
@@ -45,5 +46,25 @@ func TestPublisherAndTickerNameWhatTheyLack(t *testing.T) {
 	tk.Holder, tk.Ticks = "me", nil
 	if _, err := tk.Tick(context.Background(), 1, snapshot.PublishOptions{}); !errors.Is(err, snapshot.ErrInvalid) || !strings.Contains(err.Error(), "Ticks") {
 		t.Errorf("Tick without a tick store = %v; want ErrInvalid naming Ticks", err)
+	}
+	// A publish under the lease (the watch's, syncer once's) and a keep-alive check
+	// the same, not claiming a tick.
+	lease := tk.Lease
+	tk.Lease = nil
+	if _, _, err := tk.PublishLeased(context.Background(), snapshot.PublishOptions{}); !errors.Is(err, snapshot.ErrInvalid) || !strings.Contains(err.Error(), "Lease") {
+		t.Errorf("PublishLeased without a lease = %v; want ErrInvalid naming Lease", err)
+	}
+	tk.Lease, tk.AcquireTimeout = lease, -time.Second
+	if _, _, err := tk.PublishLeased(context.Background(), snapshot.PublishOptions{}); !errors.Is(err, snapshot.ErrInvalid) || !strings.Contains(err.Error(), "AcquireTimeout") {
+		t.Errorf("PublishLeased with a negative AcquireTimeout = %v; want ErrInvalid naming it", err)
+	}
+	p := *r.pub
+	p.Data = nil
+	tk.Publisher, tk.AcquireTimeout = &p, 0
+	if _, _, err := tk.PublishLeasedWithin(context.Background(), time.Second, snapshot.PublishOptions{}); !errors.Is(err, snapshot.ErrInvalid) || !strings.Contains(err.Error(), "Data") {
+		t.Errorf("PublishLeasedWithin without a writer = %v; want ErrInvalid naming Data", err)
+	}
+	if _, _, _, err := p.KeepAlive(context.Background(), snapshot.PublishOptions{}); !errors.Is(err, snapshot.ErrInvalid) || !strings.Contains(err.Error(), "Data") {
+		t.Errorf("KeepAlive without a writer = %v; want ErrInvalid naming Data", err)
 	}
 }
