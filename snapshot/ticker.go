@@ -19,7 +19,7 @@ type TickStore interface {
 // error wrapping ErrInvalid: its Publisher's, a missing lease, tick store or holder,
 // or a negative AcquireTimeout.
 func (t *Ticker) Validate() error {
-	if err := t.validateLeased(); err != nil {
+	if err := t.validateLease(); err != nil {
 		return err
 	}
 	switch {
@@ -28,12 +28,13 @@ func (t *Ticker) Validate() error {
 	case t.Holder == "":
 		return invalid("ticker", "Holder is required")
 	}
-	return nil
+	return t.Publisher.Validate()
 }
 
-// validateLeased is Validate for a publish under the lease, which claims no tick:
-// the publisher, the lease and its timeout.
-func (t *Ticker) validateLeased() error {
+// validateLease is what a publish under the lease checks before it asks for the
+// lease (a standby asks with no publisher to run): the lease and its timeout. It
+// validates the publisher once it holds the lease.
+func (t *Ticker) validateLease() error {
 	bad := func(format string, args ...any) error { return invalid("ticker", format, args...) }
 	switch {
 	case t == nil:
@@ -43,7 +44,7 @@ func (t *Ticker) validateLeased() error {
 	case t.AcquireTimeout < 0:
 		return bad("AcquireTimeout %s must not be negative (0 takes 1 minute)", t.AcquireTimeout)
 	}
-	return t.Publisher.Validate()
+	return nil
 }
 
 // Ticker runs scheduled cycles on one replica. Every replica runs the schedule; for
@@ -124,7 +125,7 @@ func (t *Ticker) PublishLeasedWithin(ctx context.Context, wait time.Duration, op
 }
 
 func (t *Ticker) publishLeased(ctx context.Context, timeout time.Duration, opts PublishOptions) (PublishResult, uint64, error) {
-	if err := t.validateLeased(); err != nil {
+	if err := t.validateLease(); err != nil {
 		return PublishResult{}, 0, err
 	}
 	if timeout <= 0 {
@@ -154,6 +155,9 @@ func (t *Ticker) publishLeased(ctx context.Context, timeout time.Duration, opts 
 	})
 	defer stop()
 
+	if err := t.Publisher.Validate(); err != nil {
+		return PublishResult{}, hold.Fence(), err
+	}
 	t.failAbandoned(pctx, hold.Fence())
 	run, kept, done, err := t.Publisher.keepAlive(pctx, opts)
 	if err != nil || done {
