@@ -64,8 +64,9 @@ func sharedBase(t *testing.T, mode string, kill bool, killBuilder int64) {
 	cells := &rig.KillableCells{LeaseCell: h.Store.Cells()}
 	// Claims lapse only when their holder stops renewing them: a replica slowed
 	// by a loaded machine keeps its parts. Where the other replica is killed, its
-	// claim lapses soon (the builder, which takes it over, judges the lapse by
-	// its own duration), and no live replica contends with the builder.
+	// claim lapses soon for the builder, which takes it over and judges the lapse
+	// by its own duration; the other replica's own claims stay a minute long, so
+	// that a slow renewal never makes it drop a part before it is killed.
 	claim := time.Minute
 	if kill {
 		claim = 300 * time.Millisecond
@@ -84,7 +85,7 @@ func sharedBase(t *testing.T, mode string, kill bool, killBuilder int64) {
 		})
 	}
 	reader := &layer.PartReader{Dataset: rig.Dataset, Source: otherSrc, Records: h.Store, Syncer: "syncer-2", Every: 5 * time.Millisecond,
-		Versions: snapshot.NewVersionGen(uuid.New(), nil), Parts: sharedParts(h.Store, "syncer-2", part, cells, claim),
+		Versions: snapshot.NewVersionGen(uuid.New(), nil), Parts: sharedParts(h.Store, "syncer-2", part, cells, time.Minute),
 		Writer: &layer.Writer{Store: h.Store, MaxDocumentBytes: 1 << 20, Observer: snapshot.ObserverFunc(func(_ context.Context, e snapshot.Event) {
 			if e.Kind == snapshot.EventBasePartRead && read.Add(1) == 2 {
 				goOn() // the builder goes on once the other replica read two parts
