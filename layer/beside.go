@@ -615,7 +615,7 @@ func (p *basePace) WaitN(ctx context.Context, n int) error {
 
 // maxYield is the longest a base waits at once for a version being written: its
 // source transaction, if it has one open, stays open meanwhile.
-const maxYield = 2 * time.Second
+var maxYield = 2 * time.Second
 
 // commitStarted and commitEnded bracket the write of a version: a base beside the
 // stream yields to it (yield), so that a commit is served as soon as it would be

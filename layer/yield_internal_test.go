@@ -2,6 +2,7 @@ package layer
 
 import (
 	"context"
+	"errors"
 	"testing"
 	"time"
 )
@@ -9,6 +10,8 @@ import (
 // A base's pace waits while a version is written, and goes on once it is: a base
 // beside the stream leaves the commit path the machine.
 func TestABaseYieldsToAVersion(t *testing.T) {
+	defer func(d time.Duration) { maxYield = d }(maxYield)
+	maxYield = time.Hour // the version's end, not the cap, lets the base go on
 	c := &Compactor{}
 	pace := &basePace{yield: c.yield}
 	ctx := context.Background()
@@ -16,16 +19,23 @@ func TestABaseYieldsToAVersion(t *testing.T) {
 		t.Fatal(err)
 	}
 	c.commitStarted()
+	// While the version is written the base waits: a wait given up at once ends
+	// with its context, not with the base going on.
+	gone, cancel := context.WithCancel(ctx)
+	cancel()
+	if err := pace.WaitN(gone, 10); !errors.Is(err, context.Canceled) {
+		t.Fatalf("the base went on while a version was written (%v)", err)
+	}
 	waited := make(chan error, 1)
 	go func() { waited <- pace.WaitN(ctx, 10) }()
+	c.commitEnded()
 	select {
 	case err := <-waited:
-		t.Fatalf("the base went on while a version was written (%v)", err)
-	case <-time.After(100 * time.Millisecond): // the window in which it must not go on
-	}
-	c.commitEnded()
-	if err := <-waited; err != nil {
-		t.Fatal(err)
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(time.Minute):
+		t.Fatal("the base still waits after the version was written")
 	}
 }
 
