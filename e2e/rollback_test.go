@@ -8,6 +8,7 @@ import (
 	"io"
 	"net/http"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -221,6 +222,10 @@ func TestRollbackRacesSyncs(t *testing.T) {
 			syncs.Add(1)
 		}
 	}()
+	// The racing syncs end before the environment does, however the test ends.
+	var halted sync.Once
+	halt := func() { halted.Do(func() { close(stop) }); <-done }
+	t.Cleanup(halt)
 	for i := range 5 {
 		out, err := e.syncerCmd(t, "rollback", "--previous", "--reason", fmt.Sprintf("race %d", i), "--force")
 		if err != nil {
@@ -251,8 +256,7 @@ func TestRollbackRacesSyncs(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	close(stop)
-	<-done
+	halt()
 }
 
 // TestAdminEndpoints: the metadata API's rollback and unpin with the admin token.
