@@ -93,15 +93,17 @@ func TestAwait(t *testing.T) {
 	// xid: refused. Before any such coverage, the same token waits.
 	fut := make(chan error, 1)
 	go func() { _, err := r.Await(ctx, tokenOf(t, "x:5000")); fut <- err }()
-	for r.Waiting() == 0 {
-		runtime.Gosched()
-	}
-	for ds.raises.Load() < 3 {
-		runtime.Gosched()
-	}
+	testPoll(t, func() bool { return r.Waiting() > 0 })
+	testPoll(t, func() bool { return ds.raises.Load() >= 3 })
 	st.setPointer(snapshot.Pointer{Version: "v2", Source: snapshot.Position{LSN: 2, PgSnapshot: "106:106:"},
 		Covered: snapshot.Coverage{Version: "v2", PgSnapshot: "130:130:", LSN: 4, NextXid: 132, Demand: ds.raises.Load() + 100}})
-	if err := <-fut; !errors.Is(err, snapshot.ErrTokenRejected) || !errors.Is(err, snapshot.ErrInvalid) {
+
+	select {
+	case err = <-fut:
+	case <-time.After(time.Minute):
+		t.Fatal("the wait for an xid from the future never ended")
+	}
+	if !errors.Is(err, snapshot.ErrTokenRejected) || !errors.Is(err, snapshot.ErrInvalid) {
 		t.Errorf("an xid from the future: %v; want ErrTokenRejected", err)
 	}
 
@@ -125,12 +127,12 @@ func TestAwait(t *testing.T) {
 // testPoll waits for cond without sleeping on a clock of its own.
 func testPoll(tb testing.TB, cond func() bool) {
 	tb.Helper()
-	deadline := time.Now().Add(10 * time.Second)
+	deadline := time.Now().Add(time.Minute)
 	for !cond() {
 		if time.Now().After(deadline) {
-			tb.Fatal("condition not met in 10s")
+			tb.Fatal("condition not met in a minute")
 		}
-		runtime.Gosched()
+		time.Sleep(time.Millisecond) // a poll, leaving the core to what it waits for
 	}
 }
 

@@ -72,6 +72,16 @@ func (g *gatedSnapshot) OnChunk(fn func(ctx context.Context, last string) error)
 	}
 }
 
+// awaitOpened waits until a gated snapshot is opened.
+func (g *gatedOpens) awaitOpened(t *testing.T) {
+	t.Helper()
+	select {
+	case <-g.opened:
+	case <-time.After(time.Minute):
+		t.Fatal("no base's snapshot was opened in a minute")
+	}
+}
+
 // releaseUntil lets every gated read through, one at a time, until wait returns:
 // as many as are in flight, a base read again after a failure among them; none is
 // left over to let a later read through.
@@ -319,7 +329,7 @@ func TestHeldBaseCatchesUpFromItsOwnPosition(t *testing.T) {
 	if v2.Collections["users"].Held == nil {
 		t.Fatalf("v2's users = %+v; want held", v2.Collections["users"])
 	}
-	<-opens.opened // the base's snapshot is taken; its read waits
+	opens.awaitOpened(t) // the base's snapshot is taken; its read waits
 	r.src.Put("users", "u01", `{"n":"after the base's snapshot"}`)
 	r.src.Put("orders", "9", `{"user":"u09"}`)
 	v3 := publish()
@@ -381,7 +391,7 @@ func TestAVersionOpenedHoldingKeepsTheHold(t *testing.T) {
 	if v2 := publish(); v2.Collections["users"].Held == nil || src.last() != nil {
 		t.Fatalf("v2's users = %+v, opened holding %v; want held, opened holding nothing", v2.Collections["users"], src.last())
 	}
-	<-opens.opened // the base's snapshot is taken; its read waits
+	opens.awaitOpened(t) // the base's snapshot is taken; its read waits
 	r.src.Put("orders", "9", `{"user":"u09"}`)
 	if v3 := publish(); v3.Collections["users"].Held == nil || !slices.Equal(src.last(), []string{"users"}) {
 		t.Fatalf("v3's users = %+v, opened holding %v; want held, opened holding users", v3.Collections["users"], src.last())

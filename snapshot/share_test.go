@@ -207,7 +207,11 @@ func TestSharedBasePartOfAKilledReplica(t *testing.T) {
 					t.Error("the killed replica's part read succeeded")
 				}
 			}()
-			<-src.claimed
+			select {
+			case <-src.claimed:
+			case <-time.After(time.Minute):
+				t.Error("the killed replica claimed no part in a minute")
+			}
 			cells.Killed.Store(true) // its claim stops renewing; it lapses
 		})
 	}
