@@ -65,7 +65,8 @@ type Compactor struct {
 	// Versions names each base's layer.
 	Versions *snapshot.VersionGen
 	// RowsPerSecond bounds how fast a base compacted from storage is read and
-	// written: zero means DefaultBaseRowsPerSecond, a negative value no bound.
+	// written: zero means DefaultBaseRowsPerSecond, a negative value no bound. It
+	// does not pace a base read from the source (SourceRowsPerSecond does).
 	RowsPerSecond float64
 	// SourceRowsPerSecond bounds how fast a base read from the source (a held or
 	// new collection's) is read and written: zero, the default, sets no bound, as
